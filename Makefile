@@ -1,0 +1,48 @@
+# gpufleet: the collection gpufleet.cluster and the gpufleet command.
+#   make test   installs what it needs and runs every test tier
+#   make unit   the fast tier (pure Python), for constant use
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+BUILD := build
+COLLECTION_DIR := $(BUILD)/ansible_collections/gpufleet/cluster
+ANSIBLE_TEST_PYTHON := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+
+.PHONY: test unit sanity lint changelog-lint venv collection clean
+
+test: venv unit sanity lint changelog-lint
+	@echo "all test tiers passed"
+
+$(BIN)/activate: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(BIN)/activate
+
+venv: $(BIN)/activate
+
+unit: venv
+	$(BIN)/python -m pytest -q tests/unit
+
+# ansible-test needs the collection at .../ansible_collections/gpufleet/cluster: copy the files
+# git knows about (tracked, or new and not ignored) into build/ and test that copy.
+collection: venv
+	rm -rf $(COLLECTION_DIR)
+	mkdir -p $(COLLECTION_DIR)
+	git ls-files -z --cached --others --exclude-standard | \
+		while IFS= read -r -d '' f; do [ -e "$$f" ] && printf '%s\0' "$$f"; done | \
+		tar --null -T - -cf - | tar -C $(COLLECTION_DIR) -xf -
+
+sanity: collection
+	cd $(COLLECTION_DIR) && PATH=$(CURDIR)/$(BIN):$$PATH \
+		ansible-test sanity --venv --python $(ANSIBLE_TEST_PYTHON) --color no
+
+lint: venv
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint --profile production
+
+changelog-lint: venv
+	$(BIN)/antsibull-changelog lint
+
+clean:
+	rm -rf $(BUILD) $(VENV) .pytest_cache .hypothesis tests/output

@@ -1,0 +1,50 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""gpufleet's one configuration model: dstack's fleet, task and volume files, normalized.
+
+Every module, plugin and the ``gpufleet`` command parse configurations through this package.
+It is pure Python (PyYAML is needed only to read YAML text) and raises nothing but SpecError.
+
+    config, warnings = parse_file("fleet.dstack.yml")
+    config, warnings = parse_data({"type": "task", "commands": ["nvidia-smi"]})
+
+The normalized shape is documented in docs/config-json.md.
+"""
+
+from __future__ import annotations
+
+from ._errors import Problem, SpecError, format_path
+from .loader import HAS_YAML, parse_data, parse_file, parse_text
+
+__all__ = [
+    "HAS_YAML",
+    "Problem",
+    "SpecError",
+    "format_path",
+    "parse_data",
+    "parse_file",
+    "parse_text",
+    "validate_file",
+]
+
+
+def validate_file(path):
+    """Validate one file without raising: the object ``gpufleet validate --json`` prints."""
+    try:
+        config, warnings = parse_file(path)
+    except SpecError as exc:
+        return {
+            "file": path,
+            "ok": False,
+            "config": None,
+            "errors": exc.as_dicts(),
+            "warnings": [],
+        }
+    return {
+        "file": path,
+        "ok": True,
+        "config": config,
+        "errors": [],
+        "warnings": [w.as_dict() for w in warnings],
+    }

@@ -1,0 +1,225 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Problems found in a configuration, each tied to the field path it concerns.
+
+PRIVATE to gpufleet.cluster: the public surface is the ``spec`` package.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Errors reported for one file before the rest are summarised in one line.
+MAX_PROBLEMS = 100
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def format_path(path):
+    """Render a field path the way users write it: ``ssh_config.hosts[2].port``."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += "[%d]" % part
+        elif _PLAIN_KEY.match(part):
+            out += ("." if out else "") + part
+        else:
+            out += '["%s"]' % part.replace("\\", "\\\\").replace('"', '\\"')
+    return out
+
+
+def show(value, limit=60):
+    """A short, safe rendering of a user value for an error message."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        text = value if len(value) <= limit else value[:limit] + "..."
+        return repr(text)
+    if isinstance(value, (int, float)):
+        text = repr(value)
+        return text if len(text) <= limit else text[:limit] + "..."
+    if isinstance(value, list):
+        return "a list of %d item%s" % (len(value), "" if len(value) == 1 else "s")
+    if isinstance(value, dict):
+        return "a mapping with keys %s" % show_keys(value)
+    return "a value of type %s" % type(value).__name__
+
+
+def show_keys(mapping, limit=6):
+    keys = [str(k) for k in list(mapping)[:limit]]
+    more = "" if len(mapping) <= limit else ", ..."
+    return "[" + ", ".join(keys) + more + "]"
+
+
+def describe(value):
+    """The YAML kind of a value, for 'expected X, got Y' messages."""
+    if value is None:
+        return "an empty value (null)"
+    if isinstance(value, bool):
+        return "a boolean (%s)" % show(value)
+    if isinstance(value, int):
+        return "an integer (%s)" % show(value)
+    if isinstance(value, float):
+        return "a number (%s)" % show(value)
+    if isinstance(value, str):
+        return "a string (%s)" % show(value)
+    if isinstance(value, list):
+        return show(value)
+    if isinstance(value, dict):
+        return show(value)
+    name = type(value).__name__
+    if name in ("date", "datetime"):
+        return "a date (%s); quote it to make it a string" % value
+    if name == "bytes":
+        return "binary data"
+    return "a value of type %s" % name
+
+
+class Problem(object):
+    """One thing wrong with a configuration: where, and what."""
+
+    __slots__ = ("path", "message")
+
+    def __init__(self, path, message):
+        self.path = tuple(path)
+        self.message = message
+
+    @property
+    def where(self):
+        return format_path(self.path)
+
+    def as_dict(self):
+        return {"path": self.where, "message": self.message}
+
+    def __repr__(self):
+        return "Problem(%r, %r)" % (self.where, self.message)
+
+    def __str__(self):
+        return "%s: %s" % (self.where, self.message) if self.path else self.message
+
+
+class SpecError(Exception):
+    """The only exception the config model raises for bad input.
+
+    ``problems`` lists every problem found in the file (up to MAX_PROBLEMS, then a summary);
+    ``source`` names the file or other origin of the configuration.
+    """
+
+    def __init__(self, problems, source=None):
+        self.problems = list(problems)
+        self.source = source
+        super(SpecError, self).__init__(self.render())
+
+    def render(self):
+        prefix = "%s: " % self.source if self.source else ""
+        return "\n".join(prefix + str(p) for p in self.problems)
+
+    def as_dicts(self):
+        return [p.as_dict() for p in self.problems]
+
+
+class Invalid(Exception):
+    """Raised by a field parser; the caller records it under the field's path.
+
+    ``subpath`` lets a parser point below the field it was given (e.g. an item of a list).
+    """
+
+    def __init__(self, message, subpath=()):
+        super(Invalid, self).__init__(message)
+        self.message = message
+        self.subpath = tuple(subpath)
+
+
+class _InvalidMarker(object):
+    """Stands in for a value that failed to parse, so dependent checks are skipped."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super(_InvalidMarker, cls).__new__(cls)
+        return cls._instance
+
+    def __repr__(self):
+        return "INVALID"
+
+    def __bool__(self):
+        return False
+
+
+INVALID = _InvalidMarker()
+
+
+class Ctx(object):
+    """Where a parser is in the document, and where its problems and warnings go."""
+
+    __slots__ = ("path", "_sink")
+
+    def __init__(self, path=(), sink=None):
+        self.path = tuple(path)
+        self._sink = sink if sink is not None else _Sink()
+
+    def child(self, key):
+        return Ctx(self.path + (key,), self._sink)
+
+    def error(self, message, subpath=()):
+        self._sink.add(Problem(self.path + tuple(subpath), message))
+
+    def warn(self, message):
+        self._sink.warnings.append(Problem(self.path, message))
+
+    def run(self, key, parser, value):
+        """Parse ``value`` found at ``key`` with ``parser(value, ctx)``.
+
+        Problems are recorded, never raised; INVALID is returned in their place.
+        """
+        ctx = self.child(key) if key is not None else self
+        try:
+            return parser(value, ctx)
+        except Invalid as exc:
+            ctx.error(exc.message, exc.subpath)
+            return INVALID
+
+    @property
+    def problems(self):
+        return self._sink.problems
+
+    @property
+    def warnings(self):
+        return self._sink.warnings
+
+    def mark(self):
+        """A point to ask ``failed_since`` about: were problems recorded after it?"""
+        return len(self._sink.problems) + self._sink.dropped
+
+    def failed_since(self, mark):
+        return len(self._sink.problems) + self._sink.dropped > mark
+
+    def raise_if_failed(self, source=None):
+        problems = list(self._sink.problems)
+        if self._sink.dropped:
+            problems.append(
+                Problem((), "... and %d more problem(s) not shown" % self._sink.dropped)
+            )
+        if problems:
+            raise SpecError(problems, source)
+
+
+class _Sink(object):
+    __slots__ = ("problems", "warnings", "dropped")
+
+    def __init__(self):
+        self.problems = []
+        self.warnings = []
+        self.dropped = 0
+
+    def add(self, problem):
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(problem)
+        else:
+            self.dropped += 1

@@ -1,0 +1,195 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Scalar coercions and mapping walking shared by every part of the config model.
+
+The coercions follow what dstack's pydantic v2 models accept in lax mode, with one deliberate
+difference: a YAML boolean is never silently taken as a number or a name.
+
+PRIVATE to gpufleet.cluster.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+
+from ._errors import INVALID, Invalid, describe, show
+
+_INT_RE = re.compile(r"^[+-]?[0-9]+$")
+_FLOAT_RE = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
+_TRUE = frozenset(["true", "yes", "on", "1", "t", "y"])
+_FALSE = frozenset(["false", "no", "off", "0", "f", "n"])
+
+
+def want_str(value, what="a string"):
+    if isinstance(value, str):
+        return value
+    raise Invalid("expected %s, got %s" % (what, describe(value)))
+
+
+def want_nonempty_str(value, what="a non-empty string"):
+    text = want_str(value, what)
+    if not text:
+        raise Invalid("must not be an empty string")
+    return text
+
+
+def want_int(value, minimum=None, maximum=None, what="an integer"):
+    if isinstance(value, bool):
+        raise Invalid("expected %s, got %s" % (what, describe(value)))
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        number = int(value)
+    elif isinstance(value, str) and _INT_RE.match(value.strip()):
+        number = int(value.strip())
+    else:
+        raise Invalid("expected %s, got %s" % (what, describe(value)))
+    _check_bounds(number, minimum, maximum)
+    return number
+
+
+def want_number(value, minimum=None, maximum=None, exclusive_minimum=None, what="a number"):
+    if isinstance(value, bool):
+        raise Invalid("expected %s, got %s" % (what, describe(value)))
+    if isinstance(value, (int, float)):
+        number = value
+    elif isinstance(value, str) and _FLOAT_RE.match(value.strip()):
+        number = float(value.strip())
+    else:
+        raise Invalid("expected %s, got %s" % (what, describe(value)))
+    if isinstance(number, float) and not math.isfinite(number):
+        raise Invalid("expected a finite number, got %s" % show(value))
+    if exclusive_minimum is not None and not number > exclusive_minimum:
+        raise Invalid("must be greater than %s, got %s" % (exclusive_minimum, show(value)))
+    _check_bounds(number, minimum, maximum)
+    return number
+
+
+def _check_bounds(number, minimum, maximum):
+    if minimum is not None and number < minimum:
+        raise Invalid("must be at least %s, got %s" % (minimum, show(number)))
+    if maximum is not None and number > maximum:
+        raise Invalid("must be at most %s, got %s" % (maximum, show(number)))
+
+
+def want_bool(value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in _TRUE:
+            return True
+        if lowered in _FALSE:
+            return False
+    raise Invalid("expected true or false, got %s" % describe(value))
+
+
+def want_choice(value, choices):
+    """One of a fixed set of lower-case words, compared exactly as dstack does."""
+    if isinstance(value, str) and value in choices:
+        return value
+    hint = ""
+    if isinstance(value, str):
+        close = difflib.get_close_matches(value.lower(), choices, n=1, cutoff=0.6)
+        if close:
+            hint = " (did you mean %r?)" % close[0]
+    raise Invalid(
+        "must be one of %s, got %s%s" % (", ".join(choices), describe(value), hint)
+    )
+
+
+def want_list(value, what="a list"):
+    if isinstance(value, list):
+        return value
+    extra = ""
+    if isinstance(value, str):
+        extra = "; write it as a list: [%s]" % value
+    raise Invalid("expected %s, got %s%s" % (what, describe(value), extra))
+
+
+def want_mapping(value, what="a mapping"):
+    if not isinstance(value, dict):
+        raise Invalid("expected %s, got %s" % (what, describe(value)))
+    for key in value:
+        if not isinstance(key, str):
+            raise Invalid("keys must be strings, got the key %s; quote it" % show(key))
+    return value
+
+
+def list_of(item_parser, what="a list", min_items=0):
+    """A parser for a list whose items are parsed by ``item_parser(value, ctx)``."""
+
+    def parse(value, ctx):
+        items = want_list(value, what)
+        if len(items) < min_items:
+            raise Invalid("must list at least %d item%s" % (min_items, "" if min_items == 1 else "s"))
+        out = []
+        failed = False
+        for index, item in enumerate(items):
+            parsed = ctx.run(index, item_parser, item)
+            failed = failed or parsed is INVALID
+            out.append(parsed)
+        return INVALID if failed else out
+
+    return parse
+
+
+def leaf(function, *args, **kwargs):
+    """Adapt a plain coercion ``function(value, *args)`` to the ``parser(value, ctx)`` shape."""
+
+    def parse(value, ctx):
+        return function(value, *args, **kwargs)
+
+    return parse
+
+
+def str_list(value, ctx):
+    return list_of(leaf(want_str))(value, ctx)
+
+
+def optional(parser):
+    """Accept null as 'not set' (None) before handing anything else to ``parser``."""
+
+    def parse(value, ctx):
+        if value is None:
+            return None
+        return parser(value, ctx)
+
+    return parse
+
+
+def parse_fields(data, ctx, fields, unknown=None):
+    """Parse the known ``fields`` of a mapping; report unknown keys.
+
+    ``fields`` maps a key to ``parser(value, ctx)``. Returns a dict with the parsed value for every
+    key present in ``data`` (INVALID where it failed). ``unknown(key, ctx)`` may replace the default
+    unknown-key message, e.g. to explain that a field belongs to another kind of configuration.
+    """
+    out = {}
+    for key in data:
+        if key not in fields:
+            if unknown is not None and unknown(key, ctx):
+                continue
+            ctx.child(key).error(unknown_field_message(key, fields))
+    for key, parser in fields.items():
+        if key in data:
+            out[key] = ctx.run(key, parser, data[key])
+    return out
+
+
+def unknown_field_message(key, known):
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.7)
+    if close:
+        return "unknown field %r. Did you mean %r?" % (key, close[0])
+    if len(known) <= 12:
+        return "unknown field %r. Allowed here: %s." % (key, ", ".join(sorted(known)))
+    return "unknown field %r: dstack has no such field here" % key
+
+
+def any_invalid(*values):
+    return any(v is INVALID for v in values)

@@ -1,0 +1,71 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""``env`` as dstack accepts it: a list of ``NAME=value`` / ``NAME`` strings, or a mapping.
+
+The normalized form is a mapping. A name given without a value (``- HF_TOKEN``) maps to None:
+its value is taken from the environment of whoever submits the run, as ``dstack apply`` does.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ._errors import Invalid, describe, show
+from ._types import want_list, want_mapping
+
+_ENTRY = re.compile(r"^([a-zA-Z_][a-zA-Z0-9_]*)(=.*)?$")
+
+
+def parse_env(value, ctx):
+    if value is None:
+        return {}
+    if isinstance(value, list):
+        return _from_list(value)
+    if isinstance(value, dict):
+        return _from_mapping(want_mapping(value))
+    raise Invalid(
+        "expected a mapping (NAME: value) or a list of NAME=value strings, got %s" % describe(value)
+    )
+
+
+def _from_list(items):
+    out = {}
+    for index, item in enumerate(want_list(items)):
+        if not isinstance(item, str):
+            raise Invalid("expected a NAME=value string, got %s" % describe(item), (index,))
+        match = _ENTRY.match(item)
+        if not match or "\n" in item:
+            raise Invalid(
+                "invalid entry %s: write NAME=value or NAME, where NAME starts with a letter or "
+                "_ and has only letters, digits and _" % show(item),
+                (index,),
+            )
+        name = match.group(1)
+        if name in out:
+            raise Invalid("duplicate environment variable: %s" % name, (index,))
+        out[name] = match.group(2)[1:] if match.group(2) is not None else None
+    return out
+
+
+def _from_mapping(mapping):
+    out = {}
+    for name, value in mapping.items():
+        if not name or "=" in name or "\x00" in name:
+            raise Invalid("invalid variable name %s" % show(name), (name,))
+        if isinstance(value, bool):
+            raise Invalid(
+                "the value of %s is a boolean; quote it (%s: \"%s\") to pass it as text"
+                % (name, name, "true" if value else "false"),
+                (name,),
+            )
+        if isinstance(value, (int, float)):
+            out[name] = str(value)
+        elif isinstance(value, str):
+            out[name] = value
+        else:
+            raise Invalid(
+                "the value of %s must be text or a number, got %s" % (name, describe(value)),
+                (name,),
+            )
+    return out

@@ -1,0 +1,255 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# Apache License 2.0 (see LICENSE)
+"""Turn bytes or text into a normalized configuration, or a SpecError listing every problem.
+
+Whatever the input (not YAML, empty, binary, a list, megabytes of brackets, an alias bomb),
+the only exception that leaves this module is SpecError.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ._errors import Ctx, Problem, SpecError, describe, show
+from .fleet import parse_fleet
+from .task import parse_task
+from .volume import parse_volume
+
+try:
+    import yaml
+
+    HAS_YAML = True
+    _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
+    yaml = None
+    HAS_YAML = False
+    _BaseLoader = object
+
+MAX_BYTES = 4 * 1024 * 1024
+MAX_DEPTH = 64
+MAX_EVENTS = 2000000
+# The expanded document (after YAML aliases) may hold at most this many values and characters.
+MAX_VALUES = 1000000
+MAX_CHARS = 64 * 1024 * 1024
+
+PARSERS = {"fleet": parse_fleet, "task": parse_task, "volume": parse_volume}
+NOT_SUPPORTED = {
+    "service": "services (type: service) are not supported by gpufleet; run the server as a "
+    "task, or use dstack for services",
+    "dev-environment": "dev environments (type: dev-environment) are not supported by gpufleet; "
+    "use a task with commands: [sleep infinity] and connect over SSH",
+    "gateway": "gateways (type: gateway) are not supported by gpufleet",
+    "preset": "presets (type: preset) are not supported by gpufleet",
+}
+
+
+class _Loader(_BaseLoader):
+    """A safe loader that also remembers keys given twice in one mapping (the last one wins,
+    as in dstack), so they can be reported as warnings."""
+
+    def __init__(self, stream):
+        super(_Loader, self).__init__(stream)
+        self.duplicate_keys = []
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _value in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = getattr(key_node, "value", None)
+            if isinstance(key, str):
+                if key in seen:
+                    mark = key_node.start_mark
+                    self.duplicate_keys.append((key, mark.line + 1 if mark else None))
+                seen.add(key)
+        return super(_Loader, self).construct_mapping(node, deep=deep)
+
+
+def _fail(message, source):
+    raise SpecError([Problem((), message)], source)
+
+
+def decode(data, source=None):
+    """Bytes to text: UTF-8 (a BOM is allowed), no NUL bytes, within MAX_BYTES."""
+    if isinstance(data, bytes):
+        if len(data) > MAX_BYTES:
+            _fail(
+                "the file is %.1f MiB; configuration files are limited to %d MiB"
+                % (len(data) / 1048576.0, MAX_BYTES // 1048576),
+                source,
+            )
+        if b"\x00" in data:
+            _fail("the file contains NUL bytes: it looks binary, not a YAML configuration", source)
+        try:
+            return data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            _fail(
+                "the file is not UTF-8 text (invalid byte at offset %d); save it as UTF-8"
+                % exc.start,
+                source,
+            )
+    if not isinstance(data, str):
+        _fail("expected YAML text, got %s" % describe(data), source)
+    if len(data) > MAX_BYTES:
+        _fail("the configuration is larger than %d MiB" % (MAX_BYTES // 1048576), source)
+    if "\x00" in data:
+        _fail("the text contains NUL characters: it looks binary, not a YAML configuration", source)
+    return data
+
+
+def load_yaml(text, source=None):
+    """Parse YAML text into Python data; returns (data, warnings)."""
+    if not HAS_YAML:
+        _fail("PyYAML is required to read configuration files; install it (pip install PyYAML)",
+              source)
+    text = decode(text, source)
+    if not text.strip():
+        _fail("the file is empty: expected a configuration with type: fleet, task or volume",
+              source)
+    try:
+        _check_events(text, source)
+        loader = _Loader(text)
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
+    except SpecError:
+        raise
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = " at line %d, column %d" % (mark.line + 1, mark.column + 1) if mark else ""
+        problem = exc.problem or exc.context or "malformed YAML"
+        _fail("invalid YAML%s: %s" % (where, problem), source)
+    except yaml.YAMLError as exc:
+        _fail("invalid YAML: %s" % str(exc).splitlines()[0], source)
+    except RecursionError:
+        _fail("the YAML is nested too deeply", source)
+    except (ValueError, TypeError, OverflowError) as exc:
+        # Constructor corner cases (e.g. an out-of-range date) surface as plain exceptions.
+        _fail("invalid YAML value: %s" % exc, source)
+    warnings = [
+        Problem((), "the key %r is given twice in one mapping%s; the last one is used"
+                % (key, "" if line is None else " (again at line %d)" % line))
+        for key, line in loader.duplicate_keys
+    ]
+    _check_size(data, source)
+    return data, warnings
+
+
+def _check_events(text, source):
+    """Walk the YAML event stream first, stopping early on absurd nesting or size.
+
+    PyYAML's cost grows with the square of the nesting depth, so a file of a million brackets
+    would take hours to construct; counting events lets us refuse it after a few hundred.
+    """
+    depth = 0
+    events = 0
+    for event in yaml.parse(text, Loader=_BaseLoader):
+        events += 1
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                mark = event.start_mark
+                _fail(
+                    "the YAML is nested more than %d levels deep (at line %d); a configuration "
+                    "never needs that" % (MAX_DEPTH, mark.line + 1 if mark else 0),
+                    source,
+                )
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        elif isinstance(event, yaml.DocumentStartEvent) and events > 2:
+            _fail("the file holds more than one YAML document; put one configuration per file",
+                  source)
+        if events > MAX_EVENTS:
+            _fail("the YAML has more than %d values" % MAX_EVENTS, source)
+
+
+def _check_size(data, source):
+    """Refuse documents whose aliases expand to an enormous structure."""
+    values = 0
+    chars = 0
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        values += 1
+        if isinstance(item, str):
+            chars += len(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        if values > MAX_VALUES or chars > MAX_CHARS:
+            _fail("the YAML expands (through anchors and aliases) to more than %d values or "
+                  "%d MiB of text" % (MAX_VALUES, MAX_CHARS // 1048576), source)
+
+
+def parse_data(data, source=None, expect=None):
+    """Validate and normalize already-loaded data (a dict from YAML, JSON or Ansible).
+
+    ``expect`` restricts the accepted ``type`` (``"fleet"``, ``"task"``, ``"volume"`` or a tuple).
+    Returns ``(config, warnings)``; raises SpecError with every problem found.
+    """
+    ctx = Ctx()
+    if not isinstance(data, dict):
+        _fail(
+            "expected a mapping at the top level (type: fleet, task or volume and its fields), "
+            "got %s" % describe(data),
+            source,
+        )
+    for key in data:
+        if not isinstance(key, str):
+            _fail("top-level keys must be strings, got the key %s" % show(key), source)
+    _check_size(data, source)
+    kind = data.get("type")
+    if "type" not in data:
+        _fail("missing type: set type: fleet, type: task or type: volume", source)
+    if kind in NOT_SUPPORTED:
+        raise SpecError([Problem(("type",), NOT_SUPPORTED[kind])], source)
+    if kind not in PARSERS:
+        raise SpecError(
+            [Problem(("type",), "unknown configuration type %s: expected fleet, task or volume"
+                     % describe(kind))],
+            source,
+        )
+    wanted = (expect,) if isinstance(expect, str) else expect
+    if wanted and kind not in wanted:
+        raise SpecError(
+            [Problem(("type",), "expected a %s configuration here, got type: %s"
+                     % (" or ".join(wanted), kind))],
+            source,
+        )
+    config = PARSERS[kind](data, ctx)
+    ctx.raise_if_failed(source)
+    return config, list(ctx.warnings)
+
+
+def parse_text(text, source=None, expect=None):
+    """Parse YAML text or bytes; returns ``(config, warnings)`` or raises SpecError."""
+    data, yaml_warnings = load_yaml(text, source)
+    config, warnings = parse_data(data, source, expect)
+    return config, yaml_warnings + warnings
+
+
+def parse_file(path, expect=None):
+    """Read and parse a configuration file; returns ``(config, warnings)``."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size > MAX_BYTES:
+                _fail(
+                    "the file is %.1f MiB; configuration files are limited to %d MiB"
+                    % (size / 1048576.0, MAX_BYTES // 1048576),
+                    path,
+                )
+            data = handle.read(MAX_BYTES + 1)
+    except IsADirectoryError:
+        _fail("is a directory, not a configuration file", path)
+    except FileNotFoundError:
+        _fail("no such file", path)
+    except PermissionError:
+        _fail("permission denied: cannot read the file", path)
+    except OSError as exc:
+        _fail("cannot read the file: %s" % (exc.strerror or exc), path)
+    return parse_text(data, path, expect)
