@@ -34,7 +34,12 @@ collection: venv
 		while IFS= read -r -d '' f; do [ -e "$$f" ] && printf '%s\0' "$$f"; done | \
 		tar --null -T - -cf - | tar -C $(COLLECTION_DIR) -xf -
 
+# The copy gets its own (empty) git repository: otherwise ansible-test finds the checkout's .git
+# above it, where build/ is ignored, and skips every file. pip_bootstrap.py caches the script
+# ansible-test bootstraps pip with (a stand-in where only the package index can be reached).
 sanity: collection
+	git -C $(COLLECTION_DIR) init --quiet
+	$(BIN)/python tests/sanity/pip_bootstrap.py install
 	cd $(COLLECTION_DIR) && PATH=$(CURDIR)/$(BIN):$$PATH \
 		ansible-test sanity --venv --python $(ANSIBLE_TEST_PYTHON) --color no
 
