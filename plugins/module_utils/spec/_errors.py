@@ -41,7 +41,10 @@ def show(value, limit=60):
         text = value if len(value) <= limit else value[:limit] + "..."
         return repr(text)
     if isinstance(value, (int, float)):
-        text = repr(value)
+        try:
+            text = repr(value)
+        except ValueError:  # Python refuses to print integers of thousands of digits
+            return "an integer of about %d digits" % int(value.bit_length() * 0.30103)
         return text if len(text) <= limit else text[:limit] + "..."
     if isinstance(value, list):
         return "a list of %d item%s" % (len(value), "" if len(value) == 1 else "s")

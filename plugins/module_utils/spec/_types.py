@@ -19,6 +19,9 @@ from ._errors import INVALID, Invalid, describe, show
 
 _INT_RE = re.compile(r"^[+-]?[0-9]+$")
 _FLOAT_RE = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
+# Integers beyond a signed 64-bit value mean nothing in a configuration and would break tools
+# downstream (JSON encoders, Docker, clouds).
+MAX_INT = 2**63 - 1
 _TRUE = frozenset(["true", "yes", "on", "1", "t", "y"])
 _FALSE = frozenset(["false", "no", "off", "0", "f", "n"])
 
@@ -44,10 +47,19 @@ def want_int(value, minimum=None, maximum=None, what="an integer"):
     elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
         number = int(value)
     elif isinstance(value, str) and _INT_RE.match(value.strip()):
+        if len(value.strip()) > 20:
+            raise Invalid("the number %s is too large" % show(value))
         number = int(value.strip())
     else:
         raise Invalid("expected %s, got %s" % (what, describe(value)))
+    check_magnitude(number)
     _check_bounds(number, minimum, maximum)
+    return number
+
+
+def check_magnitude(number):
+    if isinstance(number, int) and abs(number) > MAX_INT:
+        raise Invalid("too large: %s (the limit is %d)" % (show(number), MAX_INT))
     return number
 
 
@@ -60,6 +72,7 @@ def want_number(value, minimum=None, maximum=None, exclusive_minimum=None, what=
         number = float(value.strip())
     else:
         raise Invalid("expected %s, got %s" % (what, describe(value)))
+    check_magnitude(number)
     if isinstance(number, float) and not math.isfinite(number):
         raise Invalid("expected a finite number, got %s" % show(value))
     if exclusive_minimum is not None and not number > exclusive_minimum:

@@ -51,12 +51,10 @@ def parse_blocks(value, ctx):
 def _node_count(value, name):
     if value is None:
         return None
-    if isinstance(value, bool):
-        raise Invalid("nodes.%s must be a whole number, got %s" % (name, describe(value)))
     try:
         return want_int(value, what="a whole number")
-    except Invalid:
-        raise Invalid("nodes.%s must be a whole number, got %s" % (name, describe(value)))
+    except Invalid as exc:
+        raise Invalid("nodes.%s: %s" % (name, exc.message))
 
 
 def parse_nodes(value, ctx):

@@ -17,7 +17,14 @@ import re
 
 from . import gpus
 from ._errors import INVALID, Invalid, describe, show
-from ._types import parse_fields, want_int, want_list, want_mapping, want_str
+from ._types import (
+    check_magnitude,
+    parse_fields,
+    want_int,
+    want_list,
+    want_mapping,
+    want_str,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Numbers
@@ -37,6 +44,7 @@ def parse_memory(value):
     if isinstance(value, bool):
         raise Invalid("expected a size such as 16GB, 512MB or 1TB, got %s" % describe(value))
     if isinstance(value, (int, float)):
+        check_magnitude(value)
         size = float(value)
     elif isinstance(value, str):
         text = value.replace(" ", "").lower()
@@ -58,12 +66,7 @@ def parse_memory(value):
 
 def parse_count(value):
     """A non-negative whole count (CPUs, GPUs)."""
-    if isinstance(value, bool):
-        raise Invalid("expected a whole number, got %s" % describe(value))
-    try:
-        number = want_int(value, what="a whole number")
-    except Invalid:
-        raise Invalid("expected a whole number, got %s" % describe(value))
+    number = want_int(value, what="a whole number")
     if number < 0:
         raise Invalid("must not be negative, got %s" % show(value))
     return number
@@ -451,20 +454,24 @@ def parse_duration(value):
     if isinstance(value, bool) or value is None:
         raise Invalid("expected a duration such as 30s, 15m, 2h or 1d, got %s" % describe(value))
     if isinstance(value, int):
-        return value
+        return check_magnitude(value)
     if isinstance(value, float):
         if math.isfinite(value) and value.is_integer():
-            return int(value)
+            return check_magnitude(int(value))
         raise Invalid("durations are whole numbers, got %s" % show(value))
     if isinstance(value, str):
         text = value
-        try:
-            return int(text)
-        except ValueError:
-            pass
+        if len(text) <= 40:
+            try:
+                return check_magnitude(int(text))
+            except ValueError:
+                pass
         match = _DURATION_RE.match(text)
         if match:
-            return int(match.group("amount")) * _UNITS[match.group("unit")]
+            amount = match.group("amount")
+            if len(amount) > 20:
+                raise Invalid("the duration %s is too large" % show(value))
+            return check_magnitude(int(amount) * _UNITS[match.group("unit")])
         raise Invalid(
             "cannot parse the duration %s: write a whole number with one unit of s, m, h, d or w "
             "(e.g. 90m, not 1h30m or 1.5h)" % show(value)
