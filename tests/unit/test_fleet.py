@@ -323,7 +323,7 @@ def test_all_problems_of_a_file_are_reported_together():
           memory: lots
         """
     )
-    paths = {path for path, _ in found}
+    paths = {path for path, _message in found}
     assert {"name", "nodes", "placement", "resources.gpu", "resources.memory"} <= paths
 
 

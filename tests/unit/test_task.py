@@ -346,4 +346,4 @@ def test_deprecated_fields_warn_but_pass():
 def test_error_paths_point_inside_lists():
     found = problems(task_with("volumes: ['ok:/a', 'bad', {name: v, path: rel}]\n"))
     assert ("volumes[1]", found[0][1]) in found
-    assert any(path == "volumes[2].path" for path, _ in found)
+    assert any(path == "volumes[2].path" for path, _message in found)

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Problems found in a configuration, each tied to the field path it concerns.
 
 PRIVATE to gpufleet.cluster: the public surface is the ``spec`` package.

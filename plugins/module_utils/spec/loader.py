@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Turn bytes or text into a normalized configuration, or a SpecError listing every problem.
 
 Whatever the input (not YAML, empty, binary, a list, megabytes of brackets, an alias bomb),

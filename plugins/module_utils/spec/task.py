@@ -1,6 +1,6 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """``type: task``: what to run, on how many nodes, and how the run behaves."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from ._errors import INVALID, Invalid, describe, show
 from ._types import (
     list_of,
     parse_fields,
-    str_list,
     want_bool,
     want_choice,
     want_int,
@@ -629,7 +628,7 @@ def parse_task(data, ctx):
     if registry and registry is not INVALID and env is not INVALID:
         for key in ("username", "password"):
             for ref in interpolation.references(registry[key]):
-                namespace, _, name = ref.partition(".")
+                namespace, _dot, name = ref.partition(".")
                 if namespace == "env" and name not in env:
                     ctx.child("registry_auth").child(key).error(
                         "${{ env.%s }} refers to %s, which is not in this task's env; add it to env"
