@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 
 from ._errors import Invalid, describe, show
-from ._types import want_list, want_mapping
+from ._types import check_magnitude, want_list, want_mapping
 
 _ENTRY = re.compile(r"^([a-zA-Z_][a-zA-Z0-9_]*)(=.*)?$")
 
@@ -60,7 +60,10 @@ def _from_mapping(mapping):
                 (name,),
             )
         if isinstance(value, (int, float)):
-            out[name] = str(value)
+            try:
+                out[name] = str(check_magnitude(value))
+            except Invalid as exc:
+                raise Invalid(exc.message, (name,))
         elif isinstance(value, str):
             out[name] = value
         else:

@@ -160,7 +160,7 @@ def parse_cpu(value, ctx):
     if isinstance(value, float):
         raise Invalid("expected a whole number of CPUs, got %s" % show(value))
     if isinstance(value, int):
-        value = str(value)
+        value = str(check_magnitude(value))
     if isinstance(value, str):
         spec = {}
         for token in value.replace(" ", "").split(":"):
@@ -290,7 +290,7 @@ def parse_gpu(value, ctx):
             "expected a GPU spec such as H100:8, 24GB, A10G,A100 or 0..8, got %s" % describe(value)
         )
     if isinstance(value, int):
-        value = str(value)
+        value = str(check_magnitude(value))
     if isinstance(value, str):
         spec = {}
         for token in value.replace(" ", "").split(":"):
