@@ -1,6 +1,6 @@
 # gpufleet: the collection gpufleet.cluster and the gpufleet command.
 #   make test   installs what it needs and runs every test tier
-#   make unit   the fast tier (pure Python), for constant use
+#   make unit   the fast tier (pure Python, seconds), for constant use
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -9,9 +9,9 @@ BUILD := build
 COLLECTION_DIR := $(BUILD)/ansible_collections/gpufleet/cluster
 ANSIBLE_TEST_PYTHON := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
-.PHONY: test unit sanity lint changelog-lint venv collection clean
+.PHONY: test unit unit-all sanity lint changelog-lint venv collection clean
 
-test: venv unit sanity lint changelog-lint
+test: venv unit-all sanity lint changelog-lint
 	@echo "all test tiers passed"
 
 $(BIN)/activate: pyproject.toml
@@ -22,7 +22,11 @@ $(BIN)/activate: pyproject.toml
 
 venv: $(BIN)/activate
 
+# The fast tier, for constant use: everything but the multi-second stress and property tests.
 unit: venv
+	$(BIN)/python -m pytest -q -m "not slow" tests/unit
+
+unit-all: venv
 	$(BIN)/python -m pytest -q tests/unit
 
 # ansible-test needs the collection at .../ansible_collections/gpufleet/cluster: copy the files

@@ -8,12 +8,13 @@ PRIVATE to gpufleet.cluster: the public surface is the ``spec`` package.
 
 from __future__ import annotations
 
+import json
 import re
 
 # Errors reported for one file before the rest are summarised in one line.
 MAX_PROBLEMS = 100
 
-_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
 def format_path(path):
@@ -22,11 +23,19 @@ def format_path(path):
     for part in path:
         if isinstance(part, int):
             out += "[%d]" % part
-        elif _PLAIN_KEY.match(part):
+        elif _PLAIN_KEY.fullmatch(part):
             out += ("." if out else "") + part
         else:
-            out += '["%s"]' % part.replace("\\", "\\\\").replace('"', '\\"')
+            out += "[%s]" % json.dumps(part)
     return out
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def one_line(text):
+    """Escape control characters so that a message always prints as a single line."""
+    return _CONTROL.sub(lambda m: json.dumps(m.group())[1:-1], text)
 
 
 def show(value, limit=60):
@@ -90,7 +99,7 @@ class Problem(object):
 
     def __init__(self, path, message):
         self.path = tuple(path)
-        self.message = message
+        self.message = one_line(message)
 
     @property
     def where(self):
@@ -195,6 +204,11 @@ class Ctx(object):
     @property
     def warnings(self):
         return self._sink.warnings
+
+    @property
+    def full(self):
+        """True once no further problem will be shown: callers may skip building messages."""
+        return len(self._sink.problems) >= MAX_PROBLEMS
 
     def mark(self):
         """A point to ask ``failed_since`` about: were problems recorded after it?"""

@@ -17,8 +17,10 @@ import re
 
 from ._errors import INVALID, Invalid, describe, show
 
-_INT_RE = re.compile(r"^[+-]?[0-9]+$")
-_FLOAT_RE = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+# No number in a configuration needs more characters than this.
+MAX_NUMBER_TEXT = 64
 # Integers beyond a signed 64-bit value mean nothing in a configuration and would break tools
 # downstream (JSON encoders, Docker, clouds).
 MAX_INT = 2**63 - 1
@@ -46,7 +48,7 @@ def want_int(value, minimum=None, maximum=None, what="an integer"):
         number = value
     elif isinstance(value, float) and math.isfinite(value) and value.is_integer():
         number = int(value)
-    elif isinstance(value, str) and _INT_RE.match(value.strip()):
+    elif isinstance(value, str) and _INT_RE.fullmatch(value.strip()):
         if len(value.strip()) > 20:
             raise Invalid("the number %s is too large" % show(value))
         number = int(value.strip())
@@ -68,7 +70,11 @@ def want_number(value, minimum=None, maximum=None, exclusive_minimum=None, what=
         raise Invalid("expected %s, got %s" % (what, describe(value)))
     if isinstance(value, (int, float)):
         number = value
-    elif isinstance(value, str) and _FLOAT_RE.match(value.strip()):
+    elif (
+        isinstance(value, str)
+        and len(value) <= MAX_NUMBER_TEXT
+        and _FLOAT_RE.fullmatch(value.strip())
+    ):
         number = float(value.strip())
     else:
         raise Invalid("expected %s, got %s" % (what, describe(value)))
@@ -186,6 +192,9 @@ def parse_fields(data, ctx, fields, unknown=None):
     out = {}
     for key in data:
         if key not in fields:
+            if ctx.full:
+                ctx.child(key).error("unknown field")  # only counted, never shown
+                continue
             if unknown is not None and unknown(key, ctx):
                 continue
             ctx.child(key).error(unknown_field_message(key, fields))

@@ -20,7 +20,7 @@ from ._types import (
     want_str,
 )
 
-NAME_RE = re.compile(r"^[a-z][a-z0-9-]{1,40}$")
+NAME_RE = re.compile(r"[a-z][a-z0-9-]{1,40}")
 
 BACKENDS = (
     "amddevcloud", "aws", "azure", "cloudrift", "crusoe", "cudo", "datacrunch", "digitalocean",
@@ -31,8 +31,8 @@ SPOT_POLICIES = ("spot", "on-demand", "auto")
 RETRY_EVENTS = ("no-capacity", "interruption", "error")
 DEFAULT_RETRY_DURATION = 3600
 
-TAG_KEY_RE = re.compile(r"^[_\-a-zA-Z0-9]{1,60}$")
-TAG_VALUE_RE = re.compile(r"^[a-zA-Z0-9 .:/=_\-+@]{0,256}$")
+TAG_KEY_RE = re.compile(r"[_\-a-zA-Z0-9]{1,60}")
+TAG_VALUE_RE = re.compile(r"[a-zA-Z0-9 .:/=_\-+@]{0,256}")
 
 
 # Fields dstack used to accept and has since removed, with what to write instead.
@@ -66,7 +66,7 @@ def parse_name(value, ctx):
     if value is None:
         return None
     name = want_str(value, "a name")
-    if not NAME_RE.match(name):
+    if not NAME_RE.fullmatch(name):
         raise Invalid(
             "invalid name %s: a name starts with a lower-case letter and has 2 to 41 lower-case "
             "letters, digits and dashes (regex ^[a-z][a-z0-9-]{1,40}$)" % show(name)
@@ -80,7 +80,7 @@ def parse_tags(value, ctx):
     tags = want_mapping(value, "a mapping of tag names to values")
     out = {}
     for key, tag_value in tags.items():
-        if not TAG_KEY_RE.match(key):
+        if not TAG_KEY_RE.fullmatch(key):
             raise Invalid(
                 "invalid tag key %s: keys have 1 to 60 letters, digits, _ and -" % show(key), (key,)
             )
@@ -88,7 +88,7 @@ def parse_tags(value, ctx):
             raise Invalid(
                 "tag values must be strings, got %s; quote the value" % describe(tag_value), (key,)
             )
-        if not TAG_VALUE_RE.match(tag_value):
+        if not TAG_VALUE_RE.fullmatch(tag_value):
             raise Invalid(
                 "invalid tag value %s: up to 256 letters, digits, spaces and . : / = _ - + @"
                 % show(tag_value),

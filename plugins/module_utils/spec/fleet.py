@@ -228,6 +228,10 @@ def _parse_hosts(value, ctx):
     return INVALID if failed else out
 
 
+def _copy(mapping):
+    return dict(mapping) if mapping is not None else None
+
+
 def parse_ssh_config(value, ctx, blocks):
     """Parse ``ssh_config`` and merge each host with the fleet-wide defaults.
 
@@ -275,7 +279,7 @@ def parse_ssh_config(value, ctx, blocks):
                 "port": port,
                 "user": user,
                 "identity_file": key,
-                "proxy_jump": host.get("proxy_jump") or parsed.get("proxy_jump"),
+                "proxy_jump": _copy(host.get("proxy_jump") or parsed.get("proxy_jump")),
                 "internal_ip": host.get("internal_ip"),
                 "blocks": host["blocks"] if host.get("blocks") is not None else blocks,
             }
@@ -388,7 +392,7 @@ def parse_fleet(data, ctx):
     else:
         fleet.update(
             {
-                "resources": parsed.get("resources") or dict(grammar.UNCONSTRAINED),
+                "resources": parsed.get("resources") or grammar.unconstrained_resources(),
                 "backends": parsed.get("backends"),
                 "regions": parsed.get("regions"),
                 "availability_zones": parsed.get("availability_zones"),

@@ -18,6 +18,7 @@ import re
 from . import gpus
 from ._errors import INVALID, Invalid, describe, show
 from ._types import (
+    MAX_NUMBER_TEXT,
     check_magnitude,
     parse_fields,
     want_int,
@@ -35,7 +36,7 @@ def gb(value):
     return int(value) if float(value).is_integer() else float(value)
 
 
-_MEMORY_RE = re.compile(r"^([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?(tb|gb|mb)?$")
+_MEMORY_RE = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?(tb|gb|mb)?")
 _MEMORY_UNITS = {"tb": 1024.0, "gb": 1.0, "mb": 1.0 / 1024, None: 1.0}
 
 
@@ -48,7 +49,7 @@ def parse_memory(value):
         size = float(value)
     elif isinstance(value, str):
         text = value.replace(" ", "").lower()
-        match = _MEMORY_RE.match(text)
+        match = _MEMORY_RE.fullmatch(text) if len(text) <= MAX_NUMBER_TEXT else None
         if not match:
             raise Invalid(
                 "invalid size %s: write a number with MB, GB or TB (GiB, G and KB are not "
@@ -139,7 +140,10 @@ def at_least(value):
 # CPU
 
 CPU_ARCHES = ("x86", "arm")
-DEFAULT_CPU_COUNT = at_least(2)
+
+
+def default_cpu_count():
+    return at_least(2)
 
 
 def _cpu_arch(token, whole):
@@ -176,7 +180,7 @@ def parse_cpu(value, ctx):
                         "CPU spec arch conflict: %s gives the architecture twice" % show(value)
                     )
                 spec["arch"] = _cpu_arch(token, value)
-        return {"arch": spec.get("arch"), "count": spec.get("count", DEFAULT_CPU_COUNT)}
+        return {"arch": spec.get("arch"), "count": spec.get("count") or default_cpu_count()}
     if isinstance(value, dict):
         data = want_mapping(value)
         if data and set(data) <= {"min", "max"}:
@@ -187,7 +191,7 @@ def parse_cpu(value, ctx):
         )
         if any(v is INVALID for v in parsed.values()):
             return INVALID
-        return {"arch": parsed.get("arch"), "count": parsed.get("count") or DEFAULT_CPU_COUNT}
+        return {"arch": parsed.get("arch"), "count": parsed.get("count") or default_cpu_count()}
     raise Invalid("expected a CPU spec such as 4, 8.., x86:4 or arm:2.., got %s" % describe(value))
 
 
@@ -200,7 +204,6 @@ def _cpu_arch_field(value, ctx):
 # ---------------------------------------------------------------------------------------------
 # GPU
 
-DEFAULT_GPU_COUNT = at_least(1)
 
 
 def _gpu_vendor(value):
@@ -271,7 +274,8 @@ def _gpu_result(spec):
     return {
         "vendor": spec.get("vendor"),
         "name": spec.get("name"),
-        "count": spec.get("count") or DEFAULT_GPU_COUNT,
+        # A GPU spec without a count asks for at least one GPU.
+        "count": spec.get("count") or at_least(1),
         "memory": spec.get("memory"),
         "total_memory": spec.get("total_memory"),
         "compute_capability": spec.get("compute_capability"),
@@ -375,23 +379,33 @@ def parse_shm_size(value, ctx):
     return parse_memory(value)
 
 
-UNCONSTRAINED = {
-    "cpu": {"arch": None, "count": at_least(1)},
-    "memory": at_least(0),
-    "disk": None,
-    "shm_size": None,
-    "gpu": _gpu_result({"count": at_least(0)}),
-}
+# Each call builds new dicts: results never share objects with each other or with defaults.
 
-RUN_DEFAULTS = {
-    "cpu": {"arch": None, "count": DEFAULT_CPU_COUNT},
-    "memory": at_least(8),
-    "disk": {"size": at_least(100)},
-    "shm_size": None,
-    "gpu": None,
-}
 
-ANY_GPU = _gpu_result({"count": at_least(0)})
+def unconstrained_resources():
+    """What a fleet without ``resources`` accepts: any host at all (dstack PR #3776)."""
+    return {
+        "cpu": {"arch": None, "count": at_least(1)},
+        "memory": at_least(0),
+        "disk": None,
+        "shm_size": None,
+        "gpu": any_gpu(),
+    }
+
+
+def run_default_resources():
+    """dstack's defaults for a run: cpu 2.., memory 8GB.., disk 100GB.., gpu 0.. (any)."""
+    return {
+        "cpu": {"arch": None, "count": default_cpu_count()},
+        "memory": at_least(8),
+        "disk": {"size": at_least(100)},
+        "shm_size": None,
+        "gpu": any_gpu(),
+    }
+
+
+def any_gpu():
+    return _gpu_result({"count": at_least(0)})
 
 
 def _required(parser, name):
@@ -432,10 +446,10 @@ def parse_resources(value, ctx, default_image=True):
     parsed = parse_fields(data, ctx, RESOURCE_FIELDS)
     if any(v is INVALID for v in parsed.values()):
         return INVALID
-    out = dict(RUN_DEFAULTS)
+    out = run_default_resources()
     out.update(parsed)
     if out["gpu"] is None:
-        out["gpu"] = dict(ANY_GPU)
+        out["gpu"] = any_gpu()
     elif "gpu" in parsed:
         out["gpu"] = infer_gpu_vendor(out["gpu"], default_image)
     return out
@@ -461,6 +475,8 @@ def parse_duration(value):
         raise Invalid("durations are whole numbers, got %s" % show(value))
     if isinstance(value, str):
         text = value
+        if len(text) > MAX_NUMBER_TEXT:
+            raise Invalid("cannot parse the duration %s: it is far too long" % show(value))
         if len(text) <= 40:
             try:
                 return check_magnitude(int(text))

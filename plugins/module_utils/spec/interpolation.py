@@ -18,7 +18,7 @@ CLOSING = "}}"
 _FIRST = set(string.ascii_letters + "_")
 _CHARS = _FIRST | set(string.digits + ".")
 # groups[i].nodes[j].IP_ADDRESS, filled once the referenced node has an address.
-GROUPS_IP_REF = re.compile(r"^groups\[(0|[1-9][0-9]*)\]\.nodes\[(0|[1-9][0-9]*)\]\.IP_ADDRESS$")
+GROUPS_IP_REF = re.compile(r"groups\[(0|[1-9][0-9]*)\]\.nodes\[(0|[1-9][0-9]*)\]\.IP_ADDRESS")
 
 
 class InterpolationError(ValueError):
@@ -82,7 +82,7 @@ def check(text, allowed, groups=False):
     """
     for name in references(text):
         if groups and namespace_of(name) == "groups":
-            if not GROUPS_IP_REF.match(name):
+            if not GROUPS_IP_REF.fullmatch(name):
                 raise InterpolationError(
                     "illegal reference ${{ %s }}: write ${{ groups[i].nodes[j].IP_ADDRESS }}" % name
                 )

@@ -28,10 +28,14 @@ except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
 
 MAX_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 64
-MAX_EVENTS = 2000000
-# The expanded document (after YAML aliases) may hold at most this many values and characters.
+# A document may hold at most this many values (counting what anchors and aliases expand to)
+# and characters of text. Every value is at least one parser event, so the event count lets a
+# huge document be refused before it is built.
 MAX_VALUES = 1000000
+MAX_EVENTS = MAX_VALUES
 MAX_CHARS = 64 * 1024 * 1024
+# Warnings about repeated keys kept per file.
+MAX_WARNINGS = 100
 
 PARSERS = {"fleet": parse_fleet, "task": parse_task, "volume": parse_volume}
 NOT_SUPPORTED = {
@@ -51,6 +55,7 @@ class _Loader(_BaseLoader):
     def __init__(self, stream):
         super(_Loader, self).__init__(stream)
         self.duplicate_keys = []
+        self.more_duplicates = 0
 
     def construct_mapping(self, node, deep=False):
         seen = set()
@@ -60,6 +65,9 @@ class _Loader(_BaseLoader):
             key = getattr(key_node, "value", None)
             if isinstance(key, str):
                 if key in seen:
+                    if len(self.duplicate_keys) >= MAX_WARNINGS:
+                        self.more_duplicates += 1
+                        continue
                     mark = key_node.start_mark
                     self.duplicate_keys.append((key, mark.line + 1 if mark else None))
                 seen.add(key)
@@ -79,6 +87,8 @@ def decode(data, source=None):
                 % (len(data) / 1048576.0, MAX_BYTES // 1048576),
                 source,
             )
+        if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+            _fail("the file is UTF-16 text; save it as UTF-8", source)
         if b"\x00" in data:
             _fail("the file contains NUL bytes: it looks binary, not a YAML configuration", source)
         try:
@@ -126,13 +136,16 @@ def load_yaml(text, source=None):
     except RecursionError:
         _fail("the YAML is nested too deeply", source)
     except (ValueError, TypeError, OverflowError) as exc:
-        # Constructor corner cases (e.g. an out-of-range date) surface as plain exceptions.
-        _fail("invalid YAML value: %s" % exc, source)
+        # Constructor corner cases (an impossible date such as 2024-02-30, an integer of
+        # thousands of digits) surface as plain exceptions.
+        _fail("invalid YAML value: %s (quote the value to keep it as text)" % exc, source)
     warnings = [
         Problem((), "the key %r is given twice in one mapping%s; the last one is used"
                 % (key, "" if line is None else " (again at line %d)" % line))
         for key, line in loader.duplicate_keys
     ]
+    if loader.more_duplicates:
+        warnings.append(Problem((), "... and %d more repeated keys" % loader.more_duplicates))
     _check_size(data, source)
     return data, warnings
 
@@ -162,7 +175,8 @@ def _check_events(text, source):
             _fail("the file holds more than one YAML document; put one configuration per file",
                   source)
         if events > MAX_EVENTS:
-            _fail("the YAML has more than %d values" % MAX_EVENTS, source)
+            _fail("the YAML has more than %d values; a configuration never needs that"
+                  % MAX_VALUES, source)
 
 
 def _check_size(data, source):
@@ -181,8 +195,8 @@ def _check_size(data, source):
         elif isinstance(item, list):
             stack.extend(item)
         if values > MAX_VALUES or chars > MAX_CHARS:
-            _fail("the YAML expands (through anchors and aliases) to more than %d values or "
-                  "%d MiB of text" % (MAX_VALUES, MAX_CHARS // 1048576), source)
+            _fail("the document holds more than %d values or %d MiB of text once YAML anchors "
+                  "and aliases are expanded" % (MAX_VALUES, MAX_CHARS // 1048576), source)
 
 
 def parse_data(data, source=None, expect=None):
@@ -205,6 +219,10 @@ def parse_data(data, source=None, expect=None):
     kind = data.get("type")
     if "type" not in data:
         _fail("missing type: set type: fleet, type: task or type: volume", source)
+    if not isinstance(kind, str):
+        raise SpecError(
+            [Problem(("type",), "expected fleet, task or volume, got %s" % describe(kind))], source
+        )
     if kind in NOT_SUPPORTED:
         raise SpecError([Problem(("type",), NOT_SUPPORTED[kind])], source)
     if kind not in PARSERS:
@@ -228,8 +246,19 @@ def parse_data(data, source=None, expect=None):
 def parse_text(text, source=None, expect=None):
     """Parse YAML text or bytes; returns ``(config, warnings)`` or raises SpecError."""
     data, yaml_warnings = load_yaml(text, source)
+    if data is None and not _has_content(decode(text, source)):
+        _fail("the file has no content, only comments or blank lines: expected a configuration "
+              "with type: fleet, task or volume", source)
     config, warnings = parse_data(data, source, expect)
     return config, yaml_warnings + warnings
+
+
+def _has_content(text):
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and line not in ("---", "..."):
+            return True
+    return False
 
 
 def parse_file(path, expect=None):

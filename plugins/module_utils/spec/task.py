@@ -31,7 +31,8 @@ CREATION_POLICIES = ("reuse", "reuse-or-create")
 DEFAULT_STOP_DURATION = 300
 DEFAULT_RUN_IDLE_DURATION = 300
 MIN_UTILIZATION_WINDOW = 300
-GROUP_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
+GROUP_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
+_NEGATIVE_ID = re.compile(r"-[0-9]+\Z")
 
 # Where references may appear, and which: secrets are filled when the run is submitted, env.*
 # from the run's own env (registry_auth only), run.args from the command line.
@@ -80,8 +81,8 @@ def parse_user(value, ctx):
     for part, what in zip(parts, ("user name or id", "group name or id")):
         if not part:
             raise Invalid("invalid user format %s: empty %s" % (show(text), what))
-        if part.lstrip("-").isdigit() and int(part) < 0:
-            raise Invalid("invalid user format %s: negative id %s" % (show(text), part))
+        if _NEGATIVE_ID.match(part):
+            raise Invalid("invalid user format %s: negative id %s" % (show(text), show(part)))
     return text
 
 
@@ -106,7 +107,7 @@ def _check_refs(text, allowed, groups=False):
 # Ports, registry auth, files, repos
 
 
-_PORT_RE = re.compile(r"^(?:([0-9]+|\*):)?([0-9]+)$")
+_PORT_RE = re.compile(r"(?:([0-9]{1,10}|\*):)?([0-9]{1,10})")
 
 
 def _port_number(value):
@@ -121,7 +122,7 @@ def parse_port(value, ctx):
         port = _port_number(value)
         return {"local_port": port, "container_port": port}
     if isinstance(value, str):
-        match = _PORT_RE.match(value)
+        match = _PORT_RE.fullmatch(value)
         if not match:
             raise Invalid(
                 "invalid port mapping %s: write 8080, 80:8080 or *:8080" % show(value)
@@ -350,6 +351,8 @@ _CRON_NAMES = (
 
 
 def validate_cron(expression):
+    if len(expression) > 1000:
+        raise Invalid("invalid cron expression: longer than 1000 characters")
     fields = expression.split()
     if len(fields) != 5:
         raise Invalid(
@@ -362,7 +365,10 @@ def validate_cron(expression):
         for token in re.split(r"[,/\-]", field):
             if token == "*" or not token:
                 continue
-            number = names.get(token.lower()) if not token.isdigit() else int(token)
+            if token.isascii() and token.isdigit():
+                number = int(token) if len(token) <= 4 else None
+            else:
+                number = names.get(token.lower())
             if number is None or not low <= number <= high:
                 raise Invalid(
                     "invalid cron expression %s: %s is out of range %d-%d"
@@ -429,7 +435,7 @@ def _group_name(value, ctx):
     if value is None:
         return None
     name = want_str(value)
-    if not GROUP_NAME_RE.match(name):
+    if not GROUP_NAME_RE.fullmatch(name):
         raise Invalid("node group name should match regex ^[a-z0-9][a-z0-9-]{0,39}$, got %s"
                       % show(name))
     return name
@@ -475,8 +481,10 @@ def parse_groups(value, ctx, default_image):
         )
     if failed:
         return INVALID
-    names = [g["name"] for g in out]
-    duplicates = sorted(set(n for n in names if names.count(n) > 1))
+    counts = {}
+    for group in out:
+        counts[group["name"]] = counts.get(group["name"], 0) + 1
+    duplicates = sorted(name for name, count in counts.items() if count > 1)
     if duplicates:
         raise Invalid("duplicate node group names: %s; each group needs its own name"
                       % ", ".join(duplicates))

@@ -161,6 +161,7 @@ def test_argument_errors(args, message):
     assert message in result["msg"]
 
 
+@pytest.mark.slow
 def test_validate_playbook_fails_naming_every_bad_file(tmp_path):
     """gpufleet.cluster.validate, run by ansible-playbook with paths relative to its cwd."""
     write(tmp_path, "good.dstack.yml", FLEET)

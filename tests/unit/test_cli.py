@@ -1,0 +1,431 @@
+"""``gpufleet validate``: exit codes, the one-line-per-problem text output, the --json shape and
+the normalized values it carries, and no traceback for any pathological file."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpufleet import cli
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import test_loader as loader_cases  # noqa: E402  (the pathological inputs; no tests imported)
+
+REPO = Path(__file__).resolve().parents[2]
+JSON_KEYS = {"file", "ok", "config", "errors", "warnings"}
+
+TASK = """\
+type: task
+name: train
+nodes: 3
+commands:
+  - python train.py
+resources:
+  cpu: 8..
+  memory: 512MB..1TB
+  gpu: 24GB..:2
+  disk: 100GB..
+  shm_size: 512MB
+max_duration: 2h
+stop_duration: off
+idle_duration: 30m
+retry:
+  duration: 1d
+"""
+
+FLEET = """\
+type: fleet
+name: my-fleet
+nodes: 0..4
+placement: cluster
+idle_duration: 1h
+resources:
+  gpu: H100:8
+  memory: 1.5GB..
+  disk: 1TB
+"""
+
+VOLUME = """\
+type: volume
+name: my-volume
+backend: aws
+region: us-east-1
+size: 1TB
+auto_cleanup_duration: 1d
+"""
+
+BAD_TASK = """\
+type: task
+commands: [python train.py]
+resources:
+  memory: 16GiB
+ports: [99999]
+max_duration: 1h30m
+"""
+BAD_TASK_PATHS = ["max_duration", "ports[0]", "resources.memory"]
+
+BAD_FLEET = """\
+type: fleet
+ssh_config:
+  user: ubuntu
+  identity_file: ~/.ssh/id_rsa
+  hosts:
+    - 10.0.0.1
+    - hostname: 10.0.0.2
+      port: 0
+"""
+
+
+def run(*argv):
+    """main() in-process; it must return an exit code, never raise, and write no traceback."""
+    out, err = io.StringIO(), io.StringIO()
+    with loader_cases.time_limit():
+        code = cli.main(list(argv), out=out, err=err)
+    text = out.getvalue() + err.getvalue()
+    assert "Traceback" not in text
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def files(tmp_path):
+    def write(name, content):
+        path = tmp_path / name
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+        return str(path)
+
+    return write
+
+
+# ---------------------------------------------------------------------------------------------
+# Text output and exit codes
+
+
+def test_all_valid_exit_0_with_one_line_per_file(files):
+    task, fleet, volume = files("t.yml", TASK), files("f.yml", FLEET), files("v.yml", VOLUME)
+    code, out, err = run("validate", task, fleet, volume)
+    assert code == 0
+    assert out.splitlines() == [
+        "%s: ok (task)" % task,
+        "%s: ok (fleet)" % fleet,
+        "%s: ok (volume)" % volume,
+    ]
+    assert err == ""
+
+
+def test_invalid_file_exit_1_each_line_names_file_and_field(files):
+    bad = files("bad.yml", BAD_TASK)
+    code, out, _err = run("validate", bad)
+    assert code == 1
+    lines = out.splitlines()
+    assert len(lines) == len(BAD_TASK_PATHS)
+    paths = []
+    for line in lines:
+        assert line.startswith(bad + ": "), line
+        path, _sep, message = line[len(bad) + 2:].partition(": ")
+        assert message, line
+        paths.append(path)
+    assert sorted(paths) == BAD_TASK_PATHS
+
+
+def test_error_lines_match_validate_file(files):
+    from gpufleet._collection import spec
+
+    bad = files("bad.yml", BAD_FLEET)
+    code, out, _err = run("validate", bad)
+    assert code == 1
+    result = spec().validate_file(bad)
+    assert out.splitlines() == [
+        "%s: %s: %s" % (bad, e["path"], e["message"]) for e in result["errors"]
+    ]
+    assert any(e["path"] == "ssh_config.hosts[1].port" for e in result["errors"])
+
+
+def test_top_level_problem_has_no_field_path(files):
+    bad = files("notype.yml", "name: my-task\ncommands: [x]\n")
+    code, out, _err = run("validate", bad)
+    assert code == 1
+    assert out == "%s: missing type: set type: fleet, type: task or type: volume\n" % bad
+
+
+def test_warnings_follow_the_ok_line(files):
+    path = files("dup.yml", "type: task\ncommands: [a]\ncommands: [b]\n")
+    code, out, _err = run("validate", path)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "%s: ok (task)" % path
+    assert len(lines) == 2
+    assert lines[1].startswith("%s: warning: " % path) and "twice" in lines[1]
+
+
+def test_mixed_files_keep_order_and_exit_1(files, tmp_path):
+    task = files("t.yml", TASK)
+    bad = files("bad.yml", BAD_TASK)
+    missing = str(tmp_path / "missing.yml")
+    fleet = files("f.yml", FLEET)
+    code, out, _err = run("validate", task, bad, missing, fleet)
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0] == "%s: ok (task)" % task
+    assert all(line.startswith(bad + ": ") for line in lines[1:1 + len(BAD_TASK_PATHS)])
+    assert lines[1 + len(BAD_TASK_PATHS)] == "%s: no such file" % missing
+    assert lines[2 + len(BAD_TASK_PATHS)] == "%s: ok (fleet)" % fleet
+    assert len(lines) == 3 + len(BAD_TASK_PATHS)
+
+
+def test_nonexistent_file(tmp_path):
+    missing = str(tmp_path / "nope.dstack.yml")
+    code, out, _err = run("validate", missing)
+    assert code == 1
+    assert out == "%s: no such file\n" % missing
+
+
+def test_directory(tmp_path):
+    code, out, _err = run("validate", str(tmp_path))
+    assert code == 1
+    assert out.startswith("%s: " % tmp_path) and "directory" in out
+
+
+def test_one_invalid_among_valid_exits_1(files):
+    good = [files("g%d.yml" % i, TASK) for i in range(3)]
+    bad = files("bad.yml", "type: task\n")
+    assert run("validate", *good)[0] == 0
+    assert run("validate", *(good + [bad]))[0] == 1
+    assert run("validate", bad, *good)[0] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# --json
+
+
+def validate_json(*paths):
+    code, out, err = run("validate", "--json", *paths)
+    results = json.loads(out)
+    assert isinstance(results, list) and len(results) == len(paths)
+    for path, result in zip(paths, results):
+        assert set(result) == JSON_KEYS
+        assert result["file"] == path
+        assert isinstance(result["ok"], bool)
+        assert isinstance(result["errors"], list)
+        for error in result["errors"]:
+            assert set(error) == {"path", "message"}
+            assert isinstance(error["path"], str) and isinstance(error["message"], str)
+        if result["ok"]:
+            assert isinstance(result["config"], dict) and result["errors"] == []
+        else:
+            assert result["config"] is None and result["errors"]
+    assert code == (0 if all(r["ok"] for r in results) else 1)
+    return code, results, out
+
+
+def test_json_shape_mixed(files, tmp_path):
+    task, bad = files("t.yml", TASK), files("bad.yml", BAD_TASK)
+    missing = str(tmp_path / "missing.yml")
+    code, results, out = validate_json(task, bad, missing)
+    assert code == 1
+    assert [r["ok"] for r in results] == [True, False, False]
+    assert results[0]["config"]["type"] == "task"
+    assert sorted(e["path"] for e in results[1]["errors"]) == BAD_TASK_PATHS
+    assert results[2]["errors"] == [{"path": "", "message": "no such file"}]
+    assert '"config": null' in out
+
+
+def test_json_task_normalization(files):
+    _code, (result,), out = validate_json(files("t.yml", TASK))
+    config = result["config"]
+    resources = config["resources"]
+    assert resources["memory"] == {"min": 0.5, "max": 1024}
+    assert resources["cpu"]["count"] == {"min": 8, "max": None}
+    assert resources["gpu"]["memory"] == {"min": 24, "max": None}
+    assert resources["gpu"]["count"] == {"min": 2, "max": 2}
+    assert resources["disk"] == {"size": {"min": 100, "max": None}}
+    assert resources["shm_size"] == 0.5
+    assert config["nodes"] == 3
+    assert isinstance(config["nodes"], int) and not isinstance(config["nodes"], bool)
+    assert config["max_duration"] == 7200
+    assert config["stop_duration"] == "off"
+    assert config["idle_duration"] == 1800
+    assert config["retry"] == {"on_events": ["no-capacity", "interruption", "error"],
+                               "duration": 86400}
+    # Open range ends are JSON null, not missing and not "inf".
+    assert '"max": null' in out
+    assert "Infinity" not in out and "NaN" not in out
+
+
+def test_json_task_defaults(files):
+    _code, (result,), _out = validate_json(files("t.yml", "type: task\ncommands: [x]\n"))
+    config = result["config"]
+    assert config["nodes"] == 1
+    assert config["max_duration"] == "off"
+    assert config["stop_duration"] == 300
+    assert config["idle_duration"] == 300
+    assert config["resources"]["memory"] == {"min": 8, "max": None}
+    assert config["resources"]["disk"] == {"size": {"min": 100, "max": None}}
+
+
+@pytest.mark.parametrize("nodes,expected", [
+    ("0..4", {"min": 0, "target": 0, "max": 4}),
+    ("2", {"min": 2, "target": 2, "max": 2}),
+    ("1..", {"min": 1, "target": 1, "max": None}),
+    ("..3", {"min": 0, "target": 0, "max": 3}),
+    ("{min: 1, target: 2, max: 3}", {"min": 1, "target": 2, "max": 3}),
+])
+def test_json_fleet_nodes(files, nodes, expected):
+    path = files("f.yml", "type: fleet\nnodes: %s\n" % nodes)
+    _code, (result,), _out = validate_json(path)
+    assert result["config"]["nodes"] == expected
+
+
+def test_json_fleet_normalization(files):
+    _code, (result,), _out = validate_json(files("f.yml", FLEET))
+    config = result["config"]
+    assert config["fleet_type"] == "backend"
+    assert config["nodes"] == {"min": 0, "target": 0, "max": 4}
+    assert config["idle_duration"] == 3600
+    assert config["resources"]["gpu"]["name"] == ["H100"]
+    assert config["resources"]["gpu"]["count"] == {"min": 8, "max": 8}
+    assert config["resources"]["memory"] == {"min": 1.5, "max": None}
+    assert config["resources"]["disk"] == {"size": {"min": 1024, "max": 1024}}
+
+
+@pytest.mark.parametrize("value,expected", [
+    ("1h", 3600), ("90", 90), ("15m", 900), ("1d", 86400), ("1w", 604800),
+    ("off", "off"), ("-1", "off"), ("false", "off"),
+])
+def test_json_fleet_idle_duration(files, value, expected):
+    path = files("f.yml", "type: fleet\nnodes: 1\nidle_duration: %s\n" % value)
+    _code, (result,), _out = validate_json(path)
+    assert result["config"]["idle_duration"] == expected
+
+
+@pytest.mark.parametrize("size,expected", [
+    ("512MB", 0.5), ("1TB", 1024), ("100GB", 100), ("100", 100), ("2048MB", 2), ("1.5TB", 1536),
+])
+def test_json_volume_size_in_gb(files, size, expected):
+    path = files("v.yml", VOLUME.replace("size: 1TB", "size: %s" % size))
+    _code, (result,), _out = validate_json(path)
+    assert result["config"]["size"] == expected
+    assert result["config"]["auto_cleanup_duration"] == 86400
+
+
+def test_json_ssh_fleet_hosts_are_merged(files):
+    good = BAD_FLEET.replace("port: 0", "port: 2222")
+    _code, (result,), _out = validate_json(files("ssh.yml", good))
+    config = result["config"]
+    assert config["fleet_type"] == "ssh"
+    hosts = config["ssh_config"]["hosts"]
+    assert [(h["hostname"], h["port"], h["user"]) for h in hosts] == [
+        ("10.0.0.1", 22, "ubuntu"), ("10.0.0.2", 2222, "ubuntu")]
+
+
+def test_json_all_invalid(files):
+    code, results, _out = validate_json(files("a.yml", "type: task\n"), files("b.yml", b"\x00"))
+    assert code == 1
+    assert [r["config"] for r in results] == [None, None]
+
+
+# ---------------------------------------------------------------------------------------------
+# Pathological files: refused with a message, never a traceback
+
+
+@pytest.mark.parametrize("case", sorted(loader_cases.PATHOLOGICAL))
+def test_pathological_file_reports_without_traceback(files, case):
+    data, expected = loader_cases.PATHOLOGICAL[case]
+    path = files("case.yml", data)
+    code, out, _err = run("validate", path)
+    assert code == 1
+    lines = out.splitlines()
+    assert lines and all(line.startswith(path + ": ") for line in lines)
+    for needle in expected:
+        assert needle.lower() in out.lower()
+    code, results, _out = validate_json(path)
+    assert code == 1 and results[0]["ok"] is False
+
+
+def test_big_valid_file_is_ok(files):
+    data, _count = loader_cases._large_task()
+    path = files("big.yml", data)
+    assert run("validate", path)[:2] == (0, "%s: ok (task)\n" % path)
+
+
+# ---------------------------------------------------------------------------------------------
+# The installed console script
+
+
+def console_script():
+    candidates = (Path(sys.executable).parent / "gpufleet", REPO / ".venv" / "bin" / "gpufleet")
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    pytest.skip("the gpufleet console script is not installed (pip install -e .)")
+
+
+def run_script(*argv, cwd):
+    proc = subprocess.run(
+        [console_script()] + list(argv),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    return proc
+
+
+def test_console_script_validates(files, tmp_path):
+    task, fleet = files("t.yml", TASK), files("f.yml", FLEET)
+    bad = files("bad.yml", BAD_TASK)
+    proc = run_script("validate", "t.yml", "f.yml", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["t.yml: ok (task)", "f.yml: ok (fleet)"]
+
+    proc = run_script("validate", "--json", task, bad, cwd=tmp_path)
+    assert proc.returncode == 1
+    results = json.loads(proc.stdout)
+    assert [set(r) for r in results] == [JSON_KEYS, JSON_KEYS]
+    assert results[0]["config"]["resources"]["memory"] == {"min": 0.5, "max": 1024}
+    assert results[1]["config"] is None
+    assert sorted(e["path"] for e in results[1]["errors"]) == BAD_TASK_PATHS
+
+
+@pytest.mark.slow
+def test_console_script_survives_every_pathological_file(tmp_path):
+    """All of test_loader's pathological inputs, including those that once crashed the parser,
+    in one run: one verdict per file, exit 1, no traceback (text and --json)."""
+    cases = {name: data for name, (data, _expected) in loader_cases.PATHOLOGICAL.items()}
+    crashers = loader_cases.CRASHERS.items()
+    cases.update({"crasher-" + name: data for name, (data, _expected) in crashers})
+    for name, data in cases.items():
+        (tmp_path / (name + ".yml")).write_bytes(data)
+    names = sorted(name + ".yml" for name in cases)
+
+    proc = run_script("validate", *names, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr == ""
+    reported = set(line.split(": ", 1)[0] for line in proc.stdout.splitlines())
+    assert reported == set(names)
+
+    proc = run_script("validate", "--json", *names, cwd=tmp_path)
+    assert proc.returncode == 1
+    results = json.loads(proc.stdout)
+    assert [r["file"] for r in results] == names
+    assert not any(r["ok"] for r in results)
+
+
+def test_console_script_json_for_an_accepted_huge_number(tmp_path):
+    """An accepted config must always dump as JSON (nodes given as a ~4800-digit YAML int)."""
+    (tmp_path / "t.yml").write_text(
+        "type: task\ncommands: [x]\nnodes: %s\n" % loader_cases.HUGE_HEX)
+    proc = run_script("validate", "--json", "t.yml", cwd=tmp_path)
+    results = json.loads(proc.stdout)
+    assert results[0]["file"] == "t.yml"
+    assert proc.returncode == (0 if results[0]["ok"] else 1)
