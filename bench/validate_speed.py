@@ -25,9 +25,9 @@ TARGET_RATIO = 3.0
 
 def best_of(function, texts, rounds=7, repeat=20):
     timings = []
-    for _ in range(rounds):
+    for _round in range(rounds):
         start = time.perf_counter()
-        for _ in range(repeat):
+        for _repeat in range(repeat):
             for text in texts:
                 function(text)
         timings.append(time.perf_counter() - start)
@@ -40,7 +40,7 @@ def main():
     texts = [f.read_text() for f in files]
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     base_best, base_median = best_of(lambda t: yaml.load(t, Loader=loader), texts)
-    ours_best, ours_median = best_of(lambda t: model.parse_text(t), texts)
+    ours_best, ours_median = best_of(model.parse_text, texts)
     ratio = ours_best / base_best
     per_file_ms = ours_best / (20 * len(texts)) * 1000
     print(f"files: {len(texts)}")

@@ -220,7 +220,7 @@ def test_disk_and_shm():
     [
         ("shm_size: 1GB..2GB", "resources.shm_size", "not a range"),
         ("shm_size: big", "resources.shm_size", "MB, GB or TB"),
-        ("disk: {}", "resources.disk", "needs a size"),
+        ("disk: {}", "resources.disk", "disk needs size"),
         ("disk: {size: 1TB, type: ssd}", "resources.disk.type", "unknown field"),
         ("disk: 10GB..5GB", "resources.disk", "range order"),
         ("gpus: 8", "resources.gpus", "did you mean 'gpu'"),

@@ -617,7 +617,7 @@ def test_many_node_groups_are_checked_in_linear_time():
     groups = "".join("  - {name: g%d, nodes: 1}\n" % i for i in range(40000))
     text = "type: task\nimage: ubuntu\ngroups:\n" + groups
     with time_limit(10):
-        config, _ = spec.parse_text(text, source=SOURCE)
+        config, _warnings = spec.parse_text(text, source=SOURCE)
     assert len(config["groups"]) == 40000
     assert config["nodes"] == 40000
 

@@ -204,6 +204,21 @@ def parse_fields(data, ctx, fields, unknown=None):
     return out
 
 
+def parse_object(data, ctx, fields, required=(), owner="this mapping", hint="", unknown=None):
+    """Parse a mapping with ``parse_fields``, then require the keys in ``required``.
+
+    Nested problems are recorded first; a missing key raises Invalid ("<owner> needs a, b<hint>");
+    INVALID comes back when any field failed, else the dict of parsed fields.
+    """
+    parsed = parse_fields(data, ctx, fields, unknown)
+    missing = [key for key in required if key not in data]
+    if missing:
+        raise Invalid("%s needs %s%s" % (owner, ", ".join(missing), hint))
+    if any(v is INVALID for v in parsed.values()):
+        return INVALID
+    return parsed
+
+
 def unknown_field_message(key, known):
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.7)
     if close:

@@ -10,10 +10,11 @@ import ipaddress
 from . import common, grammar
 from ._errors import INVALID, Invalid, describe, show
 from ._types import (
+    list_of,
     parse_fields,
+    parse_object,
     want_choice,
     want_int,
-    want_list,
     want_mapping,
     want_nonempty_str,
     want_str,
@@ -134,11 +135,10 @@ def parse_proxy_jump(value, ctx):
         "identity_file": lambda v, c: want_nonempty_str(v),
         "ssh_key": _no_ssh_key,
     }
-    parsed = parse_fields(data, ctx, fields)
-    missing = [k for k in ("hostname", "user", "identity_file") if k not in data]
-    if missing:
-        raise Invalid("proxy_jump needs %s" % ", ".join(missing))
-    if any(v is INVALID for v in parsed.values()):
+    parsed = parse_object(
+        data, ctx, fields, ("hostname", "user", "identity_file"), owner="proxy_jump"
+    )
+    if parsed is INVALID:
         return INVALID
     return {
         "hostname": parsed["hostname"],
@@ -197,12 +197,7 @@ def parse_host(value, ctx):
             raise Invalid("a host must not be an empty string")
         return {"hostname": value}
     data = want_mapping(value, "a hostname or a mapping with hostname and its settings")
-    parsed = parse_fields(data, ctx, HOST_FIELDS)
-    if "hostname" not in data:
-        raise Invalid("a host given as a mapping needs hostname")
-    if any(v is INVALID for v in parsed.values()):
-        return INVALID
-    return parsed
+    return parse_object(data, ctx, HOST_FIELDS, ("hostname",), owner="a host given as a mapping")
 
 
 SSH_FIELDS = {
@@ -212,20 +207,9 @@ SSH_FIELDS = {
     "proxy_jump": parse_proxy_jump,
     "network": parse_network,
     # A lambda because _parse_hosts is defined below.
-    "hosts": lambda v, c: _parse_hosts(v, c),  # pylint: disable=unnecessary-lambda
+    "hosts": list_of(parse_host, "a list of hosts"),
     "ssh_key": _no_ssh_key,
 }
-
-
-def _parse_hosts(value, ctx):
-    items = want_list(value, "a list of hosts")
-    out = []
-    failed = False
-    for index, item in enumerate(items):
-        host = ctx.run(index, parse_host, item)
-        failed = failed or host is INVALID
-        out.append(host)
-    return INVALID if failed else out
 
 
 def _copy(mapping):
@@ -239,10 +223,11 @@ def parse_ssh_config(value, ctx, blocks):
     value, else the ssh_config value (port then 22), and ``blocks`` from the host or the fleet.
     """
     data = want_mapping(value, "a mapping with hosts and connection settings")
-    parsed = parse_fields(data, ctx, SSH_FIELDS)
-    if "hosts" not in data:
-        raise Invalid("ssh_config needs hosts: the list of servers to add to the fleet")
-    if any(v is INVALID for v in parsed.values()):
+    parsed = parse_object(
+        data, ctx, SSH_FIELDS, ("hosts",), owner="ssh_config",
+        hint=": the list of servers to add to the fleet",
+    )
+    if parsed is INVALID:
         return INVALID
     hosts = parsed["hosts"]
     if not hosts:

@@ -21,6 +21,7 @@ from ._types import (
     MAX_NUMBER_TEXT,
     check_magnitude,
     parse_fields,
+    parse_object,
     want_int,
     want_list,
     want_mapping,
@@ -205,7 +206,6 @@ def _cpu_arch_field(value, ctx):
 # GPU
 
 
-
 def _gpu_vendor(value):
     text = want_str(value, "a vendor name")
     vendor = gpus.vendor_from_token(text)
@@ -363,12 +363,10 @@ def parse_disk(value, ctx):
     """``disk: 100GB..`` is shorthand for ``disk: {size: 100GB..}``."""
     if isinstance(value, dict):
         data = want_mapping(value)
-        parsed = parse_fields(data, ctx, {"size": memory_range})
-        if "size" not in data:
-            raise Invalid("disk needs a size, e.g. {size: 100GB..}")
-        if parsed["size"] is INVALID:
-            return INVALID
-        return {"size": parsed["size"]}
+        parsed = parse_object(
+            data, ctx, {"size": memory_range}, ("size",), owner="disk", hint=", e.g. {size: 100GB..}"
+        )
+        return INVALID if parsed is INVALID else {"size": parsed["size"]}
     size = memory_range(value, ctx)
     return INVALID if size is INVALID else {"size": size}
 

@@ -13,6 +13,7 @@ from ._errors import INVALID, Invalid, describe, show
 from ._types import (
     list_of,
     parse_fields,
+    parse_object,
     want_bool,
     want_choice,
     want_int,
@@ -137,17 +138,12 @@ def parse_port(value, ctx):
             local_port = _port_number(local)
         return {"local_port": local_port, "container_port": container}
     data = want_mapping(value, "a port, a mapping string, or {local_port, container_port}")
-    parsed = parse_fields(
-        data,
-        ctx,
-        {
-            "local_port": lambda v, c: None if v is None else _port_number(v),
-            "container_port": lambda v, c: _port_number(v),
-        },
-    )
-    if "container_port" not in data:
-        raise Invalid("a port mapping needs container_port")
-    if any(v is INVALID for v in parsed.values()):
+    fields = {
+        "local_port": lambda v, c: None if v is None else _port_number(v),
+        "container_port": lambda v, c: _port_number(v),
+    }
+    parsed = parse_object(data, ctx, fields, ("container_port",), owner="a port mapping")
+    if parsed is INVALID:
         return INVALID
     return {"local_port": parsed.get("local_port"), "container_port": parsed["container_port"]}
 
@@ -162,13 +158,13 @@ def parse_registry_auth(value, ctx):
         _check_refs(text, REGISTRY_REFS)
         return text
 
-    parsed = parse_fields(data, ctx, {"username": credential, "password": credential})
-    missing = [k for k in ("username", "password") if k not in data]
-    if missing:
-        raise Invalid("registry_auth needs %s" % " and ".join(missing))
-    if any(v is INVALID for v in parsed.values()):
-        return INVALID
-    return {"username": parsed["username"], "password": parsed["password"]}
+    return parse_object(
+        data,
+        ctx,
+        {"username": credential, "password": credential},
+        ("username", "password"),
+        owner="registry_auth",
+    )
 
 
 def _split_local_path(text):
@@ -201,20 +197,11 @@ def parse_file(value, ctx):
             return {"local_path": parts[0], "path": _container_file_path(parts[1])}
         raise Invalid("invalid file path mapping %s: write local[:container]" % show(value))
     data = want_mapping(value, "a path string or {local_path, path}")
-    parsed = parse_fields(
-        data,
-        ctx,
-        {
-            "local_path": lambda v, c: want_nonempty_str(v),
-            "path": lambda v, c: _container_file_path(v),
-        },
-    )
-    missing = [k for k in ("local_path", "path") if k not in data]
-    if missing:
-        raise Invalid("a file mapping needs %s" % " and ".join(missing))
-    if any(v is INVALID for v in parsed.values()):
-        return INVALID
-    return parsed
+    fields = {
+        "local_path": lambda v, c: want_nonempty_str(v),
+        "path": lambda v, c: _container_file_path(v),
+    }
+    return parse_object(data, ctx, fields, ("local_path", "path"), owner="a file mapping")
 
 
 def _repo_from_string(text):
@@ -281,17 +268,12 @@ def parse_repos(value, ctx):
 def _fleet_ref(value, ctx):
     if isinstance(value, dict):
         data = want_mapping(value)
-        parsed = parse_fields(
-            data,
-            ctx,
-            {
-                "project": lambda v, c: None if v is None else want_nonempty_str(v),
-                "name": lambda v, c: want_nonempty_str(v),
-            },
-        )
-        if "name" not in data:
-            raise Invalid("a fleet reference needs name")
-        if any(v is INVALID for v in parsed.values()):
+        fields = {
+            "project": lambda v, c: None if v is None else want_nonempty_str(v),
+            "name": lambda v, c: want_nonempty_str(v),
+        }
+        parsed = parse_object(data, ctx, fields, ("name",), owner="a fleet reference")
+        if parsed is INVALID:
             return INVALID
         project = parsed.get("project")
         return "%s/%s" % (project, parsed["name"]) if project else parsed["name"]
@@ -394,10 +376,7 @@ def parse_schedule(value, ctx):
                 raise Invalid(exc.message, (index,) if not isinstance(v, str) else ())
         return out
 
-    parsed = parse_fields(data, ctx, {"cron": crons})
-    if "cron" not in data:
-        raise Invalid("schedule needs cron")
-    return INVALID if parsed["cron"] is INVALID else {"cron": parsed["cron"]}
+    return parse_object(data, ctx, {"cron": crons}, ("cron",), owner="schedule")
 
 
 def parse_utilization_policy(value, ctx):
@@ -411,20 +390,13 @@ def parse_utilization_policy(value, ctx):
             raise Invalid("minimum time_window is 5m, got %s" % show(v))
         return seconds
 
-    parsed = parse_fields(
-        data,
-        ctx,
-        {
-            "min_gpu_utilization": lambda v, c: want_int(v, minimum=0, maximum=100),
-            "time_window": window,
-        },
+    fields = {
+        "min_gpu_utilization": lambda v, c: want_int(v, minimum=0, maximum=100),
+        "time_window": window,
+    }
+    return parse_object(
+        data, ctx, fields, ("min_gpu_utilization", "time_window"), owner="utilization_policy"
     )
-    missing = [k for k in ("min_gpu_utilization", "time_window") if k not in data]
-    if missing:
-        raise Invalid("utilization_policy needs %s" % " and ".join(missing))
-    if any(v is INVALID for v in parsed.values()):
-        return INVALID
-    return parsed
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import posixpath
 
 from . import common, grammar, interpolation
 from ._errors import INVALID, Invalid, describe, show
-from ._types import parse_fields, str_list, want_bool, want_list, want_mapping, want_str
+from ._types import parse_fields, parse_object, str_list, want_bool, want_list, want_mapping, want_str
 
 VOLUME_BACKENDS = ("aws", "gcp", "runpod", "kubernetes")
 NAME_REFS = {"dstack": ("job_num", "node_rank")}
@@ -147,6 +147,7 @@ def _path_field(value, ctx):
     return mount_path(value)
 
 
+_WHERE = " (where to mount it in the container)"
 _NETWORK_FIELDS = {"name": _network_names, "path": _path_field}
 _INSTANCE_FIELDS = {
     "instance_path": _path_field,
@@ -179,11 +180,10 @@ def parse_mount(value, ctx):
         return {"type": "network", "name": [_volume_name(source)], "path": mount_path(target)}
     data = want_mapping(value, "a mount point (a string or a mapping)")
     if "instance_path" in data:
-        parsed = parse_fields(data, ctx, _INSTANCE_FIELDS)
-        missing = [k for k in ("path",) if k not in data]
-        if missing:
-            raise Invalid("an instance volume needs path (where to mount it in the container)")
-        if any(v is INVALID for v in parsed.values()):
+        parsed = parse_object(
+            data, ctx, _INSTANCE_FIELDS, ("path",), owner="an instance volume", hint=_WHERE
+        )
+        if parsed is INVALID:
             return INVALID
         return {
             "type": "instance",
@@ -192,10 +192,10 @@ def parse_mount(value, ctx):
             "optional": parsed.get("optional", False),
         }
     if "name" in data:
-        parsed = parse_fields(data, ctx, _NETWORK_FIELDS)
-        if "path" not in data:
-            raise Invalid("a network volume needs path (where to mount it in the container)")
-        if any(v is INVALID for v in parsed.values()):
+        parsed = parse_object(
+            data, ctx, _NETWORK_FIELDS, ("path",), owner="a network volume", hint=_WHERE
+        )
+        if parsed is INVALID:
             return INVALID
         return {"type": "network", "name": parsed["name"], "path": parsed["path"]}
     raise Invalid(
