@@ -365,7 +365,10 @@ def console_script():
     for candidate in candidates:
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return str(candidate)
-    pytest.skip("the gpufleet console script is not installed (pip install -e .)")
+    pytest.fail(
+        "the gpufleet console script is not installed next to %s or in .venv; "
+        "run make venv (pip install -e '.[test]')" % sys.executable
+    )
 
 
 def run_script(*argv, cwd):
