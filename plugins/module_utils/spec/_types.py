@@ -171,17 +171,6 @@ def str_list(value, ctx):
     return list_of(leaf(want_str))(value, ctx)
 
 
-def optional(parser):
-    """Accept null as 'not set' (None) before handing anything else to ``parser``."""
-
-    def parse(value, ctx):
-        if value is None:
-            return None
-        return parser(value, ctx)
-
-    return parse
-
-
 def parse_fields(data, ctx, fields, unknown=None):
     """Parse the known ``fields`` of a mapping; report unknown keys.
 
@@ -226,7 +215,3 @@ def unknown_field_message(key, known):
     if len(known) <= 12:
         return "unknown field %r. Allowed here: %s." % (key, ", ".join(sorted(known)))
     return "unknown field %r: dstack has no such field here" % key
-
-
-def any_invalid(*values):
-    return any(v is INVALID for v in values)

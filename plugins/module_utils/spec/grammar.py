@@ -129,10 +129,6 @@ count_range = parse_range(parse_count, "2, 2.. or 1..8")
 memory_range = parse_range(parse_memory, "16GB, 8GB.. or 40GB..80GB")
 
 
-def exact(value):
-    return {"min": value, "max": value}
-
-
 def at_least(value):
     return {"min": value, "max": None}
 
