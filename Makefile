@@ -1,6 +1,7 @@
 # gpufleet: the collection gpufleet.cluster and the gpufleet command.
 #   make test   installs what it needs and runs every test tier
 #   make unit   the fast tier (pure Python, seconds), for constant use
+#   make integration  real Docker engine and nodes (installs and starts the engine if needed)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -9,9 +10,9 @@ BUILD := build
 COLLECTION_DIR := $(BUILD)/ansible_collections/gpufleet/cluster
 ANSIBLE_TEST_PYTHON := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
-.PHONY: test unit unit-all sanity lint changelog-lint venv collection clean
+.PHONY: test unit unit-all engine integration sanity lint changelog-lint venv collection clean
 
-test: venv unit-all sanity lint changelog-lint
+test: venv unit-all integration sanity lint changelog-lint
 	@echo "all test tiers passed"
 
 $(BIN)/activate: pyproject.toml
@@ -28,6 +29,14 @@ unit: venv
 
 unit-all: venv
 	$(BIN)/python -m pytest -q tests/unit
+
+# A running Docker engine and debootstrap (installed from Debian's packages when missing).
+engine:
+	scripts/ensure-docker-engine.sh
+
+# Real parts: the local backend's node image and nodes on this machine's Docker engine.
+integration: venv engine
+	$(BIN)/python -m pytest -q tests/integration
 
 # ansible-test needs the collection at .../ansible_collections/gpufleet/cluster: copy the files
 # git knows about (tracked, or new and not ignored) into build/ and test that copy.

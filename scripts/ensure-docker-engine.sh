@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Make sure this machine has a running Docker engine and debootstrap, for the local backend and
+# its tests. Installs Debian's docker.io when the engine is missing (needs root and apt), and
+# starts dockerd in the background when nothing answers and systemd is not managing it.
+set -euo pipefail
+
+log=/var/log/gpufleet-dockerd.log
+
+need_root() {
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "ensure-docker-engine: $1 needs root; run: sudo $0" >&2
+        exit 1
+    fi
+}
+
+missing=()
+command -v dockerd >/dev/null 2>&1 || missing+=(docker.io iptables)
+command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
+if [ "${#missing[@]}" -gt 0 ]; then
+    need_root "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if docker info >/dev/null 2>&1; then
+    exit 0
+fi
+if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    need_root "starting docker"
+    systemctl start docker
+else
+    need_root "starting dockerd"
+    nohup dockerd >"$log" 2>&1 &
+fi
+for _ in $(seq 1 60); do
+    if docker info >/dev/null 2>&1; then
+        exit 0
+    fi
+    sleep 1
+done
+echo "ensure-docker-engine: the Docker engine did not come up within 60 s; see $log" >&2
+exit 1

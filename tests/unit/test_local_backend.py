@@ -1,0 +1,78 @@
+"""The local backend's pure parts: image recipe, engine messages, run flags (no engine needed)."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import (
+    Docker,
+    DockerError,
+)
+
+
+def fake(responses):
+    """A runner answering ``docker <subcommand>`` from a dict; records every call."""
+    calls = []
+
+    def runner(argv, stdin=None):
+        calls.append(argv[1:])
+        return responses.get(argv[1], (0, b"", b""))
+
+    runner.calls = calls
+    return runner
+
+
+def test_image_tag_is_the_recipe_digest(monkeypatch):
+    ref = local.image_ref()
+    assert ref == "gpufleet/node:" + local.recipe_digest()[:12]
+    assert local.image_ref() == ref  # stable
+    monkeypatch.setattr(local, "NODE_PACKAGES", local.NODE_PACKAGES + ("vim",))
+    assert local.image_ref() != ref  # a changed recipe is a new image
+
+
+def test_missing_docker_command_says_what_to_install():
+    docker = Docker(binary="", runner=fake({}))
+    docker.binary = None
+    with pytest.raises(DockerError) as info:
+        docker.ping()
+    assert "apt-get install -y docker.io" in str(info.value)
+
+
+def test_engine_not_running_says_how_to_start_it():
+    runner = fake({"version": (1, b"", b"Cannot connect to the Docker daemon at unix:///var/run/docker.sock")})
+    with pytest.raises(DockerError) as info:
+        Docker(binary="docker", runner=runner).ping()
+    message = str(info.value)
+    assert "not running" in message and "systemctl start docker" in message
+    assert "Cannot connect to the Docker daemon" in message
+
+
+def test_existing_image_of_the_same_recipe_is_reused_and_check_mode_never_builds():
+    labels = b'{"gpufleet.recipe": "%s"}' % local.recipe_digest().encode()
+    runner = fake({"version": (0, b"20.10.24\n", b""), "image": (0, labels, b"")})
+    assert local.ensure_node_image(Docker("docker", runner)) == (local.image_ref(), False)
+
+    missing = fake({"version": (0, b"20.10.24\n", b""), "image": (1, b"", b"No such image")})
+    assert local.ensure_node_image(Docker("docker", missing), check_mode=True) == (
+        local.image_ref(), True,
+    )
+    assert not any(call[0] == "import" for call in missing.calls)
+
+
+def test_failed_commands_name_the_subcommand_and_engine_error():
+    runner = fake({"network": (1, b"", b"network with name x already exists")})
+    with pytest.raises(DockerError) as info:
+        Docker("docker", runner).run("network", "create", "x")
+    assert "docker network failed (exit 1)" in str(info.value)
+    assert "already exists" in str(info.value)
+
+
+def test_privileged_then_fallback_flags():
+    assert local.run_flags(True) == ("--privileged",)
+    fallback = local.run_flags(False)
+    assert "--privileged" not in fallback and "--cap-drop=SYS_RESOURCE" in fallback
+    assert local.privilege_refused(
+        "OCI runtime create failed: runc create failed: unable to start container process: "
+        "unable to apply caps: operation not permitted: unknown"
+    )
+    assert not local.privilege_refused("no space left on device")
