@@ -1,0 +1,209 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpufleet.cluster.host_facts, run for real on the machine running the tests: in-process
+through AnsibleModule, and through ``ansible`` (AnsiballZ) on localhost.
+
+These machines have no accelerator, so the GPU part says none; what the module reads about
+CPUs, memory, disk and addresses is checked against the machine itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import ipaddress
+import json
+import os
+import subprocess
+import sys
+
+from unittest import mock
+
+import pytest
+from ansible.module_utils import basic
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hostfacts import detect_vendor
+from ansible_collections.gpufleet.cluster.plugins.modules import host_facts
+from gpufleet._collection import collections_path
+
+try:
+    from ansible.module_utils.testing import patch_module_args
+except ImportError:  # ansible-core < 2.19: hand the arguments over the way AnsiballZ does
+
+    @contextlib.contextmanager
+    def patch_module_args(args):
+        args = dict({"_ansible_remote_tmp": "/tmp", "_ansible_keep_remote_files": False}, **args)
+        payload = json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode()
+        with mock.patch.object(basic, "_ANSIBLE_ARGS", payload):
+            yield
+
+
+NO_GPU = detect_vendor(os.path.exists) == "none"
+needs_no_gpu = pytest.mark.skipif(not NO_GPU, reason="this machine has an accelerator")
+
+
+def run_module(args):
+    """Run the module's main() with ``args``; return (exit code, result dict)."""
+    out = io.StringIO()
+    with patch_module_args(args), contextlib.redirect_stdout(out):
+        with pytest.raises(SystemExit) as info:
+            host_facts.main()
+    return info.value.code, json.loads(out.getvalue())
+
+
+def mem_total_bytes():
+    with open("/proc/meminfo", encoding="utf-8") as handle:
+        for line in handle:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no MemTotal in /proc/meminfo")
+
+
+def facts_of(result):
+    assert result["changed"] is False
+    assert set(result["ansible_facts"]) == {"gpufleet_host"}
+    return result["ansible_facts"]["gpufleet_host"]
+
+
+@needs_no_gpu
+def test_facts_of_this_machine():
+    code, result = run_module({})
+    assert code == 0, result
+    facts = facts_of(result)
+    assert facts["gpu"]["vendor"] == "none"
+    assert facts["gpu"]["detected_vendor"] == "none"
+    assert facts["gpu"]["count"] == 0
+    assert facts["gpu"]["devices"] == []
+    assert facts["cpus"] == len(os.sched_getaffinity(0))
+    assert facts["memory"]["bytes"] == mem_total_bytes()
+    assert facts["memory"]["mib"] == facts["memory"]["bytes"] // 2**20
+    assert facts["disk"]["available_bytes"] > 0
+    assert facts["disk"]["source"] in ("docker", "default")
+    assert os.path.isdir(facts["disk"]["measured_path"])
+    for address in facts["addresses"]:
+        assert not ipaddress.ip_interface(address).ip.is_loopback
+    ipv4 = [
+        str(ipaddress.ip_interface(a).ip)
+        for a in facts["addresses"]
+        if ipaddress.ip_interface(a).version == 4
+    ]
+    assert facts["internal_ip"] == (ipv4[0] if ipv4 else None)
+    assert facts["internal_ip_source"] == "auto"
+    assert facts["blocks"]["total"] == 1
+    assert facts["host_info"]["cpus"] == facts["cpus"]
+    assert facts["host_info"]["gpu_vendor"] == "none"
+
+
+@needs_no_gpu
+def test_check_mode_returns_the_same_facts():
+    _code, normal = run_module({})
+    code, checked = run_module({"_ansible_check_mode": True})
+    assert code == 0
+    normal, checked = facts_of(normal), facts_of(checked)
+    # Free disk space moves while the tests run; everything else must be equal.
+    for facts in (normal, checked):
+        facts.pop("disk")
+        facts["host_info"].pop("disk_size")
+        facts["blocks"]["per_block"].pop("disk_mib")
+    assert checked == normal
+
+
+@needs_no_gpu
+def test_blocks_auto_without_gpus_is_one_block_per_cpu():
+    code, result = run_module({"blocks": "auto"})
+    assert code == 0, result
+    facts = facts_of(result)
+    assert facts["blocks"]["requested"] == "auto"
+    assert facts["blocks"]["total"] == facts["cpus"]
+    assert facts["blocks"]["per_block"]["cpus"] == 1
+
+
+def test_internal_ip_of_this_machine_is_accepted():
+    _code, result = run_module({})
+    chosen = facts_of(result)["internal_ip"]
+    if chosen is None:
+        pytest.skip("this machine has no IPv4 address")
+    code, result = run_module({"internal_ip": chosen, "network": "10.255.255.0/24"})
+    assert code == 0, result
+    assert facts_of(result)["internal_ip_source"] == "internal_ip"
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            {"internal_ip": "203.0.113.254"},
+            "Specified internal IP not found among instance interfaces: 203.0.113.254",
+        ),
+        (
+            {"network": "10.255.255.0/24"},
+            "Failed to locate internal IP address on the given network 10.255.255.0/24",
+        ),
+        ({"blocks": "many"}, "blocks must be a whole number of at least 1 or auto, got 'many'"),
+        ({"blocks": 0}, "blocks must be a whole number of at least 1 or auto, got 0"),
+        ({"blocks": 1000003}, "Cannot split into blocks: 1000003 blocks"),
+        ({"color": "red"}, "Unsupported parameters"),
+    ],
+)
+def test_failures_are_clear(args, message):
+    code, result = run_module(args)
+    assert code == 1
+    assert result["failed"] is True
+    assert message in result["msg"]
+    assert "exception" not in result
+    assert "ansible_facts" not in result
+
+
+def test_an_internal_error_is_reported_as_such(monkeypatch):
+    def broken(*_args, **_kwargs):
+        raise KeyError("gpu")
+
+    monkeypatch.setattr(host_facts, "gather", broken)
+    code, result = run_module({})
+    assert code == 1
+    assert result["msg"] == "internal error in gpufleet host facts (please report it): 'gpu'"
+
+
+@pytest.mark.slow
+@needs_no_gpu
+def test_through_ansible_on_localhost(tmp_path):
+    """The module as Ansible ships it (AnsiballZ, module_utils package included)."""
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(collections_path()),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_LOCALHOST_WARNING="0",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ansible.cli.adhoc",
+            "localhost",
+            "-c",
+            "local",
+            "-e",
+            "ansible_python_interpreter=%s" % sys.executable,
+            "-m",
+            "gpufleet.cluster.host_facts",
+            "-a",
+            "blocks=auto",
+        ],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The minimal callback prints "localhost | SUCCESS => {...}".
+    assert proc.stdout.startswith("localhost | SUCCESS => "), proc.stdout
+    result = json.loads(proc.stdout.split("=>", 1)[1])
+    facts = result["ansible_facts"]["gpufleet_host"]
+    assert facts["gpu"]["vendor"] == "none"
+    assert facts["memory"]["bytes"] == mem_total_bytes()
+    assert facts["blocks"]["total"] == facts["cpus"]
