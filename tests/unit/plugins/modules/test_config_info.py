@@ -6,31 +6,15 @@ validate playbook through ansible-playbook."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import os
 import subprocess
 import sys
 import textwrap
 
-from unittest import mock
-
+import module_runner
 import pytest
-from ansible.module_utils import basic
 from ansible_collections.gpufleet.cluster.plugins.modules import config_info
-from gpufleet._collection import collections_path
 
-try:
-    from ansible.module_utils.testing import patch_module_args
-except ImportError:  # ansible-core < 2.19: hand the arguments over the way AnsiballZ does
-
-    @contextlib.contextmanager
-    def patch_module_args(args):
-        args = dict({"_ansible_remote_tmp": "/tmp", "_ansible_keep_remote_files": False}, **args)
-        payload = json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode()
-        with mock.patch.object(basic, "_ANSIBLE_ARGS", payload):
-            yield
 
 FLEET = """\
 type: fleet
@@ -54,11 +38,7 @@ resources:
 
 def run_module(args):
     """Run the module's main() with ``args``; return (exit code, result dict)."""
-    out = io.StringIO()
-    with patch_module_args(args), contextlib.redirect_stdout(out):
-        with pytest.raises(SystemExit) as info:
-            config_info.main()
-    return info.value.code, json.loads(out.getvalue())
+    return module_runner.run_module(config_info.main, args)
 
 
 def write(tmp_path, name, text):
@@ -166,15 +146,7 @@ def test_validate_playbook_fails_naming_every_bad_file(tmp_path):
     """gpufleet.cluster.validate, run by ansible-playbook with paths relative to its cwd."""
     write(tmp_path, "good.dstack.yml", FLEET)
     write(tmp_path, "bad.dstack.yml", BAD_FLEET)
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(collections_path()),
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_SHOW_CUSTOM_STATS="1",
-        ANSIBLE_LOCALHOST_WARNING="0",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
-    )
+    env = module_runner.ansible_env(tmp_path, ANSIBLE_SHOW_CUSTOM_STATS="1")
     files = ["good.dstack.yml", "bad.dstack.yml", "missing.dstack.yml"]
     proc = subprocess.run(
         [

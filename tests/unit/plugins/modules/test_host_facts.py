@@ -10,33 +10,16 @@ CPUs, memory, disk and addresses is checked against the machine itself.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import ipaddress
 import json
 import os
 import subprocess
 import sys
 
-from unittest import mock
-
+import module_runner
 import pytest
-from ansible.module_utils import basic
 from ansible_collections.gpufleet.cluster.plugins.module_utils.hostfacts import detect_vendor
 from ansible_collections.gpufleet.cluster.plugins.modules import host_facts
-from gpufleet._collection import collections_path
-
-try:
-    from ansible.module_utils.testing import patch_module_args
-except ImportError:  # ansible-core < 2.19: hand the arguments over the way AnsiballZ does
-
-    @contextlib.contextmanager
-    def patch_module_args(args):
-        args = dict({"_ansible_remote_tmp": "/tmp", "_ansible_keep_remote_files": False}, **args)
-        payload = json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode()
-        with mock.patch.object(basic, "_ANSIBLE_ARGS", payload):
-            yield
-
 
 NO_GPU = detect_vendor(os.path.exists) == "none"
 needs_no_gpu = pytest.mark.skipif(not NO_GPU, reason="this machine has an accelerator")
@@ -44,11 +27,7 @@ needs_no_gpu = pytest.mark.skipif(not NO_GPU, reason="this machine has an accele
 
 def run_module(args):
     """Run the module's main() with ``args``; return (exit code, result dict)."""
-    out = io.StringIO()
-    with patch_module_args(args), contextlib.redirect_stdout(out):
-        with pytest.raises(SystemExit) as info:
-            host_facts.main()
-    return info.value.code, json.loads(out.getvalue())
+    return module_runner.run_module(host_facts.main, args)
 
 
 def mem_total_bytes():
@@ -168,15 +147,7 @@ def test_an_internal_error_is_reported_as_such(monkeypatch):
 @needs_no_gpu
 def test_through_ansible_on_localhost(tmp_path):
     """The module as Ansible ships it (AnsiballZ, module_utils package included)."""
-    env = dict(
-        os.environ,
-        ANSIBLE_COLLECTIONS_PATH=str(collections_path()),
-        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_LOCALHOST_WARNING="0",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal",
-    )
+    env = module_runner.ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal")
     proc = subprocess.run(
         [
             sys.executable,

@@ -1,0 +1,51 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Running the collection's modules for real in tests: in-process through AnsibleModule, or
+through the ansible command-line tools with this checkout as the collection."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+
+from unittest import mock
+
+import pytest
+from ansible.module_utils import basic
+from gpufleet._collection import collections_path
+
+try:
+    from ansible.module_utils.testing import patch_module_args
+except ImportError:  # ansible-core < 2.19: hand the arguments over the way AnsiballZ does
+
+    @contextlib.contextmanager
+    def patch_module_args(args):
+        args = dict({"_ansible_remote_tmp": "/tmp", "_ansible_keep_remote_files": False}, **args)
+        payload = json.dumps({"ANSIBLE_MODULE_ARGS": args}).encode()
+        with mock.patch.object(basic, "_ANSIBLE_ARGS", payload):
+            yield
+
+
+def run_module(main, args):
+    """Run a module's ``main()`` with ``args``; return (exit code, result dict)."""
+    out = io.StringIO()
+    with patch_module_args(args), contextlib.redirect_stdout(out):
+        with pytest.raises(SystemExit) as info:
+            main()
+    return info.value.code, json.loads(out.getvalue())
+
+
+def ansible_env(tmp_path, **extra):
+    """Environment for ansible / ansible-playbook runs that find this checkout's collection."""
+    return dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(collections_path()),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_LOCALHOST_WARNING="0",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+        **extra
+    )
