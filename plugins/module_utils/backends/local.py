@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 
+from ..fleets.naming import instance_name
 from .docker import DockerError
 
 IMAGE_REPOSITORY = "gpufleet/node"
@@ -198,3 +199,229 @@ def run_flags(privileged_allowed):
 def privilege_refused(message):
     """True when a failed ``docker run`` was refused --privileged by the host's capabilities."""
     return PRIVILEGE_REFUSED in message
+
+
+# --- Fleets --------------------------------------------------------------------------------
+# A local fleet is containers, volumes and networks labelled with the fleet's name. Those labels
+# are the only record of the fleet: listing, converging and deleting all start from them.
+
+FLEET_LABEL = LABEL_PREFIX + "fleet"
+INSTANCE_LABEL = LABEL_PREFIX + "instance"
+CREATED_LABEL = LABEL_PREFIX + "created"
+PLACEMENT_LABEL = LABEL_PREFIX + "placement"
+NODE_SSH_PORT = 22
+
+
+class FleetError(Exception):
+    """A local fleet cannot be changed as asked; the message says why and what to do."""
+
+
+def container_name(fleet, num):
+    return "gpufleet-%s-%d" % (fleet, num)
+
+
+def volume_name(fleet, num):
+    return "gpufleet-%s-%d-docker" % (fleet, num)
+
+
+def network_name(fleet, num, placement):
+    """``placement: cluster`` nodes share one network; other nodes get one network each."""
+    if placement == "cluster":
+        return "gpufleet-%s" % fleet
+    return "gpufleet-%s-%d" % (fleet, num)
+
+
+def _lines(text):
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def list_nodes(docker, fleet=None):
+    """The engine's raw answer for the nodes of ``fleet`` (every local fleet when None).
+
+    A list of ``{id, name, state, labels, created, networks: {name: ip}}``, sorted by fleet and
+    instance number. This raw answer is what the inventory plugin caches.
+    """
+    selector = FLEET_LABEL + ("=" + fleet if fleet else "")
+    ids = _lines(docker.run("ps", "-a", "-q", "--no-trunc", "--filter", "label=" + selector))
+    if not ids:
+        return []
+    data = json.loads(docker.run("inspect", *ids) or "[]")
+    nodes = []
+    for item in data:
+        labels = (item.get("Config") or {}).get("Labels") or {}
+        networks = ((item.get("NetworkSettings") or {}).get("Networks")) or {}
+        nodes.append({
+            "id": item.get("Id"),
+            "name": (item.get("Name") or "").lstrip("/"),
+            "state": ((item.get("State") or {}).get("Status")) or "unknown",
+            "labels": labels,
+            "created": labels.get(CREATED_LABEL) or item.get("Created"),
+            "networks": dict(
+                (net, (info or {}).get("IPAddress") or None) for net, info in networks.items()
+            ),
+        })
+
+    def order(node):
+        labels = node["labels"]
+        try:
+            num = int(labels.get(INSTANCE_LABEL, ""))
+        except ValueError:
+            num = -1
+        return (labels.get(FLEET_LABEL, ""), num)
+
+    return sorted(nodes, key=order)
+
+
+_STATUS = {
+    "running": "idle",
+    "restarting": "provisioning",
+    "created": "provisioning",
+    "paused": "unreachable",
+    "exited": "stopped",
+    "dead": "failed",
+    "removing": "terminating",
+}
+
+
+def node_num(node):
+    try:
+        return int(node["labels"].get(INSTANCE_LABEL))
+    except (TypeError, ValueError):
+        return None
+
+
+def instance_records(nodes, fleet, blocks, key_file):
+    """Instance records (see fleets.records) for the raw nodes of one fleet."""
+    records = []
+    for node in nodes:
+        labels = node["labels"]
+        num = node_num(node)
+        if labels.get(FLEET_LABEL) != fleet or num is None:
+            continue
+        placement = labels.get(PLACEMENT_LABEL) or "any"
+        address = node["networks"].get(network_name(fleet, num, placement))
+        if not address:
+            address = next((ip for ip in node["networks"].values() if ip), None)
+        records.append({
+            "name": instance_name(fleet, num),
+            "num": num,
+            "fleet": fleet,
+            "backend": "local",
+            "region": "local",
+            "instance_type": "container",
+            "price": 0.0,
+            "spot": False,
+            "status": _STATUS.get(node["state"], node["state"]),
+            "error": None,
+            "created": node["created"],
+            "hostname": address,
+            "port": NODE_SSH_PORT,
+            "user": NODE_USER,
+            "identity_file": key_file,
+            "proxy_jump": None,
+            "internal_ip": address,
+            "network": None,
+            "blocks": blocks,
+            "placement": placement,
+            "container": node["name"],
+        })
+    return records
+
+
+def check_local_fleet(config, name):
+    """Refuse what local nodes cannot offer: GPUs, and a placement change of a live fleet."""
+    resources = config.get("resources") or {}
+    gpu = resources.get("gpu") or {}
+    wanted = (gpu.get("count") or {}).get("min") or 0
+    if wanted > 0:
+        raise FleetError(
+            "fleet %s: resources.gpu asks for at least %d GPU(s), but local nodes are containers "
+            "without GPUs: use an SSH fleet (ssh_config) for GPU hosts, or set resources.gpu: 0 "
+            "for a local fleet" % (name, wanted)
+        )
+
+
+def _placement_of(nodes):
+    placements = set(n["labels"].get(PLACEMENT_LABEL) or "any" for n in nodes)
+    return placements.pop() if len(placements) == 1 else None
+
+
+def _run_node(docker, fleet, num, placement, image, public_key, created, flags):
+    network = network_name(fleet, num, placement)
+    args = [
+        "run", "-d", "--name", container_name(fleet, num),
+        "--hostname", "%s-%d" % (fleet, num),
+        "--network", network, "--network-alias", "%s-%d" % (fleet, num),
+        "--restart", "unless-stopped",
+        "--label", "%s=%s" % (FLEET_LABEL, fleet),
+        "--label", "%s=%d" % (INSTANCE_LABEL, num),
+        "--label", "%s=%s" % (CREATED_LABEL, created),
+        "--label", "%s=%s" % (PLACEMENT_LABEL, placement),
+        "--env", "GPUFLEET_AUTHORIZED_KEY=" + public_key,
+        "--mount", "type=volume,source=%s,target=/var/lib/docker" % volume_name(fleet, num),
+    ]
+    return docker.run(*(args + list(flags) + [image]), check=False)
+
+
+def _ensure_network(docker, name, fleet):
+    rc, _out, _err = docker.run("network", "inspect", name, check=False)
+    if rc == 0:
+        return False
+    docker.run("network", "create", "--driver", "bridge", "--label",
+               "%s=%s" % (FLEET_LABEL, fleet), name)
+    return True
+
+
+def _ensure_volume(docker, name, fleet):
+    rc, _out, _err = docker.run("volume", "inspect", name, check=False)
+    if rc == 0:
+        return
+    docker.run("volume", "create", "--label", "%s=%s" % (FLEET_LABEL, fleet), name)
+
+
+def start_node(docker, fleet, num, placement, image, public_key, created, privileged=None):
+    """Create and start one node. Returns whether --privileged was usable (for the next node)."""
+    _ensure_network(docker, network_name(fleet, num, placement), fleet)
+    _ensure_volume(docker, volume_name(fleet, num), fleet)
+    attempts = [True, False] if privileged is None else [privileged]
+    for allowed in attempts:
+        rc, _out, err = _run_node(
+            docker, fleet, num, placement, image, public_key, created, run_flags(allowed)
+        )
+        if rc == 0:
+            return allowed
+        docker.run("rm", "-f", container_name(fleet, num), check=False)
+        if allowed and privilege_refused(err):
+            continue
+        raise FleetError(
+            "could not start node %s-%d (container %s): %s"
+            % (fleet, num, container_name(fleet, num), err.strip()[-1500:])
+        )
+    raise FleetError("could not start node %s-%d" % (fleet, num))
+
+
+def remove_node(docker, fleet, num, placement):
+    docker.run("rm", "-f", "-v", container_name(fleet, num), check=False)
+    docker.run("volume", "rm", "-f", volume_name(fleet, num), check=False)
+    if placement != "cluster":
+        docker.run("network", "rm", network_name(fleet, num, placement), check=False)
+
+
+def remove_fleet(docker, fleet, check_mode=False):
+    """Remove every container, volume and network labelled with ``fleet``.
+
+    Returns ``{"containers": [...], "volumes": [...], "networks": [...]}`` (what was, or in check
+    mode would be, removed).
+    """
+    selector = "label=%s=%s" % (FLEET_LABEL, fleet)
+    containers = [n["name"] for n in list_nodes(docker, fleet)]
+    volumes = _lines(docker.run("volume", "ls", "-q", "--filter", selector))
+    networks = _lines(docker.run("network", "ls", "--format", "{{.Name}}", "--filter", selector))
+    if not check_mode:
+        if containers:
+            docker.run("rm", "-f", "-v", *containers)
+        if volumes:
+            docker.run("volume", "rm", "-f", *volumes)
+        for network in networks:
+            docker.run("network", "rm", network)
+    return {"containers": containers, "volumes": volumes, "networks": networks}

@@ -1,0 +1,202 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Instance records (one dict per fleet instance) and the Ansible host variables made from them.
+
+An instance record is what every part of gpufleet says about one host of a fleet:
+
+    name, num, fleet, backend, region, instance_type, price, spot, status, error, created,
+    hostname, port, user, identity_file, proxy_jump, internal_ip, network, blocks, placement
+
+``hostvars()`` turns it into the variables a play needs to reach and use the host.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+
+from . import state
+from .naming import group_name, instance_name
+
+# Options for ssh on every connection gpufleet makes. Backend nodes are containers and VMs that
+# gpufleet itself created, with fresh host keys each time: their keys are not recorded.
+_OWN_NODE_SSH = ("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null")
+
+
+# The node image's Python (Debian's python3); other hosts have theirs discovered.
+LOCAL_NODE_PYTHON = "/usr/bin/python3"
+
+
+def resolve_path(path, base_dir=None):
+    """``~`` expanded; a relative path is taken relative to the fleet file's directory."""
+    if not path:
+        return path
+    path = os.path.expanduser(path)
+    if not os.path.isabs(path) and base_dir:
+        path = os.path.join(base_dir, path)
+    return os.path.normpath(path)
+
+
+def fleet_record(config, name, path=None):
+    """The fleet part of a fleet record (without instances), from a normalized config."""
+    ssh = config.get("ssh_config")
+    return {
+        "name": name,
+        "file": os.path.abspath(path) if path else None,
+        "fleet_type": config["fleet_type"],
+        "placement": config.get("placement") or "any",
+        "nodes": config.get("nodes"),
+        "hosts": len(ssh["hosts"]) if ssh else None,
+        "backends": config.get("backends"),
+        "spot_policy": config.get("spot_policy"),
+        "max_price": config.get("max_price"),
+        "resources": config.get("resources"),
+        "blocks": config.get("blocks"),
+        "status": "active",
+        "created": None,
+        "plan": None,
+        "instances": [],
+    }
+
+
+def ssh_instances(config, name, base_dir=None):
+    """The instances of an SSH fleet, numbered by their place in ``ssh_config.hosts``."""
+    ssh = config["ssh_config"]
+    records = []
+    for num, host in enumerate(ssh["hosts"]):
+        jump = host.get("proxy_jump")
+        if jump:
+            jump = dict(jump, identity_file=resolve_path(jump.get("identity_file"), base_dir))
+        records.append({
+            "name": instance_name(name, num),
+            "num": num,
+            "fleet": name,
+            "backend": "ssh",
+            "region": "remote",
+            "instance_type": None,
+            "price": None,
+            "spot": False,
+            "status": "pending",
+            "error": None,
+            "created": None,
+            "hostname": host["hostname"],
+            "port": host.get("port") or 22,
+            "user": host.get("user"),
+            "identity_file": resolve_path(host.get("identity_file"), base_dir),
+            "proxy_jump": jump,
+            "internal_ip": host.get("internal_ip"),
+            "network": ssh.get("network"),
+            "blocks": host.get("blocks", config.get("blocks", 1)),
+            "placement": config.get("placement") or "any",
+        })
+    return records
+
+
+def _proxy_command(jump, known_hosts):
+    argv = ["ssh", "-W", "%h:%p", "-q", "-p", str(jump.get("port") or 22)]
+    if jump.get("identity_file"):
+        argv += ["-i", jump["identity_file"], "-o", "IdentitiesOnly=yes"]
+    argv += ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new"]
+    if known_hosts:
+        argv += ["-o", "UserKnownHostsFile=" + known_hosts]
+    argv.append("%s@%s" % (jump["user"], jump["hostname"]))
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def ssh_common_args(record, known_hosts=None):
+    """The ``ansible_ssh_common_args`` for an instance: host key policy and the jump host.
+
+    SSH fleet hosts are trusted on first use and remembered in the fleet's own known_hosts
+    (``known_hosts``); a jump host is reached with its own user, port and key through
+    ``ProxyCommand`` (``ProxyJump`` cannot name the jump host's key).
+    """
+    if record["backend"] != "ssh":
+        args = list(_OWN_NODE_SSH)
+    else:
+        args = ["-o", "StrictHostKeyChecking=accept-new"]
+        if known_hosts:
+            args += ["-o", "UserKnownHostsFile=" + known_hosts]
+    if record.get("identity_file"):
+        args += ["-o", "IdentitiesOnly=yes"]
+    if record.get("proxy_jump"):
+        args += ["-o", "ProxyCommand=" + _proxy_command(record["proxy_jump"], known_hosts)]
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def hostvars(record, root=None):
+    """Host variables for an instance record. ``root`` is the state dir (for known_hosts)."""
+    known_hosts = state.known_hosts_path(root, record["fleet"]) if root else None
+    variables = {
+        "ansible_host": record["hostname"],
+        "ansible_port": record["port"],
+        "ansible_user": record["user"],
+        "ansible_ssh_common_args": ssh_common_args(record, known_hosts),
+        "gpufleet_fleet": record["fleet"],
+        "gpufleet_instance": record["name"],
+        "gpufleet_instance_num": record["num"],
+        "gpufleet_backend": record["backend"],
+        "gpufleet_region": record["region"],
+        "gpufleet_instance_type": record["instance_type"],
+        "gpufleet_price": record["price"],
+        "gpufleet_spot": record["spot"],
+        "gpufleet_internal_ip": record["internal_ip"],
+        "gpufleet_network": record.get("network"),
+        "gpufleet_blocks": record["blocks"],
+        "gpufleet_placement": record["placement"],
+        "gpufleet_proxy_jump": record.get("proxy_jump"),
+        "gpufleet_created": record.get("created"),
+    }
+    if record.get("identity_file"):
+        variables["ansible_ssh_private_key_file"] = record["identity_file"]
+    if record["backend"] == "local":
+        variables["ansible_python_interpreter"] = LOCAL_NODE_PYTHON
+    return variables
+
+
+def groups(record, gpu_vendor=None):
+    """The groups an instance belongs to (besides ``all``)."""
+    names = [
+        "gpufleet",
+        group_name("fleet", record["fleet"]),
+        group_name("backend", record["backend"]),
+    ]
+    if record.get("placement") == "cluster":
+        names.append("cluster")
+    if gpu_vendor and gpu_vendor != "none":
+        names.append(group_name("gpu", gpu_vendor))
+    return names
+
+
+def spec_gpu_vendor(config):
+    """The GPU vendor a fleet's resources ask for, or None."""
+    resources = config.get("resources") or {}
+    gpu = resources.get("gpu") or {}
+    count = gpu.get("count") or {}
+    if gpu.get("vendor") and (count.get("max") is None or count.get("max") > 0):
+        return gpu["vendor"]
+    return None
+
+
+def release_hostvars(config, name, path=None, root=None):
+    """Connection variables for a host that left an SSH fleet's file: the fleet-level settings.
+
+    A host removed from ``ssh_config.hosts`` is released (its marker removed) with the
+    fleet's top-level ``user``, ``port``, ``identity_file`` and ``proxy_jump``, the only ones left.
+    """
+    ssh = config["ssh_config"]
+    base_dir = os.path.dirname(os.path.abspath(path)) if path else None
+    jump = ssh.get("proxy_jump")
+    if jump:
+        jump = dict(jump, identity_file=resolve_path(jump.get("identity_file"), base_dir))
+    record = {
+        "name": None, "num": None, "fleet": name, "backend": "ssh", "region": "remote",
+        "instance_type": None, "price": None, "spot": False, "hostname": None,
+        "port": ssh.get("port") or 22, "user": ssh.get("user"),
+        "identity_file": resolve_path(ssh.get("identity_file"), base_dir),
+        "proxy_jump": jump, "internal_ip": None, "network": None, "blocks": 1,
+        "placement": config.get("placement") or "any",
+    }
+    variables = hostvars(record, root)
+    return dict((k, v) for k, v in variables.items()
+                if k.startswith("ansible_") and k != "ansible_host")

@@ -1,0 +1,75 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The end of an apply: what each host's checks said, folded into the fleet record."""
+
+from __future__ import annotations
+
+
+def _jump(instance):
+    jump = instance.get("proxy_jump")
+    if not jump:
+        return ""
+    return " through the jump host %s@%s:%s" % (jump.get("user"), jump.get("hostname"),
+                                                jump.get("port") or 22)
+
+
+def unreachable_message(instance, detail):
+    """A connection failure, said with everything the user needs to find the cause."""
+    detail = " ".join(str(detail or "no answer").split())
+    return (
+        "cannot reach %s@%s:%s%s: %s. Check the address, port, user and key of this host in "
+        "ssh_config (and of proxy_jump), and that sshd runs there"
+        % (instance.get("user"), instance.get("hostname"), instance.get("port"), _jump(instance),
+           detail)
+    )
+
+
+def fold(record, node_reports, released=None):
+    """A copy of the fleet ``record`` with each instance's status, error and resources.
+
+    ``node_reports`` maps instance names to what the play found:
+    ``{"status": "idle" | "unreachable" | "failed", "error": str or None, "facts": {...},
+    "claimed": bool}`` (``claimed``: an SSH host this apply took into the fleet).
+    Instances the play did not reach keep the status the backend gave them.
+    An SSH fleet's plan is made here: claimed hosts are created, the others kept, and
+    ``released`` (hostnames that left the file) are released.
+    """
+    node_reports = node_reports or {}
+    result = dict(record)
+    plan = record.get("plan")
+    if plan is None:
+        names = [i["name"] for i in record.get("instances") or []]
+        created = [n for n in names if (node_reports.get(n) or {}).get("claimed")]
+        plan = {"create": created, "start": [],
+                "keep": [n for n in names if n not in created], "remove": []}
+    result["plan"] = dict(plan, release=sorted(released or []))
+    instances = []
+    for instance in record.get("instances") or []:
+        instance = dict(instance)
+        report = (node_reports or {}).get(instance["name"])
+        if report:
+            status = report.get("status") or instance.get("status")
+            error = report.get("error")
+            if status == "unreachable":
+                error = unreachable_message(instance, error)
+            instance["status"] = status
+            instance["error"] = " ".join(str(error).split()) if error else None
+            facts = report.get("facts")
+            if isinstance(facts, dict) and facts:
+                instance["resources"] = facts
+                if facts.get("internal_ip"):
+                    instance["internal_ip"] = facts["internal_ip"]
+        instance.setdefault("resources", None)
+        instances.append(instance)
+    result["instances"] = instances
+    return result
+
+
+def failures(record):
+    """``["<instance>: <error>", ...]`` for the instances that failed a check."""
+    return [
+        "%s (%s): %s" % (i["name"], i.get("hostname"), i["error"])
+        for i in record.get("instances") or []
+        if i.get("status") in ("unreachable", "failed")
+    ]

@@ -1,0 +1,118 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Where the controller keeps what a fleet needs locally.
+
+The truth about a fleet lives with its resources (container labels, cloud tags, a marker file on
+SSH hosts). The controller keeps only what cannot live there and caches:
+
+    <state dir>/fleets/<fleet>/id_ed25519[.pub]   the key of a backend fleet's nodes
+    <state dir>/fleets/<fleet>/known_hosts        host keys seen on first contact
+    <state dir>/fleets/<fleet>/facts/<host>.json  the last host facts (a cache for inventory)
+
+The state dir is ``$GPUFLEET_STATE_DIR``, else ``$XDG_DATA_HOME/gpufleet``, else
+``~/.local/share/gpufleet``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+ENV = "GPUFLEET_STATE_DIR"
+
+
+class StateError(Exception):
+    """The state dir cannot be used; the message names the path and what to do."""
+
+
+def state_dir(override=None, environ=None):
+    environ = os.environ if environ is None else environ
+    if override:
+        return os.path.abspath(os.path.expanduser(override))
+    if environ.get(ENV):
+        return os.path.abspath(os.path.expanduser(environ[ENV]))
+    data_home = environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    return os.path.join(os.path.abspath(data_home), "gpufleet")
+
+
+def fleet_dir(root, fleet):
+    return os.path.join(root, "fleets", fleet)
+
+
+def key_path(root, fleet):
+    return os.path.join(fleet_dir(root, fleet), "id_ed25519")
+
+
+def known_hosts_path(root, fleet):
+    return os.path.join(fleet_dir(root, fleet), "known_hosts")
+
+
+def facts_path(root, fleet, host):
+    return os.path.join(fleet_dir(root, fleet), "facts", host + ".json")
+
+
+def ensure_fleet_dir(root, fleet):
+    path = fleet_dir(root, fleet)
+    try:
+        os.makedirs(os.path.join(path, "facts"), mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise StateError(
+            "cannot create %s (%s): set %s to a writable directory" % (path, exc.strerror, ENV)
+        )
+    return path
+
+
+def ensure_key(root, fleet, check_mode=False):
+    """The fleet's SSH key pair, made with ssh-keygen when missing. Returns (path, public, made)."""
+    path = key_path(root, fleet)
+    if os.path.exists(path) and os.path.exists(path + ".pub"):
+        with open(path + ".pub") as handle:
+            return path, handle.read().strip(), False
+    if check_mode:
+        return path, None, True
+    ensure_fleet_dir(root, fleet)
+    keygen = shutil.which("ssh-keygen")
+    if not keygen:
+        raise StateError(
+            "ssh-keygen was not found: install the OpenSSH client (on Debian/Ubuntu: "
+            "sudo apt-get install -y openssh-client)"
+        )
+    for stale in (path, path + ".pub"):
+        if os.path.exists(stale):
+            os.remove(stale)
+    proc = subprocess.run(
+        [keygen, "-q", "-t", "ed25519", "-N", "", "-C", "gpufleet-" + fleet, "-f", path],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False,
+    )
+    if proc.returncode != 0:
+        raise StateError(
+            "ssh-keygen could not make the key of fleet %s at %s: %s"
+            % (fleet, path, proc.stdout.decode("utf-8", "replace").strip())
+        )
+    with open(path + ".pub") as handle:
+        return path, handle.read().strip(), True
+
+
+def remove_fleet_dir(root, fleet, check_mode=False):
+    """Remove the fleet's key, known hosts and cached facts. Returns True if anything was there."""
+    path = fleet_dir(root, fleet)
+    if not os.path.exists(path):
+        return False
+    if not check_mode:
+        shutil.rmtree(path)
+    return True
+
+
+def read_facts(root, fleet, host):
+    """Cached host facts, or None (missing or unreadable caches are ignored)."""
+    try:
+        with open(facts_path(root, fleet, host)) as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,270 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fleet
+short_description: Create, converge or delete a dstack fleet (backend fleets) and list its hosts
+version_added: 0.1.0
+description:
+  - "Reads a dstack fleet configuration (C(type: fleet)) with gpufleet's configuration model and
+    makes its instances real."
+  - "Backend fleets (C(nodes)) are provisioned. With the C(local) backend, the default and the
+    only backend of this version, each node is a container on the controller's Docker engine
+    with its own sshd, its own dockerd and its own address: C(placement: cluster) nodes share
+    one network, other nodes get one network each. Nodes are reached by SSH as C(gpufleet) with
+    a key made for the fleet."
+  - "Applying again converges: missing nodes are created up to C(nodes.target) with the lowest
+    free instance numbers, stopped nodes are started, existing nodes are kept, and nodes are
+    removed only above C(nodes.max)."
+  - SSH fleets (C(ssh_config)) are not provisioned; their instances are listed from the file so
+    that a play can check and claim the hosts (see C(playbooks/fleet.yml)).
+  - With O(state=absent), removes the fleet's nodes, volumes and networks and its key, known
+    hosts and cached facts on the controller.
+  - Runs on the controller; the fleet's resources carry labels, which are the only record of the
+    fleet, so several controllers can manage one fleet.
+author:
+  - gpufleet maintainers (@gpufleet)
+options:
+  path:
+    description:
+      - Path to the fleet's dstack configuration file on the controller, usually
+        C(*.dstack.yml).
+      - A fleet without C(name) is named after the file (C(gpu-cluster.dstack.yml) gives
+        V(gpu-cluster)), so that applying it again finds the same fleet.
+      - Relative C(identity_file) paths in the file are taken relative to the file's directory.
+      - Exactly one of O(path) and O(config) must be given.
+    type: path
+  config:
+    description:
+      - The fleet configuration itself, as the mapping a dstack file holds. It must have a
+        C(name).
+      - Exactly one of O(path) and O(config) must be given.
+    type: dict
+  state:
+    description:
+      - V(present) converges the fleet to its configuration; V(absent) deletes it.
+    type: str
+    choices: [present, absent]
+    default: present
+  state_dir:
+    description:
+      - Where the controller keeps each fleet's key, known hosts and cached facts.
+      - Defaults to E(GPUFLEET_STATE_DIR), else C($XDG_DATA_HOME/gpufleet), else
+        C(~/.local/share/gpufleet).
+    type: path
+  image:
+    description:
+      - The image local nodes run. By default the node image of this version of gpufleet,
+        built without a registry when missing (see M(gpufleet.cluster.local_node_image)).
+    type: str
+  mirror:
+    description:
+      - The Debian mirror used when the node image has to be built.
+    type: str
+    default: http://deb.debian.org/debian
+extends_documentation_fragment:
+  - gpufleet.cluster.attributes
+  - gpufleet.cluster.attributes.action_group
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode nothing is created or removed; RV(fleet.plan) says what would be done and
+        instances that would be created are listed with status V(pending).
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+notes:
+  - Building the node image runs C(debootstrap) and needs root; run the task with C(become)
+    the first time, or build the image beforehand with M(gpufleet.cluster.local_node_image).
+  - The shape of RV(fleet) is the fleet record described in C(docs/fleets.md).
+seealso:
+  - module: gpufleet.cluster.local_node_image
+  - module: gpufleet.cluster.config_info
+"""
+
+EXAMPLES = r"""
+- name: Bring up a local fleet
+  gpufleet.cluster.fleet:
+    path: "{{ playbook_dir }}/cluster.dstack.yml"
+  register: fleet
+
+- name: Show how to reach each node
+  ansible.builtin.debug:
+    msg: "{{ item.name }}: {{ item.vars.ansible_user }}@{{ item.vars.ansible_host }}"
+  loop: "{{ fleet.hosts }}"
+
+- name: Grow an inline fleet to three nodes
+  gpufleet.cluster.fleet:
+    config:
+      type: fleet
+      name: scratch
+      nodes: 3
+      backends: [local]
+
+- name: Delete it
+  gpufleet.cluster.fleet:
+    config:
+      type: fleet
+      name: scratch
+      nodes: 3
+    state: absent
+"""
+
+RETURN = r"""
+fleet:
+  description:
+    - The fleet record (see C(docs/fleets.md)) after the change, or in check mode as it would be.
+  returned: success
+  type: dict
+  contains:
+    name:
+      description: The fleet's name.
+      type: str
+      returned: success
+      sample: demo
+    fleet_type:
+      description: V(backend) or V(ssh).
+      type: str
+      returned: success
+    plan:
+      description:
+        - Instance names by what was done to them (V(create), V(start), V(keep), V(remove),
+          V(release)); null for SSH fleets, whose hosts are claimed by the play.
+      type: dict
+      returned: success
+      sample: {create: [demo-1], start: [], keep: [demo-0], remove: [], release: []}
+    instances:
+      description: One record per instance, sorted by instance number.
+      type: list
+      elements: dict
+      returned: success
+hosts:
+  description:
+    - One entry per reachable instance, ready for M(ansible.builtin.add_host), with the same
+      groups and variables the C(gpufleet.cluster.fleet) inventory plugin gives.
+  returned: success
+  type: list
+  elements: dict
+  sample:
+    - name: demo-0
+      groups: [gpufleet, fleet_demo, backend_local, cluster]
+      vars: {ansible_host: 172.18.0.2, ansible_port: 22, ansible_user: gpufleet}
+state_dir:
+  description: The state dir used (see O(state_dir)).
+  returned: success
+  type: str
+  sample: /home/me/.local/share/gpufleet
+release_vars:
+  description:
+    - For SSH fleets, the connection variables for a host that is no longer in the file (the
+      fleet-level C(user), C(port), C(identity_file) and C(proxy_jump)), used to release it;
+      null for backend fleets.
+  returned: success
+  type: dict
+removed:
+  description: With O(state=absent), the containers, volumes, networks and local files removed.
+  returned: when state is absent
+  type: dict
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import (
+    Docker,
+    DockerError,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import apply, records, state
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.naming import NamingError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
+    HAS_YAML,
+    SpecError,
+    parse_data,
+    parse_file,
+)
+
+KNOWN_ERRORS = (SpecError, NamingError, DockerError, local.BuildError, local.FleetError,
+                apply.ApplyError, state.StateError)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path"),
+            config=dict(type="dict"),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            state_dir=dict(type="path"),
+            image=dict(type="str"),
+            mirror=dict(type="str", default=local.DEFAULT_MIRROR),
+        ),
+        mutually_exclusive=[("path", "config")],
+        required_one_of=[("path", "config")],
+        supports_check_mode=True,
+    )
+    params = module.params
+    path = params["path"]
+    docker = Docker()
+    root = state.state_dir(params["state_dir"])
+
+    def build_image(check_mode):
+        return local.ensure_node_image(docker, mirror=params["mirror"], check_mode=check_mode)[0]
+
+    try:
+        if path is None:
+            config, warnings = parse_data(params["config"], "inline config", "fleet")
+        else:
+            if not HAS_YAML:
+                module.fail_json(msg=missing_required_lib("PyYAML"))
+            config, warnings = parse_file(path, "fleet")
+        for warning in warnings:
+            module.warn("%s: %s" % (path or "inline config", warning))
+        if config["fleet_type"] == "backend":
+            docker.ping()
+        if params["state"] == "absent":
+            record, changed = apply.delete(config, path, docker, root, module.check_mode)
+            release_vars = None
+            if config["fleet_type"] == "ssh":
+                release_vars = records.release_hostvars(config, record["name"], path, root)
+            module.exit_json(changed=changed, fleet=record, hosts=[], removed=record["removed"],
+                             state_dir=root, release_vars=release_vars)
+        record, changed = apply.apply(
+            config, path, docker, root, module.check_mode, image=params["image"],
+            build_image=build_image,
+        )
+        if not module.check_mode:
+            state.ensure_fleet_dir(root, record["name"])
+    except KNOWN_ERRORS as exc:
+        module.fail_json(msg=str(exc))
+    except Exception as exc:  # pylint: disable=broad-exception-caught
+        module.fail_json(
+            msg="internal error in gpufleet (please report it): %s" % exc,
+            exception=traceback.format_exc(),
+        )
+    vendor = records.spec_gpu_vendor(config)
+    hosts = [
+        {
+            "name": instance["name"],
+            "groups": records.groups(instance, vendor),
+            "vars": records.hostvars(instance, root),
+        }
+        for instance in record["instances"]
+        if instance.get("hostname")
+    ]
+    release_vars = None
+    if config["fleet_type"] == "ssh":
+        release_vars = records.release_hostvars(config, record["name"], path, root)
+    module.exit_json(changed=changed, fleet=record, hosts=hosts, state_dir=root,
+                     release_vars=release_vars)
+
+
+if __name__ == "__main__":
+    main()
