@@ -10,10 +10,19 @@ BUILD := build
 COLLECTION_DIR := $(BUILD)/ansible_collections/gpufleet/cluster
 ANSIBLE_TEST_PYTHON := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
-.PHONY: test unit unit-all engine integration sanity lint changelog-lint venv collection clean
+.PHONY: test demo demo-delete unit unit-all engine integration sanity lint changelog-lint venv \
+	collection clean
 
 test: venv unit-all integration sanity lint changelog-lint
 	@echo "all test tiers passed"
+
+# The main job on the local default: a 2-node local cluster fleet, then the fleet table.
+demo: venv engine
+	$(BIN)/gpufleet apply -y -f inventories/demo/demo.dstack.yml
+	$(BIN)/gpufleet fleet
+
+demo-delete: venv
+	$(BIN)/gpufleet delete -y -f inventories/demo/demo.dstack.yml
 
 $(BIN)/activate: pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -432,3 +432,29 @@ def test_console_script_json_for_an_accepted_huge_number(tmp_path):
     results = json.loads(proc.stdout)
     assert results[0]["file"] == "t.yml"
     assert proc.returncode == (0 if results[0]["ok"] else 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# apply / fleet / delete refuse bad files before any playbook runs
+
+
+@pytest.mark.parametrize("command", [["apply"], ["delete", "-y"], ["fleet"]])
+def test_fleet_commands_refuse_an_invalid_file_without_running_anything(files, command):
+    path = files("bad.dstack.yml", "type: fleet\nname: bad\nnodes: 0..x\n")
+    code, out, err = run(*(command + ["-f", path]))
+    assert code == 1
+    assert out == ""
+    assert err.startswith(path + ": nodes: ")
+
+
+def test_apply_refuses_a_task_file(files):
+    path = files("t.dstack.yml", "type: task\ncommands: [hostname]\n")
+    code, _out, err = run("apply", "-f", path)
+    assert code == 1
+    assert "this is a task configuration" in err and "fleet files only" in err
+
+
+def test_apply_needs_a_file():
+    with pytest.raises(SystemExit) as info:
+        run("apply")
+    assert info.value.code == 2

@@ -209,6 +209,9 @@ FLEET_LABEL = LABEL_PREFIX + "fleet"
 INSTANCE_LABEL = LABEL_PREFIX + "instance"
 CREATED_LABEL = LABEL_PREFIX + "created"
 PLACEMENT_LABEL = LABEL_PREFIX + "placement"
+# The fleet settings a listing needs without the file (nodes, placement, resources...), as JSON.
+SPEC_LABEL = LABEL_PREFIX + "spec"
+SPEC_KEYS = ("nodes", "placement", "blocks", "backends", "resources", "spot_policy", "max_price")
 NODE_SSH_PORT = 22
 
 
@@ -346,7 +349,24 @@ def _placement_of(nodes):
     return placements.pop() if len(placements) == 1 else None
 
 
-def _run_node(docker, fleet, num, placement, image, public_key, created, flags):
+def spec_label(config):
+    """The label value that lets a fleet be listed without its file."""
+    return json.dumps(dict((k, config.get(k)) for k in SPEC_KEYS), sort_keys=True)
+
+
+def spec_from_nodes(nodes):
+    """The fleet settings stored on a fleet's nodes (the newest node's), or None."""
+    for node in sorted(nodes, key=lambda n: n.get("created") or "", reverse=True):
+        try:
+            value = json.loads(node["labels"].get(SPEC_LABEL) or "null")
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def _run_node(docker, fleet, num, placement, image, public_key, created, flags, spec=None):
     network = network_name(fleet, num, placement)
     args = [
         "run", "-d", "--name", container_name(fleet, num),
@@ -360,6 +380,8 @@ def _run_node(docker, fleet, num, placement, image, public_key, created, flags):
         "--env", "GPUFLEET_AUTHORIZED_KEY=" + public_key,
         "--mount", "type=volume,source=%s,target=/var/lib/docker" % volume_name(fleet, num),
     ]
+    if spec:
+        args += ["--label", "%s=%s" % (SPEC_LABEL, spec)]
     return docker.run(*(args + list(flags) + [image]), check=False)
 
 
@@ -379,14 +401,15 @@ def _ensure_volume(docker, name, fleet):
     docker.run("volume", "create", "--label", "%s=%s" % (FLEET_LABEL, fleet), name)
 
 
-def start_node(docker, fleet, num, placement, image, public_key, created, privileged=None):
+def start_node(docker, fleet, num, placement, image, public_key, created, privileged=None,
+               spec=None):
     """Create and start one node. Returns whether --privileged was usable (for the next node)."""
     _ensure_network(docker, network_name(fleet, num, placement), fleet)
     _ensure_volume(docker, volume_name(fleet, num), fleet)
     attempts = [True, False] if privileged is None else [privileged]
     for allowed in attempts:
         rc, _out, err = _run_node(
-            docker, fleet, num, placement, image, public_key, created, run_flags(allowed)
+            docker, fleet, num, placement, image, public_key, created, run_flags(allowed), spec
         )
         if rc == 0:
             return allowed

@@ -69,6 +69,30 @@ def describe(config, path=None, docker=None, root=None):
     return record
 
 
+def discover(docker, root=None):
+    """Every fleet the backends hold, from their labels alone (no files): fleet records."""
+    root = state.state_dir(root)
+    nodes = local.list_nodes(docker)
+    by_fleet = {}
+    for node in nodes:
+        name = node["labels"].get(local.FLEET_LABEL)
+        if name:
+            by_fleet.setdefault(name, []).append(node)
+    found = []
+    for name in sorted(by_fleet):
+        spec = local.spec_from_nodes(by_fleet[name]) or {}
+        config = dict(spec, fleet_type="backend", ssh_config=None)
+        record = fleet_record(config, name)
+        record["instances"] = local.instance_records(
+            by_fleet[name], name, spec.get("blocks", 1), state.key_path(root, name)
+        )
+        record["created"] = min(
+            (i["created"] for i in record["instances"] if i["created"]), default=None
+        )
+        found.append(record)
+    return found
+
+
 def apply(config, path=None, docker=None, root=None, check_mode=False, image=None,
           build_image=None):
     """Converge a fleet to its config. Returns ``(fleet record, changed)``.
@@ -122,7 +146,8 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
             privileged = None
             for num in nums["create"]:
                 privileged = local.start_node(
-                    docker, name, num, placement, image, public_key, created, privileged
+                    docker, name, num, placement, image, public_key, created, privileged,
+                    spec=local.spec_label(config),
                 )
         nodes = local.list_nodes(docker, name)
     record = fleet_record(config, name, path)

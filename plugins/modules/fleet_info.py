@@ -1,0 +1,122 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fleet_info
+short_description: List fleets and their instances, from fleet files or from the backends' labels
+version_added: 0.1.0
+description:
+  - "With O(paths), describes the fleets those dstack fleet files define, as they are now:
+    backend fleet instances from the backend's live state, SSH fleet instances from the file."
+  - Without O(paths), finds every fleet the backends hold from their labels alone (for the
+    C(local) backend, the labels of the node containers on this machine's Docker engine). SSH
+    fleets live only in their files and are listed only through O(paths).
+  - Nothing is changed and no host is contacted; instance status is what the backend says.
+author:
+  - gpufleet maintainers (@gpufleet)
+options:
+  paths:
+    description:
+      - dstack fleet files on the controller. When empty, fleets are found through the
+        backends.
+    type: list
+    elements: path
+    default: []
+  state_dir:
+    description:
+      - Where the controller keeps each fleet's key, known hosts and cached facts (see
+        M(gpufleet.cluster.fleet)).
+    type: path
+extends_documentation_fragment:
+  - gpufleet.cluster.attributes
+  - gpufleet.cluster.attributes.info_module
+  - gpufleet.cluster.attributes.action_group
+seealso:
+  - module: gpufleet.cluster.fleet
+"""
+
+EXAMPLES = r"""
+- name: List every local fleet
+  gpufleet.cluster.fleet_info:
+  register: found
+
+- name: Print them as dstack does
+  ansible.builtin.debug:
+    msg: "{{ found.fleets | gpufleet.cluster.fleet_table }}"
+
+- name: Describe two fleets from their files
+  gpufleet.cluster.fleet_info:
+    paths:
+      - "{{ playbook_dir }}/cluster.dstack.yml"
+      - "{{ playbook_dir }}/onprem.dstack.yml"
+"""
+
+RETURN = r"""
+fleets:
+  description: One fleet record per fleet (see C(docs/fleets.md)), in name order without O(paths).
+  returned: success
+  type: list
+  elements: dict
+hosts:
+  description:
+    - One entry per instance with an address, for M(ansible.builtin.add_host), with the same
+      groups and variables the C(gpufleet.cluster.fleet) inventory plugin gives.
+  returned: success
+  type: list
+  elements: dict
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import (
+    Docker,
+    DockerError,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import apply, records, state
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.naming import NamingError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import SpecError, parse_file
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            paths=dict(type="list", elements="path", default=[]),
+            state_dir=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    root = state.state_dir(module.params["state_dir"])
+    docker = Docker()
+    fleets = []
+    try:
+        if module.params["paths"]:
+            for path in module.params["paths"]:
+                config, _warnings = parse_file(path, "fleet")
+                fleets.append(apply.describe(config, path, docker, root))
+        else:
+            fleets = apply.discover(docker, root)
+    except (SpecError, NamingError, DockerError, apply.ApplyError) as exc:
+        module.fail_json(msg=str(exc))
+    except Exception as exc:  # pylint: disable=broad-exception-caught
+        module.fail_json(msg="internal error in gpufleet (please report it): %s" % exc,
+                         exception=traceback.format_exc())
+    hosts = []
+    for fleet in fleets:
+        vendor = records.spec_gpu_vendor(fleet)
+        for instance in fleet["instances"]:
+            if instance.get("hostname"):
+                hosts.append({"name": instance["name"],
+                              "groups": records.groups(instance, vendor),
+                              "vars": records.hostvars(instance, root)})
+    module.exit_json(changed=False, fleets=fleets, hosts=hosts)
+
+
+if __name__ == "__main__":
+    main()

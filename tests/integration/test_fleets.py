@@ -1,0 +1,338 @@
+"""Fleets become inventory, end to end on this machine's Docker engine.
+
+A local fleet comes up through playbooks/fleet.yml and grows; an SSH fleet is then laid over the
+same nodes, reached through one of them as the jump host, with one host whose sudo wants a
+password, one whose sshd forbids TCP forwarding and one address nothing answers on. Each bad
+host gets its own message while the good one becomes ready; ownership markers keep a host in one
+fleet; a second apply changes nothing; delete leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
+
+from gpufleet._collection import collections_path
+from gpufleet.runner import run_playbook
+
+BIN = Path(sys.executable).parent
+SUFFIX = uuid.uuid4().hex[:6]
+RIG = "rig-" + SUFFIX        # the local fleet
+LAB = "lab-" + SUFFIX        # the SSH fleet over the rig's nodes
+OTHER = "other-" + SUFFIX    # a second SSH fleet that wants a host of the first
+MARKER = "/etc/gpufleet/fleet.json"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """State dir and environment shared by the module's tests (they run in order)."""
+    base = tmp_path_factory.mktemp("fleets")
+    state_dir = base / "state"
+    old = os.environ.get("GPUFLEET_STATE_DIR")
+    os.environ["GPUFLEET_STATE_DIR"] = str(state_dir)
+    env = dict(
+        os.environ,
+        ANSIBLE_COLLECTIONS_PATH=str(collections_path()),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_LOCALHOST_WARNING="0",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+        ANSIBLE_INVENTORY_ENABLED="gpufleet.cluster.fleet,yaml,ini",
+    )
+    world = {"base": base, "state": state_dir, "env": env, "docker": Docker()}
+    local.ensure_node_image(world["docker"])
+    yield world
+    # Whatever a failed test left behind goes, without asserting anything here.
+    for name in (OTHER, LAB, RIG):
+        path = base / (name + ".dstack.yml")
+        if path.exists():
+            run_playbook("delete.yml", {"fleet": str(path)})
+    if old is None:
+        os.environ.pop("GPUFLEET_STATE_DIR", None)
+    else:
+        os.environ["GPUFLEET_STATE_DIR"] = old
+
+
+def write_fleet(world, name, text):
+    path = world["base"] / (name + ".dstack.yml")
+    path.write_text(text)
+    return str(path)
+
+
+def apply(path, check=False):
+    # Unreachable hosts are given up on after 15 s instead of the default minute.
+    result = run_playbook("fleet.yml", {"fleet": path, "gpufleet_connect_timeout": 15},
+                          check=check)
+    fleets = result.stats.get("gpufleet_fleets") or []
+    assert len(fleets) == 1, result.stdout[-4000:]
+    return result, fleets[0]
+
+
+def ansible_playbook(world, playbook, path):
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), str(Path(__file__).parents[2] / "playbooks" / playbook),
+         "-e", "fleet=" + path],
+        capture_output=True, text=True, env=world["env"], check=False, timeout=900,
+    )
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    return proc
+
+
+def recap(stdout):
+    """{host: {"ok": n, "changed": n, ...}} from ansible-playbook's PLAY RECAP."""
+    found = {}
+    for line in stdout.split("PLAY RECAP", 1)[-1].splitlines():
+        match = re.match(r"^(\S+)\s+:\s+(.*)$", line)
+        if match:
+            found[match.group(1)] = dict(
+                (k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", match.group(2)))
+    return found
+
+
+def by_name(record):
+    return dict((i["name"], i) for i in record["instances"])
+
+
+def sh(world, container, script, user="root"):
+    return world["docker"].run("exec", "-u", user, container, "sh", "-c", script)
+
+
+def test_local_fleet_comes_up_with_nodes_reached_over_ssh(world):
+    path = write_fleet(world, RIG, "type: fleet\nname: %s\nnodes: 2\nplacement: cluster\n"
+                                   "backends: [local]\n" % RIG)
+    planned, record = apply(path, check=True)
+    assert planned.ok, planned.stdout[-3000:]
+    assert record["plan"]["create"] == [RIG + "-0", RIG + "-1"]
+    assert local.list_nodes(world["docker"], RIG) == []  # check mode made nothing
+
+    result, record = apply(path)
+    assert result.ok, result.stdout[-3000:]
+    instances = by_name(record)
+    assert sorted(instances) == [RIG + "-0", RIG + "-1"]
+    for instance in instances.values():
+        assert instance["status"] == "idle", instance
+        assert instance["resources"]["cpus"] >= 1
+        assert instance["internal_ip"] == instance["hostname"]
+    assert "instance=1" in result.stdout and "NAME" in result.stdout
+    # Both nodes are on the fleet's one network, labelled with the fleet and instance number.
+    nodes = local.list_nodes(world["docker"], RIG)
+    assert [n["labels"][local.INSTANCE_LABEL] for n in nodes] == ["0", "1"]
+    assert all(list(n["networks"]) == ["gpufleet-" + RIG] for n in nodes)
+    assert (world["state"] / "fleets" / RIG / "id_ed25519").exists()
+
+
+def test_reapplying_changes_nothing_and_growing_keeps_existing_nodes(world):
+    path = str(world["base"] / (RIG + ".dstack.yml"))
+    before = dict((n["name"], n["id"]) for n in local.list_nodes(world["docker"], RIG))
+    proc = ansible_playbook(world, "fleet.yml", path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    counts = recap(proc.stdout)
+    assert set(counts) == {"localhost", RIG + "-0", RIG + "-1"}
+    assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
+
+    write_fleet(world, RIG, "type: fleet\nname: %s\nnodes: 3\nplacement: cluster\n"
+                            "backends: [local]\n" % RIG)
+    result, record = apply(path)
+    assert result.ok, result.stdout[-3000:]
+    assert record["plan"]["create"] == [RIG + "-2"]
+    assert record["plan"]["keep"] == [RIG + "-0", RIG + "-1"]
+    after = dict((n["name"], n["id"]) for n in local.list_nodes(world["docker"], RIG))
+    assert all(after[name] == before[name] for name in before)
+    assert len(after) == 3
+
+
+def test_inventory_plugin_lists_the_live_nodes(world):
+    path = str(world["base"] / (RIG + ".dstack.yml"))
+    proc = subprocess.run([str(BIN / "ansible-inventory"), "-i", path, "--graph"],
+                          capture_output=True, text=True, env=world["env"], check=True)
+    graph = proc.stdout
+    group = "fleet_" + RIG.replace("-", "_")
+    for expected in ("@gpufleet:", "@%s:" % group, "@backend_local:", "@cluster:"):
+        assert expected in graph, graph
+    for num in range(3):
+        assert "--%s-%d" % (RIG, num) in graph
+    ping = subprocess.run([str(BIN / "ansible"), "-i", path, group, "-m", "ansible.builtin.ping"],
+                          capture_output=True, text=True, env=world["env"], check=False)
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+    assert ping.stdout.count("SUCCESS") == 3
+    hostvars = json.loads(subprocess.run(
+        [str(BIN / "ansible-inventory"), "-i", path, "--host", RIG + "-0"],
+        capture_output=True, text=True, env=world["env"], check=True).stdout)
+    assert hostvars["gpufleet_host"]["cpus"] >= 1          # the facts fleet.yml cached
+    assert hostvars["gpufleet_placement"] == "cluster"
+
+
+def rig_subnet(world):
+    """The CIDR of the rig's network: the SSH fleet's ``network`` (nodes also have docker0)."""
+    return world["docker"].run("network", "inspect", "--format",
+                               "{{(index .IPAM.Config 0).Subnet}}", "gpufleet-" + RIG).strip()
+
+
+def ssh_fleet_text(world, name, hosts, jump):
+    key = str(world["state"] / "fleets" / RIG / "id_ed25519")
+    lines = ["type: fleet", "name: " + name, "placement: cluster", "ssh_config:",
+             "  user: gpufleet", "  identity_file: " + key, "  network: " + rig_subnet(world),
+             "  proxy_jump: {hostname: %s, user: gpufleet, identity_file: %s}" % (jump, key),
+             "  hosts:"]
+    lines += ["    - " + host for host in hosts]
+    return "\n".join(lines) + "\n"
+
+
+def test_ssh_fleet_checks_each_host_and_names_what_is_wrong(world):
+    rig = by_name({"instances": local.instance_records(
+        local.list_nodes(world["docker"], RIG), RIG, 1, None)})
+    head, sudo_host, nofwd_host = (rig["%s-%d" % (RIG, n)] for n in range(3))
+    # One host's sudo wants a password; another's sshd forbids TCP forwarding.
+    sh(world, sudo_host["container"],
+       "echo 'gpufleet ALL=(ALL) ALL' > /etc/sudoers.d/gpufleet; "
+       "echo 'gpufleet:secret' | chpasswd")
+    sh(world, nofwd_host["container"],
+       "echo 'AllowTcpForwarding no' > /etc/ssh/sshd_config.d/00-test.conf")
+    network = head["hostname"].rsplit(".", 1)[0]
+    nobody = network + ".250"  # on the fleet's network, but no node has it
+    hosts = [head["hostname"], sudo_host["hostname"], nofwd_host["hostname"], nobody]
+    path = write_fleet(world, LAB, ssh_fleet_text(world, LAB, hosts, head["hostname"]))
+
+    result, record = apply(path)
+    assert not result.ok  # the fleet has bad hosts, so the apply fails ...
+    instances = by_name(record)
+    good = instances[LAB + "-0"]
+    assert good["status"] == "idle", good        # ... but the healthy host got through
+    assert good["resources"]["internal_ip"] == head["hostname"]
+
+    sudo = instances[LAB + "-1"]
+    assert sudo["status"] == "failed"
+    assert "passwordless sudo" in sudo["error"] and "gpufleet" in sudo["error"], sudo["error"]
+    assert "NOPASSWD" in sudo["error"]
+
+    nofwd = instances[LAB + "-2"]
+    assert nofwd["status"] == "failed"
+    assert "AllowTcpForwarding yes" in nofwd["error"], nofwd["error"]
+
+    gone = instances[LAB + "-3"]
+    assert gone["status"] == "unreachable"
+    assert gone["error"].startswith(
+        "cannot reach gpufleet@%s:22 through the jump host gpufleet@%s:22: "
+        % (nobody, head["hostname"])), gone["error"]
+    # The run's failure lists every bad host, once each.
+    for name in (LAB + "-1", LAB + "-2", LAB + "-3"):
+        assert name in result.stdout
+    # Only the healthy host was claimed, and it was reached through the jump host.
+    marker = json.loads(sh(world, head["container"], "cat " + MARKER))
+    assert marker["fleet"] == LAB and marker["instance"] == 0
+    assert sh(world, sudo_host["container"], "test -e %s && echo yes || echo no" % MARKER
+              ).strip() == "no"
+    via = subprocess.run(
+        [str(BIN / "ansible"), "-i", path, LAB + "-0", "-m", "ansible.builtin.command",
+         "-a", "printenv SSH_CONNECTION"],
+        capture_output=True, text=True, env=world["env"], check=False)
+    assert via.returncode == 0, via.stdout + via.stderr
+    client_ip = via.stdout.split("\n", 1)[1].split()[0]
+    assert client_ip == head["hostname"], via.stdout  # the connection came from the jump host
+
+
+def test_a_host_belongs_to_one_fleet_until_released(world):
+    rig = by_name({"instances": local.instance_records(
+        local.list_nodes(world["docker"], RIG), RIG, 1, None)})
+    head, sudo_host, nofwd_host = (rig["%s-%d" % (RIG, n)] for n in range(3))
+    # Mend the two broken hosts; the unreachable address leaves the file.
+    sh(world, sudo_host["container"],
+       "echo 'gpufleet ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/gpufleet")
+    sh(world, nofwd_host["container"], "rm /etc/ssh/sshd_config.d/00-test.conf")
+    hosts = [head["hostname"], sudo_host["hostname"], nofwd_host["hostname"]]
+    lab = write_fleet(world, LAB, ssh_fleet_text(world, LAB, hosts, head["hostname"]))
+    result, record = apply(lab)
+    assert result.ok, result.stdout[-3000:]
+    assert record["plan"]["create"] == [LAB + "-1", LAB + "-2"]
+    assert record["plan"]["keep"] == [LAB + "-0"]
+
+    # A second apply changes nothing, on the hosts or in the fleet.
+    proc = ansible_playbook(world, "fleet.yml", lab)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert all(c["changed"] == 0 for c in recap(proc.stdout).values()), recap(proc.stdout)
+
+    # Another fleet cannot take a host the first one holds.
+    other = write_fleet(world, OTHER, ssh_fleet_text(world, OTHER, [nofwd_host["hostname"]],
+                                                     head["hostname"]))
+    result, record = apply(other)
+    assert not result.ok
+    error = by_name(record)[OTHER + "-0"]["error"]
+    assert "already in fleet %s as instance 2" % LAB in error, error
+
+    # Taking the host out of the first fleet's file releases it; then the other fleet gets it.
+    write_fleet(world, LAB, ssh_fleet_text(world, LAB, hosts[:2], head["hostname"]))
+    result, record = apply(lab)
+    assert result.ok, result.stdout[-3000:]
+    assert record["plan"]["release"] == [nofwd_host["hostname"]]
+    assert sh(world, nofwd_host["container"], "test -e %s && echo yes || echo no" % MARKER
+              ).strip() == "no"
+    result, record = apply(other)
+    assert result.ok, result.stdout[-3000:]
+    marker = json.loads(sh(world, nofwd_host["container"], "cat " + MARKER))
+    assert marker["fleet"] == OTHER
+
+
+def test_delete_leaves_nothing_behind(world):
+    for name in (OTHER, LAB):
+        path = str(world["base"] / (name + ".dstack.yml"))
+        result = run_playbook("delete.yml", {"fleet": path})
+        assert result.ok, result.stdout[-3000:]
+    rig = local.instance_records(local.list_nodes(world["docker"], RIG), RIG, 1, None)
+    for instance in rig:
+        assert sh(world, instance["container"], "test -e %s && echo yes || echo no" % MARKER
+                  ).strip() == "no"
+
+    proc = ansible_playbook(world, "delete.yml", str(world["base"] / (RIG + ".dstack.yml")))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    docker = world["docker"]
+    label = "label=%s=%s" % (local.FLEET_LABEL, RIG)
+    assert docker.run("ps", "-a", "-q", "--filter", label).strip() == ""
+    assert docker.run("network", "ls", "-q", "--filter", label).strip() == ""
+    assert docker.run("volume", "ls", "-q", "--filter", label).strip() == ""
+    assert not (world["state"] / "fleets" / RIG).exists()
+    # Deleting again is not an error and changes nothing.
+    again = run_playbook("delete.yml", {"fleet": str(world["base"] / (RIG + ".dstack.yml"))})
+    assert again.ok and "nothing to delete" in again.stdout
+
+
+def test_the_gpufleet_command_plans_asks_applies_lists_and_deletes(world):
+    name = "cli-" + SUFFIX
+    path = write_fleet(world, name, "type: fleet\nname: %s\nnodes: 1\nbackends: [local]\n" % name)
+    gpufleet = [str(BIN / "gpufleet")]
+
+    def run(*args):
+        return subprocess.run(gpufleet + list(args), capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, env=world["env"], check=False,
+                              timeout=900)
+
+    # No terminal and no -y: the plan is shown, nothing is changed, and it does not wait.
+    asked = run("apply", "-f", path)
+    assert asked.returncode == 1, asked.stdout + asked.stderr
+    assert "create %s-0" % name in asked.stdout
+    assert "pass -y" in asked.stderr
+    assert local.list_nodes(world["docker"], name) == []
+
+    applied = run("apply", "-f", path, "-y")
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert "TASK Converge the fleet to its file" in applied.stderr  # progress while it runs
+    rows = [line.split() for line in applied.stdout.splitlines()]
+    assert ["instance=0", "-", "on-demand", "local", "(local)", "$0", "idle"] == rows[-1][:7]
+
+    listed = run("fleet", "--json")
+    assert listed.returncode == 0, listed.stderr
+    fleets = dict((f["name"], f) for f in json.loads(listed.stdout))
+    assert [i["status"] for i in fleets[name]["instances"]] == ["idle"]
+    assert fleets[name]["nodes"] == {"min": 1, "target": 1, "max": 1}  # from the labels alone
+
+    deleted = run("delete", "-f", path, "-y")
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+    assert "Fleet %s deleted." % name in deleted.stdout
+    assert local.list_nodes(world["docker"], name) == []
