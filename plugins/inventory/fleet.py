@@ -201,7 +201,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             except KeyError:
                 pass
         try:
-            answers = {"local": local.list_nodes(Docker())}
+            docker = Docker()
+            docker.ping()
+            answers = {"local": local.list_nodes(docker)}
         except DockerError as exc:
             self.display.warning(
                 "%s: the local fleets' nodes cannot be listed, so they have no hosts: %s"
