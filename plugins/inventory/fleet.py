@@ -226,13 +226,14 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         vendor = records.spec_gpu_vendor(config)
         self.inventory.add_group(records.groups({"fleet": name, "backend": "ssh"})[1])
         strict = self.get_option("strict")
+        cached = state.read_facts(root, name)
         for instance in instances:
             if not instance.get("hostname"):
                 continue
             host = instance["name"]
             self.inventory.add_host(host)
             variables = records.hostvars(instance, root)
-            facts = state.read_facts(root, name, host)
+            facts = cached.get(host)
             host_vendor = vendor
             if facts is not None:
                 variables["gpufleet_host"] = facts

@@ -250,11 +250,14 @@ def test_fleet_key_is_made_once_and_removed_with_the_fleet(tmp_path):
 
 def test_cached_facts_are_optional(tmp_path):
     root = str(tmp_path)
-    assert state.read_facts(root, "demo", "demo-0") is None
+    assert state.read_facts(root, "demo") == {}
     state.ensure_fleet_dir(root, "demo")
-    with open(state.facts_path(root, "demo", "demo-0"), "w") as handle:
+    with open(state.facts_path(root, "demo"), "w") as handle:
         handle.write("not json")
-    assert state.read_facts(root, "demo", "demo-0") is None
+    assert state.read_facts(root, "demo") == {}
+    with open(state.facts_path(root, "demo"), "w") as handle:
+        handle.write('{"demo-0": {"cpus": 2}, "demo-1": "junk"}')
+    assert state.read_facts(root, "demo") == {"demo-0": {"cpus": 2}}
 
 
 # --- report -----------------------------------------------------------------------------------

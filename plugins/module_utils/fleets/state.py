@@ -8,7 +8,7 @@ SSH hosts). The controller keeps only what cannot live there and caches:
 
     <state dir>/fleets/<fleet>/id_ed25519[.pub]   the key of a backend fleet's nodes
     <state dir>/fleets/<fleet>/known_hosts        host keys seen on first contact
-    <state dir>/fleets/<fleet>/facts/<host>.json  the last host facts (a cache for inventory)
+    <state dir>/fleets/<fleet>/facts.json         the last host facts by host (a cache for inventory)
 
 The state dir is ``$GPUFLEET_STATE_DIR``, else ``$XDG_DATA_HOME/gpufleet``, else
 ``~/.local/share/gpufleet``.
@@ -52,14 +52,14 @@ def known_hosts_path(root, fleet):
     return os.path.join(fleet_dir(root, fleet), "known_hosts")
 
 
-def facts_path(root, fleet, host):
-    return os.path.join(fleet_dir(root, fleet), "facts", host + ".json")
+def facts_path(root, fleet):
+    return os.path.join(fleet_dir(root, fleet), "facts.json")
 
 
 def ensure_fleet_dir(root, fleet):
     path = fleet_dir(root, fleet)
     try:
-        os.makedirs(os.path.join(path, "facts"), mode=0o700, exist_ok=True)
+        os.makedirs(path, mode=0o700, exist_ok=True)
     except OSError as exc:
         raise StateError(
             "cannot create %s (%s): set %s to a writable directory" % (path, exc.strerror, ENV)
@@ -108,11 +108,13 @@ def remove_fleet_dir(root, fleet, check_mode=False):
     return True
 
 
-def read_facts(root, fleet, host):
-    """Cached host facts, or None (missing or unreadable caches are ignored)."""
+def read_facts(root, fleet):
+    """Cached host facts of a fleet, ``{host: facts}``; empty when missing or unreadable."""
     try:
-        with open(facts_path(root, fleet, host)) as handle:
+        with open(facts_path(root, fleet)) as handle:
             data = json.load(handle)
     except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return dict((k, v) for k, v in data.items() if isinstance(v, dict))

@@ -147,9 +147,10 @@ def test_config_file_with_inline_fleets_local_nodes_and_constructed_groups(env, 
         "  - {key: gpufleet_backend, prefix: via}\n"
         "compose:\n"
         "  ansible_become: gpufleet_backend == 'ssh'\n")
-    facts_dir = tmp_path / "state" / "fleets" / "web" / "facts"
-    facts_dir.mkdir(parents=True)
-    (facts_dir / "web-1.json").write_text(json.dumps({"cpus": 8, "gpu": {"vendor": "nvidia"}}))
+    fleet_dir = tmp_path / "state" / "fleets" / "web"
+    fleet_dir.mkdir(parents=True)
+    (fleet_dir / "facts.json").write_text(
+        json.dumps({"web-1": {"cpus": 8, "gpu": {"vendor": "nvidia"}}}))
     data = listing(env, str(source))
     assert members(data, "fleet_web") == ["web-0", "web-1"]
     assert members(data, "backend_local") == ["web-0", "web-1"]
