@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -12,3 +15,23 @@ if str(ROOT) not in sys.path:
 from gpufleet._collection import ensure_importable  # noqa: E402
 
 ensure_importable()
+
+
+@pytest.fixture
+def listener():
+    """A TCP port on 127.0.0.1 that accepts connections."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    yield server.getsockname()[1]
+    server.close()
+
+
+@pytest.fixture
+def closed_port():
+    """A TCP port on 127.0.0.1 that nothing listens on."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port

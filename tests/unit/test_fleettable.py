@@ -11,7 +11,6 @@ import copy
 import datetime
 import itertools
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -480,22 +479,11 @@ def test_filters_through_ansible(tmp_path):
         ' "verbose": fleets | gpufleet.cluster.fleet_table(verbose=true, now="%s"),'
         ' "plan": fleets[0] | gpufleet.cluster.fleet_plan} }}' % (NOW, NOW)
     )
-    env = module_runner.ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal")
-    proc = subprocess.run(
-        [
-            sys.executable, "-m", "ansible.cli.adhoc", "localhost", "-c", "local",
-            "-e", "@%s" % (tmp_path / "vars.json"), "-m", "ansible.builtin.debug",
-            "-a", json.dumps({"msg": expression}),
-        ],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    proc = module_runner.run_adhoc(
+        tmp_path, "ansible.builtin.debug", json.dumps({"msg": expression}),
+        "-e", "@%s" % (tmp_path / "vars.json"),
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    result = json.loads(proc.stdout.split("=>", 1)[1])["msg"]
+    result = module_runner.adhoc_result(proc)["msg"]
     assert result["table"] == fleet_table(fleets, now=NOW)
     assert result["verbose"] == fleet_table(fleets, now=NOW, verbose=True)
     assert result["plan"] == plan_lines(fleets[0])

@@ -633,26 +633,6 @@ def test_match_spec():
 # peers
 
 
-@pytest.fixture
-def listener():
-    """A TCP port on 127.0.0.1 that accepts connections."""
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    yield server.getsockname()[1]
-    server.close()
-
-
-@pytest.fixture
-def closed_port():
-    """A TCP port on 127.0.0.1 that nothing listens on."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
-
-
 def peers_host(connect=None):
     return Played(euid=0, connect=connect or preflight.tcp_connect)
 

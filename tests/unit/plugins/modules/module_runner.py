@@ -10,6 +10,8 @@ import contextlib
 import io
 import json
 import os
+import subprocess
+import sys
 
 from unittest import mock
 
@@ -62,3 +64,31 @@ def ansible_env(tmp_path, **extra):
         ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
         **extra
     )
+
+
+def run_adhoc(tmp_path, module, args, *extra):
+    """``ansible localhost -c local -m MODULE -a ARGS [EXTRA...]`` with this Python and the
+    minimal callback, as Ansible ships the module (AnsiballZ with its module_utils).
+
+    Returns the finished process; ``adhoc_result`` reads its one result."""
+    return subprocess.run(
+        [
+            sys.executable, "-m", "ansible.cli.adhoc", "localhost", "-c", "local",
+            "-e", "ansible_python_interpreter=%s" % sys.executable,
+            "-m", module, "-a", args,
+        ] + list(extra),
+        env=ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal"),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def adhoc_result(proc, status="SUCCESS"):
+    """The result of a ``run_adhoc`` run, which the minimal callback prints as
+    ``localhost | STATUS => {json}``; asserts the run ended with ``status``."""
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("localhost | %s => " % status), proc.stdout
+    return json.loads(proc.stdout.split("=>", 1)[1])

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import module_runner
 import pytest
@@ -173,32 +171,10 @@ def test_a_damaged_marker_is_reported(path):
 @pytest.mark.slow
 def test_through_ansible_on_localhost(tmp_path, path):
     """The module as Ansible ships it: claim twice with --diff, the second run unchanged."""
-    env = module_runner.ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal")
-    command = [
-        sys.executable,
-        "-m",
-        "ansible.cli.adhoc",
-        "localhost",
-        "-c",
-        "local",
-        "-e",
-        "ansible_python_interpreter=%s" % sys.executable,
-        "-m",
-        "gpufleet.cluster.fleet_marker",
-        "-a",
-        json.dumps(claim_args(path)),
-        "--diff",
-    ]
     results = []
     for _run in range(2):
-        proc = subprocess.run(
-            command,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        proc = module_runner.run_adhoc(
+            tmp_path, "gpufleet.cluster.fleet_marker", json.dumps(claim_args(path)), "--diff"
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         results.append(proc.stdout)

@@ -11,10 +11,7 @@ CPUs, memory, disk and addresses is checked against the machine itself.
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
-import subprocess
-import sys
 
 import module_runner
 import pytest
@@ -147,33 +144,8 @@ def test_an_internal_error_is_reported_as_such(monkeypatch):
 @needs_no_gpu
 def test_through_ansible_on_localhost(tmp_path):
     """The module as Ansible ships it (AnsiballZ, module_utils package included)."""
-    env = module_runner.ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ansible.cli.adhoc",
-            "localhost",
-            "-c",
-            "local",
-            "-e",
-            "ansible_python_interpreter=%s" % sys.executable,
-            "-m",
-            "gpufleet.cluster.host_facts",
-            "-a",
-            "blocks=auto",
-        ],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    # The minimal callback prints "localhost | SUCCESS => {...}".
-    assert proc.stdout.startswith("localhost | SUCCESS => "), proc.stdout
-    result = json.loads(proc.stdout.split("=>", 1)[1])
+    proc = module_runner.run_adhoc(tmp_path, "gpufleet.cluster.host_facts", "blocks=auto")
+    result = module_runner.adhoc_result(proc)
     facts = result["ansible_facts"]["gpufleet_host"]
     assert facts["gpu"]["vendor"] == "none"
     assert facts["memory"]["bytes"] == mem_total_bytes()

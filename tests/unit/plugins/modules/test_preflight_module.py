@@ -8,9 +8,6 @@ through ``ansible`` (AnsiballZ) on localhost."""
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
 
 import module_runner
 import pytest
@@ -23,24 +20,6 @@ DOCKER = "/usr/bin/docker"
 
 def run_module(args):
     return module_runner.run_module(preflight.main, args)
-
-
-@pytest.fixture
-def listener():
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.bind(("127.0.0.1", 0))
-    server.listen(8)
-    yield server.getsockname()[1]
-    server.close()
-
-
-@pytest.fixture
-def closed_port():
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
 
 
 @pytest.fixture
@@ -186,35 +165,11 @@ def test_an_internal_error_is_reported_as_such(monkeypatch):
 @pytest.mark.slow
 def test_through_ansible_on_localhost(tmp_path, listener):
     """The module as Ansible ships it (AnsiballZ with its module_utils)."""
-    env = module_runner.ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.minimal")
     args = {
         "checks": ["peers"],
         "peers": [{"name": "here", "address": "127.0.0.1", "port": listener}],
     }
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ansible.cli.adhoc",
-            "localhost",
-            "-c",
-            "local",
-            "-e",
-            "ansible_python_interpreter=%s" % sys.executable,
-            "-m",
-            "gpufleet.cluster.preflight",
-            "-a",
-            json.dumps(args),
-        ],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.startswith("localhost | SUCCESS => "), proc.stdout
-    result = json.loads(proc.stdout.split("=>", 1)[1])
+    proc = module_runner.run_adhoc(tmp_path, "gpufleet.cluster.preflight", json.dumps(args))
+    result = module_runner.adhoc_result(proc)
     assert result["ok"] is True
     assert result["peers"][0]["reachable"] is True
