@@ -224,7 +224,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 state.key_path(root, name),
             )
         vendor = records.spec_gpu_vendor(config)
-        self.inventory.add_group(records.groups({"fleet": name, "backend": "ssh"})[1])
+        self.inventory.add_group(records.fleet_group(name))
         strict = self.get_option("strict")
         cached = state.read_facts(root, name)
         for instance in instances:

@@ -249,16 +249,7 @@ def main():
             msg="internal error in gpufleet (please report it): %s" % exc,
             exception=traceback.format_exc(),
         )
-    vendor = records.spec_gpu_vendor(config)
-    hosts = [
-        {
-            "name": instance["name"],
-            "groups": records.groups(instance, vendor),
-            "vars": records.hostvars(instance, root),
-        }
-        for instance in record["instances"]
-        if instance.get("hostname")
-    ]
+    hosts = records.host_entries(record, root)
     release_vars = None
     if config["fleet_type"] == "ssh":
         release_vars = records.release_hostvars(config, record["name"], path, root)

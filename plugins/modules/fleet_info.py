@@ -107,14 +107,7 @@ def main():
     except Exception as exc:  # pylint: disable=broad-exception-caught
         module.fail_json(msg="internal error in gpufleet (please report it): %s" % exc,
                          exception=traceback.format_exc())
-    hosts = []
-    for fleet in fleets:
-        vendor = records.spec_gpu_vendor(fleet)
-        for instance in fleet["instances"]:
-            if instance.get("hostname"):
-                hosts.append({"name": instance["name"],
-                              "groups": records.groups(instance, vendor),
-                              "vars": records.hostvars(instance, root)})
+    hosts = [entry for fleet in fleets for entry in records.host_entries(fleet, root)]
     module.exit_json(changed=False, fleets=fleets, hosts=hosts)
 
 

@@ -344,11 +344,6 @@ def check_local_fleet(config, name):
         )
 
 
-def _placement_of(nodes):
-    placements = set(n["labels"].get(PLACEMENT_LABEL) or "any" for n in nodes)
-    return placements.pop() if len(placements) == 1 else None
-
-
 def spec_label(config):
     """The label value that lets a fleet be listed without its file."""
     return json.dumps(dict((k, config.get(k)) for k in SPEC_KEYS), sort_keys=True)

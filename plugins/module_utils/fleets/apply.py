@@ -44,6 +44,13 @@ def choose_backend(config, name):
     )
 
 
+def _set_instances(record, instances):
+    """Give a fleet record its instances, by number, and the fleet the earliest creation time."""
+    record["instances"] = sorted(instances, key=lambda i: i["num"])
+    record["created"] = min((i["created"] for i in instances if i["created"]), default=None)
+    return record
+
+
 def _names(fleet, nums):
     return [instance_name(fleet, n) for n in nums]
 
@@ -59,11 +66,9 @@ def describe(config, path=None, docker=None, root=None):
         return record
     choose_backend(config, name)
     nodes = local.list_nodes(docker, name)
-    record["instances"] = local.instance_records(
+    _set_instances(record, local.instance_records(
         nodes, name, config.get("blocks", 1), state.key_path(root, name)
-    )
-    record["created"] = min((i["created"] for i in record["instances"] if i["created"]),
-                            default=None)
+    ))
     if not record["instances"]:
         record["status"] = "terminated"
     return record
@@ -82,14 +87,9 @@ def discover(docker, root=None):
     for name in sorted(by_fleet):
         spec = local.spec_from_nodes(by_fleet[name]) or {}
         config = dict(spec, fleet_type="backend", ssh_config=None)
-        record = fleet_record(config, name)
-        record["instances"] = local.instance_records(
+        found.append(_set_instances(fleet_record(config, name), local.instance_records(
             by_fleet[name], name, spec.get("blocks", 1), state.key_path(root, name)
-        )
-        record["created"] = min(
-            (i["created"] for i in record["instances"] if i["created"]), default=None
-        )
-        found.append(record)
+        )))
     return found
 
 
@@ -150,22 +150,19 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
                     spec=local.spec_label(config),
                 )
         nodes = local.list_nodes(docker, name)
-    record = fleet_record(config, name, path)
-    record["instances"] = local.instance_records(nodes, name, config.get("blocks", 1), key_file)
-    if check_mode and nums["create"]:
-        for num in nums["create"]:
-            record["instances"].append({
-                "name": instance_name(name, num), "num": num, "fleet": name,
-                "backend": backend, "region": backend, "instance_type": "container",
-                "price": 0.0, "spot": False, "status": "pending", "error": None,
-                "created": None, "hostname": None, "port": local.NODE_SSH_PORT,
-                "user": local.NODE_USER, "identity_file": key_file, "proxy_jump": None,
-                "internal_ip": None, "network": None, "blocks": config.get("blocks", 1),
-                "placement": placement,
-            })
-        record["instances"].sort(key=lambda i: i["num"])
-    record["created"] = min((i["created"] for i in record["instances"] if i["created"]),
-                            default=None)
+    instances = local.instance_records(nodes, name, config.get("blocks", 1), key_file)
+    if check_mode:
+        # What would be created, without an address yet.
+        instances += [{
+            "name": instance_name(name, num), "num": num, "fleet": name,
+            "backend": backend, "region": backend, "instance_type": "container",
+            "price": 0.0, "spot": False, "status": "pending", "error": None,
+            "created": None, "hostname": None, "port": local.NODE_SSH_PORT,
+            "user": local.NODE_USER, "identity_file": key_file, "proxy_jump": None,
+            "internal_ip": None, "network": None, "blocks": config.get("blocks", 1),
+            "placement": placement,
+        } for num in nums["create"]]
+    record = _set_instances(fleet_record(config, name, path), instances)
     record["plan"] = plan
     return record, changed
 

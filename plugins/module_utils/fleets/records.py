@@ -154,11 +154,16 @@ def hostvars(record, root=None):
     return variables
 
 
+def fleet_group(fleet):
+    """The group of a fleet's hosts: ``fleet_<name>``."""
+    return group_name("fleet", fleet)
+
+
 def groups(record, gpu_vendor=None):
     """The groups an instance belongs to (besides ``all``)."""
     names = [
         "gpufleet",
-        group_name("fleet", record["fleet"]),
+        fleet_group(record["fleet"]),
         group_name("backend", record["backend"]),
     ]
     if record.get("placement") == "cluster":
@@ -166,6 +171,18 @@ def groups(record, gpu_vendor=None):
     if gpu_vendor and gpu_vendor != "none":
         names.append(group_name("gpu", gpu_vendor))
     return names
+
+
+def host_entries(fleet, root=None):
+    """``{name, groups, vars}`` for each instance of a fleet record that has an address: what
+    ``ansible.builtin.add_host`` needs, the same groups and variables the inventory plugin gives
+    (without cached facts)."""
+    vendor = spec_gpu_vendor(fleet)
+    return [
+        {"name": i["name"], "groups": groups(i, vendor), "vars": hostvars(i, root)}
+        for i in fleet["instances"]
+        if i.get("hostname")
+    ]
 
 
 def spec_gpu_vendor(config):
