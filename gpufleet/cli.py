@@ -43,18 +43,57 @@ def _build_parser() -> argparse.ArgumentParser:
 
     apply = commands.add_parser(
         "apply",
-        help="create or update a fleet from a dstack fleet file",
+        help="create or update a fleet, or run a task, from a dstack file",
         description=(
-            "Show what applying the fleet file changes, ask, then apply it with "
-            "playbooks/fleet.yml: provision backend fleets, check, measure and claim the hosts, "
-            "and print the fleet. Exits 0 when every host is ready."
+            "A fleet file: show what applying it changes, ask, then apply it with "
+            "playbooks/fleet.yml (provision backend fleets, check, measure and claim the hosts) "
+            "and print the fleet; exits 0 when every host is ready. A task file: show where it "
+            "would run, ask, then run it with playbooks/task.yml and stay attached, streaming "
+            "every node's log prefixed with its rank, until it ends; exits 0 when it ends done."
         ),
     )
-    apply.add_argument("-f", "--file", required=True, metavar="FILE", help="the fleet file")
+    apply.add_argument("-f", "--file", required=True, metavar="FILE",
+                       help="the fleet or task file")
     apply.add_argument("-y", "--yes", action="store_true", help="apply without asking")
     apply.add_argument("-v", "--verbose", action="store_true",
                        help="show every task result while applying")
+    apply.add_argument("-d", "--detach", action="store_true",
+                       help="tasks: return once the run's containers are started")
+    apply.add_argument("--fleet-file", action="append", default=[], metavar="FILE",
+                       dest="fleet_files",
+                       help="tasks: a fleet file whose hosts the run may use (SSH fleets; "
+                            "backend fleets are found without their files); repeatable")
     apply.set_defaults(handler=_apply)
+
+    ps = commands.add_parser(
+        "ps", help="list task runs",
+        description="List task runs as dstack ps does, from the labels of their containers.")
+    ps.add_argument("-v", "--verbose", action="store_true", help="show resources and errors")
+    ps.add_argument("--json", action="store_true", help="print the run records as JSON")
+    ps.add_argument("--fleet-file", action="append", default=[], metavar="FILE",
+                    dest="fleet_files", help="an SSH fleet's file (repeatable)")
+    ps.set_defaults(handler=_ps)
+
+    logs = commands.add_parser(
+        "logs", help="show a run's logs",
+        description="Show the logs of every job of a run, each line prefixed with the run "
+                    "and rank.")
+    logs.add_argument("run", metavar="RUN", help="the run's name")
+    logs.add_argument("-f", "--follow", action="store_true",
+                      help="keep streaming new lines until the run ends")
+    logs.add_argument("--fleet-file", action="append", default=[], metavar="FILE",
+                      dest="fleet_files", help="an SSH fleet's file (repeatable)")
+    logs.set_defaults(handler=_logs)
+
+    stop = commands.add_parser(
+        "stop", help="stop a run",
+        description="Stop every job of a run: TERM, then KILL after its stop_duration.")
+    stop.add_argument("run", metavar="RUN", help="the run's name")
+    stop.add_argument("-y", "--yes", action="store_true", help="stop without asking")
+    stop.add_argument("-x", "--abort", action="store_true", help="kill at once")
+    stop.add_argument("--fleet-file", action="append", default=[], metavar="FILE",
+                      dest="fleet_files", help="an SSH fleet's file (repeatable)")
+    stop.set_defaults(handler=_stop)
 
     fleet = commands.add_parser(
         "fleet",
@@ -111,20 +150,24 @@ def _tables():
     return fleettable
 
 
-def _read_fleet(path, err):
-    """Validate a fleet file before any playbook runs; returns its config or None."""
+def _read_config(path, err, types=("fleet",)):
+    """Validate a file before any playbook runs; returns its config or None."""
     result = spec().validate_file(path)
     for error in result["errors"]:
         err.write(f"{path}: {_where(error)}{error['message']}\n")
     if not result["ok"]:
         return None
-    if result["config"]["type"] != "fleet":
+    if result["config"]["type"] not in types:
         err.write(
-            f"{path}: this is a {result['config']['type']} configuration; this version of "
-            "gpufleet applies fleet files only\n"
+            f"{path}: this is a {result['config']['type']} configuration; expected "
+            f"{' or '.join(types)}\n"
         )
         return None
     return result["config"]
+
+
+def _read_fleet(path, err):
+    return _read_config(path, err, ("fleet",))
 
 
 def _confirm(question, args, out, err) -> bool:
@@ -158,8 +201,11 @@ def _apply(args, out, err) -> int:
     from .runner import RunnerError, progress_printer, run_playbook
 
     path = os.path.abspath(args.file)
-    if _read_fleet(path, err) is None:
+    config = _read_config(path, err, ("fleet", "task"))
+    if config is None:
         return 1
+    if config["type"] == "task":
+        return _apply_task(args, path, out, err)
     tables = _tables()
     try:
         err.write("Planning...\n")
@@ -239,6 +285,137 @@ def _delete(args, out, err) -> int:
                   f"Fleet {record['name']}: nothing to delete.\n")
     _report_failures(result, None, err)
     return 0 if result.ok else 1
+
+
+def _fleet_vars(args):
+    return {"gpufleet_fleet_files": [os.path.abspath(p) for p in args.fleet_files]}
+
+
+def _run_printer(out, err):
+    """Prints what the task runner says while a run goes on (one line per node change, and
+    the rank-prefixed logs), and errors; not the playbook's task names."""
+    def on_event(event):
+        if event.get("event") in ("verbose", "error", "warning"):
+            text = (event.get("stdout") or "").rstrip("\n")
+            if text.strip():
+                stream = out if event.get("event") == "verbose" else err
+                stream.write(text + "\n")
+                stream.flush()
+    return on_event
+
+
+def _run_record(result):
+    return result.stats.get("gpufleet_run")
+
+
+def _apply_task(args, path, out, err) -> int:
+    from .runner import RunnerError, run_playbook
+
+    extravars = dict(_fleet_vars(args), task=path)
+    tables = _run_tables()
+    try:
+        err.write("Planning...\n")
+        planned = run_playbook("task.yml", extravars, check=True)
+        record = _run_record(planned)
+        if not record or not record.get("plan"):
+            if record and record.get("msg"):
+                err.write(f"gpufleet: {record['msg']}\n")
+            else:
+                _report_failures(planned, None, err)
+            return 1
+        for line in tables.run_plan_lines(record["config"], record["plan"], path):
+            out.write(line + "\n")
+        out.write("\n")
+        if not _confirm(f"Submit the run {record['run']}?", args, out, err):
+            out.write("Nothing was submitted.\n")
+            return 1
+        extravars.update(gpufleet_task_wait=not args.detach, gpufleet_task_logs=not args.detach)
+        result = run_playbook("task.yml", extravars, on_event=_run_printer(out, err))
+    except RunnerError as exc:
+        err.write(f"gpufleet: {exc}\n")
+        return 2
+    record = _run_record(result)
+    if record is None:
+        _report_failures(result, None, err)
+        return 1
+    if args.detach:
+        out.write(f"Run {record['run']} submitted; follow it with gpufleet logs -f "
+                  f"{record['run']}\n")
+        return 0 if not record.get("failed") else 1
+    status = record.get("status")
+    out.write(f"Run {record['run']} {status}" +
+              (f": {record['message']}" if record.get("message") else "") + "\n")
+    return 0 if status == "done" else 1
+
+
+def _run_tables():
+    spec()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils import runtable
+
+    return runtable
+
+
+def _ps(args, out, err) -> int:
+    from .runner import RunnerError, run_playbook
+
+    try:
+        result = run_playbook("ps.yml", _fleet_vars(args))
+    except RunnerError as exc:
+        err.write(f"gpufleet: {exc}\n")
+        return 2
+    runs = result.stats.get("gpufleet_runs")
+    if runs is None:
+        _report_failures(result, None, err)
+        return 1
+    for host, error in sorted((result.stats.get("gpufleet_unreachable") or {}).items()):
+        err.write(f"gpufleet: {host}: {error}\n")
+    if args.json:
+        json.dump(runs, out, indent=2)
+        out.write("\n")
+    elif not runs:
+        out.write("No runs.\n")
+    else:
+        for line in _run_tables().run_table(runs, verbose=args.verbose):
+            out.write(line + "\n")
+    return 0
+
+
+def _logs(args, out, err) -> int:
+    from .runner import RunnerError, run_playbook
+
+    extravars = dict(_fleet_vars(args), run=args.run, gpufleet_follow=args.follow)
+    try:
+        result = run_playbook("logs.yml", extravars,
+                              on_event=_run_printer(out, err) if args.follow else None)
+    except RunnerError as exc:
+        err.write(f"gpufleet: {exc}\n")
+        return 2
+    if not result.ok:
+        _report_failures(result, None, err)
+        return 1
+    for line in result.stats.get("gpufleet_log_lines") or []:
+        out.write(line + "\n")
+    return 0
+
+
+def _stop(args, out, err) -> int:
+    from .runner import RunnerError, run_playbook
+
+    if not _confirm(f"Stop the run {args.run}?", args, out, err):
+        out.write("Nothing was stopped.\n")
+        return 1
+    extravars = dict(_fleet_vars(args), run=args.run, gpufleet_abort=args.abort)
+    try:
+        result = run_playbook("stop.yml", extravars)
+    except RunnerError as exc:
+        err.write(f"gpufleet: {exc}\n")
+        return 2
+    if not result.ok:
+        _report_failures(result, None, err)
+        return 1
+    record = _run_record(result) or {}
+    out.write(f"Run {args.run} {record.get('status', 'stopped')}.\n")
+    return 0
 
 
 def _where(problem) -> str:

@@ -113,36 +113,11 @@ def ensure_node_image(docker, mirror=DEFAULT_MIRROR, workdir=None, check_mode=Fa
 
 def build_node_image(docker, ref, mirror=DEFAULT_MIRROR, workdir=None):
     """debootstrap a Debian root filesystem, add the node's files, and import it as ``ref``."""
-    debootstrap = shutil.which("debootstrap") or (
-        "/usr/sbin/debootstrap" if os.path.exists("/usr/sbin/debootstrap") else None
-    )
-    if not debootstrap:
-        raise BuildError(
-            "debootstrap is needed to build the local node image without a registry: install it "
-            "(on Debian/Ubuntu: sudo apt-get install -y debootstrap)"
-        )
-    if hasattr(os, "geteuid") and os.geteuid() != 0:
-        raise BuildError(
-            "building the local node image runs debootstrap, which needs root: run this step "
-            "with become: true, or as root"
-        )
+    debootstrap = require_debootstrap("local node image")
     base = tempfile.mkdtemp(prefix="gpufleet-node-", dir=workdir)
     rootfs = os.path.join(base, "rootfs")
     try:
-        command = [
-            debootstrap, "--variant=minbase", "--include=" + ",".join(NODE_PACKAGES),
-            DEBIAN_SUITE, rootfs, mirror,
-        ]
-        proc = subprocess.run(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False
-        )
-        if proc.returncode != 0:
-            tail = proc.stdout.decode("utf-8", "replace").strip().splitlines()[-5:]
-            raise BuildError(
-                "debootstrap of Debian %s from %s failed (exit %d); check that the mirror is "
-                "reachable or pass another one: %s"
-                % (DEBIAN_SUITE, mirror, proc.returncode, " | ".join(tail))
-            )
+        debootstrap_rootfs(debootstrap, rootfs, NODE_PACKAGES, mirror)
         install_node_files(rootfs)
         docker.import_rootfs(
             rootfs,
@@ -156,19 +131,74 @@ def build_node_image(docker, ref, mirror=DEFAULT_MIRROR, workdir=None):
         shutil.rmtree(base, ignore_errors=True)
 
 
+# --- Root filesystems, shared by every image built here (node, task base) -------------------
+
+
+def require_debootstrap(what):
+    """The debootstrap command, checked usable: installed, and this process is root.
+
+    ``what`` names the image in the message, e.g. "local node image".
+    """
+    debootstrap = shutil.which("debootstrap") or (
+        "/usr/sbin/debootstrap" if os.path.exists("/usr/sbin/debootstrap") else None
+    )
+    if not debootstrap:
+        raise BuildError(
+            "debootstrap is needed to build the %s without a registry: install it "
+            "(on Debian/Ubuntu: sudo apt-get install -y debootstrap)" % what
+        )
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        raise BuildError(
+            "building the %s runs debootstrap, which needs root: run this step "
+            "with become: true, or as root" % what
+        )
+    return debootstrap
+
+
+def debootstrap_rootfs(debootstrap, rootfs, packages, mirror=DEFAULT_MIRROR):
+    """Make a minbase Debian root filesystem at ``rootfs`` with ``packages`` installed."""
+    command = [
+        debootstrap, "--variant=minbase", "--include=" + ",".join(packages),
+        DEBIAN_SUITE, rootfs, mirror,
+    ]
+    proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0:
+        tail = proc.stdout.decode("utf-8", "replace").strip().splitlines()[-5:]
+        raise BuildError(
+            "debootstrap of Debian %s from %s failed (exit %d); check that the mirror is "
+            "reachable or pass another one: %s"
+            % (DEBIAN_SUITE, mirror, proc.returncode, " | ".join(tail))
+        )
+
+
+def write_rootfs_file(rootfs, path, text, mode):
+    """Write ``text`` to the absolute ``path`` inside ``rootfs`` with permissions ``mode``."""
+    full = os.path.join(rootfs, path.lstrip("/"))
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "w") as handle:
+        handle.write(text)
+    os.chmod(full, mode)
+
+
+def prune_rootfs(rootfs):
+    """Remove SSH host keys (made per container at start) and apt's package lists and cache."""
+    for directory, prefix in (("/etc/ssh", "ssh_host_"), ("/var/cache/apt/archives", ""),
+                              ("/var/lib/apt/lists", "")):
+        full = os.path.join(rootfs, directory.lstrip("/"))
+        if not os.path.isdir(full):
+            continue
+        for name in os.listdir(full):
+            if name.startswith(prefix) and name not in ("partial", "lock"):
+                path = os.path.join(full, name)
+                if os.path.isfile(path):
+                    os.remove(path)
+
+
 def install_node_files(rootfs):
     """Add the login user, sudo rule, sshd settings and init script to a root filesystem."""
-
-    def write(path, text, mode):
-        full = os.path.join(rootfs, path.lstrip("/"))
-        os.makedirs(os.path.dirname(full), exist_ok=True)
-        with open(full, "w") as handle:
-            handle.write(text)
-        os.chmod(full, mode)
-
-    write("/usr/local/sbin/gpufleet-node-init", NODE_INIT, 0o755)
-    write("/etc/ssh/sshd_config.d/gpufleet.conf", SSHD_CONFIG, 0o644)
-    write("/etc/sudoers.d/gpufleet", SUDOERS, 0o440)
+    write_rootfs_file(rootfs, "/usr/local/sbin/gpufleet-node-init", NODE_INIT, 0o755)
+    write_rootfs_file(rootfs, "/etc/ssh/sshd_config.d/gpufleet.conf", SSHD_CONFIG, 0o644)
+    write_rootfs_file(rootfs, "/etc/sudoers.d/gpufleet", SUDOERS, 0o440)
     proc = subprocess.run(
         ["chroot", rootfs, "useradd", "--create-home", "--shell", "/bin/bash",
          "--groups", "docker", NODE_USER],
@@ -180,16 +210,7 @@ def install_node_files(rootfs):
             % (NODE_USER, proc.stdout.decode("utf-8", "replace").strip())
         )
     # Host keys are made per node at start; package caches only add weight.
-    for directory, prefix in (("/etc/ssh", "ssh_host_"), ("/var/cache/apt/archives", ""),
-                              ("/var/lib/apt/lists", "")):
-        full = os.path.join(rootfs, directory.lstrip("/"))
-        if not os.path.isdir(full):
-            continue
-        for name in os.listdir(full):
-            if name.startswith(prefix) and name not in ("partial", "lock"):
-                path = os.path.join(full, name)
-                if os.path.isfile(path):
-                    os.remove(path)
+    prune_rootfs(rootfs)
 
 
 def run_flags(privileged_allowed):

@@ -1,0 +1,155 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The task base image of the ``local`` backend, built offline.
+
+dstack runs a task in ``dstackai/base`` unless the task names an image. No registry can be
+reached from where local nodes run, so gpufleet builds a stand-in the same way as the node
+image: ``debootstrap`` makes a Debian 12 root filesystem with what a distributed job needs (sshd
+and ssh, Open MPI with mpi4py, python3, sudo, network tools), the settings dstack's base image
+makes are added (the Open MPI and NCCL variables, ``WORKDIR /dstack/run``, the ``dstack`` user
+with UID 1001 and passwordless sudo), and ``docker import`` turns it into
+``gpufleet/task-base:<digest>``. The tag is a digest of the recipe below: an unchanged recipe
+reuses the image, a changed one builds a new image beside the old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+from .docker import DockerError
+from .local import (
+    DEBIAN_SUITE,
+    DEFAULT_MIRROR,
+    LABEL_PREFIX,
+    BuildError,
+    debootstrap_rootfs,
+    prune_rootfs,
+    require_debootstrap,
+    write_rootfs_file,
+)
+
+TASK_IMAGE_REPOSITORY = "gpufleet/task-base"
+TASK_IMAGE_KIND = "task-base"
+TASK_PACKAGES = (
+    "openssh-server", "openssh-client", "openmpi-bin", "python3", "python3-mpi4py", "iproute2",
+    "iputils-ping", "procps", "util-linux", "ca-certificates", "sudo",
+)
+TASK_USER = "dstack"
+TASK_UID = 1001
+TASK_WORKDIR = "/dstack/run"
+# What dstack's base image presets for MPI and NCCL (no UCX or InfiniBand here: plain TCP,
+# never over the loopback or Docker's own bridge), and a PATH, which an imported image lacks.
+TASK_ENV = (
+    ("OMPI_MCA_pml", "^cm,ucx"),
+    ("OMPI_MCA_btl", "tcp,self"),
+    ("OMPI_MCA_btl_tcp_if_exclude", "lo,docker0"),
+    ("NCCL_SOCKET_IFNAME", "^docker,lo"),
+    ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+)
+TASK_CMD = ("/bin/bash",)
+TASK_SUDOERS = "%s ALL=(ALL) NOPASSWD:ALL\n" % TASK_USER
+# Directories the image must hold: the working directory, and sshd's privilege separation
+# directory (so that `sshd -t` and `sshd -D` work once host keys are made).
+TASK_DIRS = (TASK_WORKDIR, "/run/sshd")
+
+
+def task_recipe():
+    """Everything that determines the task base image's content."""
+    return {
+        "suite": DEBIAN_SUITE,
+        "variant": "minbase",
+        "packages": sorted(TASK_PACKAGES),
+        "env": [list(pair) for pair in TASK_ENV],
+        "workdir": TASK_WORKDIR,
+        "dirs": sorted(TASK_DIRS),
+        "user": TASK_USER,
+        "uid": TASK_UID,
+        "sudoers": TASK_SUDOERS,
+        "cmd": list(TASK_CMD),
+    }
+
+
+def task_recipe_digest():
+    data = json.dumps(task_recipe(), sort_keys=True).encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
+
+
+def task_image_ref():
+    """The task base image for the current recipe, e.g. ``gpufleet/task-base:3f9c1a2b7d4e``."""
+    return "%s:%s" % (TASK_IMAGE_REPOSITORY, task_recipe_digest()[:12])
+
+
+def task_image_labels():
+    return {LABEL_PREFIX + "recipe": task_recipe_digest(), LABEL_PREFIX + "image": TASK_IMAGE_KIND}
+
+
+def task_image_changes():
+    """The Dockerfile instructions ``docker import`` applies to the root filesystem."""
+    changes = ["ENV %s=%s" % (name, json.dumps(value)) for name, value in TASK_ENV]
+    changes.append("WORKDIR %s" % TASK_WORKDIR)
+    changes.append("CMD %s" % json.dumps(list(TASK_CMD)))
+    return changes
+
+
+def ensure_task_image(docker, mirror=DEFAULT_MIRROR, workdir=None, check_mode=False):
+    """Make sure the engine has the task base image of the current recipe; build it if missing.
+
+    Returns ``(ref, built)``. In check mode nothing is built; ``built`` says a build is due.
+    """
+    docker.ping()
+    ref = task_image_ref()
+    labels = docker.image_labels(ref)
+    if labels is not None and labels.get(LABEL_PREFIX + "recipe") == task_recipe_digest():
+        return ref, False
+    if check_mode:
+        return ref, True
+    build_task_image(docker, ref, mirror=mirror, workdir=workdir)
+    return ref, True
+
+
+def build_task_image(docker, ref, mirror=DEFAULT_MIRROR, workdir=None):
+    """debootstrap a Debian root filesystem, add dstack's settings, and import it as ``ref``."""
+    debootstrap = require_debootstrap("local task base image")
+    base = tempfile.mkdtemp(prefix="gpufleet-task-", dir=workdir)
+    rootfs = os.path.join(base, "rootfs")
+    try:
+        debootstrap_rootfs(debootstrap, rootfs, TASK_PACKAGES, mirror)
+        install_task_files(rootfs)
+        docker.import_rootfs(rootfs, ref, changes=task_image_changes(),
+                             labels=task_image_labels())
+    except DockerError as exc:
+        raise BuildError(str(exc))
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def install_task_files(rootfs):
+    """Add the ``dstack`` user, its sudo rule and the image's directories to a root filesystem."""
+    for directory in TASK_DIRS:
+        full = os.path.join(rootfs, directory.lstrip("/"))
+        os.makedirs(full, exist_ok=True)
+        os.chmod(full, 0o755)
+    write_rootfs_file(rootfs, "/etc/sudoers.d/" + TASK_USER, TASK_SUDOERS, 0o440)
+    proc = subprocess.run(
+        ["chroot", rootfs, "useradd", "--uid", str(TASK_UID), "--user-group", "--create-home",
+         "--shell", "/bin/bash", TASK_USER],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False,
+    )
+    if proc.returncode not in (0, 9):  # 9: the user exists already
+        raise BuildError(
+            "could not add the %s user (uid %d) to the task base image: %s"
+            % (TASK_USER, TASK_UID, proc.stdout.decode("utf-8", "replace").strip())
+        )
+    # Host keys are made per container at start; package lists and caches only add weight.
+    prune_rootfs(rootfs)
+    cache = os.path.join(rootfs, "var/cache/apt")
+    if os.path.isdir(cache):
+        for name in os.listdir(cache):
+            if name.endswith(".bin"):
+                os.remove(os.path.join(cache, name))

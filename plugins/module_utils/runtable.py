@@ -1,0 +1,164 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run records as text: dstack's ``dstack ps`` table, and one line per job of a run.
+
+Pure Python, used by the ``gpufleet.cluster.run_table`` and ``run_job_lines`` filters and the
+``gpufleet`` command. Input is the run record of tasks.runs.run_records (``gpufleet_runs``).
+"""
+
+from __future__ import annotations
+
+from .fleettable import (
+    FleetTableError,
+    _mib_as_gb,
+    _render,
+    format_price,
+    pretty_date,
+    pretty_resources,
+)
+
+COLUMNS = ("NAME", "BACKEND", "GPU", "PRICE", "STATUS", "SUBMITTED")
+VERBOSE_COLUMNS = ("NAME", "BACKEND", "RESOURCES", "PRICE", "STATUS", "SUBMITTED", "ERROR")
+JOB_INDENT = "   "
+ENDED = ("done", "failed", "terminated")
+
+
+def _backend(run):
+    backend = run.get("backend")
+    if not backend:
+        return ""
+    return "%s (%s)" % (backend, run.get("region") or "-")
+
+
+def _price(run):
+    text = format_price(run.get("price"))
+    if text and run.get("spot"):
+        text += " (spot)"
+    return text
+
+
+def _job_status(job):
+    status = job.get("status") or ""
+    if status == "failed" and job.get("exit_code") not in (None, 0):
+        return "%s (%s)" % (status, job["exit_code"])
+    return status
+
+
+def _error(item):
+    reason = item.get("reason")
+    if not reason or reason in ("all_jobs_done", "done_by_runner"):
+        return ""
+    return reason.upper() if item.get("jobs") is not None else reason.replace("_", " ")
+
+
+def run_table(runs, now=None, verbose=False):
+    """The lines of ``dstack ps`` (``verbose``: ``-v``): a row per run, newest first; a run of
+    several jobs is followed by a row per job (``   job=N``), a single-job run is one row."""
+    if not isinstance(runs, (list, tuple)):
+        raise FleetTableError("expected a list of run records, got %s" % type(runs).__name__)
+    columns = VERBOSE_COLUMNS if verbose else COLUMNS
+    rows = []
+    for run in runs:
+        if not isinstance(run, dict) or not run.get("name"):
+            raise FleetTableError("a run record needs a name: %r" % (run,))
+        jobs = run.get("jobs") or []
+        row = {"NAME": run["name"], "STATUS": run.get("status") or "",
+               "SUBMITTED": pretty_date(run.get("submitted"), now), "ERROR": _error(run)}
+        if len(jobs) <= 1:
+            row.update(BACKEND=_backend(run), GPU=run.get("gpu") or "-", PRICE=_price(run),
+                       RESOURCES=(jobs[0].get("resources") if jobs else "") or "")
+            if jobs and run.get("status") == "failed":
+                row["STATUS"] = _job_status(jobs[0]) or row["STATUS"]
+            rows.append(row)
+            continue
+        rows.append(row)
+        for job in jobs:
+            rows.append({
+                "NAME": "%sjob=%s" % (JOB_INDENT, job.get("job_num")),
+                "BACKEND": _backend(run), "GPU": job.get("gpu") or run.get("gpu") or "-",
+                "RESOURCES": job.get("resources") or "", "PRICE": _price(run),
+                "STATUS": _job_status(job), "SUBMITTED": "",
+                "ERROR": (job.get("reason") or "").replace("_", " ")
+                if job.get("status") not in ("done",) else "",
+            })
+    return _render(columns, rows)
+
+
+def job_lines(jobs, run=None):
+    """``<run> job N on HOST (IP): STATUS [exit code, reason]`` for each job of a run."""
+    lines = []
+    for job in jobs or []:
+        text = "%s job %s on %s" % (run or "run", job.get("job_num"), job.get("host"))
+        if job.get("internal_ip"):
+            text += " (%s)" % job["internal_ip"]
+        text += ": %s" % (job.get("status") or "unknown")
+        details = []
+        if job.get("exit_code") is not None:
+            details.append("exit code %s" % job["exit_code"])
+        if job.get("reason"):
+            details.append(job["reason"])
+        if details:
+            text += " (%s)" % ", ".join(details)
+        lines.append(text)
+    return lines
+
+
+def job_resources(job):
+    """A placed job's resources as dstack's run plan shows them:
+    ``cpu=2 mem=24GB disk=70GB gpu=H100:80GB:8``."""
+    parts = ["cpu=%s" % job.get("cpus"), "mem=" + _mib_as_gb(job.get("memory_mib") or 0),
+             "disk=" + _mib_as_gb(job.get("disk_mib") or 0)]
+    gpus = job.get("gpus") or []
+    if gpus:
+        gpu = [str(job.get("gpu_name") or job.get("gpu_vendor") or "gpu")]
+        if job.get("gpu_memory_mib"):
+            gpu.append(_mib_as_gb(job["gpu_memory_mib"]))
+        gpu.append(str(len(gpus)))
+        parts.append("gpu=" + ":".join(gpu))
+    return " ".join(parts)
+
+
+def _duration(value):
+    if value in (None, "off"):
+        return "off"
+    value = int(value)
+    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
+        if value and value % size == 0:
+            return "%d%s" % (value // size, unit)
+    return "%ds" % value
+
+
+def _retry(retry):
+    if not retry:
+        return "off"
+    return "%s[%s]" % (_duration(retry.get("duration")), ", ".join(retry.get("on_events") or []))
+
+
+def run_plan_lines(config, plan, path=None):
+    """What submitting a task does, as ``dstack apply`` shows it before asking (dstack.md §8.3):
+    the header, then the host each job is placed on."""
+    header = [
+        ("Configuration", path or ""),
+        ("Type", "task (nodes=%d)" % len(plan["jobs"])),
+        ("Fleet", plan.get("fleet") or ""),
+        ("Resources", pretty_resources(config.get("resources"))),
+        ("Spot policy", config.get("spot_policy") or "on-demand"),
+        ("Max price", format_price(config.get("max_price")) or "off"),
+        ("Retry policy", _retry(config.get("retry"))),
+        ("Max duration", _duration(config.get("max_duration"))),
+    ]
+    width = max(len(k) for k, _v in header)
+    lines = [("%s  %s" % (k.ljust(width), v)).rstrip() for k, v in header if v != ""]
+    lines.append("")
+    rows = []
+    for job in plan["jobs"]:
+        instance = job.get("host") or ""
+        if job.get("total_blocks", 1) > 1:
+            instance += " (%s/%s)" % (job.get("blocks"), job["total_blocks"])
+        rows.append({"#": str(job["job_num"]),
+                     "BACKEND": "%s (%s)" % (job.get("backend"), job.get("region") or "-"),
+                     "RESOURCES": job_resources(job), "INSTANCE": instance,
+                     "PRICE": format_price(job.get("price")) or "$0"})
+    lines += _render(("#", "BACKEND", "RESOURCES", "INSTANCE", "PRICE"), rows)
+    return lines

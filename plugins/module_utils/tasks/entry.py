@@ -1,0 +1,223 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The task runner as the modules and action plugins call it: their argument specs, and one
+function per operation that takes their parameters and returns their result.
+
+The modules (``gpufleet.cluster.task``, ``run_info``, ``run_logs``, ``run_stop``) and the action
+plugins that run ``task`` and ``run_logs`` on the controller with live output call the same
+functions; only the way events are shown differs.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..backends.docker import Docker
+from ..fleets import state
+from . import lifecycle, placement, runs
+from .ssh import NodeError
+
+FLEET_OPTIONS = dict(
+    fleets=dict(type="list", elements="path", default=[]),
+    state_dir=dict(type="path"),
+)
+
+TASK_SPEC = dict(
+    path=dict(type="path"),
+    config=dict(type="dict"),
+    secrets=dict(type="dict", default={}, no_log=True),
+    wait=dict(type="bool", default=True),
+    logs=dict(type="bool", default=False),
+    image_source=dict(type="str", default="auto", choices=list(runs.IMAGE_SOURCES)),
+    run_args=dict(type="list", elements="str", default=[]),
+    poll_interval=dict(type="float", default=1.0),
+    **FLEET_OPTIONS
+)
+TASK_MUTUALLY_EXCLUSIVE = [("path", "config")]
+TASK_REQUIRED_ONE_OF = [("path", "config")]
+
+RUN_INFO_SPEC = dict(name=dict(type="str"), **FLEET_OPTIONS)
+RUN_STOP_SPEC = dict(name=dict(type="str", required=True), abort=dict(type="bool", default=False),
+                     **FLEET_OPTIONS)
+RUN_LOGS_SPEC = dict(name=dict(type="str", required=True), follow=dict(type="bool", default=False),
+                     tail=dict(type="int"), **FLEET_OPTIONS)
+
+FINISHED = (lifecycle.RUN_DONE, lifecycle.RUN_FAILED, lifecycle.RUN_TERMINATED)
+
+
+class EntryError(Exception):
+    """Bad input or an operation that cannot go on; the message is the module's ``msg``."""
+
+
+def load_task(params):
+    """The normalized task config from ``path`` or ``config``, or EntryError."""
+    from ..spec import SpecError, parse_data, parse_file
+
+    try:
+        if params.get("path"):
+            config, _warnings = parse_file(params["path"])
+        else:
+            config, _warnings = parse_data(params["config"], source="config")
+    except SpecError as exc:
+        raise EntryError(str(exc))
+    if config.get("type") != "task":
+        raise EntryError("%s is a %s configuration; this runs tasks (type: task)"
+                         % (params.get("path") or "config", config.get("type")))
+    return config
+
+
+def _fleets(params):
+    root = state.state_dir(params.get("state_dir"))
+    try:
+        fleets = runs.collect_fleets(params.get("fleets") or (), Docker(), root)
+    except runs.RunError as exc:
+        raise EntryError(str(exc))
+    return root, fleets
+
+
+def local_task_image(fleets, check_mode=False):
+    """The image a local fleet runs a task without ``image`` in (built here when missing)."""
+    if not any(i.get("backend") == "local" for f in fleets for i in f.get("instances") or []):
+        return None
+    from ..backends import task_image
+
+    try:
+        ref, _built = task_image.ensure_task_image(Docker(), check_mode=check_mode)
+    except Exception as exc:  # BuildError, DockerError: say what to install
+        raise EntryError("cannot build the local task image: %s" % exc)
+    return ref
+
+
+def expand_paths(params):
+    """``~`` expanded and relative file paths made absolute from the current directory, as a
+    module's ``path`` options are."""
+    params = dict(params)
+
+    def one(path):
+        return os.path.abspath(os.path.expanduser(path))
+
+    if params.get("path"):
+        params["path"] = one(params["path"])
+    params["fleets"] = [one(p) for p in params.get("fleets") or []]
+    return params
+
+
+def failure_summary(result):
+    """The ``msg`` of a run that did not end done."""
+    text = "run %s %s" % (result.get("run"), result.get("status"))
+    if result.get("reason"):
+        text += " (%s)" % result["reason"]
+    if result.get("message"):
+        text += ": %s" % result["message"]
+    return text
+
+
+def event_line(event):
+    """One line of output for a runner event, or None for events not worth a line."""
+    kind = event.get("kind")
+    run = event.get("run") or "run"
+    if kind == "log":
+        return "[%s-%d] %s" % (run, event["rank"], event["line"])
+    if kind == "job":
+        text = "%s job %d on %s: %s" % (run, event["job_num"], event["host"], event["status"])
+        if event.get("exit_code") not in (None, 0) or event.get("status") == lifecycle.FAILED:
+            text += " (exit code %s)" % event.get("exit_code")
+        if event.get("reason"):
+            text += " [%s]" % event["reason"]
+        if event.get("message"):
+            text += ": %s" % event["message"]
+        return text
+    if kind == "run":
+        text = "%s: %s" % (run, event["status"])
+        if event.get("message"):
+            text += ": %s" % event["message"]
+        return text
+    if kind == "info":
+        return "%s: %s" % (run, event["message"])
+    return None
+
+
+def submit(params, emit=None, check_mode=False, stop_event=None):
+    """Submit a task and, with ``wait``, follow it to its end. Returns ``(result, failed)``."""
+    config = load_task(params)
+    root, fleets = _fleets(params)
+    if not fleets:
+        raise EntryError("no fleets found: apply a fleet first (gpufleet apply -f FLEET, or "
+                         "playbooks/fleet.yml), or name fleet files in fleets")
+    try:
+        runner = runs.Runner(
+            config, fleets, root=root, secrets=params.get("secrets") or {}, docker=Docker(),
+            emit=emit, image_source=params["image_source"], follow_logs=params["logs"],
+            poll=params["poll_interval"], run_args=params.get("run_args") or (),
+            local_image=local_task_image(fleets, check_mode),
+            config_dir=os.path.dirname(params["path"]) if params.get("path") else None,
+        )
+        if check_mode:
+            try:
+                placed = runner._place()
+            except placement.NoCapacity as exc:
+                return {"run": runner.name, "status": lifecycle.RUN_FAILED,
+                        "reason": lifecycle.NO_CAPACITY, "message": str(exc),
+                        "plan": None, "changed": False}, True
+            return {"run": runner.name, "status": "planned", "plan": placed,
+                    "config": config, "changed": True}, False
+        result = runner.run(wait=params["wait"], stop_event=stop_event)
+    except (runs.RunError, NodeError) as exc:
+        raise EntryError(str(exc))
+    except Exception as exc:  # the rank plan's PlanError and others carry user messages
+        if type(exc).__name__ in ("PlanError", "InterpolationError"):
+            raise EntryError(str(exc))
+        raise
+    result["changed"] = True
+    failed = params["wait"] and result["status"] != lifecycle.RUN_DONE
+    if failed and runner.submissions:
+        last = runner.submissions[-1]
+        rank0 = next((j for j in last.jobs if j["job_num"] == 0), None)
+        if rank0 is not None:
+            try:
+                result["log_tail"] = runs.log_tail(last.nodes[rank0["host"]], rank0["container"])
+            except NodeError:
+                result["log_tail"] = []
+    return result, failed
+
+
+def run_info(params):
+    root, fleets = _fleets(params)
+    records, errors = runs.list_runs(runs.nodes_of(fleets, root))
+    if params.get("name"):
+        records = [r for r in records if r["name"] == params["name"]]
+    return {"runs": records, "unreachable": errors, "changed": False}
+
+
+def run_stop(params, check_mode=False):
+    root, fleets = _fleets(params)
+    nodes = runs.nodes_of(fleets, root)
+    try:
+        if check_mode:
+            records, _errors = runs.list_runs(nodes)
+            record = next((r for r in records if r["name"] == params["name"]), None)
+            if record is None:
+                raise runs.RunError("no run named %s on the fleets' hosts" % params["name"])
+            alive = [j for j in record["jobs"] if j["status"] in lifecycle.ALIVE]
+            return {"run": record, "changed": bool(alive)}
+        record = runs.stop_run(nodes, params["name"], abort=params["abort"])
+    except runs.RunError as exc:
+        raise EntryError(str(exc))
+    return {"run": record, "changed": bool(record.get("stopped"))}
+
+
+def run_logs(params, emit=None):
+    root, fleets = _fleets(params)
+    nodes = runs.nodes_of(fleets, root)
+    try:
+        if params.get("follow") and emit is not None:
+            record = runs.follow_logs(nodes, params["name"],
+                                      lambda e: emit(dict(e, run=params["name"])))
+            return {"run": record, "lines": [], "changed": False}
+        record, lines = runs.run_logs(nodes, params["name"], tail=params.get("tail"))
+    except runs.RunError as exc:
+        raise EntryError(str(exc))
+    return {"run": record, "changed": False,
+            "lines": ["[%s-%d] %s" % (params["name"], rank, line) for rank, line in lines]}
+

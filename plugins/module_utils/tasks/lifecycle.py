@@ -1,0 +1,213 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The life of a run, as dstack defines it (dstack.md §4.5 to §4.8, §4.11): pure decisions.
+
+The supervisor observes the containers of the current submission and asks ``decide`` what to do
+next: which jobs may start (startup_order), which must stop and why (a failed node, master-done,
+max_duration, a user's stop), whether the run is over and with which status, and whether it is
+resubmitted under its retry policy. Nothing here touches a host or a clock of its own.
+"""
+
+from __future__ import annotations
+
+# Job statuses (dstack's JobStatus).
+SUBMITTED = "submitted"
+PROVISIONING = "provisioning"
+PULLING = "pulling"
+RUNNING = "running"
+TERMINATING = "terminating"
+TERMINATED = "terminated"
+ABORTED = "aborted"
+FAILED = "failed"
+DONE = "done"
+FINISHED = (TERMINATED, ABORTED, FAILED, DONE)
+ALIVE = (PROVISIONING, RUNNING, TERMINATING)
+
+# Termination reasons (dstack's JobTerminationReason, lower case).
+CONTAINER_EXITED_WITH_ERROR = "container_exited_with_error"
+EXECUTOR_ERROR = "executor_error"
+MAX_DURATION_EXCEEDED = "max_duration_exceeded"
+TERMINATED_BY_USER = "terminated_by_user"
+TERMINATED_BY_SERVER = "terminated_by_server"
+DONE_BY_RUNNER = "done_by_runner"
+NO_CAPACITY = "failed_to_start_due_to_no_capacity"
+STOP_REASONS = {
+    MAX_DURATION_EXCEEDED: TERMINATED,
+    TERMINATED_BY_USER: TERMINATED,
+    TERMINATED_BY_SERVER: TERMINATED,
+    DONE_BY_RUNNER: DONE,
+}
+
+# Run statuses (dstack's RunStatus).
+RUN_PENDING = "pending"
+RUN_SUBMITTED = "submitted"
+RUN_PROVISIONING = "provisioning"
+RUN_RUNNING = "running"
+RUN_TERMINATING = "terminating"
+RUN_TERMINATED = "terminated"
+RUN_FAILED = "failed"
+RUN_DONE = "done"
+
+# Retry events (dstack's RetryEvent) and the reasons that map to them (§4.7).
+EVENT_NO_CAPACITY = "no-capacity"
+EVENT_INTERRUPTION = "interruption"
+EVENT_ERROR = "error"
+
+
+def _int(value):
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def job_status(entry):
+    """``(status, reason, exit_code)`` of one job from its container (None: not created yet).
+
+    ``entry`` is what tasks.nodeside's ``status`` answers for the container: its Docker state
+    and the files of its state folder (``running``: the command started; ``reason``: why it was
+    stopped, written before the stop; ``exit_code``: written by the wrapper when it ends).
+    """
+    if entry is None:
+        return SUBMITTED, None, None
+    files = entry.get("files") or {}
+    reason = files.get("reason")
+    state = entry.get("state")
+    if state in ("created", "restarting"):
+        return PROVISIONING, None, None
+    if state in ("running", "paused", "removing"):
+        if reason:
+            return TERMINATING, reason, None
+        return (RUNNING if files.get("running") else PROVISIONING), None, None
+    code = _int(files.get("exit_code"))
+    if code is None:
+        code = _int(entry.get("exit_code"))
+    if reason in STOP_REASONS:
+        return STOP_REASONS[reason], reason, code
+    if code == 0:
+        return DONE, None, 0
+    if not files.get("running"):
+        # The wrapper failed before the command began: the image lacks a shell, a volume is
+        # missing, the user does not exist...
+        return FAILED, EXECUTOR_ERROR, code
+    return FAILED, CONTAINER_EXITED_WITH_ERROR, code
+
+
+def retry_event(reason):
+    """The retry event a termination reason maps to, or None when it is never retried."""
+    if reason == NO_CAPACITY:
+        return EVENT_NO_CAPACITY
+    if reason in (CONTAINER_EXITED_WITH_ERROR, EXECUTOR_ERROR):
+        return EVENT_ERROR
+    return None
+
+
+def may_retry(retry, event, now, since):
+    """Whether ``retry`` ({on_events, duration} or None) resubmits after ``event``.
+
+    ``since`` is where dstack starts the retry clock (§4.7): the run's submission for no-capacity
+    before it ever ran, else the moment the last submission was seen alive.
+    """
+    if not retry or event is None or event not in (retry.get("on_events") or ()):
+        return False
+    duration = retry.get("duration")
+    if duration is None:
+        return True
+    return now - since < duration
+
+
+class Decision(object):
+    """What to do after one look at the jobs."""
+
+    def __init__(self):
+        self.status = RUN_SUBMITTED
+        self.start = []  # job numbers to start now
+        self.stop = {}  # job number -> reason
+        self.final = False
+        self.resubmit = False
+        self.reason = None  # the run's termination reason when final
+        self.failed_job = None  # (job_num, reason, exit_code) of the job that ended the run
+
+    def __repr__(self):
+        return "Decision(%s)" % ", ".join("%s=%r" % kv for kv in sorted(vars(self).items()))
+
+
+def _startable(order, statuses):
+    waiting = [n for n, s in statuses.items() if s[0] == SUBMITTED]
+    if not waiting:
+        return []
+    up = (RUNNING, DONE)
+    if order == "master-first":
+        if 0 in waiting:
+            return [0]
+        return waiting if statuses[0][0] in up else []
+    if order == "workers-first":
+        workers = [n for n in waiting if n != 0]
+        if workers:
+            return workers
+        others_up = all(s[0] in up for n, s in statuses.items() if n != 0)
+        return [0] if others_up else []
+    return waiting
+
+
+def decide(policy, statuses, now=0.0, retry_since=None):
+    """The next step of a run.
+
+    ``policy``: ``startup_order``, ``stop_criteria`` and ``retry`` (the normalized task fields).
+    ``statuses``: ``{job_num: (status, reason, exit_code)}`` from ``job_status``, every job of
+    the submission. ``retry_since``: the retry clock's start (see ``may_retry``).
+    """
+    result = Decision()
+    alive = [n for n, s in statuses.items() if s[0] in ALIVE]
+    by_reason = lambda reason: [n for n, s in sorted(statuses.items()) if s[1] == reason]  # noqa
+
+    failed = [n for n, s in sorted(statuses.items()) if s[0] == FAILED]
+    user = by_reason(TERMINATED_BY_USER)
+    expired = by_reason(MAX_DURATION_EXCEEDED)
+    master = statuses.get(0, (SUBMITTED, None, None))
+
+    ending = None
+    if user:
+        ending = (RUN_TERMINATED, TERMINATED_BY_USER, TERMINATED_BY_USER)
+    elif failed:
+        first = failed[0]
+        result.failed_job = (first,) + tuple(statuses[first][1:])
+        ending = (RUN_FAILED, "job_failed", TERMINATED_BY_SERVER)
+    elif expired:
+        result.failed_job = (expired[0], MAX_DURATION_EXCEEDED, statuses[expired[0]][2])
+        ending = (RUN_TERMINATED, MAX_DURATION_EXCEEDED, TERMINATED_BY_SERVER)
+    elif policy.get("stop_criteria") == "master-done" and master[0] == DONE:
+        ending = (RUN_DONE, "all_jobs_done", DONE_BY_RUNNER)
+    elif statuses and all(s[0] == DONE for s in statuses.values()):
+        ending = (RUN_DONE, "all_jobs_done", None)
+
+    if ending is not None:
+        run_status, run_reason, stop_reason = ending
+        for num in alive:
+            if statuses[num][0] != TERMINATING:
+                result.stop[num] = stop_reason or TERMINATED_BY_SERVER
+        if alive:
+            result.status = RUN_TERMINATING
+            return result
+        result.final = True
+        result.status = run_status
+        result.reason = run_reason
+        if run_status == RUN_FAILED:
+            event = retry_event(result.failed_job[1])
+            if may_retry(policy.get("retry"), event, now,
+                         now if retry_since is None else retry_since):
+                result.final = False
+                result.resubmit = True
+                result.status = RUN_PENDING
+        return result
+
+    result.start = _startable(policy.get("startup_order") or "any", statuses)
+    values = [s[0] for s in statuses.values()]
+    if values and all(v in (RUNNING, DONE) for v in values):
+        result.status = RUN_RUNNING
+    elif any(v in (RUNNING, DONE, PROVISIONING, PULLING) for v in values):
+        result.status = RUN_PROVISIONING if not any(v == RUNNING for v in values) else RUN_RUNNING
+    else:
+        result.status = RUN_SUBMITTED
+    return result

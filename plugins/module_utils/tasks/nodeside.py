@@ -1,0 +1,255 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the task runner does on a fleet host, as root: one short Python process per request.
+
+The controller sends this file's source and a JSON request on the standard input of
+``python3 -c BOOTSTRAP`` (see tasks.ssh.Node.call); nothing is installed and nothing keeps
+running on the host besides the run's containers. It uses the standard library only and runs on
+the Python 3.6+ that any Ansible-managed host has. Every answer is one JSON line.
+
+The run's state lives with the containers: their labels say which run, job and submission they
+belong to, and each job's state folder (``RUN_ROOT/<run>/<job>/state``, written by the job's
+wrapper and by ``stop``) says when its command started, why it was stopped and how it exited.
+"""
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+RUN_ROOT = "/var/lib/gpufleet/runs"
+RUN_LABEL = "gpufleet.run"
+SEPARATOR = b"#--gpufleet-request--"
+BOOTSTRAP = (
+    "import sys\n"
+    "d = sys.stdin.buffer.read()\n"
+    "s, _, r = d.partition(b'\\n#--gpufleet-request--\\n')\n"
+    "g = {'__name__': 'gpufleet_node'}\n"
+    "exec(compile(s, 'gpufleet_node', 'exec'), g)\n"
+    "g['serve'](r)\n"
+)
+STATE_FILES = ("running", "reason", "exit_code")
+# Host features a container gets when the host has them (dstack.md §4.9).
+CONDITIONAL = {
+    "infiniband": ("/dev/infiniband", ["--device", "/dev/infiniband", "--ulimit",
+                                       "memlock=-1:-1"]),
+    "hugepages-1g": ("/dev/hugepages-1G", ["-v", "/dev/hugepages-1G:/dev/hugepages-1G"]),
+}
+
+
+def source_bytes():
+    """This module's source, as sent to hosts."""
+    with open(__file__.replace(".pyc", ".py"), "rb") as handle:
+        return handle.read()
+
+
+class Failure(Exception):
+    pass
+
+
+def _docker(args, data=None, check=True):
+    try:
+        proc = subprocess.run(["docker"] + list(args), input=data, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    except OSError:
+        raise Failure("docker is not installed on this host (install Docker; see "
+                      "docs/preflight.md)")
+    out = proc.stdout.decode("utf-8", "replace")
+    err = proc.stderr.decode("utf-8", "replace")
+    if check and proc.returncode != 0:
+        raise Failure("docker %s failed (exit %d): %s"
+                      % (args[0], proc.returncode, err.strip()[-1500:]))
+    return proc.returncode, out, err
+
+
+def job_dir(run, job_num):
+    return os.path.join(RUN_ROOT, run, str(job_num))
+
+
+def _read_state(run, job_num):
+    folder = os.path.join(job_dir(run, job_num), "state")
+    found = {}
+    for name in STATE_FILES:
+        try:
+            with open(os.path.join(folder, name)) as handle:
+                found[name] = handle.read().strip() or None
+        except (IOError, OSError):
+            found[name] = None
+    return found
+
+
+def op_status(payload):
+    """The task containers on this host (of one run, or of all runs), with their state files."""
+    selector = RUN_LABEL + ("=" + payload["run"] if payload.get("run") else "")
+    _rc, out, _err = _docker(["ps", "-a", "-q", "--no-trunc", "--filter", "label=" + selector])
+    ids = [line for line in out.split() if line]
+    containers = []
+    if ids:
+        rc, out, err = _docker(["inspect"] + ids, check=False)
+        data = json.loads(out or "[]") if out.strip() else []
+        for item in data:
+            labels = (item.get("Config") or {}).get("Labels") or {}
+            st = item.get("State") or {}
+            entry = {
+                "name": (item.get("Name") or "").lstrip("/"),
+                "labels": labels,
+                "state": st.get("Status"),
+                "exit_code": st.get("ExitCode"),
+                "oom_killed": bool(st.get("OOMKilled")),
+                "started_at": st.get("StartedAt"),
+                "finished_at": st.get("FinishedAt"),
+                "error": st.get("Error") or None,
+            }
+            if labels.get(RUN_LABEL) and labels.get("gpufleet.job") is not None:
+                entry["files"] = _read_state(labels[RUN_LABEL], labels["gpufleet.job"])
+            containers.append(entry)
+    return {"containers": containers}
+
+
+def op_image_info(payload):
+    """Whether the host has ``image``, and its ENTRYPOINT, CMD and WORKDIR."""
+    rc, out, _err = _docker(["image", "inspect", "--format",
+                             "{{json .Config.Entrypoint}}\t{{json .Config.Cmd}}\t"
+                             "{{json .Config.WorkingDir}}", payload["image"]], check=False)
+    if rc != 0:
+        return {"present": False}
+    entry, cmd, workdir = (out.strip().split("\t") + ["null", "null", "null"])[:3]
+    return {"present": True, "entrypoint": json.loads(entry), "cmd": json.loads(cmd),
+            "working_dir": json.loads(workdir)}
+
+
+def op_pull(payload):
+    """``docker pull`` (after ``docker login`` when credentials come with the request)."""
+    auth = payload.get("auth")
+    image = payload["image"]
+    if auth:
+        registry = image.split("/")[0] if "/" in image and (
+            "." in image.split("/")[0] or ":" in image.split("/")[0]) else ""
+        args = ["login", "--username", auth["username"], "--password-stdin"]
+        if registry:
+            args.append(registry)
+        rc, _out, err = _docker(args, data=auth["password"].encode("utf-8"), check=False)
+        if rc != 0:
+            return {"pulled": False, "message": "registry login failed: %s"
+                    % err.strip().replace(auth["password"], "***")[-500:]}
+    rc, _out, err = _docker(["pull", image], check=False)
+    return {"pulled": rc == 0, "message": err.strip()[-500:] if rc else ""}
+
+
+def _write(path, data, mode):
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        os.makedirs(folder, 0o755)
+    with open(path, "wb") as handle:
+        handle.write(data)
+    os.chmod(path, mode)
+
+
+def _prepare_mount(mount):
+    source = mount["source"]
+    if mount["kind"] == "instance":
+        if not os.path.isdir(source):
+            # dstack: a missing host folder is created 0755 and its leaf opened to everyone.
+            os.makedirs(source, 0o755)
+            os.chmod(source, 0o777)
+        return ["-v", "%s:%s" % (source, mount["target"])]
+    if not os.path.isdir(source):
+        raise Failure("network volume %s is not attached to this host (expected at %s): "
+                      "attach it, or remove it from volumes" % (mount.get("name"), source))
+    return ["-v", "%s:%s" % (source, mount["target"])]
+
+
+def op_start(payload):
+    """Write a job's folder and start its container (idempotent: an existing one is kept)."""
+    job = payload["job"]
+    folder = job_dir(job["run"], job["job_num"])
+    name = job["container"]
+    rc, _out, _err = _docker(["container", "inspect", "--format", "{{.Id}}", name], check=False)
+    if rc == 0:
+        return {"started": False, "exists": True}
+    if os.path.isdir(folder):
+        shutil.rmtree(folder)
+    for rel, spec in sorted(job["files"].items()):
+        path = os.path.join(folder, "job", rel)
+        if "data" in spec:
+            data = base64.b64decode(spec["data"])
+        else:
+            data = spec["text"].encode("utf-8")
+        _write(path, data, spec.get("mode", 0o644))
+    os.makedirs(os.path.join(folder, "state"), 0o755)
+    # The state folder is mounted inside the read-only job folder: its mount point must exist.
+    mountpoint = os.path.join(folder, "job", "state")
+    if not os.path.isdir(mountpoint):
+        os.makedirs(mountpoint, 0o755)
+    args = ["run", "-d"] + list(job["docker_args"])
+    args += ["-v", "%s:/gpufleet:ro" % os.path.join(folder, "job"),
+             "-v", "%s:/gpufleet/state" % os.path.join(folder, "state")]
+    for mount in job.get("mounts") or []:
+        args += _prepare_mount(mount)
+    for feature in job.get("conditional") or []:
+        path, flags = CONDITIONAL[feature]
+        if os.path.exists(path):
+            args += flags
+    args += [job["image"], "/gpufleet/job.sh"]
+    rc, out, err = _docker(args, check=False)
+    if rc != 0:
+        if "is already in use" in err:
+            return {"started": False, "exists": True}
+        _docker(["rm", "-f", name], check=False)
+        raise Failure("could not start container %s: %s" % (name, err.strip()[-1500:]))
+    return {"started": True, "id": out.strip()}
+
+
+def op_stop(payload):
+    """Stop containers: the reason is recorded first (unless one is), then ``docker stop``
+    (TERM, then KILL after ``timeout`` seconds)."""
+    names = []
+    for item in payload["jobs"]:
+        folder = os.path.join(job_dir(item["run"], item["job_num"]), "state")
+        reason_file = os.path.join(folder, "reason")
+        if os.path.isdir(folder) and not os.path.exists(reason_file):
+            _write(reason_file, (payload["reason"] + "\n").encode("utf-8"), 0o644)
+        names.append(item["container"])
+    if names:
+        _docker(["stop", "-t", str(int(payload.get("timeout", 10)))] + names, check=False)
+    return {"stopped": names}
+
+
+def op_remove(payload):
+    """Remove a run's containers and folders on this host (all jobs, or those listed)."""
+    run = payload["run"]
+    status = op_status({"run": run})["containers"]
+    jobs = payload.get("jobs")
+    names = [c["name"] for c in status
+             if jobs is None or str(c["labels"].get("gpufleet.job")) in [str(j) for j in jobs]]
+    if names:
+        _docker(["rm", "-f"] + names, check=False)
+    if jobs is None:
+        shutil.rmtree(os.path.join(RUN_ROOT, run), ignore_errors=True)
+    else:
+        for num in jobs:
+            shutil.rmtree(job_dir(run, num), ignore_errors=True)
+    return {"removed": names}
+
+
+OPS = {
+    "status": op_status,
+    "image_info": op_image_info,
+    "pull": op_pull,
+    "start": op_start,
+    "stop": op_stop,
+    "remove": op_remove,
+}
+
+
+def serve(request):
+    try:
+        data = json.loads(request.decode("utf-8"))
+        answer = OPS[data["op"]](data.get("payload") or {})
+    except Failure as exc:
+        answer = {"error": str(exc)}
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()

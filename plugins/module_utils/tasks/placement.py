@@ -1,0 +1,721 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Where a task runs: the fleet, the host of every job and its rank, or why nothing fits.
+
+Pure Python (no Ansible imports). The input is the normalized task config
+(docs/config-json.md), the fleet records with their instance records, the ``gpufleet_host`` fact
+of every measured host (docs/host-facts.md) and what already runs on each host. The rules are
+dstack's (dstack.md §2 matching, §3.7 blocks, §3.8 health, §4.1 jobs, §4.4 placement):
+
+    jobs = job_requirements(config)          # one entry per job, rank order
+    offer = host_offer(fact, 1, 8)           # what 1 of 8 blocks of a host gives
+    matches(resources, offer)                # None, or why the offer falls short
+    plan = place(config, fleets, facts, busy)   # {"fleet", "placement", "jobs": [...]}
+
+``place`` raises NoCapacity, whose message names every fleet considered and why each host was
+turned down; input that is not what these functions take raises PlacementError.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import deque
+
+# Instances that cannot take a job. dstack schedules only available instances, i.e. idle or busy
+# (§3.6); unreachable hosts would fail the job at once.
+UNAVAILABLE_STATUSES = frozenset(
+    ("pending", "provisioning", "terminating", "terminated", "failed", "unreachable")
+)
+# DCGM health that keeps a host out of scheduling; "warning" hosts are still used (§3.8).
+EXCLUDED_HEALTH = frozenset(("failure",))
+# An SSH fleet instance has backend "ssh"; dstack calls that backend "remote" (§1.4).
+SSH_BACKEND_NAMES = frozenset(("ssh", "remote"))
+SPOT_POLICIES = ("spot", "on-demand", "auto")
+# How facts spell CPU architectures, as resources specs spell them (§2.3).
+ARCH_NAMES = {
+    "x86": "x86", "x86_64": "x86", "amd64": "x86", "i386": "x86", "i686": "x86",
+    "arm": "arm", "arm64": "arm", "aarch64": "arm",
+}
+NO_FACTS = "no host facts (apply the fleet first)"
+ADVICE = "apply a fleet with enough hosts, free busy hosts, or relax resources"
+MAX_HOST_REASONS = 5
+MAX_FLEET_REASONS = 10
+
+
+class PlacementError(Exception):
+    """Input that cannot be placed at all: not a task config, a malformed fleet record or fact."""
+
+
+class NoCapacity(PlacementError):
+    """No fleet has enough free matching hosts. str(exc) is the whole user-facing message;
+    exc.reasons is a list of short per-fleet/per-host reasons."""
+
+    def __init__(self, message, reasons=None):
+        super().__init__(message)
+        self.reasons = list(reasons or [])
+
+
+# ---------------------------------------------------------------------------------------------
+# Small readers
+# ---------------------------------------------------------------------------------------------
+
+
+def _kind(value):
+    return type(value).__name__
+
+
+def _whole(value, what, minimum=0):
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise PlacementError(
+            "%s must be a whole number of at least %d, got %r" % (what, minimum, value)
+        )
+    return value
+
+
+def _mapping(value, what):
+    if not isinstance(value, dict):
+        raise PlacementError("%s must be a mapping, got %s" % (what, _kind(value)))
+    return value
+
+
+def _fact(facts, path, what_host):
+    """The value at dotted ``path`` of a host fact, or PlacementError naming what is missing."""
+    value = facts
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            raise PlacementError(
+                "host facts of %s lack %s; gather them again (gpufleet.cluster.host_facts)"
+                % (what_host, path)
+            )
+        value = value[key]
+    return value
+
+
+def _short_name(reference):
+    """``project/name`` and ``name`` both name the fleet ``name`` (fleets are per project)."""
+    return str(reference).rsplit("/", 1)[-1]
+
+
+def _price(instance):
+    price = instance.get("price")
+    if price is None:
+        return 0.0
+    if isinstance(price, bool) or not isinstance(price, (int, float)):
+        raise PlacementError(
+            "instance %s: price must be a number or null, got %r" % (instance.get("name"), price)
+        )
+    return float(price)
+
+
+def _number(value, digits):
+    text = "%.*f" % (digits, value)
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def _shown(value, limit, unit):
+    """``value`` and ``limit`` as text, with enough decimals that they read differently."""
+    for digits in (1, 2, 3, 4):
+        left, right = _number(value, digits), _number(limit, digits)
+        if left != right:
+            break
+    return left + unit, right + unit
+
+
+def _range_reason(label, value, spec, unit=""):
+    """Why ``value`` is outside the range ``spec`` ({"min", "max"}, None = open), or None."""
+    if spec is None:
+        return None
+    spec = _mapping(spec, "the %s range" % label)
+    low, high = spec.get("min"), spec.get("max")
+    if low is not None and value < low:
+        shown, limit = _shown(value, low, unit) if unit else (str(value), str(low))
+        return "%s %s < %s" % (label, shown, limit)
+    if high is not None and value > high:
+        shown, limit = _shown(value, high, unit) if unit else (str(value), str(high))
+        return "%s %s > %s" % (label, shown, limit)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Jobs
+# ---------------------------------------------------------------------------------------------
+
+
+def job_requirements(config):
+    """One entry per job in rank order: {"job_num", "group", "resources"} (dstack.md §4.1).
+
+    ``nodes: N`` gives N jobs with the task's resources; ``groups`` are expanded in order, each
+    job with its group's resources (groups do not inherit the task's). Job 0 is the master.
+    """
+    config = _mapping(config, "the task config")
+    groups = config.get("groups")
+    jobs = []
+    if groups:
+        if not isinstance(groups, list):
+            raise PlacementError("groups must be a list of node groups, got %s" % _kind(groups))
+        for index, group in enumerate(groups):
+            group = _mapping(group, "groups[%d]" % index)
+            name = group.get("name")
+            name = str(index) if name is None else str(name)
+            count = _whole(group.get("nodes", 1), "groups[%d].nodes" % index, 1)
+            resources = _mapping(group.get("resources"), "groups[%d].resources" % index)
+            for _ in range(count):
+                jobs.append({"job_num": len(jobs), "group": name, "resources": resources})
+        return jobs
+    nodes = config.get("nodes")
+    nodes = 1 if nodes is None else _whole(nodes, "nodes", 1)
+    resources = _mapping(config.get("resources"), "resources")
+    return [{"job_num": num, "group": None, "resources": resources} for num in range(nodes)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Offers and matching
+# ---------------------------------------------------------------------------------------------
+
+
+def _host_resources(facts, what_host="the host"):
+    """The parts of a ``gpufleet_host`` fact that placement reads, checked."""
+    facts = _mapping(facts, "host facts of %s" % what_host)
+    cpus = _whole(_fact(facts, "cpus", what_host), "cpus of %s" % what_host)
+    memory_mib = _whole(_fact(facts, "memory.mib", what_host), "memory.mib of %s" % what_host)
+    disk_mib = _whole(
+        _fact(facts, "disk.available_mib", what_host), "disk.available_mib of %s" % what_host
+    )
+    total = _whole(_fact(facts, "blocks.total", what_host), "blocks.total of %s" % what_host, 1)
+    gpu = facts.get("gpu") or {}
+    gpu = _mapping(gpu, "gpu of %s" % what_host)
+    devices = gpu.get("devices") or []
+    if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
+        raise PlacementError("gpu.devices of %s must be a list of device mappings" % what_host)
+    count = gpu.get("count")
+    count = len(devices) if count is None else _whole(count, "gpu.count of %s" % what_host)
+    arch_text = facts.get("arch")
+    arch = "x86" if arch_text is None else ARCH_NAMES.get(str(arch_text).lower())
+    if arch is None:
+        raise PlacementError(
+            "arch of %s is %r; expected x86_64 or aarch64" % (what_host, arch_text))
+    return {
+        "cpus": cpus,
+        "memory_mib": memory_mib,
+        "disk_mib": disk_mib,
+        "total_blocks": total,
+        "gpu_vendor": gpu.get("vendor") or "none",
+        "gpu_name": gpu.get("name"),
+        "gpu_memory_mib": gpu.get("memory_mib") or 0,
+        "gpu_count": count,
+        "devices": devices,
+        "arch": arch,
+    }
+
+
+def _offer(host, blocks, total):
+    # dstack's shared offer (§3.7): CPUs, memory and GPUs floor-divided per block, times the
+    # blocks taken; the disk is shared, so every offer sees all of it.
+    gpu_count = host["gpu_count"] // total * blocks
+    return {
+        "cpus": host["cpus"] // total * blocks,
+        "memory_mib": host["memory_mib"] // total * blocks,
+        "disk_mib": host["disk_mib"],
+        "gpu_vendor": host["gpu_vendor"] if gpu_count else "none",
+        "gpu_name": host["gpu_name"] if gpu_count else None,
+        "gpu_memory_mib": host["gpu_memory_mib"] if gpu_count else 0,
+        "gpu_count": gpu_count,
+        "arch": host["arch"],
+    }
+
+
+def host_offer(facts, blocks, total_blocks):
+    """What ``blocks`` of ``total_blocks`` blocks of a host give a job (dstack.md §3.7).
+
+    Returns {"cpus", "memory_mib", "disk_mib", "gpu_vendor", "gpu_name", "gpu_memory_mib",
+    "gpu_count", "arch"}; the disk is not divided. ``facts`` is a ``gpufleet_host`` fact.
+    """
+    host = _host_resources(facts)
+    total = _whole(total_blocks, "total_blocks", 1)
+    taken = _whole(blocks, "blocks", 1)
+    if taken > total:
+        raise PlacementError("an offer takes 1 to %d blocks, not %d" % (total, taken))
+    return _offer(host, taken, total)
+
+
+def matches(resources, offer):
+    """None when ``offer`` satisfies the resources spec, else a short reason such as
+    ``cpu 2 < 4`` or ``gpu name T4 not in [H100]``.
+
+    The checks are gpuhunt's, which dstack runs on every instance offer (§2). Sizes in the spec
+    are GB; the offer's are MiB and are compared as MiB / 1024.
+    """
+    resources = _mapping(resources, "resources")
+    offer = _mapping(offer, "the offer")
+    cpu = resources.get("cpu") or {}
+    # An unset arch matches any host here; place() first resolves it as the dstack server does
+    # (§2.3: the default image means x86).
+    arch = cpu.get("arch")
+    if arch is not None and arch != offer["arch"]:
+        return "cpu arch %s, not %s" % (offer["arch"], arch)
+    reason = _range_reason("cpu", offer["cpus"], cpu.get("count"))
+    if reason:
+        return reason
+    reason = _range_reason("memory", offer["memory_mib"] / 1024, resources.get("memory"), "GB")
+    if reason:
+        return reason
+    gpu = resources.get("gpu")
+    if gpu:
+        reason = _gpu_reason(_mapping(gpu, "resources.gpu"), offer)
+        if reason:
+            return reason
+    # shm_size is not matched: it only sizes /dev/shm in the container.
+    disk = resources.get("disk")
+    if disk:
+        return _range_reason("disk", offer["disk_mib"] / 1024, disk.get("size"), "GB")
+    return None
+
+
+def _gpu_reason(gpu, offer):
+    count = offer["gpu_count"]
+    vendor = gpu.get("vendor")
+    # As in gpuhunt, a vendor rules out hosts without GPUs (vendor "none") even when the count
+    # range starts at 0: `gpu: nvidia:0..` never lands on a CPU-only host.
+    if vendor and vendor != offer["gpu_vendor"]:
+        return "gpu vendor %s, not %s" % (offer["gpu_vendor"], vendor)
+    # A count range is a plain range: `0..` (the run default) takes hosts with any number of
+    # GPUs, none included, and a host with 8 GPUs matches `0..` as it matches `1..`.
+    reason = _range_reason("gpu count", count, gpu.get("count"))
+    if reason:
+        return reason
+    names = gpu.get("name")
+    if names is not None:
+        wanted = [str(name).lower() for name in names]
+        have = offer["gpu_name"]
+        if have is None or str(have).lower() not in wanted:
+            return "gpu name %s not in [%s]" % (have or "none", ", ".join(names))
+    # compute_capability is not measured on hosts (the fact has no such field), so it is not
+    # checked; dstack looks it up in gpuhunt's catalog by GPU name.
+    memory_gb = offer["gpu_memory_mib"] / 1024 if count else 0
+    reason = _range_reason("gpu memory", memory_gb, gpu.get("memory"), "GB")
+    if reason:
+        return reason
+    return _range_reason("gpu total memory", count * memory_gb, gpu.get("total_memory"), "GB")
+
+
+# ---------------------------------------------------------------------------------------------
+# Hosts
+# ---------------------------------------------------------------------------------------------
+
+
+def _selected(selector, instance):
+    if isinstance(selector, str):
+        return instance.get("name") == selector
+    if not isinstance(selector, dict):
+        raise PlacementError("an instances selector must be a name or a mapping, got %r"
+                             % (selector,))
+    if "name" in selector:
+        return instance.get("name") == selector["name"]
+    if "hostname" in selector:
+        return instance.get("hostname") == selector["hostname"]
+    if "fleet" in selector and "instance" in selector:
+        return (_short_name(selector["fleet"]) == instance.get("fleet")
+                and instance.get("num") == selector["instance"])
+    raise PlacementError("an instances selector needs name, hostname, or fleet and instance; "
+                         "got %r" % (selector,))
+
+
+def _listed(value, allowed):
+    return value is not None and str(value).lower() in [str(a).lower() for a in allowed]
+
+
+def _profile_reason(instance, config):
+    """Why the run's profile (instances, backends, regions, prices...) rules the instance out."""
+    status = instance.get("status")
+    if status in UNAVAILABLE_STATUSES:
+        return "status %s" % status
+    selectors = config.get("instances")
+    if selectors and not any(_selected(sel, instance) for sel in selectors):
+        return "not selected by instances"
+    backends = config.get("backends")
+    backend = instance.get("backend")
+    if backends is not None:
+        wanted = set(str(b).lower() for b in backends)
+        backend_name = str(backend).lower()
+        if backend_name in SSH_BACKEND_NAMES:
+            ok = bool(wanted & SSH_BACKEND_NAMES)
+        else:
+            ok = backend_name in wanted
+        if not ok:
+            return "backend %s not in [%s]" % (backend, ", ".join(backends))
+    regions = config.get("regions")
+    if regions is not None and not _listed(instance.get("region"), regions):
+        return "region %s not in [%s]" % (instance.get("region"), ", ".join(regions))
+    types = config.get("instance_types")
+    if types is not None and not _listed(instance.get("instance_type"), types):
+        return "instance type %s not in [%s]" % (instance.get("instance_type"), ", ".join(types))
+    max_price = config.get("max_price")
+    price = _price(instance)
+    if max_price is not None and price > max_price:
+        return "price $%s > max_price $%s" % (_number(price, 4), _number(max_price, 4))
+    policy = config.get("spot_policy") or "on-demand"
+    if policy not in SPOT_POLICIES:
+        raise PlacementError("spot_policy must be one of %s, got %r"
+                             % (", ".join(SPOT_POLICIES), policy))
+    spot = bool(instance.get("spot"))
+    if spot and policy == "on-demand":
+        return "spot instance; spot_policy is on-demand"
+    if not spot and policy == "spot":
+        return "on-demand instance; spot_policy is spot"
+    return None
+
+
+def _device_key(device):
+    return device.get("id") if device.get("id") is not None else device.get("index")
+
+
+class _Host(object):
+    """One candidate instance of a fleet with its measured resources and what is busy on it."""
+
+    def __init__(self, instance, fact, busy):
+        self.instance = instance
+        self.name = instance["name"]
+        self.fact = fact
+        self.resources = _host_resources(fact, self.name)
+        busy = busy or {}
+        if not isinstance(busy, dict):
+            raise PlacementError("busy[%s] must be a mapping with blocks and gpu_ids" % self.name)
+        self.busy_blocks = _whole(busy.get("blocks") or 0, "busy blocks of %s" % self.name)
+        self.busy_ids = set(busy.get("gpu_ids") or [])
+        self.total = self.resources["total_blocks"]
+        self.free_devices = [
+            d for d in self.resources["devices"] if _device_key(d) not in self.busy_ids
+        ]
+
+    def fit(self, resources, whole):
+        """(allocation, None) when the host can take a job with ``resources``, else (None, why).
+
+        A multi-node job takes the whole host, which must be entirely free (§3.7); a single job
+        takes the fewest blocks whose offer matches.
+        """
+        total = self.total
+        if whole:
+            if self.busy_blocks:
+                return None, ("busy (%d of %d blocks in use); multi-node tasks need whole free "
+                              "hosts" % (self.busy_blocks, total))
+            if self.busy_ids:
+                return None, ("busy (%d GPUs in use); multi-node tasks need whole free hosts"
+                              % len(self.busy_ids))
+            choices = [total]
+        else:
+            free = total - self.busy_blocks
+            if free <= 0:
+                return None, "busy (all %d blocks in use)" % total
+            choices = range(1, free + 1)
+        reasons = []
+        for blocks in choices:
+            offer = _offer(self.resources, blocks, total)
+            reason = matches(resources, offer)
+            if reason is None and len(self.free_devices) < offer["gpu_count"]:
+                reason = "only %d of %d GPUs free" % (
+                    len(self.free_devices), self.resources["gpu_count"])
+            if reason is None:
+                return self._allocation(offer, blocks), None
+            reasons.append(reason)
+        # The reason for the most blocks says what even the largest share lacks, unless it
+        # overshoots a maximum; then the smallest share says it better.
+        reason = reasons[-1]
+        if " > " in reason:
+            reason = reasons[0]
+        return None, reason
+
+    def _allocation(self, offer, blocks):
+        instance = self.instance
+        return {
+            "host": self.name,
+            "hostname": instance.get("hostname"),
+            "fleet": instance.get("fleet"),
+            "instance_num": instance.get("num"),
+            "backend": instance.get("backend"),
+            "region": instance.get("region"),
+            "instance_type": instance.get("instance_type"),
+            "price": _price(instance),
+            "spot": bool(instance.get("spot")),
+            "internal_ip": instance.get("internal_ip") or self.fact.get("internal_ip"),
+            "whole_host": blocks == self.total,
+            "blocks": blocks,
+            "total_blocks": self.total,
+            "cpus": offer["cpus"],
+            "memory_mib": offer["memory_mib"],
+            "disk_mib": offer["disk_mib"],
+            "arch": offer["arch"],
+            "gpu_vendor": offer["gpu_vendor"],
+            "gpu_name": offer["gpu_name"],
+            "gpu_memory_mib": offer["gpu_memory_mib"],
+            "gpus": [dict(d) for d in self.free_devices[: offer["gpu_count"]]],
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Assignment
+# ---------------------------------------------------------------------------------------------
+
+
+def _assign(candidates, job_count):
+    """Give every job its own host: {job: host index} or None.
+
+    ``candidates[j]`` lists, in host order, the hosts job ``j`` fits. Jobs take hosts in rank
+    order, each the first free host it fits (the cheapest: hosts come sorted by price). Only
+    when no such host is left is an earlier job moved to another host it fits (an augmenting
+    path), so a heterogeneous run is placed whenever an assignment exists.
+    """
+    owner = {}
+    for job in range(job_count):
+        free = [h for h in candidates[job] if h not in owner]
+        if free:
+            owner[free[0]] = job
+            continue
+        if not _augment(job, candidates, owner):
+            return None
+    return dict((job, host) for host, job in owner.items())
+
+
+def _augment(root, candidates, owner):
+    came_from = {root: None}  # job -> the host through which the search reached it
+    reached_by = {}  # host -> the job that reached it
+    queue = deque([root])
+    while queue:
+        job = queue.popleft()
+        for host in candidates[job]:
+            if host in reached_by:
+                continue
+            reached_by[host] = job
+            if host not in owner:
+                while host is not None:
+                    taker = reached_by[host]
+                    owner[host] = taker
+                    host = came_from[taker]
+                return True
+            holder = owner[host]
+            if holder not in came_from:
+                came_from[holder] = host
+                queue.append(holder)
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Placement
+# ---------------------------------------------------------------------------------------------
+
+
+def _effective_jobs(config):
+    """The jobs with their resources resolved as the dstack server resolves them (§2.3): an
+    unset CPU arch on the default image (no image, no docker) is x86; with a custom image it
+    stays unset (any), since the image's architectures are not known here."""
+    jobs = job_requirements(config)
+    default_image = config.get("image") is None and not config.get("docker")
+    out = []
+    for job in jobs:
+        resources = copy.deepcopy(job["resources"])
+        cpu = resources.get("cpu")
+        if default_image and isinstance(cpu, dict) and cpu.get("arch") is None:
+            cpu["arch"] = "x86"
+        out.append(dict(job, resources=resources))
+    return out
+
+
+def _job_key(job):
+    return job["group"]
+
+
+def _host_reason(reasons_by_group):
+    distinct = []
+    for group, reason in reasons_by_group:
+        if reason not in [r for _g, r in distinct]:
+            distinct.append((group, reason))
+    if len(distinct) == 1 or distinct[0][0] is None:
+        return distinct[0][1]
+    return ", ".join("%s [group %s]" % (reason, group) for group, reason in distinct)
+
+
+def _try_fleet(fleet, jobs, config, facts, busy):
+    """(plan, None) when ``fleet`` holds every job, else (None, (summary, host reasons))."""
+    name = fleet["name"]
+    placement = fleet.get("placement") or "any"
+    multinode = len(jobs) >= 2
+    # Multi-node runs only go to cluster fleets (§4.4).
+    if multinode and placement != "cluster":
+        return None, ("placement is any; multi-node tasks need placement: cluster", [])
+    instances = fleet.get("instances") or []
+    if not isinstance(instances, list):
+        raise PlacementError(
+            "fleet %s: instances must be a list, got %s" % (name, _kind(instances)))
+    records = []
+    for position, instance in enumerate(instances):
+        instance = _mapping(instance, "fleet %s: instances[%d]" % (name, position))
+        if not instance.get("name"):
+            raise PlacementError("fleet %s: instances[%d] has no name" % (name, position))
+        num = instance.get("num")
+        records.append(dict(instance, num=position if num is None else num,
+                            fleet=instance.get("fleet") or name))
+    if not records:
+        return None, ("no instances", [])
+    # Cheapest first, then by instance number: the first eligible host becomes rank 0 (§4.4).
+    records.sort(key=lambda r: (_price(r), r["num"]))
+
+    rejected = []
+    hosts = []
+    for record in records:
+        reason = _profile_reason(record, config)
+        fact = facts.get(record["name"]) if reason is None else None
+        if reason is None and not fact:
+            reason = NO_FACTS
+        if reason is None:
+            health = fact.get("health") or "healthy"
+            if health in EXCLUDED_HEALTH:
+                reason = "health %s" % health
+        if reason is not None:
+            rejected.append((record["name"], reason))
+            continue
+        try:
+            hosts.append(_Host(record, fact, busy.get(record["name"])))
+        except PlacementError as exc:
+            rejected.append((record["name"], str(exc)))
+
+    groups = []
+    for job in jobs:
+        if _job_key(job) not in [g for g, _r in groups]:
+            groups.append((_job_key(job), job["resources"]))
+    fits = dict((key, []) for key, _r in groups)
+    matching = []
+    for index, host in enumerate(hosts):
+        reasons = []
+        for key, resources in groups:
+            allocation, reason = host.fit(resources, multinode)
+            fits[key].append(allocation)
+            if allocation is None:
+                reasons.append((key, reason))
+        if len(reasons) == len(groups):
+            rejected.append((host.name, _host_reason(reasons)))
+        else:
+            matching.append(index)
+
+    # The other jobs stay with the master's backend and region (§4.4): try each backend/region
+    # in the order of its cheapest matching host.
+    zones = []
+    for index in matching:
+        zone = (hosts[index].instance.get("backend"), hosts[index].instance.get("region"))
+        if zone not in zones:
+            zones.append(zone)
+    for zone in zones:
+        in_zone = [
+            index for index in matching
+            if (hosts[index].instance.get("backend"), hosts[index].instance.get("region")) == zone
+        ]
+        candidates = [
+            [index for index in in_zone if fits[_job_key(job)][index] is not None]
+            for job in jobs
+        ]
+        assignment = _assign(candidates, len(jobs))
+        if assignment is not None:
+            plan_jobs = []
+            for num, job in enumerate(jobs):
+                allocation = dict(fits[_job_key(job)][assignment[num]])
+                entry = {"job_num": job["job_num"], "group": job["group"]}
+                entry.update(allocation)
+                entry["resources"] = job["resources"]
+                plan_jobs.append(entry)
+            return {"fleet": name, "placement": placement, "jobs": plan_jobs}, None
+
+    summary = "%d of %d host%s match" % (
+        len(matching), len(records), "" if len(records) == 1 else "s")
+    if len(matching) >= len(jobs):
+        if len(zones) > 1:
+            summary += ", but no single backend and region has enough of them"
+        else:
+            summary += ", but not one for each job of every group"
+    return None, (summary, rejected)
+
+
+def _fleet_text(name, summary, rejected):
+    text = "fleet %s: %s" % (name, summary)
+    if rejected:
+        shown = ["%s: %s" % item for item in rejected[:MAX_HOST_REASONS]]
+        if len(rejected) > MAX_HOST_REASONS:
+            shown.append("and %d more" % (len(rejected) - MAX_HOST_REASONS))
+        text += " (%s)" % "; ".join(shown)
+    return text
+
+
+def _needs(jobs):
+    count = len(jobs)
+    text = "needs %d node%s" % (count, "" if count == 1 else "s")
+    groups = []
+    for job in jobs:
+        if job["group"] is None:
+            continue
+        if groups and groups[-1][0] == job["group"]:
+            groups[-1][1] += 1
+        else:
+            groups.append([job["group"], 1])
+    if groups:
+        text += " (%s)" % ", ".join("group %s: %d" % (g, n) for g, n in groups)
+    return text
+
+
+def place(config, fleets, facts, busy=None):
+    """Pick the fleet and the host of every job of a task, or raise NoCapacity.
+
+    ``config`` is the normalized task config, ``fleets`` the fleet records (each with its
+    instance records), ``facts`` maps instance names to ``gpufleet_host`` facts and ``busy``
+    maps instance names to {"blocks", "gpu_ids"} already in use. Returns {"fleet", "placement",
+    "jobs"}, the jobs in rank order; job 0 is the master. Same input, same plan.
+    """
+    config = _mapping(config, "the task config")
+    jobs = _effective_jobs(config)
+    if fleets is None:
+        fleets = []
+    if not isinstance(fleets, list):
+        raise PlacementError("fleets must be a list of fleet records, got %s" % _kind(fleets))
+    facts = _mapping(facts if facts is not None else {}, "facts")
+    busy = _mapping(busy if busy is not None else {}, "busy")
+    for index, fleet in enumerate(fleets):
+        _mapping(fleet, "fleets[%d]" % index)
+        if not fleet.get("name"):
+            raise PlacementError("fleets[%d] has no name" % index)
+
+    wanted = config.get("fleets")
+    notes = []
+    if wanted:
+        names = [_short_name(ref) for ref in wanted]
+        candidates = [fleet for fleet in fleets if fleet["name"] in names]
+        known = set(fleet["name"] for fleet in fleets)
+        for ref in wanted:
+            if _short_name(ref) not in known:
+                notes.append("fleet %s: no such fleet" % ref)
+    else:
+        candidates = list(fleets)
+
+    fleet_texts = []
+    reasons = list(notes)
+    for fleet in candidates:
+        plan, failure = _try_fleet(fleet, jobs, config, facts, busy)
+        if plan is not None:
+            return plan
+        summary, rejected = failure
+        fleet_texts.append(_fleet_text(fleet["name"], summary, rejected))
+        reasons.append("fleet %s: %s" % (fleet["name"], summary))
+        reasons.extend("%s: %s" % item for item in rejected)
+
+    if not fleets:
+        parts = ["no fleets (apply a fleet first)"]
+        reasons = ["no fleets"]
+    else:
+        parts = notes + fleet_texts
+        if len(parts) > MAX_FLEET_REASONS:
+            parts = parts[:MAX_FLEET_REASONS] + [
+                "and %d more fleets" % (len(parts) - MAX_FLEET_REASONS)]
+        if notes:
+            parts.append("known fleets: %s" % ", ".join(f["name"] for f in fleets))
+    name = config.get("name")
+    message = "no capacity for task%s: %s; %s. To run it, %s." % (
+        " " + name if name else "", _needs(jobs), "; ".join(parts), ADVICE)
+    raise NoCapacity(message, reasons)

@@ -1,0 +1,635 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Runs of dstack tasks on fleets: submit, watch, list, logs and stop.
+
+A run has no record but its containers: each carries labels naming its run, job, submission and
+what ``ps`` shows (tasks.rankplan), and each job's state folder on its host says how the command
+went. Every operation here starts from the fleets (their records and cached host facts) and asks
+their hosts.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import os
+import random
+import shutil
+import subprocess
+import tempfile
+import time
+import uuid
+
+from ..backends.docker import Docker, DockerError
+from ..fleets import apply as fleet_apply
+from ..fleets import state
+from . import lifecycle, placement, rankplan
+from .ssh import Node, NodeError
+from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch, observe, parallel
+
+IMAGE_SOURCES = ("auto", "pull", "push", "present")
+NO_CAPACITY_BACKOFF = (5, 10, 20, 40, 60)
+UNUSABLE = ("terminated", "failed", "unreachable", "pending", "stopped")
+
+
+class RunError(Exception):
+    """The run cannot be submitted or acted on; the message says why and what to do."""
+
+
+def utcnow():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ---------------------------------------------------------------------------------------------
+# Fleets and hosts
+
+
+def collect_fleets(paths=(), docker=None, root=None, discover=True):
+    """Fleet records: the fleets of the given fleet files, then every fleet the backends hold.
+
+    Each record gets ``facts`` (``{instance: gpufleet_host}``), the host facts cached when the
+    fleet was applied.
+    """
+    from ..spec import SpecError, parse_file
+
+    root = state.state_dir(root)
+    found = []
+    seen = set()
+    for path in paths or ():
+        try:
+            config, _warnings = parse_file(path)
+        except SpecError as exc:
+            raise RunError(str(exc))
+        if config.get("type") != "fleet":
+            raise RunError("%s is a %s file; fleets must be fleet files (type: fleet)"
+                           % (path, config.get("type")))
+        try:
+            record = fleet_apply.describe(config, path, docker, root)
+        except (fleet_apply.ApplyError, DockerError) as exc:
+            raise RunError(str(exc))
+        found.append(record)
+        seen.add(record["name"])
+    if discover and docker is not None:
+        try:
+            for record in fleet_apply.discover(docker, root):
+                if record["name"] not in seen:
+                    found.append(record)
+        except DockerError:
+            pass  # no engine here: no local fleets
+    for record in found:
+        record["facts"] = state.read_facts(root, record["name"])
+    return found
+
+
+def nodes_of(fleets, root=None):
+    """``{instance name: Node}`` for every instance with an address."""
+    result = {}
+    for fleet in fleets:
+        for instance in fleet.get("instances") or []:
+            if instance.get("hostname"):
+                result[instance["name"]] = Node(instance, root=root)
+    return result
+
+
+def survey(nodes):
+    """Ask every host for its task containers: ``({host: [containers]}, {host: error})``."""
+    answers = parallel(sorted(nodes), lambda h: nodes[h].call("status", {}))
+    containers = {}
+    errors = {}
+    for host, (answer, error) in answers.items():
+        if error is not None:
+            errors[host] = error
+        else:
+            containers[host] = answer["containers"]
+    return containers, errors
+
+
+def busy_map(containers):
+    """Blocks and GPUs taken on each host by containers that are still alive."""
+    busy = {}
+    for host, entries in containers.items():
+        for entry in entries:
+            if lifecycle.job_status(entry)[0] not in lifecycle.ALIVE:
+                continue
+            labels = entry["labels"]
+            item = busy.setdefault(host, {"blocks": 0, "gpu_ids": []})
+            try:
+                item["blocks"] += int(labels.get("gpufleet.blocks") or 0)
+            except ValueError:
+                pass
+            ids = labels.get("gpufleet.gpus") or ""
+            item["gpu_ids"] += [i for i in ids.split(",") if i]
+    return busy
+
+
+# ---------------------------------------------------------------------------------------------
+# Images
+
+
+def _local_has(docker, image):
+    if docker is None:
+        return False
+    try:
+        return docker.image_labels(image) is not None
+    except DockerError:
+        return False
+
+
+def push_image(docker, image, nodes, hosts):
+    """``docker save`` on the controller once, ``docker load`` on each host, all at once."""
+    folder = tempfile.mkdtemp(prefix="gpufleet-image-")
+    path = os.path.join(folder, "image.tar")
+    try:
+        with open(path, "wb") as handle:
+            proc = subprocess.run([docker.binary, "save", image], stdout=handle,
+                                  stderr=subprocess.PIPE, check=False)
+        if proc.returncode != 0:
+            raise RunError("docker save %s failed on the controller: %s"
+                           % (image, proc.stderr.decode("utf-8", "replace").strip()))
+
+        def load(host):
+            node = nodes[host]
+            with open(path, "rb") as handle:
+                proc = subprocess.run(node.argv(node.sudo + "docker load -q"), stdin=handle,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      check=False)
+            if proc.returncode != 0:
+                raise NodeError(host, "docker load of %s failed: %s" % (
+                    image, proc.stderr.decode("utf-8", "replace").strip()[-500:]))
+            return True
+
+        return parallel(hosts, load)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def ensure_image(image, nodes, hosts, docker=None, source="auto", auth=None, emit=None):
+    """Make ``image`` present on ``hosts``: kept, pulled there, or pushed from the controller.
+
+    Returns ``{host: image_info}`` (ENTRYPOINT, CMD, WORKDIR as the host sees the image).
+    ``auth`` (registry credentials) is used for the pull only and never shown.
+    """
+    emit = emit or (lambda event: None)
+    info = _checked(parallel(hosts, lambda h: nodes[h].call("image_info", {"image": image})))
+    missing = [h for h in hosts if not info[h]["present"]]
+    if not missing:
+        return info
+    if source == "present":
+        raise RunError("image %s is not on %s, and image_source is present: load it there "
+                       "first" % (image, ", ".join(missing)))
+    failures = {}
+    if source in ("auto", "pull"):
+        emit({"kind": "info", "message": "pulling %s on %s" % (image, ", ".join(missing))})
+        pulled = _checked(parallel(missing, lambda h: nodes[h].call(
+            "pull", {"image": image, "auth": auth}, timeout=3600)))
+        failures = dict((h, a["message"]) for h, a in pulled.items() if not a["pulled"])
+        missing = sorted(failures)
+    if missing and source in ("auto", "push"):
+        if not _local_has(docker, image):
+            detail = "; ".join("%s: %s" % (h, failures[h]) for h in missing if failures.get(h))
+            raise RunError(
+                "image %s could not be pulled on %s%s, and the controller does not have it to "
+                "push: pull or build it on the controller (docker pull / docker build), or make "
+                "the registry reachable from the hosts"
+                % (image, ", ".join(missing), (" (" + detail + ")") if detail else ""))
+        emit({"kind": "info", "message": "pushing %s from the controller to %s"
+              % (image, ", ".join(missing))})
+        _checked(push_image(docker, image, nodes, missing))
+        missing = []
+    if missing:
+        raise RunError("image %s could not be pulled on %s: %s" % (
+            image, ", ".join(missing), "; ".join(failures.get(h, "") for h in missing)))
+    again = _checked(parallel(hosts, lambda h: nodes[h].call("image_info", {"image": image})))
+    return again
+
+
+def _checked(results):
+    """The values of ``parallel`` results; the first error is raised as a RunError."""
+    for host, (_value, error) in sorted(results.items()):
+        if error is not None:
+            raise RunError(str(error))
+    return dict((h, v) for h, (v, _e) in results.items())
+
+
+# ---------------------------------------------------------------------------------------------
+# Submitting and watching
+
+
+def run_key():
+    """One RSA key pair per run for SSH between its containers (dstack.md §4.10)."""
+    folder = tempfile.mkdtemp(prefix="gpufleet-runkey-")
+    try:
+        path = os.path.join(folder, "dstack_job")
+        proc = subprocess.run(
+            ["ssh-keygen", "-q", "-t", "rsa", "-b", "3072", "-N", "", "-C", "dstack_job",
+             "-f", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        if proc.returncode != 0:
+            raise RunError("ssh-keygen failed on the controller: %s"
+                           % proc.stdout.decode("utf-8", "replace").strip())
+        with open(path) as private, open(path + ".pub") as public:
+            return {"private": private.read(), "public": public.read()}
+    except OSError as exc:
+        raise RunError("cannot make the run's SSH key: ssh-keygen is needed on the controller "
+                       "(install openssh-client): %s" % exc)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _inline_files(job):
+    """Controller files travel with the start request, base64-encoded."""
+    files = {}
+    for rel, spec in job["files"].items():
+        if "local_path" in spec:
+            try:
+                with open(spec["local_path"], "rb") as handle:
+                    data = handle.read()
+            except (IOError, OSError) as exc:
+                raise RunError("files: cannot read %s: %s" % (spec["local_path"], exc))
+            spec = dict(spec, data=base64.b64encode(data).decode("ascii"))
+            spec.pop("local_path")
+        files[rel] = spec
+    return dict(job, files=files)
+
+
+def find_run(nodes, name):
+    """The containers of run ``name`` on all hosts: ``{host: [containers]}``."""
+    containers, _errors = survey(nodes)
+    return dict((h, [c for c in entries if c["labels"].get(RUN_LABEL) == name])
+                for h, entries in containers.items()
+                if any(c["labels"].get(RUN_LABEL) == name for c in entries))
+
+
+class Submission(object):
+    """Everything about one submission of a run that the loop needs afterwards."""
+
+    def __init__(self, number, jobs, nodes, placed):
+        self.number = number
+        self.jobs = jobs
+        self.nodes = nodes
+        self.placement = placed
+
+
+def _default_image(config, fleet):
+    if config.get("image"):
+        return config["image"]
+    if config.get("docker"):
+        return rankplan.default_image(config)
+    return rankplan.default_image(config)
+
+
+class Runner(object):
+    """Submit a task and carry it to its end (or only start it, ``wait=False``)."""
+
+    def __init__(self, config, fleets, root=None, secrets=None, environ=None, docker=None,
+                 emit=None, image_source="auto", follow_logs=False, poll=1.0, clock=time.time,
+                 sleep=time.sleep, run_args=(), rng=random, local_image=None,
+                 config_dir=None):
+        self.config = config
+        self.fleets = fleets
+        self.root = root
+        self.secrets = secrets or {}
+        self.environ = os.environ if environ is None else environ
+        self.docker = docker
+        sink = emit or (lambda event: None)
+        self.emit = lambda event: sink(dict(event, run=self.name))
+        self.image_source = image_source
+        self.follow_logs = follow_logs
+        self.poll = poll
+        self.clock = clock
+        self.sleep = sleep
+        self.run_args = run_args
+        self.local_image = local_image
+        self.config_dir = config_dir
+        self.name = rankplan.run_name(config, rng)
+        self.run_id = uuid.uuid4().hex
+        self.submitted_at = utcnow()
+        self.nodes = nodes_of(fleets, root)
+        self.submissions = []
+        self.env = rankplan.resolve_env(config, self.secrets, self.environ)
+
+    def _place(self):
+        containers, errors = survey(self.nodes)
+        for host, entries in containers.items():
+            mine = [c for c in entries if c["labels"].get(RUN_LABEL) == self.name]
+            if any(lifecycle.job_status(c)[0] in lifecycle.ALIVE for c in mine):
+                raise RunError(
+                    "run %s is already running (on %s): stop it first (gpufleet stop %s), or "
+                    "give this task another name" % (self.name, host, self.name))
+        fleets = []
+        for fleet in self.fleets:
+            fleet = dict(fleet)
+            instances = []
+            for inst in fleet.get("instances") or []:
+                if inst["name"] in errors:
+                    inst = dict(inst, status="unreachable")
+                instances.append(inst)
+            fleet["instances"] = instances
+            fleets.append(fleet)
+        facts = {}
+        for fleet in fleets:
+            facts.update(fleet.get("facts") or {})
+        return placement.place(self.config, fleets, facts, busy_map(containers))
+
+    def _prepare(self, number, placed):
+        hosts = [job["host"] for job in placed["jobs"]]
+        nodes = dict((h, self.nodes[h]) for h in hosts)
+        # A finished run of the same name is replaced, as dstack does on apply.
+        parallel(sorted(self.nodes), lambda h: self.nodes[h].call("remove", {"run": self.name}))
+        fleet_backend = placed["jobs"][0].get("backend")
+        image = self.config.get("image")
+        if not image:
+            image = self.local_image if (fleet_backend == "local" and self.local_image) else (
+                rankplan.default_image(self.config))
+        auth = rankplan.registry_credentials(self.config, self.env, self.secrets)
+        for job in placed["jobs"]:
+            self.emit({"kind": "job", "job_num": job["job_num"], "host": job["host"],
+                       "status": lifecycle.PULLING, "reason": None, "exit_code": None})
+        info = ensure_image(image, nodes, sorted(set(hosts)), docker=self.docker,
+                            source=self.image_source, auth=auth, emit=self.emit)
+        first = info[hosts[0]]
+        image_cmd = None
+        if first.get("entrypoint") or first.get("cmd"):
+            image_cmd = list(first.get("entrypoint") or []) + list(first.get("cmd") or [])
+        key = run_key() if len(placed["jobs"]) >= 2 else None
+        run = {"name": self.name, "id": self.run_id, "submission": number,
+               "submitted_at": self.submitted_at}
+        try:
+            jobs = rankplan.build_jobs(self.config, placed, run, secrets=self.secrets,
+                                       environ=self.environ, ssh_key=key,
+                                       run_args=self.run_args, image=image,
+                                       image_cmd=image_cmd, config_dir=self.config_dir)
+        except rankplan.PlanError as exc:
+            raise RunError(str(exc))
+        return Submission(number, [_inline_files(j) for j in jobs], nodes, placed)
+
+    def policy(self):
+        return {"startup_order": self.config.get("startup_order"),
+                "stop_criteria": self.config.get("stop_criteria"),
+                "retry": self.config.get("retry")}
+
+    def submit(self, number=0, waited_since=None):
+        """Place and prepare submission ``number``; wait for capacity when retry allows it."""
+        started = self.clock() if waited_since is None else waited_since
+        attempt = 0
+        while True:
+            try:
+                placed = self._place()
+                break
+            except placement.NoCapacity as exc:
+                if not lifecycle.may_retry(self.config.get("retry"),
+                                           lifecycle.EVENT_NO_CAPACITY, self.clock(), started):
+                    raise
+                delay = NO_CAPACITY_BACKOFF[min(attempt, len(NO_CAPACITY_BACKOFF) - 1)]
+                self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
+                           "message": "no capacity, retrying in %d s: %s" % (delay, exc)})
+                attempt += 1
+                self.sleep(delay)
+        submission = self._prepare(number, placed)
+        self.submissions.append(submission)
+        return submission
+
+    def result(self, decision=None, statuses=None, message=None):
+        last = self.submissions[-1] if self.submissions else None
+        jobs = []
+        if last is not None:
+            for job, placed in zip(last.jobs, last.placement["jobs"]):
+                status = (statuses or {}).get(job["job_num"], (lifecycle.SUBMITTED, None, None))
+                jobs.append({"job_num": job["job_num"], "host": job["host"],
+                             "container": job["container"], "internal_ip": placed["internal_ip"],
+                             "status": status[0], "reason": status[1], "exit_code": status[2]})
+        return {
+            "run": self.name,
+            "run_id": self.run_id,
+            "fleet": last.placement["fleet"] if last else None,
+            "status": decision.status if decision else lifecycle.RUN_SUBMITTED,
+            "reason": decision.reason if decision else None,
+            "message": message,
+            "submissions": len(self.submissions),
+            "jobs": jobs,
+        }
+
+    def run(self, wait=True, stop_event=None):
+        """Submit, then (``wait``) watch until the run ends, resubmitting under ``retry``."""
+        try:
+            submission = self.submit(0)
+        except placement.NoCapacity as exc:
+            return dict(self.result(), status=lifecycle.RUN_FAILED,
+                        reason=lifecycle.NO_CAPACITY, message=str(exc))
+        while True:
+            watch = Watch(submission.jobs, submission.nodes, self.policy(), self.emit,
+                          clock=self.clock, sleep=self.sleep, poll=self.poll,
+                          follow_logs=self.follow_logs, stop_event=stop_event)
+            if not wait:
+                decision = watch.run_once()
+                return self.result(decision, watch.statuses)
+            decision = watch.watch()
+            if not decision.resubmit:
+                return self.result(decision, watch.statuses, failure_message(
+                    decision, submission))
+            self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
+                       "message": "resubmitting all jobs (retry on %s)"
+                       % lifecycle.retry_event(decision.failed_job[1])})
+            parallel(sorted(submission.nodes), lambda h: submission.nodes[h].call(
+                "remove", {"run": self.name}))
+            try:
+                submission = self.submit(submission.number + 1, waited_since=self.clock())
+            except placement.NoCapacity as exc:
+                return dict(self.result(decision, watch.statuses), status=lifecycle.RUN_FAILED,
+                            reason=lifecycle.NO_CAPACITY, message=str(exc))
+
+
+def failure_message(decision, submission):
+    """One line naming the job that ended a failed or expired run, or None."""
+    if decision.failed_job is None:
+        return None
+    num, reason, code = decision.failed_job
+    job = next(j for j in submission.jobs if j["job_num"] == num)
+    if reason == lifecycle.MAX_DURATION_EXCEEDED:
+        return "job %d on %s ran longer than max_duration" % (num, job["host"])
+    if reason == lifecycle.EXECUTOR_ERROR:
+        return ("job %d on %s failed before its command started (exit code %s)"
+                % (num, job["host"], code))
+    if reason == "instance_unreachable":
+        return "job %d: host %s became unreachable" % (num, job["host"])
+    return "job %d on %s exited with code %s" % (num, job["host"], code)
+
+
+def log_tail(node, container, lines=20):
+    rc, out, _err = node.run("%sdocker logs --tail %d %s 2>&1" % (node.sudo, lines, container),
+                             timeout=30)
+    return out.splitlines()[-lines:] if rc == 0 else []
+
+
+# ---------------------------------------------------------------------------------------------
+# Listing, logs and stop: from the containers' labels and state files alone
+
+
+def _spec(labels):
+    try:
+        value = json.loads(labels.get("gpufleet.run-spec") or "{}")
+    except ValueError:
+        value = {}
+    return value if isinstance(value, dict) else {}
+
+
+def _job_num(entry):
+    try:
+        return int(entry["labels"].get(JOB_LABEL))
+    except (TypeError, ValueError):
+        return -1
+
+
+def run_records(containers):
+    """Run records from the task containers of every host (``{host: [containers]}``).
+
+    A record: name, run_id, submission, submitted, status, reason, fleet, backend, region,
+    price, spot, gpu, nodes, and jobs (job_num, host, container, status, reason, exit_code,
+    started_at, finished_at), newest run first. The run's status is decided from its jobs by
+    the same rules as while it runs (tasks.lifecycle).
+    """
+    by_run = {}
+    for host, entries in containers.items():
+        for entry in entries:
+            name = entry["labels"].get(RUN_LABEL)
+            if name:
+                by_run.setdefault(name, []).append(dict(entry, host=host))
+    records = []
+    for name, entries in by_run.items():
+        latest = max(int(e["labels"].get(SUBMISSION_LABEL) or 0) for e in entries)
+        entries = sorted((e for e in entries
+                          if int(e["labels"].get(SUBMISSION_LABEL) or 0) == latest),
+                         key=_job_num)
+        labels = entries[0]["labels"]
+        spec = _spec(labels)
+        statuses = dict((_job_num(e), lifecycle.job_status(e)) for e in entries)
+        try:
+            nodes = int(labels.get("gpufleet.nodes") or len(entries))
+        except ValueError:
+            nodes = len(entries)
+        for num in range(nodes):
+            statuses.setdefault(num, (lifecycle.SUBMITTED, None, None))
+        decision = lifecycle.decide({"stop_criteria": spec.get("stop_criteria"),
+                                     "startup_order": spec.get("startup_order")}, statuses)
+        jobs = []
+        for entry in entries:
+            status = statuses[_job_num(entry)]
+            jobs.append({
+                "job_num": _job_num(entry), "host": entry["host"], "container": entry["name"],
+                "status": status[0], "reason": status[1], "exit_code": status[2],
+                "started_at": entry.get("started_at"), "finished_at": entry.get("finished_at"),
+                "gpus": [g for g in (entry["labels"].get("gpufleet.gpus") or "").split(",") if g],
+            })
+        records.append({
+            "name": name,
+            "run_id": labels.get("gpufleet.run-id"),
+            "submission": latest,
+            "submitted": labels.get("gpufleet.submitted"),
+            "status": decision.status,
+            "reason": decision.reason,
+            "fleet": labels.get("gpufleet.fleet"),
+            "backend": spec.get("backend"),
+            "region": spec.get("region"),
+            "price": spec.get("price"),
+            "spot": spec.get("spot"),
+            "gpu": spec.get("gpu"),
+            "nodes": nodes,
+            "jobs": jobs,
+        })
+    records.sort(key=lambda r: (r["submitted"] or "", r["name"]), reverse=True)
+    return records
+
+
+def list_runs(nodes):
+    """``(run records, {host: error})`` for every run on the hosts."""
+    containers, errors = survey(nodes)
+    return run_records(containers), dict((h, str(e)) for h, e in errors.items())
+
+
+def _run_containers(nodes, name):
+    containers, errors = survey(nodes)
+    mine = dict((h, [c for c in entries if c["labels"].get(RUN_LABEL) == name])
+                for h, entries in containers.items())
+    mine = dict((h, c) for h, c in mine.items() if c)
+    if not mine:
+        where = "; unreachable: %s" % ", ".join(sorted(errors)) if errors else ""
+        raise RunError("no run named %s on the fleets' hosts%s (gpufleet ps lists runs)"
+                       % (name, where))
+    return mine
+
+
+def stop_run(nodes, name, abort=False):
+    """Stop every live job of run ``name`` (``terminated_by_user``); return the run record.
+
+    A graceful stop gives each job stop_duration seconds after TERM; ``abort`` kills at once.
+    """
+    mine = _run_containers(nodes, name)
+    record = run_records(mine)[0]
+
+    def stop(host):
+        jobs = [c for c in mine[host]
+                if lifecycle.job_status(c)[0] in lifecycle.ALIVE and
+                int(c["labels"].get(SUBMISSION_LABEL) or 0) == record["submission"]]
+        if not jobs:
+            return []
+        timeout = 0 if abort else max(int(_spec(c["labels"]).get("stop_duration") or 0)
+                                      for c in jobs)
+        answer = nodes[host].call("stop", {
+            "reason": lifecycle.TERMINATED_BY_USER, "timeout": timeout,
+            "jobs": [{"run": name, "job_num": _job_num(c), "container": c["name"]}
+                     for c in jobs]}, timeout=timeout + 60)
+        return answer["stopped"]
+
+    stopped = []
+    for host, (value, error) in sorted(parallel(sorted(mine), stop).items()):
+        if error is not None:
+            raise RunError(str(error))
+        stopped += value
+    after = run_records(_run_containers(nodes, name))[0]
+    after["stopped"] = sorted(stopped)
+    return after
+
+
+def run_logs(nodes, name, tail=None):
+    """The logs of every job of run ``name``'s latest submission: ``[(rank, line), ...]``
+    in rank order."""
+    mine = _run_containers(nodes, name)
+    record = run_records(mine)[0]
+    lines = []
+
+    def fetch(job):
+        node = nodes[job["host"]]
+        command = "%sdocker logs %s%s 2>&1" % (
+            node.sudo, "--tail %d " % tail if tail else "", job["container"])
+        rc, out, err = node.run(command, timeout=120)
+        if rc != 0:
+            raise NodeError(job["host"], "docker logs failed: %s" % err.strip())
+        return out
+
+    jobs = dict((j["job_num"], j) for j in record["jobs"])
+    results = parallel(sorted(jobs), lambda num: fetch(jobs[num]))
+    for num in sorted(jobs):
+        out, error = results[num]
+        if error is not None:
+            raise RunError(str(error))
+        lines += [(num, line) for line in out.splitlines()]
+    return record, lines
+
+
+def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep):
+    """Stream run ``name``'s logs (``emit({"kind": "log", "rank", "line"})``) until every job of
+    its latest submission has ended; return the final run record."""
+    from .supervisor import LogFollower
+
+    mine = _run_containers(nodes, name)
+    record = run_records(mine)[0]
+    followers = [LogFollower(nodes[j["host"]], j["container"], j["job_num"], emit).start()
+                 for j in record["jobs"]]
+    while record["status"] not in (lifecycle.RUN_DONE, lifecycle.RUN_FAILED,
+                                   lifecycle.RUN_TERMINATED):
+        sleep(poll)
+        record = run_records(_run_containers(nodes, name))[0]
+    for follower in followers:
+        follower.join()
+    return record

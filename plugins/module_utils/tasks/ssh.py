@@ -1,0 +1,158 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Commands on fleet hosts over OpenSSH, with the connection settings of their instance records.
+
+The task runner talks to every node of a run many times (start, then a status poll each second,
+logs, stop), so it keeps one multiplexed OpenSSH connection per host (``ControlMaster``) instead
+of paying a new handshake each time, the way ansible.posix.synchronize drives rsync over the
+host's own SSH settings. Host keys, the jump host and the key are exactly those the inventory
+gives Ansible (``fleets.records.ssh_common_args``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import tempfile
+
+from ..fleets import records, state
+
+# A node's socket path must fit a Unix socket name (about 100 bytes): a short per-user folder
+# and OpenSSH's hash of the connection (%C).
+_CONTROL_DIR = os.path.join(tempfile.gettempdir(), "gpufleet-ssh-%d" % os.getuid())
+CONTROL_PERSIST = 120
+
+
+class NodeError(Exception):
+    """A host could not be reached, or a command on it failed. ``host`` names it."""
+
+    def __init__(self, host, message):
+        super(NodeError, self).__init__("%s: %s" % (host, message))
+        self.host = host
+        self.detail = message
+
+
+def control_dir():
+    if not os.path.isdir(_CONTROL_DIR):
+        os.makedirs(_CONTROL_DIR, mode=0o700, exist_ok=True)
+    return _CONTROL_DIR
+
+
+class Node(object):
+    """One host of a fleet, reached as its instance record says.
+
+    ``instance`` is an instance record (fleets.records); ``root`` the state dir (for the SSH
+    fleet's known_hosts). Commands that need root go through ``sudo -n`` unless the login user
+    is root.
+    """
+
+    def __init__(self, instance, root=None, connect_timeout=20, runner=None):
+        self.instance = instance
+        self.name = instance["name"]
+        self.root = root
+        self.connect_timeout = connect_timeout
+        self._runner = runner or subprocess.run
+
+    @property
+    def sudo(self):
+        return "" if self.instance.get("user") in ("root", None) else "sudo -n "
+
+    def base_argv(self):
+        inst = self.instance
+        known_hosts = None
+        if inst.get("backend") == "ssh" and self.root:
+            known_hosts = state.known_hosts_path(self.root, inst["fleet"])
+        argv = ["ssh", "-T", "-o", "BatchMode=yes",
+                "-o", "ConnectTimeout=%d" % self.connect_timeout,
+                "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4",
+                "-o", "ControlMaster=auto",
+                "-o", "ControlPath=%s/%%C" % control_dir(),
+                "-o", "ControlPersist=%d" % CONTROL_PERSIST,
+                "-o", "LogLevel=ERROR"]
+        argv += shlex.split(records.ssh_common_args(inst, known_hosts))
+        if inst.get("identity_file"):
+            argv += ["-i", inst["identity_file"]]
+        argv += ["-p", str(inst.get("port") or 22)]
+        target = inst["hostname"]
+        if inst.get("user"):
+            target = "%s@%s" % (inst["user"], target)
+        return argv + [target]
+
+    def argv(self, command):
+        return self.base_argv() + ["--", command]
+
+    def run(self, command, data=None, timeout=None):
+        """Run ``command`` (a shell line on the host); return ``(rc, stdout, stderr)`` as text.
+
+        rc 255 is OpenSSH's own failure (host unreachable, key refused...).
+        """
+        try:
+            proc = self._runner(
+                self.argv(command), input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                timeout=timeout, check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise NodeError(self.name, "no answer within %s s to: %s" % (timeout, command[:200]))
+        except OSError as exc:
+            raise NodeError(self.name, "cannot run ssh on the controller: %s" % exc)
+        out = proc.stdout.decode("utf-8", "replace") if isinstance(proc.stdout, bytes) else (
+            proc.stdout or "")
+        err = proc.stderr.decode("utf-8", "replace") if isinstance(proc.stderr, bytes) else (
+            proc.stderr or "")
+        return proc.returncode, out, err
+
+    def check(self, command, data=None, timeout=None):
+        rc, out, err = self.run(command, data=data, timeout=timeout)
+        if rc == 255:
+            raise NodeError(self.name, "unreachable over SSH: %s" % (err.strip() or "no answer"))
+        if rc != 0:
+            raise NodeError(self.name, "%s failed (exit %d): %s"
+                            % (command.split()[0:3], rc, (err or out).strip()[-1500:]))
+        return out
+
+    def popen(self, command, **kwargs):
+        """Start ``command`` on the host and return the Popen (for streams such as logs)."""
+        return subprocess.Popen(self.argv(command), **kwargs)
+
+    def call(self, op, payload=None, timeout=120):
+        """Run one operation of the node-side helper (tasks.nodeside) as root; return its answer.
+
+        The helper's source travels on stdin with the request, so nothing is installed on the
+        host and a new controller version never meets an old helper.
+        """
+        from . import nodeside  # the module's own source is what is sent
+
+        request = json.dumps({"op": op, "payload": payload or {}}).encode("utf-8")
+        data = nodeside.source_bytes() + b"\n" + nodeside.SEPARATOR + b"\n" + request
+        command = self.sudo + "python3 -c " + shlex.quote(nodeside.BOOTSTRAP)
+        rc, out, err = self.run(command, data=data, timeout=timeout)
+        if rc == 255:
+            raise NodeError(self.name, "unreachable over SSH: %s" % (err.strip() or "no answer"))
+        try:
+            answer = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+        except ValueError:
+            answer = None
+        if rc != 0 or not isinstance(answer, dict):
+            detail = (err or out).strip()[-1500:]
+            if "a password is required" in detail or "a terminal is required" in detail:
+                detail = ("sudo asks for a password; gpufleet needs passwordless sudo on fleet "
+                          "hosts (see docs/preflight.md)")
+            elif "python3" in detail and "not found" in detail:
+                detail = "python3 is not installed on the host; install it"
+            raise NodeError(self.name, "%s failed: %s" % (op, detail or "no answer"))
+        if answer.get("error"):
+            raise NodeError(self.name, answer["error"])
+        return answer
+
+    def close(self):
+        """End the shared connection (``ssh -O exit``); nothing happens when there is none."""
+        argv = self.base_argv()
+        argv = argv[:-1] + ["-O", "exit", argv[-1]]
+        try:
+            subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=10, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            pass

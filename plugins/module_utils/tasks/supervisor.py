@@ -1,0 +1,261 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Watching one submission of a run: start jobs when their turn comes, stop them when the run
+ends, report each change. The decisions are tasks.lifecycle's; this module only observes the
+nodes (one status request per host per poll, all hosts at once) and carries decisions out.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from . import lifecycle
+from .ssh import NodeError
+
+SUBMISSION_LABEL = "gpufleet.submission"
+JOB_LABEL = "gpufleet.job"
+RUN_LABEL = "gpufleet.run"
+
+
+def parallel(items, function, workers=32):
+    """``{item: (result, error)}`` of ``function(item)`` for every item, all at once."""
+    items = list(items)
+    results = {}
+    if not items:
+        return results
+
+    def one(item):
+        try:
+            return item, function(item), None
+        except NodeError as exc:
+            return item, None, exc
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        for item, value, error in pool.map(one, items):
+            results[item] = (value, error)
+    return results
+
+
+def observe(nodes, run, submission=None):
+    """The containers of ``run`` on each host: ``({job_num: entry}, {host: NodeError})``.
+
+    Only containers of ``submission`` count when it is given (an older submission's leftovers
+    are not this one's jobs).
+    """
+    answers = parallel(sorted(nodes), lambda host: nodes[host].call("status", {"run": run}))
+    found = {}
+    errors = {}
+    for host, (answer, error) in answers.items():
+        if error is not None:
+            errors[host] = error
+            continue
+        for entry in answer["containers"]:
+            labels = entry["labels"]
+            if labels.get(RUN_LABEL) != run:
+                continue
+            if submission is not None and labels.get(SUBMISSION_LABEL) != str(submission):
+                continue
+            try:
+                num = int(labels.get(JOB_LABEL))
+            except (TypeError, ValueError):
+                continue
+            entry["host"] = host
+            found[num] = entry
+    return found, errors
+
+
+class LogFollower(object):
+    """``docker logs -f`` of one job, each line passed on with the job's rank."""
+
+    def __init__(self, node, container, rank, emit, sudo=True):
+        self.node = node
+        self.container = container
+        self.rank = rank
+        self.emit = emit
+        self.thread = threading.Thread(target=self._run, name="logs-%s" % container)
+        self.thread.daemon = True
+        self.proc = None
+
+    def start(self):
+        self.thread.start()
+        return self
+
+    def _run(self):
+        import subprocess
+
+        command = self.node.sudo + "docker logs -f " + self.container + " 2>&1"
+        try:
+            self.proc = self.node.popen(command, stdout=subprocess.PIPE,
+                                        stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        except OSError:
+            return
+        for raw in iter(self.proc.stdout.readline, b""):
+            self.emit({"kind": "log", "rank": self.rank,
+                       "line": raw.decode("utf-8", "replace").rstrip("\n")})
+        self.proc.wait()
+
+    def join(self, timeout=5.0):
+        self.thread.join(timeout)
+        if self.thread.is_alive() and self.proc is not None:
+            self.proc.terminate()
+
+
+class Watch(object):
+    """Carry one submission of a run to its end.
+
+    ``jobs``: the job specs of the submission (tasks.rankplan.build_jobs), by job number;
+    ``nodes``: ``{host: tasks.ssh.Node}``; ``policy``: startup_order, stop_criteria, retry;
+    ``emit(event)``: called with each change (see ``run``).
+    """
+
+    def __init__(self, jobs, nodes, policy, emit, clock=time.time, sleep=time.sleep,
+                 poll=1.0, follow_logs=False, retry_since=None, stop_event=None,
+                 unreachable_grace=60.0):
+        self.jobs = dict((j["job_num"], j) for j in jobs)
+        self.nodes = nodes
+        self.policy = policy
+        self.emit = emit
+        self.clock = clock
+        self.sleep = sleep
+        self.poll = poll
+        self.follow_logs = follow_logs
+        self.retry_since = retry_since
+        self.stop_event = stop_event
+        self.unreachable_grace = unreachable_grace
+        first = jobs[0]
+        self.run = first["run"]
+        self.submission = first["submission"]
+        self.started = set()
+        self.stopping = {}
+        self.followers = {}
+        # The runner has said each job is pulling; a job not created yet says nothing new.
+        self.statuses = dict((n, (lifecycle.SUBMITTED, None, None)) for n in self.jobs)
+        self.run_status = lifecycle.RUN_SUBMITTED
+        self.unreachable_since = {}
+        self._threads = []
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def _start(self, nums):
+        def start(num):
+            job = self.jobs[num]
+            return self.nodes[job["host"]].call("start", {"job": job})
+
+        for num, (_answer, error) in parallel(nums, start).items():
+            self.started.add(num)
+            if error is None and self.statuses.get(num, (None,))[0] == lifecycle.SUBMITTED:
+                self.statuses[num] = (lifecycle.PROVISIONING, None, None)
+                self.emit({"kind": "job", "job_num": num, "host": self.jobs[num]["host"],
+                           "status": lifecycle.PROVISIONING, "reason": None, "exit_code": None})
+            if error is not None:
+                self.statuses[num] = (lifecycle.FAILED, lifecycle.EXECUTOR_ERROR, None)
+                self.emit({"kind": "job", "job_num": num, "host": self.jobs[num]["host"],
+                           "status": lifecycle.FAILED, "reason": lifecycle.EXECUTOR_ERROR,
+                           "exit_code": None, "message": error.detail})
+
+    def _stop(self, stops):
+        """Ask for stops in the background: ``docker stop`` waits up to stop_duration."""
+        by_host = {}
+        for num, reason in stops.items():
+            if num in self.stopping:
+                continue
+            self.stopping[num] = reason
+            job = self.jobs[num]
+            by_host.setdefault((job["host"], reason), []).append(job)
+        for (host, reason), jobs in by_host.items():
+            timeout = max(int(j.get("stop_duration") or 0) for j in jobs)
+            payload = {"reason": reason, "timeout": timeout,
+                       "jobs": [{"run": j["run"], "job_num": j["job_num"],
+                                 "container": j["container"]} for j in jobs]}
+            thread = threading.Thread(
+                target=self._call_quietly, args=(self.nodes[host], "stop", payload, timeout + 60)
+            )
+            thread.daemon = True
+            thread.start()
+            self._threads.append(thread)
+
+    @staticmethod
+    def _call_quietly(node, op, payload, timeout):
+        try:
+            node.call(op, payload, timeout=timeout)
+        except NodeError:
+            pass
+
+    def stop_all(self, reason):
+        """Stop every job of the submission (a user's stop, or the controller going away)."""
+        self._stop(dict((n, reason) for n in self.jobs))
+
+    # -- observing ------------------------------------------------------------------------
+
+    def _look(self):
+        found, errors = observe(self.nodes, self.run, self.submission)
+        now = self.clock()
+        statuses = {}
+        for num, job in sorted(self.jobs.items()):
+            host = job["host"]
+            if host in errors:
+                since = self.unreachable_since.setdefault(host, now)
+                previous = self.statuses.get(num, (lifecycle.SUBMITTED, None, None))
+                if now - since > self.unreachable_grace and previous[0] not in lifecycle.FINISHED:
+                    statuses[num] = (lifecycle.FAILED, "instance_unreachable", None)
+                else:
+                    statuses[num] = previous
+                continue
+            self.unreachable_since.pop(host, None)
+            entry = found.get(num)
+            if entry is None and num in self.started and num in self.statuses:
+                # Started but gone: removed by someone else (gpufleet stop --abort, docker rm).
+                previous = self.statuses[num]
+                statuses[num] = previous if previous[0] in lifecycle.FINISHED else (
+                    lifecycle.TERMINATED, lifecycle.TERMINATED_BY_USER, None)
+                continue
+            if entry is None and self.statuses.get(num, (None,))[0] == lifecycle.FAILED:
+                statuses[num] = self.statuses[num]  # the start itself failed
+                continue
+            statuses[num] = lifecycle.job_status(entry)
+            if entry is not None:
+                self.started.add(num)
+                if self.follow_logs and num not in self.followers:
+                    self.followers[num] = LogFollower(
+                        self.nodes[host], job["container"], num, self.emit).start()
+        return statuses
+
+    def _report(self, statuses):
+        for num, status in sorted(statuses.items()):
+            if self.statuses.get(num) != status:
+                job = self.jobs[num]
+                self.emit({"kind": "job", "job_num": num, "host": job["host"],
+                           "status": status[0], "reason": status[1], "exit_code": status[2]})
+        self.statuses = statuses
+
+    def run_once(self):
+        statuses = self._look()
+        self._report(statuses)
+        decision = lifecycle.decide(self.policy, statuses, now=self.clock(),
+                                    retry_since=self.retry_since)
+        if decision.status != self.run_status:
+            self.run_status = decision.status
+            self.emit({"kind": "run", "status": decision.status})
+        if decision.stop:
+            self._stop(decision.stop)
+        if decision.start:
+            self._start([n for n in decision.start if n not in self.started])
+        return decision
+
+    def watch(self):
+        """Poll until the submission ends; return the last Decision (final, or resubmit)."""
+        while True:
+            if self.stop_event is not None and self.stop_event.is_set():
+                self.stop_all(lifecycle.TERMINATED_BY_USER)
+            decision = self.run_once()
+            if decision.final or decision.resubmit:
+                break
+            self.sleep(self.poll)
+        for follower in self.followers.values():
+            follower.join()
+        for thread in self._threads:
+            thread.join(1.0)
+        return decision

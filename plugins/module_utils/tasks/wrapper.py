@@ -1,0 +1,414 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The job wrapper: the POSIX sh script each task container runs as its first process.
+
+It does inside the container what dstack's runner does (dstack.md §4.2, §4.3, §4.8, §4.10): it
+reads the job folder written from the rank plan (tasks.rankplan), mounted read-only at
+``/gpufleet`` with a writable ``/gpufleet/state``, then
+
+1. sources ``env.sh`` and settles the working folder (``DSTACK_WORKING_DIR``, ``DSTACK_REPO_DIR``);
+2. writes ``/dstack/profile`` (the job's environment, for SSH sessions) and sources it from
+   ``/etc/profile``;
+3. copies the MPI hostfile to ``/dstack/mpi/hostfile``;
+4. copies the task's ``files`` (``files/N``, targets listed in ``files.list``);
+5. for multi-node runs, installs the run's SSH key and client config and starts sshd on 10022;
+6. writes ``state/running``, the moment the command starts;
+7. runs ``command.sh`` as the task's user, forwarding SIGTERM/SIGINT and enforcing max_duration
+   (``state/reason`` = ``max_duration_exceeded``, TERM, then KILL after stop_duration);
+8. writes ``state/exit_code`` and exits with it.
+
+It runs with dash, busybox ash and bash, using only tools that busybox also has. For tests the
+paths come from the environment: ``GPUFLEET_DIR`` (``/gpufleet``), ``GPUFLEET_STATE``
+(``$GPUFLEET_DIR/state``), ``DSTACK_DIR`` (``/dstack``) and ``GPUFLEET_ETC`` (``/etc``; its
+parent also roots ``run/sshd``).
+"""
+
+from __future__ import annotations
+
+WRAPPER = r"""#!/bin/sh
+# gpufleet job wrapper (plugins/module_utils/tasks/wrapper.py): PID 1 of a task container.
+_gf_start_dir=$(pwd)
+GPUFLEET_DIR=${GPUFLEET_DIR:-/gpufleet}
+GPUFLEET_STATE=${GPUFLEET_STATE:-$GPUFLEET_DIR/state}
+DSTACK_DIR=${DSTACK_DIR:-/dstack}
+GPUFLEET_ETC=${GPUFLEET_ETC:-/etc}
+_gf_child=
+_gf_watchdog=
+_gf_signalled=
+
+_gf_log() {
+    printf 'gpufleet: %s\n' "$*" >&2
+}
+
+_gf_finish() {
+    if [ -n "$_gf_watchdog" ]; then
+        kill "$_gf_watchdog" 2>/dev/null
+    fi
+    printf '%s\n' "$1" > "$GPUFLEET_STATE/exit_code" 2>/dev/null
+    exit "$1"
+}
+
+_gf_fail() {
+    _gf_log "$*"
+    _gf_finish 1
+}
+
+# SIGTERM goes to the command. Commands started in the background by a non-interactive shell
+# ignore SIGINT (POSIX), so SIGINT is passed on as SIGTERM, which stops them the same way.
+_gf_forward() {
+    _gf_signalled=1
+    if [ -n "$_gf_child" ]; then
+        kill -TERM "$_gf_child" 2>/dev/null
+    fi
+}
+trap _gf_forward TERM
+trap _gf_forward INT
+
+mkdir -p "$GPUFLEET_STATE" 2>/dev/null
+
+# --- 1. environment ----------------------------------------------------------------------------
+[ -r "$GPUFLEET_DIR/env.sh" ] ||
+    _gf_fail "$GPUFLEET_DIR/env.sh is missing: the job folder is not mounted"
+. "$GPUFLEET_DIR/env.sh" || _gf_fail "cannot read $GPUFLEET_DIR/env.sh"
+
+# _gf_passwd NAME_OR_UID: sets _gf_pw_name _gf_pw_uid _gf_pw_gid _gf_pw_home from passwd.
+_gf_passwd() {
+    [ -r "$GPUFLEET_ETC/passwd" ] || return 1
+    while IFS=: read -r _gf_n _gf_p _gf_u _gf_g _gf_c _gf_h _gf_s; do
+        case $1 in
+            *[!0-9]*) [ "$_gf_n" = "$1" ] || continue ;;
+            *) [ "$_gf_u" = "$1" ] || continue ;;
+        esac
+        _gf_pw_name=$_gf_n
+        _gf_pw_uid=$_gf_u
+        _gf_pw_gid=$_gf_g
+        _gf_pw_home=$_gf_h
+        return 0
+    done < "$GPUFLEET_ETC/passwd"
+    return 1
+}
+
+# _gf_group NAME: prints the gid of a group name.
+_gf_group() {
+    [ -r "$GPUFLEET_ETC/group" ] || return 1
+    while IFS=: read -r _gf_n _gf_p _gf_g _gf_m; do
+        if [ "$_gf_n" = "$1" ]; then
+            printf '%s\n' "$_gf_g"
+            return 0
+        fi
+    done < "$GPUFLEET_ETC/group"
+    return 1
+}
+
+_gf_cur_uid=$(id -u)
+_gf_cur_gid=$(id -g)
+_gf_name=
+_gf_grp=
+_gf_switch=
+if [ -z "$GPUFLEET_USER" ]; then
+    _gf_uid=$_gf_cur_uid
+    _gf_gid=$_gf_cur_gid
+    _gf_home=$HOME
+    if [ -z "$_gf_home" ]; then
+        if _gf_passwd "$_gf_uid"; then _gf_home=$_gf_pw_home; else _gf_home=/; fi
+    fi
+else
+    _gf_user=${GPUFLEET_USER%%:*}
+    _gf_grp=
+    case $GPUFLEET_USER in *:*) _gf_grp=${GPUFLEET_USER#*:} ;; esac
+    if _gf_passwd "$_gf_user"; then
+        _gf_name=$_gf_pw_name
+        _gf_uid=$_gf_pw_uid
+        _gf_gid=$_gf_pw_gid
+        _gf_home=$_gf_pw_home
+    else
+        case $_gf_user in
+            ''|*[!0-9]*)
+                _gf_fail "user: $_gf_user does not exist in the image ($GPUFLEET_ETC/passwd);" \
+                    "set user to an existing user or a numeric uid" ;;
+        esac
+        _gf_uid=$_gf_user
+        _gf_gid=0
+        _gf_home=/
+    fi
+    if [ -n "$_gf_grp" ]; then
+        case $_gf_grp in
+            *[!0-9]*)
+                _gf_gid=$(_gf_group "$_gf_grp") ||
+                    _gf_fail "user: group $_gf_grp does not exist in the image" \
+                        "($GPUFLEET_ETC/group); use an existing group or a numeric gid" ;;
+            *) _gf_gid=$_gf_grp ;;
+        esac
+    fi
+    [ -n "$_gf_home" ] || _gf_home=/
+    if [ "$_gf_uid" != "$_gf_cur_uid" ] || [ "$_gf_gid" != "$_gf_cur_gid" ]; then
+        _gf_switch=1
+    fi
+fi
+
+# _gf_expand PATH: ~ and ~/x become the job user's home; relative paths start at $2.
+_gf_expand() {
+    case $1 in
+        "~") printf '%s\n' "$_gf_home" ;;
+        "~/"*) printf '%s/%s\n' "${_gf_home%/}" "${1#"~/"}" ;;
+        /*) printf '%s\n' "$1" ;;
+        *) printf '%s/%s\n' "${2%/}" "$1" ;;
+    esac
+}
+
+if [ -n "$GPUFLEET_WORKING_DIR" ]; then
+    # A relative working_dir is dstack's legacy form: /workflow/<dir>.
+    _gf_wd=$(_gf_expand "$GPUFLEET_WORKING_DIR" /workflow)
+else
+    _gf_wd=$_gf_start_dir
+fi
+if [ ! -d "$_gf_wd" ]; then
+    mkdir -p "$_gf_wd" || _gf_fail "working_dir: cannot create $_gf_wd"
+    chown "$_gf_uid:$_gf_gid" "$_gf_wd" 2>/dev/null
+fi
+DSTACK_WORKING_DIR=$_gf_wd
+export DSTACK_WORKING_DIR
+[ -n "$DSTACK_REPO_DIR" ] || DSTACK_REPO_DIR=$_gf_wd
+export DSTACK_REPO_DIR
+HOME=$_gf_home
+export HOME
+if [ -n "$_gf_name" ]; then
+    USER=$_gf_name
+    LOGNAME=$_gf_name
+    export USER LOGNAME
+fi
+
+# --- 2. /dstack/profile ------------------------------------------------------------------------
+# Every exported variable as export K='v' (the same text whatever the shell: `export -p` of bash
+# uses double quotes). Names come from `env`; a line of a multi-line value that looks like
+# NAME=... is dropped unless NAME is really set.
+_gf_profile() {
+    for _gf_v in $(env | sed -n 's/^\([A-Za-z_][A-Za-z0-9_]*\)=.*/\1/p' | sort -u); do
+        case " HOSTNAME USER HOME SHELL SHLVL PWD OLDPWD _ " in *" $_gf_v "*) continue ;; esac
+        eval "[ \"\${$_gf_v+set}\" = set ]" || continue
+        eval "_gf_val=\$$_gf_v"
+        _gf_q=$(printf '%sX' "$_gf_val" | sed "s/'/'\\\\''/g")
+        printf "export %s='%s'\n" "$_gf_v" "${_gf_q%X}"
+    done
+    printf 'cd "$DSTACK_WORKING_DIR"\n'
+}
+mkdir -p "$DSTACK_DIR" || _gf_fail "cannot create $DSTACK_DIR"
+_gf_profile > "$DSTACK_DIR/profile" || _gf_fail "cannot write $DSTACK_DIR/profile"
+chmod 644 "$DSTACK_DIR/profile"
+_gf_line="[ -r \"$DSTACK_DIR/profile\" ] && . \"$DSTACK_DIR/profile\""
+if ! grep -qxF "$_gf_line" "$GPUFLEET_ETC/profile" 2>/dev/null; then
+    { printf '%s\n' "$_gf_line" >> "$GPUFLEET_ETC/profile"; } 2>/dev/null || :
+fi
+
+# --- 3. MPI hostfile ---------------------------------------------------------------------------
+mkdir -p "$DSTACK_DIR/mpi" || _gf_fail "cannot create $DSTACK_DIR/mpi"
+if [ -r "$GPUFLEET_DIR/hostfile" ]; then
+    cp "$GPUFLEET_DIR/hostfile" "$DSTACK_DIR/mpi/hostfile" ||
+        _gf_fail "cannot write $DSTACK_DIR/mpi/hostfile"
+else
+    : > "$DSTACK_DIR/mpi/hostfile"
+fi
+chmod 644 "$DSTACK_DIR/mpi/hostfile"
+
+# --- 4. files ----------------------------------------------------------------------------------
+# files.list: one "N TARGET" line per entry of the task's files; files/N is its content (a file
+# or a folder). Relative targets are under the working folder.
+if [ -r "$GPUFLEET_DIR/files.list" ]; then
+    while IFS= read -r _gf_entry || [ -n "$_gf_entry" ]; do
+        [ -n "$_gf_entry" ] || continue
+        _gf_n=${_gf_entry%% *}
+        _gf_target=$(_gf_expand "${_gf_entry#* }" "$DSTACK_WORKING_DIR")
+        _gf_src=$GPUFLEET_DIR/files/$_gf_n
+        [ -e "$_gf_src" ] ||
+            _gf_fail "files: $_gf_src (for $_gf_target) is missing from the job folder"
+        if [ -d "$_gf_src" ]; then
+            if [ ! -d "$_gf_target" ]; then
+                mkdir -p "$_gf_target" || _gf_fail "files: cannot create $_gf_target"
+                chown "$_gf_uid:$_gf_gid" "$_gf_target"
+            fi
+            for _gf_item in "$_gf_src"/* "$_gf_src"/.[!.]* "$_gf_src"/..?*; do
+                [ -e "$_gf_item" ] || continue
+                cp -R "$_gf_item" "$_gf_target/" || _gf_fail "files: cannot copy to $_gf_target"
+                chown -R "$_gf_uid:$_gf_gid" "$_gf_target/${_gf_item##*/}"
+            done
+        else
+            _gf_parent=${_gf_target%/*}
+            [ -n "$_gf_parent" ] || _gf_parent=/
+            mkdir -p "$_gf_parent" || _gf_fail "files: cannot create $_gf_parent"
+            cp "$_gf_src" "$_gf_target" || _gf_fail "files: cannot write $_gf_target"
+            chown "$_gf_uid:$_gf_gid" "$_gf_target"
+        fi
+    done < "$GPUFLEET_DIR/files.list"
+fi
+
+# --- 5. inter-node SSH -------------------------------------------------------------------------
+_gf_sshd_start() {
+    _gf_sshd=$(command -v sshd 2>/dev/null)
+    case $_gf_sshd in /*) ;; *) _gf_sshd= ;; esac
+    if [ -z "$_gf_sshd" ] && [ "$_gf_cur_uid" = 0 ]; then
+        # As dstack does: install openssh-server when the image has no sshd.
+        {
+            if command -v apt-get >/dev/null 2>&1; then
+                apt-get update && DEBIAN_FRONTEND=noninteractive \
+                    apt-get install -y --no-install-recommends openssh-server
+            elif command -v dnf >/dev/null 2>&1; then
+                dnf install -y openssh-server
+            elif command -v yum >/dev/null 2>&1; then
+                yum install -y openssh-server
+            elif command -v apk >/dev/null 2>&1; then
+                apk add --no-cache openssh-server
+            fi
+        } > "$GPUFLEET_STATE/sshd-install.log" 2>&1
+        _gf_sshd=$(command -v sshd 2>/dev/null)
+        case $_gf_sshd in /*) ;; *) _gf_sshd= ;; esac
+    fi
+    if [ -z "$_gf_sshd" ]; then
+        _gf_log "warning: no sshd in the image and openssh-server could not be installed;" \
+            "the nodes cannot ssh to each other (mpirun over ssh will fail)"
+        return 0
+    fi
+    set -- "$GPUFLEET_ETC"/ssh/ssh_host_*_key
+    if [ ! -e "$1" ]; then
+        ssh-keygen -A > /dev/null 2>&1 ||
+            _gf_log "warning: ssh-keygen -A failed: sshd may not start"
+    fi
+    # sshd's privilege separation folder (Debian: /run/sshd).
+    _gf_root=${GPUFLEET_ETC%/etc}
+    mkdir -p "$_gf_root/run/sshd" 2>/dev/null && chmod 755 "$_gf_root/run/sshd" 2>/dev/null
+    # Without an audit capability pam_loginuid fails every session in a container.
+    if [ -w "$GPUFLEET_ETC/pam.d/sshd" ]; then
+        _gf_s='[[:space:]]*'
+        _gf_e="s/^session${_gf_s}required${_gf_s}pam_loginuid.so/session optional pam_loginuid.so/"
+        sed -i "$_gf_e" "$GPUFLEET_ETC/pam.d/sshd" 2>/dev/null
+    fi
+    {
+        printf 'Port 10022\n'
+        printf 'PasswordAuthentication no\n'
+        printf 'UsePAM yes\n'
+        printf 'StrictModes no\n'
+        printf 'AuthorizedKeysFile %s .ssh/authorized_keys\n' "$DSTACK_DIR/ssh/authorized_keys"
+        printf 'ClientAliveInterval 30\n'
+        printf 'PidFile %s\n' "$DSTACK_DIR/ssh/sshd.pid"
+        printf 'Subsystem sftp internal-sftp\n'
+        for _gf_key in "$GPUFLEET_ETC"/ssh/ssh_host_*_key; do
+            [ -e "$_gf_key" ] && printf 'HostKey %s\n' "$_gf_key"
+        done
+    } > "$DSTACK_DIR/ssh/sshd_config"
+    "$_gf_sshd" -f "$DSTACK_DIR/ssh/sshd_config" -E "$GPUFLEET_STATE/sshd.log" < /dev/null \
+        || _gf_log "warning: sshd did not start (see $GPUFLEET_STATE/sshd.log);" \
+            "the nodes cannot ssh to each other"
+    return 0
+}
+
+if [ "$GPUFLEET_MULTINODE" = 1 ]; then
+    _gf_ssh=${_gf_home%/}/.ssh
+    mkdir -p "$_gf_ssh" || _gf_fail "cannot create $_gf_ssh"
+    chmod 700 "$_gf_ssh"
+    chown "$_gf_uid:$_gf_gid" "$_gf_ssh"
+    cp "$GPUFLEET_DIR/ssh/dstack_job" "$_gf_ssh/dstack_job" ||
+        _gf_fail "cannot write $_gf_ssh/dstack_job"
+    chmod 600 "$_gf_ssh/dstack_job"
+    chown "$_gf_uid:$_gf_gid" "$_gf_ssh/dstack_job"
+    if [ -s "$GPUFLEET_DIR/ssh/config" ]; then
+        if [ -s "$_gf_ssh/config" ] && [ -n "$(tail -c 1 "$_gf_ssh/config")" ]; then
+            printf '\n' >> "$_gf_ssh/config"
+        fi
+        cat "$GPUFLEET_DIR/ssh/config" >> "$_gf_ssh/config" ||
+            _gf_fail "cannot write $_gf_ssh/config"
+        chmod 600 "$_gf_ssh/config"
+        chown "$_gf_uid:$_gf_gid" "$_gf_ssh/config"
+    fi
+    mkdir -p "$DSTACK_DIR/ssh" || _gf_fail "cannot create $DSTACK_DIR/ssh"
+    cp "$GPUFLEET_DIR/ssh/dstack_job.pub" "$DSTACK_DIR/ssh/authorized_keys" ||
+        _gf_fail "cannot write $DSTACK_DIR/ssh/authorized_keys"
+    chmod 644 "$DSTACK_DIR/ssh/authorized_keys"
+    _gf_sshd_start
+fi
+
+# --- 6. running --------------------------------------------------------------------------------
+[ -r "$GPUFLEET_DIR/command.sh" ] ||
+    _gf_fail "$GPUFLEET_DIR/command.sh is missing: the task has neither commands nor" \
+        "entrypoint and the image has no ENTRYPOINT/CMD"
+cd "$DSTACK_WORKING_DIR" || _gf_fail "working_dir: cannot enter $DSTACK_WORKING_DIR"
+if [ -n "$_gf_signalled" ]; then
+    _gf_log "stopped before the command started"
+    _gf_finish 143
+fi
+date +%s > "$GPUFLEET_STATE/running" || _gf_fail "cannot write $GPUFLEET_STATE/running"
+
+# --- 7. the command ----------------------------------------------------------------------------
+GPUFLEET_COMMAND=$GPUFLEET_DIR/command.sh
+export GPUFLEET_COMMAND
+if [ -z "$_gf_switch" ]; then
+    /bin/sh "$GPUFLEET_COMMAND" &
+    _gf_child=$!
+elif setpriv --help 2>&1 | grep -q -- --reuid; then
+    if [ -n "$_gf_name" ]; then _gf_groups=--init-groups; else _gf_groups=--clear-groups; fi
+    setpriv --reuid="$_gf_uid" --regid="$_gf_gid" "$_gf_groups" -- /bin/sh "$GPUFLEET_COMMAND" &
+    _gf_child=$!
+elif [ -n "$_gf_name" ] && command -v su >/dev/null 2>&1; then
+    # su takes the user's primary group; -m keeps the environment set up above.
+    su -m -s /bin/sh -c 'exec /bin/sh "$GPUFLEET_COMMAND"' "$_gf_name" &
+    _gf_child=$!
+elif [ -n "$_gf_name" ] && command -v runuser >/dev/null 2>&1; then
+    if [ -n "$_gf_grp" ]; then
+        runuser -m -u "$_gf_name" -g "$_gf_grp" -- /bin/sh "$GPUFLEET_COMMAND" &
+    else
+        runuser -m -u "$_gf_name" -- /bin/sh "$GPUFLEET_COMMAND" &
+    fi
+    _gf_child=$!
+else
+    _gf_fail "user: cannot run the command as $GPUFLEET_USER: the image has none of setpriv" \
+        "(util-linux), su or runuser (or the uid has no passwd entry, which only setpriv" \
+        "handles); install util-linux in the image, or drop user to run as the image's user"
+fi
+if [ -n "$_gf_signalled" ]; then
+    kill -TERM "$_gf_child" 2>/dev/null
+fi
+
+case $GPUFLEET_MAX_DURATION in
+    ''|*[!0-9]*) ;;
+    *)
+        (
+            trap - TERM INT
+            _gf_end=$(( $(date +%s) + GPUFLEET_MAX_DURATION ))
+            while kill -0 "$_gf_child" 2>/dev/null; do
+                if [ "$(date +%s)" -ge "$_gf_end" ]; then
+                    [ -e "$GPUFLEET_STATE/reason" ] ||
+                        printf 'max_duration_exceeded\n' > "$GPUFLEET_STATE/reason"
+                    _gf_log "max_duration (${GPUFLEET_MAX_DURATION}s) exceeded:" \
+                        "stopping the command"
+                    kill -TERM "$_gf_child" 2>/dev/null
+                    _gf_end=$(( $(date +%s) + ${GPUFLEET_STOP_DURATION:-0} ))
+                    while kill -0 "$_gf_child" 2>/dev/null && [ "$(date +%s)" -lt "$_gf_end" ]; do
+                        sleep 1 < /dev/null > /dev/null 2>&1
+                    done
+                    kill -KILL "$_gf_child" 2>/dev/null
+                    exit 0
+                fi
+                sleep 1 < /dev/null > /dev/null 2>&1
+            done
+        ) &
+        _gf_watchdog=$!
+        ;;
+esac
+
+# --- 8. exit code ------------------------------------------------------------------------------
+# A trapped signal interrupts wait; wait again until the command has really ended.
+wait "$_gf_child"
+_gf_rc=$?
+while kill -0 "$_gf_child" 2>/dev/null; do
+    wait "$_gf_child"
+    _gf_rc=$?
+done
+wait "$_gf_child" 2>/dev/null
+_gf_last=$?
+[ "$_gf_last" -eq 127 ] || _gf_rc=$_gf_last
+_gf_finish "$_gf_rc"
+"""
+
+
+def wrapper_script():
+    """The wrapper's text (``job.sh`` in the job folder)."""
+    return WRAPPER

@@ -1,0 +1,99 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: run_info
+short_description: List task runs and their jobs, from the labels of their containers
+version_added: 0.1.0
+description:
+  - Asks every host of the fleets for the task containers it holds and returns one record per
+    run (its latest submission), as C(dstack ps) shows them.
+  - The status of a run is decided from its jobs by the same rules the runner uses while the
+    run goes on (C(stop_criteria), failures, C(max_duration), stops).
+author:
+  - gpufleet maintainers (@gpufleet)
+options:
+  name:
+    description: Only this run.
+    type: str
+extends_documentation_fragment:
+  - gpufleet.cluster.attributes
+  - gpufleet.cluster.attributes.info_module
+  - gpufleet.cluster.attributes.action_group
+  - gpufleet.cluster.run_fleets
+seealso:
+  - module: gpufleet.cluster.task
+  - module: gpufleet.cluster.run_stop
+"""
+
+EXAMPLES = r"""
+- name: List runs
+  gpufleet.cluster.run_info:
+  delegate_to: localhost
+  register: runs
+
+- name: Show the table
+  ansible.builtin.debug:
+    msg: "{{ runs.runs | gpufleet.cluster.run_table }}"
+"""
+
+RETURN = r"""
+runs:
+  description: One record per run, newest first.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The run's name.
+      type: str
+      returned: always
+    status:
+      description: The run's status (V(submitted), V(provisioning), V(running),
+        V(terminating), V(done), V(failed), V(terminated)).
+      type: str
+      returned: always
+    reason:
+      description: Why an ended run ended.
+      type: str
+      returned: always
+    submitted:
+      description: When the run was submitted (UTC, ISO 8601).
+      type: str
+      returned: always
+    submission:
+      description: The number of its latest submission (0 unless retried).
+      type: int
+      returned: always
+    jobs:
+      description: One entry per job with its host, container, status, reason, exit code and
+        GPUs.
+      type: list
+      elements: dict
+      returned: always
+unreachable:
+  description: Hosts that did not answer, with the error.
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+
+
+def main():
+    module = AnsibleModule(argument_spec=entry.RUN_INFO_SPEC, supports_check_mode=True)
+    try:
+        module.exit_json(**entry.run_info(module.params))
+    except entry.EntryError as exc:
+        module.fail_json(msg=str(exc))
+
+
+if __name__ == "__main__":
+    main()

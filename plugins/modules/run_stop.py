@@ -1,0 +1,79 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: run_stop
+short_description: Stop a task run on every node
+version_added: 0.1.0
+description:
+  - Stops every job of the run's latest submission that is still going, as C(dstack stop)
+    does. The reason (C(terminated_by_user)) is written to each job's state folder first, so
+    the run ends V(terminated) and is never retried.
+  - Each container gets SIGTERM, then SIGKILL after the task's C(stop_duration) (or at once
+    with O(abort)).
+author:
+  - gpufleet maintainers (@gpufleet)
+options:
+  name:
+    description: The run.
+    type: str
+    required: true
+  abort:
+    description: Kill at once instead of a graceful stop.
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - gpufleet.cluster.attributes
+  - gpufleet.cluster.attributes.action_group
+  - gpufleet.cluster.run_fleets
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode nothing is stopped; C(changed) says whether a job is still going.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details:
+      - Stopping a run that has ended changes nothing.
+seealso:
+  - module: gpufleet.cluster.task
+  - module: gpufleet.cluster.run_info
+"""
+
+EXAMPLES = r"""
+- name: Stop a run
+  gpufleet.cluster.run_stop:
+    name: train
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+run:
+  description: The run's record after the stop (see M(gpufleet.cluster.run_info)), with
+    C(stopped), the containers stopped.
+  returned: success
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+
+
+def main():
+    module = AnsibleModule(argument_spec=entry.RUN_STOP_SPEC, supports_check_mode=True)
+    try:
+        module.exit_json(**entry.run_stop(module.params, check_mode=module.check_mode))
+    except entry.EntryError as exc:
+        module.fail_json(msg=str(exc))
+
+
+if __name__ == "__main__":
+    main()

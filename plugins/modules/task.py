@@ -1,0 +1,201 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: task
+short_description: Run a dstack task across a fleet, one container per node, as dstack does
+version_added: 0.1.0
+description:
+  - Places a dstack C(type: task) configuration on a fleet (the fleets named in its C(fleets),
+    else any fleet whose hosts match its C(resources); C(nodes >= 2) needs a C(placement: cluster)
+    fleet and whole hosts) and starts one container per node with dstack's C(DSTACK_*)
+    variables, C(/dstack/profile), the MPI hostfile C(/dstack/mpi/hostfile) and SSH between the
+    containers on port 10022.
+  - Honours C(startup_order), C(stop_criteria), C(retry), C(max_duration), C(stop_duration),
+    C(volumes), C(files), C(env) with C(${{ secrets.NAME }}) and C(registry_auth). When one node
+    fails, every other node's container is stopped and the run fails naming that node and its
+    exit code, unless C(retry) resubmits all nodes.
+  - With O(wait) (the default) the module returns when the run has ended; otherwise as soon as
+    every container is started.
+  - The image is kept when a host has it, else pulled there, else pushed from the controller
+    (C(docker save) and C(docker load) over SSH) for hosts that cannot reach a registry.
+  - Through its action plugin, each node's status changes (and with O(logs), every log line
+    prefixed with the run and rank) are shown while the run goes on.
+author:
+  - gpufleet maintainers (@gpufleet)
+options:
+  path:
+    description:
+      - A dstack task file (C(type: task)) on the controller.
+      - Exactly one of O(path) and O(config) must be given.
+    type: path
+  config:
+    description:
+      - The task configuration itself, as the mapping a dstack file holds.
+      - Exactly one of O(path) and O(config) must be given.
+    type: dict
+  secrets:
+    description:
+      - Values for C(${{ secrets.NAME }}) in the task's C(env) and C(registry_auth), for example
+        from Ansible Vault. They reach the containers' environment only, never output, labels
+        or logs.
+    type: dict
+    default: {}
+  wait:
+    description:
+      - Follow the run to its end. When false, return once every container is started (the
+        run's jobs keep running; see M(gpufleet.cluster.run_info)).
+    type: bool
+    default: true
+  logs:
+    description:
+      - Show every job's log lines, prefixed C([<run>-<rank>]), while the run goes on (through
+        the action plugin only).
+    type: bool
+    default: false
+  image_source:
+    description:
+      - How the image reaches the hosts. V(auto) uses it where present, pulls it elsewhere and
+        pushes it from the controller where the pull fails; V(pull) only pulls; V(push) pushes
+        from the controller without trying the registry; V(present) requires it on every host.
+    type: str
+    choices: [auto, pull, push, present]
+    default: auto
+  run_args:
+    description:
+      - The values of C(${{ run.args }}) in the task's commands, shell-quoted and joined.
+    type: list
+    elements: str
+    default: []
+  poll_interval:
+    description:
+      - Seconds between two looks at the run's containers while watching it.
+    type: float
+    default: 1.0
+extends_documentation_fragment:
+  - gpufleet.cluster.attributes
+  - gpufleet.cluster.attributes.action_group
+  - gpufleet.cluster.run_fleets
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode the task is placed but nothing is started; RV(plan) gives the fleet and
+        the host of each rank.
+  diff_mode:
+    support: none
+  idempotent:
+    support: none
+    details:
+      - Each call submits a new run. A run of the same name that is still going is refused; one
+        that has ended is replaced, as C(dstack apply) does.
+seealso:
+  - module: gpufleet.cluster.run_info
+  - module: gpufleet.cluster.run_logs
+  - module: gpufleet.cluster.run_stop
+  - module: gpufleet.cluster.fleet
+"""
+
+EXAMPLES = r"""
+- name: Run a distributed task and wait for it
+  gpufleet.cluster.task:
+    path: "{{ playbook_dir }}/train.dstack.yml"
+    secrets:
+      HF_TOKEN: "{{ vault_hf_token }}"
+  register: run
+
+- name: Start a task and leave it running
+  gpufleet.cluster.task:
+    config:
+      type: task
+      name: hello
+      nodes: 2
+      commands:
+        - echo "rank $DSTACK_NODE_RANK of $DSTACK_NODES_NUM, master $DSTACK_MASTER_NODE_IP"
+    wait: false
+"""
+
+RETURN = r"""
+run:
+  description: The run's name (the task's C(name), or a random one).
+  returned: always
+  type: str
+  sample: hello
+run_id:
+  description: The run's id (C(DSTACK_RUN_ID)).
+  returned: when submitted
+  type: str
+status:
+  description:
+    - The run's status, as dstack names them; V(done), V(failed) or V(terminated) once it has
+      ended, V(planned) in check mode.
+  returned: always
+  type: str
+  sample: done
+reason:
+  description:
+    - Why the run ended (V(all_jobs_done), V(job_failed), V(max_duration_exceeded),
+      V(terminated_by_user), V(failed_to_start_due_to_no_capacity)).
+  returned: always
+  type: str
+message:
+  description: For a run that did not end done, which job ended it and how.
+  returned: always
+  type: str
+  sample: job 1 on demo-1 exited with code 3
+fleet:
+  description: The fleet the run was placed on.
+  returned: when submitted
+  type: str
+submissions:
+  description: How many times the run was submitted (more than 1 after retries).
+  returned: when submitted
+  type: int
+jobs:
+  description: One entry per job (rank), with its host, container, internal IP, status, reason
+    and exit code.
+  returned: when submitted
+  type: list
+  elements: dict
+  sample:
+    - {job_num: 0, host: demo-0, container: hello-0-0, internal_ip: 172.18.0.2,
+       status: done, reason: null, exit_code: 0}
+log_tail:
+  description: The last lines of rank 0's log, when the run did not end done.
+  returned: when the run failed
+  type: list
+  elements: str
+plan:
+  description: In check mode, the placement (fleet and one entry per job with its host).
+  returned: in check mode
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=entry.TASK_SPEC,
+        mutually_exclusive=entry.TASK_MUTUALLY_EXCLUSIVE,
+        required_one_of=entry.TASK_REQUIRED_ONE_OF,
+        supports_check_mode=True,
+    )
+    try:
+        result, failed = entry.submit(module.params, check_mode=module.check_mode)
+    except entry.EntryError as exc:
+        module.fail_json(msg=str(exc))
+    if failed:
+        module.fail_json(msg=entry.failure_summary(result), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""Distributed tasks, end to end on a real 3-node local cluster fleet.
+
+Each node is a container with its own sshd and dockerd; every run below goes through
+playbooks/task.yml (ansible-runner, the action plugin, SSH to the nodes), and the checks read what
+the containers printed, through playbooks/logs.yml, or what the nodes' engines hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
+
+from gpufleet import cli
+from gpufleet.runner import run_playbook
+
+from .task_images import ensure_base_image, ensure_torch_image
+
+SUFFIX = uuid.uuid4().hex[:6]
+FLEET = "tk-" + SUFFIX
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    base = tmp_path_factory.mktemp("tasks")
+    old = os.environ.get("GPUFLEET_STATE_DIR")
+    os.environ["GPUFLEET_STATE_DIR"] = str(base / "state")
+    docker = Docker()
+    local.ensure_node_image(docker)
+    world = {"base": base, "docker": docker, "base_image": ensure_base_image(docker)}
+    fleet = base / "fleet.dstack.yml"
+    fleet.write_text("type: fleet\nname: %s\nnodes: 3\nplacement: cluster\nbackends: [local]\n"
+                     % FLEET)
+    result = run_playbook("fleet.yml", {"fleet": str(fleet)})
+    assert result.ok, result.stdout[-4000:]
+    world["fleet"] = result.stats["gpufleet_fleets"][0]
+    world["ips"] = [i["internal_ip"] for i in world["fleet"]["instances"]]
+    yield world
+    run_playbook("delete.yml", {"fleet": str(fleet)})
+    if old is None:
+        os.environ.pop("GPUFLEET_STATE_DIR", None)
+    else:
+        os.environ["GPUFLEET_STATE_DIR"] = old
+
+
+def task_file(world, name, text):
+    path = world["base"] / (name + ".dstack.yml")
+    path.write_text(text)
+    return str(path)
+
+
+def run_task(world, name, text, **extra):
+    result = run_playbook("task.yml", dict({"task": task_file(world, name, text)}, **extra))
+    record = result.stats.get("gpufleet_run")
+    assert record is not None, result.stdout[-4000:]
+    return result, record
+
+
+def logs(name):
+    result = run_playbook("logs.yml", {"run": name})
+    assert result.ok, result.stdout[-3000:]
+    by_rank = {}
+    for line in result.stats["gpufleet_log_lines"]:
+        prefix, _, text = line.partition("] ")
+        by_rank.setdefault(int(prefix.rsplit("-", 1)[1]), []).append(text)
+    return by_rank
+
+
+def node_containers(world, run):
+    """{node container: [(name, state)]} of the run's task containers, from each node's engine."""
+    found = {}
+    for num in range(3):
+        node = local.container_name(FLEET, num)
+        out = world["docker"].run(
+            "exec", node, "docker", "ps", "-a", "--filter", "label=gpufleet.run=" + run,
+            "--format", "{{.Names}} {{.State}}")
+        found[node] = [tuple(line.split()) for line in out.splitlines() if line.strip()]
+    return found
+
+
+CPU = "resources:\n  cpu: 1..\n  memory: 1GB..\n  disk: 1GB..\n"
+
+
+def test_every_rank_sees_dstacks_variables_and_hostfile(world):
+    name = "env-" + SUFFIX
+    result, record = run_task(world, name, (
+        "type: task\nname: %s\nnodes: 3\n%s"
+        "env:\n  - GREETING=hi there\n"
+        "commands:\n"
+        "  - python3 -c 'import os, json; print(\"ENV\", json.dumps(dict((k, v) for k, v in "
+        "os.environ.items() if k.startswith((\"DSTACK_\", \"GREETING\")))))'\n"
+        "  - echo HOSTFILE; cat $DSTACK_MPI_HOSTFILE; echo END\n"
+        "  - echo PWD $(pwd)\n" % (name, CPU)))
+    assert result.ok, result.stdout[-4000:]
+    assert record["status"] == "done" and record["fleet"] == FLEET
+    ips = [job["internal_ip"] for job in record["jobs"]]
+    assert sorted(ips) == sorted(world["ips"]) and len(set(ips)) == 3
+    out = logs(name)
+    assert sorted(out) == [0, 1, 2]
+    for rank in range(3):
+        lines = out[rank]
+        env = json.loads(next(line for line in lines if line.startswith("ENV "))[4:])
+        assert env["DSTACK_RUN_NAME"] == name
+        assert env["DSTACK_RUN_ID"] == record["run_id"]
+        assert env["DSTACK_NODE_RANK"] == str(rank)
+        assert env["DSTACK_NODES_NUM"] == "3"
+        assert env["DSTACK_NODES_IPS"] == "\n".join(ips)
+        assert env["DSTACK_MASTER_NODE_IP"] == ips[0]
+        assert env["DSTACK_GPUS_PER_NODE"] == "0"
+        assert env["DSTACK_GPUS_NUM"] == "0"
+        assert env["DSTACK_MPI_HOSTFILE"] == "/dstack/mpi/hostfile"
+        assert env["DSTACK_WORKING_DIR"] == "/dstack/run"
+        assert env["GREETING"] == "hi there"
+        assert env["DSTACK_JOB_ID"] and env["DSTACK_JOB_ID"] != env["DSTACK_RUN_ID"]
+        start = lines.index("HOSTFILE")
+        assert lines[start + 1:lines.index("END")] == ips  # CPU nodes: "<ip>" lines
+        assert "PWD /dstack/run" in lines
+    job_ids = set()
+    for rank in range(3):
+        env = json.loads(next(x for x in out[rank] if x.startswith("ENV "))[4:])
+        job_ids.add(env["DSTACK_JOB_ID"])
+    assert len(job_ids) == 3
+
+
+def test_mpi_allreduce_across_all_nodes_with_workers_first_and_master_done(world):
+    name = "mpi-" + SUFFIX
+    script = ("from mpi4py import MPI; c = MPI.COMM_WORLD; "
+              "s = c.allreduce(c.Get_rank() + 1); "
+              "print('SUM', s, 'SIZE', c.Get_size(), 'HOSTS', len(set(c.allgather(MPI.Get_processor_name()))))"
+              " if c.Get_rank() == 0 else None")
+    result, record = run_task(world, name, (
+        "type: task\nname: %s\nnodes: 3\n%s"
+        "startup_order: workers-first\nstop_criteria: master-done\nstop_duration: 10s\n"
+        "commands:\n"
+        "  - |\n"
+        "    if [ $DSTACK_NODE_RANK -eq 0 ]; then\n"
+        "      mpirun --allow-run-as-root --hostfile $DSTACK_MPI_HOSTFILE -n 3 --map-by node \\\n"
+        "        python3 -c \"%s\"\n"
+        "    else\n"
+        "      sleep infinity\n"
+        "    fi\n" % (name, CPU, script)))
+    assert result.ok, result.stdout[-4000:]
+    assert record["status"] == "done", record
+    assert "SUM 6 SIZE 3 HOSTS 3" in logs(name)[0]
+    states = node_containers(world, name)
+    assert all(state != "running" for entries in states.values() for _n, state in entries)
+
+
+def test_torchrun_gloo_all_reduce_across_nodes(world):
+    name = "torch-" + SUFFIX
+    image = ensure_torch_image(world["docker"])
+    script = world["base"] / "allreduce.py"
+    script.write_text(
+        "import torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "t = torch.tensor([dist.get_rank() + 1.0])\n"
+        "dist.all_reduce(t)\n"
+        "print('RANK', dist.get_rank(), 'WORLD', dist.get_world_size(), 'SUM', int(t.item()))\n"
+        "dist.destroy_process_group()\n")
+    result, record = run_task(world, name, (
+        "type: task\nname: %s\nnodes: 3\nimage: %s\n%s"
+        "files:\n  - %s:/work/allreduce.py\n"
+        "commands:\n"
+        "  - torchrun --nnodes $DSTACK_NODES_NUM --node-rank $DSTACK_NODE_RANK "
+        "--nproc-per-node 1 --master-addr $DSTACK_MASTER_NODE_IP --master-port 29517 "
+        "/work/allreduce.py\n" % (name, image, CPU, script)))
+    assert result.ok, result.stdout[-4000:]
+    assert record["status"] == "done", record
+    out = logs(name)
+    for rank in range(3):
+        assert "RANK %d WORLD 3 SUM 6" % rank in out[rank], out[rank][-10:]
+
+
+def test_one_failing_rank_stops_every_node_and_names_it(world):
+    name = "fail-" + SUFFIX
+    result, record = run_task(world, name, (
+        "type: task\nname: %s\nnodes: 3\n%sstop_duration: 10s\n"
+        "commands:\n"
+        "  - if [ $DSTACK_NODE_RANK -eq 1 ]; then sleep 2; echo bye; exit 3; fi; sleep infinity\n"
+        % (name, CPU)))
+    assert not result.ok
+    assert record["status"] == "failed"
+    assert "job 1 on %s-1 exited with code 3" % FLEET in record["message"]
+    jobs = dict((j["job_num"], j) for j in record["jobs"])
+    assert jobs[1]["status"] == "failed" and jobs[1]["exit_code"] == 3
+    assert jobs[0]["status"] == jobs[2]["status"] == "terminated"
+    assert record["log_tail"] == []  # rank 0 printed nothing
+    states = node_containers(world, name)
+    assert sum(len(v) for v in states.values()) == 3
+    assert all(state == "exited" for entries in states.values() for _n, state in entries)
+
+
+def test_retry_on_error_resubmits_all_nodes_until_the_flaky_command_succeeds(world):
+    name = "flaky-" + SUFFIX
+    result, record = run_task(world, name, (
+        "type: task\nname: %s\nnodes: 2\n%s"
+        "retry:\n  on_events: [error]\n  duration: 10m\n"
+        "volumes:\n  - /tmp/gpufleet-flaky-%s:/state\n"
+        "commands:\n"
+        "  - if [ -e /state/tried ]; then echo second try; else touch /state/tried; exit 1; fi\n"
+        % (name, CPU, SUFFIX)))
+    assert result.ok, result.stdout[-4000:]
+    assert record["status"] == "done" and record["submissions"] == 2
+    assert "second try" in logs(name)[0]
+
+
+def test_max_duration_stops_a_run_that_outlives_it(world):
+    name = "long-" + SUFFIX
+    result, record = run_task(world, name, (
+        "type: task\nname: %s\nnodes: 2\n%smax_duration: 3s\nstop_duration: 5s\n"
+        "commands:\n  - sleep 300\n" % (name, CPU)))
+    assert not result.ok
+    assert record["status"] == "terminated" and record["reason"] == "max_duration_exceeded"
+
+
+def test_stop_ps_and_logs_from_the_command_line(world, capsys):
+    name = "sleepy-" + SUFFIX
+    result, record = run_task(world, name, (
+        "type: task\nname: %s\nnodes: 2\n%s"
+        "commands:\n  - echo started $DSTACK_NODE_RANK; sleep infinity\n" % (name, CPU)),
+        gpufleet_task_wait=False)
+    assert result.ok, result.stdout[-3000:]
+    assert cli.main(["ps", "--json"]) == 0
+    runs = json.loads(capsys.readouterr().out)
+    mine = next(r for r in runs if r["name"] == name)
+    assert mine["status"] in ("provisioning", "running")
+    assert cli.main(["stop", "-y", name]) == 0
+    capsys.readouterr()
+    assert cli.main(["ps"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["NAME", "BACKEND", "GPU", "PRICE", "STATUS", "SUBMITTED"]
+    row = next(line for line in table if line.startswith(name))
+    assert "terminated" in row
+    assert any(line.strip().startswith("job=1") for line in table)
+    assert cli.main(["logs", name]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "[%s-0] started 0" % name in out and "[%s-1] started 1" % name in out

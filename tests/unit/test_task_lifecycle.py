@@ -1,0 +1,131 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A run's life: job statuses from containers, startup order, stop criteria, failure, retry."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
+
+
+def box(state, running=True, reason=None, exit_code=None, docker_code=None):
+    return {"state": state, "exit_code": docker_code,
+            "files": {"running": "1700000000" if running else None, "reason": reason,
+                      "exit_code": None if exit_code is None else str(exit_code)}}
+
+
+SUB = (lc.SUBMITTED, None, None)
+RUN = (lc.RUNNING, None, None)
+DONE = (lc.DONE, None, 0)
+
+
+@pytest.mark.parametrize("entry, expected", [
+    (None, SUB),
+    (box("created", running=False), (lc.PROVISIONING, None, None)),
+    (box("running", running=False), (lc.PROVISIONING, None, None)),
+    (box("running"), RUN),
+    (box("running", reason="terminated_by_user"), (lc.TERMINATING, "terminated_by_user", None)),
+    (box("exited", exit_code=0), DONE),
+    (box("exited", exit_code=3), (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 3)),
+    (box("exited", running=False, docker_code=127), (lc.FAILED, lc.EXECUTOR_ERROR, 127)),
+    (box("exited", reason="max_duration_exceeded", exit_code=143),
+     (lc.TERMINATED, lc.MAX_DURATION_EXCEEDED, 143)),
+    (box("exited", reason="done_by_runner", docker_code=137), (lc.DONE, "done_by_runner", 137)),
+    (box("exited", reason="terminated_by_server", docker_code=143),
+     (lc.TERMINATED, "terminated_by_server", 143)),
+])
+def test_job_status(entry, expected):
+    assert lc.job_status(entry) == expected
+
+
+def test_the_wrappers_exit_code_wins_over_dockers():
+    assert lc.job_status(box("exited", exit_code=5, docker_code=0))[2] == 5
+
+
+@pytest.mark.parametrize("order, statuses, start", [
+    ("any", {0: SUB, 1: SUB, 2: SUB}, [0, 1, 2]),
+    ("master-first", {0: SUB, 1: SUB}, [0]),
+    ("master-first", {0: (lc.PROVISIONING, None, None), 1: SUB}, []),
+    ("master-first", {0: RUN, 1: SUB, 2: SUB}, [1, 2]),
+    ("workers-first", {0: SUB, 1: SUB, 2: SUB}, [1, 2]),
+    ("workers-first", {0: SUB, 1: RUN, 2: (lc.PROVISIONING, None, None)}, []),
+    ("workers-first", {0: SUB, 1: RUN, 2: RUN}, [0]),
+])
+def test_startup_order_gates_on_running(order, statuses, start):
+    decision = lc.decide({"startup_order": order}, statuses)
+    assert sorted(decision.start) == start
+    assert not decision.final
+
+
+def test_all_done_waits_for_every_job():
+    decision = lc.decide({"stop_criteria": "all-done"}, {0: DONE, 1: RUN})
+    assert not decision.final and not decision.stop
+    decision = lc.decide({"stop_criteria": "all-done"}, {0: DONE, 1: DONE})
+    assert decision.final and decision.status == lc.RUN_DONE
+
+
+def test_master_done_stops_the_workers_and_ends_done():
+    policy = {"stop_criteria": "master-done"}
+    decision = lc.decide(policy, {0: DONE, 1: RUN, 2: RUN})
+    assert decision.stop == {1: lc.DONE_BY_RUNNER, 2: lc.DONE_BY_RUNNER}
+    assert decision.status == lc.RUN_TERMINATING and not decision.final
+    stopped = (lc.DONE, lc.DONE_BY_RUNNER, 137)
+    decision = lc.decide(policy, {0: DONE, 1: stopped, 2: stopped})
+    assert decision.final and decision.status == lc.RUN_DONE
+
+
+def test_one_failed_job_stops_the_others_and_fails_the_run():
+    failed = (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 3)
+    decision = lc.decide({}, {0: RUN, 1: failed, 2: RUN})
+    assert decision.stop == {0: lc.TERMINATED_BY_SERVER, 2: lc.TERMINATED_BY_SERVER}
+    assert not decision.final
+    gone = (lc.TERMINATED, lc.TERMINATED_BY_SERVER, 143)
+    decision = lc.decide({}, {0: gone, 1: failed, 2: gone})
+    assert decision.final and decision.status == lc.RUN_FAILED
+    assert decision.failed_job == (1, lc.CONTAINER_EXITED_WITH_ERROR, 3)
+
+
+def test_jobs_not_started_yet_are_never_started_after_a_failure():
+    failed = (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 1)
+    decision = lc.decide({"startup_order": "workers-first"}, {0: SUB, 1: failed})
+    assert decision.start == [] and decision.final and decision.status == lc.RUN_FAILED
+
+
+def test_retry_on_error_resubmits_and_other_events_do_not():
+    failed = {0: (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 1), 1: DONE}
+    on_error = {"retry": {"on_events": ["error"], "duration": 3600}}
+    decision = lc.decide(on_error, failed, now=100.0, retry_since=90.0)
+    assert decision.resubmit and not decision.final and decision.status == lc.RUN_PENDING
+    only_capacity = {"retry": {"on_events": ["no-capacity"], "duration": 3600}}
+    decision = lc.decide(only_capacity, failed, now=100.0)
+    assert decision.final and not decision.resubmit
+
+
+def test_retry_window_closes_after_duration():
+    retry = {"on_events": ["no-capacity"], "duration": 60}
+    assert lc.may_retry(retry, lc.EVENT_NO_CAPACITY, now=159.0, since=100.0)
+    assert not lc.may_retry(retry, lc.EVENT_NO_CAPACITY, now=160.0, since=100.0)
+    assert not lc.may_retry(None, lc.EVENT_ERROR, now=0.0, since=0.0)
+
+
+def test_max_duration_and_user_stop_end_terminated_without_retry():
+    retry = {"retry": {"on_events": ["error", "no-capacity", "interruption"], "duration": 3600}}
+    expired = (lc.TERMINATED, lc.MAX_DURATION_EXCEEDED, 143)
+    decision = lc.decide(retry, {0: expired, 1: RUN})
+    assert decision.stop == {1: lc.TERMINATED_BY_SERVER}
+    decision = lc.decide(retry, {0: expired, 1: (lc.TERMINATED, lc.TERMINATED_BY_SERVER, 143)})
+    assert decision.final and decision.status == lc.RUN_TERMINATED and not decision.resubmit
+    assert decision.reason == lc.MAX_DURATION_EXCEEDED
+    user = (lc.TERMINATED, lc.TERMINATED_BY_USER, 143)
+    decision = lc.decide(retry, {0: user, 1: user})
+    assert decision.final and decision.status == lc.RUN_TERMINATED
+    assert decision.reason == lc.TERMINATED_BY_USER
+
+
+def test_event_mapping():
+    assert lc.retry_event(lc.CONTAINER_EXITED_WITH_ERROR) == "error"
+    assert lc.retry_event(lc.NO_CAPACITY) == "no-capacity"
+    assert lc.retry_event(lc.MAX_DURATION_EXCEEDED) is None
+    assert lc.retry_event(lc.TERMINATED_BY_USER) is None

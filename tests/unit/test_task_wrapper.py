@@ -1,0 +1,409 @@
+"""The job wrapper (tasks.wrapper), run for real with dash and, when installed, busybox sh.
+
+Each test builds a job folder from tasks.rankplan.build_jobs, points the wrapper's paths into a
+temporary folder (GPUFLEET_DIR, DSTACK_DIR, GPUFLEET_ETC, HOME) and runs ``job.sh``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import time
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import rankplan, wrapper
+
+RUN = {"name": "wrap", "id": "run-1", "submission": 0, "submitted_at": "2026-08-01T10:00:00Z"}
+KEY = {"private": "PRIVATE KEY TEXT\n", "public": "ssh-rsa AAAAB3 dstack_job\n"}
+PASSWD = (
+    "root:x:0:0:root:/root:/bin/sh\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+)
+BUSYBOX = shutil.which("busybox")
+SHELLS = ["dash"] + (["busybox"] if BUSYBOX else [])
+# Tools the wrapper may use besides shell builtins, for the restricted PATH tests.
+BASIC_TOOLS = ("cat", "chmod", "chown", "cp", "date", "grep", "id", "mkdir", "sleep", "tail",
+               "rm", "sed", "ls", "touch", "sort", "env")
+
+
+@pytest.fixture(scope="session")
+def busybox_bin(tmp_path_factory):
+    """A folder holding only busybox applets, used as PATH in the busybox runs."""
+    if not BUSYBOX:
+        return None
+    folder = tmp_path_factory.mktemp("busybox-bin")
+    applets = subprocess.run([BUSYBOX, "--list"], stdout=subprocess.PIPE, check=True)
+    for name in applets.stdout.decode().split():
+        os.symlink(BUSYBOX, str(folder / name))
+    return folder
+
+
+@pytest.fixture(params=SHELLS)
+def shell(request, busybox_bin):
+    """``(argv prefix, PATH)`` for the shell under test."""
+    if request.param == "busybox":
+        return [BUSYBOX, "sh"], str(busybox_bin)
+    return ["/bin/sh"], os.environ.get("PATH", "/usr/bin:/bin")
+
+
+def placed(num, ip):
+    return {
+        "job_num": num, "group": None, "host": "demo-%d" % num, "fleet": "demo",
+        "instance_num": num, "backend": "ssh", "region": "remote", "instance_type": None,
+        "price": 0.0, "spot": False, "internal_ip": ip, "whole_host": True, "blocks": 1,
+        "total_blocks": 1, "cpus": 2, "memory_mib": 4096, "disk_mib": 10000,
+        "gpu_vendor": "none", "gpu_name": None, "gpu_memory_mib": 0, "gpus": [],
+        "resources": {},
+    }
+
+
+class Job(object):
+    """A job folder and the paths the wrapper is pointed at, all under ``root``."""
+
+    def __init__(self, root, data, nodes=1, rank=0):
+        self.root = root
+        config, _warnings = parse_data(
+            dict({"type": "task", "image": "busybox", "nodes": nodes}, **data))
+        jobs = [placed(n, "10.1.0.%d" % (n + 2)) for n in range(nodes)]
+        specs = rankplan.build_jobs(
+            config, {"fleet": "demo", "placement": "cluster", "jobs": jobs}, dict(RUN),
+            environ={}, ssh_key=KEY if nodes > 1 else None, config_dir=str(root / "src"),
+        )
+        self.spec = specs[rank]
+        self.dir = root / "job"
+        for rel, item in self.spec["files"].items():
+            path = self.dir / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if "text" in item:
+                path.write_text(item["text"])
+                os.chmod(str(path), item["mode"])
+            elif not os.path.exists(item["local_path"]):
+                continue  # a file the test leaves out of the job folder
+            elif os.path.isdir(item["local_path"]):
+                shutil.copytree(item["local_path"], str(path))
+            else:
+                shutil.copy(item["local_path"], str(path))
+        self.state = self.dir / "state"
+        self.state.mkdir(exist_ok=True)
+        self.dstack = root / "dstack"
+        self.etc = root / "etc"
+        self.etc.mkdir(exist_ok=True)
+        (self.etc / "passwd").write_text(PASSWD)
+        (self.etc / "group").write_text("root:x:0:\nnogroup:x:65534:\n")
+        self.home = root / "home"
+        self.home.mkdir(exist_ok=True)
+        self.workdir = root / "image-workdir"
+        self.workdir.mkdir(exist_ok=True)
+
+    def env(self, path, extra=None):
+        env = {
+            "PATH": path,
+            "GPUFLEET_DIR": str(self.dir),
+            "DSTACK_DIR": str(self.dstack),
+            "GPUFLEET_ETC": str(self.etc),
+            "HOME": str(self.home),
+        }
+        env.update(extra or {})
+        return env
+
+    def argv(self, shell):
+        return shell[0] + [str(self.dir / "job.sh")]
+
+    def run(self, shell, path=None, extra=None, timeout=60):
+        return subprocess.run(
+            self.argv(shell), env=self.env(path or shell[1], extra), cwd=str(self.workdir),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout,
+        )
+
+    def start(self, shell, path=None, extra=None):
+        return subprocess.Popen(
+            self.argv(shell), env=self.env(path or shell[1], extra), cwd=str(self.workdir),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
+
+    def read_state(self, name):
+        return (self.state / name).read_text().strip()
+
+
+def wait_for(path, seconds=15.0):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if path.exists():
+            return
+        time.sleep(0.05)
+    raise AssertionError("%s did not appear" % path)
+
+
+def tools_bin(folder, names, fakes=None):
+    """A PATH folder with links to the named host tools, plus fake scripts."""
+    folder.mkdir()
+    for name in names:
+        found = shutil.which(name)
+        assert found, "the test needs %s on this machine" % name
+        os.symlink(found, str(folder / name))
+    for name, text in (fakes or {}).items():
+        path = folder / name
+        path.write_text("#!/bin/sh\n" + text)
+        os.chmod(str(path), 0o755)
+    return str(folder)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+MULTI = "first line\nit's a \"quoted\" $VALUE\n"
+
+
+def test_environment_profile_hostfile_and_exit_code(tmp_path, shell):
+    job = Job(tmp_path, {
+        "env": {"MULTI": MULTI, "PLAIN": "x", "TRICK": "x\nFAKE_NAME=1"},
+        "commands": [
+            "printf '%s' \"$MULTI\" > multi.out",
+            "printf '%s|%s|%s|%s' \"$DSTACK_NODE_RANK\" \"$DSTACK_WORKING_DIR\" "
+            "\"$DSTACK_REPO_DIR\" \"$(pwd)\" > vars.out",
+            "exit 7",
+        ],
+    })
+    proc = job.run(shell)
+    assert proc.returncode == 7, proc.stderr
+    assert job.read_state("exit_code") == "7"
+    assert int(job.read_state("running")) > 0
+    workdir = str(job.workdir)
+    assert (job.workdir / "multi.out").read_text() == MULTI
+    assert (job.workdir / "vars.out").read_text() == "0|%s|%s|%s" % (workdir, workdir, workdir)
+
+    profile = (job.dstack / "profile").read_text()
+    lines = profile.splitlines()
+    assert lines[-1] == 'cd "$DSTACK_WORKING_DIR"'
+    assert "export DSTACK_NODE_RANK='0'" in lines
+    assert "export DSTACK_WORKING_DIR='%s'" % workdir in lines
+    assert "export GPUFLEET_MULTINODE='0'" in lines
+    assert "export TRICK='x" in lines and "FAKE_NAME=1'" in lines
+    for name in ("HOME", "USER", "SHELL", "SHLVL", "PWD", "HOSTNAME", "_", "FAKE_NAME"):
+        assert not any(line.startswith("export %s=" % name) for line in lines), name
+    mode = stat.S_IMODE(os.stat(str(job.dstack / "profile")).st_mode)
+    assert mode == 0o644
+    seen = subprocess.run(
+        ["/bin/sh", "-c", '. "$1"; printf "%s|%s" "$MULTI" "$(pwd)"', "sh",
+         str(job.dstack / "profile")],
+        cwd="/", stdout=subprocess.PIPE, check=True,
+    ).stdout.decode()
+    assert seen == "%s|%s" % (MULTI, workdir)
+
+    source_line = '[ -r "{0}/profile" ] && . "{0}/profile"'.format(job.dstack)
+    assert (job.etc / "profile").read_text() == source_line + "\n"
+    job.run(shell)
+    assert (job.etc / "profile").read_text() == source_line + "\n"
+
+    hostfile = job.dstack / "mpi" / "hostfile"
+    assert hostfile.read_text() == "10.1.0.2\n"
+    assert stat.S_IMODE(os.stat(str(hostfile)).st_mode) == 0o644
+
+
+def test_success_and_working_dir_under_home(tmp_path, shell):
+    job = Job(tmp_path, {"working_dir": "~/proj/run", "commands": ["pwd > where.out"]})
+    proc = job.run(shell)
+    assert proc.returncode == 0, proc.stderr
+    assert job.read_state("exit_code") == "0"
+    target = job.home / "proj" / "run"
+    assert (target / "where.out").read_text().strip() == str(target)
+    profile = (job.dstack / "profile").read_text()
+    assert "export DSTACK_WORKING_DIR='%s'" % target in profile
+
+
+def test_files_are_copied_to_their_targets(tmp_path, shell):
+    src = tmp_path / "src"
+    (src / "pkg" / "sub").mkdir(parents=True)
+    (src / "train.py").write_text("print('hi')\n")
+    (src / "pkg" / "sub" / "mod.py").write_text("x = 1\n")
+    (src / "pkg" / ".hidden").write_text("h\n")
+    absolute = tmp_path / "opt" / "pkg"
+    job = Job(tmp_path, {
+        "files": ["train.py", "train.py:conf/copy.py",
+                  {"local_path": "pkg", "path": str(absolute)}],
+        "commands": ["true"],
+    })
+    proc = job.run(shell)
+    assert proc.returncode == 0, proc.stderr
+    assert (job.workdir / "train.py").read_text() == "print('hi')\n"
+    assert (job.workdir / "conf" / "copy.py").read_text() == "print('hi')\n"
+    assert (absolute / "sub" / "mod.py").read_text() == "x = 1\n"
+    assert (absolute / ".hidden").read_text() == "h\n"
+
+
+def test_missing_file_fails_before_running(tmp_path, shell):
+    job = Job(tmp_path, {"files": ["gone.txt"], "commands": ["touch ran"]})
+    proc = job.run(shell)
+    assert proc.returncode == 1
+    assert b"gone.txt" in proc.stderr or b"files/0" in proc.stderr
+    assert job.read_state("exit_code") == "1"
+    assert not (job.state / "running").exists()
+    assert not (job.workdir / "ran").exists()
+
+
+def test_max_duration_stops_the_command(tmp_path, shell):
+    job = Job(tmp_path, {
+        "max_duration": 1, "stop_duration": 5,
+        "commands": ["trap 'echo term > got_term; exit 5' TERM; "
+                     "while :; do sleep 0.1; done"],
+    })
+    began = time.time()
+    proc = job.run(shell, timeout=30)
+    assert proc.returncode == 5, proc.stderr
+    assert time.time() - began < 15
+    assert job.read_state("reason") == "max_duration_exceeded"
+    assert job.read_state("exit_code") == "5"
+    assert (job.workdir / "got_term").exists()
+    assert b"max_duration" in proc.stderr
+
+
+def test_max_duration_kills_after_stop_duration(tmp_path, shell):
+    job = Job(tmp_path, {
+        "max_duration": 1, "stop_duration": 1,
+        "commands": ["trap '' TERM; while :; do sleep 0.1; done"],
+    })
+    proc = job.run(shell, timeout=30)
+    assert proc.returncode == 128 + signal.SIGKILL, proc.stderr
+    assert job.read_state("reason") == "max_duration_exceeded"
+    assert job.read_state("exit_code") == str(128 + signal.SIGKILL)
+
+
+def test_existing_reason_is_kept(tmp_path, shell):
+    job = Job(tmp_path, {
+        "max_duration": 1, "commands": ["trap 'exit 4' TERM; while :; do sleep 0.1; done"],
+    })
+    (job.state / "reason").write_text("terminated_by_user\n")
+    proc = job.run(shell, timeout=30)
+    assert proc.returncode == 4, proc.stderr
+    assert job.read_state("reason") == "terminated_by_user"
+
+
+def test_sigterm_reaches_the_command(tmp_path, shell):
+    job = Job(tmp_path, {
+        "commands": ["trap 'echo term > got_term; exit 3' TERM; : > ready; "
+                     "while :; do sleep 0.1; done"],
+    })
+    proc = job.start(shell)
+    try:
+        wait_for(job.workdir / "ready")
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 3, err
+    assert (job.workdir / "got_term").read_text().strip() == "term"
+    assert job.read_state("exit_code") == "3"
+    assert not (job.state / "reason").exists()
+
+
+def test_ssh_files_and_sshd_for_multinode(tmp_path, shell):
+    job = Job(tmp_path, {"commands": ["true"]}, nodes=2, rank=1)
+    ssh_dir = job.home / ".ssh"
+    ssh_dir.mkdir()
+    (ssh_dir / "config").write_text("Host old\n    User me")
+    (job.etc / "pam.d").mkdir()
+    (job.etc / "pam.d" / "sshd").write_text("session    required     pam_loginuid.so\n")
+    fakes = tmp_path / "fakes"
+    fakes.mkdir()
+    for name, text in (
+        ("sshd", 'printf "%s\\n" "$*" > "$FAKE_LOG/sshd"\n'),
+        ("ssh-keygen", 'printf "%s\\n" "$*" > "$FAKE_LOG/ssh-keygen"\n'
+                       'mkdir -p "$GPUFLEET_ETC/ssh"\n'
+                       ': > "$GPUFLEET_ETC/ssh/ssh_host_ed25519_key"\n'),
+    ):
+        (fakes / name).write_text("#!/bin/sh\n" + text)
+        os.chmod(str(fakes / name), 0o755)
+    proc = job.run(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
+    assert proc.returncode == 0, proc.stderr
+
+    key = ssh_dir / "dstack_job"
+    assert key.read_text() == KEY["private"]
+    assert stat.S_IMODE(os.stat(str(key)).st_mode) == 0o600
+    expected = "Host old\n    User me\n" + rankplan.ssh_client_config(
+        [placed(0, "10.1.0.2"), placed(1, "10.1.0.3")])
+    assert (ssh_dir / "config").read_text() == expected
+    assert (job.dstack / "ssh" / "authorized_keys").read_text() == KEY["public"]
+
+    assert (fakes / "ssh-keygen").read_text().strip() == "-A"
+    config_path = job.dstack / "ssh" / "sshd_config"
+    assert (fakes / "sshd").read_text().split()[:2] == ["-f", str(config_path)]
+    sshd_config = config_path.read_text().splitlines()
+    for line in ("Port 10022", "PasswordAuthentication no", "UsePAM yes", "StrictModes no",
+                 "ClientAliveInterval 30",
+                 "AuthorizedKeysFile %s .ssh/authorized_keys"
+                 % (job.dstack / "ssh" / "authorized_keys"),
+                 "HostKey %s" % (job.etc / "ssh" / "ssh_host_ed25519_key")):
+        assert line in sshd_config
+    assert (job.etc / "pam.d" / "sshd").read_text() == "session optional pam_loginuid.so\n"
+    assert "export GPUFLEET_MULTINODE='1'" in (job.dstack / "profile").read_text()
+    assert (job.dstack / "mpi" / "hostfile").read_text() == "10.1.0.2\n10.1.0.3\n"
+
+
+def test_no_sshd_warns_and_goes_on(tmp_path):
+    job = Job(tmp_path, {"commands": ["touch ran"]}, nodes=2)
+    path = tools_bin(tmp_path / "bin", BASIC_TOOLS, fakes={
+        "apt-get": 'echo "$*" >> "$FAKE_LOG"\nexit 100\n',
+    })
+    log = tmp_path / "apt.log"
+    proc = job.run((["/bin/sh"], path), extra={"FAKE_LOG": str(log)})
+    assert proc.returncode == 0, proc.stderr
+    warnings = [line for line in proc.stderr.decode().splitlines() if "sshd" in line]
+    assert len(warnings) == 1 and warnings[0].startswith("gpufleet: warning:")
+    assert (job.workdir / "ran").exists()
+    if os.geteuid() == 0:
+        assert log.read_text().splitlines()[0] == "update"
+    assert (job.home / ".ssh" / "dstack_job").read_text() == KEY["private"]
+
+
+def test_unknown_user_fails_clearly(tmp_path, shell):
+    job = Job(tmp_path, {"user": "ghost", "commands": ["touch ran"]})
+    proc = job.run(shell)
+    assert proc.returncode == 1
+    assert b"ghost does not exist" in proc.stderr
+    assert job.read_state("exit_code") == "1"
+    assert not (job.workdir / "ran").exists()
+
+
+def test_no_tool_to_switch_user(tmp_path):
+    job = Job(tmp_path, {"user": "nobody", "commands": ["touch ran"]})
+    path = tools_bin(tmp_path / "bin", BASIC_TOOLS)
+    proc = job.run((["/bin/sh"], path))
+    assert proc.returncode == 1
+    assert b"none of setpriv" in proc.stderr
+    assert not (job.workdir / "ran").exists()
+
+
+def test_command_runs_as_the_task_user():
+    root = tempfile.mkdtemp(prefix="gpufleet-wrapper-")
+    try:
+        os.chmod(root, 0o755)
+        from pathlib import Path
+
+        job = Job(Path(root), {"user": "nobody", "working_dir": root + "/wd",
+                               "commands": ["id -u > uid.out; id -g >> uid.out"]})
+        proc = job.run((["/bin/sh"], os.environ.get("PATH", "/usr/bin:/bin")))
+        if os.geteuid() == 0:
+            assert proc.returncode == 0, proc.stderr
+            assert (Path(root) / "wd" / "uid.out").read_text().split() == ["65534", "65534"]
+            assert os.stat(root + "/wd").st_uid == 65534
+        else:
+            # Only root may switch users: the attempt fails and the failure is recorded.
+            assert proc.returncode != 0
+            assert job.read_state("exit_code") == str(proc.returncode)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_wrapper_script_is_the_constant():
+    assert wrapper.wrapper_script() == wrapper.WRAPPER
+    assert wrapper.WRAPPER.startswith("#!/bin/sh\n")
+    for name in ("GPUFLEET_DIR", "GPUFLEET_STATE", "DSTACK_DIR", "GPUFLEET_ETC"):
+        assert "%s=${%s:-" % (name, name) in wrapper.WRAPPER
+    check = subprocess.run(["/bin/sh", "-n"], input=wrapper.WRAPPER.encode())
+    assert check.returncode == 0
