@@ -16,10 +16,13 @@ ANSIBLE_TEST_PYTHON := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.ver
 test: venv unit-all integration sanity lint changelog-lint
 	@echo "all test tiers passed"
 
-# The main job on the local default: a 2-node local cluster fleet, then the fleet table.
+# The main job on the local default: a 2-node local cluster fleet, the fleet table, then a
+# distributed task on it that prints each rank, the master's address and the MPI hostfile.
 demo: venv engine
 	$(BIN)/gpufleet apply -y -f inventories/demo/demo.dstack.yml
 	$(BIN)/gpufleet fleet
+	$(BIN)/gpufleet apply -y -f examples/hello.dstack.yml
+	$(BIN)/gpufleet ps
 
 demo-delete: venv
 	$(BIN)/gpufleet delete -y -f inventories/demo/demo.dstack.yml

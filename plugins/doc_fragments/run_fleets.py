@@ -28,9 +28,9 @@ options:
         C(~/.local/share/gpufleet).
     type: path
 notes:
-  - Runs on the controller (C(delegate_to: localhost), or a play on C(localhost)) and reaches
+  - "Runs on the controller (C(delegate_to: localhost), or a play on C(localhost)) and reaches
     the fleets' hosts over SSH with the connection settings the inventory plugin gives them,
-    keeping one shared connection per host (OpenSSH C(ControlMaster)).
+    keeping one shared connection per host (OpenSSH C(ControlMaster))."
   - A run's only record is its containers' labels and each job's state folder on its host
     (C(/var/lib/gpufleet/runs)); nothing is kept on the controller.
 """

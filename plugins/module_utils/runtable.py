@@ -19,7 +19,9 @@ from .fleettable import (
 )
 
 COLUMNS = ("NAME", "BACKEND", "GPU", "PRICE", "STATUS", "SUBMITTED")
-VERBOSE_COLUMNS = ("NAME", "BACKEND", "RESOURCES", "PRICE", "STATUS", "SUBMITTED", "ERROR")
+VERBOSE_COLUMNS = (
+    "NAME", "BACKEND", "RESOURCES", "INSTANCE TYPE", "PRICE", "STATUS", "SUBMITTED", "ERROR",
+)
 JOB_INDENT = "   "
 ENDED = ("done", "failed", "terminated")
 
@@ -67,7 +69,8 @@ def run_table(runs, now=None, verbose=False):
                "SUBMITTED": pretty_date(run.get("submitted"), now), "ERROR": _error(run)}
         if len(jobs) <= 1:
             row.update(BACKEND=_backend(run), GPU=run.get("gpu") or "-", PRICE=_price(run),
-                       RESOURCES=(jobs[0].get("resources") if jobs else "") or "")
+                       RESOURCES=(jobs[0].get("resources") if jobs else "") or "",
+                       **{"INSTANCE TYPE": (jobs[0].get("host") if jobs else "") or ""})
             if jobs and run.get("status") == "failed":
                 row["STATUS"] = _job_status(jobs[0]) or row["STATUS"]
             rows.append(row)
@@ -78,6 +81,7 @@ def run_table(runs, now=None, verbose=False):
                 "NAME": "%sjob=%s" % (JOB_INDENT, job.get("job_num")),
                 "BACKEND": _backend(run), "GPU": job.get("gpu") or run.get("gpu") or "-",
                 "RESOURCES": job.get("resources") or "", "PRICE": _price(run),
+                "INSTANCE TYPE": job.get("host") or "",
                 "STATUS": _job_status(job), "SUBMITTED": "",
                 "ERROR": (job.get("reason") or "").replace("_", " ")
                 if job.get("status") not in ("done",) else "",
@@ -148,7 +152,7 @@ def run_plan_lines(config, plan, path=None):
         ("Retry policy", _retry(config.get("retry"))),
         ("Max duration", _duration(config.get("max_duration"))),
     ]
-    width = max(len(k) for k, _v in header)
+    width = max(len(k) for k, v in header if v != "")
     lines = [("%s  %s" % (k.ljust(width), v)).rstrip() for k, v in header if v != ""]
     lines.append("")
     rows = []

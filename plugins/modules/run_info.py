@@ -62,6 +62,38 @@ runs:
       description: Why an ended run ended.
       type: str
       returned: always
+    run_id:
+      description: The run's id (C(DSTACK_RUN_ID)).
+      type: str
+      returned: always
+    fleet:
+      description: The fleet the run was placed on.
+      type: str
+      returned: always
+    backend:
+      description: The backend of the fleet's hosts (V(ssh), V(local), ...).
+      type: str
+      returned: always
+    region:
+      description: The region of the fleet's hosts, when the backend has one.
+      type: str
+      returned: always
+    price:
+      description: The price per hour of the run's hosts, when known.
+      type: float
+      returned: always
+    spot:
+      description: Whether the run's hosts are spot instances, when known.
+      type: bool
+      returned: always
+    gpu:
+      description: The GPUs of one job, as C(dstack ps) shows them.
+      type: str
+      returned: always
+    nodes:
+      description: How many jobs (nodes) the run has.
+      type: int
+      returned: always
     submitted:
       description: When the run was submitted (UTC, ISO 8601).
       type: str

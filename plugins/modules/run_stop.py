@@ -57,7 +57,7 @@ EXAMPLES = r"""
 RETURN = r"""
 run:
   description: The run's record after the stop (see M(gpufleet.cluster.run_info)), with
-    C(stopped), the containers stopped.
+    C(stopped), the containers stopped (not in check mode, where it is the record as it is).
   returned: success
   type: dict
 """

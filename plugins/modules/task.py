@@ -11,11 +11,11 @@ module: task
 short_description: Run a dstack task across a fleet, one container per node, as dstack does
 version_added: 0.1.0
 description:
-  - Places a dstack C(type: task) configuration on a fleet (the fleets named in its C(fleets),
+  - "Places a dstack C(type: task) configuration on a fleet (the fleets named in its C(fleets),
     else any fleet whose hosts match its C(resources); C(nodes >= 2) needs a C(placement: cluster)
     fleet and whole hosts) and starts one container per node with dstack's C(DSTACK_*)
     variables, C(/dstack/profile), the MPI hostfile C(/dstack/mpi/hostfile) and SSH between the
-    containers on port 10022.
+    containers on port 10022."
   - Honours C(startup_order), C(stop_criteria), C(retry), C(max_duration), C(stop_duration),
     C(volumes), C(files), C(env) with C(${{ secrets.NAME }}) and C(registry_auth). When one node
     fails, every other node's container is stopped and the run fails naming that node and its
@@ -31,7 +31,7 @@ author:
 options:
   path:
     description:
-      - A dstack task file (C(type: task)) on the controller.
+      - "A dstack task file (C(type: task)) on the controller."
       - Exactly one of O(path) and O(config) must be given.
     type: path
   config:
@@ -140,12 +140,12 @@ status:
 reason:
   description:
     - Why the run ended (V(all_jobs_done), V(job_failed), V(max_duration_exceeded),
-      V(terminated_by_user), V(failed_to_start_due_to_no_capacity)).
-  returned: always
+      V(terminated_by_user), V(failed_to_start_due_to_no_capacity)); null while it goes on.
+  returned: when submitted, or in check mode when no fleet has room
   type: str
 message:
   description: For a run that did not end done, which job ended it and how.
-  returned: always
+  returned: when submitted, or in check mode when no fleet has room
   type: str
   sample: job 1 on demo-1 exited with code 3
 fleet:
@@ -171,8 +171,13 @@ log_tail:
   type: list
   elements: str
 plan:
-  description: In check mode, the placement (fleet and one entry per job with its host).
+  description: In check mode, the placement (fleet and one entry per job with its host); null
+    when no fleet has room.
   returned: in check mode
+  type: dict
+config:
+  description: In check mode, the normalized task configuration that would run.
+  returned: in check mode, when the task was placed
   type: dict
 """
 

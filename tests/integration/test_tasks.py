@@ -18,7 +18,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker i
 from gpufleet import cli
 from gpufleet.runner import run_playbook
 
-from .task_images import ensure_base_image, ensure_torch_image
+from task_images import ensure_base_image, ensure_torch_image
 
 SUFFIX = uuid.uuid4().hex[:6]
 FLEET = "tk-" + SUFFIX
@@ -135,6 +135,7 @@ def test_mpi_allreduce_across_all_nodes_with_workers_first_and_master_done(world
     result, record = run_task(world, name, (
         "type: task\nname: %s\nnodes: 3\n%s"
         "startup_order: workers-first\nstop_criteria: master-done\nstop_duration: 10s\n"
+        "max_duration: 5m\n"
         "commands:\n"
         "  - |\n"
         "    if [ $DSTACK_NODE_RANK -eq 0 ]; then\n"
@@ -162,7 +163,7 @@ def test_torchrun_gloo_all_reduce_across_nodes(world):
         "print('RANK', dist.get_rank(), 'WORLD', dist.get_world_size(), 'SUM', int(t.item()))\n"
         "dist.destroy_process_group()\n")
     result, record = run_task(world, name, (
-        "type: task\nname: %s\nnodes: 3\nimage: %s\n%s"
+        "type: task\nname: %s\nnodes: 3\nimage: %s\n%smax_duration: 5m\n"
         "files:\n  - %s:/work/allreduce.py\n"
         "commands:\n"
         "  - torchrun --nnodes $DSTACK_NODES_NUM --node-rank $DSTACK_NODE_RANK "

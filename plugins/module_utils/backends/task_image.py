@@ -49,6 +49,9 @@ TASK_ENV = (
     ("OMPI_MCA_pml", "^cm,ucx"),
     ("OMPI_MCA_btl", "tcp,self"),
     ("OMPI_MCA_btl_tcp_if_exclude", "lo,docker0"),
+    # Every host has a docker0 with the same address: Open MPI's control channel (OOB) must not
+    # offer it either, or orted on another node dials its own docker0 and the job hangs.
+    ("OMPI_MCA_oob_tcp_if_exclude", "lo,docker0"),
     ("NCCL_SOCKET_IFNAME", "^docker,lo"),
     ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
 )

@@ -121,7 +121,7 @@ def event_line(event):
         return "[%s-%d] %s" % (run, event["rank"], event["line"])
     if kind == "job":
         text = "%s job %d on %s: %s" % (run, event["job_num"], event["host"], event["status"])
-        if event.get("exit_code") not in (None, 0) or event.get("status") == lifecycle.FAILED:
+        if event.get("exit_code") not in (None, 0):
             text += " (exit code %s)" % event.get("exit_code")
         if event.get("reason"):
             text += " [%s]" % event["reason"]
@@ -220,4 +220,3 @@ def run_logs(params, emit=None):
         raise EntryError(str(exc))
     return {"run": record, "changed": False,
             "lines": ["[%s-%d] %s" % (params["name"], rank, line) for rank, line in lines]}
-

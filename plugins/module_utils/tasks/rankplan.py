@@ -25,6 +25,7 @@ import shlex
 import uuid
 
 from .. import fleettable
+from ..runtable import job_resources
 from ..spec import interpolation
 
 RUN_LABEL = "gpufleet.run"
@@ -41,6 +42,7 @@ TOTAL_BLOCKS_LABEL = "gpufleet.total-blocks"
 GPUS_LABEL = "gpufleet.gpus"
 SUBMITTED_LABEL = "gpufleet.submitted"
 RUN_SPEC_LABEL = "gpufleet.run-spec"
+RESOURCES_LABEL = "gpufleet.resources"
 
 BASE_IMAGE_VERSION = "0.15"
 DEFAULT_IMAGE = "dstackai/base:%s-base-ubuntu24.04" % BASE_IMAGE_VERSION
@@ -618,6 +620,7 @@ def labels_of(config, run, jobs, job, replica=0):
         GPUS_LABEL: ",".join(str(g.get("id") or g.get("index")) for g in job.get("gpus") or []),
         SUBMITTED_LABEL: _iso(run.get("submitted_at")),
         RUN_SPEC_LABEL: _run_spec(config, jobs, job),
+        RESOURCES_LABEL: job_resources(job),
     }
 
 

@@ -305,6 +305,9 @@ class Runner(object):
         self.name = rankplan.run_name(config, rng)
         self.run_id = uuid.uuid4().hex
         self.submitted_at = utcnow()
+        if config.get("repos"):
+            raise RunError("repos: cloning repositories into the containers is not supported "
+                           "yet; copy the code with files instead")
         self.nodes = nodes_of(fleets, root)
         self.submissions = []
         self.env = rankplan.resolve_env(config, self.secrets, self.environ)
@@ -422,8 +425,14 @@ class Runner(object):
                           clock=self.clock, sleep=self.sleep, poll=self.poll,
                           follow_logs=self.follow_logs, stop_event=stop_event)
             if not wait:
-                decision = watch.run_once()
-                return self.result(decision, watch.statuses)
+                # Detached: stay until every job is started (startup_order needs someone to
+                # start the later ones), then leave the run to its containers.
+                while True:
+                    decision = watch.run_once()
+                    waiting = [s for s in watch.statuses.values() if s[0] == lifecycle.SUBMITTED]
+                    if decision.final or decision.resubmit or not waiting:
+                        return self.result(decision, watch.statuses)
+                    self.sleep(self.poll)
             decision = watch.watch()
             if not decision.resubmit:
                 return self.result(decision, watch.statuses, failure_message(
@@ -520,6 +529,7 @@ def run_records(containers):
                 "status": status[0], "reason": status[1], "exit_code": status[2],
                 "started_at": entry.get("started_at"), "finished_at": entry.get("finished_at"),
                 "gpus": [g for g in (entry["labels"].get("gpufleet.gpus") or "").split(",") if g],
+                "resources": entry["labels"].get("gpufleet.resources") or "",
             })
         records.append({
             "name": name,
@@ -617,19 +627,26 @@ def run_logs(nodes, name, tail=None):
     return record, lines
 
 
-def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep):
-    """Stream run ``name``'s logs (``emit({"kind": "log", "rank", "line"})``) until every job of
-    its latest submission has ended; return the final run record."""
-    from .supervisor import LogFollower
+def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time):
+    """Attach to run ``name``: stream its logs (``emit({"kind": "log", "rank", "line"})``) and
+    supervise it as the runner does (a failed job stops the others, master-done, a stop asked
+    meanwhile) until it ends; return the final run record.
 
+    A run submitted without waiting is supervised only by its containers (max_duration) until
+    someone attaches; retry cannot resubmit from here, so a failure ends the run failed.
+    """
     mine = _run_containers(nodes, name)
     record = run_records(mine)[0]
-    followers = [LogFollower(nodes[j["host"]], j["container"], j["job_num"], emit).start()
-                 for j in record["jobs"]]
-    while record["status"] not in (lifecycle.RUN_DONE, lifecycle.RUN_FAILED,
-                                   lifecycle.RUN_TERMINATED):
-        sleep(poll)
-        record = run_records(_run_containers(nodes, name))[0]
-    for follower in followers:
-        follower.join()
-    return record
+    entries = dict((_job_num(c), c) for entries in mine.values() for c in entries
+                   if int(c["labels"].get(SUBMISSION_LABEL) or 0) == record["submission"])
+    spec = _spec(next(iter(entries.values()))["labels"]) if entries else {}
+    jobs = [{"job_num": j["job_num"], "host": j["host"], "container": j["container"],
+             "run": name, "submission": record["submission"],
+             "stop_duration": spec.get("stop_duration") or 0} for j in record["jobs"]]
+    policy = {"startup_order": spec.get("startup_order"),
+              "stop_criteria": spec.get("stop_criteria"), "retry": None}
+    watch = Watch(jobs, dict((j["host"], nodes[j["host"]]) for j in jobs), policy, emit,
+                  clock=clock, sleep=sleep, poll=poll, follow_logs=True)
+    watch.started.update(j["job_num"] for j in jobs)
+    watch.watch()
+    return run_records(_run_containers(nodes, name))[0]

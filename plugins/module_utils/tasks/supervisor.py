@@ -236,7 +236,7 @@ class Watch(object):
         self._report(statuses)
         decision = lifecycle.decide(self.policy, statuses, now=self.clock(),
                                     retry_since=self.retry_since)
-        if decision.status != self.run_status:
+        if decision.status != self.run_status and not decision.resubmit:
             self.run_status = decision.status
             self.emit({"kind": "run", "status": decision.status})
         if decision.stop:

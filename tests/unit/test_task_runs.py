@@ -1,0 +1,689 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The task runner over fake hosts: the supervisor's Watch, the Runner's submissions and
+retries, run records and busy hosts read back from containers, and the runner's output lines.
+
+The fake hosts answer the node-side operations (tasks.nodeside) from in-memory container lists,
+and a fake clock moves only when the code under test sleeps; at each sleep every container takes
+one step of its program (created -> running -> exited with its code).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+import time
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
+    entry,
+    runs,
+    supervisor,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
+
+RUN_LABEL = supervisor.RUN_LABEL
+JOB_LABEL = supervisor.JOB_LABEL
+SUB_LABEL = supervisor.SUBMISSION_LABEL
+STARTED = "1700000000"
+
+# ---------------------------------------------------------------------------------------------
+# Fake hosts
+# ---------------------------------------------------------------------------------------------
+
+
+def container(name, labels, state="created", running=None, reason=None, exit_code=None,
+              docker_code=0):
+    """A container entry shaped as nodeside.op_status answers it."""
+    return {
+        "name": name, "labels": dict(labels), "state": state, "exit_code": docker_code,
+        "oom_killed": False, "started_at": "2026-01-01T10:00:00Z", "finished_at": None,
+        "error": None,
+        "files": {"running": running, "reason": reason,
+                  "exit_code": None if exit_code is None else str(exit_code)},
+    }
+
+
+class FakeNode:
+    """A host with the interface of tasks.ssh.Node, its containers kept in a list."""
+
+    def __init__(self, name, cluster):
+        self.name = name
+        self.sudo = ""
+        self.cluster = cluster
+        self.containers = []
+        self.left = {}  # container name -> (ticks left running, exit code or None)
+        self.down = False
+        self.fail_start = None
+
+    def call(self, op, payload=None, timeout=120):
+        payload = payload or {}
+        with self.cluster.lock:
+            self.cluster.log.append((self.name, op, copy.deepcopy(payload)))
+            if self.down:
+                raise NodeError(self.name, "unreachable over SSH: Connection timed out")
+            return getattr(self, "op_" + op)(payload)
+
+    def op_status(self, payload):
+        run = payload.get("run")
+        return {"containers": [copy.deepcopy(c) for c in self.containers
+                               if run is None or c["labels"].get(RUN_LABEL) == run]}
+
+    def op_start(self, payload):
+        job = payload["job"]
+        if self.fail_start:
+            raise NodeError(self.name, self.fail_start)
+        if any(c["name"] == job["container"] for c in self.containers):
+            return {"started": False, "exists": True}
+        self.cluster.started.append((self.name, job["job_num"], self.cluster.snapshot()))
+        self.containers.append(container(job["container"], job["labels"]))
+        self.left[job["container"]] = self.cluster.program(job)
+        return {"started": True, "id": "id-" + job["container"]}
+
+    def op_stop(self, payload):
+        names = []
+        for item in payload["jobs"]:
+            for box in self.containers:
+                if box["name"] != item["container"]:
+                    continue
+                if not box["files"]["reason"]:
+                    box["files"]["reason"] = payload["reason"]
+                if box["state"] in ("created", "running"):
+                    box["state"] = "exited"
+                    box["exit_code"] = 143
+                names.append(box["name"])
+        return {"stopped": names}
+
+    def op_remove(self, payload):
+        gone = [c["name"] for c in self.containers if c["labels"].get(RUN_LABEL) == payload["run"]]
+        self.containers = [c for c in self.containers if c["name"] not in gone]
+        return {"removed": gone}
+
+    def op_image_info(self, payload):
+        return {"present": True, "entrypoint": None, "cmd": None, "working_dir": None}
+
+    def tick(self):
+        for box in self.containers:
+            ticks, code = self.left.get(box["name"], (None, None))
+            if box["state"] == "created":
+                box["state"] = "running"
+                box["files"]["running"] = STARTED
+            elif box["state"] == "running" and not box["files"]["reason"] and ticks is not None:
+                ticks -= 1
+                self.left[box["name"]] = (ticks, code)
+                if ticks <= 0:
+                    box["state"] = "exited"
+                    box["exit_code"] = code
+                    box["files"]["exit_code"] = str(code)
+
+    def run(self, command, data=None, timeout=None):
+        return 0, "", ""
+
+    def popen(self, command, **kwargs):
+        raise OSError("no logs from a fake host")
+
+
+class Cluster:
+    """Fake hosts, a fake clock and a sleep that moves it and steps every container.
+
+    ``program(job)`` gives each started container ``(ticks, exit_code)``: it runs for that many
+    steps after it is up, then exits with that code (``ticks`` None: it runs until stopped).
+    ``hook(cluster)`` runs after each step (to take a host down, for example).
+    """
+
+    def __init__(self, hosts, program=None, hook=None):
+        self.lock = threading.RLock()
+        self.now = 1000.0
+        self.sleeps = []
+        self.log = []
+        self.started = []
+        self.events = []
+        self.program = program or (lambda job: (None, None))
+        self.hook = hook
+        self.nodes = {h: FakeNode(h, self) for h in hosts}
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.sleeps.append(seconds)
+        if len(self.sleeps) > 300:
+            raise AssertionError("the watch never ends")
+        time.sleep(0.003)  # let the background stop requests reach the fake hosts
+        with self.lock:
+            self.now += seconds
+            for node in self.nodes.values():
+                node.tick()
+            if self.hook is not None:
+                self.hook(self)
+
+    def emit(self, event):
+        self.events.append((self.now, event))
+
+    def snapshot(self):
+        """``{job_num: (state, running file)}`` of every container of every host."""
+        return {int(c["labels"][JOB_LABEL]): (c["state"], c["files"]["running"])
+                for node in self.nodes.values() for c in node.containers}
+
+    def ops(self, op):
+        return [(host, payload) for host, name, payload in self.log if name == op]
+
+    def job_events(self, num):
+        return [e for _t, e in self.events if e["kind"] == "job" and e["job_num"] == num]
+
+    def run_events(self):
+        return [e for _t, e in self.events if e["kind"] == "run"]
+
+
+def job_spec(num, host, run="train", submission=0):
+    name = "%s-%d-0" % (run, num)
+    return {"run": run, "submission": submission, "job_num": num, "host": host,
+            "container": name, "stop_duration": 0,
+            "labels": {RUN_LABEL: run, JOB_LABEL: str(num), SUB_LABEL: str(submission)}}
+
+
+def watch(cluster, hosts, policy=None, **kwargs):
+    jobs = [job_spec(num, host) for num, host in enumerate(hosts)]
+    nodes = {h: cluster.nodes[h] for h in set(hosts)}
+    kwargs.setdefault("poll", 1.0)
+    return supervisor.Watch(jobs, nodes, policy or {}, cluster.emit, clock=cluster.clock,
+                            sleep=cluster.sleep, **kwargs)
+
+
+def assert_no_repeats(cluster, jobs):
+    for num in jobs:
+        seen = [(e["status"], e["reason"], e["exit_code"]) for e in cluster.job_events(num)]
+        assert all(a != b for a, b in zip(seen, seen[1:])), (num, seen)
+    statuses = [e["status"] for e in cluster.run_events()]
+    assert all(a != b for a, b in zip(statuses, statuses[1:])), statuses
+
+
+# ---------------------------------------------------------------------------------------------
+# supervisor.Watch
+# ---------------------------------------------------------------------------------------------
+
+
+def test_workers_first_starts_the_master_after_the_workers_run_and_master_done_ends_done():
+    hosts = ["h0", "h1", "h2"]
+    cluster = Cluster(hosts, program=lambda job: (1, 0) if job["job_num"] == 0 else (None, None))
+    decision = watch(cluster, hosts, {"startup_order": "workers-first",
+                                      "stop_criteria": "master-done"}).watch()
+
+    order = [(host, num) for host, num, _snap in cluster.started]
+    assert sorted(order[:2]) == [("h1", 1), ("h2", 2)]
+    assert order[2] == ("h0", 0)
+    # When the master was started, both workers were up with their command started.
+    assert cluster.started[2][2] == {1: ("running", STARTED), 2: ("running", STARTED)}
+
+    stops = cluster.ops("stop")
+    assert sorted(h for h, _p in stops) == ["h1", "h2"]
+    assert all(p["reason"] == lc.DONE_BY_RUNNER for _h, p in stops)
+    assert sorted(j["job_num"] for _h, p in stops for j in p["jobs"]) == [1, 2]
+
+    assert decision.final and not decision.resubmit
+    assert (decision.status, decision.reason, decision.failed_job) == (lc.RUN_DONE,
+                                                                       "all_jobs_done", None)
+    assert [e["status"] for e in cluster.job_events(0)] == ["provisioning", "running", "done"]
+    for worker in (1, 2):
+        assert [(e["status"], e["reason"]) for e in cluster.job_events(worker)] == [
+            ("provisioning", None), ("running", None), ("done", lc.DONE_BY_RUNNER)]
+        assert cluster.job_events(worker)[0]["host"] == "h%d" % worker
+    assert [e["status"] for e in cluster.run_events()] == ["running", "terminating", "done"]
+    assert_no_repeats(cluster, [0, 1, 2])
+
+
+def test_master_first_starts_the_workers_once_the_master_runs():
+    hosts = ["h0", "h1", "h2"]
+    cluster = Cluster(hosts, program=lambda job: (2, 0))
+    decision = watch(cluster, hosts, {"startup_order": "master-first"}).watch()
+    assert cluster.started[0][:2] == ("h0", 0)
+    assert cluster.started[0][2] == {}
+    assert all(snap[0] == ("running", STARTED) for _h, _n, snap in cluster.started[1:])
+    assert decision.final and decision.status == lc.RUN_DONE
+    assert cluster.ops("stop") == []  # all-done: nothing to stop
+
+
+def test_a_failed_job_stops_the_others_and_fails_the_run():
+    hosts = ["h0", "h1", "h2"]
+    cluster = Cluster(hosts, program=lambda job: (1, 3) if job["job_num"] == 1 else (None, None))
+    decision = watch(cluster, hosts, {}).watch()
+
+    stops = cluster.ops("stop")
+    assert sorted(h for h, _p in stops) == ["h0", "h2"]
+    assert all(p["reason"] == lc.TERMINATED_BY_SERVER for _h, p in stops)
+    assert decision.final and not decision.resubmit
+    assert decision.status == lc.RUN_FAILED
+    assert decision.reason == "job_failed"
+    assert decision.failed_job == (1, lc.CONTAINER_EXITED_WITH_ERROR, 3)
+    assert [(e["status"], e["reason"], e["exit_code"]) for e in cluster.job_events(1)] == [
+        ("provisioning", None, None), ("running", None, None),
+        ("failed", lc.CONTAINER_EXITED_WITH_ERROR, 3)]
+    for other in (0, 2):
+        assert cluster.job_events(other)[-1]["status"] == lc.TERMINATED
+        assert cluster.job_events(other)[-1]["reason"] == lc.TERMINATED_BY_SERVER
+    assert [e["status"] for e in cluster.run_events()] == ["running", "terminating", "failed"]
+    assert_no_repeats(cluster, [0, 1, 2])
+
+
+def test_a_failure_with_retry_on_error_asks_for_a_resubmission():
+    hosts = ["h0"]
+    cluster = Cluster(hosts, program=lambda job: (1, 3))
+    decision = watch(cluster, hosts, {"retry": {"on_events": ["error"], "duration": 3600}},
+                     retry_since=cluster.now).watch()
+    assert decision.resubmit and not decision.final
+    assert decision.status == lc.RUN_PENDING
+
+
+def test_a_host_unreachable_longer_than_the_grace_fails_its_job():
+    hosts = ["h0", "h1"]
+
+    def hook(cluster):
+        if cluster.now == 1003.0:
+            cluster.nodes["h1"].down = True
+
+    cluster = Cluster(hosts, hook=hook)
+    decision = watch(cluster, hosts, {}, unreachable_grace=10.0).watch()
+
+    assert decision.final and decision.status == lc.RUN_FAILED
+    assert decision.failed_job == (1, "instance_unreachable", None)
+    failed_at = [t for t, e in cluster.events
+                 if e["kind"] == "job" and e["job_num"] == 1 and e["status"] == lc.FAILED]
+    assert len(failed_at) == 1
+    # First seen down at 1003; failed only once more than 10 s had passed.
+    assert failed_at[0] == 1014.0
+    assert [(h, p["reason"]) for h, p in cluster.ops("stop")] == [
+        ("h0", lc.TERMINATED_BY_SERVER)]
+    assert cluster.job_events(0)[-1]["status"] == lc.TERMINATED
+    assert_no_repeats(cluster, [0, 1])
+
+
+def test_a_host_back_within_the_grace_is_not_failed():
+    hosts = ["h0", "h1"]
+
+    def hook(cluster):
+        cluster.nodes["h1"].down = 1003.0 <= cluster.now < 1008.0
+
+    cluster = Cluster(hosts, program=lambda job: (12, 0), hook=hook)
+    decision = watch(cluster, hosts, {}, unreachable_grace=10.0).watch()
+    assert decision.final and decision.status == lc.RUN_DONE
+    assert [e["status"] for e in cluster.job_events(1)] == ["provisioning", "running", "done"]
+
+
+def test_a_start_that_fails_gives_an_executor_error_with_the_message():
+    hosts = ["h0", "h1"]
+    cluster = Cluster(hosts)
+    cluster.nodes["h1"].fail_start = "could not start container train-1-0: no space left"
+    decision = watch(cluster, hosts, {}).watch()
+
+    assert decision.final and decision.status == lc.RUN_FAILED
+    assert decision.failed_job == (1, lc.EXECUTOR_ERROR, None)
+    events = cluster.job_events(1)
+    assert events == [{"kind": "job", "job_num": 1, "host": "h1", "status": lc.FAILED,
+                       "reason": lc.EXECUTOR_ERROR, "exit_code": None,
+                       "message": "could not start container train-1-0: no space left"}]
+    assert [(h, p["reason"]) for h, p in cluster.ops("stop")] == [
+        ("h0", lc.TERMINATED_BY_SERVER)]
+    assert_no_repeats(cluster, [0, 1])
+
+
+def test_a_users_stop_terminates_every_job():
+    hosts = ["h0", "h1"]
+    stop = threading.Event()
+
+    def hook(cluster):
+        if cluster.now >= 1003.0:
+            stop.set()
+
+    cluster = Cluster(hosts, hook=hook)
+    decision = watch(cluster, hosts, {}, stop_event=stop).watch()
+    assert decision.final
+    assert (decision.status, decision.reason) == (lc.RUN_TERMINATED, lc.TERMINATED_BY_USER)
+    assert sorted(h for h, p in cluster.ops("stop") if p["reason"] == lc.TERMINATED_BY_USER) == [
+        "h0", "h1"]
+
+
+def test_observe_counts_only_the_runs_containers_of_the_submission():
+    cluster = Cluster(["h0"])
+    node = cluster.nodes["h0"]
+    node.containers = [
+        container("train-0-0", {RUN_LABEL: "train", JOB_LABEL: "0", SUB_LABEL: "1"}),
+        container("old", {RUN_LABEL: "train", JOB_LABEL: "1", SUB_LABEL: "0"}),
+        container("other", {RUN_LABEL: "other", JOB_LABEL: "1", SUB_LABEL: "1"}),
+        container("nojob", {RUN_LABEL: "train", SUB_LABEL: "1"}),
+    ]
+    found, errors = supervisor.observe(cluster.nodes, "train", 1)
+    assert errors == {}
+    assert sorted(found) == [0]
+    assert found[0]["name"] == "train-0-0" and found[0]["host"] == "h0"
+
+
+# ---------------------------------------------------------------------------------------------
+# runs.Runner
+# ---------------------------------------------------------------------------------------------
+
+
+def cpu_fact(ip):
+    return {
+        "cpus": 8,
+        "memory": {"bytes": 32768 * 2**20, "mib": 32768},
+        "disk": {"available_bytes": 204800 * 2**20, "available_mib": 204800},
+        "internal_ip": ip,
+        "gpu": {"vendor": "none", "count": 0, "name": None, "memory_mib": 0, "devices": []},
+        "blocks": {"requested": 1, "total": 1},
+    }
+
+
+def fleet(name="gpus", count=2):
+    instances = []
+    facts = {}
+    for num in range(count):
+        host = "%s-%d" % (name, num)
+        instances.append({
+            "name": host, "num": num, "fleet": name, "backend": "ssh", "region": "remote",
+            "instance_type": None, "price": None, "spot": False, "status": "idle",
+            "hostname": "192.0.2.%d" % (num + 1), "internal_ip": None, "blocks": 1,
+        })
+        facts[host] = cpu_fact("10.1.0.%d" % (num + 2))
+    return {"name": name, "placement": "cluster", "instances": instances, "facts": facts}
+
+
+def task(**fields):
+    data = {"type": "task", "name": "train", "commands": ["python train.py"]}
+    data.update(fields)
+    config, _warnings = parse_data(data)
+    return config
+
+
+@pytest.fixture
+def fake_hosts(monkeypatch):
+    """Route runs.Runner to a Cluster's fake hosts; return a function that makes the Runner."""
+    images = []
+
+    def make(config, fleets, program=None):
+        hosts = [i["name"] for f in fleets for i in f["instances"]]
+        cluster = Cluster(hosts, program=program)
+        monkeypatch.setattr(runs, "Node", lambda instance, root=None: cluster.nodes[
+            instance["name"]])
+        monkeypatch.setattr(runs, "run_key", lambda: {"private": "PRIVATE", "public": "PUBLIC"})
+
+        def ensure_image(image, nodes, hosts, **kwargs):
+            images.append((image, sorted(hosts)))
+            return {h: {"present": True, "entrypoint": None, "cmd": None, "working_dir": None}
+                    for h in hosts}
+
+        monkeypatch.setattr(runs, "ensure_image", ensure_image)
+        runner = runs.Runner(config, fleets, emit=cluster.emit, clock=cluster.clock,
+                             sleep=cluster.sleep, poll=1.0, environ={})
+        runner.images = images
+        return runner, cluster
+
+    return make
+
+
+def test_retry_on_error_resubmits_and_the_second_submission_ends_done(fake_hosts):
+    config = task(nodes=2, retry={"on_events": ["error"], "duration": "1h"})
+
+    def program(job):
+        return (1, 3) if job["submission"] == 0 and job["job_num"] == 1 else (1, 0)
+
+    runner, cluster = fake_hosts(config, [fleet()], program)
+    result = runner.run()
+
+    assert result["status"] == lc.RUN_DONE
+    assert result["submissions"] == 2
+    assert result["fleet"] == "gpus"
+    assert [(j["job_num"], j["host"], j["status"]) for j in result["jobs"]] == [
+        (0, "gpus-0", "done"), (1, "gpus-1", "done")]
+    starts = [p["job"] for _h, p in cluster.ops("start")]
+    assert [(j["labels"][SUB_LABEL], j["job_num"]) for j in sorted(
+        starts, key=lambda j: (j["submission"], j["job_num"]))] == [
+        ("0", 0), ("0", 1), ("1", 0), ("1", 1)]
+    assert [j["submission"] for j in starts] == [0, 0, 1, 1]
+    # The first submission's containers were removed before the second one started.
+    log = [(h, op) for h, op, _p in cluster.log if op in ("remove", "start")]
+    at = [i for i, x in enumerate(log) if x[1] == "start"]
+    assert len(at) == 4
+    assert {x for x in log[at[1]:at[2]] if x[1] == "remove"} == {
+        ("gpus-0", "remove"), ("gpus-1", "remove")}
+    pending = [e for _t, e in cluster.events if e["kind"] == "run" and e["status"] == "pending"]
+    assert [e.get("message") for e in pending if e.get("message")] == [
+        "resubmitting all jobs (retry on error)"]
+    assert all(e["run"] == "train" for _t, e in cluster.events)
+
+
+def test_a_resubmission_reports_pending_once(fake_hosts):
+    config = task(retry={"on_events": ["error"], "duration": "1h"})
+    runner, cluster = fake_hosts(config, [fleet(count=1)],
+                                 lambda job: (1, 3) if job["submission"] == 0 else (1, 0))
+    assert runner.run()["status"] == lc.RUN_DONE
+    statuses = [e["status"] for e in cluster.run_events()]
+    assert all(a != b for a, b in zip(statuses, statuses[1:])), statuses
+
+
+def test_no_capacity_without_retry_fails_with_the_reason_and_names_the_fleet(fake_hosts):
+    runner, cluster = fake_hosts(task(resources={"cpu": 64}), [fleet()])
+    result = runner.run()
+    assert result["status"] == lc.RUN_FAILED
+    assert result["reason"] == lc.NO_CAPACITY
+    assert "fleet gpus" in result["message"]
+    assert "cpu" in result["message"]
+    assert result["submissions"] == 0 and result["jobs"] == []
+    assert cluster.ops("start") == [] and cluster.sleeps == []
+
+
+def test_no_capacity_with_retry_backs_off_then_fails(fake_hosts):
+    config = task(resources={"cpu": 64}, retry={"on_events": ["no-capacity"], "duration": "30s"})
+    runner, cluster = fake_hosts(config, [fleet()])
+    result = runner.run()
+    assert cluster.sleeps == [5, 10, 20]  # the backoff; 35 s after submitting it gives up
+    assert result["status"] == lc.RUN_FAILED
+    assert result["reason"] == lc.NO_CAPACITY
+    assert "fleet gpus" in result["message"]
+    messages = [e["message"] for _t, e in cluster.events if e["kind"] == "run"]
+    assert [m.split(":")[0] for m in messages] == [
+        "no capacity, retrying in 5 s", "no capacity, retrying in 10 s",
+        "no capacity, retrying in 20 s"]
+    assert cluster.ops("start") == []
+
+
+def test_a_run_of_the_same_name_still_alive_is_refused(fake_hosts):
+    runner, cluster = fake_hosts(task(), [fleet()])
+    cluster.nodes["gpus-1"].containers.append(container(
+        "train-0-0", {RUN_LABEL: "train", JOB_LABEL: "0", SUB_LABEL: "0"}, state="running",
+        running=STARTED))
+    with pytest.raises(runs.RunError) as info:
+        runner.run()
+    assert "run train is already running (on gpus-1)" in str(info.value)
+    assert "gpufleet stop train" in str(info.value)
+    assert cluster.ops("start") == [] and cluster.ops("remove") == []
+
+
+def test_a_finished_run_of_the_same_name_is_replaced(fake_hosts):
+    runner, cluster = fake_hosts(task(), [fleet(count=1)], program=lambda job: (1, 0))
+    cluster.nodes["gpus-0"].containers.append(container(
+        "train-0-0", {RUN_LABEL: "train", JOB_LABEL: "0", SUB_LABEL: "0"}, state="exited",
+        running=STARTED, exit_code=0))
+    result = runner.run()
+    assert result["status"] == lc.RUN_DONE and result["submissions"] == 1
+    assert [h for h, _p in cluster.ops("remove")] == ["gpus-0"]
+    assert len(cluster.ops("start")) == 1
+    assert runner.images == [("dstackai/base:0.15-base-ubuntu24.04", ["gpus-0"])]
+
+
+def test_a_failed_run_result_says_which_job_failed(fake_hosts):
+    runner, _cluster = fake_hosts(task(nodes=2), [fleet()],
+                                  program=lambda job: (1, 7) if job["job_num"] == 1 else
+                                  (None, None))
+    result = runner.run()
+    assert (result["status"], result["reason"]) == (lc.RUN_FAILED, "job_failed")
+    assert result["message"] == "job 1 on gpus-1 exited with code 7"
+    assert [(j["status"], j["reason"], j["exit_code"]) for j in result["jobs"]] == [
+        (lc.TERMINATED, lc.TERMINATED_BY_SERVER, 143),
+        (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 7)]
+    assert result["jobs"][1]["internal_ip"] == "10.1.0.3"
+
+
+# ---------------------------------------------------------------------------------------------
+# runs.run_records and runs.busy_map
+# ---------------------------------------------------------------------------------------------
+
+
+def labels(run, job, submission=0, nodes=1, submitted="2026-01-01T10:00:00Z", gpus="",
+           blocks="1", spec=None):
+    return {
+        RUN_LABEL: run, "gpufleet.run-id": "id-" + run, JOB_LABEL: str(job),
+        SUB_LABEL: str(submission), "gpufleet.nodes": str(nodes), "gpufleet.fleet": "gpus",
+        "gpufleet.submitted": submitted, "gpufleet.gpus": gpus, "gpufleet.blocks": blocks,
+        "gpufleet.run-spec": json.dumps(spec or {"backend": "ssh", "region": "remote",
+                                                 "price": None, "spot": False,
+                                                 "gpu": "H100:80GB:1"}),
+    }
+
+
+def running(name, lab):
+    return container(name, lab, state="running", running=STARTED)
+
+
+def exited(name, lab, code, reason=None, docker_code=None):
+    return container(name, lab, state="exited", running=STARTED, exit_code=code, reason=reason,
+                     docker_code=code if docker_code is None else docker_code)
+
+
+def test_run_records_of_a_running_two_node_run():
+    records = runs.run_records({
+        "h1": [running("dist-1-0", labels("dist", 1, nodes=2, gpus="GPU-1"))],
+        "h0": [running("dist-0-0", labels("dist", 0, nodes=2, gpus="GPU-0,GPU-3"))],
+    })
+    assert len(records) == 1
+    record = records[0]
+    assert {k: record[k] for k in ("name", "run_id", "submission", "submitted", "status",
+                                   "reason", "fleet", "backend", "region", "gpu", "nodes")} == {
+        "name": "dist", "run_id": "id-dist", "submission": 0,
+        "submitted": "2026-01-01T10:00:00Z", "status": lc.RUN_RUNNING, "reason": None,
+        "fleet": "gpus", "backend": "ssh", "region": "remote", "gpu": "H100:80GB:1", "nodes": 2}
+    assert [(j["job_num"], j["host"], j["container"], j["status"], j["gpus"])
+            for j in record["jobs"]] == [
+        (0, "h0", "dist-0-0", "running", ["GPU-0", "GPU-3"]),
+        (1, "h1", "dist-1-0", "running", ["GPU-1"])]
+
+
+def test_run_records_statuses_decided_as_while_running():
+    spec = {"stop_criteria": "master-done"}
+    records = runs.run_records({"h0": [
+        exited("a-0-0", labels("a", 0, submitted="2026-01-01T10:00:01Z"), 0),
+        exited("b-0-0", labels("b", 0, nodes=2, submitted="2026-01-01T10:00:02Z"), 3),
+        exited("b-1-0", labels("b", 1, nodes=2, submitted="2026-01-01T10:00:02Z"), None,
+               reason=lc.TERMINATED_BY_SERVER, docker_code=143),
+        exited("c-0-0", labels("c", 0, nodes=2, spec=spec, submitted="2026-01-01T10:00:03Z"), 0),
+        exited("c-1-0", labels("c", 1, nodes=2, spec=spec, submitted="2026-01-01T10:00:03Z"),
+               None, reason=lc.DONE_BY_RUNNER, docker_code=143),
+    ]})
+    by_name = {r["name"]: r for r in records}
+    assert (by_name["a"]["status"], by_name["a"]["reason"]) == (lc.RUN_DONE, "all_jobs_done")
+    assert (by_name["b"]["status"], by_name["b"]["reason"]) == (lc.RUN_FAILED, "job_failed")
+    assert [(j["status"], j["reason"], j["exit_code"]) for j in by_name["b"]["jobs"]] == [
+        (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 3),
+        (lc.TERMINATED, lc.TERMINATED_BY_SERVER, 143)]
+    assert (by_name["c"]["status"], by_name["c"]["reason"]) == (lc.RUN_DONE, "all_jobs_done")
+    # Newest first.
+    assert [r["name"] for r in records] == ["c", "b", "a"]
+
+
+def test_run_records_keep_the_latest_submission_only():
+    records = runs.run_records({
+        "h0": [exited("r-0-0", labels("r", 0, submission=0, nodes=2), 3),
+               running("r-0-0b", labels("r", 0, submission=1, nodes=2))],
+        "h1": [exited("r-1-0", labels("r", 1, submission=0, nodes=2), 0)],
+    })
+    assert len(records) == 1
+    assert records[0]["submission"] == 1
+    assert [(j["job_num"], j["container"]) for j in records[0]["jobs"]] == [(0, "r-0-0b")]
+    # Job 1 of submission 1 is not created yet: the run is still coming up, not failed.
+    assert records[0]["status"] == lc.RUN_RUNNING
+    assert records[0]["nodes"] == 2
+
+
+def test_run_records_of_nothing():
+    assert runs.run_records({}) == []
+    assert runs.run_records({"h0": []}) == []
+
+
+def test_busy_map_counts_alive_containers_only():
+    busy = runs.busy_map({
+        "h0": [running("a-0-0", labels("a", 0, gpus="GPU-0,GPU-1", blocks="2")),
+               container("b-0-0", labels("b", 0, gpus="GPU-2", blocks="1")),  # created
+               container("c-0-0", labels("c", 0, gpus="GPU-3", blocks="1"), state="running",
+                         running=STARTED, reason=lc.TERMINATED_BY_USER),  # terminating
+               exited("d-0-0", labels("d", 0, gpus="GPU-4", blocks="4"), 0)],
+        "h1": [exited("e-0-0", labels("e", 0, gpus="GPU-0", blocks="8"), 1)],
+        "h2": [running("f-0-0", labels("f", 0, gpus="", blocks=""))],
+    })
+    assert busy == {"h0": {"blocks": 4, "gpu_ids": ["GPU-0", "GPU-1", "GPU-2", "GPU-3"]},
+                    "h2": {"blocks": 0, "gpu_ids": []}}
+
+
+# ---------------------------------------------------------------------------------------------
+# entry.event_line and entry.failure_summary
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("event, line", [
+    ({"kind": "log", "run": "train", "rank": 1, "line": "epoch 1"}, "[train-1] epoch 1"),
+    ({"kind": "job", "run": "train", "job_num": 0, "host": "h0", "status": "running",
+      "reason": None, "exit_code": None}, "train job 0 on h0: running"),
+    ({"kind": "job", "run": "train", "job_num": 0, "host": "h0", "status": "done",
+      "reason": None, "exit_code": 0}, "train job 0 on h0: done"),
+    ({"kind": "job", "run": "train", "job_num": 1, "host": "h1", "status": "failed",
+      "reason": "container_exited_with_error", "exit_code": 3},
+     "train job 1 on h1: failed (exit code 3) [container_exited_with_error]"),
+    ({"kind": "job", "run": "train", "job_num": 2, "host": "h2", "status": "done",
+      "reason": "done_by_runner", "exit_code": 143},
+     "train job 2 on h2: done (exit code 143) [done_by_runner]"),
+    ({"kind": "job", "job_num": 0, "host": "h0", "status": "pulling", "reason": None,
+      "exit_code": None}, "run job 0 on h0: pulling"),
+    ({"kind": "run", "run": "train", "status": "running"}, "train: running"),
+    ({"kind": "run", "run": "train", "status": "pending", "message": "no capacity"},
+     "train: pending: no capacity"),
+    ({"kind": "info", "run": "train", "message": "pulling img on h0"},
+     "train: pulling img on h0"),
+])
+def test_event_line(event, line):
+    assert entry.event_line(event) == line
+
+
+def test_event_line_of_an_unknown_kind_is_none():
+    assert entry.event_line({"kind": "progress", "run": "train"}) is None
+    assert entry.event_line({}) is None
+
+
+def test_event_line_of_a_failed_start_names_the_reason_and_message():
+    line = entry.event_line({"kind": "job", "run": "train", "job_num": 1, "host": "h1",
+                             "status": "failed", "reason": "executor_error", "exit_code": None,
+                             "message": "no space left"})
+    assert line.startswith("train job 1 on h1: failed")
+    assert line.endswith("[executor_error]: no space left")
+
+
+def test_event_line_says_nothing_of_an_unknown_exit_code():
+    line = entry.event_line({"kind": "job", "run": "train", "job_num": 1, "host": "h1",
+                             "status": "failed", "reason": "instance_unreachable",
+                             "exit_code": None})
+    assert line == "train job 1 on h1: failed [instance_unreachable]"
+
+
+@pytest.mark.parametrize("result, text", [
+    ({"run": "train", "status": "failed", "reason": "job_failed",
+      "message": "job 1 on h1 exited with code 3"},
+     "run train failed (job_failed): job 1 on h1 exited with code 3"),
+    ({"run": "train", "status": "failed", "reason": lc.NO_CAPACITY, "message": None},
+     "run train failed (failed_to_start_due_to_no_capacity)"),
+    ({"run": "train", "status": "terminated"}, "run train terminated"),
+    ({"run": "train", "status": "submitted", "message": "still starting"},
+     "run train submitted: still starting"),
+])
+def test_failure_summary(result, text):
+    assert entry.failure_summary(result) == text
