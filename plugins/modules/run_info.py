@@ -108,7 +108,7 @@ runs:
       type: list
       elements: dict
       returned: always
-unreachable:
+unreachable_hosts:
   description: Hosts that did not answer, with the error.
   returned: always
   type: dict

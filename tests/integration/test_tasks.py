@@ -128,10 +128,11 @@ def test_every_rank_sees_dstacks_variables_and_hostfile(world):
 
 def test_mpi_allreduce_across_all_nodes_with_workers_first_and_master_done(world):
     name = "mpi-" + SUFFIX
+    # Every rank takes part in both collectives; rank 0 alone prints.
     script = ("from mpi4py import MPI; c = MPI.COMM_WORLD; "
               "s = c.allreduce(c.Get_rank() + 1); "
-              "print('SUM', s, 'SIZE', c.Get_size(), 'HOSTS', len(set(c.allgather(MPI.Get_processor_name()))))"
-              " if c.Get_rank() == 0 else None")
+              "h = len(set(c.allgather(MPI.Get_processor_name()))); "
+              "print('SUM', s, 'SIZE', c.Get_size(), 'HOSTS', h) if c.Get_rank() == 0 else None")
     result, record = run_task(world, name, (
         "type: task\nname: %s\nnodes: 3\n%s"
         "startup_order: workers-first\nstop_criteria: master-done\nstop_duration: 10s\n"

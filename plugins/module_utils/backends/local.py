@@ -100,35 +100,48 @@ def ensure_node_image(docker, mirror=DEFAULT_MIRROR, workdir=None, check_mode=Fa
 
     Returns ``(ref, built)``. In check mode nothing is built; ``built`` says a build is due.
     """
+    return ensure_recipe_image(
+        docker, image_ref(), recipe_digest(), check_mode,
+        lambda ref: build_node_image(docker, ref, mirror=mirror, workdir=workdir))
+
+
+def ensure_recipe_image(docker, ref, digest, check_mode, build):
+    """``(ref, built)``: the image ``ref`` is kept when its recipe label is ``digest``, else
+    ``build(ref)`` makes it (not in check mode, where ``built`` only says a build is due)."""
     docker.ping()
-    ref = image_ref()
     labels = docker.image_labels(ref)
-    if labels is not None and labels.get(LABEL_PREFIX + "recipe") == recipe_digest():
+    if labels is not None and labels.get(LABEL_PREFIX + "recipe") == digest:
         return ref, False
     if check_mode:
         return ref, True
-    build_node_image(docker, ref, mirror=mirror, workdir=workdir)
+    build(ref)
     return ref, True
 
 
-def build_node_image(docker, ref, mirror=DEFAULT_MIRROR, workdir=None):
-    """debootstrap a Debian root filesystem, add the node's files, and import it as ``ref``."""
-    debootstrap = require_debootstrap("local node image")
-    base = tempfile.mkdtemp(prefix="gpufleet-node-", dir=workdir)
+def build_rootfs_image(docker, ref, what, packages, install, changes, labels,
+                       mirror=DEFAULT_MIRROR, workdir=None):
+    """debootstrap a Debian root filesystem with ``packages``, let ``install(rootfs)`` add its
+    files, and import it as ``ref`` with Dockerfile-style ``changes`` and ``labels``."""
+    debootstrap = require_debootstrap(what)
+    base = tempfile.mkdtemp(prefix="gpufleet-image-", dir=workdir)
     rootfs = os.path.join(base, "rootfs")
     try:
-        debootstrap_rootfs(debootstrap, rootfs, NODE_PACKAGES, mirror)
-        install_node_files(rootfs)
-        docker.import_rootfs(
-            rootfs,
-            ref,
-            changes=['CMD ["/usr/local/sbin/gpufleet-node-init"]'],
-            labels={LABEL_PREFIX + "recipe": recipe_digest(), LABEL_PREFIX + "image": "node"},
-        )
+        debootstrap_rootfs(debootstrap, rootfs, packages, mirror)
+        install(rootfs)
+        docker.import_rootfs(rootfs, ref, changes=changes, labels=labels)
     except DockerError as exc:
         raise BuildError(str(exc))
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def build_node_image(docker, ref, mirror=DEFAULT_MIRROR, workdir=None):
+    """debootstrap a Debian root filesystem, add the node's files, and import it as ``ref``."""
+    build_rootfs_image(
+        docker, ref, "local node image", NODE_PACKAGES, install_node_files,
+        ['CMD ["/usr/local/sbin/gpufleet-node-init"]'],
+        {LABEL_PREFIX + "recipe": recipe_digest(), LABEL_PREFIX + "image": "node"},
+        mirror=mirror, workdir=workdir)
 
 
 # --- Root filesystems, shared by every image built here (node, task base) -------------------

@@ -18,19 +18,16 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 
-from .docker import DockerError
 from .local import (
     DEBIAN_SUITE,
     DEFAULT_MIRROR,
     LABEL_PREFIX,
     BuildError,
-    debootstrap_rootfs,
+    build_rootfs_image,
+    ensure_recipe_image,
     prune_rootfs,
-    require_debootstrap,
     write_rootfs_file,
 )
 
@@ -49,9 +46,6 @@ TASK_ENV = (
     ("OMPI_MCA_pml", "^cm,ucx"),
     ("OMPI_MCA_btl", "tcp,self"),
     ("OMPI_MCA_btl_tcp_if_exclude", "lo,docker0"),
-    # Every host has a docker0 with the same address: Open MPI's control channel (OOB) must not
-    # offer it either, or orted on another node dials its own docker0 and the job hangs.
-    ("OMPI_MCA_oob_tcp_if_exclude", "lo,docker0"),
     ("NCCL_SOCKET_IFNAME", "^docker,lo"),
     ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
 )
@@ -105,31 +99,16 @@ def ensure_task_image(docker, mirror=DEFAULT_MIRROR, workdir=None, check_mode=Fa
 
     Returns ``(ref, built)``. In check mode nothing is built; ``built`` says a build is due.
     """
-    docker.ping()
-    ref = task_image_ref()
-    labels = docker.image_labels(ref)
-    if labels is not None and labels.get(LABEL_PREFIX + "recipe") == task_recipe_digest():
-        return ref, False
-    if check_mode:
-        return ref, True
-    build_task_image(docker, ref, mirror=mirror, workdir=workdir)
-    return ref, True
+    return ensure_recipe_image(
+        docker, task_image_ref(), task_recipe_digest(), check_mode,
+        lambda ref: build_task_image(docker, ref, mirror=mirror, workdir=workdir))
 
 
 def build_task_image(docker, ref, mirror=DEFAULT_MIRROR, workdir=None):
     """debootstrap a Debian root filesystem, add dstack's settings, and import it as ``ref``."""
-    debootstrap = require_debootstrap("local task base image")
-    base = tempfile.mkdtemp(prefix="gpufleet-task-", dir=workdir)
-    rootfs = os.path.join(base, "rootfs")
-    try:
-        debootstrap_rootfs(debootstrap, rootfs, TASK_PACKAGES, mirror)
-        install_task_files(rootfs)
-        docker.import_rootfs(rootfs, ref, changes=task_image_changes(),
-                             labels=task_image_labels())
-    except DockerError as exc:
-        raise BuildError(str(exc))
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+    build_rootfs_image(docker, ref, "local task base image", TASK_PACKAGES, install_task_files,
+                       task_image_changes(), task_image_labels(), mirror=mirror,
+                       workdir=workdir)
 
 
 def install_task_files(rootfs):

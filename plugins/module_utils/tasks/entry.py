@@ -150,7 +150,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             config, fleets, root=root, secrets=params.get("secrets") or {}, docker=Docker(),
             emit=emit, image_source=params["image_source"], follow_logs=params["logs"],
             poll=params["poll_interval"], run_args=params.get("run_args") or (),
-            local_image=local_task_image(fleets, check_mode),
+            local_image=None if config.get("image") else local_task_image(fleets, check_mode),
             config_dir=os.path.dirname(params["path"]) if params.get("path") else None,
         )
         if check_mode:
@@ -187,7 +187,8 @@ def run_info(params):
     records, errors = runs.list_runs(runs.nodes_of(fleets, root))
     if params.get("name"):
         records = [r for r in records if r["name"] == params["name"]]
-    return {"runs": records, "unreachable": errors, "changed": False}
+    # "unreachable" is a key Ansible reserves in a result (it marks the host unreachable).
+    return {"runs": records, "unreachable_hosts": errors, "changed": False}
 
 
 def run_stop(params, check_mode=False):

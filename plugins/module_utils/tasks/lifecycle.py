@@ -160,7 +160,9 @@ def decide(policy, statuses, now=0.0, retry_since=None):
     """
     result = Decision()
     alive = [n for n, s in statuses.items() if s[0] in ALIVE]
-    by_reason = lambda reason: [n for n, s in sorted(statuses.items()) if s[1] == reason]  # noqa
+
+    def by_reason(reason):
+        return [n for n, s in sorted(statuses.items()) if s[1] == reason]
 
     failed = [n for n, s in sorted(statuses.items()) if s[0] == FAILED]
     user = by_reason(TERMINATED_BY_USER)

@@ -41,8 +41,19 @@ CONDITIONAL = {
 
 
 def source_bytes():
-    """This module's source, as sent to hosts."""
-    with open(__file__.replace(".pyc", ".py"), "rb") as handle:
+    """This module's source, as sent to hosts (read through its loader: inside a module's
+    AnsiballZ payload it lives in a zip file)."""
+    loader = globals().get("__loader__")
+    path = __file__.replace(".pyc", ".py")
+    for read in (lambda: loader.get_source(__name__), lambda: loader.get_data(path)):
+        try:
+            text = read()
+        except (AttributeError, IOError, OSError, ImportError):
+            continue
+        if text:
+            # Ansible's collection loader gives bytes, the standard loaders give text.
+            return text if isinstance(text, bytes) else text.encode("utf-8")
+    with open(path, "rb") as handle:
         return handle.read()
 
 
@@ -53,7 +64,7 @@ class Failure(Exception):
 def _docker(args, data=None, check=True):
     try:
         proc = subprocess.run(["docker"] + list(args), input=data, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE)
+                              stderr=subprocess.PIPE, check=False)
     except OSError:
         raise Failure("docker is not installed on this host (install Docker; see "
                       "docs/preflight.md)")
@@ -126,8 +137,11 @@ def op_pull(payload):
     auth = payload.get("auth")
     image = payload["image"]
     if auth:
-        registry = image.split("/")[0] if "/" in image and (
-            "." in image.split("/")[0] or ":" in image.split("/")[0]) else ""
+        first = image.split("/")[0]
+        # Docker takes the first part of a name for a registry when it has a dot or a port, or
+        # is localhost; otherwise the image is on Docker Hub.
+        registry = first if "/" in image and (
+            "." in first or ":" in first or first == "localhost") else ""
         args = ["login", "--username", auth["username"], "--password-stdin"]
         if registry:
             args.append(registry)
@@ -136,16 +150,22 @@ def op_pull(payload):
             return {"pulled": False, "message": "registry login failed: %s"
                     % err.strip().replace(auth["password"], "***")[-500:]}
     rc, _out, err = _docker(["pull", image], check=False)
+    if auth:
+        # The credentials were for this pull only: do not leave them in root's docker config.
+        _docker(["logout"] + ([registry] if registry else []), check=False)
     return {"pulled": rc == 0, "message": err.strip()[-500:] if rc else ""}
 
 
 def _write(path, data, mode):
-    folder = os.path.dirname(path)
-    if not os.path.isdir(folder):
-        os.makedirs(folder, 0o755)
-    with open(path, "wb") as handle:
-        handle.write(data)
-    os.chmod(path, mode)
+    try:
+        folder = os.path.dirname(path)
+        if not os.path.isdir(folder):
+            os.makedirs(folder, 0o755)
+        with open(path, "wb") as handle:
+            handle.write(data)
+        os.chmod(path, mode)
+    except (IOError, OSError) as exc:
+        raise Failure("cannot write %s on this host: %s" % (path, exc))
 
 
 def _prepare_mount(mount):
@@ -153,8 +173,12 @@ def _prepare_mount(mount):
     if mount["kind"] == "instance":
         if not os.path.isdir(source):
             # dstack: a missing host folder is created 0755 and its leaf opened to everyone.
-            os.makedirs(source, 0o755)
-            os.chmod(source, 0o777)
+            try:
+                os.makedirs(source, 0o755)
+                os.chmod(source, 0o777)
+            except (IOError, OSError) as exc:
+                raise Failure("instance volume %s: cannot create the folder on this host (%s); "
+                              "fix the path in volumes" % (source, exc))
         return ["-v", "%s:%s" % (source, mount["target"])]
     if not os.path.isdir(source):
         raise Failure("network volume %s is not attached to this host (expected at %s): "
@@ -220,7 +244,9 @@ def op_stop(payload):
 
 def op_remove(payload):
     """Remove a run's containers and folders on this host (all jobs, or those listed)."""
-    run = payload["run"]
+    run = payload.get("run")
+    if not run or "/" in run or run.startswith("."):
+        raise Failure("remove needs a run name, got %r" % (run,))
     status = op_status({"run": run})["containers"]
     jobs = payload.get("jobs")
     names = [c["name"] for c in status
@@ -246,10 +272,14 @@ OPS = {
 
 
 def serve(request):
+    op = None
     try:
         data = json.loads(request.decode("utf-8"))
-        answer = OPS[data["op"]](data.get("payload") or {})
+        op = data["op"]
+        answer = OPS[op](data.get("payload") or {})
     except Failure as exc:
         answer = {"error": str(exc)}
+    except Exception as exc:  # one JSON answer whatever happens, never a traceback
+        answer = {"error": "%s failed on this host: %s: %s" % (op, type(exc).__name__, exc)}
     sys.stdout.write(json.dumps(answer) + "\n")
     sys.stdout.flush()

@@ -162,7 +162,7 @@ def job_requirements(config):
             name = str(index) if name is None else str(name)
             count = _whole(group.get("nodes", 1), "groups[%d].nodes" % index, 1)
             resources = _mapping(group.get("resources"), "groups[%d].resources" % index)
-            for _ in range(count):
+            for _copy in range(count):
                 jobs.append({"job_num": len(jobs), "group": name, "resources": resources})
         return jobs
     nodes = config.get("nodes")

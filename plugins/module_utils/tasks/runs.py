@@ -22,12 +22,12 @@ import tempfile
 import time
 import uuid
 
-from ..backends.docker import Docker, DockerError
+from ..backends.docker import DockerError
 from ..fleets import apply as fleet_apply
 from ..fleets import state
 from . import lifecycle, placement, rankplan
 from .ssh import Node, NodeError
-from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch, observe, parallel
+from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch, parallel
 
 IMAGE_SOURCES = ("auto", "pull", "push", "present")
 NO_CAPACITY_BACKOFF = (5, 10, 20, 40, 60)

@@ -12,6 +12,7 @@ gives Ansible (``fleets.records.ssh_common_args``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -69,7 +70,9 @@ class Node(object):
                 "-o", "ConnectTimeout=%d" % self.connect_timeout,
                 "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4",
                 "-o", "ControlMaster=auto",
-                "-o", "ControlPath=%s/%%C" % control_dir(),
+                # %C hashes user, host and port only: hosts behind different jump hosts may
+                # share those, so the path also carries a hash of the connection settings.
+                "-o", "ControlPath=%s/%s-%%C" % (control_dir(), self._settings_hash()),
                 "-o", "ControlPersist=%d" % CONTROL_PERSIST,
                 "-o", "LogLevel=ERROR"]
         argv += shlex.split(records.ssh_common_args(inst, known_hosts))
@@ -80,6 +83,12 @@ class Node(object):
         if inst.get("user"):
             target = "%s@%s" % (inst["user"], target)
         return argv + [target]
+
+    def _settings_hash(self):
+        inst = self.instance
+        text = "%s|%s|%s" % (inst.get("identity_file"), inst.get("proxy_jump"),
+                             inst.get("fleet"))
+        return hashlib.sha1(text.encode("utf-8")).hexdigest()[:8]
 
     def argv(self, command):
         return self.base_argv() + ["--", command]
@@ -110,7 +119,7 @@ class Node(object):
             raise NodeError(self.name, "unreachable over SSH: %s" % (err.strip() or "no answer"))
         if rc != 0:
             raise NodeError(self.name, "%s failed (exit %d): %s"
-                            % (command.split()[0:3], rc, (err or out).strip()[-1500:]))
+                            % (" ".join(command.split()[:3]), rc, (err or out).strip()[-1500:]))
         return out
 
     def popen(self, command, **kwargs):

@@ -1,0 +1,160 @@
+"""How long does the task runner take to get every container of a run going, compared with
+starting the same containers by hand with parallel ``ssh node docker run``?
+
+An 8-node local fleet (``placement: cluster``) is brought up once with ``playbooks/fleet.yml``
+and the task image is put on every node by one untimed run. Then, for 2, 4 and 8 nodes and
+alternately in the same run (so the ratio holds on a noisy machine):
+
+- runner: ``ansible-playbook playbooks/task.yml -e task=<file> -e gpufleet_task_wait=false``, a
+  ``nodes: N`` task whose command sleeps; the clock stops when the playbook returns, which it does
+  once every job's container is started (placement, the run key, the image check on each node,
+  the job files, ``docker run``);
+- baseline: one ``ssh node docker run -d --network host IMAGE sleep`` per node, all at once,
+  with the same key and options but a fresh connection each (no multiplexing), as someone would
+  script it; the clock stops when the last ``ssh`` returns.
+
+Both leave N running containers, removed (untimed) before the next round. The fleet is deleted
+at the end, whatever happens.
+
+    .venv/bin/python bench/task_start.py [--rounds 3] [--sizes 2,4,8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from gpufleet._collection import collections_path, ensure_importable  # noqa: E402
+
+ensure_importable()
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import task_image  # noqa: E402,E501
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker  # noqa: E402,E501
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import apply  # noqa: E402
+
+BIN = Path(sys.executable).parent
+FLEET = "benchtask"
+
+
+def run(argv, env, timeout=900):
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
+                          check=False)
+
+
+def playbook(name, env, *extra):
+    argv = [str(BIN / "ansible-playbook"), str(ROOT / "playbooks" / name)]
+    for item in extra:
+        argv += ["-e", item]
+    return run(argv, env)
+
+
+def node_docker(container, *args):
+    return subprocess.run(["docker", "exec", container, "docker"] + list(args),
+                          capture_output=True, text=True, check=False)
+
+
+def clean(instances):
+    for inst in instances:
+        ids = node_docker(inst["container"], "ps", "-aq", "--filter", "label=bench").stdout.split()
+        ids += node_docker(inst["container"], "ps", "-aq", "--filter",
+                           "label=gpufleet.run").stdout.split()
+        if ids:
+            node_docker(inst["container"], "rm", "-f", *ids)
+
+
+def ssh_argv(inst, command):
+    return ["ssh", "-T", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
+            "-i", inst["identity_file"], "-p", str(inst["port"]),
+            "%s@%s" % (inst["user"], inst["hostname"]), command]
+
+
+def baseline(instances, image):
+    def one(inst):
+        proc = subprocess.run(ssh_argv(inst, "docker run -d --label bench=1 --network host %s "
+                                             "sleep 600" % image),
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError("baseline docker run on %s failed: %s" % (inst["name"],
+                                                                         proc.stderr))
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(instances)) as pool:
+        list(pool.map(one, instances))
+    return time.monotonic() - start
+
+
+def runner(task_path, env):
+    start = time.monotonic()
+    proc = playbook("task.yml", env, "task=" + task_path, "gpufleet_task_wait=false")
+    took = time.monotonic() - start
+    if proc.returncode != 0:
+        raise RuntimeError("task.yml failed:\n" + proc.stdout[-3000:])
+    return took
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--sizes", default="2,4,8")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0:
+        subprocess.run(["make", "-C", str(ROOT), "engine"], check=True)
+    work = Path(tempfile.mkdtemp(prefix="gpufleet-bench-"))
+    env = dict(os.environ, GPUFLEET_STATE_DIR=str(work / "state"),
+               ANSIBLE_COLLECTIONS_PATH=str(collections_path()), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
+    os.environ["GPUFLEET_STATE_DIR"] = env["GPUFLEET_STATE_DIR"]
+    fleet = work / "fleet.dstack.yml"
+    fleet.write_text("type: fleet\nname: %s\nnodes: %d\nplacement: cluster\nbackends: [local]\n"
+                     % (FLEET, max(sizes)))
+    image, _built = task_image.ensure_task_image(Docker())
+    results = {}
+    try:
+        proc = playbook("fleet.yml", env, "fleet=" + str(fleet))
+        if proc.returncode != 0:
+            raise RuntimeError("fleet.yml failed:\n" + proc.stdout[-3000:])
+        record = apply.discover(Docker(), work / "state")
+        instances = next(f for f in record if f["name"] == FLEET)["instances"]
+        tasks = {}
+        for size in sizes:
+            path = work / ("bench%d.dstack.yml" % size)
+            path.write_text("type: task\nname: bench%d\nnodes: %d\nresources:\n  cpu: 1..\n"
+                            "  memory: 1GB..\n  disk: 1GB..\ncommands:\n  - sleep 600\n"
+                            % (size, size))
+            tasks[size] = str(path)
+        # Untimed: the image goes to every node, connections and caches warm up.
+        runner(tasks[max(sizes)], env)
+        clean(instances)
+        baseline(instances[:max(sizes)], image)
+        clean(instances)
+        for size in sizes:
+            ours, theirs = [], []
+            for _round in range(args.rounds):
+                ours.append(runner(tasks[size], env))
+                clean(instances)
+                theirs.append(baseline(instances[:size], image))
+                clean(instances)
+            results[size] = (statistics.median(theirs), statistics.median(ours))
+    finally:
+        playbook("delete.yml", env, "fleet=" + str(fleet))
+    print("machine: %s, %d CPUs, load %s, Python %s"
+          % (platform.node(), os.cpu_count(), os.getloadavg()[0], platform.python_version()))
+    print("%5s  %12s  %12s  %6s" % ("nodes", "baseline (s)", "runner (s)", "ratio"))
+    for size in sizes:
+        base, ours = results[size]
+        print("%5d  %12.2f  %12.2f  %5.2fx" % (size, base, ours, ours / base))
+
+
+if __name__ == "__main__":
+    main()
