@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 from ..backends.docker import DockerError
 from ..fleets import apply as fleet_apply
@@ -310,10 +311,13 @@ class Runner(object):
                            "yet; copy the code with files instead")
         self.nodes = nodes_of(fleets, root)
         self.submissions = []
+        self.leftovers = []
         self.env = rankplan.resolve_env(config, self.secrets, self.environ)
 
     def _place(self):
         containers, errors = survey(self.nodes)
+        self.leftovers = sorted(h for h, entries in containers.items()
+                                if any(c["labels"].get(RUN_LABEL) == self.name for c in entries))
         for host, entries in containers.items():
             mine = [c for c in entries if c["labels"].get(RUN_LABEL) == self.name]
             if any(lifecycle.job_status(c)[0] in lifecycle.ALIVE for c in mine):
@@ -339,7 +343,12 @@ class Runner(object):
         hosts = [job["host"] for job in placed["jobs"]]
         nodes = dict((h, self.nodes[h]) for h in hosts)
         # A finished run of the same name is replaced, as dstack does on apply.
-        parallel(sorted(self.nodes), lambda h: self.nodes[h].call("remove", {"run": self.name}))
+        # The run key is made meanwhile (ssh-keygen takes a moment).
+        key_maker = None
+        if len(placed["jobs"]) >= 2:
+            key_maker = ThreadPoolExecutor(max_workers=1)
+            key_future = key_maker.submit(run_key)
+        parallel(self.leftovers, lambda h: self.nodes[h].call("remove", {"run": self.name}))
         fleet_backend = placed["jobs"][0].get("backend")
         image = self.config.get("image")
         if not image:
@@ -349,13 +358,19 @@ class Runner(object):
         for job in placed["jobs"]:
             self.emit({"kind": "job", "job_num": job["job_num"], "host": job["host"],
                        "status": lifecycle.PULLING, "reason": None, "exit_code": None})
+        source = self.image_source
+        if image == self.local_image and source == "auto":
+            source = "push"  # built on this controller: no registry has it
         info = ensure_image(image, nodes, sorted(set(hosts)), docker=self.docker,
-                            source=self.image_source, auth=auth, emit=self.emit)
+                            source=source, auth=auth, emit=self.emit)
         first = info[hosts[0]]
         image_cmd = None
         if first.get("entrypoint") or first.get("cmd"):
             image_cmd = list(first.get("entrypoint") or []) + list(first.get("cmd") or [])
-        key = run_key() if len(placed["jobs"]) >= 2 else None
+        key = None
+        if key_maker is not None:
+            key = key_future.result()
+            key_maker.shutdown()
         run = {"name": self.name, "id": self.run_id, "submission": number,
                "submitted_at": self.submitted_at}
         try:
