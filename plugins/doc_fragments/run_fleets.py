@@ -15,7 +15,8 @@ options:
       - dstack fleet files whose hosts the runs may use or live on (SSH fleets are known only
         through their files).
       - Fleets the backends hold (the C(local) backend's labelled node containers) are always
-        found as well, without their files.
+        found as well, without their files, and so are the fleets this controller applied,
+        whose files it remembers in O(state_dir).
     type: list
     elements: path
     default: []

@@ -65,7 +65,7 @@ def logs(name):
     assert result.ok, result.stdout[-3000:]
     by_rank = {}
     for line in result.stats["gpufleet_log_lines"]:
-        prefix, _, text = line.partition("] ")
+        prefix, _sep, text = line.partition("] ")
         by_rank.setdefault(int(prefix.rsplit("-", 1)[1]), []).append(text)
     return by_rank
 
@@ -241,3 +241,33 @@ def test_stop_ps_and_logs_from_the_command_line(world, capsys):
     assert cli.main(["logs", name]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "[%s-0] started 0" % name in out and "[%s-1] started 1" % name in out
+
+
+def test_a_task_on_an_ssh_fleet_found_through_its_remembered_file(world):
+    """The fleet's nodes adopted again as an SSH fleet (real sshd, sudo, markers); the task names
+    that fleet and is given no fleet file: the runner finds it through the state dir."""
+    name = "lab-" + SUFFIX
+    key = os.path.join(os.environ["GPUFLEET_STATE_DIR"], "fleets", FLEET, "id_ed25519")
+    fleet = world["base"] / "lab.dstack.yml"
+    # The nodes' nested docker0 would be their first address: name the fleet's network.
+    subnet = world["docker"].run("network", "inspect", "--format",
+                                 "{{(index .IPAM.Config 0).Subnet}}", "gpufleet-" + FLEET).strip()
+    fleet.write_text("type: fleet\nname: %s\nplacement: cluster\nssh_config:\n  user: gpufleet\n"
+                     "  identity_file: %s\n  network: %s\n  hosts: [%s, %s]\n"
+                     % (name, key, subnet, world["ips"][0], world["ips"][1]))
+    result = run_playbook("fleet.yml", {"fleet": str(fleet)})
+    assert result.ok, result.stdout[-4000:]
+    try:
+        run = "onssh-" + SUFFIX
+        result, record = run_task(world, run, (
+            "type: task\nname: %s\nnodes: 2\nfleets: [%s]\nimage: %s\n%s"
+            "commands:\n  - echo rank $DSTACK_NODE_RANK master $DSTACK_MASTER_NODE_IP\n"
+            % (run, name, world["base_image"], CPU)))
+        assert result.ok, result.stdout[-4000:]
+        assert record["status"] == "done" and record["fleet"] == name
+        assert [j["host"] for j in record["jobs"]] == [name + "-0", name + "-1"]
+        out = logs(run)
+        assert out[0] == ["rank 0 master %s" % world["ips"][0]]
+        assert out[1] == ["rank 1 master %s" % world["ips"][0]]
+    finally:
+        assert run_playbook("delete.yml", {"fleet": str(fleet)}).ok

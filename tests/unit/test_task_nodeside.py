@@ -175,8 +175,8 @@ def test_status_without_a_run_asks_for_every_task_container(docker, run_root):
 
 def test_status_of_a_job_without_state_files(docker, run_root):
     docker.on(["ps"], stdout="ddd444\n")
-    docker.on(["inspect"], stdout=json.dumps([inspect_entry("r-2-0", run="r", job=2,
-                                                           status="created")]))
+    docker.on(["inspect"], stdout=json.dumps(
+        [inspect_entry("r-2-0", run="r", job=2, status="created")]))
 
     (entry,) = nodeside.op_status({"run": "r"})["containers"]
 
@@ -699,8 +699,8 @@ def test_bootstrap_runs_the_sent_source(docker):
 
 def test_bootstrap_status_through_the_sent_source(docker):
     docker.on(["ps"], stdout="id9\n")
-    docker.on(["inspect"], stdout=json.dumps([inspect_entry("zz-0-0", run="zz-no-such-run",
-                                                           job=0, status="exited")]))
+    docker.on(["inspect"], stdout=json.dumps(
+        [inspect_entry("zz-0-0", run="zz-no-such-run", job=0, status="exited")]))
     env = dict(os.environ, **docker.env())
 
     proc = bootstrap(b'{"op": "status", "payload": {"run": "zz-no-such-run"}}', env)

@@ -190,13 +190,13 @@ def test_settings_for_the_wrapper():
 
 
 def test_bare_names_come_from_the_environment():
-    config, _ = parse_data({"type": "task", "commands": ["x"], "env": ["HF_TOKEN", "A=1"]})
+    config, _warnings = parse_data({"type": "task", "commands": ["x"], "env": ["HF_TOKEN", "A=1"]})
     assert rankplan.resolve_env(config, {}, {"HF_TOKEN": "hf_abc"}) == {
         "HF_TOKEN": "hf_abc", "A": "1"}
 
 
 def test_unset_bare_name_is_an_error_naming_the_field():
-    config, _ = parse_data({"type": "task", "commands": ["x"], "env": ["HF_TOKEN"]})
+    config, _warnings = parse_data({"type": "task", "commands": ["x"], "env": ["HF_TOKEN"]})
     with pytest.raises(rankplan.PlanError) as info:
         rankplan.resolve_env(config, {}, {})
     assert "env.HF_TOKEN" in str(info.value)
@@ -302,7 +302,7 @@ def test_missing_shell_is_reported(tmp_path):
     script = rankplan.command_script(task(shell="/no/such/shell"))
     path = tmp_path / "command.sh"
     path.write_text(script)
-    proc = subprocess.run(["/bin/sh", str(path)], stderr=subprocess.PIPE)
+    proc = subprocess.run(["/bin/sh", str(path)], stderr=subprocess.PIPE, check=False)
     assert proc.returncode == 127
     assert b"/no/such/shell is not in the image" in proc.stderr
 
@@ -314,7 +314,7 @@ def test_entrypoint_with_commands_as_arguments():
 
 
 def test_image_command_when_neither_is_set():
-    config, _ = parse_data({"type": "task", "image": "nginx"})
+    config, _warnings = parse_data({"type": "task", "image": "nginx"})
     script = rankplan.command_script(config, image_cmd=["/docker-entrypoint.sh", "nginx"])
     assert script.splitlines()[-1] == "exec '/docker-entrypoint.sh' 'nginx'"
     with pytest.raises(rankplan.PlanError) as info:
@@ -335,7 +335,7 @@ def test_run_args_are_shell_joined():
 
 
 def test_group_commands_and_node_ip_references():
-    config, _ = parse_data({
+    config, _warnings = parse_data({
         "type": "task", "image": "img",
         "groups": [
             {"name": "prefill", "nodes": 1, "commands": ["serve"]},
@@ -401,7 +401,7 @@ def test_shm_size_and_privileged():
 
 
 def test_docker_true_is_privileged_and_uses_dind():
-    config, _ = parse_data({"type": "task", "docker": True, "commands": ["docker ps"]})
+    config, _warnings = parse_data({"type": "task", "docker": True, "commands": ["docker ps"]})
     assert "--privileged" in options(config, placed_job(0))
     assert build(config, [placed_job(0)])[0]["image"] == "dstackai/dind"
 
@@ -546,7 +546,7 @@ def test_image_defaults():
 
 
 def test_image_command_needed():
-    config, _ = parse_data({"type": "task", "image": "nginx"})
+    config, _warnings = parse_data({"type": "task", "image": "nginx"})
     spec = build(config, [placed_job(0)])[0]
     assert spec["image_cmd_needed"] is True and "command.sh" not in spec["files"]
     spec = build(config, [placed_job(0)], image_cmd=["nginx", "-g", "daemon off;"])[0]
@@ -556,7 +556,7 @@ def test_image_command_needed():
 
 def test_run_names():
     rng = random.Random(5)
-    for _ in range(50):
+    for _attempt in range(50):
         name = rankplan.random_run_name(rng)
         assert re.match(r"^[a-z][a-z0-9-]{1,40}$", name)
         assert re.match(r"^[a-z]+-[a-z]+-[1-9][0-9]*$", name)

@@ -687,3 +687,42 @@ def test_event_line_says_nothing_of_an_unknown_exit_code():
 ])
 def test_failure_summary(result, text):
     assert entry.failure_summary(result) == text
+
+
+def test_fields_the_runner_cannot_honour_are_refused_or_warned():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
+
+    def config(**extra):
+        data = {"type": "task", "commands": ["true"]}
+        data.update(extra)
+        return parse_data(data)[0]
+
+    with pytest.raises(runs.RunError, match="schedule: gpufleet has no server"):
+        runs.Runner(config(schedule={"cron": "0 * * * *"}), [])
+    with pytest.raises(runs.RunError, match="repos: cloning"):
+        runs.Runner(config(repos=["."]), [])
+    notes = entry.ignored_fields(config(ports=[8080], dstack=True))
+    assert [n.split(":")[0] for n in notes] == ["ports", "dstack"]
+    assert entry.ignored_fields(config()) == []
+
+
+def test_fleets_come_from_files_labels_and_remembered_files(tmp_path):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
+
+    root = str(tmp_path / "state")
+    fleet = tmp_path / "lab.dstack.yml"
+    fleet.write_text("type: fleet\nname: lab\nplacement: cluster\nssh_config:\n  user: ubuntu\n"
+                     "  identity_file: id_ed25519\n  hosts: [10.0.0.1, 10.0.0.2]\n")
+    state.remember_file(root, "lab", str(fleet))
+    state.ensure_fleet_dir(root, "lab")
+    with open(state.facts_path(root, "lab"), "w") as handle:
+        handle.write('{"lab-0": {"cpus": 4}}')
+    broken = tmp_path / "gone.dstack.yml"
+    broken.write_text("type: fleet\nname: gone\nnodes: x\n")
+    state.remember_file(root, "gone", str(broken))
+    found = runs.collect_fleets((), docker=None, root=root)
+    assert [f["name"] for f in found] == ["lab"]  # the unreadable remembered file is skipped
+    statuses = dict((i["name"], i["status"]) for i in found[0]["instances"])
+    assert statuses == {"lab-0": "idle", "lab-1": "pending"}  # facts mean it passed its checks
+    with pytest.raises(runs.RunError):
+        runs.collect_fleets((str(broken),), docker=None, root=root)  # a file given must read

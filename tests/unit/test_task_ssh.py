@@ -56,7 +56,7 @@ def options(argv):
     found = {}
     for index, word in enumerate(argv):
         if word == "-o":
-            key, _, value = argv[index + 1].partition("=")
+            key, _sep, value = argv[index + 1].partition("=")
             found[key] = value
     return found
 

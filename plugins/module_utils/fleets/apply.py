@@ -103,6 +103,8 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
     """
     root = state.state_dir(root)
     name = fleet_name(config, path)
+    if path and not check_mode:
+        state.remember_file(root, name, path)
     if config["fleet_type"] == "ssh":
         record = describe(config, path, docker, root)
         record["plan"] = None  # hosts are claimed by the play, which knows their markers

@@ -56,6 +56,46 @@ def facts_path(root, fleet):
     return os.path.join(fleet_dir(root, fleet), "facts.json")
 
 
+def file_path(root, fleet):
+    """Where the path of the fleet's file is remembered (a cache: SSH fleets live only in their
+    files, and this lets ``gpufleet ps`` and task placement find them without being told)."""
+    return os.path.join(fleet_dir(root, fleet), "fleet-file")
+
+
+def remember_file(root, fleet, path):
+    """Note the file a fleet was applied from (see ``file_path``)."""
+    ensure_fleet_dir(root, fleet)
+    target = file_path(root, fleet)
+    text = os.path.abspath(path) + "\n"
+    try:
+        with open(target) as handle:
+            if handle.read() == text:
+                return
+    except OSError:
+        pass
+    with open(target, "w") as handle:
+        handle.write(text)
+
+
+def remembered_files(root):
+    """``{fleet: file}`` for every fleet whose file this controller applied and still exists."""
+    found = {}
+    base = os.path.join(root, "fleets")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return found
+    for name in names:
+        try:
+            with open(file_path(root, name)) as handle:
+                path = handle.read().strip()
+        except OSError:
+            continue
+        if path and os.path.isfile(path):
+            found[name] = path
+    return found
+
+
 def ensure_fleet_dir(root, fleet):
     path = fleet_dir(root, fleet)
     try:

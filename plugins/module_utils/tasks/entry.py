@@ -138,6 +138,19 @@ def event_line(event):
     return None
 
 
+def ignored_fields(config):
+    """Warnings for task fields the runner accepts but does not act on."""
+    notes = []
+    if config.get("ports"):
+        notes.append("ports: not forwarded (there is no dstack attach); reach the containers "
+                     "on their hosts' addresses")
+    if config.get("utilization_policy"):
+        notes.append("utilization_policy: not enforced by gpufleet")
+    if config.get("dstack"):
+        notes.append("dstack: there is no dstack server socket to expose")
+    return notes
+
+
 def submit(params, emit=None, check_mode=False, stop_event=None):
     """Submit a task and, with ``wait``, follow it to its end. Returns ``(result, failed)``."""
     config = load_task(params)
@@ -170,6 +183,8 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             raise EntryError(str(exc))
         raise
     result["changed"] = True
+    if ignored_fields(config):
+        result["warnings"] = ignored_fields(config)
     failed = params["wait"] and result["status"] != lifecycle.RUN_DONE
     if failed and runner.submissions:
         last = runner.submissions[-1]

@@ -32,7 +32,6 @@ from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch, parallel
 
 IMAGE_SOURCES = ("auto", "pull", "push", "present")
 NO_CAPACITY_BACKOFF = (5, 10, 20, 40, 60)
-UNUSABLE = ("terminated", "failed", "unreachable", "pending", "stopped")
 
 
 class RunError(Exception):
@@ -47,29 +46,47 @@ def utcnow():
 # Fleets and hosts
 
 
-def collect_fleets(paths=(), docker=None, root=None, discover=True):
-    """Fleet records: the fleets of the given fleet files, then every fleet the backends hold.
-
-    Each record gets ``facts`` (``{instance: gpufleet_host}``), the host facts cached when the
-    fleet was applied.
-    """
+def _describe_file(path, docker, root):
     from ..spec import SpecError, parse_file
 
+    try:
+        config, _warnings = parse_file(path)
+    except SpecError as exc:
+        raise RunError(str(exc))
+    if config.get("type") != "fleet":
+        raise RunError("%s is a %s file; fleets must be fleet files (type: fleet)"
+                       % (path, config.get("type")))
+    try:
+        return fleet_apply.describe(config, path, docker, root)
+    except (fleet_apply.ApplyError, DockerError) as exc:
+        raise RunError(str(exc))
+
+
+def collect_fleets(paths=(), docker=None, root=None, discover=True):
+    """Fleet records: the fleets of the given fleet files, then every fleet the backends hold,
+    then SSH fleets this controller applied (their files are remembered in the state dir).
+
+    Each record gets ``facts`` (``{instance: gpufleet_host}``), the host facts cached when the
+    fleet was applied. An SSH host with cached facts counts as ready (``idle``): it passed its
+    checks when the fleet was last applied, and the runner asks it again before using it.
+    """
     root = state.state_dir(root)
     found = []
     seen = set()
-    for path in paths or ():
+    given = [os.path.abspath(p) for p in paths or ()]
+    remembered = []
+    if discover:
+        remembered = [p for p in state.remembered_files(root).values()
+                      if os.path.abspath(p) not in given]
+    for path in given + remembered:
         try:
-            config, _warnings = parse_file(path)
-        except SpecError as exc:
-            raise RunError(str(exc))
-        if config.get("type") != "fleet":
-            raise RunError("%s is a %s file; fleets must be fleet files (type: fleet)"
-                           % (path, config.get("type")))
-        try:
-            record = fleet_apply.describe(config, path, docker, root)
-        except (fleet_apply.ApplyError, DockerError) as exc:
-            raise RunError(str(exc))
+            record = _describe_file(path, docker, root)
+        except RunError:
+            if path in given:
+                raise
+            continue  # a remembered file that no longer reads is only a stale cache entry
+        if record["name"] in seen:
+            continue
         found.append(record)
         seen.add(record["name"])
     if discover and docker is not None:
@@ -81,6 +98,9 @@ def collect_fleets(paths=(), docker=None, root=None, discover=True):
             pass  # no engine here: no local fleets
     for record in found:
         record["facts"] = state.read_facts(root, record["name"])
+        for instance in record["instances"]:
+            if instance.get("backend") == "ssh" and instance["name"] in record["facts"]:
+                instance["status"] = "idle"
     return found
 
 
@@ -254,14 +274,6 @@ def _inline_files(job):
     return dict(job, files=files)
 
 
-def find_run(nodes, name):
-    """The containers of run ``name`` on all hosts: ``{host: [containers]}``."""
-    containers, _errors = survey(nodes)
-    return dict((h, [c for c in entries if c["labels"].get(RUN_LABEL) == name])
-                for h, entries in containers.items()
-                if any(c["labels"].get(RUN_LABEL) == name for c in entries))
-
-
 class Submission(object):
     """Everything about one submission of a run that the loop needs afterwards."""
 
@@ -270,14 +282,6 @@ class Submission(object):
         self.jobs = jobs
         self.nodes = nodes
         self.placement = placed
-
-
-def _default_image(config, fleet):
-    if config.get("image"):
-        return config["image"]
-    if config.get("docker"):
-        return rankplan.default_image(config)
-    return rankplan.default_image(config)
 
 
 class Runner(object):
@@ -309,6 +313,10 @@ class Runner(object):
         if config.get("repos"):
             raise RunError("repos: cloning repositories into the containers is not supported "
                            "yet; copy the code with files instead")
+        if config.get("schedule"):
+            raise RunError("schedule: gpufleet has no server to start runs on a schedule; "
+                           "remove it and run gpufleet apply (or playbooks/task.yml) from cron "
+                           "or an AWX schedule")
         self.nodes = nodes_of(fleets, root)
         self.submissions = []
         self.leftovers = []

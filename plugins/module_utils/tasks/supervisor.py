@@ -70,7 +70,7 @@ def observe(nodes, run, submission=None):
 class LogFollower(object):
     """``docker logs -f`` of one job, each line passed on with the job's rank."""
 
-    def __init__(self, node, container, rank, emit, sudo=True):
+    def __init__(self, node, container, rank, emit):
         self.node = node
         self.container = container
         self.rank = rank
@@ -236,6 +236,11 @@ class Watch(object):
         self._report(statuses)
         decision = lifecycle.decide(self.policy, statuses, now=self.clock(),
                                     retry_since=self.retry_since)
+        if decision.final or decision.resubmit:
+            # Every line a job printed is shown before the run's end is.
+            for follower in self.followers.values():
+                follower.join()
+            self.followers = {}
         if decision.status != self.run_status and not decision.resubmit:
             self.run_status = decision.status
             self.emit({"kind": "run", "status": decision.status})
