@@ -191,6 +191,10 @@ class Watch(object):
     # -- observing ------------------------------------------------------------------------
 
     def _look(self):
+        if not self.started:
+            # Nothing of this submission was started yet (the runner cleared any leftovers of
+            # the run): every job is waiting, no host needs asking.
+            return dict(self.statuses)
         found, errors = observe(self.nodes, self.run, self.submission)
         now = self.clock()
         statuses = {}
