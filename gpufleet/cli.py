@@ -250,15 +250,20 @@ def _fleet(args, out, err) -> int:
     if fleets is None:
         _report_failures(result, None, err)
         return 1
-    if args.json:
-        json.dump(fleets, out, indent=2)
-        out.write("\n")
-    elif not fleets:
-        out.write("No fleets.\n")
-    else:
-        for line in _tables().fleet_table(fleets, verbose=args.verbose):
-            out.write(line + "\n")
+    _print_records(fleets, args, out, "No fleets.", _tables().fleet_table)
     return 0 if result.ok else 1
+
+
+def _print_records(records, args, out, empty, table):
+    """Records as JSON (``--json``), a line saying there are none, or their table."""
+    if args.json:
+        json.dump(records, out, indent=2)
+        out.write("\n")
+    elif not records:
+        out.write(empty + "\n")
+    else:
+        for line in table(records, verbose=args.verbose):
+            out.write(line + "\n")
 
 
 def _delete(args, out, err) -> int:
@@ -369,14 +374,7 @@ def _ps(args, out, err) -> int:
         return 1
     for host, error in sorted((result.stats.get("gpufleet_unreachable") or {}).items()):
         err.write(f"gpufleet: {host}: {error}\n")
-    if args.json:
-        json.dump(runs, out, indent=2)
-        out.write("\n")
-    elif not runs:
-        out.write("No runs.\n")
-    else:
-        for line in _run_tables().run_table(runs, verbose=args.verbose):
-            out.write(line + "\n")
+    _print_records(runs, args, out, "No runs.", _run_tables().run_table)
     return 0
 
 
