@@ -335,13 +335,22 @@ def _apply_task(args, path, out, err) -> int:
             out.write("Nothing was submitted.\n")
             return 1
         extravars.update(gpufleet_task_wait=not args.detach, gpufleet_task_logs=not args.detach)
-        result = run_playbook("task.yml", extravars, on_event=_run_printer(out, err))
+        try:
+            result = run_playbook("task.yml", extravars, on_event=_run_printer(out, err))
+        except KeyboardInterrupt:
+            err.write(f"gpufleet: detached; the run {record['run']} goes on (gpufleet logs -f "
+                      f"{record['run']} to attach again, gpufleet stop {record['run']} to stop "
+                      "it)\n")
+            return 130
     except RunnerError as exc:
         err.write(f"gpufleet: {exc}\n")
         return 2
     record = _run_record(result)
-    if record is None:
-        _report_failures(result, None, err)
+    if not record or not record.get("run"):
+        if record and record.get("msg"):
+            err.write(f"gpufleet: {record['msg']}\n")
+        else:
+            _report_failures(result, None, err)
         return 1
     if args.detach:
         out.write(f"Run {record['run']} submitted; follow it with gpufleet logs -f "
