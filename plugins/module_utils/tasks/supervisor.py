@@ -230,6 +230,8 @@ class Watch(object):
     def _report(self, statuses):
         for num, status in sorted(statuses.items()):
             if self.statuses.get(num) != status:
+                if status[0] in lifecycle.FINISHED and num in self.followers:
+                    self.followers[num].join()  # a job's last lines before its end
                 job = self.jobs[num]
                 self.emit({"kind": "job", "job_num": num, "host": job["host"],
                            "status": status[0], "reason": status[1], "exit_code": status[2]})
