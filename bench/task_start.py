@@ -13,8 +13,10 @@ alternately in the same run (so the ratio holds on a noisy machine):
   with the same key and options but a fresh connection each (no multiplexing), as someone would
   script it; the clock stops when the last ``ssh`` returns.
 
-Both leave N running containers, removed (untimed) before the next round. The fleet is deleted
-at the end, whatever happens.
+Both leave N running containers, removed (untimed) before the next round. For scale, the time
+ansible-playbook takes to run a play that does nothing (one ``debug`` task on localhost) is
+measured too: the runner's own cost is its time less that. The fleet is deleted at the end,
+whatever happens.
 
     .venv/bin/python bench/task_start.py [--rounds 3] [--sizes 2,4,8]
 """
@@ -102,6 +104,19 @@ def runner(task_path, env):
     return took
 
 
+def noop(work, env):
+    play = work / "noop.yml"
+    if not play.exists():
+        play.write_text("- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+                        "    - ansible.builtin.debug:\n        msg: hi\n")
+    start = time.monotonic()
+    proc = run([str(BIN / "ansible-playbook"), str(play)], env)
+    took = time.monotonic() - start
+    if proc.returncode != 0:
+        raise RuntimeError("the no-op play failed:\n" + proc.stdout[-2000:])
+    return took
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -120,6 +135,7 @@ def main():
                      % (FLEET, max(sizes)))
     image, _built = task_image.ensure_task_image(Docker())
     results = {}
+    noops = []
     try:
         proc = playbook("fleet.yml", env, "fleet=" + str(fleet))
         if proc.returncode != 0:
@@ -145,15 +161,20 @@ def main():
                 clean(instances)
                 theirs.append(baseline(instances[:size], image))
                 clean(instances)
+                noops.append(noop(work, env))
             results[size] = (statistics.median(theirs), statistics.median(ours))
     finally:
         playbook("delete.yml", env, "fleet=" + str(fleet))
     print("machine: %s, %d CPUs, load %s, Python %s"
           % (platform.node(), os.cpu_count(), os.getloadavg()[0], platform.python_version()))
-    print("%5s  %12s  %12s  %6s" % ("nodes", "baseline (s)", "runner (s)", "ratio"))
+    empty = statistics.median(noops)
+    print("ansible-playbook with a no-op play: %.2f s (median of %d)" % (empty, len(noops)))
+    print("%5s  %12s  %12s  %6s  %16s" % ("nodes", "baseline (s)", "runner (s)", "ratio",
+                                          "runner - no-op"))
     for size in sizes:
         base, ours = results[size]
-        print("%5d  %12.2f  %12.2f  %5.2fx" % (size, base, ours, ours / base))
+        print("%5d  %12.2f  %12.2f  %5.2fx  %14.2f s" % (size, base, ours, ours / base,
+                                                       ours - empty))
 
 
 if __name__ == "__main__":

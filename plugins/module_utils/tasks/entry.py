@@ -15,7 +15,7 @@ import os
 
 from ..backends.docker import Docker
 from ..fleets import state
-from . import lifecycle, placement, runs
+from . import lifecycle, placement, rankplan, runs
 from .ssh import NodeError
 
 FLEET_OPTIONS = dict(
@@ -176,12 +176,8 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             return {"run": runner.name, "status": "planned", "plan": placed,
                     "config": config, "changed": True}, False
         result = runner.run(wait=params["wait"], stop_event=stop_event)
-    except (runs.RunError, NodeError) as exc:
+    except (runs.RunError, NodeError, rankplan.PlanError, placement.PlacementError) as exc:
         raise EntryError(str(exc))
-    except Exception as exc:  # the rank plan's PlanError and others carry user messages
-        if type(exc).__name__ in ("PlanError", "InterpolationError"):
-            raise EntryError(str(exc))
-        raise
     result["changed"] = True
     if ignored_fields(config):
         result["warnings"] = ignored_fields(config)
