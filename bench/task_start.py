@@ -173,8 +173,8 @@ def main():
                                           "runner - no-op"))
     for size in sizes:
         base, ours = results[size]
-        print("%5d  %12.2f  %12.2f  %5.2fx  %14.2f s" % (size, base, ours, ours / base,
-                                                       ours - empty))
+        row = (size, base, ours, ours / base, ours - empty)
+        print("%5d  %12.2f  %12.2f  %5.2fx  %14.2f s" % row)
 
 
 if __name__ == "__main__":
