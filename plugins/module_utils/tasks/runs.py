@@ -12,7 +12,6 @@ their hosts.
 from __future__ import annotations
 
 import base64
-import datetime
 import json
 import os
 import random
@@ -36,10 +35,6 @@ NO_CAPACITY_BACKOFF = (5, 10, 20, 40, 60)
 
 class RunError(Exception):
     """The run cannot be submitted or acted on; the message says why and what to do."""
-
-
-def utcnow():
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,20 +253,26 @@ def run_key():
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _inline_files(job):
-    """Controller files travel with the start request, base64-encoded."""
-    files = {}
-    for rel, spec in job["files"].items():
-        if "local_path" in spec:
+def _inline_files(jobs):
+    """Controller files travel with the start requests, base64-encoded; every job gets the
+    same files, so each is read once."""
+    encoded = {}
+
+    def inline(spec):
+        path = spec["local_path"]
+        if path not in encoded:
             try:
-                with open(spec["local_path"], "rb") as handle:
-                    data = handle.read()
+                with open(path, "rb") as handle:
+                    encoded[path] = base64.b64encode(handle.read()).decode("ascii")
             except (IOError, OSError) as exc:
-                raise RunError("files: cannot read %s: %s" % (spec["local_path"], exc))
-            spec = dict(spec, data=base64.b64encode(data).decode("ascii"))
-            spec.pop("local_path")
-        files[rel] = spec
-    return dict(job, files=files)
+                raise RunError("files: cannot read %s: %s" % (path, exc))
+        spec = dict(spec, data=encoded[path])
+        spec.pop("local_path")
+        return spec
+
+    return [dict(job, files=dict((rel, inline(spec) if "local_path" in spec else spec)
+                                 for rel, spec in job["files"].items()))
+            for job in jobs]
 
 
 class Submission(object):
@@ -309,7 +310,7 @@ class Runner(object):
         self.config_dir = config_dir
         self.name = rankplan.run_name(config, rng)
         self.run_id = uuid.uuid4().hex
-        self.submitted_at = utcnow()
+        self.submitted_at = fleet_apply.utcnow()
         if config.get("repos"):
             raise RunError("repos: cloning repositories into the containers is not supported "
                            "yet; copy the code with files instead")
@@ -388,7 +389,7 @@ class Runner(object):
                                        image_cmd=image_cmd, config_dir=self.config_dir)
         except rankplan.PlanError as exc:
             raise RunError(str(exc))
-        return Submission(number, [_inline_files(j) for j in jobs], nodes, placed)
+        return Submission(number, _inline_files(jobs), nodes, placed)
 
     def policy(self):
         return {"startup_order": self.config.get("startup_order"),
@@ -506,6 +507,10 @@ def _spec(labels):
     return value if isinstance(value, dict) else {}
 
 
+def _submission_of(entry):
+    return int(entry["labels"].get(SUBMISSION_LABEL) or 0)
+
+
 def _job_num(entry):
     try:
         return int(entry["labels"].get(JOB_LABEL))
@@ -529,10 +534,8 @@ def run_records(containers):
                 by_run.setdefault(name, []).append(dict(entry, host=host))
     records = []
     for name, entries in by_run.items():
-        latest = max(int(e["labels"].get(SUBMISSION_LABEL) or 0) for e in entries)
-        entries = sorted((e for e in entries
-                          if int(e["labels"].get(SUBMISSION_LABEL) or 0) == latest),
-                         key=_job_num)
+        latest = max(_submission_of(e) for e in entries)
+        entries = sorted((e for e in entries if _submission_of(e) == latest), key=_job_num)
         labels = entries[0]["labels"]
         spec = _spec(labels)
         statuses = dict((_job_num(e), lifecycle.job_status(e)) for e in entries)
@@ -580,7 +583,9 @@ def list_runs(nodes):
     return run_records(containers), dict((h, str(e)) for h, e in errors.items())
 
 
-def _run_containers(nodes, name):
+def find_run(nodes, name):
+    """``(record, {host: containers})`` of run ``name``, from the hosts; RunError if no host
+    has it."""
     containers, errors = survey(nodes)
     mine = dict((h, [c for c in entries if c["labels"].get(RUN_LABEL) == name])
                 for h, entries in containers.items())
@@ -589,7 +594,7 @@ def _run_containers(nodes, name):
         where = "; unreachable: %s" % ", ".join(sorted(errors)) if errors else ""
         raise RunError("no run named %s on the fleets' hosts%s (gpufleet ps lists runs)"
                        % (name, where))
-    return mine
+    return run_records(mine)[0], mine
 
 
 def stop_run(nodes, name, abort=False):
@@ -597,13 +602,12 @@ def stop_run(nodes, name, abort=False):
 
     A graceful stop gives each job stop_duration seconds after TERM; ``abort`` kills at once.
     """
-    mine = _run_containers(nodes, name)
-    record = run_records(mine)[0]
+    record, mine = find_run(nodes, name)
 
     def stop(host):
         jobs = [c for c in mine[host]
                 if lifecycle.job_status(c)[0] in lifecycle.ALIVE and
-                int(c["labels"].get(SUBMISSION_LABEL) or 0) == record["submission"]]
+                _submission_of(c) == record["submission"]]
         if not jobs:
             return []
         timeout = 0 if abort else max(int(_spec(c["labels"]).get("stop_duration") or 0)
@@ -619,7 +623,7 @@ def stop_run(nodes, name, abort=False):
         if error is not None:
             raise RunError(str(error))
         stopped += value
-    after = run_records(_run_containers(nodes, name))[0]
+    after, _mine = find_run(nodes, name)
     after["stopped"] = sorted(stopped)
     return after
 
@@ -627,8 +631,7 @@ def stop_run(nodes, name, abort=False):
 def run_logs(nodes, name, tail=None):
     """The logs of every job of run ``name``'s latest submission: ``[(rank, line), ...]``
     in rank order."""
-    mine = _run_containers(nodes, name)
-    record = run_records(mine)[0]
+    record, _mine = find_run(nodes, name)
     lines = []
 
     def fetch(job):
@@ -658,11 +661,10 @@ def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time):
     A run submitted without waiting is supervised only by its containers (max_duration) until
     someone attaches; retry cannot resubmit from here, so a failure ends the run failed.
     """
-    mine = _run_containers(nodes, name)
-    record = run_records(mine)[0]
-    entries = dict((_job_num(c), c) for entries in mine.values() for c in entries
-                   if int(c["labels"].get(SUBMISSION_LABEL) or 0) == record["submission"])
-    spec = _spec(next(iter(entries.values()))["labels"]) if entries else {}
+    record, mine = find_run(nodes, name)
+    latest = [c for entries in mine.values() for c in entries
+              if _submission_of(c) == record["submission"]]
+    spec = _spec(latest[0]["labels"])
     jobs = [{"job_num": j["job_num"], "host": j["host"], "container": j["container"],
              "run": name, "submission": record["submission"],
              "stop_duration": spec.get("stop_duration") or 0} for j in record["jobs"]]
@@ -672,4 +674,4 @@ def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time):
                   clock=clock, sleep=sleep, poll=poll, follow_logs=True)
     watch.started.update(j["job_num"] for j in jobs)
     watch.watch()
-    return run_records(_run_containers(nodes, name))[0]
+    return find_run(nodes, name)[0]
