@@ -16,6 +16,12 @@ from . import __version__
 from ._collection import CollectionNotFound, spec
 
 
+def _fleet_file_option(parser, help_text):
+    """``--fleet-file FILE`` (repeatable): fleet files the task commands are told about."""
+    parser.add_argument("--fleet-file", action="append", default=[], metavar="FILE",
+                        dest="fleet_files", help=help_text)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpufleet",
@@ -59,10 +65,8 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="show every task result while applying")
     apply.add_argument("-d", "--detach", action="store_true",
                        help="tasks: return once the run's containers are started")
-    apply.add_argument("--fleet-file", action="append", default=[], metavar="FILE",
-                       dest="fleet_files",
-                       help="tasks: a fleet file whose hosts the run may use (SSH fleets; "
-                            "backend fleets are found without their files); repeatable")
+    _fleet_file_option(apply, "tasks: a fleet file whose hosts the run may use (SSH fleets; "
+                              "backend fleets are found without their files); repeatable")
     apply.set_defaults(handler=_apply)
 
     ps = commands.add_parser(
@@ -70,8 +74,7 @@ def _build_parser() -> argparse.ArgumentParser:
         description="List task runs as dstack ps does, from the labels of their containers.")
     ps.add_argument("-v", "--verbose", action="store_true", help="show resources and errors")
     ps.add_argument("--json", action="store_true", help="print the run records as JSON")
-    ps.add_argument("--fleet-file", action="append", default=[], metavar="FILE",
-                    dest="fleet_files", help="an SSH fleet's file (repeatable)")
+    _fleet_file_option(ps, "an SSH fleet's file (repeatable)")
     ps.set_defaults(handler=_ps)
 
     logs = commands.add_parser(
@@ -81,8 +84,7 @@ def _build_parser() -> argparse.ArgumentParser:
     logs.add_argument("run", metavar="RUN", help="the run's name")
     logs.add_argument("-f", "--follow", action="store_true",
                       help="keep streaming new lines until the run ends")
-    logs.add_argument("--fleet-file", action="append", default=[], metavar="FILE",
-                      dest="fleet_files", help="an SSH fleet's file (repeatable)")
+    _fleet_file_option(logs, "an SSH fleet's file (repeatable)")
     logs.set_defaults(handler=_logs)
 
     stop = commands.add_parser(
@@ -91,8 +93,7 @@ def _build_parser() -> argparse.ArgumentParser:
     stop.add_argument("run", metavar="RUN", help="the run's name")
     stop.add_argument("-y", "--yes", action="store_true", help="stop without asking")
     stop.add_argument("-x", "--abort", action="store_true", help="kill at once")
-    stop.add_argument("--fleet-file", action="append", default=[], metavar="FILE",
-                      dest="fleet_files", help="an SSH fleet's file (repeatable)")
+    _fleet_file_option(stop, "an SSH fleet's file (repeatable)")
     stop.set_defaults(handler=_stop)
 
     fleet = commands.add_parser(

@@ -37,8 +37,12 @@ def world(tmp_path_factory):
     """State dir and environment shared by the module's tests (they run in order)."""
     base = tmp_path_factory.mktemp("fleets")
     state_dir = base / "state"
-    old = os.environ.get("GPUFLEET_STATE_DIR")
-    os.environ["GPUFLEET_STATE_DIR"] = str(state_dir)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GPUFLEET_STATE_DIR", str(state_dir))
+        yield from _world(base, state_dir)
+
+
+def _world(base, state_dir):
     env = dict(
         os.environ,
         ANSIBLE_COLLECTIONS_PATH=str(collections_path()),
@@ -55,10 +59,6 @@ def world(tmp_path_factory):
         path = base / (name + ".dstack.yml")
         if path.exists():
             run_playbook("delete.yml", {"fleet": str(path)})
-    if old is None:
-        os.environ.pop("GPUFLEET_STATE_DIR", None)
-    else:
-        os.environ["GPUFLEET_STATE_DIR"] = old
 
 
 def write_fleet(world, name, text):

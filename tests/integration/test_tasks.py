@@ -27,8 +27,12 @@ FLEET = "tk-" + SUFFIX
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     base = tmp_path_factory.mktemp("tasks")
-    old = os.environ.get("GPUFLEET_STATE_DIR")
-    os.environ["GPUFLEET_STATE_DIR"] = str(base / "state")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GPUFLEET_STATE_DIR", str(base / "state"))
+        yield from _world(base)
+
+
+def _world(base):
     docker = Docker()
     local.ensure_node_image(docker)
     world = {"base": base, "docker": docker, "base_image": ensure_base_image(docker)}
@@ -41,10 +45,6 @@ def world(tmp_path_factory):
     world["ips"] = [i["internal_ip"] for i in world["fleet"]["instances"]]
     yield world
     run_playbook("delete.yml", {"fleet": str(fleet)})
-    if old is None:
-        os.environ.pop("GPUFLEET_STATE_DIR", None)
-    else:
-        os.environ["GPUFLEET_STATE_DIR"] = old
 
 
 def task_file(world, name, text):
