@@ -2,6 +2,7 @@
 #   make test   installs what it needs and runs every test tier
 #   make unit   the fast tier (pure Python, seconds), for constant use
 #   make integration  real Docker engine and nodes (installs and starts the engine if needed)
+#   make molecule     every host role's Molecule scenario (SCENARIO=docker for one)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -10,10 +11,10 @@ BUILD := build
 COLLECTION_DIR := $(BUILD)/ansible_collections/gpufleet/cluster
 ANSIBLE_TEST_PYTHON := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
-.PHONY: test demo demo-delete unit unit-all engine integration sanity lint changelog-lint venv \
-	collection clean
+.PHONY: test demo demo-delete unit unit-all engine integration molecule molecule-hardware \
+	sanity lint changelog-lint venv collection clean
 
-test: venv unit-all integration sanity lint changelog-lint
+test: venv unit-all integration molecule sanity lint changelog-lint
 	@echo "all test tiers passed"
 
 # The main job on the local default: a 2-node local cluster fleet, the fleet table, then a
@@ -49,6 +50,27 @@ engine:
 # Real parts: the local backend's node image and nodes on this machine's Docker engine.
 integration: venv engine
 	$(BIN)/python -m pytest -q tests/integration
+
+# The host roles' Molecule scenarios (extensions/molecule/*), each on its own containers, one
+# after the other; `hardware` is left out: it needs real GPU machines (molecule-hardware).
+MOLECULE_SCENARIOS := $(filter-out hardware resources,$(notdir $(patsubst %/,%,$(dir \
+	$(wildcard extensions/molecule/*/molecule.yml)))))
+SCENARIO ?= $(MOLECULE_SCENARIOS)
+MOLECULE_ENV = PATH=$(CURDIR)/$(BIN):$$PATH \
+	ANSIBLE_COLLECTIONS_PATH=$$($(BIN)/python -c 'from gpufleet._collection import \
+	collections_path; print(collections_path())')
+
+molecule: venv engine
+	@for s in $(SCENARIO); do \
+		echo "== molecule scenario $$s"; \
+		$(MOLECULE_ENV) $(BIN)/molecule test -s $$s || exit 1; \
+	done
+
+# Every role against real machines: GPUFLEET_HARDWARE_INVENTORY names an inventory of them.
+molecule-hardware: venv
+	@test -n "$$GPUFLEET_HARDWARE_INVENTORY" || \
+		{ echo "set GPUFLEET_HARDWARE_INVENTORY to an inventory of GPU hosts"; exit 2; }
+	$(MOLECULE_ENV) $(BIN)/molecule test -s hardware
 
 # ansible-test needs the collection at .../ansible_collections/gpufleet/cluster: copy the files
 # git knows about (tracked, or new and not ignored) into build/ and test that copy.

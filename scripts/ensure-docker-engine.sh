@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Make sure this machine has a running Docker engine and debootstrap, for the local backend and
-# its tests. Installs Debian's docker.io when the engine is missing (needs root and apt), and
+# Make sure this machine has a running Docker engine, debootstrap and gpg, for the local backend
+# and its tests. Installs Debian's docker.io when the engine is missing (needs root and apt), and
 # starts dockerd in the background when nothing answers and systemd is not managing it.
 set -euo pipefail
 
@@ -16,6 +16,8 @@ need_root() {
 missing=()
 command -v dockerd >/dev/null 2>&1 || missing+=(docker.io iptables)
 command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
+# Molecule's stub vendor repositories are signed with gpg.
+command -v gpg >/dev/null 2>&1 || missing+=(gnupg)
 if [ "${#missing[@]}" -gt 0 ]; then
     need_root "installing ${missing[*]}"
     apt-get update -qq

@@ -1,10 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The gpufleet.cluster.fleet_report and gpufleet.cluster.fleet_failures filters.
+"""The gpufleet.cluster.fleet_report, fleet_failures and fleet_checks filters.
 
-Thin wrappers over plugins/module_utils/fleets/report.py; documented in fleet_report.yml and
-fleet_failures.yml beside this file.
+Thin wrappers over plugins/module_utils/fleets/report.py; documented in fleet_report.yml,
+fleet_failures.yml and fleet_checks.yml beside this file.
 """
 
 from __future__ import annotations
@@ -30,8 +30,16 @@ def fleet_failures(record):
     return report.failures(record)
 
 
+def fleet_checks(record):
+    """``<instance>: <role>: <summary>`` for each host role's verification."""
+    if not isinstance(record, dict):
+        raise AnsibleFilterError("fleet_checks: expects a fleet record")
+    return report.check_lines(record)
+
+
 class FilterModule:
     """gpufleet.cluster filters for the end of an apply."""
 
     def filters(self):
-        return {"fleet_report": fleet_report, "fleet_failures": fleet_failures}
+        return {"fleet_report": fleet_report, "fleet_failures": fleet_failures,
+                "fleet_checks": fleet_checks}

@@ -43,9 +43,10 @@ options:
     default: true
   probe_hardware:
     description:
-      - With O(stage=verify), also run the checks that need the hardware (the GPU tools, C(fi_info),
-        C(ibstat), C(dcgmi)). With V(false) only the installed software is verified: packages,
-        files, services and settings.
+      - With O(stage=verify), also run the checks that need the hardware (the GPU tools,
+        C(fi_info), C(ibstat), C(dcgmi)).
+      - With V(false) only the installed software is verified (packages, files, services and
+        settings).
     type: bool
     default: true
   aws_imds_url:
@@ -118,7 +119,14 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck import 
     COMPONENTS,
     CheckError,
     Detection,
-    component,
+    amd,
+    dcgm,
+    docker,
+    efa,
+    firewall,
+    gcp_gpudirect,
+    infiniband,
+    nvidia,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck._system import (
     NodeSystem,
@@ -135,6 +143,12 @@ def _fetch(url, method="GET", headers=None, timeout=2):
         if code is not None:
             return code, ""
         return None, str(exc)
+
+
+IMPLEMENTATIONS = {
+    "amd": amd, "dcgm": dcgm, "docker": docker, "efa": efa, "firewall": firewall,
+    "gcp_gpudirect": gcp_gpudirect, "infiniband": infiniband, "nvidia": nvidia,
+}
 
 
 def main():
@@ -155,7 +169,7 @@ def main():
     params = module.params
     system = NodeSystem(run=module.run_command, which=module.get_bin_path, fetch=_fetch)
     try:
-        impl = component(params["component"])
+        impl = IMPLEMENTATIONS[params["component"]]
         if params["stage"] == "detect":
             if not params["detect"]:
                 found = Detection(True, "detection is turned off for %s, so it is installed "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +54,7 @@ MASKED = (
 
 def recipe():
     return {"suite": local.DEBIAN_SUITE, "packages": sorted(PACKAGES), "user": USER,
-            "sudoers": SUDOERS, "sshd": SSHD_CONFIG, "ssh_keys": SSH_KEYS_DROPIN, "masked": sorted(MASKED)}
+            "sudoers": SUDOERS, "sshd": SSHD_CONFIG, "ssh_keys": SSH_KEYS_DROPIN, "masked": sorted(MASKED), "stale_apt_lists": True}
 
 
 def digest():
@@ -82,6 +83,9 @@ def install(rootfs):
     for unit in MASKED:
         _chroot(rootfs, "systemctl", "mask", unit)
     local.prune_rootfs(rootfs)
+    # The package lists are gone: say so, or apt's cache_valid_time would take the fresh
+    # directory for a fresh cache and never read the lists.
+    os.utime(os.path.join(rootfs, "var/lib/apt/lists"), (0, 0))
 
 
 def ensure_image(docker=None):

@@ -30,8 +30,16 @@ The spec (YAML)::
     files:
       - {path: some/file, content: "..."}
 
-    PACKAGE: {name, version, architecture (amd64), depends, provides, conflicts,
-              description, files: [{path, content, mode}], postinst, prerm, postrm}
+    PACKAGE: {name, version, architecture (amd64), depends, provides, conflicts, replaces,
+              description, files: [{path, content, mode}], postinst, prerm, postrm,
+              from_debs: [DEBIAN PACKAGE, ...], include: [PATH PREFIX, ...],
+              exclude: [PATH PREFIX, ...], scripts_from: DEBIAN PACKAGE}
+
+``from_debs`` fills a stub with the real files of Debian packages (fetched with
+``apt-get download`` from this machine's configured mirror and cached), e.g. a ``docker-ce`` that
+carries Debian's dockerd, so the service a role configures really runs. ``include``/``exclude``
+keep or drop paths by prefix; ``scripts_from`` takes that package's maintainer scripts and
+conffiles.
 
 ``{KEYRING}`` in any content is replaced by the armored public key, so a stub ``cuda-keyring``
 package can install the key the way the real one does.
@@ -87,6 +95,62 @@ def public_key(armor=True):
     return _run(argv + [KEY_UID])
 
 
+def debian_deb(name):
+    """Debian's .deb of ``name`` for this machine's mirror, downloaded once into the cache."""
+    cache = CACHE / "debs"
+    cache.mkdir(parents=True, exist_ok=True)
+    found = sorted(cache.glob("%s_*.deb" % name))
+    if not found:
+        try:
+            _run(["apt-get", "download", name], cwd=str(cache))
+        except StubError as exc:
+            raise StubError("%s (run `apt-get update` if the package lists are empty)" % exc)
+        found = sorted(cache.glob("%s_*.deb" % name))
+    if not found:
+        raise StubError("apt-get download %s left no .deb in %s" % (name, cache))
+    return found[-1]
+
+
+def _keep(rel, include, exclude):
+    if include and not any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in include):
+        return False
+    return not any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in exclude)
+
+
+def _fill_from_debs(package, root, control):
+    include = [p.strip("/") for p in package.get("include", [])]
+    exclude = [p.strip("/") for p in package.get("exclude", [])]
+    for name in package.get("from_debs", []):
+        extracted = Path(tempfile.mkdtemp(dir=root.parent))
+        _run(["dpkg-deb", "-x", str(debian_deb(name)), str(extracted)])
+        for path in sorted(extracted.rglob("*")):
+            rel = str(path.relative_to(extracted))
+            if path.is_dir() and not path.is_symlink():
+                continue
+            if not _keep(rel, include, exclude):
+                continue
+            target = root / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_symlink():
+                if not target.is_symlink():
+                    target.symlink_to(os.readlink(path))
+            else:
+                shutil.copy2(path, target)
+        shutil.rmtree(extracted)
+    if package.get("scripts_from"):
+        meta = Path(tempfile.mkdtemp(dir=root.parent))
+        _run(["dpkg-deb", "-e", str(debian_deb(package["scripts_from"])), str(meta)])
+        for script in ("preinst", "postinst", "prerm", "postrm"):
+            if (meta / script).exists():
+                shutil.copy2(meta / script, control / script)
+        if (meta / "conffiles").exists():
+            kept = [line for line in (meta / "conffiles").read_text().splitlines()
+                    if line.strip() and (root / line.strip().lstrip("/")).exists()]
+            if kept:
+                (control / "conffiles").write_text("\n".join(kept) + "\n")
+        shutil.rmtree(meta)
+
+
 def build_deb(package, workdir, armored_key):
     """A .deb for the PACKAGE spec (built with dpkg-deb); returns its path."""
     name, version = package["name"], str(package["version"])
@@ -94,6 +158,7 @@ def build_deb(package, workdir, armored_key):
     root = Path(tempfile.mkdtemp(dir=workdir))
     control = root / "DEBIAN"
     control.mkdir()
+    _fill_from_debs(package, root, control)
     fields = [("Package", name), ("Version", version), ("Architecture", arch),
               ("Maintainer", "gpufleet tests <molecule@gpufleet.invalid>")]
     for key, field in (("depends", "Depends"), ("provides", "Provides"),

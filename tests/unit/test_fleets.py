@@ -281,3 +281,42 @@ def test_report_folds_statuses_and_says_how_a_host_was_tried():
                               "remove": [], "release": ["10.0.0.9"]}
     assert report.failures(folded) == ["onprem-1 (10.0.0.2): " + second["error"]]
     assert record["instances"][1]["status"] == "pending"  # the input is not changed
+
+
+def test_report_keeps_role_checks_and_dcgm_health_reaches_the_resources():
+    config = parsed(SSH_FLEET)
+    record = records.fleet_record(config, "onprem")
+    record["instances"] = records.ssh_instances(config, "onprem", "/srv")
+    checks = {
+        "docker": {"applies": True, "ok": True, "problems": [],
+                   "package_version": "5:27.3.1-1~debian.12~bookworm"},
+        "nvidia": {"applies": True, "ok": True, "problems": [], "gpu_count": 8,
+                   "driver_version": "570.124.06"},
+        "efa": {"applies": False, "reason": "t3.micro does not support EFA"},
+        "dcgm": {"applies": True, "ok": False, "problems": ["GPU 3: XID 79"],
+                 "health": "failure"},
+        "amd": None,  # a role that was listed but never got to record anything
+    }
+    folded = report.fold(record, {
+        "onprem-0": {"status": "idle", "facts": {"cpus": 4}, "checks": checks},
+        "onprem-1": {"status": "idle", "facts": {"cpus": 4}},
+    })
+    first, second = folded["instances"]
+    assert first["resources"] == {"cpus": 4, "health": "failure"}
+    assert sorted(first["checks"]) == ["dcgm", "docker", "efa", "nvidia"]
+    assert "checks" not in second and "health" not in second["resources"]
+    assert report.check_lines(folded) == [
+        "onprem-0: dcgm: PROBLEM: GPU 3: XID 79",
+        "onprem-0: docker: ok (5:27.3.1-1~debian.12~bookworm)",
+        "onprem-0: efa: skipped: t3.micro does not support EFA",
+        "onprem-0: nvidia: ok (8 GPUs, driver 570.124.06)",
+    ]
+
+
+def test_check_summary_counts_lists_and_flags():
+    assert report.check_summary({"applies": True, "ok": True, "problems": [],
+                                 "active_ports": ["mlx5_0/1", "mlx5_1/1"],
+                                 "reboot_required": True}) == (
+        "ok (2 active ports, reboot required)")
+    assert report.check_summary({"applies": True, "ok": True, "problems": []}) == "ok"
+    assert report.check_summary({"applies": False}) == "skipped: does not apply"

@@ -30,7 +30,9 @@ def fold(record, node_reports, released=None):
 
     ``node_reports`` maps instance names to what the play found:
     ``{"status": "idle" | "unreachable" | "failed", "error": str or None, "facts": {...},
-    "claimed": bool}`` (``claimed``: an SSH host this apply took into the fleet).
+    "claimed": bool, "checks": {role: {...}}}`` (``claimed``: an SSH host this apply took into
+    the fleet; ``checks``: what each host role's verification found). A DCGM health status in
+    the checks becomes the resources' ``health``, which task placement honours.
     Instances the play did not reach keep the status the backend gave them.
     An SSH fleet's plan is made here: claimed hosts are created, the others kept, and
     ``released`` (hostnames that left the file) are released.
@@ -60,6 +62,13 @@ def fold(record, node_reports, released=None):
                 instance["resources"] = facts
                 if facts.get("internal_ip"):
                     instance["internal_ip"] = facts["internal_ip"]
+            checks = dict((k, v) for k, v in (report.get("checks") or {}).items()
+                          if isinstance(v, dict))
+            if checks:
+                instance["checks"] = checks
+                health = (checks.get("dcgm") or {}).get("health")
+                if health and isinstance(instance.get("resources"), dict):
+                    instance["resources"] = dict(instance["resources"], health=health)
         instance.setdefault("resources", None)
         instances.append(instance)
     result["instances"] = instances
@@ -73,3 +82,40 @@ def failures(record):
         for i in record.get("instances") or []
         if i.get("status") in ("unreachable", "failed")
     ]
+
+
+# What a role's summary line shows, in this order, when its verification has the fact.
+SUMMARY_KEYS = (
+    ("mode", "%s"), ("health", "health %s"), ("gpu_count", "%s GPUs"),
+    ("driver_version", "driver %s"), ("rocm_version", "ROCm %s"),
+    ("efa_devices", "%s EFA devices"), ("installer_version", "installer %s"),
+    ("active_ports", "%s active ports"), ("backend", "%s"),
+    ("package_version", "%s"), ("reboot_required", "reboot required"),
+)
+
+
+def check_summary(check):
+    """One line for one role's verification: skipped (why), ok (key facts) or its problems."""
+    if not check.get("applies", True):
+        return "skipped: %s" % (check.get("reason") or "does not apply")
+    if check.get("problems"):
+        return "PROBLEM: %s" % "; ".join(str(p) for p in check["problems"])
+    shown = []
+    for key, form in SUMMARY_KEYS:
+        value = check.get(key)
+        if value in (None, "", [], {}, False):
+            continue
+        if isinstance(value, list):
+            value = len(value)
+        if not isinstance(value, (dict, list)):
+            shown.append(form % value if "%s" in form else form)
+    return "ok" + (" (%s)" % ", ".join(shown) if shown else "")
+
+
+def check_lines(record):
+    """``<instance>: <role>: <summary>`` for every role check of every instance."""
+    lines = []
+    for instance in record.get("instances") or []:
+        for role, check in sorted((instance.get("checks") or {}).items()):
+            lines.append("%s: %s: %s" % (instance["name"], role, check_summary(check)))
+    return lines

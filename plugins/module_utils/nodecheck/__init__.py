@@ -14,14 +14,14 @@ component, each with two functions:
 ``verify(system, options) -> dict``
     the component's facts, with ``ok`` (bool) and ``problems`` (list of sentences) among them.
 
-``system`` is a ``NodeSystem`` (commands, files, HTTP); tests give them a fake one.
+``system`` is a ``NodeSystem`` (commands, files, HTTP); tests give them a fake one. The
+module imports each component by name (Ansible ships a module only the code it imports by
+name), so a new component is added there too.
 
 PRIVATE to gpufleet.cluster.
 """
 
 from __future__ import annotations
-
-import importlib
 
 COMPONENTS = (
     "docker", "nvidia", "amd", "efa", "infiniband", "gcp_gpudirect", "firewall", "dcgm",
@@ -43,13 +43,6 @@ class Detection:
 
     def as_dict(self):
         return {"applies": self.applies, "reason": self.reason, "details": self.details}
-
-
-def component(name):
-    """The module implementing ``name`` (one of COMPONENTS)."""
-    if name not in COMPONENTS:
-        raise CheckError("unknown component %r; known: %s" % (name, ", ".join(COMPONENTS)))
-    return importlib.import_module("%s.%s" % (__name__, name))
 
 
 def result(ok=None, problems=None, **facts):
