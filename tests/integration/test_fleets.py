@@ -149,6 +149,32 @@ def test_reapplying_changes_nothing_and_growing_keeps_existing_nodes(world):
     assert len(after) == 3
 
 
+def test_host_roles_say_why_they_skip_and_a_failing_role_fails_its_host(world):
+    path = str(world["base"] / (RIG + ".dstack.yml"))
+    # Local nodes have no GPU, no EFA device and no EC2 metadata service: each role applies
+    # its detection on the node, records why it does nothing, and the fleet stays ready.
+    result = run_playbook("fleet.yml", {"fleet": path, "gpufleet_connect_timeout": 15,
+                                        "gpufleet_fleet_roles": ["amd", "efa", "dcgm"]})
+    assert result.ok, result.stdout[-3000:]
+    record = result.stats["gpufleet_fleets"][0]
+    for instance in record["instances"]:
+        assert instance["status"] == "idle", instance
+        checks = instance["checks"]
+        assert sorted(checks) == ["amd", "dcgm", "efa"]
+        assert not any(c["applies"] for c in checks.values()), checks
+        assert "NVIDIA" in checks["dcgm"]["reason"], checks["dcgm"]
+        assert "%s: efa: skipped: " % instance["name"] in result.stdout
+    # A role given a value its argument spec refuses fails the host, naming the variable.
+    result = run_playbook("fleet.yml", {"fleet": path, "gpufleet_connect_timeout": 15,
+                                        "gpufleet_fleet_roles": ["docker"],
+                                        "docker_source": "bogus"})
+    assert not result.ok
+    record = result.stats["gpufleet_fleets"][0]
+    for instance in record["instances"]:
+        assert instance["status"] == "failed", instance
+        assert "docker_source" in instance["error"], instance["error"]
+
+
 def test_inventory_plugin_lists_the_live_nodes(world):
     path = str(world["base"] / (RIG + ".dstack.yml"))
     proc = subprocess.run([str(BIN / "ansible-inventory"), "-i", path, "--graph"],

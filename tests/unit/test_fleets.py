@@ -295,7 +295,8 @@ def test_report_keeps_role_checks_and_dcgm_health_reaches_the_resources():
         "efa": {"applies": False, "reason": "t3.micro does not support EFA"},
         "dcgm": {"applies": True, "ok": False, "problems": ["GPU 3: XID 79"],
                  "health": "failure"},
-        "amd": None,  # a role that was listed but never got to record anything
+        "amd": "",  # a role that was listed but never got to record anything
+        "infiniband": {},
     }
     folded = report.fold(record, {
         "onprem-0": {"status": "idle", "facts": {"cpus": 4}, "checks": checks},

@@ -62,8 +62,9 @@ def fold(record, node_reports, released=None):
                 instance["resources"] = facts
                 if facts.get("internal_ip"):
                     instance["internal_ip"] = facts["internal_ip"]
+            # A role that did not get to record its check leaves "" (or nothing).
             checks = dict((k, v) for k, v in (report.get("checks") or {}).items()
-                          if isinstance(v, dict))
+                          if isinstance(v, dict) and v)
             if checks:
                 instance["checks"] = checks
                 health = (checks.get("dcgm") or {}).get("health")
