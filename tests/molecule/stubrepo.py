@@ -16,6 +16,7 @@ The spec (YAML)::
       - path: linux/debian                # where under OUT_DIR (the URL path)
         suite: bookworm                   # a "dists/<suite>/<component>" repository ...
         components: [stable]
+        # architectures: [amd64]          # the binary-<arch> indexes (all, for arch-less repos)
         # flat: true                      # ... or a flat one (Packages and Release in path)
         keys: [linux/debian/gpg]          # where to publish the public key (armored; a
                                           #   ".gpg" suffix gets a binary keyring)
@@ -235,6 +236,7 @@ def build_repo(repo, out, workdir, armored_key):
         release.write_text(_release(index))
     else:
         suite, components = repo["suite"], repo.get("components", ["main"])
+        arches = repo.get("architectures", ["amd64"])
         dist = base / "dists" / suite
         index = {}
         for component in components:
@@ -246,14 +248,15 @@ def build_repo(repo, out, workdir, armored_key):
                 entries.append(_packages_entry(pool / deb.name,
                                                "pool/%s/%s" % (component, deb.name)))
             packages = "\n".join(entries).encode()
-            rel = "%s/binary-amd64/Packages" % component
-            index[rel] = packages
-            index[rel + ".gz"] = gzip.compress(packages, mtime=0)
+            for arch in arches:
+                rel = "%s/binary-%s/Packages" % (component, arch)
+                index[rel] = packages
+                index[rel + ".gz"] = gzip.compress(packages, mtime=0)
         for rel, data in index.items():
             (dist / rel).parent.mkdir(parents=True, exist_ok=True)
             (dist / rel).write_bytes(data)
         release = dist / "Release"
-        release.write_text(_release(index, suite, components))
+        release.write_text(_release(index, suite, components, " ".join(arches)))
     _sign(release)
     for key in repo.get("keys", []):
         path = out / key.strip("/")
