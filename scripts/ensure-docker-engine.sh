@@ -24,6 +24,12 @@ if [ "${#missing[@]}" -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# Every systemd container (Molecule's test instances) takes inotify instances; the kernel's
+# default of 128 runs out at a few dozen and new containers then never finish booting.
+if [ "$(id -u)" -eq 0 ] && [ "$(cat /proc/sys/fs/inotify/max_user_instances 2>/dev/null || echo 1024)" -lt 1024 ]; then
+    sysctl -qw fs.inotify.max_user_instances=1024 || true
+fi
+
 if docker info >/dev/null 2>&1; then
     exit 0
 fi
