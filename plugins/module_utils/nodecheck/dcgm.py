@@ -30,9 +30,7 @@ import re
 from . import CheckError, Detection, result
 from ._packages import installed, unit_state, version_matches
 from ._system import PCI_ROOT, VENDOR_NVIDIA, devices_of, pci_devices
-
-# NVIDIA GPUs: vendor 10de with class 0300 (VGA) or 0302 (3D controller), the nvidia role's rule.
-DISPLAY_CLASSES = ("0300", "0302")
+from .nvidia import GPU_CLASSES
 DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
 SERVICE = "nvidia-dcgm"
 PACKAGE_PATTERN = "datacenter-gpu-manager*"
@@ -113,7 +111,7 @@ def driver_info(system):
 
 def detect(system, params):
     devices = pci_devices(system, params.get("pci_root") or PCI_ROOT)
-    gpus = devices_of(devices, VENDOR_NVIDIA, DISPLAY_CLASSES)
+    gpus = devices_of(devices, VENDOR_NVIDIA, GPU_CLASSES)
     if not gpus:
         return Detection(
             False, "no NVIDIA GPU among the host's PCI devices, and DCGM only manages NVIDIA GPUs",
