@@ -173,6 +173,13 @@ def test_host_roles_say_why_they_skip_and_a_failing_role_fails_its_host(world):
     for instance in record["instances"]:
         assert instance["status"] == "failed", instance
         assert "docker_source" in instance["error"], instance["error"]
+    # Failed hosts lose their cached facts (placement skips them) until an apply passes again.
+    assert json.loads((world["state"] / "fleets" / RIG / "facts.json").read_text()) == {}
+    result, record = apply(path)
+    assert result.ok, result.stdout[-3000:]
+    assert all(i["status"] == "idle" for i in record["instances"]), record["instances"]
+    cached = json.loads((world["state"] / "fleets" / RIG / "facts.json").read_text())
+    assert sorted(cached) == sorted(i["name"] for i in record["instances"])
 
 
 def test_inventory_plugin_lists_the_live_nodes(world):
