@@ -8,14 +8,16 @@ from __future__ import annotations
 import copy
 
 import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.offers.match import (
+    host_offer,
+    matches,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import placement
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.placement import (
     NoCapacity,
     PlacementError,
-    host_offer,
     job_requirements,
-    matches,
     place,
 )
 

@@ -9,9 +9,10 @@ of every measured host (docs/host-facts.md) and what already runs on each host. 
 dstack's (dstack.md §2 matching, §3.7 blocks, §3.8 health, §4.1 jobs, §4.4 placement):
 
     jobs = job_requirements(config)          # one entry per job, rank order
-    offer = host_offer(fact, 1, 8)           # what 1 of 8 blocks of a host gives
-    matches(resources, offer)                # None, or why the offer falls short
     plan = place(config, fleets, facts, busy)   # {"fleet", "placement", "jobs": [...]}
+
+Whether a host (or a share of its blocks) satisfies a job's resources is decided by
+offers/match.py, the matcher cloud offers use too.
 
 ``place`` raises NoCapacity, whose message names every fleet considered and why each host was
 turned down; input that is not what these functions take raises PlacementError.
@@ -19,8 +20,20 @@ turned down; input that is not what these functions take raises PlacementError.
 
 from __future__ import annotations
 
-import copy
 from collections import deque
+
+from ..offers.match import (
+    MatchError,
+    block_offer,
+    host_capacity,
+    matches,
+    require_mapping,
+    resolve_arch,
+    short_number,
+    type_name,
+    uses_default_image,
+    whole_number,
+)
 
 # Instances that cannot take a job. dstack schedules only available instances, i.e. idle or busy
 # (§3.6); unreachable hosts would fail the job at once.
@@ -32,19 +45,14 @@ EXCLUDED_HEALTH = frozenset(("failure",))
 # An SSH fleet instance has backend "ssh"; dstack calls that backend "remote" (§1.4).
 SSH_BACKEND_NAMES = frozenset(("ssh", "remote"))
 SPOT_POLICIES = ("spot", "on-demand", "auto")
-# How facts spell CPU architectures, as resources specs spell them (§2.3).
-ARCH_NAMES = {
-    "x86": "x86", "x86_64": "x86", "amd64": "x86", "i386": "x86", "i686": "x86",
-    "arm": "arm", "arm64": "arm", "aarch64": "arm",
-}
 NO_FACTS = "no host facts (apply the fleet first)"
 ADVICE = "apply a fleet with enough hosts, free busy hosts, or relax resources"
 MAX_HOST_REASONS = 5
 MAX_FLEET_REASONS = 10
 
 
-class PlacementError(Exception):
-    """Input that cannot be placed at all: not a task config, a malformed fleet record or fact."""
+# Input that cannot be placed at all: not a task config, a malformed fleet record or fact.
+PlacementError = MatchError
 
 
 class NoCapacity(PlacementError):
@@ -59,37 +67,6 @@ class NoCapacity(PlacementError):
 # ---------------------------------------------------------------------------------------------
 # Small readers
 # ---------------------------------------------------------------------------------------------
-
-
-def _kind(value):
-    return type(value).__name__
-
-
-def _whole(value, what, minimum=0):
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise PlacementError(
-            "%s must be a whole number of at least %d, got %r" % (what, minimum, value)
-        )
-    return value
-
-
-def _mapping(value, what):
-    if not isinstance(value, dict):
-        raise PlacementError("%s must be a mapping, got %s" % (what, _kind(value)))
-    return value
-
-
-def _fact(facts, path, what_host):
-    """The value at dotted ``path`` of a host fact, or PlacementError naming what is missing."""
-    value = facts
-    for key in path.split("."):
-        if not isinstance(value, dict) or key not in value:
-            raise PlacementError(
-                "host facts of %s lack %s; gather them again (gpufleet.cluster.host_facts)"
-                % (what_host, path)
-            )
-        value = value[key]
-    return value
 
 
 def _short_name(reference):
@@ -108,37 +85,6 @@ def _price(instance):
     return float(price)
 
 
-def _number(value, digits):
-    text = "%.*f" % (digits, value)
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return text
-
-
-def _shown(value, limit, unit):
-    """``value`` and ``limit`` as text, with enough decimals that they read differently."""
-    for digits in (1, 2, 3, 4):
-        left, right = _number(value, digits), _number(limit, digits)
-        if left != right:
-            break
-    return left + unit, right + unit
-
-
-def _range_reason(label, value, spec, unit=""):
-    """Why ``value`` is outside the range ``spec`` ({"min", "max"}, None = open), or None."""
-    if spec is None:
-        return None
-    spec = _mapping(spec, "the %s range" % label)
-    low, high = spec.get("min"), spec.get("max")
-    if low is not None and value < low:
-        shown, limit = _shown(value, low, unit) if unit else (str(value), str(low))
-        return "%s %s < %s" % (label, shown, limit)
-    if high is not None and value > high:
-        shown, limit = _shown(value, high, unit) if unit else (str(value), str(high))
-        return "%s %s > %s" % (label, shown, limit)
-    return None
-
-
 # ---------------------------------------------------------------------------------------------
 # Jobs
 # ---------------------------------------------------------------------------------------------
@@ -150,155 +96,30 @@ def job_requirements(config):
     ``nodes: N`` gives N jobs with the task's resources; ``groups`` are expanded in order, each
     job with its group's resources (groups do not inherit the task's). Job 0 is the master.
     """
-    config = _mapping(config, "the task config")
+    config = require_mapping(config, "the task config")
     groups = config.get("groups")
     jobs = []
     if groups:
         if not isinstance(groups, list):
-            raise PlacementError("groups must be a list of node groups, got %s" % _kind(groups))
+            raise PlacementError("groups must be a list of node groups, got %s" % type_name(groups))
         for index, group in enumerate(groups):
-            group = _mapping(group, "groups[%d]" % index)
+            group = require_mapping(group, "groups[%d]" % index)
             name = group.get("name")
             name = str(index) if name is None else str(name)
-            count = _whole(group.get("nodes", 1), "groups[%d].nodes" % index, 1)
-            resources = _mapping(group.get("resources"), "groups[%d].resources" % index)
+            count = whole_number(group.get("nodes", 1), "groups[%d].nodes" % index, 1)
+            resources = require_mapping(group.get("resources"), "groups[%d].resources" % index)
             for _copy in range(count):
                 jobs.append({"job_num": len(jobs), "group": name, "resources": resources})
         return jobs
     nodes = config.get("nodes")
-    nodes = 1 if nodes is None else _whole(nodes, "nodes", 1)
-    resources = _mapping(config.get("resources"), "resources")
+    nodes = 1 if nodes is None else whole_number(nodes, "nodes", 1)
+    resources = require_mapping(config.get("resources"), "resources")
     return [{"job_num": num, "group": None, "resources": resources} for num in range(nodes)]
 
 
 # ---------------------------------------------------------------------------------------------
 # Offers and matching
 # ---------------------------------------------------------------------------------------------
-
-
-def _host_resources(facts, what_host="the host"):
-    """The parts of a ``gpufleet_host`` fact that placement reads, checked."""
-    facts = _mapping(facts, "host facts of %s" % what_host)
-    cpus = _whole(_fact(facts, "cpus", what_host), "cpus of %s" % what_host)
-    memory_mib = _whole(_fact(facts, "memory.mib", what_host), "memory.mib of %s" % what_host)
-    disk_mib = _whole(
-        _fact(facts, "disk.available_mib", what_host), "disk.available_mib of %s" % what_host
-    )
-    total = _whole(_fact(facts, "blocks.total", what_host), "blocks.total of %s" % what_host, 1)
-    gpu = facts.get("gpu") or {}
-    gpu = _mapping(gpu, "gpu of %s" % what_host)
-    devices = gpu.get("devices") or []
-    if not isinstance(devices, list) or not all(isinstance(d, dict) for d in devices):
-        raise PlacementError("gpu.devices of %s must be a list of device mappings" % what_host)
-    count = gpu.get("count")
-    count = len(devices) if count is None else _whole(count, "gpu.count of %s" % what_host)
-    arch_text = facts.get("arch")
-    arch = "x86" if arch_text is None else ARCH_NAMES.get(str(arch_text).lower())
-    if arch is None:
-        raise PlacementError(
-            "arch of %s is %r; expected x86_64 or aarch64" % (what_host, arch_text))
-    return {
-        "cpus": cpus,
-        "memory_mib": memory_mib,
-        "disk_mib": disk_mib,
-        "total_blocks": total,
-        "gpu_vendor": gpu.get("vendor") or "none",
-        "gpu_name": gpu.get("name"),
-        "gpu_memory_mib": gpu.get("memory_mib") or 0,
-        "gpu_count": count,
-        "devices": devices,
-        "arch": arch,
-    }
-
-
-def _offer(host, blocks, total):
-    # dstack's shared offer (§3.7): CPUs, memory and GPUs floor-divided per block, times the
-    # blocks taken; the disk is shared, so every offer sees all of it.
-    gpu_count = host["gpu_count"] // total * blocks
-    return {
-        "cpus": host["cpus"] // total * blocks,
-        "memory_mib": host["memory_mib"] // total * blocks,
-        "disk_mib": host["disk_mib"],
-        "gpu_vendor": host["gpu_vendor"] if gpu_count else "none",
-        "gpu_name": host["gpu_name"] if gpu_count else None,
-        "gpu_memory_mib": host["gpu_memory_mib"] if gpu_count else 0,
-        "gpu_count": gpu_count,
-        "arch": host["arch"],
-    }
-
-
-def host_offer(facts, blocks, total_blocks):
-    """What ``blocks`` of ``total_blocks`` blocks of a host give a job (dstack.md §3.7).
-
-    Returns {"cpus", "memory_mib", "disk_mib", "gpu_vendor", "gpu_name", "gpu_memory_mib",
-    "gpu_count", "arch"}; the disk is not divided. ``facts`` is a ``gpufleet_host`` fact.
-    """
-    host = _host_resources(facts)
-    total = _whole(total_blocks, "total_blocks", 1)
-    taken = _whole(blocks, "blocks", 1)
-    if taken > total:
-        raise PlacementError("an offer takes 1 to %d blocks, not %d" % (total, taken))
-    return _offer(host, taken, total)
-
-
-def matches(resources, offer):
-    """None when ``offer`` satisfies the resources spec, else a short reason such as
-    ``cpu 2 < 4`` or ``gpu name T4 not in [H100]``.
-
-    The checks are gpuhunt's, which dstack runs on every instance offer (§2). Sizes in the spec
-    are GB; the offer's are MiB and are compared as MiB / 1024.
-    """
-    resources = _mapping(resources, "resources")
-    offer = _mapping(offer, "the offer")
-    cpu = resources.get("cpu") or {}
-    # An unset arch matches any host here; place() first resolves it as the dstack server does
-    # (§2.3: the default image means x86).
-    arch = cpu.get("arch")
-    if arch is not None and arch != offer["arch"]:
-        return "cpu arch %s, not %s" % (offer["arch"], arch)
-    reason = _range_reason("cpu", offer["cpus"], cpu.get("count"))
-    if reason:
-        return reason
-    reason = _range_reason("memory", offer["memory_mib"] / 1024, resources.get("memory"), "GB")
-    if reason:
-        return reason
-    gpu = resources.get("gpu")
-    if gpu:
-        reason = _gpu_reason(_mapping(gpu, "resources.gpu"), offer)
-        if reason:
-            return reason
-    # shm_size is not matched: it only sizes /dev/shm in the container.
-    disk = resources.get("disk")
-    if disk:
-        return _range_reason("disk", offer["disk_mib"] / 1024, disk.get("size"), "GB")
-    return None
-
-
-def _gpu_reason(gpu, offer):
-    count = offer["gpu_count"]
-    vendor = gpu.get("vendor")
-    # As in gpuhunt, a vendor rules out hosts without GPUs (vendor "none") even when the count
-    # range starts at 0: `gpu: nvidia:0..` never lands on a CPU-only host.
-    if vendor and vendor != offer["gpu_vendor"]:
-        return "gpu vendor %s, not %s" % (offer["gpu_vendor"], vendor)
-    # A count range is a plain range: `0..` (the run default) takes hosts with any number of
-    # GPUs, none included, and a host with 8 GPUs matches `0..` as it matches `1..`.
-    reason = _range_reason("gpu count", count, gpu.get("count"))
-    if reason:
-        return reason
-    names = gpu.get("name")
-    if names is not None:
-        wanted = [str(name).lower() for name in names]
-        have = offer["gpu_name"]
-        if have is None or str(have).lower() not in wanted:
-            return "gpu name %s not in [%s]" % (have or "none", ", ".join(names))
-    # compute_capability is not measured on hosts (the fact has no such field), so it is not
-    # checked; dstack looks it up in gpuhunt's catalog by GPU name.
-    memory_gb = offer["gpu_memory_mib"] / 1024 if count else 0
-    reason = _range_reason("gpu memory", memory_gb, gpu.get("memory"), "GB")
-    if reason:
-        return reason
-    return _range_reason("gpu total memory", count * memory_gb, gpu.get("total_memory"), "GB")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,7 +176,7 @@ def _profile_reason(instance, config):
     max_price = config.get("max_price")
     price = _price(instance)
     if max_price is not None and price > max_price:
-        return "price $%s > max_price $%s" % (_number(price, 4), _number(max_price, 4))
+        return "price $%s > max_price $%s" % (short_number(price, 4), short_number(max_price, 4))
     policy = config.get("spot_policy") or "on-demand"
     if policy not in SPOT_POLICIES:
         raise PlacementError("spot_policy must be one of %s, got %r"
@@ -379,11 +200,11 @@ class _Host(object):
         self.instance = instance
         self.name = instance["name"]
         self.fact = fact
-        self.resources = _host_resources(fact, self.name)
+        self.resources = host_capacity(fact, self.name)
         busy = busy or {}
         if not isinstance(busy, dict):
             raise PlacementError("busy[%s] must be a mapping with blocks and gpu_ids" % self.name)
-        self.busy_blocks = _whole(busy.get("blocks") or 0, "busy blocks of %s" % self.name)
+        self.busy_blocks = whole_number(busy.get("blocks") or 0, "busy blocks of %s" % self.name)
         self.busy_ids = set(busy.get("gpu_ids") or [])
         self.total = self.resources["total_blocks"]
         self.free_devices = [
@@ -412,7 +233,7 @@ class _Host(object):
             choices = range(1, free + 1)
         reasons = []
         for blocks in choices:
-            offer = _offer(self.resources, blocks, total)
+            offer = block_offer(self.resources, blocks, total)
             reason = matches(resources, offer)
             if reason is None and len(self.free_devices) < offer["gpu_count"]:
                 reason = "only %d of %d GPUs free" % (
@@ -507,19 +328,10 @@ def _augment(root, candidates, owner):
 
 
 def _effective_jobs(config):
-    """The jobs with their resources resolved as the dstack server resolves them (§2.3): an
-    unset CPU arch on the default image (no image, no docker) is x86; with a custom image it
-    stays unset (any), since the image's architectures are not known here."""
-    jobs = job_requirements(config)
-    default_image = config.get("image") is None and not config.get("docker")
-    out = []
-    for job in jobs:
-        resources = copy.deepcopy(job["resources"])
-        cpu = resources.get("cpu")
-        if default_image and isinstance(cpu, dict) and cpu.get("arch") is None:
-            cpu["arch"] = "x86"
-        out.append(dict(job, resources=resources))
-    return out
+    """The jobs with their resources resolved as the dstack server resolves them."""
+    default_image = uses_default_image(config)
+    return [dict(job, resources=resolve_arch(job["resources"], default_image))
+            for job in job_requirements(config)]
 
 
 def _job_key(job):
@@ -547,10 +359,10 @@ def _try_fleet(fleet, jobs, config, facts, busy):
     instances = fleet.get("instances") or []
     if not isinstance(instances, list):
         raise PlacementError(
-            "fleet %s: instances must be a list, got %s" % (name, _kind(instances)))
+            "fleet %s: instances must be a list, got %s" % (name, type_name(instances)))
     records = []
     for position, instance in enumerate(instances):
-        instance = _mapping(instance, "fleet %s: instances[%d]" % (name, position))
+        instance = require_mapping(instance, "fleet %s: instances[%d]" % (name, position))
         if not instance.get("name"):
             raise PlacementError("fleet %s: instances[%d] has no name" % (name, position))
         num = instance.get("num")
@@ -669,16 +481,16 @@ def place(config, fleets, facts, busy=None):
     maps instance names to {"blocks", "gpu_ids"} already in use. Returns {"fleet", "placement",
     "jobs"}, the jobs in rank order; job 0 is the master. Same input, same plan.
     """
-    config = _mapping(config, "the task config")
+    config = require_mapping(config, "the task config")
     jobs = _effective_jobs(config)
     if fleets is None:
         fleets = []
     if not isinstance(fleets, list):
-        raise PlacementError("fleets must be a list of fleet records, got %s" % _kind(fleets))
-    facts = _mapping(facts if facts is not None else {}, "facts")
-    busy = _mapping(busy if busy is not None else {}, "busy")
+        raise PlacementError("fleets must be a list of fleet records, got %s" % type_name(fleets))
+    facts = require_mapping(facts if facts is not None else {}, "facts")
+    busy = require_mapping(busy if busy is not None else {}, "busy")
     for index, fleet in enumerate(fleets):
-        _mapping(fleet, "fleets[%d]" % index)
+        require_mapping(fleet, "fleets[%d]" % index)
         if not fleet.get("name"):
             raise PlacementError("fleets[%d] has no name" % index)
 
