@@ -1,7 +1,8 @@
 """``gpufleet``: dstack-like commands over the gpufleet.cluster collection.
 
-``validate`` reads files with the collection's config model; ``apply``, ``fleet`` and ``delete``
-run the collection's playbooks (fleet.yml, list.yml, delete.yml) through ansible-runner. This
+``validate`` reads files with the collection's config model; ``apply``, ``fleet``, ``delete``
+and ``offer`` run the collection's playbooks (fleet.yml, list.yml, delete.yml, offer.yml...)
+through ansible-runner. This
 module parses arguments and presents results; the logic lives in the collection.
 """
 
@@ -122,6 +123,23 @@ def _build_parser() -> argparse.ArgumentParser:
     delete.add_argument("-f", "--file", required=True, metavar="FILE", help="the fleet file")
     delete.add_argument("-y", "--yes", action="store_true", help="delete without asking")
     delete.set_defaults(handler=_delete)
+
+    offer = commands.add_parser(
+        "offer",
+        help="list the cloud offers a fleet or task would take",
+        description=(
+            "List the cloud offers (instance type, region, on-demand or spot) that a fleet or "
+            "task file matches, cheapest first, from the AWS and GCP catalogs, with "
+            "playbooks/offer.yml. Nothing is created and no cloud API is called."
+        ),
+    )
+    offer.add_argument("-f", "--file", required=True, metavar="FILE",
+                       help="the fleet or task file")
+    offer.add_argument("--max-offers", type=int, default=10, metavar="N",
+                       help="show at most N offers (default: 10)")
+    offer.add_argument("--json", action="store_true",
+                       help="print every offer, and why others were ruled out, as JSON")
+    offer.set_defaults(handler=_offer)
     return parser
 
 
@@ -291,6 +309,36 @@ def _delete(args, out, err) -> int:
                   f"Fleet {record['name']}: nothing to delete.\n")
     _report_failures(result, None, err)
     return 0 if result.ok else 1
+
+
+def _offer(args, out, err) -> int:
+    from .runner import RunnerError, run_playbook
+
+    path = os.path.abspath(args.file)
+    if args.max_offers < 1:
+        err.write("gpufleet: --max-offers must be at least 1\n")
+        return 2
+    if _read_config(path, err, ("fleet", "task")) is None:
+        return 1
+    try:
+        result = run_playbook("offer.yml", {"config_file": path,
+                                            "gpufleet_offer_limit": args.max_offers})
+    except RunnerError as exc:
+        err.write(f"gpufleet: {exc}\n")
+        return 2
+    found = result.stats.get("gpufleet_offers")
+    if found is None:
+        _report_failures(result, None, err)
+        return 1
+    if args.json:
+        json.dump(found, out, indent=2)
+        out.write("\n")
+    elif not found["offers"]:
+        out.write(found["msg"] + "\n")
+    else:
+        for line in _tables().offer_table(found["offers"], args.max_offers):
+            out.write(line + "\n")
+    return 0 if found["offers"] else 1
 
 
 def _fleet_vars(args):

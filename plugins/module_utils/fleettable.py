@@ -521,3 +521,44 @@ def plan_lines(fleet):
         if names[action]:
             lines.append("%s %s" % (action, ", ".join(names[action])))
     return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Offers
+# ---------------------------------------------------------------------------------------------
+
+OFFER_COLUMNS = ("#", "BACKEND", "REGION", "INSTANCE", "RESOURCES", "SPOT", "PRICE")
+
+
+def offer_table(offers, limit=3):
+    """Offers (offers/select.py records, cheapest first) as dstack's offers table.
+
+    The first ``limit`` offers (all when None) get a numbered row; when some are left out a
+    ``...`` row follows. The last line says ``Shown N of M offers, $X max``, the most
+    expensive of all M. No offers give no lines.
+    """
+    if not isinstance(offers, (list, tuple)):
+        raise FleetTableError("expected a list of offers, got %s" % type(offers).__name__)
+    if not offers:
+        return []
+    shown = list(offers if limit is None else offers[:limit])
+    rows = []
+    for number, offer in enumerate(shown, 1):
+        _require_mapping(offer, "offer %d" % number)
+        rows.append({
+            "#": str(number),
+            "BACKEND": str(offer.get("backend") or ""),
+            "REGION": str(offer.get("region") or ""),
+            "INSTANCE": str(offer.get("instance_type") or ""),
+            "RESOURCES": host_resources(offer.get("resources") or {}),
+            "SPOT": "yes" if offer.get("spot") else "no",
+            "PRICE": format_price(offer.get("price")),
+        })
+    if len(shown) < len(offers):
+        rows.append({"#": "", "BACKEND": "..."})
+    lines = _render(OFFER_COLUMNS, rows)
+    highest = max(float(o.get("price") or 0) for o in offers)
+    lines.append("")
+    lines.append("Shown %d of %d offers, %s max" % (len(shown), len(offers),
+                                                   format_price(highest)))
+    return lines
