@@ -1,0 +1,239 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What the aws backend asks EC2 for, as plain data: no boto3, no network.
+
+Every request the backend makes is built here, so its exact parameters are unit-tested and the
+calls themselves (aws.py) stay thin:
+
+    interfaces = network_interfaces(type_info, subnet, [group], public_ips)   # EFA layout
+    request = run_instances_request(launch)                                   # RunInstances
+    nums = instance_nums(instance)                                            # from tags
+
+Truth lives in tags. Every resource a fleet makes carries ``gpufleet:fleet=<fleet>``. One
+RunInstances call launches a group of instances with the same tags, so an instance's number is
+not a tag of its own: ``gpufleet:nums`` lists the numbers of the group (``3,4,5``) and each
+instance takes the one at its launch index (EC2's ``AmiLaunchIndex``). That keeps the number
+of mutating calls the same for 1 or 32 instances.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+TAG_FLEET = "gpufleet:fleet"
+TAG_NUMS = "gpufleet:nums"
+TAG_PLACEMENT = "gpufleet:placement"
+TAG_BLOCKS = "gpufleet:blocks"
+TAG_PRICE = "gpufleet:price"
+TAG_CREATED_BY = "gpufleet:created-by"
+CREATED_BY = "gpufleet"
+SSH_USER = "ubuntu"
+
+# Instance types whose first network card carries no EFA interface (dstack.md §5.1).
+PRIMARY_CARD_ENA_ONLY = ("p6-b300.48xlarge",)
+# Types on which every fourth network card gets a full EFA interface (with IP) instead of an
+# EFA-only one.
+EVERY_FOURTH_CARD_EFA = ("p5.48xlarge",)
+# Burstable types cannot join a cluster placement group.
+NO_CLUSTER_PLACEMENT = re.compile(r"^t[23]\.")
+
+# RunInstances errors that mean "not now, not here": the next offer (zone, region, instance
+# type) may have capacity; when none has, the fleet's retry policy sees a no-capacity event.
+CAPACITY_ERRORS = frozenset((
+    "InsufficientInstanceCapacity",
+    "InsufficientHostCapacity",
+    "InsufficientReservedInstanceCapacity",
+    "InsufficientCapacityOnOutpost",
+    "InsufficientCapacity",
+    "SpotMaxPriceTooLow",
+    "MaxSpotInstanceCountExceeded",
+    "Unsupported",                      # the type is not offered in that zone
+))
+# Quota errors: also no capacity for this account, reported with what to raise.
+QUOTA_ERRORS = frozenset(("VcpuLimitExceeded", "InstanceLimitExceeded"))
+
+ROOT_DEVICE = "/dev/sda1"
+
+
+class LayoutError(Exception):
+    """A launch that cannot be laid out (say, EFA without a subnet)."""
+
+
+def fleet_tags(fleet, config_tags=None, extra=None):
+    """The tags every resource of the fleet gets: the fleet's ``tags`` first, ours last (ours
+    win, so a user tag cannot detach a resource from its fleet)."""
+    tags = dict(config_tags or {})
+    tags.update({TAG_FLEET: fleet, TAG_CREATED_BY: CREATED_BY, "Name": fleet})
+    tags.update(extra or {})
+    return tags
+
+
+def tag_list(tags):
+    return [{"Key": k, "Value": str(v)} for k, v in sorted(tags.items())]
+
+
+def tags_of(resource):
+    return dict((t["Key"], t["Value"]) for t in resource.get("Tags") or [])
+
+
+def tag_specifications(tags, kinds=("instance", "volume", "network-interface")):
+    return [{"ResourceType": kind, "Tags": tag_list(tags)} for kind in kinds]
+
+
+def resource_name(fleet, what=None):
+    """``gpufleet-<fleet>`` (or ``gpufleet-<fleet>-<what>``): security group, placement group
+    and key pair names."""
+    return "gpufleet-%s" % fleet + ("-%s" % what if what else "")
+
+
+def efa_interfaces(type_info):
+    """How many EFA interfaces an instance type takes (0: none), from DescribeInstanceTypes."""
+    network = type_info.get("NetworkInfo") or {}
+    if not network.get("EfaSupported"):
+        return 0
+    return int((network.get("EfaInfo") or {}).get("MaximumEfaInterfaces") or 0)
+
+
+def network_interfaces(type_info, subnet_id, group_ids, public_ip):
+    """The NetworkInterfaces of a launch on an EFA type, laid out as dstack does; None for a
+    type without EFA (the launch then names the subnet and groups itself).
+
+    The primary interface (card 0, device 0) is ``efa`` unless the type's first card is
+    ENA-only. Types with several EFA interfaces get one more per network card (device 1),
+    ``efa-only``, or ``efa`` on every fourth card of a p5.48xlarge. EC2 gives no public IPv4 to
+    a launch with several interfaces, so then ``public_ip`` is left to an Elastic IP
+    (``needs_elastic_ip``).
+    """
+    count = efa_interfaces(type_info)
+    if not count:
+        return None
+    if not subnet_id:
+        raise LayoutError("EFA requires a subnet: set subnet ids for the region in the aws "
+                          "backend settings, or use a VPC with a subnet in the zone")
+    name = type_info.get("InstanceType")
+    primary_efa = name not in PRIMARY_CARD_ENA_ONLY
+    cards = count if primary_efa else count + 1
+    single = cards == 1
+
+    def interface(card, device, kind):
+        spec = {"NetworkCardIndex": card, "DeviceIndex": device, "SubnetId": subnet_id,
+                "Groups": list(group_ids), "DeleteOnTermination": True}
+        if kind:
+            spec["InterfaceType"] = kind
+        return spec
+
+    first = interface(0, 0, "efa" if primary_efa else None)
+    first["AssociatePublicIpAddress"] = bool(public_ip) and single
+    layout = [first]
+    for card in range(1, cards):
+        every_fourth = name in EVERY_FOURTH_CARD_EFA and card % 4 == 0
+        layout.append(interface(card, 1, "efa" if every_fourth else "efa-only"))
+    return layout
+
+
+def needs_elastic_ip(interfaces, public_ips):
+    """Whether each instance gets an Elastic IP on its primary interface after launch: public
+    IPs are wanted and the launch has more than one interface."""
+    return bool(public_ips) and bool(interfaces) and len(interfaces) > 1
+
+
+def uses_placement_group(config, instance_type):
+    return config.get("placement") == "cluster" and not NO_CLUSTER_PLACEMENT.match(instance_type)
+
+
+def client_token(fleet, nums, offer, zone, attempt=0):
+    """The idempotency token of one launch: the same fleet, numbers, offer and zone give the
+    same token, so a retried or re-run call returns the instances already launched instead of
+    launching more. ``attempt`` moves on when EC2 answers a token with instances that are
+    gone (a later launch of the same numbers after they were terminated)."""
+    key = json.dumps([fleet, sorted(nums), offer["instance_type"], offer["region"], zone,
+                      bool(offer["spot"]), attempt], sort_keys=True)
+    return "gpufleet-" + hashlib.sha256(key.encode()).hexdigest()[:48]
+
+
+def run_instances_request(launch):
+    """The RunInstances parameters of one launch.
+
+    ``launch``: {fleet, nums, offer (offers/select.py), zone, image_id, key_name, subnet_id,
+    group_ids, public_ips, interfaces (network_interfaces(), or None), placement_group,
+    disk_gb, tags, min_count, reservation (id or None), capacity_block (bool), user_data,
+    attempt}.
+    """
+    offer = launch["offer"]
+    nums = list(launch["nums"])
+    tags = fleet_tags(launch["fleet"], launch.get("tags"), {
+        TAG_NUMS: ",".join(str(n) for n in nums),
+        TAG_PLACEMENT: launch.get("placement") or "any",
+        TAG_BLOCKS: str(launch.get("blocks") or 1),
+        TAG_PRICE: repr(float(offer["price"])),
+    })
+    request = {
+        "ImageId": launch["image_id"],
+        "InstanceType": offer["instance_type"],
+        "MinCount": launch.get("min_count") or len(nums),
+        "MaxCount": len(nums),
+        "KeyName": launch["key_name"],
+        "ClientToken": client_token(launch["fleet"], nums, offer, launch["zone"],
+                                    launch.get("attempt") or 0),
+        "TagSpecifications": tag_specifications(tags),
+        "BlockDeviceMappings": [{
+            "DeviceName": launch.get("root_device") or ROOT_DEVICE,
+            "Ebs": {"VolumeSize": int(launch["disk_gb"]), "VolumeType": "gp3",
+                    "DeleteOnTermination": True},
+        }],
+        "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled",
+                            "HttpPutResponseHopLimit": 2},
+        "Placement": {"AvailabilityZone": launch["zone"]},
+    }
+    if launch.get("placement_group"):
+        request["Placement"]["GroupName"] = launch["placement_group"]
+    interfaces = launch.get("interfaces")
+    if interfaces:
+        request["NetworkInterfaces"] = interfaces
+    else:
+        request["NetworkInterfaces"] = [{
+            "DeviceIndex": 0, "SubnetId": launch["subnet_id"],
+            "Groups": list(launch["group_ids"]),
+            "AssociatePublicIpAddress": bool(launch.get("public_ips", True)),
+            "DeleteOnTermination": True,
+        }]
+    if launch.get("capacity_block"):
+        request["InstanceMarketOptions"] = {"MarketType": "capacity-block"}
+    elif offer["spot"]:
+        request["InstanceMarketOptions"] = {
+            "MarketType": "spot",
+            "SpotOptions": {"SpotInstanceType": "one-time",
+                            "InstanceInterruptionBehavior": "terminate"},
+        }
+    if launch.get("reservation"):
+        request["CapacityReservationSpecification"] = {
+            "CapacityReservationTarget": {"CapacityReservationId": launch["reservation"]}}
+    if launch.get("user_data"):
+        request["UserData"] = launch["user_data"]
+    return request
+
+
+def instance_nums(instance):
+    """The instance number of a described instance: its launch index into ``gpufleet:nums``;
+    None for an instance that is not one of ours or whose tags are damaged."""
+    tags = tags_of(instance)
+    try:
+        nums = [int(n) for n in tags.get(TAG_NUMS, "").split(",")]
+        return nums[int(instance.get("AmiLaunchIndex", 0))]
+    except (ValueError, IndexError):
+        return None
+
+
+# EC2 instance states as gpufleet instance statuses (fleets.records).
+STATUSES = {
+    "pending": "provisioning",
+    "running": "idle",
+    "stopping": "stopped",
+    "stopped": "stopped",
+    "shutting-down": "terminating",
+    "terminated": "terminated",
+}
+GONE = ("shutting-down", "terminated")
