@@ -36,9 +36,10 @@ $(BIN)/activate: pyproject.toml
 
 venv: $(BIN)/activate
 
-# The fast tier, for constant use: everything but the multi-second stress and property tests.
+# The fast tier, for constant use: everything but the multi-second stress and property tests
+# and the tests against local cloud API doubles (unit-all runs those too).
 unit: venv
-	$(BIN)/python -m pytest -q -m "not slow" tests/unit
+	$(BIN)/python -m pytest -q -m "not slow and not cloud" tests/unit
 
 unit-all: venv
 	$(BIN)/python -m pytest -q tests/unit

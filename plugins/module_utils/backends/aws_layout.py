@@ -89,6 +89,19 @@ def resource_name(fleet, what=None):
     return "gpufleet-%s" % fleet + ("-%s" % what if what else "")
 
 
+def security_group_rules(group_id):
+    """Ingress of a fleet's security group: SSH from anywhere, and all traffic from the group
+    itself, which EFA and NCCL between the fleet's instances need."""
+    return [
+        {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22,
+         "IpRanges": [{"CidrIp": "0.0.0.0/0", "Description": "SSH"}],
+         "Ipv6Ranges": [{"CidrIpv6": "::/0", "Description": "SSH"}]},
+        {"IpProtocol": "-1",
+         "UserIdGroupPairs": [{"GroupId": group_id,
+                               "Description": "all traffic between the fleet's instances"}]},
+    ]
+
+
 def efa_interfaces(type_info):
     """How many EFA interfaces an instance type takes (0: none), from DescribeInstanceTypes."""
     network = type_info.get("NetworkInfo") or {}

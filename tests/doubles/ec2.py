@@ -1,0 +1,285 @@
+"""A local EC2 endpoint for tests: moto's server behind a recording proxy.
+
+moto (``ThreadedMotoServer``) answers the EC2 API for real: instances, security groups, key
+pairs, addresses, tags. This proxy sits in front of it and
+
+- records every request as ``{"action": ..., "params": {...}}`` (the EC2 query parameters, as
+  flat as the wire has them), so tests assert the exact parameters of each mutating call;
+- answers what moto lacks: placement groups (Create/Describe/DeletePlacementGroups), and
+  refuses a launch into a placement group that does not exist, as EC2 does;
+- keeps RunInstances idempotent by ClientToken, as EC2 does and moto does not: the same token
+  with the same parameters answers the first launch again, other parameters are refused with
+  IdempotentParameterMismatch;
+- launches as EC2 does, as many instances as there is capacity for up to MaxCount (moto
+  launches MinCount): ``capacity[zone] = n`` caps what one launch in that zone gets, and below
+  MinCount the launch fails with InsufficientInstanceCapacity;
+- fails chosen calls on demand (``fail(action, code, when=...)``), e.g. a RunInstances in one
+  zone with InsufficientInstanceCapacity, as EC2 answers it (HTTP 500).
+
+Point boto3 at ``double.url`` (``AWS_ENDPOINT_URL``) with any credentials.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+import urllib.parse
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from xml.sax.saxutils import escape
+
+from moto.server import ThreadedMotoServer
+
+EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
+ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_SESSION_TOKEN": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def _free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _indexed(params, prefix):
+    """The values of ``Prefix.1``, ``Prefix.2``... in order."""
+    found = []
+    number = 1
+    while "%s.%d" % (prefix, number) in params:
+        found.append(params["%s.%d" % (prefix, number)])
+        number += 1
+    return found
+
+
+def _tags_of(params, resource_type):
+    """Tags of a TagSpecification.N for ``resource_type`` in flat query params."""
+    number = 1
+    while "TagSpecification.%d.ResourceType" % number in params:
+        if params["TagSpecification.%d.ResourceType" % number] == resource_type:
+            prefix = "TagSpecification.%d.Tag" % number
+            tags = {}
+            index = 1
+            while "%s.%d.Key" % (prefix, index) in params:
+                tags[params["%s.%d.Key" % (prefix, index)]] = \
+                    params.get("%s.%d.Value" % (prefix, index), "")
+                index += 1
+            return tags
+        number += 1
+    return {}
+
+
+class Ec2Double:
+    def __init__(self):
+        self.moto_port = _free_port()
+        self.moto = ThreadedMotoServer(ip_address="127.0.0.1", port=self.moto_port, verbose=False)
+        self.moto.start()
+        self.requests = []
+        self.placement_groups = {}
+        self.launches = {}      # ClientToken -> (params, response body)
+        self.capacity = {}      # zone -> how many instances one launch there can get
+        self.failures = []
+        self.lock = threading.Lock()
+        double = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_POST(self):
+                double._handle(self)
+
+            def do_GET(self):
+                double._forward(self, b"")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    # -- what tests use ---------------------------------------------------------------------
+
+    def env(self):
+        return dict(ENV, AWS_ENDPOINT_URL=self.url)
+
+    def calls(self, action=None):
+        with self.lock:
+            return [r for r in self.requests if action is None or r["action"] == action]
+
+    def mutating(self):
+        return [r for r in self.calls()
+                if not r["action"].startswith(("Describe", "Get"))]
+
+    def fail(self, action, code, message="injected by the test", when=None, times=None):
+        """Answer ``action`` with an EC2 error while ``when(params)`` holds (default: always),
+        at most ``times`` times."""
+        self.failures.append({"action": action, "code": code, "message": message,
+                              "when": when, "left": times})
+
+    def clear(self):
+        with self.lock:
+            self.requests.clear()
+        self.failures.clear()
+        self.capacity.clear()
+
+    def stop(self):
+        self.server.shutdown()
+        self.moto.stop()
+
+    # -- the proxy --------------------------------------------------------------------------
+
+    def _handle(self, handler):
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length)
+        params = dict(urllib.parse.parse_qsl(body.decode(), keep_blank_values=True))
+        action = params.get("Action", "")
+        region = self._region(handler)
+        with self.lock:
+            self.requests.append({"action": action, "params": params, "region": region})
+        for failure in self.failures:
+            if failure["action"] != action or failure["left"] == 0:
+                continue
+            if failure["when"] is None or failure["when"](params):
+                if failure["left"] is not None:
+                    failure["left"] -= 1
+                status = 500 if failure["code"].startswith("Insufficient") else 400
+                return self._error(handler, status, failure["code"], failure["message"])
+        own = getattr(self, "_" + action, None)
+        if own is not None:
+            return own(handler, params, region)
+        if action == "RunInstances":
+            return self._run_instances(handler, params, region, body)
+        return self._forward(handler, body)
+
+    def _run_instances(self, handler, params, region, body):
+        if params.get("Placement.GroupName"):
+            key = (region, params["Placement.GroupName"])
+            if key not in self.placement_groups:
+                return self._error(handler, 400, "InvalidPlacementGroup.Unknown",
+                                   "The placement group '%s' is unknown." % key[1])
+        token = params.get("ClientToken")
+        if token and token in self.launches:
+            first, answer = self.launches[token]
+            if first != params:
+                return self._error(handler, 400, "IdempotentParameterMismatch",
+                                   "The client token %s was used with other parameters." % token)
+            return self._send(handler, 200, answer)
+        wanted = int(params.get("MaxCount", 1))
+        available = self.capacity.get(params.get("Placement.AvailabilityZone"), wanted)
+        count = min(wanted, available)
+        if count < int(params.get("MinCount", 1)):
+            return self._error(handler, 500, "InsufficientInstanceCapacity",
+                               "We currently do not have sufficient capacity in the "
+                               "Availability Zone you requested.")
+        body = urllib.parse.urlencode(dict(params, MinCount=str(count),
+                                           MaxCount=str(count))).encode()
+        status, answer = self._forward(handler, body)
+        if token and status == 200:
+            self.launches[token] = (params, answer)
+        return None
+
+    @staticmethod
+    def _region(handler):
+        auth = handler.headers.get("Authorization") or ""
+        # Credential=KEY/DATE/REGION/SERVICE/aws4_request
+        try:
+            return auth.split("Credential=", 1)[1].split("/")[2]
+        except IndexError:
+            return "us-east-1"
+
+    def _forward(self, handler, body):
+        if "Content-Length" in handler.headers:
+            handler.headers.replace_header("Content-Length", str(len(body)))
+        connection = http.client.HTTPConnection("127.0.0.1", self.moto_port, timeout=60)
+        headers = dict((k, v) for k, v in handler.headers.items() if k.lower() != "host")
+        headers["Host"] = "127.0.0.1:%d" % self.moto_port
+        connection.request(handler.command, handler.path, body=body, headers=headers)
+        response = connection.getresponse()
+        data = response.read()
+        handler.send_response(response.status)
+        for key, value in response.getheaders():
+            if key.lower() not in ("content-length", "transfer-encoding", "connection"):
+                handler.send_header(key, value)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+        connection.close()
+        return response.status, data.decode()
+
+    @staticmethod
+    def _send(handler, status, xml):
+        data = xml.encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "text/xml")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def _error(self, handler, status, code, message):
+        self._send(handler, status,
+                   '<?xml version="1.0" encoding="UTF-8"?><Response><Errors><Error><Code>%s'
+                   "</Code><Message>%s</Message></Error></Errors><RequestID>%s</RequestID>"
+                   "</Response>" % (escape(code), escape(message), uuid.uuid4()))
+
+    def _ok(self, handler, action, inner):
+        self._send(handler, 200, '<?xml version="1.0" encoding="UTF-8"?><%sResponse xmlns="%s">'
+                                 "<requestId>%s</requestId>%s</%sResponse>"
+                   % (action, EC2_NS, uuid.uuid4(), inner, action))
+
+    # -- placement groups (moto has none) ----------------------------------------------------
+
+    def _group_xml(self, group):
+        tags = "".join("<item><key>%s</key><value>%s</value></item>" % (escape(k), escape(v))
+                       for k, v in sorted(group["tags"].items()))
+        return ("<item><groupName>%s</groupName><groupId>%s</groupId><strategy>%s</strategy>"
+                "<state>available</state><tagSet>%s</tagSet></item>"
+                % (escape(group["name"]), group["id"], group["strategy"], tags))
+
+    def _CreatePlacementGroup(self, handler, params, region):
+        name = params.get("GroupName")
+        key = (region, name)
+        if key in self.placement_groups:
+            return self._error(handler, 400, "InvalidPlacementGroup.Duplicate",
+                               "The placement group '%s' already exists." % name)
+        group = {"name": name, "id": "pg-" + uuid.uuid4().hex[:17],
+                 "strategy": params.get("Strategy", "cluster"),
+                 "tags": _tags_of(params, "placement-group")}
+        self.placement_groups[key] = group
+        return self._ok(handler, "CreatePlacementGroup",
+                        "<placementGroup>%s</placementGroup>"
+                        % self._group_xml(group)[len("<item>"):-len("</item>")])
+
+    def _DescribePlacementGroups(self, handler, params, region):
+        names = set(_indexed(params, "GroupName"))
+        filters = {}
+        number = 1
+        while "Filter.%d.Name" % number in params:
+            filters[params["Filter.%d.Name" % number]] = set(
+                _indexed(params, "Filter.%d.Value" % number))
+            number += 1
+        found = []
+        for (group_region, name), group in sorted(self.placement_groups.items()):
+            if group_region != region or (names and name not in names):
+                continue
+            if any(not key.startswith("tag:") or group["tags"].get(key[4:]) not in values
+                   for key, values in filters.items()):
+                continue
+            found.append(group)
+        missing = names - set(g["name"] for g in found)
+        if missing:
+            return self._error(handler, 400, "InvalidPlacementGroup.Unknown",
+                               "The placement group '%s' is unknown." % sorted(missing)[0])
+        return self._ok(handler, "DescribePlacementGroups", "<placementGroupSet>%s"
+                        "</placementGroupSet>" % "".join(self._group_xml(g) for g in found))
+
+    def _DeletePlacementGroup(self, handler, params, region):
+        key = (region, params.get("GroupName"))
+        if key not in self.placement_groups:
+            return self._error(handler, 400, "InvalidPlacementGroup.Unknown",
+                               "The placement group '%s' is unknown." % key[1])
+        del self.placement_groups[key]
+        return self._ok(handler, "DeletePlacementGroup", "<return>true</return>")
