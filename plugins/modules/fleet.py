@@ -13,11 +13,17 @@ version_added: 0.1.0
 description:
   - "Reads a dstack fleet configuration (C(type: fleet)) with gpufleet's configuration model and
     makes its instances real."
-  - "Backend fleets (C(nodes)) are provisioned. With the C(local) backend, the default and the
-    only backend of this version, each node is a container on the controller's Docker engine
-    with its own sshd, its own dockerd and its own address: C(placement: cluster) nodes share
-    one network, other nodes get one network each. Nodes are reached by SSH as C(gpufleet) with
-    a key made for the fleet."
+  - "Backend fleets (C(nodes)) are provisioned. With the C(local) backend, the default, each
+    node is a container on the controller's Docker engine with its own sshd, its own dockerd
+    and its own address: C(placement: cluster) nodes share one network, other nodes get one
+    network each. Nodes are reached by SSH as C(gpufleet) with a key made for the fleet."
+  - "With C(backends: [aws]), nodes are EC2 instances launched from the fleet's offers,
+    cheapest first (see M(gpufleet.cluster.offer_info)): one RunInstances call per offer and
+    zone for all missing nodes, idempotent by a token derived from the fleet; EFA interfaces on
+    every network card of EFA types; a cluster placement group, a security group (SSH, and all
+    traffic within the fleet) and the fleet's key pair, all tagged C(gpufleet:fleet) and removed
+    with the fleet. Capacity errors move on to the next offer; when none has capacity, the
+    fleet's C(retry) policy (C(no-capacity)) decides whether to wait and try again."
   - "Applying again converges: missing nodes are created up to C(nodes.target) with the lowest
     free instance numbers, stopped nodes are started, existing nodes are kept, and nodes are
     removed only above C(nodes.max)."
@@ -67,6 +73,16 @@ options:
       - The Debian mirror used when the node image has to be built.
     type: str
     default: http://deb.debian.org/debian
+  backend_settings:
+    description:
+      - "Settings of the cloud backends, by backend: C(aws) takes C(regions), C(vpc_ids) and
+        C(subnet_ids) (by region), C(public_ips), C(image_id) (an AMI id, or one per region),
+        C(image_owners), C(tags), C(iam_instance_profile) and C(retry_delays) (seconds between
+        no-capacity retries). See C(docs/backends.md)."
+      - Defaults to the contents of C(backends.yml) in O(state_dir), else none.
+      - Credentials are never settings; boto3 finds them as usual (environment variables such
+        as those AWX injects, shared credential files, an instance profile).
+    type: dict
 extends_documentation_fragment:
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.action_group
@@ -183,7 +199,12 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker i
     Docker,
     DockerError,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import apply, records, state
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
+    apply,
+    cloud,
+    records,
+    state,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.naming import NamingError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
     HAS_YAML,
@@ -205,6 +226,7 @@ def main():
             state_dir=dict(type="path"),
             image=dict(type="str"),
             mirror=dict(type="str", default=local.DEFAULT_MIRROR),
+            backend_settings=dict(type="dict"),
         ),
         mutually_exclusive=[("path", "config")],
         required_one_of=[("path", "config")],
@@ -227,10 +249,13 @@ def main():
             config, warnings = parse_file(path, "fleet")
         for warning in warnings:
             module.warn("%s: %s" % (path or "inline config", warning))
-        if config["fleet_type"] == "backend":
+        settings = state.backend_settings(root, params["backend_settings"])
+        cloud_fleet = config["fleet_type"] == "backend" and cloud.cloud_backend(config)
+        if config["fleet_type"] == "backend" and not cloud_fleet:
             docker.ping()
         if params["state"] == "absent":
-            record, changed = apply.delete(config, path, docker, root, module.check_mode)
+            record, changed = apply.delete(config, path, docker, root, module.check_mode,
+                                           settings=settings)
             release_vars = None
             if config["fleet_type"] == "ssh":
                 release_vars = records.release_hostvars(config, record["name"], path, root)
@@ -238,7 +263,7 @@ def main():
                              state_dir=root, release_vars=release_vars)
         record, changed = apply.apply(
             config, path, docker, root, module.check_mode, image=params["image"],
-            build_image=build_image,
+            build_image=build_image, settings=settings,
         )
         if not module.check_mode:
             state.ensure_fleet_dir(root, record["name"])

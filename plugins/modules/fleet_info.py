@@ -32,6 +32,12 @@ options:
       - Where the controller keeps each fleet's key, known hosts and cached facts (see
         M(gpufleet.cluster.fleet)).
     type: path
+  backend_settings:
+    description:
+      - Settings of the cloud backends, by backend, as M(gpufleet.cluster.fleet) takes them;
+        needed to find the instances of cloud fleets (their regions).
+      - Defaults to the contents of C(backends.yml) in O(state_dir), else none.
+    type: dict
 extends_documentation_fragment:
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.info_module
@@ -89,6 +95,7 @@ def main():
         argument_spec=dict(
             paths=dict(type="list", elements="path", default=[]),
             state_dir=dict(type="path"),
+            backend_settings=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
@@ -99,10 +106,12 @@ def main():
         if module.params["paths"]:
             for path in module.params["paths"]:
                 config, _warnings = parse_file(path, "fleet")
-                fleets.append(apply.describe(config, path, docker, root))
+                fleets.append(apply.describe(
+                    config, path, docker, root,
+                    settings=state.backend_settings(root, module.params["backend_settings"])))
         else:
             fleets = apply.discover(docker, root)
-    except (SpecError, NamingError, DockerError, apply.ApplyError) as exc:
+    except (SpecError, NamingError, DockerError, apply.ApplyError, state.StateError) as exc:
         module.fail_json(msg=str(exc))
     except Exception as exc:  # pylint: disable=broad-exception-caught
         module.fail_json(msg="internal error in gpufleet (please report it): %s" % exc,

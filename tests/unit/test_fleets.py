@@ -226,8 +226,9 @@ def test_local_fleet_refuses_gpus():
 def test_backend_choice():
     assert apply.choose_backend({"backends": None}, "x") == "local"
     assert apply.choose_backend({"backends": ["aws", "local"]}, "x") == "local"
-    with pytest.raises(apply.ApplyError, match="backends aws, gcp cannot provision"):
-        apply.choose_backend({"backends": ["aws", "gcp"]}, "x")
+    assert apply.choose_backend({"backends": ["gcp", "aws"]}, "x") == "aws"
+    with pytest.raises(apply.ApplyError, match="backends gcp, azure cannot provision"):
+        apply.choose_backend({"backends": ["gcp", "azure"]}, "x")
 
 
 # --- state dir --------------------------------------------------------------------------------

@@ -13,12 +13,13 @@ import datetime
 import os
 
 from ..backends import local
-from . import state
+from ..offers import catalog
+from . import cloud, state
 from .naming import fleet_name, instance_name
 from .plan import has_changes, plan_backend
 from .records import fleet_record, ssh_instances
 
-AVAILABLE_BACKENDS = ("local",)
+AVAILABLE_BACKENDS = ("local",) + cloud.CLOUD_BACKENDS
 
 
 class ApplyError(Exception):
@@ -30,9 +31,11 @@ def utcnow():
 
 
 def choose_backend(config, name):
-    """The backend that provisions a backend fleet: ``local`` unless ``backends`` rules it out."""
+    """The backend that provisions a backend fleet: ``local`` unless ``backends`` rules it out
+    (local nodes cost nothing, so a list with ``local`` gets it, as the cheapest offer), else
+    the first cloud backend listed that gpufleet provisions."""
     wanted = config.get("backends")
-    if not wanted:
+    if not wanted or "local" in wanted:
         return "local"
     for backend in wanted:
         if backend in AVAILABLE_BACKENDS:
@@ -55,7 +58,7 @@ def _names(fleet, nums):
     return [instance_name(fleet, n) for n in nums]
 
 
-def describe(config, path=None, docker=None, root=None):
+def describe(config, path=None, docker=None, root=None, settings=None):
     """The fleet record as it is now, without changing anything."""
     name = fleet_name(config, path)
     record = fleet_record(config, name, path)
@@ -64,7 +67,16 @@ def describe(config, path=None, docker=None, root=None):
         base_dir = os.path.dirname(os.path.abspath(path)) if path else None
         record["instances"] = ssh_instances(config, name, base_dir)
         return record
-    choose_backend(config, name)
+    if choose_backend(config, name) in cloud.CLOUD_BACKENDS:
+        try:
+            instances = cloud.describe(config, name, state.key_path(root, name), settings,
+                                       catalog_dir=catalog.directory(root))
+        except cloud.CloudError as exc:
+            raise ApplyError(str(exc))
+        _set_instances(record, instances)
+        if not instances:
+            record["status"] = "terminated"
+        return record
     nodes = local.list_nodes(docker, name)
     _set_instances(record, local.instance_records(
         nodes, name, config.get("blocks", 1), state.key_path(root, name)
@@ -94,12 +106,13 @@ def discover(docker, root=None):
 
 
 def apply(config, path=None, docker=None, root=None, check_mode=False, image=None,
-          build_image=None):
+          build_image=None, settings=None):
     """Converge a fleet to its config. Returns ``(fleet record, changed)``.
 
     The record's ``plan`` says what was (in check mode: would be) done, by instance name:
     ``create``, ``start`` (stopped nodes), ``keep`` and ``remove``.
-    ``build_image(check_mode)`` returns the node image to use (built when missing).
+    ``build_image(check_mode)`` returns the node image to use (built when missing); ``settings``
+    are the cloud backends' settings (``{"aws": {...}}``, see docs/backends.md).
     """
     root = state.state_dir(root)
     name = fleet_name(config, path)
@@ -110,6 +123,16 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
         record["plan"] = None  # hosts are claimed by the play, which knows their markers
         return record, False
     backend = choose_backend(config, name)
+    if backend in cloud.CLOUD_BACKENDS:
+        try:
+            instances, plan, changed = cloud.apply(config, name, root, settings,
+                                                   check_mode=check_mode,
+                                                   catalog_dir=catalog.directory(root))
+        except cloud.CloudError as exc:
+            raise ApplyError(str(exc))
+        record = _set_instances(fleet_record(config, name, path), instances)
+        record["plan"] = plan
+        return record, changed
     if backend == "local":
         local.check_local_fleet(config, name)
     nodes = local.list_nodes(docker, name)
@@ -169,7 +192,7 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
     return record, changed
 
 
-def delete(config, path=None, docker=None, root=None, check_mode=False):
+def delete(config, path=None, docker=None, root=None, check_mode=False, settings=None):
     """Remove a fleet's nodes, volumes, networks and local files. Returns (record, changed).
 
     For an SSH fleet only the local files go here; the hosts are released by the play.
@@ -179,7 +202,13 @@ def delete(config, path=None, docker=None, root=None, check_mode=False):
     record = describe(config, path, docker, root) if config["fleet_type"] == "ssh" else \
         fleet_record(config, name, path)
     removed = {"containers": [], "volumes": [], "networks": []}
-    if config["fleet_type"] != "ssh":
+    if config["fleet_type"] != "ssh" and choose_backend(config, name) in cloud.CLOUD_BACKENDS:
+        try:
+            removed, _changed = cloud.delete(config, name, settings, check_mode=check_mode,
+                                             catalog_dir=catalog.directory(root))
+        except cloud.CloudError as exc:
+            raise ApplyError(str(exc))
+    elif config["fleet_type"] != "ssh":
         removed = local.remove_fleet(docker, name, check_mode=check_mode)
     files = state.remove_fleet_dir(root, name, check_mode=check_mode)
     changed = bool(files or any(removed.values()))

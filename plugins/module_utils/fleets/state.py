@@ -21,6 +21,13 @@ import os
 import shutil
 import subprocess
 
+try:
+    import yaml
+except ImportError:  # pragma: no cover - ansible-core needs PyYAML
+    yaml = None
+
+BACKEND_SETTINGS = "backends.yml"
+
 ENV = "GPUFLEET_STATE_DIR"
 
 
@@ -75,6 +82,27 @@ def remember_file(root, fleet, path):
         pass
     with open(target, "w") as handle:
         handle.write(text)
+
+
+def backend_settings(root, given=None):
+    """The cloud backends' settings: ``given`` (a playbook's variable) when set, else
+    ``<state dir>/backends.yml`` when there is one, else none (``{}``)."""
+    if given:
+        return given
+    path = os.path.join(root, BACKEND_SETTINGS)
+    if not os.path.exists(path):
+        return {}
+    if yaml is None:
+        raise StateError("%s needs PyYAML to be read" % path)
+    try:
+        with open(path) as handle:
+            data = yaml.safe_load(handle) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise StateError("%s cannot be read: %s" % (path, exc))
+    if not isinstance(data, dict):
+        raise StateError("%s must hold a mapping of backend names to settings, e.g. "
+                         "aws: {regions: [us-east-1]}" % path)
+    return data
 
 
 def remembered_files(root):

@@ -52,8 +52,9 @@ def _describe_file(path, docker, root):
         raise RunError("%s is a %s file; fleets must be fleet files (type: fleet)"
                        % (path, config.get("type")))
     try:
-        return fleet_apply.describe(config, path, docker, root)
-    except (fleet_apply.ApplyError, DockerError) as exc:
+        return fleet_apply.describe(config, path, docker, root,
+                                    settings=state.backend_settings(root))
+    except (fleet_apply.ApplyError, DockerError, state.StateError) as exc:
         raise RunError(str(exc))
 
 

@@ -1,0 +1,237 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Backend fleets in the clouds: from a normalized config to live EC2 instances.
+
+apply.py hands fleets whose ``backends`` name a cloud backend here. The instances are planned
+as local nodes are (plan.py: the lowest free numbers up to ``nodes.target``, stopped ones
+started, only those above ``nodes.max`` removed); new ones are launched from the fleet's
+offers, cheapest first (offers/select.py). A cluster stays in the zone, instance type and
+placement group of the instances it has. When no offer has capacity, the fleet's ``retry``
+policy decides: with ``no-capacity`` among its events, the launch is tried again after
+growing waits (``retry_delays`` in the backend settings) until ``retry.duration`` runs out.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..backends import aws as aws_backend
+from ..backends import aws_layout
+from ..offers import catalog
+from ..offers.select import OfferError, disk_gb, no_offers_message, select
+from . import state
+from .naming import instance_name
+from .plan import has_changes, plan_backend
+
+CLOUD_BACKENDS = ("aws",)
+DEFAULT_RETRY_DELAYS = (60, 120, 300, 600, 1800)
+
+
+class CloudError(Exception):
+    """The fleet cannot be provisioned as written or right now; the message says why."""
+
+
+def cloud_backend(config):
+    """The cloud backend a fleet's ``backends`` names first, or None."""
+    for backend in config.get("backends") or ():
+        if backend in CLOUD_BACKENDS:
+            return backend
+    return None
+
+
+def _settings(settings, backend):
+    section = (settings or {}).get(backend) or {}
+    if not isinstance(section, dict):
+        raise CloudError("backend settings: %s must be a mapping, got %s"
+                         % (backend, type(section).__name__))
+    return section
+
+
+def regions(config, settings, backend="aws", catalog_dir=None):
+    """The regions to look for the fleet's instances in and to launch in, lower-case."""
+    data, _source = catalog.load(backend, catalog_dir)
+    known = sorted(set(o["region"] for e in data["instance_types"] for o in e["offers"]))
+    allowed = _settings(settings, backend).get("regions")
+    wanted = config.get("regions")
+    chosen = [r.lower() for r in (wanted or allowed or known)]
+    if wanted and allowed:
+        chosen = [r for r in chosen if r in [a.lower() for a in allowed]]
+        if not chosen:
+            raise CloudError("regions %s are not among the %s backend's regions (%s)"
+                             % (", ".join(wanted), backend, ", ".join(allowed)))
+    return chosen
+
+
+def _client(settings, backend, client):
+    if client is not None:
+        return client
+    try:
+        settings_for = dict(_settings(settings, backend))
+        settings_for.pop("retry_delays", None)
+        return aws_backend.Aws(settings_for)
+    except aws_backend.AwsError as exc:
+        raise CloudError(str(exc))
+
+
+def _plan_state(instance):
+    name = instance["State"]["Name"]
+    return "stopped" if name in ("stopping", "stopped") else "running"
+
+
+def describe(config, name, key_file, settings, client=None, catalog_dir=None):
+    """The fleet's instance records as the cloud has them."""
+    backend = cloud_backend(config)
+    aws = _client(settings, backend, client)
+    try:
+        placed = aws.fleet_instances(name, regions(config, settings, backend, catalog_dir))
+    except aws_backend.AwsError as exc:
+        raise CloudError(str(exc))
+    return aws_backend.instance_records(placed, name, key_file, aws.settings["public_ips"])
+
+
+def _offers(config, name, backend, catalog_dir, placed, region_list):
+    data, _source = catalog.load(backend, catalog_dir)
+    try:
+        found = select(config, {backend: data})
+    except OfferError as exc:
+        raise CloudError("fleet %s: %s" % (name, exc))
+    offers = [o for o in found["offers"] if o["region"] in region_list]
+    if config.get("placement") == "cluster" and placed:
+        # New nodes of a cluster join the instances it has: same zone, same instance type.
+        region, first = placed[0]
+        zone = first["Placement"]["AvailabilityZone"]
+        offers = [dict(o, zones=[zone]) for o in offers
+                  if o["region"] == region and zone in o["zones"]
+                  and o["instance_type"] == first["InstanceType"]]
+        if not offers:
+            raise CloudError(
+                "fleet %s: no offer matches its running cluster (%s in %s); the file's "
+                "resources or profile no longer allow it, so new nodes cannot join: delete "
+                "the fleet to move it" % (name, first["InstanceType"], zone))
+    if not offers:
+        raise CloudError(no_offers_message("fleet " + name, found["rejected"]))
+    return offers
+
+
+def _retry_delays(config, settings, backend):
+    retry = config.get("retry") or {}
+    if "no-capacity" not in (retry.get("on_events") or ()):
+        return []
+    budget = retry.get("duration") or 0
+    delays = list(_settings(settings, backend).get("retry_delays") or DEFAULT_RETRY_DELAYS)
+    chosen = []
+    spent = 0
+    index = 0
+    while True:
+        delay = delays[min(index, len(delays) - 1)]
+        if spent + delay > budget:
+            return chosen
+        chosen.append(delay)
+        spent += delay
+        index += 1
+
+
+def _launch(aws, config, name, nums, offers, public_key, disk, delays, sleep):
+    attempt = 0
+    while True:
+        try:
+            return aws.launch_group(name, nums, offers, config, public_key, disk,
+                                    all_at_once=config.get("placement") == "cluster")
+        except aws_backend.NoCapacity as exc:
+            if attempt >= len(delays):
+                raise CloudError("%s%s" % (exc, "; gave up after %d retries (retry.duration)"
+                                           % attempt if attempt else
+                                           "; the fleet's retry policy does not retry "
+                                           "no-capacity, so nothing was retried"))
+            sleep(delays[attempt])
+            attempt += 1
+        except aws_backend.AwsError as exc:
+            raise CloudError(str(exc))
+
+
+def apply(config, name, root, settings, check_mode=False, client=None, catalog_dir=None,
+          sleep=time.sleep):
+    """Converge a cloud fleet. Returns ``(instances, plan, changed)``."""
+    backend = cloud_backend(config)
+    aws = _client(settings, backend, client)
+    region_list = regions(config, settings, backend, catalog_dir)
+    try:
+        placed = aws.fleet_instances(name, region_list)
+    except aws_backend.AwsError as exc:
+        raise CloudError(str(exc))
+    placement = config.get("placement") or "any"
+    current = set(aws_layout.tags_of(i).get(aws_layout.TAG_PLACEMENT) or "any"
+                  for _r, i in placed)
+    if current and current != set([placement]):
+        raise CloudError(
+            "fleet %s exists with placement %s; the file says %s. Changing placement "
+            "re-creates the fleet: delete it first (gpufleet delete -f FILE, or "
+            "playbooks/delete.yml) and apply again" % (name, ", ".join(sorted(current)),
+                                                       placement))
+    by_num = {}
+    for region, instance in placed:
+        num = aws_layout.instance_nums(instance)
+        if num is not None:
+            by_num[num] = (region, instance)
+    existing = [{"num": num, "state": _plan_state(instance)}
+                for num, (_region, instance) in by_num.items()]
+    nums = plan_backend(config["nodes"], existing)
+    plan = {
+        "create": [instance_name(name, n) for n in nums["create"]],
+        "start": [instance_name(name, n) for n in nums["start"]],
+        "keep": [instance_name(name, n) for n in nums["keep"] if n not in nums["start"]],
+        "remove": [instance_name(name, n) for n in nums["remove"]],
+        "release": [],
+    }
+    changed = has_changes(plan)
+    key_file = state.key_path(root, name)
+    offers = []
+    if nums["create"]:
+        alive = [by_num[n] for n in sorted(by_num) if n in nums["keep"]]
+        offers = _offers(config, name, backend, catalog_dir, alive, region_list)
+    if changed and not check_mode:
+        try:
+            if nums["remove"]:
+                aws.terminate([by_num[n] for n in nums["remove"]])
+            if nums["start"]:
+                aws.start([by_num[n] for n in nums["start"]])
+        except aws_backend.AwsError as exc:
+            raise CloudError(str(exc))
+        if nums["create"]:
+            key_file, public_key, _made = state.ensure_key(root, name)
+            disk = disk_gb(config, backend)
+            _launch(aws, config, name, nums["create"], offers, public_key, disk,
+                    _retry_delays(config, settings, backend), sleep)
+        try:
+            placed = aws.fleet_instances(name, region_list)
+            placed = aws.wait_running([p for p in placed
+                                       if p[1]["State"]["Name"] in ("pending", "running")])
+        except aws_backend.AwsError as exc:
+            raise CloudError(str(exc))
+    instances = aws_backend.instance_records(placed, name, key_file, aws.settings["public_ips"])
+    if check_mode and nums["create"]:
+        first = offers[0]
+        instances += [{
+            "name": instance_name(name, num), "num": num, "fleet": name, "backend": backend,
+            "region": first["region"], "zone": first["zones"][0],
+            "instance_type": first["instance_type"], "instance_id": None,
+            "price": first["price"], "spot": first["spot"], "status": "pending",
+            "error": None, "created": None, "hostname": None, "port": 22,
+            "user": aws_layout.SSH_USER, "identity_file": key_file, "proxy_jump": None,
+            "internal_ip": None, "network": None, "blocks": config.get("blocks", 1),
+            "placement": placement,
+        } for num in nums["create"]]
+    return instances, plan, changed
+
+
+def delete(config, name, settings, check_mode=False, client=None, catalog_dir=None):
+    """Remove the fleet's instances and what it created. Returns (removed, changed)."""
+    backend = cloud_backend(config)
+    aws = _client(settings, backend, client)
+    try:
+        removed = aws.delete_fleet(name, regions(config, settings, backend, catalog_dir),
+                                   check_mode=check_mode)
+    except aws_backend.AwsError as exc:
+        raise CloudError(str(exc))
+    return removed, any(removed.values())

@@ -1,0 +1,101 @@
+"""An aws fleet through the gpufleet.cluster.fleet module, as ansible runs it (AnsiballZ in a
+subprocess), against the local EC2 double: backend settings from backends.yml in the state
+dir, a refreshed catalog there, the plan in check mode, instances launched with one
+RunInstances, the fleet record and its hosts, a re-apply that changes nothing, and delete."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+import yaml
+from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
+
+from gpufleet._collection import collections_path
+from tests.doubles.ec2 import Ec2Double
+
+BIN = Path(sys.executable).parent
+REGION = "us-east-1"
+CATALOG = {
+    "backend": "aws", "as_of": "2026-01-02", "currency": "USD", "source": "test", "notes": [],
+    "instance_types": [
+        {"name": "p4d.24xlarge", "cpus": 96, "memory_mib": 1179648, "arch": "x86",
+         "gpu": {"vendor": "nvidia", "name": "A100", "memory_mib": 40960, "count": 8},
+         "offers": [{"region": REGION, "zones": ["us-east-1b"], "price": 21.96,
+                     "spot_price": 9.1}]},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    double = Ec2Double()
+    base = tmp_path_factory.mktemp("aws")
+    env = dict(os.environ, **double.env())
+    env.update(GPUFLEET_STATE_DIR=str(base / "state"), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_COLLECTIONS_PATH=str(collections_path()),
+               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
+    catalog.write(CATALOG, str(base / "state" / "catalog" / "aws.json"))
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in double.env().items():
+            patch.setenv(key, value)
+        image = boto3.client("ec2", region_name=REGION).describe_images(
+            Owners=["amazon"], Filters=[{"Name": "architecture", "Values": ["x86_64"]}]
+        )["Images"][0]["ImageId"]
+    (base / "state" / "backends.yml").write_text(yaml.safe_dump(
+        {"aws": {"regions": [REGION], "image_id": image}}))
+    (base / "a100.dstack.yml").write_text(
+        "type: fleet\nname: a100\nnodes: 2\nplacement: cluster\nbackends: [aws]\n"
+        "resources:\n  gpu: A100:8\ntags:\n  team: ml\n")
+    yield {"base": base, "env": env, "double": double}
+    double.stop()
+
+
+def module(world, *args, check=False):
+    command = [str(BIN / "ansible"), "localhost", "-m", "gpufleet.cluster.fleet",
+               "-a", " ".join(args), "-e", "ansible_python_interpreter=" + sys.executable]
+    if check:
+        command.append("--check")
+    proc = subprocess.run(command, capture_output=True, text=True, env=world["env"],
+                          check=False, timeout=300)
+    out = proc.stdout
+    assert "=>" in out, out + proc.stderr
+    return json.loads(out.split("=>", 1)[1]), proc
+
+
+def test_an_aws_fleet_is_planned_launched_kept_and_deleted_by_the_module(world):
+    path = "path=" + str(world["base"] / "a100.dstack.yml")
+    result, _proc = module(world, path, check=True)
+    assert result["changed"] and result["fleet"]["plan"]["create"] == ["a100-0", "a100-1"]
+    assert world["double"].mutating() == []
+
+    result, proc = module(world, path)
+    assert result.get("failed") is not True, proc.stdout
+    instances = result["fleet"]["instances"]
+    assert [(i["name"], i["backend"], i["instance_type"], i["zone"], i["status"])
+            for i in instances] == [("a100-0", "aws", "p4d.24xlarge", "us-east-1b", "idle"),
+                                    ("a100-1", "aws", "p4d.24xlarge", "us-east-1b", "idle")]
+    actions = [c["action"] for c in world["double"].mutating()]
+    assert actions.count("RunInstances") == 1 and actions.count("AllocateAddress") == 2
+    run = world["double"].calls("RunInstances")[0]["params"]
+    assert run["Placement.GroupName"] == "gpufleet-a100"
+    assert run["NetworkInterface.1.InterfaceType"] == "efa"
+    hosts = dict((h["name"], h) for h in result["hosts"])
+    assert hosts["a100-0"]["vars"]["ansible_user"] == "ubuntu"
+    assert "backend_aws" in hosts["a100-0"]["groups"]
+
+    world["double"].clear()
+    result, _proc = module(world, path)
+    assert not result["changed"] and result["fleet"]["plan"]["keep"] == ["a100-0", "a100-1"]
+    assert world["double"].mutating() == []
+
+    result, _proc = module(world, path, "state=absent")
+    assert result["changed"] and len(result["removed"]["instances"]) == 2
+    assert result["removed"]["placement_groups"] == ["gpufleet-a100"]
+    result, _proc = module(world, path, "state=absent")
+    assert not result["changed"]

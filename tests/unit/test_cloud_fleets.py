@@ -1,0 +1,154 @@
+"""Cloud fleets converge like local ones (fleets/cloud.py), against the local EC2 double: create
+up to nodes.target, keep on re-apply, grow in the cluster's zone, shrink above nodes.max, check
+mode, the retry policy on no capacity, and delete."""
+
+from __future__ import annotations
+
+import boto3
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.aws import Aws
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import cloud
+from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
+
+from tests.doubles.ec2 import Ec2Double
+
+pytestmark = pytest.mark.cloud
+REGION = "us-east-1"
+CATALOG = {
+    "backend": "aws", "as_of": "2026-01-02", "currency": "USD", "source": "test", "notes": [],
+    "instance_types": [
+        {"name": "g5.xlarge", "cpus": 4, "memory_mib": 16384, "arch": "x86",
+         "gpu": {"vendor": "nvidia", "name": "A10G", "memory_mib": 24576, "count": 1},
+         "offers": [{"region": REGION, "zones": ["us-east-1a", "us-east-1b"], "price": 1.006,
+                     "spot_price": 0.4}]},
+        {"name": "g5.2xlarge", "cpus": 8, "memory_mib": 32768, "arch": "x86",
+         "gpu": {"vendor": "nvidia", "name": "A10G", "memory_mib": 24576, "count": 1},
+         "offers": [{"region": REGION, "zones": ["us-east-1a", "us-east-1b"], "price": 1.212,
+                     "spot_price": 0.5}]},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def double():
+    ec2 = Ec2Double()
+    yield ec2
+    ec2.stop()
+
+
+@pytest.fixture
+def world(double, tmp_path, monkeypatch):
+    for key, value in double.env().items():
+        monkeypatch.setenv(key, value)
+    double.clear()
+    catalog.write(CATALOG, str(tmp_path / "catalog" / "aws.json"))
+    image = boto3.client("ec2", region_name=REGION).describe_images(
+        Owners=["amazon"], Filters=[{"Name": "architecture", "Values": ["x86_64"]}]
+    )["Images"][0]["ImageId"]
+    settings = {"aws": {"regions": [REGION], "image_id": image, "retry_delays": [5, 10]}}
+    aws_settings = dict(settings["aws"])
+    aws_settings.pop("retry_delays")
+    return {"root": str(tmp_path / "state"), "catalog_dir": str(tmp_path / "catalog"),
+            "settings": settings, "client": Aws(aws_settings, poll=0.05), "double": double}
+
+
+def fleet(name="train", **fields):
+    data = {"type": "fleet", "name": name, "nodes": 2, "placement": "cluster",
+            "backends": ["aws"], "resources": {"gpu": "A10G"}}
+    data.update(fields)
+    return parse_data(data)[0]
+
+
+def apply(world, config, check_mode=False, sleep=None):
+    return cloud.apply(config, config["name"], world["root"], world["settings"],
+                       check_mode=check_mode, client=world["client"],
+                       catalog_dir=world["catalog_dir"], sleep=sleep or (lambda s: None))
+
+
+def test_a_cluster_fleet_comes_up_grows_in_its_zone_and_shrinks(world):
+    planned, plan, changed = apply(world, fleet(), check_mode=True)
+    assert changed and plan["create"] == ["train-0", "train-1"]
+    assert [(i["status"], i["instance_type"], i["price"]) for i in planned] == \
+        [("pending", "g5.xlarge", 1.006)] * 2
+    assert world["double"].calls("RunInstances") == []
+
+    instances, plan, changed = apply(world, fleet())
+    assert changed and plan["create"] == ["train-0", "train-1"]
+    assert [(i["name"], i["status"], i["zone"]) for i in instances] == \
+        [("train-0", "idle", "us-east-1a"), ("train-1", "idle", "us-east-1a")]
+    assert all(i["hostname"] and i["internal_ip"] and i["user"] == "ubuntu" for i in instances)
+    assert instances[0]["identity_file"].endswith("/fleets/train/id_ed25519")
+
+    world["double"].clear()
+    again, plan, changed = apply(world, fleet())
+    assert not changed and plan["keep"] == ["train-0", "train-1"]
+    assert [c["action"] for c in world["double"].mutating()] == []
+    assert [i["instance_id"] for i in again] == [i["instance_id"] for i in instances]
+
+    # Zone a is full now: a cluster still grows there (or not at all), never elsewhere.
+    world["double"].capacity["us-east-1a"] = 0
+    with pytest.raises(cloud.CloudError, match="no capacity for 1 instance"):
+        apply(world, fleet(nodes=3))
+    world["double"].capacity.clear()
+    grown, plan, changed = apply(world, fleet(nodes=3))
+    assert plan["create"] == ["train-2"] and plan["keep"] == ["train-0", "train-1"]
+    assert [(i["zone"], i["instance_type"]) for i in grown] == [("us-east-1a", "g5.xlarge")] * 3
+
+    shrunk, plan, changed = apply(world, fleet(nodes=1))
+    assert plan["remove"] == ["train-1", "train-2"]
+    assert [i["name"] for i in shrunk if i["status"] not in ("terminating", "terminated")] == \
+        ["train-0"]
+
+    with pytest.raises(cloud.CloudError, match="exists with placement cluster; the file says "
+                                               "any"):
+        apply(world, fleet(nodes=1, placement="any"))
+
+    removed, changed = cloud.delete(fleet(), "train", world["settings"], client=world["client"],
+                                    catalog_dir=world["catalog_dir"])
+    assert changed and len(removed["instances"]) == 1
+    assert removed["placement_groups"] == ["gpufleet-train"]
+    assert apply(world, fleet(nodes=0))[0] == []
+
+
+def test_no_capacity_is_retried_as_the_retry_policy_says(world):
+    double = world["double"]
+    full = {"on": True, "until": 2}
+    double.fail("RunInstances", "InsufficientInstanceCapacity", when=lambda p: full["on"])
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        if len(slept) == full["until"]:
+            full["on"] = False      # capacity comes back after that many waits
+
+    config = fleet("patient", nodes=1, retry={"on_events": ["no-capacity"], "duration": "1h"})
+    instances, _plan, _changed = apply(world, config, sleep=sleep)
+    assert slept == [5, 10]
+    assert [i["status"] for i in instances] == ["idle"]
+    # Once the duration is spent, it gives up, saying so.
+    full.update(on=True, until=None)
+    slept.clear()
+    config = fleet("short", nodes=1, retry={"on_events": ["no-capacity"], "duration": "20s"})
+    with pytest.raises(cloud.CloudError, match=r"gave up after 2 retries \(retry.duration\)"):
+        apply(world, config, sleep=sleep)
+    assert slept == [5, 10]
+    # Without no-capacity among its events, there is no retry at all.
+    slept.clear()
+    with pytest.raises(cloud.CloudError, match="does not retry no-capacity"):
+        apply(world, fleet("hasty", nodes=1, retry={"on_events": ["error"], "duration": "1h"}),
+              sleep=sleep)
+    assert slept == []
+
+
+def test_no_offers_say_why_before_anything_is_created(world):
+    with pytest.raises(cloud.CloudError, match=r"fleet pricey: no offers; .* 2 cost more than "
+                                               r"max_price"):
+        apply(world, fleet("pricey", max_price=0.1))
+    assert world["double"].mutating() == []
+
+
+def test_regions_outside_the_backend_settings_are_refused(world):
+    with pytest.raises(cloud.CloudError, match=r"regions eu-west-1 are not among the aws "
+                                               r"backend's regions \(us-east-1\)"):
+        apply(world, fleet("far", regions=["eu-west-1"]))
