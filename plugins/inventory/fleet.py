@@ -18,10 +18,11 @@ description:
     other types are left to other plugins)."
   - SSH fleet hosts come from C(ssh_config.hosts), numbered by their place in the list. Backend
     fleet hosts come from the backend's live state (for C(local), the labels of the node
-    containers on this machine's Docker engine); a backend fleet that has not been applied has
-    no hosts.
+    containers on this machine's Docker engine; for C(aws), the instances tagged with the
+    fleet's name in the regions of the backend settings); a backend fleet that has not been
+    applied has no hosts.
   - "Groups: C(gpufleet) (every host), C(fleet_<name>) per fleet, C(backend_<backend>)
-    (C(backend_ssh), C(backend_local)), C(gpu_<vendor>) from the detected GPUs when cached, else
+    (C(backend_ssh), C(backend_local), C(backend_aws)), C(gpu_<vendor>) from the detected GPUs when cached, else
     from the vendor the fleet's resources ask for, and C(cluster) for hosts of
     C(placement: cluster) fleets. Characters other than letters, digits and underscores become
     underscores."
@@ -33,8 +34,9 @@ description:
     C(gpufleet_placement), C(gpufleet_proxy_jump), C(gpufleet_created); C(gpufleet_host) holds
     the host facts (see M(gpufleet.cluster.host_facts)) when C(playbooks/fleet.yml) has cached
     them."
-  - With caching on, the backends' raw answers are cached, never the groups or variables made
-    from them, so a changed fleet file takes effect at once.
+  - With caching on, the backends' answers (node containers, instance records) are cached,
+    never the groups or variables made from them, so a changed fleet file takes effect at once
+    and a warm cache makes no cloud API call.
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -64,6 +66,13 @@ options:
     type: path
     env:
       - name: GPUFLEET_STATE_DIR
+  backend_settings:
+    description:
+      - Settings of the cloud backends, by backend, as M(gpufleet.cluster.fleet) takes them;
+        C(aws.regions) above all, the regions where the instances are looked for.
+      - Defaults to the contents of C(backends.yml) in O(state_dir), else none. Credentials come
+        from the environment, as AWX injects them into inventory updates.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -95,7 +104,12 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker i
     Docker,
     DockerError,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import records, state
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
+    cloud,
+    records,
+    state,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.naming import (
     NamingError,
     fleet_name,
@@ -162,7 +176,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         fleets = [self._read_fleet(path, base_dir, index, item)
                   for index, item in enumerate(sources)]
         root = state.state_dir(self.get_option("state_dir"))
-        answers = self._backend_answers(path, fleets, cache)
+        answers = self._backend_answers(path, fleets, cache, root)
         for config, fleet_path, name in fleets:
             self._add_fleet(config, fleet_path, name, root, answers)
 
@@ -189,9 +203,12 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             self.display.warning("%s: %s" % (where, warning))
         return config, fleet_path, name
 
-    def _backend_answers(self, path, fleets, cache):
-        """The backends' raw answers (cached when caching is on): ``{"local": [nodes]}``."""
-        if not any(config["fleet_type"] == "backend" for config, _p, _n in fleets):
+    def _backend_answers(self, path, fleets, cache, root):
+        """The backends' live state (cached when caching is on): ``{"local": [nodes],
+        "aws": {fleet: [instance records]}}``."""
+        backend_fleets = [(config, name) for config, _p, name in fleets
+                          if config["fleet_type"] == "backend"]
+        if not backend_fleets:
             return {}
         use_cache = self.get_option("cache") and cache
         key = self.get_cache_key(path)
@@ -200,16 +217,34 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 return self._cache[key]
             except KeyError:
                 pass
-        try:
-            docker = Docker()
-            docker.ping()
-            answers = {"local": local.list_nodes(docker)}
-        except DockerError as exc:
-            self.display.warning(
-                "%s: the local fleets' nodes cannot be listed, so they have no hosts: %s"
-                % (path, exc)
-            )
-            return {"local": []}
+        answers = {}
+        if any(not cloud.cloud_backend(config) for config, _name in backend_fleets):
+            try:
+                docker = Docker()
+                docker.ping()
+                answers["local"] = local.list_nodes(docker)
+            except DockerError as exc:
+                self.display.warning(
+                    "%s: the local fleets' nodes cannot be listed, so they have no hosts: %s"
+                    % (path, exc)
+                )
+                answers["local"] = []
+        cloud_fleets = [(c, n) for c, n in backend_fleets if cloud.cloud_backend(c)]
+        if cloud_fleets:
+            try:
+                settings = state.backend_settings(root, self.get_option("backend_settings"))
+            except state.StateError as exc:
+                raise AnsibleParserError("%s: %s" % (path, exc))
+            for config, name in cloud_fleets:
+                backend = cloud.cloud_backend(config)
+                try:
+                    found = cloud.describe(config, name, state.key_path(root, name), settings,
+                                           catalog_dir=catalog.directory(root))
+                except (cloud.CloudError, catalog.CatalogError) as exc:
+                    self.display.warning("%s: the instances of fleet %s cannot be listed, so it "
+                                         "has no hosts: %s" % (path, name, exc))
+                    found = []
+                answers.setdefault(backend, {})[name] = found
         if self.get_option("cache"):
             self._cache[key] = answers
         return answers
@@ -218,6 +253,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if config["fleet_type"] == "ssh":
             base_dir = os.path.dirname(fleet_path) if fleet_path else None
             instances = records.ssh_instances(config, name, base_dir)
+        elif cloud.cloud_backend(config):
+            instances = (answers.get(cloud.cloud_backend(config)) or {}).get(name) or []
         else:
             instances = local.instance_records(
                 answers.get("local") or [], name, config.get("blocks", 1),

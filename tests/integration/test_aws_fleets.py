@@ -68,6 +68,19 @@ def module(world, *args, check=False):
     return json.loads(out.split("=>", 1)[1]), proc
 
 
+def inventory(world, config):
+    proc = subprocess.run([str(BIN / "ansible-inventory"), "-i", str(config), "--list"],
+                          capture_output=True, text=True, check=False, timeout=300,
+                          env=dict(world["env"], ANSIBLE_INVENTORY_ENABLED="gpufleet.cluster.fleet"))
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout, object_hook=_plain)
+
+
+def _plain(value):
+    """ansible-inventory --list writes plugin values as {"__ansible_unsafe": value}."""
+    return value["__ansible_unsafe"] if set(value) == {"__ansible_unsafe"} else value
+
+
 def test_an_aws_fleet_is_planned_launched_kept_and_deleted_by_the_module(world):
     path = "path=" + str(world["base"] / "a100.dstack.yml")
     result, _proc = module(world, path, check=True)
@@ -93,6 +106,21 @@ def test_an_aws_fleet_is_planned_launched_kept_and_deleted_by_the_module(world):
     result, _proc = module(world, path)
     assert not result["changed"] and result["fleet"]["plan"]["keep"] == ["a100-0", "a100-1"]
     assert world["double"].mutating() == []
+
+    # The inventory plugin finds the instances by their tags; a warm cache asks EC2 nothing.
+    config = world["base"] / "fleets.gpufleet.yml"
+    config.write_text("plugin: gpufleet.cluster.fleet\nfleets: [a100.dstack.yml]\ncache: true\n"
+                      "cache_plugin: ansible.builtin.jsonfile\ncache_connection: %s\n"
+                      % (world["base"] / "inventory-cache"))
+    listed = inventory(world, config)
+    assert sorted(listed["backend_aws"]["hosts"]) == ["a100-0", "a100-1"]
+    assert sorted(listed["cluster"]["hosts"]) == ["a100-0", "a100-1"]
+    hostvars = listed["_meta"]["hostvars"]["a100-1"]
+    assert hostvars["ansible_user"] == "ubuntu" and hostvars["gpufleet_region"] == REGION
+    assert hostvars["gpufleet_instance_type"] == "p4d.24xlarge"
+    world["double"].clear()
+    assert inventory(world, config)["_meta"]["hostvars"]["a100-1"] == hostvars
+    assert world["double"].calls("DescribeInstances") == []
 
     result, _proc = module(world, path, "state=absent")
     assert result["changed"] and len(result["removed"]["instances"]) == 2
