@@ -97,11 +97,13 @@ lint: venv
 changelog-lint: venv
 	$(BIN)/antsibull-changelog lint
 
-# Issue 3's benchmarks: ratios against a baseline timed in the same run (see bench/RESULTS.md).
+# Benchmarks: ratios against a baseline measured in the same run (see bench/RESULTS.md).
 # reapply_speed needs the Docker engine (it runs `make engine` when `docker info` fails).
 bench: venv
 	$(BIN)/python bench/inventory_speed.py
 	$(BIN)/python bench/reapply_speed.py
+	$(BIN)/python bench/aws_calls.py
+	$(BIN)/python bench/cloud_inventory.py
 
 clean:
 	rm -rf $(BUILD) $(VENV) .pytest_cache .hypothesis tests/output
