@@ -12,9 +12,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import a
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.aws import (
     Aws,
     AwsError,
-    NoCapacity,
     instance_records,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.errors import NoCapacity
 from botocore.serialize import create_serializer
 
 from tests.doubles.ec2 import Ec2Double

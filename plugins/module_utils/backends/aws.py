@@ -22,6 +22,7 @@ import datetime
 
 from ..fleets.naming import instance_name
 from . import aws_layout as layout
+from .errors import BackendError, no_capacity
 
 try:
     import boto3
@@ -53,16 +54,8 @@ DEFAULT_SETTINGS = {
 }
 
 
-class AwsError(Exception):
+class AwsError(BackendError):
     """An EC2 call or a setting that failed; the message says what and what to do."""
-
-
-class NoCapacity(AwsError):
-    """No offer had capacity; ``attempts`` lists each (offer, zone, error code) tried."""
-
-    def __init__(self, message, attempts):
-        super().__init__(message)
-        self.attempts = attempts
 
 
 def settings_with_defaults(settings):
@@ -263,12 +256,7 @@ class Aws:
                         missing.remove(num)
                     launched.append((region, instance))
         if missing:
-            raise NoCapacity(
-                "fleet %s: no capacity for %d instance(s) in %d offer(s) tried: %s"
-                % (fleet, len(missing), len(attempts), "; ".join(
-                    "%s %s%s in %s (%s)" % (a["instance_type"], "spot " if a["spot"] else "",
-                                            a["region"], a["zone"], a["error"])
-                    for a in attempts[:10]) or "none matched"), attempts)
+            raise no_capacity(fleet, len(missing), attempts)
         return launched
 
     def _launch(self, fleet, nums, offer, zone, config, public_key, disk_gb, all_at_once):
@@ -358,6 +346,27 @@ class Aws:
         for region, ids in sorted(by_region.items()):
             result.extend((region, i) for i in self._wait_running(region, ids))
         return result
+
+    # -- the backend-neutral view fleets/cloud.py works with -----------------------------------
+
+    @staticmethod
+    def view(placed):
+        """What fleets/cloud.py needs of a described instance: number, plan state, placement,
+        region, zone and instance type."""
+        region, instance = placed
+        state = instance["State"]["Name"]
+        return {
+            "num": layout.instance_nums(instance),
+            "state": "stopped" if state in ("stopping", "stopped") else "running",
+            "starting": state == "pending",
+            "placement": layout.tags_of(instance).get(layout.TAG_PLACEMENT) or "any",
+            "region": region,
+            "zone": (instance.get("Placement") or {}).get("AvailabilityZone"),
+            "instance_type": instance.get("InstanceType"),
+        }
+
+    def records(self, placed, fleet, key_file):
+        return instance_records(placed, fleet, key_file, self.settings["public_ips"])
 
     # -- starting, stopping, removing ---------------------------------------------------------
 

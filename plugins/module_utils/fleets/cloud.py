@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from ..backends import aws as aws_backend
-from ..backends import aws_layout
+from ..backends.errors import BackendError, NoCapacity
 from ..offers import catalog
 from ..offers.select import OfferError, disk_gb, no_offers_message, select
 from . import state
@@ -70,45 +70,39 @@ def _client(settings, backend, client):
         settings_for = dict(_settings(settings, backend))
         settings_for.pop("retry_delays", None)
         return aws_backend.Aws(settings_for)
-    except aws_backend.AwsError as exc:
+    except BackendError as exc:
         raise CloudError(str(exc))
-
-
-def _plan_state(instance):
-    name = instance["State"]["Name"]
-    return "stopped" if name in ("stopping", "stopped") else "running"
 
 
 def describe(config, name, key_file, settings, client=None, catalog_dir=None):
     """The fleet's instance records as the cloud has them."""
     backend = cloud_backend(config)
-    aws = _client(settings, backend, client)
+    client = _client(settings, backend, client)
     try:
-        placed = aws.fleet_instances(name, regions(config, settings, backend, catalog_dir))
-    except aws_backend.AwsError as exc:
+        placed = client.fleet_instances(name, regions(config, settings, backend, catalog_dir))
+    except BackendError as exc:
         raise CloudError(str(exc))
-    return aws_backend.instance_records(placed, name, key_file, aws.settings["public_ips"])
+    return client.records(placed, name, key_file)
 
 
-def _offers(config, name, backend, catalog_dir, placed, region_list):
+def _offers(config, name, backend, catalog_dir, alive, region_list):
     data, _source = catalog.load(backend, catalog_dir)
     try:
         found = select(config, {backend: data})
     except OfferError as exc:
         raise CloudError("fleet %s: %s" % (name, exc))
     offers = [o for o in found["offers"] if o["region"] in region_list]
-    if config.get("placement") == "cluster" and placed:
+    if config.get("placement") == "cluster" and alive:
         # New nodes of a cluster join the instances it has: same zone, same instance type.
-        region, first = placed[0]
-        zone = first["Placement"]["AvailabilityZone"]
-        offers = [dict(o, zones=[zone]) for o in offers
-                  if o["region"] == region and zone in o["zones"]
-                  and o["instance_type"] == first["InstanceType"]]
+        first = alive[0]
+        offers = [dict(o, zones=[first["zone"]]) for o in offers
+                  if o["region"] == first["region"] and first["zone"] in o["zones"]
+                  and o["instance_type"] == first["instance_type"]]
         if not offers:
             raise CloudError(
                 "fleet %s: no offer matches its running cluster (%s in %s); the file's "
                 "resources or profile no longer allow it, so new nodes cannot join: delete "
-                "the fleet to move it" % (name, first["InstanceType"], zone))
+                "the fleet to move it" % (name, first["instance_type"], first["zone"]))
     if not offers:
         raise CloudError(no_offers_message("fleet " + name, found["rejected"]))
     return offers
@@ -132,13 +126,13 @@ def _retry_delays(config, settings, backend):
         index += 1
 
 
-def _launch(aws, config, name, nums, offers, public_key, disk, delays, sleep):
+def _launch(client, config, name, nums, offers, public_key, disk, delays, sleep):
     attempt = 0
     while True:
         try:
-            return aws.launch_group(name, nums, offers, config, public_key, disk,
+            return client.launch_group(name, nums, offers, config, public_key, disk,
                                     all_at_once=config.get("placement") == "cluster")
-        except aws_backend.NoCapacity as exc:
+        except NoCapacity as exc:
             if attempt >= len(delays):
                 raise CloudError("%s%s" % (exc, "; gave up after %d retries (retry.duration)"
                                            % attempt if attempt else
@@ -146,7 +140,7 @@ def _launch(aws, config, name, nums, offers, public_key, disk, delays, sleep):
                                            "no-capacity, so nothing was retried"))
             sleep(delays[attempt])
             attempt += 1
-        except aws_backend.AwsError as exc:
+        except BackendError as exc:
             raise CloudError(str(exc))
 
 
@@ -154,28 +148,24 @@ def apply(config, name, root, settings, check_mode=False, client=None, catalog_d
           sleep=time.sleep):
     """Converge a cloud fleet. Returns ``(instances, plan, changed)``."""
     backend = cloud_backend(config)
-    aws = _client(settings, backend, client)
+    client = _client(settings, backend, client)
     region_list = regions(config, settings, backend, catalog_dir)
     try:
-        placed = aws.fleet_instances(name, region_list)
-    except aws_backend.AwsError as exc:
+        placed = client.fleet_instances(name, region_list)
+    except BackendError as exc:
         raise CloudError(str(exc))
     placement = config.get("placement") or "any"
-    current = set(aws_layout.tags_of(i).get(aws_layout.TAG_PLACEMENT) or "any"
-                  for _r, i in placed)
+    views = [(item, client.view(item)) for item in placed]
+    current = set(view["placement"] for _item, view in views)
     if current and current != set([placement]):
         raise CloudError(
             "fleet %s exists with placement %s; the file says %s. Changing placement "
             "re-creates the fleet: delete it first (gpufleet delete -f FILE, or "
             "playbooks/delete.yml) and apply again" % (name, ", ".join(sorted(current)),
                                                        placement))
-    by_num = {}
-    for region, instance in placed:
-        num = aws_layout.instance_nums(instance)
-        if num is not None:
-            by_num[num] = (region, instance)
-    existing = [{"num": num, "state": _plan_state(instance)}
-                for num, (_region, instance) in by_num.items()]
+    by_num = dict((view["num"], (item, view)) for item, view in views
+                  if view["num"] is not None)
+    existing = [{"num": num, "state": view["state"]} for num, (_item, view) in by_num.items()]
     nums = plan_backend(config["nodes"], existing)
     plan = {
         "create": [instance_name(name, n) for n in nums["create"]],
@@ -188,28 +178,28 @@ def apply(config, name, root, settings, check_mode=False, client=None, catalog_d
     key_file = state.key_path(root, name)
     offers = []
     if nums["create"]:
-        alive = [by_num[n] for n in sorted(by_num) if n in nums["keep"]]
+        alive = [by_num[n][1] for n in sorted(by_num) if n in nums["keep"]]
         offers = _offers(config, name, backend, catalog_dir, alive, region_list)
     if changed and not check_mode:
         try:
             if nums["remove"]:
-                aws.terminate([by_num[n] for n in nums["remove"]])
+                client.terminate([by_num[n][0] for n in nums["remove"]])
             if nums["start"]:
-                aws.start([by_num[n] for n in nums["start"]])
-        except aws_backend.AwsError as exc:
+                client.start([by_num[n][0] for n in nums["start"]])
+        except BackendError as exc:
             raise CloudError(str(exc))
         if nums["create"]:
             key_file, public_key, _made = state.ensure_key(root, name)
             disk = disk_gb(config, backend)
-            _launch(aws, config, name, nums["create"], offers, public_key, disk,
+            _launch(client, config, name, nums["create"], offers, public_key, disk,
                     _retry_delays(config, settings, backend), sleep)
         try:
-            placed = aws.fleet_instances(name, region_list)
-            placed = aws.wait_running([p for p in placed
-                                       if p[1]["State"]["Name"] in ("pending", "running")])
-        except aws_backend.AwsError as exc:
+            placed = client.fleet_instances(name, region_list)
+            placed = client.wait_running([p for p in placed
+                                          if client.view(p)["state"] == "running"])
+        except BackendError as exc:
             raise CloudError(str(exc))
-    instances = aws_backend.instance_records(placed, name, key_file, aws.settings["public_ips"])
+    instances = client.records(placed, name, key_file)
     if check_mode and nums["create"]:
         first = offers[0]
         instances += [{
@@ -218,7 +208,7 @@ def apply(config, name, root, settings, check_mode=False, client=None, catalog_d
             "instance_type": first["instance_type"], "instance_id": None,
             "price": first["price"], "spot": first["spot"], "status": "pending",
             "error": None, "created": None, "hostname": None, "port": 22,
-            "user": aws_layout.SSH_USER, "identity_file": key_file, "proxy_jump": None,
+            "user": "ubuntu", "identity_file": key_file, "proxy_jump": None,
             "internal_ip": None, "network": None, "blocks": config.get("blocks", 1),
             "placement": placement,
         } for num in nums["create"]]
@@ -228,10 +218,10 @@ def apply(config, name, root, settings, check_mode=False, client=None, catalog_d
 def delete(config, name, settings, check_mode=False, client=None, catalog_dir=None):
     """Remove the fleet's instances and what it created. Returns (removed, changed)."""
     backend = cloud_backend(config)
-    aws = _client(settings, backend, client)
+    client = _client(settings, backend, client)
     try:
-        removed = aws.delete_fleet(name, regions(config, settings, backend, catalog_dir),
+        removed = client.delete_fleet(name, regions(config, settings, backend, catalog_dir),
                                    check_mode=check_mode)
-    except aws_backend.AwsError as exc:
+    except BackendError as exc:
         raise CloudError(str(exc))
     return removed, any(removed.values())
