@@ -24,6 +24,13 @@ description:
     traffic within the fleet) and the fleet's key pair, all tagged C(gpufleet:fleet) and removed
     with the fleet. Capacity errors move on to the next offer; when none has capacity, the
     fleet's C(retry) policy (C(no-capacity)) decides whether to wait and try again."
+  - "With C(backends: [gcp]), nodes are Compute Engine instances named C(<fleet>-<n>), created
+    with one C(instances.bulkInsert) per offer and zone (idempotent by its request id): the
+    extra gVNIC NICs of A3 machine types from C(extra_vpcs), the RDMA NICs of A3 Ultra and A4
+    from C(roce_vpcs), a compact placement policy for C(placement: cluster), SPOT
+    provisioning for spot offers, firewall rules for SSH and traffic within the fleet, all
+    labelled C(gpufleet-fleet) and removed with the fleet. A fleet that lists several cloud
+    backends is provisioned by the first of them."
   - "Applying again converges: missing nodes are created up to C(nodes.target) with the lowest
     free instance numbers, stopped nodes are started, existing nodes are kept, and nodes are
     removed only above C(nodes.max)."
@@ -78,10 +85,13 @@ options:
       - "Settings of the cloud backends, by backend: C(aws) takes C(regions), C(vpc_ids) and
         C(subnet_ids) (by region), C(public_ips), C(image_id) (an AMI id, or one per region),
         C(image_owners), C(tags), C(iam_instance_profile) and C(retry_delays) (seconds between
-        no-capacity retries). See C(docs/backends.md)."
+        no-capacity retries); C(gcp) takes C(project_id), C(regions), C(vpc_name),
+        C(subnetwork), C(extra_vpcs), C(roce_vpcs), C(public_ips), C(image),
+        C(service_account), C(tags), C(endpoint) and C(retry_delays). See C(docs/backends.md)."
       - Defaults to the contents of C(backends.yml) in O(state_dir), else none.
-      - Credentials are never settings; boto3 finds them as usual (environment variables such
-        as those AWX injects, shared credential files, an instance profile).
+      - Credentials are never settings; boto3 and google-auth find them as usual (environment
+        variables such as those AWX injects, shared credential files, an instance profile or
+        Application Default Credentials).
     type: dict
 extends_documentation_fragment:
   - gpufleet.cluster.attributes

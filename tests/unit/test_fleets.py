@@ -226,9 +226,10 @@ def test_local_fleet_refuses_gpus():
 def test_backend_choice():
     assert apply.choose_backend({"backends": None}, "x") == "local"
     assert apply.choose_backend({"backends": ["aws", "local"]}, "x") == "local"
-    assert apply.choose_backend({"backends": ["gcp", "aws"]}, "x") == "aws"
-    with pytest.raises(apply.ApplyError, match="backends gcp, azure cannot provision"):
-        apply.choose_backend({"backends": ["gcp", "azure"]}, "x")
+    assert apply.choose_backend({"backends": ["azure", "aws", "gcp"]}, "x") == "aws"
+    assert apply.choose_backend({"backends": ["azure", "gcp"]}, "x") == "gcp"
+    with pytest.raises(apply.ApplyError, match="backends azure, lambda cannot provision"):
+        apply.choose_backend({"backends": ["azure", "lambda"]}, "x")
 
 
 # --- state dir --------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 
 from ..backends import aws as aws_backend
+from ..backends import gcp as gcp_backend
 from ..backends.errors import BackendError, NoCapacity
 from ..offers import catalog
 from ..offers.select import OfferError, disk_gb, no_offers_message, select
@@ -24,7 +25,8 @@ from . import state
 from .naming import instance_name
 from .plan import has_changes, plan_backend
 
-CLOUD_BACKENDS = ("aws",)
+CLOUD_BACKENDS = ("aws", "gcp")
+CLIENTS = {"aws": aws_backend.Aws, "gcp": gcp_backend.Gcp}
 DEFAULT_RETRY_DELAYS = (60, 120, 300, 600, 1800)
 
 
@@ -69,7 +71,7 @@ def _client(settings, backend, client):
     try:
         settings_for = dict(_settings(settings, backend))
         settings_for.pop("retry_delays", None)
-        return aws_backend.Aws(settings_for)
+        return CLIENTS[backend](settings_for)
     except BackendError as exc:
         raise CloudError(str(exc))
 
@@ -131,7 +133,7 @@ def _launch(client, config, name, nums, offers, public_key, disk, delays, sleep)
     while True:
         try:
             return client.launch_group(name, nums, offers, config, public_key, disk,
-                                    all_at_once=config.get("placement") == "cluster")
+                                       all_at_once=config.get("placement") == "cluster")
         except NoCapacity as exc:
             if attempt >= len(delays):
                 raise CloudError("%s%s" % (exc, "; gave up after %d retries (retry.duration)"
@@ -221,7 +223,7 @@ def delete(config, name, settings, check_mode=False, client=None, catalog_dir=No
     client = _client(settings, backend, client)
     try:
         removed = client.delete_fleet(name, regions(config, settings, backend, catalog_dir),
-                                   check_mode=check_mode)
+                                      check_mode=check_mode)
     except BackendError as exc:
         raise CloudError(str(exc))
     return removed, any(removed.values())

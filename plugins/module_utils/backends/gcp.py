@@ -1,0 +1,422 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The ``gcp`` backend: a backend fleet's nodes are Compute Engine instances, created through
+the Compute REST API with google-auth's authorized session.
+
+Request bodies are built by gcp_layout.py; this file makes the calls, awaits the operations and
+follows a fleet's resources by their labels (``gpufleet-fleet``) and names (``<fleet>-<num>``,
+``gpufleet-<fleet>...``). Credentials are Application Default Credentials (a service-account
+key in GOOGLE_APPLICATION_CREDENTIALS, as AWX injects a GCE credential, gcloud's own, or the
+metadata server); ``GPUFLEET_GCP_ENDPOINT`` or the ``endpoint`` setting points the calls at
+another Compute endpoint (tests use a local double).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from ..fleets.naming import instance_name
+from . import gcp_layout as layout
+from .errors import BackendError, no_capacity
+
+try:
+    import google.auth
+    from google.auth.exceptions import GoogleAuthError
+    from google.auth.transport.requests import AuthorizedSession
+    HAS_GOOGLE_AUTH = True
+except ImportError:  # pragma: no cover - reported by the module
+    HAS_GOOGLE_AUTH = False
+
+ENDPOINT = "https://compute.googleapis.com/compute/v1"
+# The images a node boots when the settings name none: Canonical's Ubuntu 24.04 accelerator
+# image (NVIDIA driver included) on GPU machine types, plain Ubuntu 24.04 LTS elsewhere.
+GPU_IMAGE = ("projects/ubuntu-os-accelerator-images/global/images/family/"
+             "ubuntu-accelerator-2404-amd64-with-nvidia-580")
+CPU_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
+OPERATION_TIMEOUT = 900
+
+DEFAULT_SETTINGS = {
+    "project_id": None,       # default: the credentials' project
+    "regions": None,          # default: every region of the catalog
+    "vpc_name": "default",    # the main network
+    "subnetwork": None,       # region -> subnetwork of the main network (auto-mode: none)
+    "extra_vpcs": [],         # networks of the extra gVNIC NICs (A3, A3 Ultra, A4)
+    "roce_vpcs": [],          # at most one: the RoCE network of A3 Ultra and A4
+    "public_ips": True,
+    "image": None,            # an image or image family URL, or region -> URL
+    "service_account": None,  # e-mail of the VMs' service account (A3 High needs one)
+    "tags": {},
+    "endpoint": None,
+}
+
+
+class GcpError(BackendError):
+    """A Compute Engine call or a setting that failed; the message says what and what to do."""
+
+
+class _CapacityError(Exception):
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+def settings_with_defaults(settings):
+    merged = dict(DEFAULT_SETTINGS)
+    for key, value in (settings or {}).items():
+        if key not in DEFAULT_SETTINGS:
+            raise GcpError("gcp settings: unknown key %s (known: %s)"
+                           % (key, ", ".join(sorted(DEFAULT_SETTINGS))))
+        if value is not None:
+            merged[key] = value
+    if len(merged["roce_vpcs"] or []) > 1:
+        raise GcpError("gcp settings: roce_vpcs takes at most one network, got %d"
+                       % len(merged["roce_vpcs"]))
+    return merged
+
+
+def region_of(zone):
+    return zone.rsplit("-", 1)[0]
+
+
+def _last(url):
+    return (url or "").rstrip("/").rsplit("/", 1)[-1]
+
+
+class Gcp:
+    """Compute Engine for one project."""
+
+    def __init__(self, settings=None, session=None, poll=2):
+        if not HAS_GOOGLE_AUTH:
+            raise GcpError("the gcp backend needs google-auth and requests on the controller: "
+                           "pip install google-auth requests")
+        self.settings = settings_with_defaults(settings)
+        self.poll = poll
+        self.endpoint = (self.settings["endpoint"] or os.environ.get("GPUFLEET_GCP_ENDPOINT")
+                         or ENDPOINT).rstrip("/")
+        project = self.settings["project_id"]
+        if session is None:
+            try:
+                credentials, found = google.auth.default(scopes=list(layout.SCOPES))
+            except GoogleAuthError as exc:
+                raise GcpError("no Google Cloud credentials: %s. Set "
+                               "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file "
+                               "(AWX: a Google Compute Engine credential)" % exc)
+            session = AuthorizedSession(credentials)
+            project = project or found
+        if not project:
+            raise GcpError("no Google Cloud project: set project_id in the gcp backend settings")
+        self.project = project
+        self.session = session
+
+    # -- HTTP -----------------------------------------------------------------------------
+
+    def _request(self, method, path, what, body=None, params=None, missing_ok=False):
+        url = "%s/projects/%s%s" % (self.endpoint, self.project, path)
+        try:
+            response = self.session.request(method, url, json=body, params=params, timeout=120)
+        except Exception as exc:  # pylint: disable=broad-exception-caught
+            raise GcpError("%s failed: %s" % (what, exc))
+        if response.status_code == 404 and missing_ok:
+            return None
+        try:
+            payload = response.json() if response.content else {}
+        except ValueError:
+            payload = {}
+        if response.status_code >= 400:
+            error = payload.get("error") or {}
+            reasons = [e.get("reason") for e in error.get("errors") or []]
+            if set(reasons) & layout.CAPACITY_ERRORS:
+                raise _CapacityError(sorted(set(reasons) & layout.CAPACITY_ERRORS)[0])
+            raise GcpError("%s failed: HTTP %d %s" % (what, response.status_code,
+                                                      error.get("message") or response.text))
+        return payload
+
+    def _wait(self, operation, what):
+        """Await an operation; raise on its error (capacity errors as _CapacityError)."""
+        deadline = time.monotonic() + OPERATION_TIMEOUT
+        while operation.get("status") != "DONE":
+            if time.monotonic() > deadline:
+                raise GcpError("%s did not finish in %d s" % (what, OPERATION_TIMEOUT))
+            scope = ("/zones/%s" % _last(operation["zone"]) if operation.get("zone") else
+                     "/regions/%s" % _last(operation["region"]) if operation.get("region")
+                     else "/global")
+            operation = self._request("POST", "%s/operations/%s/wait" % (scope, operation["name"]),
+                                      what)
+        errors = (operation.get("error") or {}).get("errors") or []
+        if errors:
+            code = errors[0].get("code") or ""
+            if code in layout.CAPACITY_ERRORS:
+                raise _CapacityError(code)
+            raise GcpError("%s failed: %s: %s" % (what, code, errors[0].get("message")))
+        return operation
+
+    def _call(self, method, path, what, body=None, params=None):
+        try:
+            return self._wait(self._request(method, path, what, body, params), what)
+        except _CapacityError as exc:
+            raise GcpError("%s failed: %s" % (what, exc.code))
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def fleet_instances(self, fleet, regions):
+        """``[(zone, instance)]`` of the fleet's instances in ``regions``, by label."""
+        wanted = set(regions)
+        found = []
+        params = {"filter": 'labels.%s = "%s"' % (layout.LABEL_FLEET, layout.label_value(fleet))}
+        while True:
+            page = self._request("GET", "/aggregated/instances",
+                                 "listing the instances of fleet %s" % fleet, params=params)
+            for scope, bucket in sorted((page.get("items") or {}).items()):
+                zone = _last(scope)
+                if region_of(zone) not in wanted:
+                    continue
+                found.extend((zone, i) for i in bucket.get("instances") or []
+                             if layout.instance_num(i, fleet) is not None)
+            if not page.get("nextPageToken"):
+                return found
+            params = dict(params, pageToken=page["nextPageToken"])
+
+    def _subnetworks(self, region, network):
+        page = self._request("GET", "/regions/%s/subnetworks" % region,
+                             "listing the subnetworks of %s" % network,
+                             params={"filter": 'network = "%s"' % (
+                                 "https://www.googleapis.com/compute/v1/projects/%s/global/"
+                                 "networks/%s" % (self.project, network))})
+        return sorted(s["name"] for s in page.get("items") or [])
+
+    def _networks(self, region, machine_type):
+        subnet = self.settings["subnetwork"]
+        if isinstance(subnet, dict):
+            subnet = subnet.get(region)
+        main = {"network": self.settings["vpc_name"], "subnetwork": subnet}
+        extras = []
+        for network in list(self.settings["extra_vpcs"] or [])[:layout.EXTRA_VPCS.get(
+                machine_type, 0)]:
+            subnets = self._subnetworks(region, network)
+            if not subnets:
+                raise GcpError("extra VPC %s has no subnetwork in %s: add one, or leave it out "
+                               "of extra_vpcs" % (network, region))
+            extras.append({"network": network, "subnetwork": subnets[0]})
+        roce = None
+        if self.settings["roce_vpcs"] and layout.ROCE_NICS.get(machine_type):
+            network = self.settings["roce_vpcs"][0]
+            roce = {"network": network, "subnetworks": self._subnetworks(region, network)}
+        return main, extras, roce
+
+    def image(self, region, gpu):
+        chosen = self.settings["image"]
+        if isinstance(chosen, dict):
+            chosen = chosen.get(region)
+        return chosen or (GPU_IMAGE if gpu else CPU_IMAGE)
+
+    # -- what a fleet creates before its instances ---------------------------------------------
+
+    def ensure_firewall(self, fleet, networks):
+        existing = self._request("GET", "/global/firewalls", "listing firewall rules",
+                                 params={"filter": 'name = "%s*"' % layout.resource_name(fleet)})
+        have = set(f["name"] for f in existing.get("items") or [])
+        for rule in layout.firewall_bodies(self.project, fleet, networks):
+            if rule["name"] not in have:
+                self._call("POST", "/global/firewalls", "creating the firewall rule %s"
+                           % rule["name"], body=rule)
+
+    def ensure_resource_policy(self, region, fleet):
+        name = layout.resource_name(fleet)
+        found = self._request("GET", "/regions/%s/resourcePolicies" % region,
+                              "finding the placement policy",
+                              params={"filter": 'name = "%s"' % name})
+        if not found.get("items"):
+            self._call("POST", "/regions/%s/resourcePolicies" % region,
+                       "creating the placement policy %s" % name,
+                       body=layout.resource_policy_body(fleet))
+        return "projects/%s/regions/%s/resourcePolicies/%s" % (self.project, region, name)
+
+    # -- launching ----------------------------------------------------------------------------
+
+    def launch_group(self, fleet, nums, offers, config, public_key, disk_gb, all_at_once):
+        """As Aws.launch_group: one bulkInsert per offer and zone for the missing numbers."""
+        missing = list(nums)
+        launched = []
+        attempts = []
+        for offer in offers:
+            region = offer["region"]
+            for zone in offer["zones"]:
+                if not missing:
+                    return launched
+                try:
+                    made = self._launch(fleet, missing, offer, zone, config, public_key,
+                                        disk_gb, all_at_once)
+                except _CapacityError as exc:
+                    attempts.append({"instance_type": offer["instance_type"], "region": region,
+                                     "zone": zone, "spot": offer["spot"], "error": exc.code})
+                    continue
+                for item in made:
+                    num = layout.instance_num(item[1], fleet)
+                    if num in missing:
+                        missing.remove(num)
+                    launched.append(item)
+        if missing:
+            raise no_capacity(fleet, len(missing), attempts)
+        return launched
+
+    def _launch(self, fleet, nums, offer, zone, config, public_key, disk_gb, all_at_once):
+        region = offer["region"]
+        gpu = (offer.get("resources") or {}).get("gpu") or {}
+        gpu = gpu if gpu.get("count") else None
+        machine_type = offer["instance_type"]
+        main, extras, roce = self._networks(region, machine_type)
+        try:
+            interfaces = layout.network_interfaces(machine_type, self.project, region, main,
+                                                   extras, roce, bool(self.settings["public_ips"]))
+        except layout.LayoutError as exc:
+            raise GcpError(str(exc))
+        self.ensure_firewall(fleet, [main["network"]] + [e["network"] for e in extras])
+        policy = None
+        if config.get("placement") == "cluster" and not config.get("reservation"):
+            policy = self.ensure_resource_policy(region, fleet)
+        tags = dict(self.settings["tags"] or {})
+        tags.update(config.get("tags") or {})
+        names = [instance_name(fleet, n) for n in nums]
+        properties = layout.instance_properties({
+            "project": self.project, "fleet": fleet, "offer": offer, "gpu": gpu, "zone": zone,
+            "image": self.image(region, gpu), "disk_gb": disk_gb, "interfaces": interfaces,
+            "public_key": public_key, "placement": config.get("placement") or "any",
+            "blocks": config.get("blocks") or 1, "tags": tags, "resource_policy": policy,
+            "reservation": config.get("reservation"),
+            "service_account": self.settings["service_account"],
+        })
+        body = layout.bulk_insert_body(names, properties, all_at_once)
+        operation = self._request(
+            "POST", "/zones/%s/instances/bulkInsert" % zone,
+            "creating %s in %s" % (machine_type, zone), body=body,
+            params={"requestId": layout.request_id(fleet, names, offer, zone)})
+        self._wait(operation, "creating %s in %s" % (machine_type, zone))
+        page = self._request("GET", "/zones/%s/instances" % zone, "listing new instances",
+                             params={"filter": 'labels.%s = "%s"' % (
+                                 layout.LABEL_FLEET, layout.label_value(fleet))})
+        return [(zone, i) for i in page.get("items") or [] if i["name"] in names]
+
+    def wait_running(self, placed):
+        deadline = time.monotonic() + OPERATION_TIMEOUT
+        result = []
+        for zone, instance in placed:
+            while instance.get("status") in ("PROVISIONING", "STAGING"):
+                if time.monotonic() > deadline:
+                    raise GcpError("instance %s did not start running" % instance["name"])
+                time.sleep(self.poll)
+                instance = self._request("GET", "/zones/%s/instances/%s" % (
+                    zone, instance["name"]), "reading %s" % instance["name"])
+            result.append((zone, instance))
+        return result
+
+    # -- the backend-neutral view fleets/cloud.py works with -----------------------------------
+
+    def view(self, placed):
+        zone, instance = placed
+        fleet = (instance.get("labels") or {}).get(layout.LABEL_FLEET) or ""
+        status = instance.get("status")
+        return {
+            "num": layout.instance_num(instance, fleet),
+            "state": "stopped" if layout.STATUSES.get(status) == "stopped" else "running",
+            "starting": status in ("PROVISIONING", "STAGING"),
+            "placement": (instance.get("labels") or {}).get(layout.LABEL_PLACEMENT) or "any",
+            "region": region_of(zone),
+            "zone": zone,
+            "instance_type": _last(instance.get("machineType")),
+        }
+
+    def records(self, placed, fleet, key_file):
+        return instance_records(placed, fleet, key_file, self.settings["public_ips"])
+
+    # -- starting, stopping, removing ---------------------------------------------------------
+
+    def start(self, placed):
+        for zone, instance in placed:
+            self._call("POST", "/zones/%s/instances/%s/start" % (zone, instance["name"]),
+                       "starting %s" % instance["name"])
+
+    def terminate(self, placed, wait=True):
+        for zone, instance in placed:
+            operation = self._request("DELETE", "/zones/%s/instances/%s" % (
+                zone, instance["name"]), "deleting %s" % instance["name"], missing_ok=True)
+            if operation is not None and wait:
+                self._wait(operation, "deleting %s" % instance["name"])
+
+    def delete_fleet(self, fleet, regions, check_mode=False):
+        """Delete the fleet's instances, then its placement policies and firewall rules."""
+        removed = {"instances": [], "resource_policies": [], "firewalls": []}
+        placed = self.fleet_instances(fleet, regions)
+        removed["instances"] = [i["name"] for _z, i in placed]
+        policies = []
+        for region in regions:
+            found = self._request("GET", "/regions/%s/resourcePolicies" % region,
+                                  "finding placement policies",
+                                  params={"filter": 'name = "%s"' % layout.resource_name(fleet)})
+            policies.extend((region, p["name"]) for p in found.get("items") or [])
+        removed["resource_policies"] = [name for _r, name in policies]
+        rules = self._request("GET", "/global/firewalls", "listing firewall rules",
+                              params={"filter": 'name = "%s*"' % layout.resource_name(fleet)})
+        removed["firewalls"] = sorted(f["name"] for f in rules.get("items") or []
+                                      if f["name"] == layout.resource_name(fleet)
+                                      or f["name"].startswith(layout.resource_name(fleet) + "-"))
+        if check_mode:
+            return removed
+        self.terminate(placed)
+        for region, name in policies:
+            self._call("DELETE", "/regions/%s/resourcePolicies/%s" % (region, name),
+                       "deleting the placement policy %s" % name)
+        for name in removed["firewalls"]:
+            self._call("DELETE", "/global/firewalls/%s" % name,
+                       "deleting the firewall rule %s" % name)
+        return removed
+
+
+def instance_records(placed, fleet, key_file, public_ips=True):
+    """Instance records (fleets.records) of the fleet's instances."""
+    records = []
+    for zone, instance in placed:
+        num = layout.instance_num(instance, fleet)
+        if num is None:
+            continue
+        metadata = dict((i["key"], i.get("value")) for i in
+                        (instance.get("metadata") or {}).get("items") or [])
+        nics = instance.get("networkInterfaces") or [{}]
+        private = nics[0].get("networkIP")
+        public = next((a.get("natIP") for a in nics[0].get("accessConfigs") or []
+                       if a.get("natIP")), None)
+        try:
+            price = float(metadata.get(layout.META_PRICE))
+        except (TypeError, ValueError):
+            price = None
+        try:
+            blocks = int(metadata.get(layout.META_BLOCKS) or 1)
+        except ValueError:
+            blocks = 1
+        records.append({
+            "name": instance_name(fleet, num),
+            "num": num,
+            "fleet": fleet,
+            "backend": "gcp",
+            "region": region_of(zone),
+            "zone": zone,
+            "instance_type": _last(instance.get("machineType")),
+            "instance_id": instance.get("id"),
+            "price": price,
+            "spot": (instance.get("scheduling") or {}).get("provisioningModel") == "SPOT",
+            "status": layout.STATUSES.get(instance.get("status"), "provisioning"),
+            "error": None,
+            "created": instance.get("creationTimestamp"),
+            "hostname": public if public_ips and public else private,
+            "port": 22,
+            "user": layout.SSH_USER,
+            "identity_file": key_file,
+            "proxy_jump": None,
+            "internal_ip": private,
+            "network": None,
+            "blocks": blocks,
+            "placement": (instance.get("labels") or {}).get(layout.LABEL_PLACEMENT) or "any",
+        })
+    records.sort(key=lambda r: r["num"])
+    return records

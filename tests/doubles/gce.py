@@ -1,0 +1,332 @@
+"""A local Compute Engine API for tests: an HTTP server speaking the REST shapes the gcp
+backend uses, with state in memory.
+
+It answers instances (bulkInsert, get, list, aggregatedList, delete, start), zone and region
+operations (get, wait: every operation is done at once), resource policies, firewalls,
+networks and subnetworks, and an OAuth token endpoint, so google-auth's service-account
+credentials work against it unchanged (``credentials_file`` writes such a file). Every request
+is recorded as ``{"method", "path", "query", "body"}`` for tests to assert on. Like the real API
+it keeps bulkInsert idempotent by ``requestId``, refuses a name that exists, and gives a zone
+only the capacity set in ``capacity[zone]`` (operation error ZONE_RESOURCE_POOL_EXHAUSTED).
+"""
+
+from __future__ import annotations
+
+import datetime
+import itertools
+import json
+import re
+import threading
+import urllib.parse
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
+PREFIX = "/compute/v1"
+
+
+def _now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+
+class GceDouble:
+    def __init__(self, project="test-project"):
+        self.project = project
+        self.requests = []
+        self.instances = {}          # (zone, name) -> instance
+        self.policies = {}           # (region, name) -> policy
+        self.firewalls = {}          # name -> firewall
+        self.networks = {"default": {"name": "default", "autoCreateSubnetworks": True}}
+        self.subnetworks = {}        # (region, name) -> subnetwork
+        self.operations = {}         # name -> operation
+        self.requests_seen = {}      # requestId -> operation name
+        self.capacity = {}           # zone -> instances one bulkInsert may get
+        self.failures = []
+        self.lock = threading.Lock()
+        self.addresses = itertools.count(2)
+        double = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                double._handle(self, "GET")
+
+            def do_POST(self):
+                double._handle(self, "POST")
+
+            def do_DELETE(self):
+                double._handle(self, "DELETE")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.endpoint = self.url + PREFIX
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    # -- what tests use ---------------------------------------------------------------------
+
+    def credentials_file(self, path):
+        """A service-account key file whose token URI is this double."""
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+        with open(path, "w") as handle:
+            json.dump({"type": "service_account", "project_id": self.project,
+                       "private_key_id": "test", "private_key": pem,
+                       "client_email": "gpufleet@%s.iam.gserviceaccount.com" % self.project,
+                       "client_id": "1", "token_uri": self.url + "/token"}, handle)
+        return path
+
+    def calls(self, method=None, pattern=None):
+        with self.lock:
+            return [r for r in self.requests if (method is None or r["method"] == method)
+                    and (pattern is None or re.search(pattern, r["path"]))]
+
+    def mutating(self):
+        return [r for r in self.calls() if r["method"] in ("POST", "DELETE")
+                and not r["path"].endswith(("/wait", "/token"))]
+
+    def add_subnetwork(self, region, name, network):
+        self.subnetworks[(region, name)] = {
+            "name": name, "region": region, "ipCidrRange": "10.%d.0.0/20" % len(self.subnetworks),
+            "network": "projects/%s/global/networks/%s" % (self.project, network),
+            "selfLink": "projects/%s/regions/%s/subnetworks/%s" % (self.project, region, name)}
+        self.networks.setdefault(network, {"name": network, "autoCreateSubnetworks": False})
+
+    def fail(self, method, pattern, code, message="injected by the test", when=None):
+        self.failures.append({"method": method, "pattern": pattern, "code": code,
+                              "message": message, "when": when})
+
+    def clear(self):
+        with self.lock:
+            self.requests.clear()
+        self.failures.clear()
+        self.capacity.clear()
+
+    def stop(self):
+        self.server.shutdown()
+
+    # -- plumbing -----------------------------------------------------------------------------
+
+    def _handle(self, handler, method):
+        parsed = urllib.parse.urlsplit(handler.path)
+        query = dict(urllib.parse.parse_qsl(parsed.query))
+        length = int(handler.headers.get("Content-Length") or 0)
+        raw = handler.rfile.read(length) if length else b""
+        if parsed.path == "/token":
+            return self._send(handler, 200, {"access_token": "test-token", "expires_in": 3600,
+                                             "token_type": "Bearer"})
+        body = json.loads(raw) if raw else None
+        path = parsed.path[len(PREFIX):] if parsed.path.startswith(PREFIX) else parsed.path
+        with self.lock:
+            self.requests.append({"method": method, "path": path, "query": query, "body": body})
+        for failure in self.failures:
+            if failure["method"] == method and re.search(failure["pattern"], path) and (
+                    failure["when"] is None or failure["when"](body or {})):
+                return self._error(handler, 400, failure["code"], failure["message"])
+        for route_method, route, action in self._routes():
+            match = re.fullmatch(route, path)
+            if match and route_method == method:
+                return action(handler, query, body, **match.groupdict())
+        return self._error(handler, 404, "notFound", "no such API path: %s %s" % (method, path))
+
+    def _routes(self):
+        p = "/projects/(?P<project>[^/]+)"
+        z = p + "/zones/(?P<zone>[^/]+)"
+        r = p + "/regions/(?P<region>[^/]+)"
+        return [
+            ("POST", z + "/instances/bulkInsert", self._bulk_insert),
+            ("GET", z + "/instances", self._list_instances),
+            ("GET", p + "/aggregated/instances", self._aggregated_instances),
+            ("GET", z + "/instances/(?P<name>[^/]+)", self._get_instance),
+            ("DELETE", z + "/instances/(?P<name>[^/]+)", self._delete_instance),
+            ("POST", z + "/instances/(?P<name>[^/]+)/start", self._start_instance),
+            ("POST", z + "/operations/(?P<op>[^/]+)/wait", self._get_operation),
+            ("GET", z + "/operations/(?P<op>[^/]+)", self._get_operation),
+            ("POST", r + "/operations/(?P<op>[^/]+)/wait", self._get_operation),
+            ("GET", r + "/operations/(?P<op>[^/]+)", self._get_operation),
+            ("POST", p + "/global/operations/(?P<op>[^/]+)/wait", self._get_operation),
+            ("POST", r + "/resourcePolicies", self._insert_policy),
+            ("GET", r + "/resourcePolicies", self._list_policies),
+            ("DELETE", r + "/resourcePolicies/(?P<name>[^/]+)", self._delete_policy),
+            ("POST", p + "/global/firewalls", self._insert_firewall),
+            ("GET", p + "/global/firewalls", self._list_firewalls),
+            ("DELETE", p + "/global/firewalls/(?P<name>[^/]+)", self._delete_firewall),
+            ("GET", p + "/global/networks/(?P<name>[^/]+)", self._get_network),
+            ("GET", r + "/subnetworks", self._list_subnetworks),
+        ]
+
+    @staticmethod
+    def _send(handler, status, payload):
+        data = json.dumps(payload).encode()
+        handler.send_response(status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def _error(self, handler, status, reason, message):
+        self._send(handler, status, {"error": {"code": status, "message": message,
+                                               "errors": [{"reason": reason,
+                                                           "message": message}]}})
+
+    def _operation(self, handler, scope, target, error=None, request_id=None):
+        if request_id and request_id in self.requests_seen:
+            return self._send(handler, 200, self.operations[self.requests_seen[request_id]])
+        name = "operation-" + uuid.uuid4().hex[:16]
+        operation = {"kind": "compute#operation", "name": name, "status": "DONE",
+                     "targetLink": target, "insertTime": _now()}
+        operation.update(scope)
+        if error:
+            operation["error"] = {"errors": [{"code": error[0], "message": error[1]}]}
+        self.operations[name] = operation
+        if request_id:
+            self.requests_seen[request_id] = name
+        return self._send(handler, 200, operation)
+
+    def _get_operation(self, handler, query, body, op, **_scope):
+        if op not in self.operations:
+            return self._error(handler, 404, "notFound", "operation %s" % op)
+        return self._send(handler, 200, self.operations[op])
+
+    # -- instances ----------------------------------------------------------------------------
+
+    @staticmethod
+    def _matches(instance, text):
+        """The filters the backend writes: ``labels.KEY = "VALUE"`` joined with AND."""
+        for key, value in re.findall(r'labels\.([a-z0-9_-]+)\s*=\s*"?([^"\s)]*)"?', text or ""):
+            if (instance.get("labels") or {}).get(key) != value:
+                return False
+        return True
+
+    def _bulk_insert(self, handler, query, body, project, zone):
+        request_id = query.get("requestId")
+        if request_id and request_id in self.requests_seen:
+            return self._send(handler, 200, self.operations[self.requests_seen[request_id]])
+        names = sorted((body.get("perInstanceProperties") or {}).keys())
+        properties = body["instanceProperties"]
+        scope = {"zone": "projects/%s/zones/%s" % (project, zone)}
+        existing = [n for n in names if (zone, n) in self.instances]
+        if existing:
+            return self._operation(handler, scope, "", ("RESOURCE_ALREADY_EXISTS",
+                                                        "The resource %s already exists"
+                                                        % existing[0]), request_id)
+        count = min(len(names), self.capacity.get(zone, len(names)))
+        if count < int(body.get("minCount") or len(names)):
+            return self._operation(handler, scope, "", (
+                "ZONE_RESOURCE_POOL_EXHAUSTED",
+                "The zone '%s' does not have enough resources available to fulfill the "
+                "request." % zone), request_id)
+        for name in names[:count]:
+            number = next(self.addresses)
+            interfaces = []
+            for index, nic in enumerate(properties.get("networkInterfaces") or []):
+                made = dict(nic, name="nic%d" % index,
+                            networkIP="10.%d.%d.%d" % (index, number // 250, number % 250))
+                if nic.get("accessConfigs"):
+                    made["accessConfigs"] = [dict(nic["accessConfigs"][0],
+                                                  natIP="34.1.%d.%d" % (number // 250,
+                                                                        number % 250))]
+                interfaces.append(made)
+            self.instances[(zone, name)] = dict(
+                properties, name=name, id=str(uuid.uuid4().int)[:19], status="RUNNING",
+                zone="https://www.googleapis.com/compute/v1/projects/%s/zones/%s"
+                     % (project, zone),
+                machineType="https://www.googleapis.com/compute/v1/projects/%s/zones/%s/"
+                            "machineTypes/%s" % (project, zone, properties["machineType"]),
+                networkInterfaces=interfaces, creationTimestamp=_now())
+        return self._operation(handler, scope, "", None, request_id)
+
+    def _list_instances(self, handler, query, body, project, zone):
+        items = [i for (z, _n), i in sorted(self.instances.items())
+                 if z == zone and self._matches(i, query.get("filter"))]
+        return self._send(handler, 200, {"items": items})
+
+    def _aggregated_instances(self, handler, query, body, project):
+        grouped = {}
+        for (zone, _name), instance in sorted(self.instances.items()):
+            if self._matches(instance, query.get("filter")):
+                grouped.setdefault("zones/" + zone, {"instances": []})["instances"].append(
+                    instance)
+        return self._send(handler, 200, {"items": grouped})
+
+    def _get_instance(self, handler, query, body, project, zone, name):
+        if (zone, name) not in self.instances:
+            return self._error(handler, 404, "notFound", "instance %s" % name)
+        return self._send(handler, 200, self.instances[(zone, name)])
+
+    def _delete_instance(self, handler, query, body, project, zone, name):
+        if (zone, name) not in self.instances:
+            return self._error(handler, 404, "notFound", "instance %s" % name)
+        del self.instances[(zone, name)]
+        return self._operation(handler, {"zone": "projects/%s/zones/%s" % (project, zone)}, name)
+
+    def _start_instance(self, handler, query, body, project, zone, name):
+        if (zone, name) not in self.instances:
+            return self._error(handler, 404, "notFound", "instance %s" % name)
+        self.instances[(zone, name)]["status"] = "RUNNING"
+        return self._operation(handler, {"zone": "projects/%s/zones/%s" % (project, zone)}, name)
+
+    # -- resource policies, firewalls, networks -----------------------------------------------
+
+    def _insert_policy(self, handler, query, body, project, region):
+        if (region, body["name"]) in self.policies:
+            return self._error(handler, 409, "alreadyExists", "policy %s" % body["name"])
+        self.policies[(region, body["name"])] = dict(
+            body, selfLink="projects/%s/regions/%s/resourcePolicies/%s"
+            % (project, region, body["name"]), region=region)
+        return self._operation(handler, {"region": "projects/%s/regions/%s" % (project, region)},
+                               body["name"])
+
+    def _list_policies(self, handler, query, body, project, region):
+        wanted = re.search(r'name\s*=\s*"?([^"\s]+)"?', query.get("filter") or "")
+        items = [p for (r, n), p in sorted(self.policies.items())
+                 if r == region and (not wanted or n == wanted.group(1))]
+        return self._send(handler, 200, {"items": items})
+
+    def _delete_policy(self, handler, query, body, project, region, name):
+        if (region, name) not in self.policies:
+            return self._error(handler, 404, "notFound", "policy %s" % name)
+        in_use = [n for (_z, n), i in self.instances.items()
+                  if any(p.endswith("/" + name) for p in i.get("resourcePolicies") or [])]
+        if in_use:
+            return self._error(handler, 400, "resourceInUseByAnotherResource",
+                               "policy %s is used by %s" % (name, in_use[0]))
+        del self.policies[(region, name)]
+        return self._operation(handler, {"region": "projects/%s/regions/%s" % (project, region)},
+                               name)
+
+    def _insert_firewall(self, handler, query, body, project):
+        if body["name"] in self.firewalls:
+            return self._error(handler, 409, "alreadyExists", "firewall %s" % body["name"])
+        self.firewalls[body["name"]] = body
+        return self._operation(handler, {}, body["name"])
+
+    def _list_firewalls(self, handler, query, body, project):
+        prefix = re.search(r'name\s*=\s*"?([^"\s*]+)\*?"?', query.get("filter") or "")
+        items = [f for n, f in sorted(self.firewalls.items())
+                 if not prefix or n.startswith(prefix.group(1))]
+        return self._send(handler, 200, {"items": items})
+
+    def _delete_firewall(self, handler, query, body, project, name):
+        if name not in self.firewalls:
+            return self._error(handler, 404, "notFound", "firewall %s" % name)
+        del self.firewalls[name]
+        return self._operation(handler, {}, name)
+
+    def _get_network(self, handler, query, body, project, name):
+        if name not in self.networks:
+            return self._error(handler, 404, "notFound", "network %s" % name)
+        return self._send(handler, 200, dict(
+            self.networks[name], selfLink="projects/%s/global/networks/%s" % (project, name)))
+
+    def _list_subnetworks(self, handler, query, body, project, region):
+        wanted = re.search(r'network\s*=\s*"?([^"\s]+)"?', query.get("filter") or "")
+        items = [s for (r, _n), s in sorted(self.subnetworks.items())
+                 if r == region and (not wanted or s["network"].endswith(
+                     "/" + wanted.group(1).rsplit("/", 1)[-1]))]
+        return self._send(handler, 200, {"items": items})
