@@ -192,6 +192,24 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
     return record, changed
 
 
+def remove_instances(config, nums, path=None, docker=None, root=None, settings=None):
+    """Remove a backend fleet's instances numbered ``nums`` (reconcile.py's idle ones)."""
+    root = state.state_dir(root)
+    name = fleet_name(config, path)
+    if choose_backend(config, name) in cloud.CLOUD_BACKENDS:
+        try:
+            return cloud.remove(config, name, nums, settings,
+                                catalog_dir=catalog.directory(root))
+        except cloud.CloudError as exc:
+            raise ApplyError(str(exc))
+    placement = config.get("placement") or "any"
+    present = set(local.node_num(n) for n in local.list_nodes(docker, name))
+    for num in nums:
+        if num in present:
+            local.remove_node(docker, name, num, placement)
+    return len(present & set(nums))
+
+
 def delete(config, path=None, docker=None, root=None, check_mode=False, settings=None):
     """Remove a fleet's nodes, volumes, networks and local files. Returns (record, changed).
 

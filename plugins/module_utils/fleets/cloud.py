@@ -217,6 +217,20 @@ def apply(config, name, root, settings, check_mode=False, client=None, catalog_d
     return instances, plan, changed
 
 
+def remove(config, name, nums, settings, client=None, catalog_dir=None):
+    """Terminate the fleet's instances numbered ``nums``."""
+    backend = cloud_backend(config)
+    client = _client(settings, backend, client)
+    try:
+        placed = client.fleet_instances(name, regions(config, settings, backend, catalog_dir))
+        chosen = [item for item in placed if client.view(item)["num"] in nums]
+        if chosen:
+            client.terminate(chosen)
+    except BackendError as exc:
+        raise CloudError(str(exc))
+    return len(chosen)
+
+
 def delete(config, name, settings, check_mode=False, client=None, catalog_dir=None):
     """Remove the fleet's instances and what it created. Returns (removed, changed)."""
     backend = cloud_backend(config)

@@ -1,0 +1,122 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What dstack's server does to backend fleets in the background, as one pass to schedule:
+instances idle longer than ``idle_duration`` go, down to ``nodes.min``; a fleet below
+``nodes.min`` gets instances again (dstack.md §1.2, §1.3).
+
+Pure Python. An instance is idle when no task container of gpufleet is alive on it; it has
+been idle since the last of its task containers finished, or since it was created when it
+never ran one. A host that cannot be asked is never taken for idle.
+
+    decision = plan(config, instances, containers, errors, now)
+    # {"remove": [...], "create": n, "keep": [...], "reasons": {name: why}}
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from ..tasks import lifecycle
+
+OFF = "off"
+_NEVER = ("", None, "0001-01-01T00:00:00Z")
+GONE = ("terminating", "terminated")
+
+
+def parse_time(value):
+    """An aware datetime from Docker's or EC2's ISO 8601 text; None when unset."""
+    if value in _NEVER or str(value).startswith("0001-01-01"):
+        return None
+    text = str(value).replace("Z", "+00:00")
+    if "." in text:
+        # Docker writes nanoseconds; Python takes at most microseconds.
+        head, tail = text.split(".", 1)
+        digits = "".join(c for c in tail if c.isdigit())
+        zone = tail[len(digits):]
+        text = "%s.%s%s" % (head, digits[:6], zone)
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.timezone.utc)
+    return moment
+
+
+def idle_since(instance, containers):
+    """When the instance became idle (None: busy now). ``containers`` are its task containers
+    as tasks.nodeside's ``status`` lists them."""
+    finished = []
+    for entry in containers:
+        if lifecycle.job_status(entry)[0] in lifecycle.ALIVE:
+            return None
+        moment = parse_time(entry.get("finished_at"))
+        if moment is not None:
+            finished.append(moment)
+    created = parse_time(instance.get("created"))
+    candidates = finished + ([created] if created else [])
+    return max(candidates) if candidates else None
+
+
+def _span(seconds):
+    """``3d2h``, ``5m30s``, ``45s``: the two largest units that are not zero."""
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(v, u) for v, u in ((days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")) if v]
+    return "".join("%d%s" % part for part in parts[:2]) or "0s"
+
+
+def plan(config, instances, containers, errors, now):
+    """What one reconcile pass does to a backend fleet.
+
+    ``instances`` are the fleet's instance records, ``containers`` maps host names to their
+    task containers, ``errors`` host names to why they could not be asked, ``now`` an aware
+    datetime. Idle instances go highest number first, never below ``nodes.min``; ``create`` is
+    how many instances bring the fleet back to ``nodes.min``.
+    """
+    nodes = config.get("nodes") or {}
+    minimum = nodes.get("min") or 0
+    idle_limit = config.get("idle_duration")
+    alive = [i for i in instances if i.get("status") not in GONE]
+    reasons = {}
+    idle = []
+    for instance in alive:
+        name = instance["name"]
+        if instance.get("status") not in ("idle", "busy"):
+            reasons[name] = "kept: %s" % instance.get("status")
+            continue
+        if name in errors:
+            reasons[name] = "kept: cannot be asked whether it is idle (%s)" % errors[name]
+            continue
+        since = idle_since(instance, containers.get(name) or [])
+        if since is None:
+            reasons[name] = "kept: busy" if instance.get("created") else \
+                "kept: no creation time to measure idleness from"
+            continue
+        idle_for = (now - since).total_seconds()
+        if idle_limit == OFF or idle_limit is None:
+            reasons[name] = "kept: idle %s, idle_duration is off" % _span(idle_for)
+        elif idle_for < idle_limit:
+            reasons[name] = "kept: idle %s of idle_duration %s" % (
+                _span(idle_for), _span(idle_limit))
+        else:
+            idle.append((instance, idle_for))
+    removable = max(0, len(alive) - minimum)
+    remove = []
+    for instance, idle_for in sorted(idle, key=lambda item: -item[0]["num"]):
+        name = instance["name"]
+        if len(remove) < removable:
+            remove.append(name)
+            reasons[name] = "remove: idle %s >= idle_duration %s" % (_span(idle_for),
+                                                                     _span(idle_limit))
+        else:
+            reasons[name] = "kept: idle %s, but the fleet keeps nodes.min = %d" % (
+                _span(idle_for), minimum)
+    return {
+        "remove": sorted(remove),
+        "create": max(0, minimum - len(alive)),
+        "keep": sorted(i["name"] for i in alive if i["name"] not in remove),
+        "reasons": reasons,
+    }

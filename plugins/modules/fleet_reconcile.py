@@ -1,0 +1,200 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fleet_reconcile
+short_description: Remove backend fleet instances idle past idle_duration and refill to nodes.min
+version_added: 0.1.0
+description:
+  - "One pass of what dstack's server does to backend fleets in the background: an instance
+    that has run no task container of gpufleet for longer than the fleet's C(idle_duration)
+    (default 3 days; C(off) keeps instances) is removed, highest instance numbers first, as
+    long as the fleet keeps C(nodes.min) instances; a fleet with fewer than C(nodes.min)
+    instances gets new ones."
+  - An instance is idle since the last of its task containers finished, or since it was
+    created when it never ran one; a container still alive makes it busy. Each host is asked
+    over SSH, as the task runner asks it; a host that does not answer is kept.
+  - Meant to be scheduled (an AWX schedule, cron); in check mode it only reports what it
+    would do, for each instance with the reason.
+  - SSH fleets are left alone; their hosts are not gpufleet's to remove.
+author:
+  - gpufleet maintainers (@gpufleet)
+options:
+  paths:
+    description:
+      - Fleet files on the controller.
+      - When empty, every fleet file applied from this controller (as the state directory
+        remembers them) is reconciled.
+    type: list
+    elements: path
+    default: []
+  state_dir:
+    description:
+      - gpufleet's state directory on the controller (see M(gpufleet.cluster.fleet)).
+    type: path
+  backend_settings:
+    description:
+      - Settings of the cloud backends, as M(gpufleet.cluster.fleet) takes them; defaults to
+        C(backends.yml) in O(state_dir).
+    type: dict
+extends_documentation_fragment:
+  - gpufleet.cluster.attributes
+  - gpufleet.cluster.attributes.action_group
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode nothing is removed or created; RV(fleets) says what would be.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    details:
+      - A second pass right after the first finds nothing more to do.
+seealso:
+  - module: gpufleet.cluster.fleet
+"""
+
+EXAMPLES = r"""
+- name: Show what a reconcile pass would do
+  gpufleet.cluster.fleet_reconcile:
+    paths:
+      - "{{ playbook_dir }}/h100.dstack.yml"
+  check_mode: true
+  register: planned
+
+- name: Reconcile every fleet applied from this controller
+  gpufleet.cluster.fleet_reconcile:
+"""
+
+RETURN = r"""
+fleets:
+  description: One entry per backend fleet reconciled.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    name:
+      description: The fleet's name.
+      type: str
+    file:
+      description: Its file.
+      type: str
+    remove:
+      description: Instances removed (in check mode, that would be).
+      type: list
+      elements: str
+    create:
+      description: How many instances were (would be) created to reach C(nodes.min).
+      type: int
+    keep:
+      description: Instances kept.
+      type: list
+      elements: str
+    reasons:
+      description: For each instance, why it is kept or removed.
+      type: dict
+  sample:
+    - name: h100
+      file: /srv/fleets/h100.dstack.yml
+      remove: [h100-3]
+      create: 0
+      keep: [h100-0, h100-1, h100-2]
+      reasons: {h100-3: "remove: idle 3d2h >= idle_duration 3d", h100-1: "kept: busy"}
+skipped:
+  description: Files that were not reconciled, with why (SSH fleets, files that no longer read).
+  returned: always
+  type: list
+  elements: str
+"""
+
+import datetime
+import os
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import (
+    Docker,
+    DockerError,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
+    apply,
+    cloud,
+    reconcile,
+    state,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.naming import NamingError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import SpecError, parse_file
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import runs
+
+
+def reconcile_fleet(module, path, root, settings, docker, now):
+    config, _warnings = parse_file(path, "fleet")
+    if config["fleet_type"] == "ssh":
+        return None, "%s: an SSH fleet; its hosts are not removed or created" % path
+    if not cloud.cloud_backend(config):
+        docker.ping()
+    record = apply.describe(config, path, docker, root, settings=settings)
+    nodes = runs.nodes_of([record], root)
+    containers, errors = runs.survey(nodes) if nodes else ({}, {})
+    decision = reconcile.plan(config, record["instances"], containers,
+                              dict((h, str(e)) for h, e in errors.items()), now)
+    entry = dict(decision, name=record["name"], file=path)
+    if module.check_mode:
+        return entry, None
+    if decision["remove"]:
+        nums = [i["num"] for i in record["instances"] if i["name"] in decision["remove"]]
+        apply.remove_instances(config, nums, path, docker, root, settings)
+    if decision["create"]:
+        nodes_spec = dict(config["nodes"], target=config["nodes"]["min"])
+        apply.apply(dict(config, nodes=nodes_spec), path, docker, root,
+                    build_image=lambda check: local.ensure_node_image(docker, check_mode=check)[0],
+                    settings=settings)
+    return entry, None
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            paths=dict(type="list", elements="path", default=[]),
+            state_dir=dict(type="path"),
+            backend_settings=dict(type="dict"),
+        ),
+        supports_check_mode=True,
+    )
+    root = state.state_dir(module.params["state_dir"])
+    paths = module.params["paths"] or sorted(state.remembered_files(root).values())
+    now = datetime.datetime.now(datetime.timezone.utc)
+    docker = Docker()
+    fleets = []
+    skipped = []
+    try:
+        settings = state.backend_settings(root, module.params["backend_settings"])
+        for path in paths:
+            if not os.path.exists(path) and not module.params["paths"]:
+                skipped.append("%s: remembered, but no longer there" % path)
+                continue
+            entry, why = reconcile_fleet(module, path, root, settings, docker, now)
+            if entry is not None:
+                fleets.append(entry)
+            else:
+                skipped.append(why)
+    except (SpecError, NamingError, DockerError, apply.ApplyError, state.StateError,
+            local.BuildError, local.FleetError) as exc:
+        module.fail_json(msg=str(exc), fleets=fleets, skipped=skipped)
+    except Exception as exc:  # pylint: disable=broad-exception-caught
+        module.fail_json(msg="internal error in gpufleet (please report it): %s" % exc,
+                         exception=traceback.format_exc())
+    changed = any(f["remove"] or f["create"] for f in fleets)
+    module.exit_json(changed=changed, fleets=fleets, skipped=skipped)
+
+
+if __name__ == "__main__":
+    main()
