@@ -140,6 +140,30 @@ def _build_parser() -> argparse.ArgumentParser:
     offer.add_argument("--json", action="store_true",
                        help="print every offer, and why others were ruled out, as JSON")
     offer.set_defaults(handler=_offer)
+
+    catalog_cmd = commands.add_parser(
+        "catalog", help="refresh the offer catalogs",
+        description="Refresh an offer catalog from the cloud's own APIs (docs/offers.md).")
+    catalog_actions = catalog_cmd.add_subparsers(dest="action", metavar="ACTION")
+    catalog_actions.required = True
+    refresh = catalog_actions.add_parser(
+        "refresh", help="rebuild a backend's catalog from its APIs",
+        description=(
+            "Rebuild the aws catalog from EC2 (GPU instance types, the zones offering them, "
+            "spot prices) and the AWS Price List API (on-demand prices), with the credentials "
+            "boto3 finds. Writes <state dir>/catalog/aws.json, which every gpufleet command "
+            "and module on this controller then uses instead of the shipped catalog."))
+    refresh.add_argument("backend", choices=["aws"], help="the backend")
+    refresh.add_argument("--regions", metavar="R1,R2",
+                         help="regions to cover (default: aws.regions of backends.yml, else "
+                              "the regions of the current catalog)")
+    refresh.add_argument("-o", "--output", metavar="FILE",
+                         help="where to write the catalog (default: <state dir>/catalog/"
+                              "aws.json)")
+    refresh.add_argument("--ship", action="store_true",
+                         help="also rewrite the catalog shipped in this checkout "
+                              "(maintainers)")
+    refresh.set_defaults(handler=_catalog_refresh)
     return parser
 
 
@@ -339,6 +363,52 @@ def _offer(args, out, err) -> int:
         for line in _tables().offer_table(found["offers"], args.max_offers):
             out.write(line + "\n")
     return 0 if found["offers"] else 1
+
+
+def _catalog_refresh(args, out, err) -> int:
+    spec()  # makes the collection importable
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import (
+        catalog,
+        refresh,
+    )
+
+    try:
+        import boto3
+    except ImportError:
+        err.write("gpufleet: refreshing the aws catalog needs boto3: pip install boto3\n")
+        return 2
+    root = state.state_dir(None)
+    try:
+        current, _source = catalog.load(args.backend, catalog.directory(root))
+        settings = state.backend_settings(root)
+    except (catalog.CatalogError, state.StateError) as exc:
+        err.write(f"gpufleet: {exc}\n")
+        return 2
+    if args.regions:
+        regions = [r.strip() for r in args.regions.split(",") if r.strip()]
+    else:
+        regions = (settings.get(args.backend) or {}).get("regions") or sorted(set(
+            o["region"] for e in current["instance_types"] for o in e["offers"]))
+    try:
+        data = refresh.aws_catalog(lambda service, region: boto3.client(
+            service, region_name=region), regions, previous=current)
+    except (refresh.RefreshError, catalog.CatalogError) as exc:
+        err.write(f"gpufleet: {exc}\n")
+        return 1
+    path = args.output or os.path.join(catalog.directory(root), args.backend + ".json")
+    catalog.write(data, path)
+    offers = sum(len(e["offers"]) for e in data["instance_types"])
+    out.write(f"{path}: {len(data['instance_types'])} instance types, {offers} offers in "
+              f"{len(regions)} regions\n")
+    for note in data["notes"]:
+        out.write(f"note: {note}\n")
+    if args.ship:
+        shipped = os.path.join(os.path.dirname(catalog.__file__), "_catalog_aws.py")
+        with open(shipped, "w") as handle:
+            handle.write(catalog.module_source(data))
+        out.write(f"{shipped}: rewritten\n")
+    return 0
 
 
 def _fleet_vars(args):

@@ -5,5 +5,5 @@
 
 match.py is the matcher (resources spec against an offer); catalog.py reads the shipped
 catalogs of cloud GPU instance types; select.py turns a fleet or task config into the offers it
-would take, cheapest first.
+would take, cheapest first; refresh.py rebuilds a catalog from the cloud's APIs.
 """
