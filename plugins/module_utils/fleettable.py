@@ -20,6 +20,7 @@ name) raise FleetTableError.
 from __future__ import annotations
 
 import datetime
+import re
 
 COLUMNS = ("NAME", "NODES", "GPU", "SPOT", "BACKEND", "PRICE", "STATUS", "CREATED")
 VERBOSE_COLUMNS = (
@@ -85,14 +86,18 @@ def format_price(price):
     return "$" + ("%.4f" % float(price)).rstrip("0").rstrip(".")
 
 
-def _parse_time(value):
-    """An aware datetime from an ISO 8601 string (``Z`` allowed) or a datetime; None if not."""
+_FRACTION = re.compile(r"(\.\d{6})\d+")
+
+
+def parse_time(value):
+    """An aware datetime from an ISO 8601 string (``Z`` allowed; Docker's nanoseconds cut to
+    the microseconds Python takes) or a datetime; None if not."""
     if value is None or value == "":
         return None
     if isinstance(value, datetime.datetime):
         moment = value
     else:
-        text = str(value).strip()
+        text = _FRACTION.sub(r"\1", str(value).strip())
         if text.endswith(("Z", "z")):
             text = text[:-1] + "+00:00"
         try:
@@ -107,7 +112,7 @@ def _parse_time(value):
 def _now(now):
     if now is None:
         return datetime.datetime.now(datetime.timezone.utc)
-    moment = _parse_time(now)
+    moment = parse_time(now)
     if moment is None:
         raise FleetTableError(
             "now must be an ISO 8601 date and time such as 2026-11-21T10:00:00Z, got %r" % (now,)
@@ -127,7 +132,7 @@ def pretty_date(value, now=None):
     without a timezone are UTC. An unknown date is ``""``, a date that cannot be read is shown
     as given, and a date up to a minute in the future (clock skew) is ``now``.
     """
-    moment = _parse_time(value)
+    moment = parse_time(value)
     if moment is None:
         return "" if value in (None, "") else str(value)
     diff = _now(now) - moment
@@ -399,7 +404,7 @@ def _instance_row(instance, now):
 
 
 def _sort_key_created(fleet):
-    moment = _parse_time(fleet.get("created"))
+    moment = parse_time(fleet.get("created"))
     # Newest first, fleets without a date last.
     return (moment is None, -moment.timestamp() if moment else 0.0)
 

@@ -22,7 +22,7 @@ import datetime
 
 from ..fleets.naming import instance_name
 from . import aws_layout as layout
-from .errors import BackendError, no_capacity
+from .errors import BackendError, CapacityError, launch_in_turn
 
 try:
     import boto3
@@ -235,36 +235,18 @@ class Aws:
         errors move on; any other error stops. Returns ``[(region, instance)]``; raises
         NoCapacity, listing every attempt, when numbers remain.
         """
-        missing = list(nums)
-        launched = []
-        attempts = []
-        for offer in offers:
-            region = offer["region"]
-            for zone in offer["zones"]:
-                if not missing:
-                    return launched
-                try:
-                    instances = self._launch(fleet, missing, offer, zone, config, public_key,
-                                             disk_gb, all_at_once)
-                except _CapacityError as exc:
-                    attempts.append({"instance_type": offer["instance_type"], "region": region,
-                                     "zone": zone, "spot": offer["spot"], "error": exc.code})
-                    continue
-                for instance in instances:
-                    num = layout.instance_nums(instance)
-                    if num in missing:
-                        missing.remove(num)
-                    launched.append((region, instance))
-        if missing:
-            raise no_capacity(fleet, len(missing), attempts)
-        return launched
+        return launch_in_turn(
+            fleet, nums, offers,
+            lambda missing, offer, zone: [(offer["region"], i) for i in self._launch(
+                fleet, missing, offer, zone, config, public_key, disk_gb, all_at_once)],
+            lambda item: layout.instance_nums(item[1]))
 
     def _launch(self, fleet, nums, offer, zone, config, public_key, disk_gb, all_at_once):
         region = offer["region"]
         info = self.type_info(region, offer["instance_type"])
         vpc_id, subnet_id = self.network(region, zone)
         if subnet_id is None:
-            raise _CapacityError("NoSubnetInZone")
+            raise CapacityError("NoSubnetInZone")
         tags = config.get("tags")
         group_id = self.ensure_security_group(region, vpc_id, fleet, tags)
         public_ips = bool(self.settings["public_ips"])
@@ -294,7 +276,7 @@ class Aws:
             except (ClientError, BotoCoreError) as exc:
                 code = _code(exc)
                 if code in layout.CAPACITY_ERRORS or code in layout.QUOTA_ERRORS:
-                    raise _CapacityError(code)
+                    raise CapacityError(code)
                 raise AwsError("launching %s in %s failed: %s"
                                % (offer["instance_type"], zone, _message(exc)))
             instances = answer["Instances"]
@@ -430,12 +412,6 @@ class Aws:
                 self._call(region, "deleting the key pair", "delete_key_pair",
                            KeyName=key["KeyName"])
         return removed
-
-
-class _CapacityError(Exception):
-    def __init__(self, code):
-        super().__init__(code)
-        self.code = code
 
 
 def _ids_by_region(placed):

@@ -1,7 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Errors every cloud backend raises, so that fleets/cloud.py handles them alike."""
+"""Errors every cloud backend raises, so that fleets/cloud.py handles them alike, and the
+launch loop they share: offers cheapest first, each zone in turn, until every instance is
+launched."""
 
 from __future__ import annotations
 
@@ -16,6 +18,45 @@ class NoCapacity(BackendError):
     def __init__(self, message, attempts):
         super().__init__(message)
         self.attempts = attempts
+
+
+class CapacityError(Exception):
+    """One launch found no capacity (or quota) in its zone; ``code`` is the cloud's word."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
+
+
+def launch_in_turn(fleet, nums, offers, launch, number):
+    """Launch instances numbered ``nums`` from the first offers and zones that have capacity.
+
+    ``launch(missing, offer, zone)`` makes one call for the numbers still missing and returns
+    the instances it made (raising CapacityError when the zone has none); ``number(item)`` is
+    an instance's number. Raises NoCapacity, naming every attempt, when numbers remain.
+    """
+    missing = list(nums)
+    launched = []
+    attempts = []
+    for offer in offers:
+        for zone in offer["zones"]:
+            if not missing:
+                return launched
+            try:
+                made = launch(list(missing), offer, zone)
+            except CapacityError as exc:
+                attempts.append({"instance_type": offer["instance_type"],
+                                 "region": offer["region"], "zone": zone,
+                                 "spot": offer["spot"], "error": exc.code})
+                continue
+            for item in made:
+                num = number(item)
+                if num in missing:
+                    missing.remove(num)
+                launched.append(item)
+    if missing:
+        raise no_capacity(fleet, len(missing), attempts)
+    return launched
 
 
 def no_capacity(fleet, missing, attempts):

@@ -19,7 +19,7 @@ import time
 
 from ..fleets.naming import instance_name
 from . import gcp_layout as layout
-from .errors import BackendError, no_capacity
+from .errors import BackendError, CapacityError, launch_in_turn
 
 try:
     import google.auth
@@ -54,12 +54,6 @@ DEFAULT_SETTINGS = {
 
 class GcpError(BackendError):
     """A Compute Engine call or a setting that failed; the message says what and what to do."""
-
-
-class _CapacityError(Exception):
-    def __init__(self, code):
-        super().__init__(code)
-        self.code = code
 
 
 def settings_with_defaults(settings):
@@ -128,13 +122,13 @@ class Gcp:
             error = payload.get("error") or {}
             reasons = [e.get("reason") for e in error.get("errors") or []]
             if set(reasons) & layout.CAPACITY_ERRORS:
-                raise _CapacityError(sorted(set(reasons) & layout.CAPACITY_ERRORS)[0])
+                raise CapacityError(sorted(set(reasons) & layout.CAPACITY_ERRORS)[0])
             raise GcpError("%s failed: HTTP %d %s" % (what, response.status_code,
                                                       error.get("message") or response.text))
         return payload
 
     def _wait(self, operation, what):
-        """Await an operation; raise on its error (capacity errors as _CapacityError)."""
+        """Await an operation; raise on its error (capacity errors as CapacityError)."""
         deadline = time.monotonic() + OPERATION_TIMEOUT
         while operation.get("status") != "DONE":
             if time.monotonic() > deadline:
@@ -148,14 +142,14 @@ class Gcp:
         if errors:
             code = errors[0].get("code") or ""
             if code in layout.CAPACITY_ERRORS:
-                raise _CapacityError(code)
+                raise CapacityError(code)
             raise GcpError("%s failed: %s: %s" % (what, code, errors[0].get("message")))
         return operation
 
     def _call(self, method, path, what, body=None, params=None):
         try:
             return self._wait(self._request(method, path, what, body, params), what)
-        except _CapacityError as exc:
+        except CapacityError as exc:
             raise GcpError("%s failed: %s" % (what, exc.code))
 
     # -- reading ------------------------------------------------------------------------------
@@ -237,29 +231,11 @@ class Gcp:
 
     def launch_group(self, fleet, nums, offers, config, public_key, disk_gb, all_at_once):
         """As Aws.launch_group: one bulkInsert per offer and zone for the missing numbers."""
-        missing = list(nums)
-        launched = []
-        attempts = []
-        for offer in offers:
-            region = offer["region"]
-            for zone in offer["zones"]:
-                if not missing:
-                    return launched
-                try:
-                    made = self._launch(fleet, missing, offer, zone, config, public_key,
-                                        disk_gb, all_at_once)
-                except _CapacityError as exc:
-                    attempts.append({"instance_type": offer["instance_type"], "region": region,
-                                     "zone": zone, "spot": offer["spot"], "error": exc.code})
-                    continue
-                for item in made:
-                    num = layout.instance_num(item[1], fleet)
-                    if num in missing:
-                        missing.remove(num)
-                    launched.append(item)
-        if missing:
-            raise no_capacity(fleet, len(missing), attempts)
-        return launched
+        return launch_in_turn(
+            fleet, nums, offers,
+            lambda missing, offer, zone: self._launch(fleet, missing, offer, zone, config,
+                                                      public_key, disk_gb, all_at_once),
+            lambda item: layout.instance_num(item[1], fleet))
 
     def _launch(self, fleet, nums, offer, zone, config, public_key, disk_gb, all_at_once):
         region = offer["region"]

@@ -15,33 +15,18 @@ never ran one. A host that cannot be asked is never taken for idle.
 
 from __future__ import annotations
 
-import datetime
-
+from .. import fleettable
 from ..tasks import lifecycle
 
 OFF = "off"
-_NEVER = ("", None, "0001-01-01T00:00:00Z")
 GONE = ("terminating", "terminated")
 
 
 def parse_time(value):
-    """An aware datetime from Docker's or EC2's ISO 8601 text; None when unset."""
-    if value in _NEVER or str(value).startswith("0001-01-01"):
-        return None
-    text = str(value).replace("Z", "+00:00")
-    if "." in text:
-        # Docker writes nanoseconds; Python takes at most microseconds.
-        head, tail = text.split(".", 1)
-        digits = "".join(c for c in tail if c.isdigit())
-        zone = tail[len(digits):]
-        text = "%s.%s%s" % (head, digits[:6], zone)
-    try:
-        moment = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
-    return moment
+    """An aware datetime from Docker's, EC2's or GCE's ISO 8601 text; None when unset (Docker
+    writes year 1 for a container that never finished)."""
+    moment = fleettable.parse_time(value)
+    return None if moment is None or moment.year == 1 else moment
 
 
 def idle_since(instance, containers):
