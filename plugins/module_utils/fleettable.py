@@ -564,6 +564,6 @@ def offer_table(offers, limit=3):
     lines = _render(OFFER_COLUMNS, rows)
     highest = max(float(o.get("price") or 0) for o in offers)
     lines.append("")
-    lines.append("Shown %d of %d offers, %s max" % (len(shown), len(offers),
-                                                   format_price(highest)))
+    lines.append("Shown %d of %d offers, %s max"
+                 % (len(shown), len(offers), format_price(highest)))
     return lines
