@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleettable import offer_table
