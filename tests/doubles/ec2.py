@@ -5,7 +5,8 @@ pairs, addresses, tags. This proxy sits in front of it and
 
 - records every request as ``{"action": ..., "params": {...}}`` (the EC2 query parameters, as
   flat as the wire has them), so tests assert the exact parameters of each mutating call;
-- answers what moto lacks: placement groups (Create/Describe/DeletePlacementGroups), and
+- answers what moto lacks: placement groups (Create/Describe/DeletePlacementGroups), capacity
+  reservations and blocks (DescribeCapacityReservations, from ``reservations``), and
   refuses a launch into a placement group that does not exist, as EC2 does;
 - keeps RunInstances idempotent by ClientToken, as EC2 does and moto does not: the same token
   with the same parameters answers the first launch again, other parameters are refused with
@@ -82,6 +83,7 @@ class Ec2Double:
         self.placement_groups = {}
         self.launches = {}      # ClientToken -> (params, response body)
         self.capacity = {}      # zone -> how many instances one launch there can get
+        self.reservations = {}  # (region, id) -> {instance_type, zone, type, state}
         self.failures = []
         self.lock = threading.Lock()
         double = self
@@ -125,6 +127,7 @@ class Ec2Double:
             self.requests.clear()
         self.failures.clear()
         self.capacity.clear()
+        self.reservations.clear()
 
     def stop(self):
         self.server.shutdown()
@@ -275,6 +278,25 @@ class Ec2Double:
                                "The placement group '%s' is unknown." % sorted(missing)[0])
         return self._ok(handler, "DescribePlacementGroups", "<placementGroupSet>%s"
                         "</placementGroupSet>" % "".join(self._group_xml(g) for g in found))
+
+    def _DescribeCapacityReservations(self, handler, params, region):
+        wanted = _indexed(params, "CapacityReservationId")
+        items = []
+        for reservation_id in wanted:
+            found = self.reservations.get((region, reservation_id))
+            if found is None:
+                return self._error(handler, 400, "InvalidCapacityReservationId.NotFound",
+                                   "The capacity reservation %s does not exist." % reservation_id)
+            items.append(
+                "<item><capacityReservationId>%s</capacityReservationId><instanceType>%s"
+                "</instanceType><availabilityZone>%s</availabilityZone><state>%s</state>"
+                "<reservationType>%s</reservationType><totalInstanceCount>%d"
+                "</totalInstanceCount><availableInstanceCount>%d</availableInstanceCount></item>"
+                % (reservation_id, found["instance_type"], found["zone"],
+                   found.get("state", "active"), found.get("type", "default"),
+                   found.get("count", 2), found.get("count", 2)))
+        return self._ok(handler, "DescribeCapacityReservations",
+                        "<capacityReservationSet>%s</capacityReservationSet>" % "".join(items))
 
     def _DeletePlacementGroup(self, handler, params, region):
         key = (region, params.get("GroupName"))

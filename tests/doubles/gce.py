@@ -1,7 +1,8 @@
 """A local Compute Engine API for tests: an HTTP server speaking the REST shapes the gcp
 backend uses, with state in memory.
 
-It answers instances (bulkInsert, get, list, aggregatedList, delete, start), zone and region
+It answers instances (bulkInsert, get, list, aggregatedList, delete, start), reservations
+(aggregatedList, from ``reservations``), zone and region
 operations (get, wait: every operation is done at once), resource policies, firewalls,
 networks and subnetworks, and an OAuth token endpoint, so google-auth's service-account
 credentials work against it unchanged (``credentials_file`` writes such a file). Every request
@@ -43,6 +44,7 @@ class GceDouble:
         self.operations = {}         # name -> operation
         self.requests_seen = {}      # requestId -> operation name
         self.capacity = {}           # zone -> instances one bulkInsert may get
+        self.reservations = {}       # (zone, name) -> machine type
         self.failures = []
         self.lock = threading.Lock()
         self.addresses = itertools.count(2)
@@ -106,6 +108,7 @@ class GceDouble:
             self.requests.clear()
         self.failures.clear()
         self.capacity.clear()
+        self.reservations.clear()
 
     def stop(self):
         self.server.shutdown()
@@ -142,6 +145,7 @@ class GceDouble:
             ("POST", z + "/instances/bulkInsert", self._bulk_insert),
             ("GET", z + "/instances", self._list_instances),
             ("GET", p + "/aggregated/instances", self._aggregated_instances),
+            ("GET", p + "/aggregated/reservations", self._aggregated_reservations),
             ("GET", z + "/instances/(?P<name>[^/]+)", self._get_instance),
             ("DELETE", z + "/instances/(?P<name>[^/]+)", self._delete_instance),
             ("POST", z + "/instances/(?P<name>[^/]+)/start", self._start_instance),
@@ -252,6 +256,18 @@ class GceDouble:
             if self._matches(instance, query.get("filter")):
                 grouped.setdefault("zones/" + zone, {"instances": []})["instances"].append(
                     instance)
+        return self._send(handler, 200, {"items": grouped})
+
+    def _aggregated_reservations(self, handler, query, body, project):
+        wanted = re.search(r'name\s*=\s*"?([^"\s]+)"?', query.get("filter") or "")
+        grouped = {}
+        for (zone, name), machine_type in sorted(self.reservations.items()):
+            if wanted and name != wanted.group(1):
+                continue
+            grouped.setdefault("zones/" + zone, {"reservations": []})["reservations"].append({
+                "name": name, "zone": zone, "status": "READY",
+                "specificReservation": {"count": "2",
+                                        "instanceProperties": {"machineType": machine_type}}})
         return self._send(handler, 200, {"items": grouped})
 
     def _get_instance(self, handler, query, body, project, zone, name):

@@ -103,6 +103,19 @@ def test_a_cluster_launch_creates_its_resources_once_and_one_run_instances(aws, 
     ingress = sent(double.calls("AuthorizeSecurityGroupIngress")[0])
     assert ingress == on_the_wire("AuthorizeSecurityGroupIngress", {
         "GroupId": group_id, "IpPermissions": L.security_group_rules(group_id)})
+    # The fleet's other resources, parameter for parameter, all tagged with the fleet.
+    tags = L.fleet_tags("alpha", {"team": "ml"})
+    vpc = sent(double.calls("CreateSecurityGroup")[0])["VpcId"]
+    assert sent(double.calls("CreateSecurityGroup")[0]) == on_the_wire("CreateSecurityGroup", {
+        "GroupName": "gpufleet-alpha", "VpcId": vpc,
+        "Description": "gpufleet fleet alpha: SSH in, all traffic between its instances",
+        "TagSpecifications": L.tag_specifications(tags, ("security-group",))})
+    assert sent(double.calls("CreatePlacementGroup")[0]) == on_the_wire("CreatePlacementGroup", {
+        "GroupName": "gpufleet-alpha", "Strategy": "cluster",
+        "TagSpecifications": L.tag_specifications(tags, ("placement-group",))})
+    assert sent(double.calls("ImportKeyPair")[0]) == on_the_wire("ImportKeyPair", {
+        "KeyName": "gpufleet-alpha", "PublicKeyMaterial": public_key.encode(),
+        "TagSpecifications": L.tag_specifications(tags, ("key-pair",))})
 
     # The same launch again (a re-run, or a retried call) launches nothing new, and the
     # fleet's resources are found by their tags instead of created again.

@@ -152,3 +152,21 @@ def test_regions_outside_the_backend_settings_are_refused(world):
     with pytest.raises(cloud.CloudError, match=r"regions eu-west-1 are not among the aws "
                                                r"backend's regions \(us-east-1\)"):
         apply(world, fleet("far", regions=["eu-west-1"]))
+
+
+def test_a_capacity_block_pins_type_and_zone_and_launches_as_one(world):
+    double = world["double"]
+    double.reservations[(REGION, "cr-0block")] = {"instance_type": "g5.2xlarge",
+                                                  "zone": "us-east-1b", "type": "capacity-block"}
+    config = fleet("blocked", reservation="cr-0block", spot_policy="auto")
+    instances, _plan, _changed = apply(world, config)
+    # (moto reports any market-options launch as spot, so the request is what is checked)
+    assert [(i["instance_type"], i["zone"]) for i in instances] == [("g5.2xlarge", "us-east-1b")] * 2
+    run = double.calls("RunInstances")[0]["params"]
+    assert "InstanceMarketOptions.SpotOptions.SpotInstanceType" not in run
+    assert run["InstanceMarketOptions.MarketType"] == "capacity-block"
+    assert run["CapacityReservationSpecification.CapacityReservationTarget."
+               "CapacityReservationId"] == "cr-0block"
+    with pytest.raises(cloud.CloudError, match="fleet lost: capacity reservation cr-0nope was "
+                                               "not found in us-east-1"):
+        apply(world, fleet("lost", reservation="cr-0nope"))

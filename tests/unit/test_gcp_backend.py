@@ -152,3 +152,17 @@ def test_missing_credentials_and_bad_settings_say_what_to_do(world, monkeypatch)
     with pytest.raises(GcpError, match="no Google Cloud credentials: .* Set "
                                        "GOOGLE_APPLICATION_CREDENTIALS"):
         Gcp({})
+
+
+def test_a_specific_reservation_pins_the_machine_and_zone_without_a_placement_policy(world):
+    double = world["double"]
+    double.reservations[("us-central1-a", "my-res")] = "g2-standard-4"
+    instances, _plan, _changed = apply(world, fleet("reserved", nodes=1, reservation="my-res",
+                                                    resources={"gpu": "L4"}))
+    assert [(i["instance_type"], i["zone"]) for i in instances] == \
+        [("g2-standard-4", "us-central1-a")]
+    properties = double.calls("POST", r"/bulkInsert$")[0]["body"]["instanceProperties"]
+    assert properties["reservationAffinity"]["values"] == ["my-res"]
+    assert "resourcePolicies" not in properties
+    with pytest.raises(cloud.CloudError, match="reservation nope was not found"):
+        apply(world, fleet("nope", nodes=1, reservation="nope", resources={"gpu": "L4"}))

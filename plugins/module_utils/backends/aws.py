@@ -177,6 +177,28 @@ class Aws:
                            "backend settings" % (pattern, arch, ", ".join(owners), region))
         return max(images, key=lambda i: i.get("CreationDate") or "")["ImageId"]
 
+    def reservation(self, reservation_id, regions):
+        """What EC2 says of a capacity reservation or Capacity Block: ``{"backend",
+        "instance_type", "region", "zone", "capacity_block", "state"}``."""
+        for region in regions:
+            try:
+                found = self.ec2(region).describe_capacity_reservations(
+                    CapacityReservationIds=[reservation_id])["CapacityReservations"]
+            except (ClientError, BotoCoreError) as exc:
+                if _code(exc).startswith("InvalidCapacityReservationId"):
+                    continue
+                raise AwsError("looking up capacity reservation %s in %s failed: %s"
+                               % (reservation_id, region, _message(exc)))
+            if found:
+                item = found[0]
+                return {"backend": "aws", "instance_type": item["InstanceType"],
+                        "region": region, "zone": item["AvailabilityZone"],
+                        "capacity_block": item.get("ReservationType") == "capacity-block",
+                        "state": item.get("State")}
+        raise AwsError("capacity reservation %s was not found in %s: check the id and the "
+                       "regions of the aws backend settings"
+                       % (reservation_id, ", ".join(regions)))
+
     # -- what a fleet creates before its instances ---------------------------------------------
 
     def _tags(self, fleet, config_tags, kind):
@@ -265,6 +287,7 @@ class Aws:
             "tags": user_tags, "placement": config.get("placement") or "any",
             "blocks": config.get("blocks") or 1, "min_count": None if all_at_once else 1,
             "reservation": config.get("reservation"),
+            "capacity_block": bool(config.get("capacity_block")),
         }
         for attempt in range(3):
             launch["attempt"] = attempt

@@ -205,6 +205,24 @@ class Gcp:
             chosen = chosen.get(region)
         return chosen or (GPU_IMAGE if gpu else CPU_IMAGE)
 
+    def reservation(self, name, regions):
+        """What Compute Engine says of a specific reservation: ``{"backend", "instance_type",
+        "region", "zone"}`` (its own placement applies, so no resource policy is added)."""
+        page = self._request("GET", "/aggregated/reservations", "looking up reservation %s"
+                             % name, params={"filter": 'name = "%s"' % name})
+        for scope, bucket in sorted((page.get("items") or {}).items()):
+            zone = _last(scope)
+            for item in bucket.get("reservations") or []:
+                if item.get("name") != name or region_of(zone) not in regions:
+                    continue
+                properties = (item.get("specificReservation") or {}).get(
+                    "instanceProperties") or {}
+                return {"backend": "gcp", "instance_type": _last(properties.get("machineType")),
+                        "region": region_of(zone), "zone": zone, "capacity_block": False,
+                        "state": item.get("status")}
+        raise GcpError("reservation %s was not found in %s: check its name and the regions of "
+                       "the gcp backend settings" % (name, ", ".join(regions)))
+
     # -- what a fleet creates before its instances ---------------------------------------------
 
     def ensure_firewall(self, fleet, networks):

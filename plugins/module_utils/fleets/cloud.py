@@ -87,10 +87,10 @@ def describe(config, name, key_file, settings, client=None, catalog_dir=None):
     return client.records(placed, name, key_file)
 
 
-def _offers(config, name, backend, catalog_dir, alive, region_list):
+def _offers(config, name, backend, catalog_dir, alive, region_list, reservation=None):
     data, _source = catalog.load(backend, catalog_dir)
     try:
-        found = select(config, {backend: data})
+        found = select(config, {backend: data}, reservation)
     except OfferError as exc:
         raise CloudError("fleet %s: %s" % (name, exc))
     offers = [o for o in found["offers"] if o["region"] in region_list]
@@ -181,7 +181,14 @@ def apply(config, name, root, settings, check_mode=False, client=None, catalog_d
     offers = []
     if nums["create"]:
         alive = [by_num[n][1] for n in sorted(by_num) if n in nums["keep"]]
-        offers = _offers(config, name, backend, catalog_dir, alive, region_list)
+        reserved = None
+        if config.get("reservation"):
+            try:
+                reserved = client.reservation(config["reservation"], region_list)
+            except BackendError as exc:
+                raise CloudError("fleet %s: %s" % (name, exc))
+            config = dict(config, capacity_block=reserved.get("capacity_block"))
+        offers = _offers(config, name, backend, catalog_dir, alive, region_list, reserved)
     if changed and not check_mode:
         try:
             if nums["remove"]:
