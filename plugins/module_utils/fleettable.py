@@ -492,7 +492,9 @@ def plan_lines(fleet):
     ``ssh``), ``Nodes``, ``Placement``, then, for backend fleets, ``Backends``, ``Resources``,
     ``Spot policy`` and ``Max price`` where set. After a blank line come the changes from the
     record's ``plan``: ``create a, b``, ``keep c``, ``remove d``, ``release e``, leaving out
-    empty ones; when nothing is created, removed or released the first is ``no changes``.
+    empty ones; when nothing is created, removed or released the first is ``no changes``. A
+    cloud fleet that creates instances has its ``offers`` (the first three, cheapest first)
+    shown after a blank line as dstack's offers table, counting ``offers_total`` of them.
     """
     _require_mapping(fleet, "the fleet")
     ssh = _is_ssh_fleet(fleet)
@@ -525,6 +527,18 @@ def plan_lines(fleet):
     for action in PLAN_ACTIONS:
         if names[action]:
             lines.append("%s %s" % (action, ", ".join(names[action])))
+    offers = fleet.get("offers") or []
+    if offers and names["create"]:
+        table = offer_table(offers, limit=3)
+        total = fleet.get("offers_total") or len(offers)
+        if total > len(offers):
+            highest = fleet.get("offers_max_price")
+            table[-1] = "Shown %d of %d offers, %s max" % (
+                min(3, len(offers)), total, format_price(highest))
+            if len(offers) <= 3:
+                table.insert(-2, "   ...")
+        lines.append("")
+        lines.extend(table)
     return lines
 
 

@@ -171,6 +171,14 @@ fleet:
       type: list
       elements: dict
       returned: success
+    offers:
+      description:
+        - For cloud fleets that create instances, the three cheapest offers they are (in check
+          mode, would be) launched from, as M(gpufleet.cluster.offer_info) returns offers;
+          C(offers_total) counts them all and C(offers_max_price) is the highest price.
+      type: list
+      elements: dict
+      returned: when the fleet is a cloud fleet
 hosts:
   description:
     - One entry per reachable instance, ready for M(ansible.builtin.add_host), with the same

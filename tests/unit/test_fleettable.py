@@ -487,3 +487,22 @@ def test_filters_through_ansible(tmp_path):
     assert result["table"] == fleet_table(fleets, now=NOW)
     assert result["verbose"] == fleet_table(fleets, now=NOW, verbose=True)
     assert result["plan"] == plan_lines(fleets[0])
+
+
+def test_the_plan_of_a_cloud_fleet_shows_its_cheapest_offers():
+    offer = {"backend": "aws", "region": "us-east-1", "instance_type": "g5.xlarge",
+             "spot": False, "price": 1.006,
+             "resources": {"cpus": 4, "memory": {"mib": 16384},
+                           "disk": {"available_mib": 102400},
+                           "gpu": {"vendor": "nvidia", "name": "A10G", "memory_mib": 24576,
+                                   "count": 1}}}
+    record = {"name": "a", "fleet_type": "backend", "nodes": {"min": 1, "target": 1, "max": 1},
+              "placement": "any", "plan": {"create": ["a-0"]}, "offers": [offer],
+              "offers_total": 7, "offers_max_price": 12.5}
+    lines = plan_lines(record)
+    assert "create a-0" in lines
+    assert lines[-4].split()[:4] == ["1", "aws", "us-east-1", "g5.xlarge"]
+    assert lines[-3] == "   ..."
+    assert lines[-1] == "Shown 1 of 7 offers, $12.5 max"
+    # Nothing to create: no offers table.
+    assert "Shown" not in "\n".join(plan_lines(dict(record, plan={"keep": ["a-0"]})))

@@ -69,7 +69,7 @@ def fleet(name="train", **fields):
 def apply(world, config, check_mode=False):
     return cloud.apply(config, config["name"], world["root"], world["settings"],
                        check_mode=check_mode, client=world["client"],
-                       catalog_dir=world["catalog_dir"], sleep=lambda s: None)
+                       catalog_dir=world["catalog_dir"], sleep=lambda s: None)[:3]
 
 
 def test_a3_mega_cluster_is_one_bulk_insert_with_tcpxo_nics_and_a_compact_policy(world):

@@ -125,13 +125,17 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
     backend = choose_backend(config, name)
     if backend in cloud.CLOUD_BACKENDS:
         try:
-            instances, plan, changed = cloud.apply(config, name, root, settings,
-                                                   check_mode=check_mode,
-                                                   catalog_dir=catalog.directory(root))
+            instances, plan, changed, offers = cloud.apply(
+                config, name, root, settings, check_mode=check_mode,
+                catalog_dir=catalog.directory(root))
         except cloud.CloudError as exc:
             raise ApplyError(str(exc))
         record = _set_instances(fleet_record(config, name, path), instances)
         record["plan"] = plan
+        # The cheapest offers, for the plan's offers table (dstack shows three).
+        record["offers"] = offers[:3]
+        record["offers_total"] = len(offers)
+        record["offers_max_price"] = max([o["price"] for o in offers]) if offers else None
         return record, changed
     if backend == "local":
         local.check_local_fleet(config, name)

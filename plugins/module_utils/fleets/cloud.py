@@ -148,7 +148,8 @@ def _launch(client, config, name, nums, offers, public_key, disk, delays, sleep)
 
 def apply(config, name, root, settings, check_mode=False, client=None, catalog_dir=None,
           sleep=time.sleep):
-    """Converge a cloud fleet. Returns ``(instances, plan, changed)``."""
+    """Converge a cloud fleet. Returns ``(instances, plan, changed, offers)``: ``offers`` are
+    those new instances were (in check mode: would be) launched from, cheapest first."""
     backend = cloud_backend(config)
     client = _client(settings, backend, client)
     region_list = regions(config, settings, backend, catalog_dir)
@@ -221,7 +222,7 @@ def apply(config, name, root, settings, check_mode=False, client=None, catalog_d
             "internal_ip": None, "network": None, "blocks": config.get("blocks", 1),
             "placement": placement,
         } for num in nums["create"]]
-    return instances, plan, changed
+    return instances, plan, changed, offers
 
 
 def remove(config, name, nums, settings, client=None, catalog_dir=None):
