@@ -31,7 +31,7 @@ The spec (YAML)::
     files:
       - {path: some/file, content: "..."}
 
-    PACKAGE: {name, version, architecture (amd64), depends, provides, conflicts, replaces,
+    PACKAGE: {name, version (or versions: [...], one package each), architecture (amd64), depends, provides, conflicts, replaces,
               description, files: [{path, content, mode}], postinst, prerm, postrm,
               from_debs: [DEBIAN PACKAGE, ...], include: [PATH PREFIX, ...],
               exclude: [PATH PREFIX, ...], scripts_from: DEBIAN PACKAGE}
@@ -219,10 +219,22 @@ def _sign(release_path):
                  str(release_path)])
 
 
+def _each_version(packages):
+    """A package given with ``versions: [a, b]`` is that package once per version."""
+    for package in packages:
+        versions = package.get("versions")
+        if versions is None:
+            yield package
+            continue
+        for version in versions:
+            yield dict((k, v) for k, v in package.items() if k != "versions") | {
+                "version": version}
+
+
 def build_repo(repo, out, workdir, armored_key):
     base = out / repo["path"].strip("/")
     base.mkdir(parents=True, exist_ok=True)
-    debs = [build_deb(p, workdir, armored_key) for p in repo.get("packages", [])]
+    debs = [build_deb(p, workdir, armored_key) for p in _each_version(repo.get("packages", []))]
     if repo.get("flat"):
         entries = []
         for deb in debs:
