@@ -149,17 +149,22 @@ def _build_parser() -> argparse.ArgumentParser:
     refresh = catalog_actions.add_parser(
         "refresh", help="rebuild a backend's catalog from its APIs",
         description=(
-            "Rebuild the aws catalog from EC2 (GPU instance types, the zones offering them, "
-            "spot prices) and the AWS Price List API (on-demand prices), with the credentials "
-            "boto3 finds. Writes <state dir>/catalog/aws.json, which every gpufleet command "
-            "and module on this controller then uses instead of the shipped catalog."))
-    refresh.add_argument("backend", choices=["aws"], help="the backend")
+            "Rebuild a catalog from the cloud's APIs: aws from EC2 (GPU instance types, the "
+            "zones offering them, spot prices) and the AWS Price List API, with the credentials "
+            "boto3 finds; gcp from the Compute API (machine and accelerator types) and the "
+            "Cloud Billing Catalog API, with Application Default Credentials. Writes "
+            "<state dir>/catalog/<backend>.json, which every gpufleet command and module on "
+            "this controller then uses instead of the shipped catalog."))
+    refresh.add_argument("backend", choices=["aws", "gcp"], help="the backend")
+    refresh.add_argument("--project", help="gcp: the project whose APIs are asked (default: "
+                                           "gcp.project_id of backends.yml, else the "
+                                           "credentials' project)")
     refresh.add_argument("--regions", metavar="R1,R2",
                          help="regions to cover (default: aws.regions of backends.yml, else "
                               "the regions of the current catalog)")
     refresh.add_argument("-o", "--output", metavar="FILE",
                          help="where to write the catalog (default: <state dir>/catalog/"
-                              "aws.json)")
+                              "<backend>.json)")
     refresh.add_argument("--ship", action="store_true",
                          help="also rewrite the catalog shipped in this checkout "
                               "(maintainers)")
@@ -365,6 +370,43 @@ def _offer(args, out, err) -> int:
     return 0 if found["offers"] else 1
 
 
+def _aws_refresh(regions, current):
+    import boto3
+
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import refresh
+
+    return refresh.aws_catalog(lambda service, region: boto3.client(
+        service, region_name=region), regions, previous=current)
+
+
+def _gcp_refresh(regions, current, project):
+    import google.auth
+    from google.auth.transport.requests import AuthorizedSession
+
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import refresh
+
+    credentials, found = google.auth.default(
+        scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    session = AuthorizedSession(credentials)
+
+    def get(url, params):
+        response = session.get(url, params=params, timeout=120)
+        if response.status_code >= 400:
+            raise refresh.RefreshError(f"GET {url}: HTTP {response.status_code} "
+                                       f"{response.text[:300]}")
+        return response.json()
+
+    project = project or found
+    if not project:
+        raise refresh.RefreshError("no Google Cloud project: pass --project")
+    compute = os.environ.get("GPUFLEET_GCP_ENDPOINT") or \
+        "https://compute.googleapis.com/compute/v1"
+    billing = os.environ.get("GPUFLEET_GCP_BILLING_ENDPOINT") or \
+        "https://cloudbilling.googleapis.com"
+    return refresh.gcp_catalog(get, project, regions, compute.rstrip("/"), billing.rstrip("/"),
+                               previous=current)
+
+
 def _catalog_refresh(args, out, err) -> int:
     spec()  # makes the collection importable
     from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
@@ -373,28 +415,33 @@ def _catalog_refresh(args, out, err) -> int:
         refresh,
     )
 
-    try:
-        import boto3
-    except ImportError:
-        err.write("gpufleet: refreshing the aws catalog needs boto3: pip install boto3\n")
-        return 2
     root = state.state_dir(None)
     try:
         current, _source = catalog.load(args.backend, catalog.directory(root))
-        settings = state.backend_settings(root)
+        settings = (state.backend_settings(root).get(args.backend) or {})
     except (catalog.CatalogError, state.StateError) as exc:
         err.write(f"gpufleet: {exc}\n")
         return 2
     if args.regions:
         regions = [r.strip() for r in args.regions.split(",") if r.strip()]
     else:
-        regions = (settings.get(args.backend) or {}).get("regions") or sorted(set(
+        regions = settings.get("regions") or sorted(set(
             o["region"] for e in current["instance_types"] for o in e["offers"]))
     try:
-        data = refresh.aws_catalog(lambda service, region: boto3.client(
-            service, region_name=region), regions, previous=current)
+        if args.backend == "aws":
+            data = _aws_refresh(regions, current)
+        else:
+            data = _gcp_refresh(regions, current, args.project or settings.get("project_id"))
+    except ImportError as exc:
+        err.write(f"gpufleet: refreshing the {args.backend} catalog needs {exc.name}: "
+                  f"pip install 'gpufleet[{args.backend}]'\n")
+        return 2
     except (refresh.RefreshError, catalog.CatalogError) as exc:
         err.write(f"gpufleet: {exc}\n")
+        return 1
+    except Exception as exc:  # noqa: BLE001 - credentials, network: the libraries' own kinds
+        err.write(f"gpufleet: refreshing the {args.backend} catalog failed: "
+                  f"{type(exc).__name__}: {exc}\n")
         return 1
     path = args.output or os.path.join(catalog.directory(root), args.backend + ".json")
     catalog.write(data, path)
@@ -404,7 +451,8 @@ def _catalog_refresh(args, out, err) -> int:
     for note in data["notes"]:
         out.write(f"note: {note}\n")
     if args.ship:
-        shipped = os.path.join(os.path.dirname(catalog.__file__), "_catalog_aws.py")
+        shipped = os.path.join(os.path.dirname(catalog.__file__),
+                               "_catalog_%s.py" % args.backend)
         with open(shipped, "w") as handle:
             handle.write(catalog.module_source(data))
         out.write(f"{shipped}: rewritten\n")

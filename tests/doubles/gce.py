@@ -1,8 +1,10 @@
 """A local Compute Engine API for tests: an HTTP server speaking the REST shapes the gcp
 backend uses, with state in memory.
 
-It answers instances (bulkInsert, get, list, aggregatedList, delete, start), reservations
-(aggregatedList, from ``reservations``), zone and region
+It answers instances (bulkInsert, get, list, aggregatedList, delete, start), reservations,
+machine types and accelerator types (aggregatedList, from ``reservations``,
+``machine_types`` and ``accelerator_types``), the Cloud Billing Catalog's SKUs (``skus``),
+zone and region
 operations (get, wait: every operation is done at once), resource policies, firewalls,
 networks and subnetworks, and an OAuth token endpoint, so google-auth's service-account
 credentials work against it unchanged (``credentials_file`` writes such a file). Every request
@@ -45,6 +47,9 @@ class GceDouble:
         self.requests_seen = {}      # requestId -> operation name
         self.capacity = {}           # zone -> instances one bulkInsert may get
         self.reservations = {}       # (zone, name) -> machine type
+        self.machine_types = {}      # zone -> [machineType resources]
+        self.accelerator_types = {}  # zone -> [acceleratorType resources]
+        self.skus = []               # Cloud Billing Catalog SKUs of Compute Engine
         self.failures = []
         self.lock = threading.Lock()
         self.addresses = itertools.count(2)
@@ -109,6 +114,9 @@ class GceDouble:
         self.failures.clear()
         self.capacity.clear()
         self.reservations.clear()
+        self.machine_types.clear()
+        self.accelerator_types.clear()
+        self.skus.clear()
 
     def stop(self):
         self.server.shutdown()
@@ -146,6 +154,9 @@ class GceDouble:
             ("GET", z + "/instances", self._list_instances),
             ("GET", p + "/aggregated/instances", self._aggregated_instances),
             ("GET", p + "/aggregated/reservations", self._aggregated_reservations),
+            ("GET", p + "/aggregated/machineTypes", self._aggregated("machineTypes")),
+            ("GET", p + "/aggregated/acceleratorTypes", self._aggregated("acceleratorTypes")),
+            ("GET", r"/v1/services/(?P<service>[^/]+)/skus", self._skus),
             ("GET", z + "/instances/(?P<name>[^/]+)", self._get_instance),
             ("DELETE", z + "/instances/(?P<name>[^/]+)", self._delete_instance),
             ("POST", z + "/instances/(?P<name>[^/]+)/start", self._start_instance),
@@ -257,6 +268,22 @@ class GceDouble:
                 grouped.setdefault("zones/" + zone, {"instances": []})["instances"].append(
                     instance)
         return self._send(handler, 200, {"items": grouped})
+
+    def _aggregated(self, kind):
+        store = self.machine_types if kind == "machineTypes" else self.accelerator_types
+
+        def answer(handler, query, body, project):
+            items = dict(("zones/" + zone, {kind: list(entries)})
+                         for zone, entries in sorted(store.items()))
+            return self._send(handler, 200, {"items": items})
+        return answer
+
+    def _skus(self, handler, query, body, service):
+        # Two pages, to exercise paging.
+        half = len(self.skus) // 2
+        if query.get("pageToken") == "2":
+            return self._send(handler, 200, {"skus": self.skus[half:]})
+        return self._send(handler, 200, {"skus": self.skus[:half], "nextPageToken": "2"})
 
     def _aggregated_reservations(self, handler, query, body, project):
         wanted = re.search(r'name\s*=\s*"?([^"\s]+)"?', query.get("filter") or "")

@@ -113,3 +113,112 @@ def test_the_refresh_command_writes_the_catalog_the_loader_then_uses(
     data, source = catalog.load("aws", str(tmp_path / "catalog"))
     assert source == str(tmp_path / "catalog" / "aws.json")
     assert {o["region"] for e in data["instance_types"] for o in e["offers"]} == {"eu-west-1"}
+
+
+# ---------------------------------------------------------------------------------------------
+# GCP, against the Compute Engine double's machine types and billing SKUs
+
+
+def sku(description, regions, usd, spot=False, unit="h"):
+    units = int(usd)
+    return {"description": ("Spot Preemptible " if spot else "") + description,
+            "category": {"resourceFamily": "Compute",
+                         "usageType": "Preemptible" if spot else "OnDemand"},
+            "serviceRegions": regions,
+            "pricingInfo": [{"pricingExpression": {"usageUnit": unit, "tieredRates": [
+                {"startUsageAmount": 0, "unitPrice": {"currencyCode": "USD", "units": str(units),
+                                                      "nanos": int(round((usd - units) * 1e9))}}
+            ]}}]}
+
+
+def test_a_gcp_catalog_from_machine_types_and_billing_skus(tmp_path):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.offers.refresh import (
+        gcp_catalog,
+    )
+    from google.auth.transport.requests import AuthorizedSession
+    from google.oauth2 import service_account
+
+    from tests.doubles.gce import GceDouble
+
+    double = GceDouble()
+    try:
+        double.machine_types["us-central1-a"] = [
+            {"name": "g2-standard-8", "guestCpus": 8, "memoryMb": 32768,
+             "accelerators": [{"guestAcceleratorType": "nvidia-l4",
+                               "guestAcceleratorCount": 1}]},
+            {"name": "n1-standard-8", "guestCpus": 8, "memoryMb": 30720},
+            {"name": "e2-medium", "guestCpus": 2, "memoryMb": 4096},
+        ]
+        double.machine_types["europe-west4-a"] = list(double.machine_types["us-central1-a"])
+        double.accelerator_types["us-central1-a"] = [
+            {"name": "nvidia-tesla-t4", "maximumCardsPerInstance": 2}]
+        regions = ["us-central1"]
+        double.skus = [
+            sku("G2 Instance Core running in Americas", regions, 0.025),
+            sku("G2 Instance Ram running in Americas", regions, 0.003, unit="GiBy.h"),
+            sku("Nvidia L4 GPU running in Americas", regions, 0.56),
+            sku("G2 Instance Core running in Americas", regions, 0.01, spot=True),
+            sku("G2 Instance Ram running in Americas", regions, 0.001, spot=True),
+            sku("Nvidia L4 GPU running in Americas", regions, 0.2, spot=True),
+            sku("N1 Predefined Instance Core running in Americas", regions, 0.0316),
+            sku("N1 Predefined Instance Ram running in Americas", regions, 0.0042),
+            sku("Nvidia Tesla T4 GPU running in Americas", regions, 0.35),
+        ]
+        credentials = service_account.Credentials.from_service_account_file(
+            double.credentials_file(str(tmp_path / "sa.json")),
+            scopes=["https://www.googleapis.com/auth/cloud-platform"])
+        session = AuthorizedSession(credentials)
+
+        def get(url, params):
+            response = session.get(url, params=params, timeout=30)
+            response.raise_for_status()
+            return response.json()
+
+        data = gcp_catalog(get, double.project, regions, double.endpoint, double.url,
+                           today="2026-11-22")
+    finally:
+        double.stop()
+    entries = dict(((e["name"], e["gpu"]["count"]), e) for e in data["instance_types"])
+    assert sorted(entries) == [("g2-standard-8", 1), ("n1-standard-8", 1), ("n1-standard-8", 2)]
+    g2 = entries[("g2-standard-8", 1)]
+    assert g2["gpu"] == {"vendor": "nvidia", "name": "L4", "memory_mib": 24576, "count": 1}
+    # 8 vCPU x 0.025 + 32 GiB x 0.003 + 1 L4 x 0.56; spot at the spot rates.
+    assert g2["offers"] == [{"region": "us-central1", "zones": ["us-central1-a"],
+                             "price": 0.856, "spot_price": 0.312}]
+    t4 = entries[("n1-standard-8", 2)]
+    assert t4["offers"][0]["price"] == round(8 * 0.0316 + 30 * 0.0042 + 2 * 0.35, 6)
+    assert t4["offers"][0]["spot_price"] is None      # no spot SKUs given
+    # Only the regions asked for; the N1 cards follow the zone's limit (2 T4s here).
+    assert all(o["region"] == "us-central1" for e in data["instance_types"]
+               for o in e["offers"])
+
+
+def test_the_refresh_command_for_gcp_with_application_default_credentials(tmp_path,
+                                                                          monkeypatch, capsys):
+    from gpufleet import cli
+    from tests.doubles.gce import GceDouble
+
+    double = GceDouble()
+    try:
+        double.machine_types["us-central1-b"] = [
+            {"name": "g2-standard-4", "guestCpus": 4, "memoryMb": 16384,
+             "accelerators": [{"guestAcceleratorType": "nvidia-l4",
+                               "guestAcceleratorCount": 1}]}]
+        double.skus = [sku("G2 Instance Core running in Americas", ["us-central1"], 0.025),
+                       sku("G2 Instance Ram running in Americas", ["us-central1"], 0.003),
+                       sku("Nvidia L4 GPU running in Americas", ["us-central1"], 0.56)]
+        monkeypatch.setenv("GPUFLEET_STATE_DIR", str(tmp_path))
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS",
+                           double.credentials_file(str(tmp_path / "sa.json")))
+        monkeypatch.setenv("GPUFLEET_GCP_ENDPOINT", double.endpoint)
+        monkeypatch.setenv("GPUFLEET_GCP_BILLING_ENDPOINT", double.url)
+        code = cli.main(["catalog", "refresh", "gcp", "--regions", "us-central1"])
+    finally:
+        double.stop()
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.startswith(str(tmp_path / "catalog" / "gcp.json") + ": 1 instance types, "
+                          "1 offers in 1 regions")
+    data, _source = catalog.load("gcp", str(tmp_path / "catalog"))
+    expected = round(4 * 0.025 + 16 * 0.003 + 0.56, 6)
+    assert data["instance_types"][0]["offers"][0]["price"] == expected
