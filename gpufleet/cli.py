@@ -56,7 +56,9 @@ def _build_parser() -> argparse.ArgumentParser:
             "playbooks/fleet.yml (provision backend fleets, check, measure and claim the hosts) "
             "and print the fleet; exits 0 when every host is ready. A task file: show where it "
             "would run, ask, then run it with playbooks/task.yml and stay attached, streaming "
-            "every node's log prefixed with its rank, until it ends; exits 0 when it ends done."
+            "every node's log prefixed with its rank, until it ends; exits 0 when it ends done. "
+            "A volume file: create the volume, or register its volume_id, with "
+            "playbooks/volume.yml."
         ),
     )
     apply.add_argument("-f", "--file", required=True, metavar="FILE",
@@ -114,13 +116,16 @@ def _build_parser() -> argparse.ArgumentParser:
 
     delete = commands.add_parser(
         "delete",
-        help="delete a fleet",
+        help="delete a fleet or a volume",
         description=(
             "Delete the fleet of a dstack fleet file with playbooks/delete.yml: remove a backend "
-            "fleet's nodes, or release an SSH fleet's hosts, and the fleet's local files."
+            "fleet's nodes, or release an SSH fleet's hosts, and the fleet's local files. "
+            "A volume file: delete the volume with playbooks/volume.yml (a registered volume "
+            "is only released)."
         ),
     )
-    delete.add_argument("-f", "--file", required=True, metavar="FILE", help="the fleet file")
+    delete.add_argument("-f", "--file", required=True, metavar="FILE",
+                        help="the fleet or volume file")
     delete.add_argument("-y", "--yes", action="store_true", help="delete without asking")
     delete.set_defaults(handler=_delete)
 
@@ -249,11 +254,13 @@ def _apply(args, out, err) -> int:
     from .runner import RunnerError, progress_printer, run_playbook
 
     path = os.path.abspath(args.file)
-    config = _read_config(path, err, ("fleet", "task"))
+    config = _read_config(path, err, ("fleet", "task", "volume"))
     if config is None:
         return 1
     if config["type"] == "task":
         return _apply_task(args, path, out, err)
+    if config["type"] == "volume":
+        return _volume(args, path, "present", out, err)
     tables = _tables()
     try:
         err.write("Planning...\n")
@@ -314,13 +321,56 @@ def _print_records(records, args, out, empty, table):
             out.write(line + "\n")
 
 
+def _volume(args, path, wanted, out, err) -> int:
+    """Create (present) or delete (absent) a volume with playbooks/volume.yml, after asking."""
+    from .runner import RunnerError, run_playbook
+
+    variables = {"volume": path, "gpufleet_volume_state": wanted}
+    try:
+        planned = run_playbook("volume.yml", variables, check=True)
+        record = planned.stats.get("gpufleet_volume")
+        if record is None:
+            _report_failures(planned, None, err)
+            return 1
+        doing = "Create" if wanted == "present" else "Delete"
+        if wanted == "present" and record["status"] != "submitted":
+            out.write(f"Volume {record['name']} exists: {_volume_line(record)}\n")
+            return 0
+        if wanted == "absent" and record["status"] == "terminated" and not record["volume_id"]:
+            out.write(f"Volume {record['name']}: nothing to delete.\n")
+            return 0
+        if not _confirm(f"{doing} the volume {record['name']}?", args, out, err):
+            out.write("Nothing was changed.\n")
+            return 1
+        result = run_playbook("volume.yml", variables)
+    except RunnerError as exc:
+        err.write(f"gpufleet: {exc}\n")
+        return 2
+    record = result.stats.get("gpufleet_volume")
+    if record is None or not result.ok:
+        _report_failures(result, None, err)
+        return 1
+    out.write(f"Volume {record['name']} {'deleted' if wanted == 'absent' else 'ready'}: "
+              f"{_volume_line(record)}\n")
+    return 0
+
+
+def _volume_line(record):
+    where = record.get("availability_zone") or record.get("region")
+    size = f"{record['size']}GB" if record.get("size") else "-"
+    return (f"{record['backend']} {where} {size} {record.get('volume_id') or '-'} "
+            f"{record['status']}")
+
+
 def _delete(args, out, err) -> int:
     from .runner import RunnerError, progress_printer, run_playbook
 
     path = os.path.abspath(args.file)
-    config = _read_fleet(path, err)
+    config = _read_config(path, err, ("fleet", "volume"))
     if config is None:
         return 1
+    if config["type"] == "volume":
+        return _volume(args, path, "absent", out, err)
     name = config.get("name") or os.path.basename(path)
     if not _confirm(f"Delete the fleet {name}?", args, out, err):
         out.write("Nothing was deleted.\n")

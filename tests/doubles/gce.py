@@ -47,6 +47,7 @@ class GceDouble:
         self.requests_seen = {}      # requestId -> operation name
         self.capacity = {}           # zone -> instances one bulkInsert may get
         self.reservations = {}       # (zone, name) -> machine type
+        self.disks = {}              # (zone, name) -> disk
         self.machine_types = {}      # zone -> [machineType resources]
         self.accelerator_types = {}  # zone -> [acceleratorType resources]
         self.skus = []               # Cloud Billing Catalog SKUs of Compute Engine
@@ -114,6 +115,7 @@ class GceDouble:
         self.failures.clear()
         self.capacity.clear()
         self.reservations.clear()
+        self.disks.clear()
         self.machine_types.clear()
         self.accelerator_types.clear()
         self.skus.clear()
@@ -154,6 +156,12 @@ class GceDouble:
             ("GET", z + "/instances", self._list_instances),
             ("GET", p + "/aggregated/instances", self._aggregated_instances),
             ("GET", p + "/aggregated/reservations", self._aggregated_reservations),
+            ("GET", p + "/aggregated/disks", self._aggregated_disks),
+            ("POST", z + "/disks", self._insert_disk),
+            ("GET", z + "/disks/(?P<name>[^/]+)", self._get_disk),
+            ("POST", z + "/disks/(?P<name>[^/]+)/setLabels", self._set_disk_labels),
+            ("DELETE", z + "/disks/(?P<name>[^/]+)", self._delete_disk),
+            ("GET", r, self._get_region),
             ("GET", p + "/aggregated/machineTypes", self._aggregated("machineTypes")),
             ("GET", p + "/aggregated/acceleratorTypes", self._aggregated("acceleratorTypes")),
             ("GET", r"/v1/services/(?P<service>[^/]+)/skus", self._skus),
@@ -268,6 +276,59 @@ class GceDouble:
                 grouped.setdefault("zones/" + zone, {"instances": []})["instances"].append(
                     instance)
         return self._send(handler, 200, {"items": grouped})
+
+    def _aggregated_disks(self, handler, query, body, project):
+        text = query.get("filter") or ""
+        by_name = re.search(r'^name\s*=\s*"?([^"\s]+)"?', text)
+        grouped = {}
+        for (zone, name), disk in sorted(self.disks.items()):
+            if by_name and name != by_name.group(1):
+                continue
+            if not by_name and not self._matches(disk, text):
+                continue
+            grouped.setdefault("zones/" + zone, {"disks": []})["disks"].append(disk)
+        return self._send(handler, 200, {"items": grouped})
+
+    def _insert_disk(self, handler, query, body, project, zone):
+        request_id = query.get("requestId")
+        if request_id and request_id in self.requests_seen:
+            return self._send(handler, 200, self.operations[self.requests_seen[request_id]])
+        if (zone, body["name"]) in self.disks:
+            return self._error(handler, 409, "alreadyExists", "disk %s" % body["name"])
+        self.disks[(zone, body["name"])] = dict(
+            body, status="READY", zone=zone, users=[], creationTimestamp=_now(),
+            labelFingerprint=uuid.uuid4().hex[:8])
+        return self._operation(handler, {"zone": "projects/%s/zones/%s" % (project, zone)},
+                               body["name"], None, request_id)
+
+    def _get_disk(self, handler, query, body, project, zone, name):
+        if (zone, name) not in self.disks:
+            return self._error(handler, 404, "notFound", "disk %s" % name)
+        return self._send(handler, 200, self.disks[(zone, name)])
+
+    def _set_disk_labels(self, handler, query, body, project, zone, name):
+        disk = self.disks.get((zone, name))
+        if disk is None:
+            return self._error(handler, 404, "notFound", "disk %s" % name)
+        if body.get("labelFingerprint") != disk["labelFingerprint"]:
+            return self._error(handler, 412, "conditionNotMet", "labelFingerprint mismatch")
+        disk.update(labels=body.get("labels") or {}, labelFingerprint=uuid.uuid4().hex[:8])
+        return self._operation(handler, {"zone": "projects/%s/zones/%s" % (project, zone)}, name)
+
+    def _delete_disk(self, handler, query, body, project, zone, name):
+        disk = self.disks.get((zone, name))
+        if disk is None:
+            return self._error(handler, 404, "notFound", "disk %s" % name)
+        if disk.get("users"):
+            return self._error(handler, 400, "resourceInUseByAnotherResource",
+                               "disk %s is in use" % name)
+        del self.disks[(zone, name)]
+        return self._operation(handler, {"zone": "projects/%s/zones/%s" % (project, zone)}, name)
+
+    def _get_region(self, handler, query, body, project, region):
+        return self._send(handler, 200, {"name": region, "zones": [
+            "https://www.googleapis.com/compute/v1/projects/%s/zones/%s-%s"
+            % (project, region, letter) for letter in "abc"]})
 
     def _aggregated(self, kind):
         store = self.machine_types if kind == "machineTypes" else self.accelerator_types

@@ -127,3 +127,25 @@ def test_an_aws_fleet_is_planned_launched_kept_and_deleted_by_the_module(world):
     assert result["removed"]["placement_groups"] == ["gpufleet-a100"]
     result, _proc = module(world, path, "state=absent")
     assert not result["changed"]
+
+
+def test_a_volume_through_the_gpufleet_command(world):
+    path = world["base"] / "datasets.dstack.yml"
+    path.write_text("type: volume\nname: datasets\nbackend: aws\nregion: us-east-1\n"
+                    "availability_zone: us-east-1c\nsize: 50GB\n")
+
+    def gpufleet(*args):
+        return subprocess.run([str(BIN / "gpufleet"), *args], capture_output=True, text=True,
+                              env=world["env"], check=False, timeout=300)
+
+    made = gpufleet("apply", "-y", "-f", str(path))
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert made.stdout.startswith("Volume datasets ready: aws us-east-1c 50GB vol-")
+    again = gpufleet("apply", "-y", "-f", str(path))
+    assert again.returncode == 0 and again.stdout.startswith("Volume datasets exists: ")
+    assert len(world["double"].calls("CreateVolume")) == 1
+    gone = gpufleet("delete", "-y", "-f", str(path))
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert gone.stdout.startswith("Volume datasets deleted: ")
+    assert gpufleet("delete", "-y", "-f", str(path)).stdout == \
+        "Volume datasets: nothing to delete.\n"

@@ -447,11 +447,11 @@ def test_fleet_commands_refuse_an_invalid_file_without_running_anything(files, c
     assert err.startswith(path + ": nodes: ")
 
 
-def test_apply_refuses_a_volume_file(files):
+def test_apply_of_a_volume_without_a_usable_name_says_so(files):
     path = files("v.dstack.yml", "type: volume\nbackend: aws\nregion: us-east-1\nsize: 100GB\n")
-    code, _out, err = run("apply", "-f", path)
+    code, _out, err = run("apply", "-y", "-f", path)
     assert code == 1
-    assert "this is a volume configuration; expected fleet or task" in err
+    assert "add `name: <name>`" in err and "Traceback" not in err
 
 
 def test_apply_needs_a_file():

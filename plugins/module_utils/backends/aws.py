@@ -352,6 +352,63 @@ class Aws:
             result.extend((region, i) for i in self._wait_running(region, ids))
         return result
 
+    # -- network volumes (EBS) -----------------------------------------------------------------
+
+    def volume(self, name, region):
+        """The EBS volume tagged as the gpufleet volume ``name``, described; None if none."""
+        found = self._call(region, "finding volume %s" % name, "describe_volumes", Filters=[
+            {"Name": "tag:" + layout.TAG_VOLUME, "Values": [name]}])["Volumes"]
+        found = [v for v in found if v.get("State") not in ("deleting", "deleted")]
+        return found[0] if found else None
+
+    def first_zone(self, region):
+        zones = self._call(region, "listing availability zones",
+                           "describe_availability_zones",
+                           Filters=[{"Name": "state", "Values": ["available"]}])
+        names = sorted(z["ZoneName"] for z in zones["AvailabilityZones"])
+        if not names:
+            raise AwsError("%s has no available zone" % region)
+        return names[0]
+
+    def create_volume(self, name, region, zone, size_gb, config_tags=None):
+        """A new gp3 volume for the gpufleet volume ``name`` (idempotent by its token)."""
+        tags = dict(self.settings["tags"] or {})
+        tags.update(config_tags or {})
+        tags.update({layout.TAG_VOLUME: name, layout.TAG_CREATED_BY: layout.CREATED_BY,
+                     "Name": name})
+        return self._call(region, "creating volume %s" % name, "create_volume",
+                          AvailabilityZone=zone, Size=int(size_gb), VolumeType="gp3",
+                          ClientToken="gpufleet-volume-%s-%s" % (name, zone),
+                          TagSpecifications=layout.tag_specifications(tags, ("volume",)))
+
+    def register_volume(self, name, region, volume_id):
+        """Take an existing EBS volume as the gpufleet volume ``name`` (tags it; delete
+        only untags it)."""
+        found = self._call(region, "finding volume %s" % volume_id, "describe_volumes",
+                           VolumeIds=[volume_id])["Volumes"]
+        if not found:
+            raise AwsError("volume %s was not found in %s" % (volume_id, region))
+        self._call(region, "tagging volume %s" % volume_id, "create_tags",
+                   Resources=[volume_id],
+                   Tags=layout.tag_list({layout.TAG_VOLUME: name, layout.TAG_EXTERNAL: "true"}))
+        return self._call(region, "finding volume %s" % volume_id, "describe_volumes",
+                          VolumeIds=[volume_id])["Volumes"][0]
+
+    def delete_volume(self, name, region, volume):
+        """Delete a volume gpufleet created; an external one only loses its gpufleet tags."""
+        attached = [a.get("InstanceId") for a in volume.get("Attachments") or []
+                    if a.get("State") in ("attaching", "attached")]
+        if attached:
+            raise AwsError("volume %s (%s) is attached to %s: stop the runs that use it "
+                           "first" % (name, volume["VolumeId"], ", ".join(attached)))
+        if layout.tags_of(volume).get(layout.TAG_EXTERNAL) == "true":
+            self._call(region, "untagging volume %s" % volume["VolumeId"], "delete_tags",
+                       Resources=[volume["VolumeId"]],
+                       Tags=[{"Key": layout.TAG_VOLUME}, {"Key": layout.TAG_EXTERNAL}])
+            return
+        self._call(region, "deleting volume %s" % volume["VolumeId"], "delete_volume",
+                   VolumeId=volume["VolumeId"])
+
     # -- the backend-neutral view fleets/cloud.py works with -----------------------------------
 
     @staticmethod
@@ -435,6 +492,26 @@ class Aws:
                 self._call(region, "deleting the key pair", "delete_key_pair",
                            KeyName=key["KeyName"])
         return removed
+
+
+VOLUME_STATUSES = {"creating": "submitted", "available": "active", "in-use": "active",
+                   "deleting": "terminating", "deleted": "terminated", "error": "failed"}
+
+
+def volume_record(name, region, volume):
+    """A volume record (docs/volumes.md) from a described EBS volume."""
+    tags = layout.tags_of(volume)
+    attachments = [a.get("InstanceId") for a in volume.get("Attachments") or []
+                   if a.get("State") in ("attaching", "attached")]
+    return {
+        "name": name, "backend": "aws", "region": region,
+        "availability_zone": volume.get("AvailabilityZone"),
+        "size": volume.get("Size"), "volume_id": volume["VolumeId"],
+        "status": VOLUME_STATUSES.get(volume.get("State"), volume.get("State")),
+        "external": tags.get(layout.TAG_EXTERNAL) == "true",
+        "attached_to": attachments,
+        "created": _iso(volume.get("CreateTime")),
+    }
 
 
 def _ids_by_region(placed):

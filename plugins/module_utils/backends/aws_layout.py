@@ -29,6 +29,8 @@ TAG_PLACEMENT = "gpufleet:placement"
 TAG_BLOCKS = "gpufleet:blocks"
 TAG_PRICE = "gpufleet:price"
 TAG_CREATED_BY = "gpufleet:created-by"
+TAG_VOLUME = "gpufleet:volume"
+TAG_EXTERNAL = "gpufleet:external"
 CREATED_BY = "gpufleet"
 SSH_USER = "ubuntu"
 

@@ -305,6 +305,71 @@ class Gcp:
             result.append((zone, instance))
         return result
 
+    # -- network volumes (persistent disks) -------------------------------------------------
+
+    def _disks(self, text):
+        page = self._request("GET", "/aggregated/disks", "listing disks",
+                             params={"filter": text})
+        return [(_last(scope), disk) for scope, bucket in sorted((page.get("items") or {}).items())
+                for disk in bucket.get("disks") or []]
+
+    def volume(self, name, region):
+        """``(zone, disk)`` of the disk labelled as the gpufleet volume ``name``; None."""
+        text = 'labels.%s = "%s"' % (layout.LABEL_VOLUME, layout.label_value(name))
+        for zone, disk in self._disks(text):
+            if region_of(zone) == region:
+                return zone, disk
+        return None
+
+    def first_zone(self, region):
+        found = self._request("GET", "/regions/%s" % region, "reading region %s" % region)
+        zones = sorted(_last(z) for z in found.get("zones") or [])
+        if not zones:
+            raise GcpError("%s has no zone" % region)
+        return zones[0]
+
+    def create_volume(self, name, region, zone, size_gb, config_tags=None):
+        tags = dict(self.settings["tags"] or {})
+        tags.update(config_tags or {})
+        self._call("POST", "/zones/%s/disks" % zone, "creating disk %s" % name,
+                   body=layout.disk_body(name, zone, size_gb, tags),
+                   params={"requestId": layout.request_id(
+                       "volume", [name], {"instance_type": "disk", "region": region,
+                                          "spot": False}, zone)})
+        return zone, self._request("GET", "/zones/%s/disks/%s" % (zone, name),
+                                   "reading disk %s" % name)
+
+    def register_volume(self, name, region, volume_id):
+        for zone, disk in self._disks('name = "%s"' % volume_id):
+            if region_of(zone) != region:
+                continue
+            labels = dict(disk.get("labels") or {})
+            labels.update({layout.LABEL_VOLUME: layout.label_value(name),
+                           layout.LABEL_EXTERNAL: "true"})
+            self._call("POST", "/zones/%s/disks/%s/setLabels" % (zone, volume_id),
+                       "labelling disk %s" % volume_id,
+                       body={"labels": labels, "labelFingerprint": disk.get("labelFingerprint")})
+            return zone, self._request("GET", "/zones/%s/disks/%s" % (zone, volume_id),
+                                       "reading disk %s" % volume_id)
+        raise GcpError("disk %s was not found in %s" % (volume_id, region))
+
+    def delete_volume(self, name, region, found):
+        zone, disk = found
+        if disk.get("users"):
+            raise GcpError("volume %s (disk %s) is attached to %s: stop the runs that use it "
+                           "first" % (name, disk["name"], ", ".join(
+                               _last(u) for u in disk["users"])))
+        labels = disk.get("labels") or {}
+        if labels.get(layout.LABEL_EXTERNAL) == "true":
+            kept = dict((k, v) for k, v in labels.items()
+                        if k not in (layout.LABEL_VOLUME, layout.LABEL_EXTERNAL))
+            self._call("POST", "/zones/%s/disks/%s/setLabels" % (zone, disk["name"]),
+                       "unlabelling disk %s" % disk["name"],
+                       body={"labels": kept, "labelFingerprint": disk.get("labelFingerprint")})
+            return
+        self._call("DELETE", "/zones/%s/disks/%s" % (zone, disk["name"]),
+                   "deleting disk %s" % disk["name"])
+
     # -- the backend-neutral view fleets/cloud.py works with -----------------------------------
 
     def view(self, placed):
@@ -365,6 +430,23 @@ class Gcp:
             self._call("DELETE", "/global/firewalls/%s" % name,
                        "deleting the firewall rule %s" % name)
         return removed
+
+
+VOLUME_STATUSES = {"CREATING": "submitted", "RESTORING": "submitted", "READY": "active",
+                   "FAILED": "failed", "DELETING": "terminating"}
+
+
+def volume_record(name, zone, disk):
+    """A volume record (docs/volumes.md) from a described persistent disk."""
+    labels = disk.get("labels") or {}
+    return {
+        "name": name, "backend": "gcp", "region": region_of(zone), "availability_zone": zone,
+        "size": int(disk.get("sizeGb") or 0) or None, "volume_id": disk["name"],
+        "status": VOLUME_STATUSES.get(disk.get("status"), "active"),
+        "external": labels.get(layout.LABEL_EXTERNAL) == "true",
+        "attached_to": [_last(u) for u in disk.get("users") or []],
+        "created": disk.get("creationTimestamp"),
+    }
 
 
 def instance_records(placed, fleet, key_file, public_ips=True):

@@ -21,6 +21,8 @@ import uuid
 LABEL_FLEET = "gpufleet-fleet"
 LABEL_PLACEMENT = "gpufleet-placement"
 LABEL_CREATED_BY = "gpufleet-created-by"
+LABEL_VOLUME = "gpufleet-volume"
+LABEL_EXTERNAL = "gpufleet-external"
 META_PRICE = "gpufleet-price"
 META_BLOCKS = "gpufleet-blocks"
 SSH_USER = "ubuntu"
@@ -195,6 +197,14 @@ def request_id(fleet, names, offer, zone, attempt=0):
     key = "|".join([fleet, ",".join(sorted(names)), offer["instance_type"], offer["region"],
                     zone, "spot" if offer["spot"] else "standard", str(attempt)])
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "gpufleet:" + key))
+
+
+def disk_body(name, zone, size_gb, tags=None):
+    """disks.insert of a network volume: a balanced persistent disk, labelled."""
+    labels = dict((label_value(k), label_value(v)) for k, v in (tags or {}).items())
+    labels.update({LABEL_VOLUME: label_value(name), LABEL_CREATED_BY: "gpufleet"})
+    return {"name": name, "sizeGb": str(int(size_gb)),
+            "type": "zones/%s/diskTypes/pd-balanced" % zone, "labels": labels}
 
 
 def resource_policy_body(fleet):

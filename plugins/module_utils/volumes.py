@@ -1,0 +1,99 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Network volumes (``type: volume``, dstack.md §6.1) in the clouds: EBS volumes on aws,
+persistent disks on gcp, created, registered (an existing ``volume_id``) and deleted.
+
+The volume's name is a tag (aws ``gpufleet:volume``) or label (gcp ``gpufleet-volume``) on the
+volume itself, the only record; a registered volume is also marked external, so deleting it
+only takes those marks off and never destroys the user's data. A volume record is::
+
+    {"name", "backend", "region", "availability_zone", "size" (GB), "volume_id",
+     "status" (submitted, active, failed, terminated), "external", "attached_to", "created"}
+"""
+
+from __future__ import annotations
+
+from .backends import aws as aws_backend
+from .backends import gcp as gcp_backend
+from .backends.errors import BackendError
+
+CLIENTS = {"aws": aws_backend.Aws, "gcp": gcp_backend.Gcp}
+RECORDS = {"aws": aws_backend.volume_record,
+           "gcp": lambda name, _region, found: gcp_backend.volume_record(name, *found)}
+
+
+class VolumeError(Exception):
+    """The volume cannot be made, found or removed as asked; the message says why."""
+
+
+def _client(config, settings, client):
+    backend = config["backend"]
+    if backend not in CLIENTS:
+        raise VolumeError("volume %s: backend %s volumes are not provisioned by gpufleet "
+                          "(aws, gcp)" % (config.get("name"), backend))
+    if client is not None:
+        return client
+    section = dict((settings or {}).get(backend) or {})
+    section.pop("retry_delays", None)
+    try:
+        return CLIENTS[backend](section)
+    except BackendError as exc:
+        raise VolumeError(str(exc))
+
+
+def _record(config, name, found):
+    if found is None:
+        return {"name": name, "backend": config["backend"], "region": config["region"],
+                "availability_zone": config.get("availability_zone"),
+                "size": config.get("size"), "volume_id": config.get("volume_id"),
+                "status": "terminated", "external": bool(config.get("volume_id")),
+                "attached_to": [], "created": None}
+    return RECORDS[config["backend"]](name, config["region"], found)
+
+
+def describe(config, name, settings=None, client=None):
+    client = _client(config, settings, client)
+    try:
+        return _record(config, name, client.volume(name, config["region"]))
+    except BackendError as exc:
+        raise VolumeError(str(exc))
+
+
+def apply(config, name, settings=None, check_mode=False, client=None):
+    """Make the volume exist: create it, or register ``volume_id``. Returns (record, changed)."""
+    client = _client(config, settings, client)
+    region = config["region"]
+    try:
+        found = client.volume(name, region)
+        if found is not None:
+            return _record(config, name, found), False
+        if check_mode:
+            return dict(_record(config, name, None), status="submitted"), True
+        if config.get("volume_id"):
+            found = client.register_volume(name, region, config["volume_id"])
+        else:
+            zone = config.get("availability_zone") or client.first_zone(region)
+            found = client.create_volume(name, region, zone, config["size"],
+                                         config.get("tags"))
+            if config["backend"] == "aws":
+                found = client.volume(name, region) or found
+    except BackendError as exc:
+        raise VolumeError(str(exc))
+    return _record(config, name, found), True
+
+
+def delete(config, name, settings=None, check_mode=False, client=None):
+    """Delete the volume (an external one is only released). Returns (record, changed)."""
+    client = _client(config, settings, client)
+    region = config["region"]
+    try:
+        found = client.volume(name, region)
+        if found is None:
+            return _record(config, name, None), False
+        record = _record(config, name, found)
+        if not check_mode:
+            client.delete_volume(name, region, found)
+    except BackendError as exc:
+        raise VolumeError(str(exc))
+    return dict(record, status="terminated"), True
