@@ -168,6 +168,8 @@ class GceDouble:
             ("GET", z + "/instances/(?P<name>[^/]+)", self._get_instance),
             ("DELETE", z + "/instances/(?P<name>[^/]+)", self._delete_instance),
             ("POST", z + "/instances/(?P<name>[^/]+)/start", self._start_instance),
+            ("POST", z + "/instances/(?P<name>[^/]+)/attachDisk", self._attach_disk),
+            ("POST", z + "/instances/(?P<name>[^/]+)/detachDisk", self._detach_disk),
             ("POST", z + "/operations/(?P<op>[^/]+)/wait", self._get_operation),
             ("GET", z + "/operations/(?P<op>[^/]+)", self._get_operation),
             ("POST", r + "/operations/(?P<op>[^/]+)/wait", self._get_operation),
@@ -276,6 +278,33 @@ class GceDouble:
                 grouped.setdefault("zones/" + zone, {"instances": []})["instances"].append(
                     instance)
         return self._send(handler, 200, {"items": grouped})
+
+    def _attach_disk(self, handler, query, body, project, zone, name):
+        if (zone, name) not in self.instances:
+            return self._error(handler, 404, "notFound", "instance %s" % name)
+        disk = self.disks.get((zone, body["source"].rsplit("/", 1)[-1]))
+        if disk is None:
+            return self._error(handler, 404, "notFound", "disk %s" % body["source"])
+        if disk["users"]:
+            return self._error(handler, 400, "resourceInUseByAnotherResource",
+                               "disk %s is in use" % disk["name"])
+        disk["users"] = ["projects/%s/zones/%s/instances/%s" % (project, zone, name)]
+        self.instances[(zone, name)].setdefault("disks", []).append(
+            {"source": body["source"], "deviceName": body.get("deviceName")})
+        return self._operation(handler, {"zone": "projects/%s/zones/%s" % (project, zone)}, name)
+
+    def _detach_disk(self, handler, query, body, project, zone, name):
+        instance = self.instances.get((zone, name))
+        if instance is None:
+            return self._error(handler, 404, "notFound", "instance %s" % name)
+        kept = [d for d in instance.get("disks") or []
+                if d.get("deviceName") != query.get("deviceName")]
+        for gone in [d for d in instance.get("disks") or [] if d not in kept]:
+            disk = self.disks.get((zone, gone["source"].rsplit("/", 1)[-1]))
+            if disk is not None:
+                disk["users"] = []
+        instance["disks"] = kept
+        return self._operation(handler, {"zone": "projects/%s/zones/%s" % (project, zone)}, name)
 
     def _aggregated_disks(self, handler, query, body, project):
         text = query.get("filter") or ""

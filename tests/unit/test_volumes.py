@@ -110,3 +110,64 @@ def test_a_persistent_disk_is_created_registered_and_released(tmp_path, monkeypa
             volumes.delete(config, "data", client=gcp)
     finally:
         double.stop()
+
+
+def test_an_ebs_volume_attaches_in_its_zone_only_and_detaches(aws, ec2):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.aws import AwsError
+
+    ebs = boto3.client("ec2", region_name="us-east-1")
+    image = ebs.describe_images(Owners=["amazon"], Filters=[
+        {"Name": "architecture", "Values": ["x86_64"]}])["Images"][0]["ImageId"]
+    host = ebs.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="g5.xlarge",
+                             Placement={"AvailabilityZone": "us-east-1a"})["Instances"][0]
+    other = ebs.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="g5.xlarge",
+                              Placement={"AvailabilityZone": "us-east-1b"})["Instances"][0]
+    volumes.apply(volume(name="ckpt", availability_zone="us-east-1a"), "ckpt", client=aws)
+    found = aws.volume("ckpt", "us-east-1")
+    with pytest.raises(AwsError, match=r"volume ckpt is in us-east-1a and the host i-\w+ in "
+                                       r"us-east-1b: a volume can only be attached in its own"):
+        aws.attach_volume("ckpt", "us-east-1", found, other)
+    paths = aws.attach_volume("ckpt", "us-east-1", found, host)
+    short = found["VolumeId"].replace("-", "")
+    assert paths == ["/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_" + short,
+                     "/dev/sdf", "/dev/xvdf"]
+    attach = ec2.calls("AttachVolume")[0]["params"]
+    assert (attach["InstanceId"], attach["Device"]) == (host["InstanceId"], "/dev/sdf")
+    found = aws.volume("ckpt", "us-east-1")
+    assert aws.attach_volume("ckpt", "us-east-1", found, host) == paths   # already there
+    assert len(ec2.calls("AttachVolume")) == 1
+    with pytest.raises(volumes.VolumeError, match="is attached to i-"):
+        volumes.delete(volume(name="ckpt"), "ckpt", client=aws)
+    assert aws.detach_volume("ckpt", "us-east-1", found)
+    assert volumes.delete(volume(name="ckpt"), "ckpt", client=aws)[1]
+
+
+def test_a_persistent_disk_attaches_with_its_device_name(tmp_path, monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.gcp import GcpError
+
+    double = GceDouble()
+    try:
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS",
+                           double.credentials_file(str(tmp_path / "sa.json")))
+        monkeypatch.setenv("GPUFLEET_GCP_ENDPOINT", double.endpoint)
+        gcp = Gcp({}, poll=0.01)
+        config = volume(name="ckpt", backend="gcp", region="us-central1",
+                        availability_zone="us-central1-b")
+        volumes.apply(config, "ckpt", client=gcp)
+        for zone in ("us-central1-a", "us-central1-b"):
+            double.instances[(zone, "f-" + zone[-1])] = {"name": "f-" + zone[-1],
+                                                         "status": "RUNNING"}
+        with pytest.raises(GcpError, match="volume ckpt is in us-central1-b and the host f-a"):
+            gcp.attach_volume("ckpt", "us-central1", gcp.volume("ckpt", "us-central1"),
+                              ("us-central1-a", double.instances[("us-central1-a", "f-a")]))
+        host = ("us-central1-b", double.instances[("us-central1-b", "f-b")])
+        assert gcp.attach_volume("ckpt", "us-central1", gcp.volume("ckpt", "us-central1"),
+                                 host) == ["/dev/disk/by-id/google-gpufleet-ckpt"]
+        body = double.calls("POST", r"/attachDisk$")[0]["body"]
+        assert body == {"source": "projects/test-project/zones/us-central1-b/disks/ckpt",
+                        "deviceName": "gpufleet-ckpt", "mode": "READ_WRITE",
+                        "autoDelete": False}
+        assert gcp.detach_volume("ckpt", "us-central1", gcp.volume("ckpt", "us-central1"))
+        assert double.disks[("us-central1-b", "ckpt")]["users"] == []
+    finally:
+        double.stop()

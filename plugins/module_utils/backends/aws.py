@@ -409,6 +409,56 @@ class Aws:
         self._call(region, "deleting volume %s" % volume["VolumeId"], "delete_volume",
                    VolumeId=volume["VolumeId"])
 
+    def attach_volume(self, name, region, volume, instance):
+        """Attach the volume to the instance (both described) unless it is already; returns
+        the device paths the host may see it under, most specific first."""
+        volume_id = volume["VolumeId"]
+        nvme = "/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_" + volume_id.replace("-", "")
+        for attachment in volume.get("Attachments") or []:
+            if attachment.get("State") not in ("attaching", "attached"):
+                continue
+            if attachment.get("InstanceId") == instance["InstanceId"]:
+                device = attachment.get("Device")
+                return [nvme, device, device.replace("/dev/sd", "/dev/xvd")]
+            raise AwsError("volume %s (%s) is attached to %s: stop the runs that use it there "
+                           "first" % (name, volume_id, attachment.get("InstanceId")))
+        zone = (instance.get("Placement") or {}).get("AvailabilityZone")
+        if volume.get("AvailabilityZone") != zone:
+            raise AwsError("volume %s is in %s and the host %s in %s: a volume can only be "
+                           "attached in its own zone" % (name, volume.get("AvailabilityZone"),
+                                                         instance["InstanceId"], zone))
+        used = set(m.get("DeviceName") for m in instance.get("BlockDeviceMappings") or [])
+        device = next(("/dev/sd" + letter for letter in "fghijklmnop"
+                       if "/dev/sd" + letter not in used
+                       and "/dev/xvd" + letter not in used), None)
+        if device is None:
+            raise AwsError("instance %s has no free device name for volume %s"
+                           % (instance["InstanceId"], name))
+        self._call(region, "attaching volume %s" % name, "attach_volume", VolumeId=volume_id,
+                   InstanceId=instance["InstanceId"], Device=device)
+        try:
+            self.ec2(region).get_waiter("volume_in_use").wait(
+                VolumeIds=[volume_id], WaiterConfig={"Delay": self.poll, "MaxAttempts": 60})
+        except WaiterError as exc:
+            raise AwsError("volume %s did not attach: %s" % (name, exc))
+        return [nvme, device, device.replace("/dev/sd", "/dev/xvd")]
+
+    def detach_volume(self, name, region, volume):
+        attached = [a for a in volume.get("Attachments") or []
+                    if a.get("State") in ("attaching", "attached")]
+        if not attached:
+            return False
+        self._call(region, "detaching volume %s" % name, "detach_volume",
+                   VolumeId=volume["VolumeId"], InstanceId=attached[0]["InstanceId"],
+                   Device=attached[0]["Device"])
+        try:
+            self.ec2(region).get_waiter("volume_available").wait(
+                VolumeIds=[volume["VolumeId"]],
+                WaiterConfig={"Delay": self.poll, "MaxAttempts": 60})
+        except WaiterError as exc:
+            raise AwsError("volume %s did not detach: %s" % (name, exc))
+        return True
+
     # -- the backend-neutral view fleets/cloud.py works with -----------------------------------
 
     @staticmethod

@@ -370,6 +370,37 @@ class Gcp:
         self._call("DELETE", "/zones/%s/disks/%s" % (zone, disk["name"]),
                    "deleting disk %s" % disk["name"])
 
+    def attach_volume(self, name, region, found, instance):
+        """Attach the disk to the instance (``(zone, instance)``) unless it is already;
+        returns the device paths the host may see it under."""
+        zone, disk = found
+        host_zone, host = instance
+        device = "gpufleet-" + name
+        paths = ["/dev/disk/by-id/google-" + device]
+        users = [_last(u) for u in disk.get("users") or []]
+        if host["name"] in users:
+            return paths
+        if users:
+            raise GcpError("volume %s (disk %s) is attached to %s: stop the runs that use it "
+                           "there first" % (name, disk["name"], ", ".join(users)))
+        if zone != host_zone:
+            raise GcpError("volume %s is in %s and the host %s in %s: a disk can only be "
+                           "attached in its own zone" % (name, zone, host["name"], host_zone))
+        self._call("POST", "/zones/%s/instances/%s/attachDisk" % (zone, host["name"]),
+                   "attaching volume %s" % name, body={
+                       "source": "projects/%s/zones/%s/disks/%s" % (self.project, zone,
+                                                                    disk["name"]),
+                       "deviceName": device, "mode": "READ_WRITE", "autoDelete": False})
+        return paths
+
+    def detach_volume(self, name, region, found):
+        zone, disk = found
+        users = [_last(u) for u in disk.get("users") or []]
+        for user in users:
+            self._call("POST", "/zones/%s/instances/%s/detachDisk" % (zone, user),
+                       "detaching volume %s" % name, params={"deviceName": "gpufleet-" + name})
+        return bool(users)
+
     # -- the backend-neutral view fleets/cloud.py works with -----------------------------------
 
     def view(self, placed):

@@ -19,8 +19,11 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 RUN_ROOT = "/var/lib/gpufleet/runs"
+# Where network volumes are mounted on a host (dstack's path; tasks bind them from there).
+NETWORK_VOLUMES_ROOT = "/mnt/disks/dstack-volumes"
 RUN_LABEL = "gpufleet.run"
 SEPARATOR = b"#--gpufleet-request--"
 BOOTSTRAP = (
@@ -261,8 +264,88 @@ def op_remove(payload):
     return {"removed": names}
 
 
+def _run(argv):
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
+    except OSError as exc:
+        raise Failure("%s: %s" % (argv[0], exc))
+    return (proc.returncode, proc.stdout.decode("utf-8", "replace"),
+            proc.stderr.decode("utf-8", "replace"))
+
+
+def _mounted_at(mountpoint):
+    """The source mounted at ``mountpoint`` (from /proc/mounts), or None."""
+    try:
+        with open("/proc/mounts") as handle:
+            for line in handle:
+                fields = line.split()
+                if len(fields) > 1 and fields[1] == mountpoint:
+                    return fields[0]
+    except (IOError, OSError):
+        pass
+    return None
+
+
+def op_mount_volume(payload):
+    """Mount an attached network volume at ``<root>/<name>`` (dstack.md §6.1): the first of
+    ``devices`` that appears within ``wait`` seconds; formatted ext4 only when it holds no
+    filesystem, and then its root opened to everyone, as dstack does."""
+    root = payload.get("root") or NETWORK_VOLUMES_ROOT
+    mountpoint = os.path.join(root, payload["name"])
+    deadline = time.time() + float(payload.get("wait", 60))
+    device = None
+    while device is None:
+        device = next((d for d in payload["devices"] if os.path.exists(d)), None)
+        if device is None:
+            if time.time() > deadline:
+                raise Failure("volume %s: none of %s appeared on this host within %s s; is it "
+                              "attached?" % (payload["name"], ", ".join(payload["devices"]),
+                                             payload.get("wait", 60)))
+            time.sleep(1)
+    device = os.path.realpath(device)
+    if _mounted_at(mountpoint):
+        return {"device": device, "mountpoint": mountpoint, "formatted": False,
+                "mounted": False}
+    rc, out, _err = _run(["blkid", "-p", "-o", "value", "-s", "TYPE", device])
+    formatted = False
+    if rc == 2 or (rc == 0 and not out.strip()):
+        rc, _out, err = _run(["mkfs.ext4", "-F", "-q", device])
+        if rc != 0:
+            raise Failure("volume %s: mkfs.ext4 %s failed: %s"
+                          % (payload["name"], device, err.strip()[-500:]))
+        formatted = True
+    elif rc != 0:
+        raise Failure("volume %s: blkid %s failed (exit %d)" % (payload["name"], device, rc))
+    if not os.path.isdir(mountpoint):
+        os.makedirs(mountpoint, 0o755)
+    options = ["-o", "loop"] if os.path.isfile(device) else []
+    rc, _out, err = _run(["mount"] + options + [device, mountpoint])
+    if rc != 0:
+        raise Failure("volume %s: mounting %s at %s failed: %s"
+                      % (payload["name"], device, mountpoint, err.strip()[-500:]))
+    if formatted:
+        os.chmod(mountpoint, 0o777)
+    return {"device": device, "mountpoint": mountpoint, "formatted": formatted,
+            "mounted": True}
+
+
+def op_unmount_volume(payload):
+    """Unmount ``<root>/<name>`` if it is mounted (before the volume is detached)."""
+    root = payload.get("root") or NETWORK_VOLUMES_ROOT
+    mountpoint = os.path.join(root, payload["name"])
+    if not _mounted_at(mountpoint):
+        return {"unmounted": False}
+    rc, _out, err = _run(["umount", mountpoint])
+    if rc != 0:
+        raise Failure("volume %s: umount %s failed: %s" % (payload["name"], mountpoint,
+                                                           err.strip()[-500:]))
+    return {"unmounted": True}
+
+
 OPS = {
     "status": op_status,
+    "mount_volume": op_mount_volume,
+    "unmount_volume": op_unmount_volume,
     "image_info": op_image_info,
     "pull": op_pull,
     "start": op_start,

@@ -26,6 +26,7 @@ import uuid
 
 from .. import fleettable
 from ..runtable import job_resources
+from .nodeside import NETWORK_VOLUMES_ROOT
 from ..spec import interpolation
 
 RUN_LABEL = "gpufleet.run"
@@ -52,7 +53,7 @@ RUN_ROOT = "/var/lib/gpufleet/runs"
 
 MPI_HOSTFILE = "/dstack/mpi/hostfile"
 RUNNER_SSH_PORT = 10022
-NETWORK_VOLUMES_DIR = "/mnt/disks/dstack-volumes"
+NETWORK_VOLUMES_DIR = NETWORK_VOLUMES_ROOT
 # What the container runtime hands to the job on NVIDIA hosts. dstack also asks for "display"
 # and "compat32"; "display" needs /dev/nvidia-modeset on the host (dstack retries without it when
 # the device is missing, which a single `docker run` cannot do), and neither matters to compute
