@@ -17,8 +17,8 @@ from __future__ import annotations
 from .backends import aws as aws_backend
 from .backends import gcp as gcp_backend
 from .backends.errors import BackendError
+from .fleets import cloud
 
-CLIENTS = {"aws": aws_backend.Aws, "gcp": gcp_backend.Gcp}
 RECORDS = {"aws": aws_backend.volume_record,
            "gcp": lambda name, _region, found: gcp_backend.volume_record(name, *found)}
 
@@ -29,16 +29,14 @@ class VolumeError(Exception):
 
 def _client(config, settings, client):
     backend = config["backend"]
-    if backend not in CLIENTS:
+    if backend not in cloud.CLIENTS:
         raise VolumeError("volume %s: backend %s volumes are not provisioned by gpufleet "
                           "(aws, gcp)" % (config.get("name"), backend))
     if client is not None:
         return client
-    section = dict((settings or {}).get(backend) or {})
-    section.pop("retry_delays", None)
     try:
-        return CLIENTS[backend](section)
-    except BackendError as exc:
+        return cloud.backend_client(backend, settings)
+    except (BackendError, cloud.CloudError) as exc:
         raise VolumeError(str(exc))
 
 

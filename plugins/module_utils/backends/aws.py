@@ -409,6 +409,15 @@ class Aws:
         self._call(region, "deleting volume %s" % volume["VolumeId"], "delete_volume",
                    VolumeId=volume["VolumeId"])
 
+    def host_instance(self, record):
+        """The described EC2 instance of an instance record (fleets.records)."""
+        answer = self._call(record["region"], "describing %s" % record["name"],
+                            "describe_instances", InstanceIds=[record["instance_id"]])
+        found = [i for r in answer["Reservations"] for i in r["Instances"]]
+        if not found:
+            raise AwsError("instance %s (%s) is gone" % (record["name"], record["instance_id"]))
+        return found[0]
+
     def attach_volume(self, name, region, volume, instance):
         """Attach the volume to the instance (both described) unless it is already; returns
         the device paths the host may see it under, most specific first."""

@@ -370,6 +370,12 @@ class Gcp:
         self._call("DELETE", "/zones/%s/disks/%s" % (zone, disk["name"]),
                    "deleting disk %s" % disk["name"])
 
+    def host_instance(self, record):
+        """``(zone, instance)`` of an instance record (fleets.records)."""
+        zone = record["zone"]
+        return zone, self._request("GET", "/zones/%s/instances/%s" % (zone, record["name"]),
+                                   "reading %s" % record["name"])
+
     def attach_volume(self, name, region, found, instance):
         """Attach the disk to the instance (``(zone, instance)``) unless it is already;
         returns the device paths the host may see it under."""

@@ -65,13 +65,19 @@ def regions(config, settings, backend="aws", catalog_dir=None):
     return chosen
 
 
+def backend_client(backend, settings):
+    """The client of a cloud backend (backends/aws.py, gcp.py) made with its section of the
+    backend settings; BackendError when it cannot be made (no credentials, bad settings)."""
+    section = dict(_settings(settings, backend))
+    section.pop("retry_delays", None)   # read here, by the retry policy, not by the client
+    return CLIENTS[backend](section)
+
+
 def _client(settings, backend, client):
     if client is not None:
         return client
     try:
-        settings_for = dict(_settings(settings, backend))
-        settings_for.pop("retry_delays", None)
-        return CLIENTS[backend](settings_for)
+        return backend_client(backend, settings)
     except BackendError as exc:
         raise CloudError(str(exc))
 

@@ -23,9 +23,11 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from ..backends.docker import DockerError
+from ..backends.errors import BackendError
 from ..fleets import apply as fleet_apply
+from ..fleets import cloud as fleet_cloud
 from ..fleets import state
-from . import lifecycle, placement, rankplan
+from . import lifecycle, placement, rankplan, volumes
 from .ssh import Node, NodeError
 from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch, parallel
 
@@ -383,6 +385,7 @@ class Runner(object):
             key_maker.shutdown()
         run = {"name": self.name, "id": self.run_id, "submission": number,
                "submitted_at": self.submitted_at}
+        self._attach_volumes(placed, run, nodes)
         try:
             jobs = rankplan.build_jobs(self.config, placed, run, secrets=self.secrets,
                                        environ=self.environ, ssh_key=key,
@@ -391,6 +394,26 @@ class Runner(object):
         except rankplan.PlanError as exc:
             raise RunError(str(exc))
         return Submission(number, _inline_files(jobs), nodes, placed)
+
+    def _attach_volumes(self, placed, run, nodes):
+        """Attach and mount the jobs' network volumes on their hosts (tasks/volumes.py)."""
+        try:
+            if not any(volumes.network_names(self.config, job, run) for job in placed["jobs"]):
+                return
+            settings = state.backend_settings(state.state_dir(self.root))
+            backends = set(nodes[job["host"]].instance.get("backend") for job in placed["jobs"])
+            clients = dict((b, fleet_cloud.backend_client(b, settings))
+                           for b in backends if b in volumes.CLOUD)
+            done = volumes.attach_and_mount(self.config, placed, run, nodes, clients)
+        except (volumes.VolumeError, BackendError, fleet_cloud.CloudError, state.StateError,
+                NodeError, rankplan.PlanError) as exc:
+            raise RunError(str(exc))
+        for host, answers in done.items():
+            for answer in answers:
+                self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
+                           "message": "volume %s mounted on %s%s" % (
+                               answer["name"], host,
+                               " (formatted: it was blank)" if answer.get("formatted") else "")})
 
     def policy(self):
         return {"startup_order": self.config.get("startup_order"),

@@ -1,0 +1,64 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Network volumes at task time (dstack.md §6.2): each job's volumes attached to its host and
+mounted where the container binds them.
+
+    attach_and_mount(config, placed, run, nodes, clients)   # before the containers start
+
+``clients`` maps a backend (aws, gcp) to its client (backends/aws.py, gcp.py). A job's volume
+names are filled per node (``${{ dstack.node_rank }}``) by rankplan.mounts. A volume is
+attached to the job's instance unless it already is; one attached to another host is refused
+with the host named (the run that uses it there must stop first). The host then formats it if
+it is blank and mounts it at /mnt/disks/dstack-volumes/<name> (tasks.nodeside).
+"""
+
+from __future__ import annotations
+
+from ..backends.errors import BackendError
+from . import rankplan
+
+CLOUD = ("aws", "gcp")
+MOUNT_WAIT = 120
+
+
+class VolumeError(Exception):
+    """A job's network volume cannot be used where it was placed; the message says why."""
+
+
+def network_names(config, job, run):
+    return [m["name"] for m in rankplan.mounts(config, job, run) if m["kind"] == "network"]
+
+
+def attach_and_mount(config, placed, run, nodes, clients):
+    """Attach and mount every job's network volumes; returns ``{host: [mount answers]}``."""
+    done = {}
+    for job in placed["jobs"]:
+        names = network_names(config, job, run)
+        if not names:
+            continue
+        host = job["host"]
+        instance = nodes[host].instance
+        backend = instance.get("backend")
+        if backend not in CLOUD or backend not in clients:
+            raise VolumeError(
+                "network volume %s: job %d runs on %s, a %s host; network volumes attach to "
+                "aws and gcp instances only (use an instance volume, /host/path:/path, on other "
+                "hosts)" % (names[0], job["job_num"], host, backend))
+        client = clients[backend]
+        region = instance["region"]
+        try:
+            raw = client.host_instance(instance)
+            for name in names:
+                found = client.volume(name, region)
+                if found is None:
+                    raise VolumeError(
+                        "network volume %s was not found in %s (%s): create it first "
+                        "(gpufleet apply -f <volume file>)" % (name, region, backend))
+                devices = client.attach_volume(name, region, found, raw)
+                answer = nodes[host].call("mount_volume", {"name": name, "devices": devices,
+                                                           "wait": MOUNT_WAIT})
+                done.setdefault(host, []).append(dict(answer, name=name))
+        except BackendError as exc:
+            raise VolumeError(str(exc))
+    return done
