@@ -110,7 +110,9 @@ def main():
                     config, path, docker, root,
                     settings=state.backend_settings(root, module.params["backend_settings"])))
         else:
-            fleets = apply.discover(docker, root)
+            fleets = apply.discover(
+                docker, root,
+                settings=state.backend_settings(root, module.params["backend_settings"]))
     except (SpecError, NamingError, DockerError, apply.ApplyError, state.StateError) as exc:
         module.fail_json(msg=str(exc))
     except Exception as exc:  # pylint: disable=broad-exception-caught

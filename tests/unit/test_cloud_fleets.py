@@ -170,3 +170,19 @@ def test_a_capacity_block_pins_type_and_zone_and_launches_as_one(world):
     with pytest.raises(cloud.CloudError, match="fleet lost: capacity reservation cr-0nope was "
                                                "not found in us-east-1"):
         apply(world, fleet("lost", reservation="cr-0nope"))
+
+
+def test_cloud_fleets_are_found_from_their_tags_alone(world):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import apply as fleets
+
+    apply(world, fleet("found", nodes=2, placement="any"))
+    held = cloud.discover({"aws": {"regions": [REGION]}}, world["root"], world["catalog_dir"])
+    mine = [(backend, name, placement, [i["name"] for i in instances])
+            for backend, name, placement, instances in held if name == "found"]
+    assert mine == [("aws", "found", "any", ["found-0", "found-1"])]
+    records = [r for r in fleets.discover(None, world["root"],
+                                          settings={"aws": {"regions": [REGION]}})
+               if r["name"] == "found"]
+    assert records[0]["backends"] == ["aws"] and len(records[0]["instances"]) == 2
+    # Backends the settings do not configure are not asked.
+    assert cloud.discover({}, world["root"]) == []

@@ -166,3 +166,11 @@ def test_a_specific_reservation_pins_the_machine_and_zone_without_a_placement_po
     assert "resourcePolicies" not in properties
     with pytest.raises(cloud.CloudError, match="reservation nope was not found"):
         apply(world, fleet("nope", nodes=1, reservation="nope", resources={"gpu": "L4"}))
+
+
+def test_gcp_fleets_are_found_from_their_labels_alone(world):
+    apply(world, fleet("seen", nodes=1, placement="any", resources={"gpu": "L4"}))
+    held = cloud.discover({"gcp": {"regions": [REGION]}}, world["root"], world["catalog_dir"])
+    # (the module's double still holds the other tests' fleets)
+    assert [(b, n, p, [i["name"] for i in inst]) for b, n, p, inst in held
+            if n == "seen"] == [("gcp", "seen", "any", ["seen-0"])]

@@ -568,3 +568,15 @@ def test_place_does_not_change_its_input():
     before = copy.deepcopy((config, fleets, facts))
     place(config, fleets, facts)
     assert (config, fleets, facts) == before
+
+
+def test_availability_zones_narrow_hosts_to_their_zone():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.placement import (
+        _profile_reason,
+    )
+
+    config = {"availability_zones": ["us-east-1b"], "spot_policy": "auto"}
+    assert _profile_reason({"status": "idle", "zone": "us-east-1b"}, config) is None
+    assert _profile_reason({"status": "idle", "zone": "us-east-1a"}, config) == \
+        "zone us-east-1a not in [us-east-1b]"
+    assert _profile_reason({"status": "idle"}, config) == "zone none not in [us-east-1b]"

@@ -106,3 +106,22 @@ def test_a_missing_or_busy_volume_and_a_non_cloud_host_are_refused(world):
     # Instance volumes need nothing attached.
     assert volumes.attach_and_mount(task(["/srv/data:/data"]), PLACED, RUN, world["nodes"],
                                     {}) == {}
+
+
+def test_a_run_is_steered_to_where_its_first_jobs_volumes_are(world):
+    for name, zone in (("steer-0", "us-east-1b"), ("steer-1", "us-east-1c")):
+        cloud_volumes.apply(parse_data({"type": "volume", "name": name, "backend": "aws",
+                                        "region": "us-east-1", "availability_zone": zone,
+                                        "size": "10GB"})[0], name, client=world["aws"])
+    config = task(["steer-${{ dstack.node_rank }}:/data"])
+    where = volumes.locate(config, RUN, {"aws": world["aws"]}, {"aws": ["us-west-2",
+                                                                        "us-east-1"]})
+    assert where == {"backend": "aws", "region": "us-east-1", "zone": "us-east-1b"}
+    steered = volumes.steer(config, where)
+    assert (steered["backends"], steered["regions"], steered["availability_zones"]) == \
+        (["aws"], ["us-east-1"], ["us-east-1b"])
+    with pytest.raises(volumes.VolumeError, match="network volume nowhere-0 was not found in "
+                                                  "any region of the aws backend settings"):
+        volumes.locate(task(["nowhere-${{ dstack.node_rank }}:/d"]), RUN,
+                       {"aws": world["aws"]}, {"aws": ["us-east-1"]})
+    assert volumes.locate(task(["/srv:/d"]), RUN, {"aws": world["aws"]}, {}) is None

@@ -125,6 +125,25 @@ class Aws:
                                % (fleet, region, _message(exc)))
         return found
 
+    def all_fleet_instances(self, regions):
+        """``{fleet: [(region, instance)]}`` of every gpufleet instance in ``regions``."""
+        found = {}
+        for region in regions:
+            pages = self.ec2(region).get_paginator("describe_instances").paginate(Filters=[
+                {"Name": "tag-key", "Values": [layout.TAG_FLEET]},
+                {"Name": "instance-state-name", "Values": list(ALIVE_STATES)},
+            ])
+            try:
+                for page in pages:
+                    for reservation in page["Reservations"]:
+                        for instance in reservation["Instances"]:
+                            fleet = layout.tags_of(instance).get(layout.TAG_FLEET)
+                            found.setdefault(fleet, []).append((region, instance))
+            except (ClientError, BotoCoreError) as exc:
+                raise AwsError("listing gpufleet instances in %s failed: %s"
+                               % (region, _message(exc)))
+        return found
+
     def type_info(self, region, instance_type):
         key = (region, instance_type)
         if key not in self._types:

@@ -172,6 +172,26 @@ class Gcp:
                 return found
             params = dict(params, pageToken=page["nextPageToken"])
 
+    def all_fleet_instances(self, regions):
+        """``{fleet: [(zone, instance)]}`` of every gpufleet instance in ``regions``."""
+        wanted = set(regions)
+        found = {}
+        params = {}
+        while True:
+            page = self._request("GET", "/aggregated/instances", "listing gpufleet instances",
+                                 params=params)
+            for scope, bucket in sorted((page.get("items") or {}).items()):
+                zone = _last(scope)
+                if region_of(zone) not in wanted:
+                    continue
+                for instance in bucket.get("instances") or []:
+                    fleet = (instance.get("labels") or {}).get(layout.LABEL_FLEET)
+                    if fleet and layout.instance_num(instance, fleet) is not None:
+                        found.setdefault(fleet, []).append((zone, instance))
+            if not page.get("nextPageToken"):
+                return found
+            params = {"pageToken": page["nextPageToken"]}
+
     def _subnetworks(self, region, network):
         page = self._request("GET", "/regions/%s/subnetworks" % region,
                              "listing the subnetworks of %s" % network,

@@ -86,16 +86,28 @@ def describe(config, path=None, docker=None, root=None, settings=None):
     return record
 
 
-def discover(docker, root=None):
-    """Every fleet the backends hold, from their labels alone (no files): fleet records."""
+def discover(docker, root=None, settings=None):
+    """Every fleet the backends hold, from their labels and tags alone (no files): fleet
+    records. Cloud fleets are looked for in the backends that ``settings`` configure; without
+    a Docker engine (``docker`` None) local fleets are not."""
     root = state.state_dir(root)
+    found = []
+    try:
+        held = cloud.discover(settings, root, catalog.directory(root))
+    except cloud.CloudError as exc:
+        raise ApplyError(str(exc))
+    for backend, name, placement, instances in held:
+        config = {"fleet_type": "backend", "ssh_config": None, "backends": [backend],
+                  "placement": placement}
+        found.append(_set_instances(fleet_record(config, name), instances))
+    if docker is None:
+        return found
     nodes = local.list_nodes(docker)
     by_fleet = {}
     for node in nodes:
         name = node["labels"].get(local.FLEET_LABEL)
         if name:
             by_fleet.setdefault(name, []).append(node)
-    found = []
     for name in sorted(by_fleet):
         spec = local.spec_from_nodes(by_fleet[name]) or {}
         config = dict(spec, fleet_type="backend", ssh_config=None)

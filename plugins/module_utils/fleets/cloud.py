@@ -231,6 +231,26 @@ def apply(config, name, root, settings, check_mode=False, client=None, catalog_d
     return instances, plan, changed, offers
 
 
+def discover(settings, root, catalog_dir=None):
+    """Every cloud fleet the configured backends hold, from tags and labels alone (no files):
+    ``[(backend, fleet name, placement, instance records)]``. Only backends with a section in
+    the settings are asked."""
+    found = []
+    for backend in CLOUD_BACKENDS:
+        if backend not in (settings or {}):
+            continue
+        try:
+            client = backend_client(backend, settings)
+            held = client.all_fleet_instances(regions({}, settings, backend, catalog_dir))
+        except BackendError as exc:
+            raise CloudError(str(exc))
+        for name in sorted(held):
+            placement = client.view(held[name][0])["placement"]
+            found.append((backend, name, placement,
+                          client.records(held[name], name, state.key_path(root, name))))
+    return found
+
+
 def remove(config, name, nums, settings, client=None, catalog_dir=None):
     """Terminate the fleet's instances numbered ``nums``."""
     backend = cloud_backend(config)

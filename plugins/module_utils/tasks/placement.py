@@ -170,6 +170,9 @@ def _profile_reason(instance, config):
     regions = config.get("regions")
     if regions is not None and not _listed(instance.get("region"), regions):
         return "region %s not in [%s]" % (instance.get("region"), ", ".join(regions))
+    zones = config.get("availability_zones")
+    if zones is not None and not _listed(instance.get("zone"), zones):
+        return "zone %s not in [%s]" % (instance.get("zone") or "none", ", ".join(zones))
     types = config.get("instance_types")
     if types is not None and not _listed(instance.get("instance_type"), types):
         return "instance type %s not in [%s]" % (instance.get("instance_type"), ", ".join(types))

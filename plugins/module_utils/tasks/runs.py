@@ -27,6 +27,7 @@ from ..backends.errors import BackendError
 from ..fleets import apply as fleet_apply
 from ..fleets import cloud as fleet_cloud
 from ..fleets import state
+from ..offers import catalog
 from . import lifecycle, placement, rankplan, volumes
 from .ssh import Node, NodeError
 from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch, parallel
@@ -87,13 +88,19 @@ def collect_fleets(paths=(), docker=None, root=None, discover=True):
             continue
         found.append(record)
         seen.add(record["name"])
-    if discover and docker is not None:
+    if discover:
         try:
-            for record in fleet_apply.discover(docker, root):
-                if record["name"] not in seen:
-                    found.append(record)
-        except DockerError:
-            pass  # no engine here: no local fleets
+            settings = state.backend_settings(root)
+            try:
+                held = fleet_apply.discover(docker, root, settings=settings)
+            except DockerError:
+                held = fleet_apply.discover(None, root, settings=settings)  # no local fleets
+        except (fleet_apply.ApplyError, state.StateError) as exc:
+            raise RunError(str(exc))
+        for record in held:
+            if record["name"] not in seen:
+                found.append(record)
+                seen.add(record["name"])
     for record in found:
         record["facts"] = state.read_facts(root, record["name"])
         for instance in record["instances"]:
@@ -322,6 +329,8 @@ class Runner(object):
                            "remove it and run gpufleet apply (or playbooks/task.yml) from cron "
                            "or an AWX schedule")
         self.nodes = nodes_of(fleets, root)
+        self._clients = None
+        self._regions = {}
         self.submissions = []
         self.leftovers = []
         self.env = rankplan.resolve_env(config, self.secrets, self.environ)
@@ -349,7 +358,36 @@ class Runner(object):
         facts = {}
         for fleet in fleets:
             facts.update(fleet.get("facts") or {})
-        return placement.place(self.config, fleets, facts, busy_map(containers))
+        return placement.place(self._steered(), fleets, facts, busy_map(containers))
+
+    def _volume_clients(self):
+        """Clients of the cloud backends the fleets' hosts are on, made once."""
+        if self._clients is None:
+            settings = state.backend_settings(state.state_dir(self.root))
+            backends = set(inst.get("backend") for fleet in self.fleets
+                           for inst in fleet.get("instances") or [])
+            self._clients = dict((b, fleet_cloud.backend_client(b, settings))
+                                 for b in sorted(backends) if b in volumes.CLOUD)
+            root = state.state_dir(self.root)
+            self._regions = dict((b, fleet_cloud.regions({}, settings, b,
+                                                         catalog.directory(root)))
+                                 for b in self._clients)
+        return self._clients
+
+    def _steered(self):
+        """The config, narrowed to where its first job's network volumes are."""
+        run = {"name": self.name}
+        if not volumes.network_names(self.config, {"job_num": 0}, run):
+            return self.config
+        try:
+            clients = self._volume_clients()
+            if not clients:
+                return self.config   # no cloud host: attaching says why
+            where = volumes.locate(self.config, run, clients, self._regions)
+        except (volumes.VolumeError, BackendError, fleet_cloud.CloudError, state.StateError,
+                rankplan.PlanError) as exc:
+            raise RunError(str(exc))
+        return volumes.steer(self.config, where)
 
     def _prepare(self, number, placed):
         hosts = [job["host"] for job in placed["jobs"]]
@@ -400,11 +438,8 @@ class Runner(object):
         try:
             if not any(volumes.network_names(self.config, job, run) for job in placed["jobs"]):
                 return
-            settings = state.backend_settings(state.state_dir(self.root))
-            backends = set(nodes[job["host"]].instance.get("backend") for job in placed["jobs"])
-            clients = dict((b, fleet_cloud.backend_client(b, settings))
-                           for b in backends if b in volumes.CLOUD)
-            done = volumes.attach_and_mount(self.config, placed, run, nodes, clients)
+            done = volumes.attach_and_mount(self.config, placed, run, nodes,
+                                            self._volume_clients())
         except (volumes.VolumeError, BackendError, fleet_cloud.CloudError, state.StateError,
                 NodeError, rankplan.PlanError) as exc:
             raise RunError(str(exc))

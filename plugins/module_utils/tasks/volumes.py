@@ -1,9 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Network volumes at task time (dstack.md §6.2): each job's volumes attached to its host and
-mounted where the container binds them.
+"""Network volumes at task time (dstack.md §6.2): the run placed where its first job's volumes
+are, each job's volumes attached to its host and mounted where the container binds them.
 
+    where = locate(config, run, clients, regions)           # {"backend", "region", "zone"}
+    config = steer(config, where)                            # for placement
     attach_and_mount(config, placed, run, nodes, clients)   # before the containers start
 
 ``clients`` maps a backend (aws, gcp) to its client (backends/aws.py, gcp.py). A job's volume
@@ -28,6 +30,52 @@ class VolumeError(Exception):
 
 def network_names(config, job, run):
     return [m["name"] for m in rankplan.mounts(config, job, run) if m["kind"] == "network"]
+
+
+def _location(backend, found):
+    if backend == "aws":
+        return found["AvailabilityZone"]
+    return found[0]
+
+
+def locate(config, run, clients, regions):
+    """Where the first job's network volumes live: ``{"backend", "region", "zone"}``, or None
+    without network volumes. ``regions`` maps each backend of ``clients`` to the regions to
+    look in. A run goes where its first job's volumes are (dstack.md §6.2)."""
+    names = network_names(config, {"job_num": 0}, run)
+    if not names:
+        return None
+    where = None
+    for name in names:
+        found_at = None
+        for backend in sorted(clients):
+            for region in regions.get(backend) or []:
+                try:
+                    found = clients[backend].volume(name, region)
+                except BackendError as exc:
+                    raise VolumeError(str(exc))
+                if found is not None:
+                    found_at = {"backend": backend, "region": region,
+                                "zone": _location(backend, found)}
+                    break
+            if found_at:
+                break
+        if found_at is None:
+            raise VolumeError("network volume %s was not found in any region of the %s "
+                              "backend settings: create it first (gpufleet apply -f <volume "
+                              "file>)" % (name, ", ".join(sorted(clients)) or "cloud"))
+        if where is not None and found_at != where:
+            raise VolumeError("network volumes %s and %s are in different places (%s, %s): a "
+                              "job's volumes must share a zone" % (
+                                  names[0], name, where["zone"], found_at["zone"]))
+        where = found_at
+    return where
+
+
+def steer(config, where):
+    """The config narrowed to the volumes' backend, region and zone, for placement."""
+    return dict(config, backends=[where["backend"]], regions=[where["region"]],
+                availability_zones=[where["zone"]])
 
 
 def attach_and_mount(config, placed, run, nodes, clients):
