@@ -14,6 +14,9 @@ pairs, addresses, tags. This proxy sits in front of it and
 - launches as EC2 does, as many instances as there is capacity for up to MaxCount (moto
   launches MinCount): ``capacity[zone] = n`` caps what one launch in that zone gets, and below
   MinCount the launch fails with InsufficientInstanceCapacity;
+- can back each launched instance with a real host (``backing(instance_id, public_key)``
+  returns its address, ``unbacking(instance_id)`` on termination): every answer then shows
+  that address instead of moto's, so a play reaches the "instance" over SSH;
 - fails chosen calls on demand (``fail(action, code, when=...)``), e.g. a RunInstances in one
   zone with InsufficientInstanceCapacity, as EC2 answers it (HTTP 500).
 
@@ -22,7 +25,9 @@ Point boto3 at ``double.url`` (``AWS_ENDPOINT_URL``) with any credentials.
 
 from __future__ import annotations
 
+import base64
 import http.client
+import re
 import socket
 import threading
 import urllib.parse
@@ -84,6 +89,10 @@ class Ec2Double:
         self.launches = {}      # ClientToken -> (params, response body)
         self.capacity = {}      # zone -> how many instances one launch there can get
         self.reservations = {}  # (region, id) -> {instance_type, zone, type, state}
+        self.backing = None     # (instance id, public key) -> the address of a real host
+        self.unbacking = None   # (instance id) -> None, when the instance is terminated
+        self.keys = {}          # (region, key name) -> public key (from ImportKeyPair)
+        self.addresses = {}     # moto's address -> the backing host's
         self.failures = []
         self.lock = threading.Lock()
         double = self
@@ -154,9 +163,16 @@ class Ec2Double:
         own = getattr(self, "_" + action, None)
         if own is not None:
             return own(handler, params, region)
+        if action == "ImportKeyPair":
+            self.keys[(region, params.get("KeyName"))] = base64.b64decode(
+                params.get("PublicKeyMaterial", "")).decode()
         if action == "RunInstances":
             return self._run_instances(handler, params, region, body)
-        return self._forward(handler, body)
+        answer = self._forward(handler, body)
+        if action == "TerminateInstances" and self.unbacking is not None:
+            for instance_id in _indexed(params, "InstanceId"):
+                self.unbacking(instance_id)
+        return answer
 
     def _run_instances(self, handler, params, region, body):
         if params.get("Placement.GroupName"):
@@ -180,10 +196,35 @@ class Ec2Double:
                                "Availability Zone you requested.")
         body = urllib.parse.urlencode(dict(params, MinCount=str(count),
                                            MaxCount=str(count))).encode()
-        status, answer = self._forward(handler, body)
+        status, answer = self._forward(handler, body, back=(region, params))
         if token and status == 200:
             self.launches[token] = (params, answer)
         return None
+
+    def _back(self, region, params, text):
+        """Start a real host for each instance of a launch answer; map moto's addresses."""
+        import boto3  # pylint: disable=import-outside-toplevel
+
+        ids = re.findall(r"<instanceId>(i-[0-9a-f]+)</instanceId>", text)
+        if not ids:
+            return
+        moto = boto3.client("ec2", region_name=region, endpoint_url="http://127.0.0.1:%d"
+                            % self.moto_port, aws_access_key_id="testing",
+                            aws_secret_access_key="testing")
+        found = moto.describe_instances(InstanceIds=sorted(set(ids)))
+        public_key = self.keys.get((region, params.get("KeyName")), "")
+        for reservation in found["Reservations"]:
+            for instance in reservation["Instances"]:
+                address = self.backing(instance["InstanceId"], public_key)
+                for moto_address in (instance.get("PrivateIpAddress"),
+                                     instance.get("PublicIpAddress")):
+                    if moto_address:
+                        self.addresses[moto_address] = address
+
+    def _rewrite(self, text):
+        for moto_address, address in self.addresses.items():
+            text = text.replace(">%s<" % moto_address, ">%s<" % address)
+        return text
 
     @staticmethod
     def _region(handler):
@@ -194,7 +235,7 @@ class Ec2Double:
         except IndexError:
             return "us-east-1"
 
-    def _forward(self, handler, body):
+    def _forward(self, handler, body, back=None):
         if "Content-Length" in handler.headers:
             handler.headers.replace_header("Content-Length", str(len(body)))
         connection = http.client.HTTPConnection("127.0.0.1", self.moto_port, timeout=60)
@@ -203,6 +244,10 @@ class Ec2Double:
         connection.request(handler.command, handler.path, body=body, headers=headers)
         response = connection.getresponse()
         data = response.read()
+        if back is not None and self.backing is not None and response.status == 200:
+            self._back(back[0], back[1], data.decode())
+        if self.addresses:
+            data = self._rewrite(data.decode()).encode()
         handler.send_response(response.status)
         for key, value in response.getheaders():
             if key.lower() not in ("content-length", "transfer-encoding", "connection"):

@@ -51,6 +51,7 @@ DEFAULT_SETTINGS = {
     "image_owners": None,     # who may own the default images (default: as above)
     "tags": {},               # tags on everything, under the fleet's own tags
     "iam_instance_profile": None,
+    "ssh_user": "ubuntu",     # the login user of the image (ubuntu on the default images)
 }
 
 
@@ -506,7 +507,8 @@ class Aws:
         }
 
     def records(self, placed, fleet, key_file):
-        return instance_records(placed, fleet, key_file, self.settings["public_ips"])
+        return instance_records(placed, fleet, key_file, self.settings["public_ips"],
+                                self.settings["ssh_user"])
 
     # -- starting, stopping, removing ---------------------------------------------------------
 
@@ -607,7 +609,7 @@ def _iso(value):
     return value
 
 
-def instance_records(placed, fleet, key_file, public_ips=True):
+def instance_records(placed, fleet, key_file, public_ips=True, user=layout.SSH_USER):
     """Instance records (fleets.records) of the fleet's described instances."""
     records = []
     for region, instance in placed:
@@ -641,7 +643,7 @@ def instance_records(placed, fleet, key_file, public_ips=True):
             "created": _iso(instance.get("LaunchTime")),
             "hostname": (public if public_ips and public else private),
             "port": 22,
-            "user": layout.SSH_USER,
+            "user": user,
             "identity_file": key_file,
             "proxy_jump": None,
             "internal_ip": private,

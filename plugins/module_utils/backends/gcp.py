@@ -49,6 +49,7 @@ DEFAULT_SETTINGS = {
     "service_account": None,  # e-mail of the VMs' service account (A3 High needs one)
     "tags": {},
     "endpoint": None,
+    "ssh_user": "ubuntu",     # the user the fleet's key is installed for
 }
 
 
@@ -296,7 +297,8 @@ class Gcp:
         properties = layout.instance_properties({
             "project": self.project, "fleet": fleet, "offer": offer, "gpu": gpu, "zone": zone,
             "image": self.image(region, gpu), "disk_gb": disk_gb, "interfaces": interfaces,
-            "public_key": public_key, "placement": config.get("placement") or "any",
+            "public_key": public_key, "ssh_user": self.settings["ssh_user"],
+            "placement": config.get("placement") or "any",
             "blocks": config.get("blocks") or 1, "tags": tags, "resource_policy": policy,
             "reservation": config.get("reservation"),
             "service_account": self.settings["service_account"],
@@ -444,7 +446,8 @@ class Gcp:
         }
 
     def records(self, placed, fleet, key_file):
-        return instance_records(placed, fleet, key_file, self.settings["public_ips"])
+        return instance_records(placed, fleet, key_file, self.settings["public_ips"],
+                                self.settings["ssh_user"])
 
     # -- starting, stopping, removing ---------------------------------------------------------
 
@@ -506,7 +509,7 @@ def volume_record(name, zone, disk):
     }
 
 
-def instance_records(placed, fleet, key_file, public_ips=True):
+def instance_records(placed, fleet, key_file, public_ips=True, user=layout.SSH_USER):
     """Instance records (fleets.records) of the fleet's instances."""
     records = []
     for zone, instance in placed:
@@ -543,7 +546,7 @@ def instance_records(placed, fleet, key_file, public_ips=True):
             "created": instance.get("creationTimestamp"),
             "hostname": public if public_ips and public else private,
             "port": 22,
-            "user": layout.SSH_USER,
+            "user": user,
             "identity_file": key_file,
             "proxy_jump": None,
             "internal_ip": private,

@@ -143,7 +143,8 @@ def instance_properties(launch):
         "labels": fleet_labels(launch["fleet"], launch.get("tags"), launch.get("placement")),
         "tags": {"items": [network_tag(launch["fleet"])]},
         "metadata": {"items": [
-            {"key": "ssh-keys", "value": "%s:%s" % (SSH_USER, launch["public_key"])},
+            {"key": "ssh-keys", "value": "%s:%s" % (launch.get("ssh_user") or SSH_USER,
+                                                    launch["public_key"])},
             {"key": META_PRICE, "value": repr(float(offer["price"]))},
             {"key": META_BLOCKS, "value": str(launch.get("blocks") or 1)},
         ]},

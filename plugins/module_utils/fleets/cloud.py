@@ -224,7 +224,8 @@ def apply(config, name, root, settings, check_mode=False, client=None, catalog_d
             "instance_type": first["instance_type"], "instance_id": None,
             "price": first["price"], "spot": first["spot"], "status": "pending",
             "error": None, "created": None, "hostname": None, "port": 22,
-            "user": "ubuntu", "identity_file": key_file, "proxy_jump": None,
+            "user": client.settings.get("ssh_user") or "ubuntu", "identity_file": key_file,
+            "proxy_jump": None,
             "internal_ip": None, "network": None, "blocks": config.get("blocks", 1),
             "placement": placement,
         } for num in nums["create"]]
