@@ -168,11 +168,11 @@ class Ec2Double:
                 params.get("PublicKeyMaterial", "")).decode()
         if action == "RunInstances":
             return self._run_instances(handler, params, region, body)
-        answer = self._forward(handler, body)
         if action == "TerminateInstances" and self.unbacking is not None:
+            # Before answering, so that whoever terminated finds the hosts gone.
             for instance_id in _indexed(params, "InstanceId"):
                 self.unbacking(instance_id)
-        return answer
+        return self._forward(handler, body)
 
     def _run_instances(self, handler, params, region, body):
         if params.get("Placement.GroupName"):

@@ -18,6 +18,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker i
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
 
 from gpufleet.runner import run_playbook
+from task_images import ensure_base_image
 from tests.doubles.ec2 import Ec2Double
 
 REGION = "us-east-1"
@@ -108,6 +109,21 @@ def test_fleet_yml_brings_aws_instances_to_ready_hosts_over_ssh(world):
 
     again = run_playbook("fleet.yml", {"fleet": world["path"]})
     assert again.ok and again.stats["gpufleet_fleets"][0]["plan"]["create"] == []
+
+    # A two-node task on the aws fleet, through the task runner as on any fleet: the image is
+    # pushed to the hosts, each rank gets dstack's variables with the instances' addresses.
+    task = world["path"].replace(".dstack.yml", "-task.dstack.yml")
+    with open(task, "w") as handle:
+        handle.write("type: task\nname: on-aws\nnodes: 2\nbackends: [aws]\nimage: %s\n"
+                     "resources:\n  cpu: 1..\n  memory: 1GB..\n  disk: 1GB..\n"
+                     "commands:\n  - echo rank=$DSTACK_NODE_RANK master=$DSTACK_MASTER_NODE_IP\n"
+                     % ensure_base_image(Docker()))
+    ran = run_playbook("task.yml", {"task": task})
+    run = ran.stats.get("gpufleet_run")
+    assert ran.ok and run and run["status"] == "done", ran.stdout[-4000:]
+    assert run["fleet"] == NAME
+    assert sorted(job["internal_ip"] for job in run["jobs"]) == \
+        sorted(i["internal_ip"] for i in instances)
 
     gone = run_playbook("delete.yml", {"fleet": world["path"]})
     assert gone.ok, gone.stdout[-3000:]
