@@ -17,19 +17,14 @@ import yaml
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
 
 from gpufleet._collection import collections_path
+from tests.doubles.catalogs import catalog as make_catalog
+from tests.doubles.catalogs import machine
 from tests.doubles.ec2 import Ec2Double
 
 BIN = Path(sys.executable).parent
 REGION = "us-east-1"
-CATALOG = {
-    "backend": "aws", "as_of": "2026-01-02", "currency": "USD", "source": "test", "notes": [],
-    "instance_types": [
-        {"name": "p4d.24xlarge", "cpus": 96, "memory_mib": 1179648, "arch": "x86",
-         "gpu": {"vendor": "nvidia", "name": "A100", "memory_mib": 40960, "count": 8},
-         "offers": [{"region": REGION, "zones": ["us-east-1b"], "price": 21.96,
-                     "spot_price": 9.1}]},
-    ],
-}
+CATALOG = make_catalog("aws", machine(
+    "p4d.24xlarge", 96, 1179648, ("A100", 40960, 8), REGION, ["us-east-1b"], 21.96, 9.1))
 
 
 @pytest.fixture(scope="module")

@@ -16,21 +16,16 @@ import yaml
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
+from task_images import ensure_base_image
 
 from gpufleet.runner import run_playbook
-from task_images import ensure_base_image
+from tests.doubles.catalogs import catalog as make_catalog
+from tests.doubles.catalogs import machine
 from tests.doubles.ec2 import Ec2Double
 
 REGION = "us-east-1"
 NAME = "cloud-" + uuid.uuid4().hex[:6]
-CATALOG = {
-    "backend": "aws", "as_of": "2026-01-02", "currency": "USD", "source": "test", "notes": [],
-    "instance_types": [
-        {"name": "c5.xlarge", "cpus": 4, "memory_mib": 8192, "arch": "x86", "gpu": None,
-         "offers": [{"region": REGION, "zones": ["us-east-1a"], "price": 0.17,
-                     "spot_price": None}]},
-    ],
-}
+CATALOG = make_catalog("aws", machine("c5.xlarge", 4, 8192, None, REGION, price=0.17))
 
 
 class Hosts:

@@ -15,19 +15,14 @@ import yaml
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
 
 from gpufleet._collection import collections_path
+from tests.doubles.catalogs import catalog as make_catalog
+from tests.doubles.catalogs import machine
 from tests.doubles.gce import GceDouble
 
 BIN = Path(sys.executable).parent
 REGION = "us-central1"
-CATALOG = {
-    "backend": "gcp", "as_of": "2026-01-02", "currency": "USD", "source": "test", "notes": [],
-    "instance_types": [
-        {"name": "g2-standard-4", "cpus": 4, "memory_mib": 16384, "arch": "x86",
-         "gpu": {"vendor": "nvidia", "name": "L4", "memory_mib": 24576, "count": 1},
-         "offers": [{"region": REGION, "zones": ["us-central1-b"], "price": 0.71,
-                     "spot_price": 0.28}]},
-    ],
-}
+CATALOG = make_catalog("gcp", machine(
+    "g2-standard-4", 4, 16384, ("L4", 24576, 1), REGION, ["us-central1-b"], 0.71, 0.28))
 
 
 @pytest.fixture(scope="module")

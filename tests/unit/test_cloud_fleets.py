@@ -11,23 +11,17 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import clo
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 
+from tests.doubles.catalogs import catalog as make_catalog
+from tests.doubles.catalogs import machine
 from tests.doubles.ec2 import Ec2Double
 
 pytestmark = pytest.mark.cloud
 REGION = "us-east-1"
-CATALOG = {
-    "backend": "aws", "as_of": "2026-01-02", "currency": "USD", "source": "test", "notes": [],
-    "instance_types": [
-        {"name": "g5.xlarge", "cpus": 4, "memory_mib": 16384, "arch": "x86",
-         "gpu": {"vendor": "nvidia", "name": "A10G", "memory_mib": 24576, "count": 1},
-         "offers": [{"region": REGION, "zones": ["us-east-1a", "us-east-1b"], "price": 1.006,
-                     "spot_price": 0.4}]},
-        {"name": "g5.2xlarge", "cpus": 8, "memory_mib": 32768, "arch": "x86",
-         "gpu": {"vendor": "nvidia", "name": "A10G", "memory_mib": 24576, "count": 1},
-         "offers": [{"region": REGION, "zones": ["us-east-1a", "us-east-1b"], "price": 1.212,
-                     "spot_price": 0.5}]},
-    ],
-}
+ZONES = ["us-east-1a", "us-east-1b"]
+CATALOG = make_catalog(
+    "aws",
+    machine("g5.xlarge", 4, 16384, ("A10G", 24576, 1), REGION, ZONES, 1.006, 0.4),
+    machine("g5.2xlarge", 8, 32768, ("A10G", 24576, 1), REGION, ZONES, 1.212, 0.5))
 
 
 @pytest.fixture(scope="module")

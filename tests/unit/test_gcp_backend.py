@@ -11,28 +11,27 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import clo
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 
+from tests.doubles.catalogs import catalog as make_catalog
+from tests.doubles.catalogs import machine
 from tests.doubles.gce import GceDouble
 
 pytestmark = pytest.mark.cloud
 REGION = "us-central1"
 
 
-def machine(name, cpus, memory_gib, gpu_name, gpu_mib, count, zones, price, spot):
-    return {"name": name, "cpus": cpus, "memory_mib": memory_gib * 1024, "arch": "x86",
-            "gpu": {"vendor": "nvidia", "name": gpu_name, "memory_mib": gpu_mib, "count": count},
-            "offers": [{"region": REGION, "zones": zones, "price": price, "spot_price": spot}]}
+def gpu_machine(name, cpus, memory_gib, gpu_name, gpu_mib, count, zones, price, spot):
+    return machine(name, cpus, memory_gib * 1024, (gpu_name, gpu_mib, count), REGION, zones,
+                   price, spot)
 
 
-CATALOG = {
-    "backend": "gcp", "as_of": "2026-01-02", "currency": "USD", "source": "test", "notes": [],
-    "instance_types": [
-        machine("a3-megagpu-8g", 208, 1872, "H100", 81920, 8, ["us-central1-a"], 88.25, 25.0),
-        machine("a4-highgpu-8g", 224, 3968, "B200", 184320, 8, ["us-central1-b"], 100.0, None),
-        machine("g2-standard-4", 4, 16, "L4", 24576, 1, ["us-central1-a", "us-central1-c"],
+CATALOG = make_catalog(
+    "gcp",
+    gpu_machine("a3-megagpu-8g", 208, 1872, "H100", 81920, 8, ["us-central1-a"], 88.25, 25.0),
+    gpu_machine("a4-highgpu-8g", 224, 3968, "B200", 184320, 8, ["us-central1-b"], 100.0, None),
+    gpu_machine("g2-standard-4", 4, 16, "L4", 24576, 1, ["us-central1-a", "us-central1-c"],
                 0.71, 0.28),
-        machine("n1-standard-8", 8, 30, "T4", 16384, 2, ["us-central1-a"], 1.08, 0.4),
-    ],
-}
+    gpu_machine("n1-standard-8", 8, 30, "T4", 16384, 2, ["us-central1-a"], 1.08, 0.4),
+)
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ import datetime
 
 from ..fleets.naming import instance_name
 from . import aws_layout as layout
-from .errors import BackendError, CapacityError, launch_in_turn
+from .errors import BackendError, CapacityError, launch_in_turn, merged_settings
 
 try:
     import boto3
@@ -60,14 +60,7 @@ class AwsError(BackendError):
 
 
 def settings_with_defaults(settings):
-    merged = dict(DEFAULT_SETTINGS)
-    for key, value in (settings or {}).items():
-        if key not in DEFAULT_SETTINGS:
-            raise AwsError("aws settings: unknown key %s (known: %s)"
-                           % (key, ", ".join(sorted(DEFAULT_SETTINGS))))
-        if value is not None:
-            merged[key] = value
-    return merged
+    return merged_settings("aws", DEFAULT_SETTINGS, settings, AwsError)
 
 
 def _code(error):

@@ -59,6 +59,19 @@ def launch_in_turn(fleet, nums, offers, launch, number):
     return launched
 
 
+def merged_settings(backend, defaults, settings, error):
+    """A backend's settings over its defaults; ``error`` (the backend's error class) names an
+    unknown key with the known ones. None leaves a default as it is."""
+    merged = dict(defaults)
+    for key, value in (settings or {}).items():
+        if key not in defaults:
+            raise error("%s settings: unknown key %s (known: %s)"
+                        % (backend, key, ", ".join(sorted(defaults))))
+        if value is not None:
+            merged[key] = value
+    return merged
+
+
 def no_capacity(fleet, missing, attempts):
     """The NoCapacity of a launch that left ``missing`` instances, naming the attempts."""
     return NoCapacity(

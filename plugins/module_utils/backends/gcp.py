@@ -19,7 +19,7 @@ import time
 
 from ..fleets.naming import instance_name
 from . import gcp_layout as layout
-from .errors import BackendError, CapacityError, launch_in_turn
+from .errors import BackendError, CapacityError, launch_in_turn, merged_settings
 
 try:
     import google.auth
@@ -58,13 +58,7 @@ class GcpError(BackendError):
 
 
 def settings_with_defaults(settings):
-    merged = dict(DEFAULT_SETTINGS)
-    for key, value in (settings or {}).items():
-        if key not in DEFAULT_SETTINGS:
-            raise GcpError("gcp settings: unknown key %s (known: %s)"
-                           % (key, ", ".join(sorted(DEFAULT_SETTINGS))))
-        if value is not None:
-            merged[key] = value
+    merged = merged_settings("gcp", DEFAULT_SETTINGS, settings, GcpError)
     if len(merged["roce_vpcs"] or []) > 1:
         raise GcpError("gcp settings: roce_vpcs takes at most one network, got %d"
                        % len(merged["roce_vpcs"]))
