@@ -20,9 +20,14 @@ from __future__ import annotations
 
 import datetime
 
-from ..fleets.naming import instance_name
 from . import aws_layout as layout
-from .errors import BackendError, CapacityError, launch_in_turn, merged_settings
+from .errors import (
+    BackendError,
+    CapacityError,
+    instance_record,
+    launch_in_turn,
+    merged_settings,
+)
 
 try:
     import boto3
@@ -610,39 +615,19 @@ def instance_records(placed, fleet, key_file, public_ips=True, user=layout.SSH_U
         tags = layout.tags_of(instance)
         if tags.get(layout.TAG_FLEET) != fleet or num is None:
             continue
-        private = instance.get("PrivateIpAddress")
-        public = instance.get("PublicIpAddress")
-        try:
-            price = float(tags.get(layout.TAG_PRICE))
-        except (TypeError, ValueError):
-            price = None
-        try:
-            blocks = int(tags.get(layout.TAG_BLOCKS) or 1)
-        except ValueError:
-            blocks = 1
-        records.append({
-            "name": instance_name(fleet, num),
-            "num": num,
-            "fleet": fleet,
-            "backend": "aws",
+        state = instance["State"]["Name"]
+        records.append(instance_record(fleet, num, "aws", {
             "region": region,
             "zone": (instance.get("Placement") or {}).get("AvailabilityZone"),
             "instance_type": instance.get("InstanceType"),
             "instance_id": instance["InstanceId"],
-            "price": price,
             "spot": instance.get("InstanceLifecycle") == "spot",
-            "status": layout.STATUSES.get(instance["State"]["Name"], instance["State"]["Name"]),
-            "error": None,
+            "status": layout.STATUSES.get(state, state),
             "created": _iso(instance.get("LaunchTime")),
-            "hostname": (public if public_ips and public else private),
-            "port": 22,
-            "user": user,
-            "identity_file": key_file,
-            "proxy_jump": None,
-            "internal_ip": private,
-            "network": None,
-            "blocks": blocks,
-            "placement": tags.get(layout.TAG_PLACEMENT) or "any",
-        })
+            "public": instance.get("PublicIpAddress"),
+            "private": instance.get("PrivateIpAddress"),
+            "price": tags.get(layout.TAG_PRICE), "blocks": tags.get(layout.TAG_BLOCKS),
+            "placement": tags.get(layout.TAG_PLACEMENT),
+        }, key_file, user, public_ips))
     records.sort(key=lambda r: r["num"])
     return records

@@ -7,6 +7,8 @@ launched."""
 
 from __future__ import annotations
 
+from ..fleets.naming import instance_name
+
 
 class BackendError(Exception):
     """A cloud call or a setting that failed; the message says what and what to do."""
@@ -70,6 +72,31 @@ def merged_settings(backend, defaults, settings, error):
         if value is not None:
             merged[key] = value
     return merged
+
+
+def instance_record(fleet, num, backend, found, key_file, user, public_ips=True):
+    """The instance record (fleets.records) of one cloud instance. ``found`` has what the
+    backend read off it: region, zone, instance_type, instance_id, spot, status, created,
+    public and private addresses, and the price and blocks text it stored at launch."""
+    try:
+        price = float(found.get("price"))
+    except (TypeError, ValueError):
+        price = None
+    try:
+        blocks = int(found.get("blocks") or 1)
+    except ValueError:
+        blocks = 1
+    public, private = found.get("public"), found.get("private")
+    return {
+        "name": instance_name(fleet, num), "num": num, "fleet": fleet, "backend": backend,
+        "region": found["region"], "zone": found.get("zone"),
+        "instance_type": found.get("instance_type"), "instance_id": found.get("instance_id"),
+        "price": price, "spot": bool(found.get("spot")), "status": found["status"],
+        "error": None, "created": found.get("created"),
+        "hostname": public if public_ips and public else private, "port": 22, "user": user,
+        "identity_file": key_file, "proxy_jump": None, "internal_ip": private,
+        "network": None, "blocks": blocks, "placement": found.get("placement") or "any",
+    }
 
 
 def no_capacity(fleet, missing, attempts):

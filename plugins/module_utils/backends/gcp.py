@@ -19,7 +19,13 @@ import time
 
 from ..fleets.naming import instance_name
 from . import gcp_layout as layout
-from .errors import BackendError, CapacityError, launch_in_turn, merged_settings
+from .errors import (
+    BackendError,
+    CapacityError,
+    instance_record,
+    launch_in_turn,
+    merged_settings,
+)
 
 try:
     import google.auth
@@ -512,41 +518,19 @@ def instance_records(placed, fleet, key_file, public_ips=True, user=layout.SSH_U
             continue
         metadata = dict((i["key"], i.get("value")) for i in
                         (instance.get("metadata") or {}).get("items") or [])
-        nics = instance.get("networkInterfaces") or [{}]
-        private = nics[0].get("networkIP")
-        public = next((a.get("natIP") for a in nics[0].get("accessConfigs") or []
-                       if a.get("natIP")), None)
-        try:
-            price = float(metadata.get(layout.META_PRICE))
-        except (TypeError, ValueError):
-            price = None
-        try:
-            blocks = int(metadata.get(layout.META_BLOCKS) or 1)
-        except ValueError:
-            blocks = 1
-        records.append({
-            "name": instance_name(fleet, num),
-            "num": num,
-            "fleet": fleet,
-            "backend": "gcp",
-            "region": region_of(zone),
-            "zone": zone,
+        nic = (instance.get("networkInterfaces") or [{}])[0]
+        records.append(instance_record(fleet, num, "gcp", {
+            "region": region_of(zone), "zone": zone,
             "instance_type": _last(instance.get("machineType")),
             "instance_id": instance.get("id"),
-            "price": price,
             "spot": (instance.get("scheduling") or {}).get("provisioningModel") == "SPOT",
             "status": layout.STATUSES.get(instance.get("status"), "provisioning"),
-            "error": None,
             "created": instance.get("creationTimestamp"),
-            "hostname": public if public_ips and public else private,
-            "port": 22,
-            "user": user,
-            "identity_file": key_file,
-            "proxy_jump": None,
-            "internal_ip": private,
-            "network": None,
-            "blocks": blocks,
-            "placement": (instance.get("labels") or {}).get(layout.LABEL_PLACEMENT) or "any",
-        })
+            "public": next((a.get("natIP") for a in nic.get("accessConfigs") or []
+                            if a.get("natIP")), None),
+            "private": nic.get("networkIP"),
+            "price": metadata.get(layout.META_PRICE), "blocks": metadata.get(layout.META_BLOCKS),
+            "placement": (instance.get("labels") or {}).get(layout.LABEL_PLACEMENT),
+        }, key_file, user, public_ips))
     records.sort(key=lambda r: r["num"])
     return records
