@@ -15,6 +15,7 @@ import boto3
 import pytest
 import yaml
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
+from fleet_module import run_fleet_module
 
 from gpufleet._collection import collections_path
 from tests.doubles.catalogs import catalog as make_catalog
@@ -52,15 +53,7 @@ def world(tmp_path_factory):
 
 
 def module(world, *args, check=False):
-    command = [str(BIN / "ansible"), "localhost", "-m", "gpufleet.cluster.fleet",
-               "-a", " ".join(args), "-e", "ansible_python_interpreter=" + sys.executable]
-    if check:
-        command.append("--check")
-    proc = subprocess.run(command, capture_output=True, text=True, env=world["env"],
-                          check=False, timeout=300)
-    out = proc.stdout
-    assert "=>" in out, out + proc.stderr
-    return json.loads(out.split("=>", 1)[1]), proc
+    return run_fleet_module(world["env"], *args, check=check)
 
 
 def inventory(world, config):

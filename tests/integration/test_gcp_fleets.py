@@ -4,7 +4,6 @@ the plan in check mode, the instances, their hosts in the inventory plugin, and 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
+from fleet_module import run_fleet_module
 
 from gpufleet._collection import collections_path
 from tests.doubles.catalogs import catalog as make_catalog
@@ -45,14 +45,7 @@ def world(tmp_path_factory):
 
 
 def module(world, *args, check=False):
-    command = [str(BIN / "ansible"), "localhost", "-m", "gpufleet.cluster.fleet",
-               "-a", " ".join(args), "-e", "ansible_python_interpreter=" + sys.executable]
-    if check:
-        command.append("--check")
-    proc = subprocess.run(command, capture_output=True, text=True, env=world["env"],
-                          check=False, timeout=300)
-    assert "=>" in proc.stdout, proc.stdout + proc.stderr
-    return json.loads(proc.stdout.split("=>", 1)[1])
+    return run_fleet_module(world["env"], *args, check=check)[0]
 
 
 def test_a_gcp_fleet_through_the_module_and_the_inventory_plugin(world):
