@@ -235,23 +235,25 @@ def _confirm(question, args, out, err) -> bool:
     return answer in ("y", "yes")
 
 
-def _record(result):
-    fleets = result.stats.get("gpufleet_fleets") or []
-    return fleets[0] if fleets else None
-
-
-def _report_failures(result, record, err):
-    if record is not None:
-        for instance in record.get("instances") or []:
-            if instance.get("error"):
-                err.write(f"{instance['name']}: {instance['error']}\n")
-    elif not result.ok:
-        for line in result.failure_lines():
-            err.write(f"gpufleet: {line}\n")
+def _failed(exc, err) -> int:
+    """Print a GpufleetError: each instance's error of a fleet record, else each failure that
+    ended a host's play, else its message. 2 when no playbook could run, else 1."""
+    record = exc.record if isinstance(exc.record, dict) else None
+    instances = [i for i in (record or {}).get("instances") or [] if i.get("error")]
+    if instances:
+        for instance in instances:
+            err.write(f"{instance['name']}: {instance['error']}\n")
+    elif exc.failures:
+        for failure in exc.failures:
+            err.write(f"gpufleet: {failure['host']}: {failure['task']}: {failure['msg']}\n")
+    else:
+        err.write(f"gpufleet: {exc}\n")
+    return 2 if exc.result is None else 1
 
 
 def _apply(args, out, err) -> int:
-    from .runner import RunnerError, progress_printer, run_playbook
+    from .api import GpufleetError, apply, plan
+    from .runner import progress_printer
 
     path = os.path.abspath(args.file)
     config = _read_config(path, err, ("fleet", "task", "volume"))
@@ -264,49 +266,39 @@ def _apply(args, out, err) -> int:
     tables = _tables()
     try:
         err.write("Planning...\n")
-        planned = run_playbook("fleet.yml", {"fleet": path}, check=True)
-        record = _record(planned)
-        if record is None:
-            _report_failures(planned, None, err)
-            return 1
+        record = plan(path)
         for line in tables.plan_lines(record):
             out.write(line + "\n")
         out.write("\n")
         if not _confirm(f"Apply the fleet {record['name']}?", args, out, err):
             out.write("Nothing was changed.\n")
             return 1
-        result = run_playbook("fleet.yml", {"fleet": path},
-                              on_event=progress_printer(err, verbose=args.verbose))
-    except RunnerError as exc:
-        err.write(f"gpufleet: {exc}\n")
-        return 2
-    record = _record(result)
-    if record is not None:
-        out.write("\n")
-        for line in tables.fleet_table([record]):
-            out.write(line + "\n")
-    _report_failures(result, record, err)
-    return 0 if result.ok else 1
+        record = apply(path, on_event=progress_printer(err, verbose=args.verbose))
+    except GpufleetError as exc:
+        if isinstance(exc.record, dict) and exc.record.get("instances") is not None:
+            out.write("\n")
+            for line in tables.fleet_table([exc.record]):
+                out.write(line + "\n")
+        return _failed(exc, err)
+    out.write("\n")
+    for line in tables.fleet_table([record]):
+        out.write(line + "\n")
+    return 0
 
 
 def _fleet(args, out, err) -> int:
-    from .runner import RunnerError, run_playbook
+    from .api import GpufleetError, fleets
 
     paths = [os.path.abspath(p) for p in args.files]
     for path in paths:
         if _read_fleet(path, err) is None:
             return 1
     try:
-        result = run_playbook("list.yml", {"fleets": paths})
-    except RunnerError as exc:
-        err.write(f"gpufleet: {exc}\n")
-        return 2
-    fleets = result.stats.get("gpufleet_fleets")
-    if fleets is None:
-        _report_failures(result, None, err)
-        return 1
-    _print_records(fleets, args, out, "No fleets.", _tables().fleet_table)
-    return 0 if result.ok else 1
+        records = fleets(paths)
+    except GpufleetError as exc:
+        return _failed(exc, err)
+    _print_records(records, args, out, "No fleets.", _tables().fleet_table)
+    return 0
 
 
 def _print_records(records, args, out, empty, table):
@@ -323,15 +315,10 @@ def _print_records(records, args, out, empty, table):
 
 def _volume(args, path, wanted, out, err) -> int:
     """Create (present) or delete (absent) a volume with playbooks/volume.yml, after asking."""
-    from .runner import RunnerError, run_playbook
+    from .api import GpufleetError, apply, delete, plan
 
-    variables = {"volume": path, "gpufleet_volume_state": wanted}
     try:
-        planned = run_playbook("volume.yml", variables, check=True)
-        record = planned.stats.get("gpufleet_volume")
-        if record is None:
-            _report_failures(planned, None, err)
-            return 1
+        record = plan(path, delete=wanted == "absent")
         doing = "Create" if wanted == "present" else "Delete"
         if wanted == "present" and record["status"] != "submitted":
             out.write(f"Volume {record['name']} exists: {_volume_line(record)}\n")
@@ -342,14 +329,9 @@ def _volume(args, path, wanted, out, err) -> int:
         if not _confirm(f"{doing} the volume {record['name']}?", args, out, err):
             out.write("Nothing was changed.\n")
             return 1
-        result = run_playbook("volume.yml", variables)
-    except RunnerError as exc:
-        err.write(f"gpufleet: {exc}\n")
-        return 2
-    record = result.stats.get("gpufleet_volume")
-    if record is None or not result.ok:
-        _report_failures(result, None, err)
-        return 1
+        record = apply(path) if wanted == "present" else delete(path)
+    except GpufleetError as exc:
+        return _failed(exc, err)
     out.write(f"Volume {record['name']} {'deleted' if wanted == 'absent' else 'ready'}: "
               f"{_volume_line(record)}\n")
     return 0
@@ -363,7 +345,8 @@ def _volume_line(record):
 
 
 def _delete(args, out, err) -> int:
-    from .runner import RunnerError, progress_printer, run_playbook
+    from .api import GpufleetError, delete
+    from .runner import progress_printer
 
     path = os.path.abspath(args.file)
     config = _read_config(path, err, ("fleet", "volume"))
@@ -376,22 +359,18 @@ def _delete(args, out, err) -> int:
         out.write("Nothing was deleted.\n")
         return 1
     try:
-        result = run_playbook("delete.yml", {"fleet": path}, on_event=progress_printer(err))
-    except RunnerError as exc:
-        err.write(f"gpufleet: {exc}\n")
-        return 2
-    record = _record(result)
-    if record is not None and result.ok:
-        removed = record.get("removed") or {}
-        what = sum(len(v) for v in removed.values())
-        out.write(f"Fleet {record['name']} deleted.\n" if what else
-                  f"Fleet {record['name']}: nothing to delete.\n")
-    _report_failures(result, None, err)
-    return 0 if result.ok else 1
+        record = delete(path, on_event=progress_printer(err))
+    except GpufleetError as exc:
+        return _failed(exc, err)
+    removed = record.get("removed") or {}
+    what = sum(len(v) for v in removed.values())
+    out.write(f"Fleet {record['name']} deleted.\n" if what else
+              f"Fleet {record['name']}: nothing to delete.\n")
+    return 0
 
 
 def _offer(args, out, err) -> int:
-    from .runner import RunnerError, run_playbook
+    from .api import GpufleetError, offers
 
     path = os.path.abspath(args.file)
     if args.max_offers < 1:
@@ -400,15 +379,9 @@ def _offer(args, out, err) -> int:
     if _read_config(path, err, ("fleet", "task")) is None:
         return 1
     try:
-        result = run_playbook("offer.yml", {"config_file": path,
-                                            "gpufleet_offer_limit": args.max_offers})
-    except RunnerError as exc:
-        err.write(f"gpufleet: {exc}\n")
-        return 2
-    found = result.stats.get("gpufleet_offers")
-    if found is None:
-        _report_failures(result, None, err)
-        return 1
+        found = offers(path, limit=args.max_offers)
+    except GpufleetError as exc:
+        return _failed(exc, err)
     if args.json:
         json.dump(found, out, indent=2)
         out.write("\n")
@@ -509,8 +482,8 @@ def _catalog_refresh(args, out, err) -> int:
     return 0
 
 
-def _fleet_vars(args):
-    return {"gpufleet_fleet_files": [os.path.abspath(p) for p in args.fleet_files]}
+def _fleet_files(args):
+    return [os.path.abspath(p) for p in args.fleet_files]
 
 
 def _run_printer(out, err):
@@ -526,49 +499,29 @@ def _run_printer(out, err):
     return on_event
 
 
-def _run_record(result):
-    return result.stats.get("gpufleet_run")
-
-
 def _apply_task(args, path, out, err) -> int:
-    from .runner import RunnerError, run_playbook
+    from .api import GpufleetError, plan, run_task
 
-    extravars = dict(_fleet_vars(args), task=path)
     tables = _run_tables()
     try:
         err.write("Planning...\n")
-        planned = run_playbook("task.yml", extravars, check=True)
-        record = _run_record(planned)
-        if not record or not record.get("plan"):
-            if record and record.get("msg"):
-                err.write(f"gpufleet: {record['msg']}\n")
-            else:
-                _report_failures(planned, None, err)
-            return 1
+        record = plan(path, fleet_files=_fleet_files(args))
         for line in tables.run_plan_lines(record["config"], record["plan"], path):
             out.write(line + "\n")
         out.write("\n")
         if not _confirm(f"Submit the run {record['run']}?", args, out, err):
             out.write("Nothing was submitted.\n")
             return 1
-        extravars.update(gpufleet_task_wait=not args.detach, gpufleet_task_logs=not args.detach)
         try:
-            result = run_playbook("task.yml", extravars, on_event=_run_printer(out, err))
+            record = run_task(path, wait=not args.detach, check=False,
+                              fleet_files=_fleet_files(args), on_event=_run_printer(out, err))
         except KeyboardInterrupt:
             err.write(f"gpufleet: detached; the run {record['run']} goes on (gpufleet logs -f "
                       f"{record['run']} to attach again, gpufleet stop {record['run']} to stop "
                       "it)\n")
             return 130
-    except RunnerError as exc:
-        err.write(f"gpufleet: {exc}\n")
-        return 2
-    record = _run_record(result)
-    if not record or not record.get("run"):
-        if record and record.get("msg"):
-            err.write(f"gpufleet: {record['msg']}\n")
-        else:
-            _report_failures(result, None, err)
-        return 1
+    except GpufleetError as exc:
+        return _failed(exc, err)
     if args.detach:
         out.write(f"Run {record['run']} submitted; follow it with gpufleet logs -f "
                   f"{record['run']}\n")
@@ -587,57 +540,44 @@ def _run_tables():
 
 
 def _ps(args, out, err) -> int:
-    from .runner import RunnerError, run_playbook
+    from .api import GpufleetError, runs
 
     try:
-        result = run_playbook("ps.yml", _fleet_vars(args))
-    except RunnerError as exc:
-        err.write(f"gpufleet: {exc}\n")
-        return 2
-    runs = result.stats.get("gpufleet_runs")
-    if runs is None:
-        _report_failures(result, None, err)
-        return 1
-    for host, error in sorted((result.stats.get("gpufleet_unreachable") or {}).items()):
+        found = runs(fleet_files=_fleet_files(args))
+    except GpufleetError as exc:
+        return _failed(exc, err)
+    for host, error in sorted(found["unreachable"].items()):
         err.write(f"gpufleet: {host}: {error}\n")
-    _print_records(runs, args, out, "No runs.", _run_tables().run_table)
+    _print_records(found["runs"], args, out, "No runs.", _run_tables().run_table)
     return 0
 
 
 def _logs(args, out, err) -> int:
-    from .runner import RunnerError, run_playbook
+    from .api import GpufleetError, logs, wait
 
-    extravars = dict(_fleet_vars(args), run=args.run, gpufleet_follow=args.follow)
     try:
-        result = run_playbook("logs.yml", extravars,
-                              on_event=_run_printer(out, err) if args.follow else None)
-    except RunnerError as exc:
-        err.write(f"gpufleet: {exc}\n")
-        return 2
-    if not result.ok:
-        _report_failures(result, None, err)
-        return 1
-    for line in result.stats.get("gpufleet_log_lines") or []:
+        if args.follow:
+            wait(args.run, check=False, fleet_files=_fleet_files(args),
+                 on_event=_run_printer(out, err))
+            return 0
+        found = logs(args.run, fleet_files=_fleet_files(args))
+    except GpufleetError as exc:
+        return _failed(exc, err)
+    for line in found["lines"]:
         out.write(line + "\n")
     return 0
 
 
 def _stop(args, out, err) -> int:
-    from .runner import RunnerError, run_playbook
+    from .api import GpufleetError, stop
 
     if not _confirm(f"Stop the run {args.run}?", args, out, err):
         out.write("Nothing was stopped.\n")
         return 1
-    extravars = dict(_fleet_vars(args), run=args.run, gpufleet_abort=args.abort)
     try:
-        result = run_playbook("stop.yml", extravars)
-    except RunnerError as exc:
-        err.write(f"gpufleet: {exc}\n")
-        return 2
-    if not result.ok:
-        _report_failures(result, None, err)
-        return 1
-    record = _run_record(result) or {}
+        record = stop(args.run, abort=args.abort, fleet_files=_fleet_files(args))
+    except GpufleetError as exc:
+        return _failed(exc, err)
     out.write(f"Run {args.run} {record.get('status', 'stopped')}.\n")
     return 0
 

@@ -56,6 +56,10 @@ options:
     description:
       - The fleet configuration itself, as the mapping a dstack file holds. It must have a
         C(name).
+      - Its C(identity_file) paths must be absolute (there is no file to take relative ones
+        from).
+      - Once applied, it is kept in the state dir (C(fleets/<name>/inline.dstack.yml)) so that
+        tasks, C(ps) and reconcile find the fleet as they find applied files.
       - Exactly one of O(path) and O(config) must be given.
     type: dict
   state:
@@ -223,7 +227,10 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     records,
     state,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.naming import NamingError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.naming import (
+    NamingError,
+    fleet_name,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
     HAS_YAML,
     SpecError,
@@ -267,6 +274,14 @@ def main():
             config, warnings = parse_file(path, "fleet")
         for warning in warnings:
             module.warn("%s: %s" % (path or "inline config", warning))
+        if path is None:
+            relative = records.relative_keys(config)
+            if relative:
+                module.fail_json(msg="inline config: an inline fleet has no directory to take "
+                                     "relative key paths from; give absolute paths (%s)"
+                                     % "; ".join(relative))
+            if params["state"] == "present" and not module.check_mode:
+                path = state.save_inline(root, fleet_name(config, None), params["config"])
         settings = state.backend_settings(root, params["backend_settings"])
         cloud_fleet = config["fleet_type"] == "backend" and cloud.cloud_backend(config)
         if config["fleet_type"] == "backend" and not cloud_fleet:

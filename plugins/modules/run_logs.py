@@ -54,6 +54,13 @@ lines:
   type: list
   elements: str
   sample: ["[train-0] epoch 1", "[train-1] epoch 1"]
+ranks:
+  description: The same lines by rank, without the prefix (empty with O(follow)); ranks that
+    printed nothing are left out.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{rank: 0, lines: ["epoch 1"]}, {rank: 1, lines: ["epoch 1"]}]
 run:
   description: The run's record (see M(gpufleet.cluster.run_info)).
   returned: success

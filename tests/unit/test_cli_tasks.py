@@ -11,7 +11,6 @@ and answers with a PlaybookResult carrying what the playbooks publish with set_s
 
 from __future__ import annotations
 
-import copy
 import io
 import json
 import os
@@ -22,7 +21,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import runtable
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 
 from gpufleet import cli, runner
-from gpufleet.runner import PlaybookResult, RunnerError
+from gpufleet.runner import RunnerError
+from tests.doubles.playbooks import FakePlaybooks
 
 TASK = """\
 type: task
@@ -44,35 +44,6 @@ NO_CAPACITY = ("run train failed (failed_to_start_due_to_no_capacity): no fleet 
 
 # ---------------------------------------------------------------------------------------------
 # The fake playbook runner, stdin, and running main()
-
-
-class FakePlaybooks:
-    """Stands in for run_playbook: one answer per call, in order."""
-
-    def __init__(self):
-        self.answers = []
-        self.calls = []
-        self.out = None          # main()'s stdout, to see what was printed during a run
-        self.snapshots = []      # stdout after each event handed to the callback
-
-    def answer(self, rc=0, status=None, stats=None, failures=(), events=(), raises=None):
-        self.answers.append((list(events), raises, PlaybookResult(
-            rc=rc, status=status or ("successful" if rc == 0 else "failed"),
-            stats=dict(stats or {}), failures=list(failures), stdout="")))
-
-    def __call__(self, playbook, extravars=None, check=False, on_event=None, **kwargs):
-        self.calls.append({"playbook": playbook, "extravars": copy.deepcopy(extravars),
-                           "check": check, "streamed": on_event is not None,
-                           "kwargs": kwargs})
-        assert self.answers, "unexpected playbook run: %s %r" % (playbook, extravars)
-        events, raises, result = self.answers.pop(0)
-        if raises is not None:
-            raise raises
-        if on_event is not None:
-            for event in events:
-                on_event(event)
-                self.snapshots.append(self.out.getvalue() if self.out is not None else None)
-        return result
 
 
 class Stdin:
@@ -210,7 +181,7 @@ def test_apply_without_yes_and_without_terminal_shows_the_plan_and_submits_nothi
     assert stdin.reads == 0
     assert [(c["playbook"], c["check"], c["streamed"]) for c in playbooks.calls] == [
         ("task.yml", True, False)]
-    assert playbooks.calls[0]["extravars"] == {"task": path, "gpufleet_fleet_files": []}
+    assert playbooks.calls[0]["extravars"] == {"task": path}
 
 
 def test_apply_asks_on_a_terminal_and_no_means_nothing_submitted(files, playbooks, stdin):
@@ -329,8 +300,8 @@ def test_apply_detach_does_not_wait_and_says_how_to_follow(files, playbooks):
     code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-d")
     assert code == 0
     real = playbooks.calls[1]
-    assert real["extravars"] == {"task": path, "gpufleet_fleet_files": [],
-                                 "gpufleet_task_wait": False, "gpufleet_task_logs": False}
+    assert real["extravars"] == {"task": path, "gpufleet_task_wait": False,
+                                 "gpufleet_task_logs": False}
     assert out.splitlines()[-2:] == [
         "train job 0 on gpus-0: running",
         "Run train submitted; follow it with gpufleet logs -f train"]
@@ -498,8 +469,7 @@ def test_logs_prints_the_published_lines(playbooks):
     assert err == ""
     (call,) = playbooks.calls
     assert call["playbook"] == "logs.yml" and call["streamed"] is False
-    assert call["extravars"] == {"gpufleet_fleet_files": [], "run": "train",
-                                 "gpufleet_follow": False}
+    assert call["extravars"] == {"run": "train"}
 
 
 def test_logs_of_a_run_without_lines_prints_nothing(playbooks):
@@ -570,8 +540,7 @@ def test_stop_yes_stops_the_run(playbooks, argv, abort):
     assert err == ""
     (call,) = playbooks.calls
     assert call["playbook"] == "stop.yml" and call["check"] is False
-    assert call["extravars"] == {"gpufleet_fleet_files": [], "run": "train",
-                                 "gpufleet_abort": abort}
+    assert call["extravars"] == {"run": "train", "gpufleet_abort": abort}
 
 
 def test_stop_of_an_unknown_run_exits_1_with_the_failure(playbooks):

@@ -38,6 +38,26 @@ def resolve_path(path, base_dir=None):
     return os.path.normpath(path)
 
 
+def relative_keys(config):
+    """The field paths of an SSH fleet's relative ``identity_file`` paths, with their values.
+
+    A fleet file's relative paths are taken from the file's directory; a fleet given inline has
+    no directory, so such paths are refused rather than guessed."""
+    ssh = config.get("ssh_config") or {}
+    found = []
+
+    def note(where, value):
+        if value and not os.path.isabs(os.path.expanduser(value)):
+            found.append("%s: %s" % (where, value))
+
+    note("ssh_config.identity_file", ssh.get("identity_file"))
+    note("ssh_config.proxy_jump.identity_file", (ssh.get("proxy_jump") or {}).get("identity_file"))
+    for index, host in enumerate(ssh.get("hosts") or []):
+        if host.get("identity_file") != ssh.get("identity_file"):
+            note("ssh_config.hosts[%d].identity_file" % index, host.get("identity_file"))
+    return found
+
+
 def fleet_record(config, name, path=None):
     """The fleet part of a fleet record (without instances), from a normalized config."""
     ssh = config.get("ssh_config")

@@ -84,6 +84,31 @@ def remember_file(root, fleet, path):
         handle.write(text)
 
 
+def inline_path(root, fleet):
+    """Where a fleet given inline (as data, not a file) is kept once applied."""
+    return os.path.join(fleet_dir(root, fleet), "inline.dstack.yml")
+
+
+def save_inline(root, fleet, data):
+    """Keep a fleet given inline as a file in its state dir and remember it as the fleet's file
+    (tasks, ``ps`` and reconcile then find it as they find applied files). Returns the path."""
+    if yaml is None:
+        raise StateError("keeping the inline fleet %s needs PyYAML" % fleet)
+    ensure_fleet_dir(root, fleet)
+    path = inline_path(root, fleet)
+    text = yaml.safe_dump(data, default_flow_style=False, sort_keys=False)
+    try:
+        with open(path) as handle:
+            same = handle.read() == text
+    except OSError:
+        same = False
+    if not same:
+        with open(path, "w") as handle:
+            handle.write(text)
+    remember_file(root, fleet, path)
+    return path
+
+
 def backend_settings(root, given=None):
     """The cloud backends' settings: ``given`` (a playbook's variable) when set, else
     ``<state dir>/backends.yml`` when there is one, else none (``{}``)."""

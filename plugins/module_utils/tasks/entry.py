@@ -226,9 +226,13 @@ def run_logs(params, emit=None):
         if params.get("follow") and emit is not None:
             record = runs.follow_logs(nodes, params["name"],
                                       lambda e: emit(dict(e, run=params["name"])))
-            return {"run": record, "lines": [], "changed": False}
+            return {"run": record, "lines": [], "ranks": [], "changed": False}
         record, lines = runs.run_logs(nodes, params["name"], tail=params.get("tail"))
     except runs.RunError as exc:
         raise EntryError(str(exc))
+    ranks = {}
+    for rank, line in lines:
+        ranks.setdefault(rank, []).append(line)
     return {"run": record, "changed": False,
-            "lines": ["[%s-%d] %s" % (params["name"], rank, line) for rank, line in lines]}
+            "lines": ["[%s-%d] %s" % (params["name"], rank, line) for rank, line in lines],
+            "ranks": [{"rank": rank, "lines": ranks[rank]} for rank in sorted(ranks)]}

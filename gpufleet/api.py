@@ -1,0 +1,385 @@
+"""``gpufleet.api``: fleets, volumes and task runs from Python.
+
+Every function runs one of the collection's playbooks through ansible-runner, the same ones
+``ansible-playbook`` and AWX run, and returns the record that playbook publishes with
+``set_stats``; there is no second implementation here. ::
+
+    from gpufleet import api
+
+    fleet = api.apply("fleet.dstack.yml")                   # a file, or the config as a dict
+    run = api.run_task({"type": "task", "name": "hello", "nodes": 2,
+                        "commands": ["echo rank $DSTACK_NODE_RANK"]})
+    run["status"], [job["exit_code"] for job in run["jobs"]]
+    api.logs("hello")["ranks"]                             # [{"rank": 0, "lines": [...]}, ...]
+    api.delete("fleet.dstack.yml")
+
+Configurations are given as a path (``str`` or ``os.PathLike``; a relative path is taken
+from the current directory) or as the mapping a dstack file holds. Progress comes as
+ansible-runner events to ``on_event(event)`` while a playbook runs (``event["event"]`` is
+``runner_on_ok``, ``runner_on_failed``, ``verbose``...; a followed run's log lines are
+``verbose`` events whose ``stdout`` is ``[run-rank] line``).
+
+Every failure raises :class:`GpufleetError`: a configuration that does not validate, a
+playbook that cannot start, a host that is not ready, a run that does not end ``done``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ._collection import CollectionNotFound, spec
+from . import runner
+from .runner import PlaybookResult, RunnerError
+
+Config = str | os.PathLike | Mapping
+OnEvent = Callable[[dict], Any]
+
+__all__ = [
+    "GpufleetError",
+    "validate",
+    "plan",
+    "apply",
+    "delete",
+    "run_task",
+    "wait",
+    "runs",
+    "status",
+    "logs",
+    "stop",
+    "fleets",
+    "offers",
+]
+
+
+class GpufleetError(Exception):
+    """What went wrong, and where.
+
+    ``message``: for a person. ``host``: the host (or instance) it concerns, when one does.
+    ``failures``: every ``{"host", "task", "msg"}`` that ended a host's play. ``record``: the
+    fleet, run or volume record as far as it got (a failed run's jobs and exit codes, a fleet
+    whose hosts failed their checks), else None. ``result``: the playbook's
+    :class:`gpufleet.runner.PlaybookResult`, or None when no playbook ran.
+    """
+
+    def __init__(self, message: str, host: str | None = None, failures=(), record=None,
+                 result: PlaybookResult | None = None):
+        super().__init__(f"{host}: {message}" if host else message)
+        self.message = message
+        self.host = host
+        self.failures = list(failures)
+        self.record = record
+        self.result = result
+
+
+class _Options:
+    """What every call may be told: where the state lives, the cloud settings, the SSH fleets'
+    files, the callback."""
+
+    def __init__(self, state_dir=None, backend_settings=None, fleet_files=(), on_event=None,
+                 private_data_dir=None):
+        self.state_dir = os.path.abspath(os.path.expanduser(state_dir)) if state_dir else None
+        self.backend_settings = backend_settings
+        self.fleet_files = [os.path.abspath(os.fspath(p)) for p in fleet_files or ()]
+        self.on_event = on_event
+        self.private_data_dir = private_data_dir
+
+    def extravars(self, **given):
+        variables = {k: v for k, v in given.items() if v is not None}
+        if self.state_dir:
+            variables["gpufleet_state_dir"] = self.state_dir
+        if self.backend_settings:
+            variables["gpufleet_backend_settings"] = dict(self.backend_settings)
+        if self.fleet_files:
+            variables["gpufleet_fleet_files"] = list(self.fleet_files)
+        return variables
+
+    def play(self, playbook, variables, check=False, on_event=None):
+        try:
+            return runner.run_playbook(playbook, variables, check=check,
+                                on_event=on_event or self.on_event,
+                                private_data_dir=self.private_data_dir)
+        except (RunnerError, CollectionNotFound) as exc:
+            raise GpufleetError(str(exc)) from None
+
+
+def _read(config: Config, types: Iterable[str]):
+    """(normalized config, what to pass the playbook): an absolute path or the mapping."""
+    model = spec()
+    if isinstance(config, Mapping):
+        where = "inline config"
+        try:
+            normalized, _warnings = model.parse_data(dict(config), where)
+        except model.SpecError as exc:
+            raise GpufleetError("; ".join(_problems(exc, where))) from None
+        given = dict(config)
+    elif isinstance(config, (str, os.PathLike)):
+        path = os.path.abspath(os.path.expanduser(os.fspath(config)))
+        result = model.validate_file(path)
+        if not result["ok"]:
+            raise GpufleetError("; ".join(
+                f"{path}: {e['path'] + ': ' if e['path'] else ''}{e['message']}"
+                for e in result["errors"]))
+        normalized, given = result["config"], path
+    else:
+        raise GpufleetError(f"a configuration is a path or a mapping, not {type(config).__name__}")
+    if normalized["type"] not in types:
+        raise GpufleetError(f"{given if isinstance(given, str) else 'inline config'}: this is a "
+                            f"{normalized['type']} configuration; expected "
+                            f"{' or '.join(types)}")
+    return normalized, given
+
+
+def _problems(exc, where):
+    return [f"{where}: {p['path'] + ': ' if p['path'] else ''}{p['message']}"
+            for p in exc.as_dicts()]
+
+
+def _failed(result: PlaybookResult, record=None, what="the playbook failed"):
+    """The GpufleetError for a playbook that did not succeed."""
+    failures = result.failures
+    if failures:
+        first = failures[0]
+        return GpufleetError(first["msg"], host=first["host"] or None, failures=failures,
+                             record=record, result=result)
+    lines = result.failure_lines()
+    return GpufleetError("; ".join(lines) or what, record=record, result=result)
+
+
+def validate(config: Config) -> dict:
+    """The normalized configuration (fleet, task or volume); GpufleetError naming every
+    problem (file, field path, what to do) when it is not valid."""
+    return _read(config, ("fleet", "task", "volume"))[0]
+
+
+def plan(config: Config, delete: bool = False, **options) -> dict:
+    """What applying ``config`` (or, with ``delete``, deleting it) would do, changing nothing:
+    the playbooks in check mode.
+
+    A fleet: its record with ``plan`` (instances to create, keep and remove; offers of a cloud
+    fleet). A task: the run record with ``plan`` (fleet, and the host of each job) and
+    ``config``. A volume: its record (status ``submitted`` when it would be created).
+    """
+    opts = _Options(**options)
+    normalized, given = _read(config, ("fleet", "volume") if delete else
+                            ("fleet", "task", "volume"))
+    kind = normalized["type"]
+    if kind == "fleet":
+        result = opts.play("delete.yml" if delete else "fleet.yml", opts.extravars(fleet=given),
+                           check=True)
+        return _fleet_record(result)
+    if kind == "volume":
+        result = opts.play("volume.yml", opts.extravars(
+            volume=given, gpufleet_volume_state="absent" if delete else None), check=True)
+        return _stat(result, "gpufleet_volume")
+    result = opts.play("task.yml", opts.extravars(task=given), check=True)
+    record = result.stats.get("gpufleet_run")
+    if not record or not record.get("plan"):
+        raise _run_error(result, record, "no fleet has room for the run")
+    return record
+
+
+def apply(config: Config, roles: Iterable[str] = (), **options) -> dict:
+    """Make ``config`` real, as ``gpufleet apply -f`` does.
+
+    A fleet: provisioned (backend fleets) or adopted (SSH fleets), every host checked, measured
+    and claimed, and ``roles`` (host roles such as ``["docker", "nvidia"]``) applied; returns
+    the fleet record, or raises GpufleetError naming the first host that is not ready (the
+    record is on the error). A volume: created or registered; returns its record. A task: see
+    :func:`run_task` (``wait``, ``run_args``, ``secrets`` go there).
+    """
+    normalized, given = _read(config, ("fleet", "task", "volume"))
+    if normalized["type"] == "task":
+        return run_task(given, **options)
+    task_only = {"wait", "run_args", "secrets", "check"} & set(options)
+    if task_only:
+        raise GpufleetError(f"{', '.join(sorted(task_only))}: only for tasks")
+    opts = _Options(**options)
+    if normalized["type"] == "volume":
+        result = opts.play("volume.yml", opts.extravars(volume=given))
+        record = result.stats.get("gpufleet_volume")
+        if record is None or not result.ok:
+            raise _failed(result, record)
+        return record
+    variables = opts.extravars(fleet=given)
+    if roles:
+        variables["gpufleet_fleet_roles"] = list(roles)
+    result = opts.play("fleet.yml", variables)
+    record = _fleet_record(result)
+    broken = [i for i in record.get("instances") or [] if i.get("error")]
+    if broken:
+        raise GpufleetError(broken[0]["error"], host=broken[0]["name"],
+                            failures=result.failures, record=record, result=result)
+    if not result.ok:
+        raise _failed(result, record)
+    return record
+
+
+def delete(config: Config, **options) -> dict:
+    """Delete a fleet (remove a backend fleet's nodes, release an SSH fleet's hosts) or a
+    volume. Returns the record with what was removed; deleting what is gone does nothing."""
+    opts = _Options(**options)
+    normalized, given = _read(config, ("fleet", "volume"))
+    if normalized["type"] == "volume":
+        result = opts.play("volume.yml", opts.extravars(
+            volume=given, gpufleet_volume_state="absent"))
+        record = result.stats.get("gpufleet_volume")
+        if record is None or not result.ok:
+            raise _failed(result, record)
+        return record
+    result = opts.play("delete.yml", opts.extravars(fleet=given))
+    record = _fleet_record(result)
+    if not result.ok:
+        raise _failed(result, record)
+    return record
+
+
+def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
+             secrets: Mapping | None = None, image_source: str | None = None,
+             **options) -> dict:
+    """Run a task on a fleet (one container per node, dstack's variables, MPI hostfile, SSH).
+
+    ``wait``: follow the run to its end (its log lines come to ``on_event``) and return the
+    run record (``status``, ``reason``, ``message``, ``jobs`` with each rank's host and
+    ``exit_code``); ``wait=False`` returns once every container started. ``check``: raise
+    GpufleetError, with the record and the failing job's host, when the run does not end
+    ``done`` (``check=False`` returns the record instead). ``run_args`` fill
+    ``${{ run.args }}``, ``secrets`` ``${{ secrets.NAME }}``.
+    """
+    opts = _Options(**options)
+    _normalized, given = _read(task, ("task",))
+    variables = opts.extravars(task=given, gpufleet_task_wait=bool(wait),
+                               gpufleet_task_logs=bool(wait), gpufleet_run_args=run_args,
+                               gpufleet_secrets=dict(secrets) if secrets else None,
+                               gpufleet_image_source=image_source)
+    result = opts.play("task.yml", variables)
+    return _ended(result, result.stats.get("gpufleet_run"), wait, check)
+
+
+def wait(run: str, check: bool = True, **options) -> dict:
+    """Follow a run until it ends (its log lines come to ``on_event``); returns its record,
+    or raises GpufleetError when it did not end ``done`` and ``check`` is true."""
+    opts = _Options(**options)
+    result = opts.play("logs.yml", opts.extravars(run=run, gpufleet_follow=True))
+    record = result.stats.get("gpufleet_run")
+    if record is None or not result.ok:
+        raise _failed(result, record)
+    return _ended(result, record, True, check)
+
+
+def runs(**options) -> dict:
+    """Every run the fleets' hosts hold, as ``gpufleet ps`` lists them: ``{"runs": [records,
+    newest first], "unreachable": {host: error}}`` (hosts that did not answer)."""
+    opts = _Options(**options)
+    result = opts.play("ps.yml", opts.extravars())
+    found = result.stats.get("gpufleet_runs")
+    if found is None:
+        raise _failed(result)
+    return {"runs": found, "unreachable": result.stats.get("gpufleet_unreachable") or {}}
+
+
+def status(run: str | None = None, **options) -> list | dict:
+    """The records of every run, newest first; with ``run``, that run's record (GpufleetError
+    when no host holds it)."""
+    found = runs(**options)["runs"]
+    if run is None:
+        return found
+    for record in found:
+        if record.get("name") == run:
+            return record
+    raise GpufleetError(f"no run named {run}")
+
+
+def logs(run: str, tail: int | None = None, **options) -> dict:
+    """A run's logs: ``{"run": record, "lines": ["[run-rank] line", ...], "ranks":
+    [{"rank": 0, "lines": [...]}, ...]}``; ``tail`` keeps each job's last lines."""
+    opts = _Options(**options)
+    result = opts.play("logs.yml", opts.extravars(run=run, gpufleet_tail=tail))
+    if not result.ok:
+        raise _failed(result)
+    return {"run": result.stats.get("gpufleet_run"),
+            "lines": result.stats.get("gpufleet_log_lines") or [],
+            "ranks": result.stats.get("gpufleet_log_ranks") or []}
+
+
+def stop(run: str, abort: bool = False, **options) -> dict:
+    """Stop every job of a run (TERM, then KILL after its stop_duration; ``abort``: KILL at
+    once). Returns the run's record."""
+    opts = _Options(**options)
+    result = opts.play("stop.yml", opts.extravars(run=run, gpufleet_abort=bool(abort)))
+    if not result.ok:
+        raise _failed(result)
+    return result.stats.get("gpufleet_run") or {}
+
+
+def fleets(files: Iterable[Config] = (), **options) -> list:
+    """Fleet records as ``gpufleet fleet`` lists them: every fleet the backends hold, or the
+    fleets of ``files`` (SSH fleets are listed only from their files)."""
+    opts = _Options(**options)
+    paths = []
+    for path in files:
+        _read(path, ("fleet",))
+        paths.append(os.path.abspath(os.fspath(path)))
+    result = opts.play("list.yml", opts.extravars(fleets=paths))
+    records = result.stats.get("gpufleet_fleets")
+    if records is None:
+        raise _failed(result)
+    return records
+
+
+def offers(config: Config, limit: int = 10, **options) -> dict:
+    """The cloud offers a fleet or task would take, cheapest first: ``{"offers": [...],
+    "total", "max_price", "rejected", "catalogs", "msg"}``. Nothing is created, no cloud API
+    is called."""
+    opts = _Options(**options)
+    _normalized, given = _read(config, ("fleet", "task"))
+    result = opts.play("offer.yml", opts.extravars(config_file=given,
+                                                   gpufleet_offer_limit=int(limit)))
+    found = result.stats.get("gpufleet_offers")
+    if found is None:
+        raise _failed(result)
+    return found
+
+
+def _stat(result, key):
+    value = result.stats.get(key)
+    if value is None:
+        raise _failed(result)
+    return value
+
+
+def _fleet_record(result):
+    records = result.stats.get("gpufleet_fleets") or []
+    if not records:
+        raise _failed(result)
+    return records[0]
+
+
+def _run_error(result, record, fallback):
+    message = record and (record.get("msg") or record.get("message"))
+    if message:
+        return GpufleetError(message, host=_failing_host(record), record=record, result=result)
+    return _failed(result, record, fallback)
+
+
+def _failing_host(record):
+    jobs = record.get("jobs") or []
+    for job in jobs:
+        if job.get("status") == "failed" or job.get("exit_code") not in (None, 0):
+            return job.get("host")
+    return None
+
+
+def _ended(result, record, waited, check):
+    """A submitted run's record, or the GpufleetError that says why it is not what was asked."""
+    name = record and (record.get("run") or record.get("name"))
+    if not name:
+        raise _run_error(result, record, "the run was not submitted")
+    if not check:
+        return record
+    if waited and record.get("status") != "done":
+        raise _run_error(result, record, f"the run {name} ended {record.get('status')}")
+    if not waited and record.get("failed"):
+        raise _run_error(result, record, f"the run {name} did not start")
+    return record

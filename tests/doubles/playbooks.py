@@ -1,0 +1,41 @@
+"""A stand-in for ``gpufleet.runner.run_playbook``, for the tests of the command and the API.
+
+Each call is recorded (playbook, a copy of the extra vars, check mode, whether a callback was
+given); the callback gets the answer's ansible-runner-like events; the answer is a
+PlaybookResult carrying what the playbooks publish with set_stats.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from gpufleet.runner import PlaybookResult
+
+
+class FakePlaybooks:
+    """Stands in for run_playbook: one answer per call, in order."""
+
+    def __init__(self):
+        self.answers = []
+        self.calls = []
+        self.out = None          # main()'s stdout, to see what was printed during a run
+        self.snapshots = []      # stdout after each event handed to the callback
+
+    def answer(self, rc=0, status=None, stats=None, failures=(), events=(), raises=None):
+        self.answers.append((list(events), raises, PlaybookResult(
+            rc=rc, status=status or ("successful" if rc == 0 else "failed"),
+            stats=dict(stats or {}), failures=list(failures), stdout="")))
+
+    def __call__(self, playbook, extravars=None, check=False, on_event=None, **kwargs):
+        self.calls.append({"playbook": playbook, "extravars": copy.deepcopy(extravars),
+                           "check": check, "streamed": on_event is not None,
+                           "kwargs": kwargs})
+        assert self.answers, "unexpected playbook run: %s %r" % (playbook, extravars)
+        events, raises, result = self.answers.pop(0)
+        if raises is not None:
+            raise raises
+        if on_event is not None:
+            for event in events:
+                on_event(event)
+                self.snapshots.append(self.out.getvalue() if self.out is not None else None)
+        return result
