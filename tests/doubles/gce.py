@@ -38,6 +38,7 @@ class GceDouble:
     def __init__(self, project="test-project"):
         self.project = project
         self.requests = []
+        self.tokens = 0  # access tokens handed out (the OAuth token endpoint)
         self.instances = {}          # (zone, name) -> instance
         self.policies = {}           # (region, name) -> policy
         self.firewalls = {}          # name -> firewall
@@ -131,6 +132,8 @@ class GceDouble:
         length = int(handler.headers.get("Content-Length") or 0)
         raw = handler.rfile.read(length) if length else b""
         if parsed.path == "/token":
+            with self.lock:
+                self.tokens += 1
             return self._send(handler, 200, {"access_token": "test-token", "expires_in": 3600,
                                              "token_type": "Bearer"})
         body = json.loads(raw) if raw else None

@@ -153,6 +153,28 @@ def test_missing_credentials_and_bad_settings_say_what_to_do(world, monkeypatch)
         Gcp({})
 
 
+def test_the_key_and_project_awx_injects_are_used_without_google_application_credentials(
+        world, monkeypatch):
+    # Older AWX injects a GCE credential only as these (and GCP_PROJECT for the project).
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
+    for name in ("GOOGLE_CLOUD_PROJECT", "GCE_PROJECT", "GCE_CREDENTIALS_FILE_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GCP_SERVICE_ACCOUNT_FILE", world["double"].key)
+    monkeypatch.setenv("GCP_PROJECT", "awx-project")
+    tokens_before = world["double"].tokens
+    client = Gcp({"regions": [REGION]}, poll=0.01)
+    assert client.project == "awx-project"
+    assert client.fleet_instances("nothing-here", [REGION]) == []
+    # The key's token URI is the double's: the token came from the injected key file.
+    assert world["double"].tokens > tokens_before
+    assert all("/projects/awx-project/" in r["path"]
+               for r in world["double"].calls("GET", "/instances"))
+    monkeypatch.delenv("GCP_SERVICE_ACCOUNT_FILE")
+    monkeypatch.setenv("GCE_CREDENTIALS_FILE_PATH", "/nonexistent/awx-key.json")
+    with pytest.raises(GcpError, match="no Google Cloud credentials: /nonexistent/awx-key.json"):
+        Gcp({})
+
+
 def test_a_specific_reservation_pins_the_machine_and_zone_without_a_placement_policy(world):
     double = world["double"]
     double.reservations[("us-central1-a", "my-res")] = "g2-standard-4"

@@ -29,6 +29,7 @@ from .errors import (
 
 try:
     import google.auth
+    import google.oauth2.service_account
     from google.auth.exceptions import GoogleAuthError
     from google.auth.transport.requests import AuthorizedSession
     HAS_GOOGLE_AUTH = True
@@ -79,6 +80,48 @@ def _last(url):
     return (url or "").rstrip("/").rsplit("/", 1)[-1]
 
 
+# Where AWX's Google Compute Engine credential puts the service-account key (older AWX sets
+# only these two; newer AWX also sets GOOGLE_APPLICATION_CREDENTIALS, which google-auth reads),
+# and its project, for job templates and inventory updates alike.
+AWX_KEY_FILE_VARS = ("GCP_SERVICE_ACCOUNT_FILE", "GCE_CREDENTIALS_FILE_PATH")
+PROJECT_VARS = ("GCP_PROJECT", "GCE_PROJECT", "GOOGLE_CLOUD_PROJECT")
+
+
+def key_file(environ):
+    """The service-account key file AWX injected, when GOOGLE_APPLICATION_CREDENTIALS is not
+    set (google-auth finds that one itself); None otherwise."""
+    if environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+        return None
+    for name in AWX_KEY_FILE_VARS:
+        if environ.get(name):
+            return environ[name]
+    return None
+
+
+def env_project(environ):
+    """The project named by the environment (AWX's credential, gcloud's variable), or None."""
+    for name in PROJECT_VARS:
+        if environ.get(name):
+            return environ[name]
+    return None
+
+
+def _credentials(environ):
+    """(credentials, project or None): an injected key file, else Application Default
+    Credentials."""
+    path = key_file(environ)
+    try:
+        if path:
+            credentials = google.oauth2.service_account.Credentials.from_service_account_file(
+                path, scopes=list(layout.SCOPES))
+            return credentials, getattr(credentials, "project_id", None)
+        return google.auth.default(scopes=list(layout.SCOPES))
+    except (GoogleAuthError, OSError, ValueError) as exc:
+        raise GcpError("no Google Cloud credentials: %s. Set GOOGLE_APPLICATION_CREDENTIALS to "
+                       "a service-account key file (AWX: a Google Compute Engine credential)"
+                       % (("%s: %s" % (path, exc)) if path else exc))
+
+
 class Gcp:
     """Compute Engine for one project."""
 
@@ -90,14 +133,9 @@ class Gcp:
         self.poll = poll
         self.endpoint = (self.settings["endpoint"] or os.environ.get("GPUFLEET_GCP_ENDPOINT")
                          or ENDPOINT).rstrip("/")
-        project = self.settings["project_id"]
+        project = self.settings["project_id"] or env_project(os.environ)
         if session is None:
-            try:
-                credentials, found = google.auth.default(scopes=list(layout.SCOPES))
-            except GoogleAuthError as exc:
-                raise GcpError("no Google Cloud credentials: %s. Set "
-                               "GOOGLE_APPLICATION_CREDENTIALS to a service-account key file "
-                               "(AWX: a Google Compute Engine credential)" % exc)
+            credentials, found = _credentials(os.environ)
             session = AuthorizedSession(credentials)
             project = project or found
         if not project:
