@@ -74,8 +74,11 @@ class GpufleetError(Exception):
 
 
 class _Options:
-    """What every call may be told: where the state lives, the cloud settings, the SSH fleets'
-    files, the callback."""
+    """What every call may be told: ``state_dir`` (else $GPUFLEET_STATE_DIR...),
+    ``backend_settings`` (the cloud backends' settings for apply, plan, delete and fleets; the
+    task commands read ``backends.yml`` in the state dir), ``fleet_files`` (SSH fleets' files
+    the task commands may use), ``on_event`` and ``private_data_dir`` (where ansible-runner
+    keeps its files; a temporary directory by default)."""
 
     def __init__(self, state_dir=None, backend_settings=None, fleet_files=(), on_event=None,
                  private_data_dir=None):
@@ -191,8 +194,10 @@ def apply(config: Config, roles: Iterable[str] = (), **options) -> dict:
     """
     normalized, given = _read(config, ("fleet", "task", "volume"))
     if normalized["type"] == "task":
+        if roles:
+            raise GpufleetError("roles: only for fleets")
         return run_task(given, **options)
-    task_only = {"wait", "run_args", "secrets", "check"} & set(options)
+    task_only = {"wait", "run_args", "secrets", "check", "image_source"} & set(options)
     if task_only:
         raise GpufleetError(f"{', '.join(sorted(task_only))}: only for tasks")
     opts = _Options(**options)
@@ -313,12 +318,14 @@ def stop(run: str, abort: bool = False, **options) -> dict:
     return result.stats.get("gpufleet_run") or {}
 
 
-def fleets(files: Iterable[Config] = (), **options) -> list:
+def fleets(files: Iterable[str | os.PathLike] = (), **options) -> list:
     """Fleet records as ``gpufleet fleet`` lists them: every fleet the backends hold, or the
-    fleets of ``files`` (SSH fleets are listed only from their files)."""
+    fleets of the fleet ``files`` (SSH fleets are listed only from their files)."""
     opts = _Options(**options)
     paths = []
     for path in files:
+        if not isinstance(path, (str, os.PathLike)):
+            raise GpufleetError("fleets() lists fleet files; %r is not a path" % (path,))
         _read(path, ("fleet",))
         paths.append(os.path.abspath(os.fspath(path)))
     result = opts.play("list.yml", opts.extravars(fleets=paths))

@@ -176,9 +176,15 @@ def test_apply_and_delete_a_volume(playbooks):
         {"volume": VOLUME}, {"volume": VOLUME, "gpufleet_volume_state": "absent"}]
 
 
-def test_task_options_on_a_fleet_are_refused(playbooks):
+def test_options_of_the_other_kind_are_refused(playbooks):
     with pytest.raises(api.GpufleetError, match="wait: only for tasks"):
         api.apply(FLEET, wait=False)
+    with pytest.raises(api.GpufleetError, match="image_source: only for tasks"):
+        api.apply(FLEET, image_source="pull")
+    with pytest.raises(api.GpufleetError, match="roles: only for fleets"):
+        api.apply(TASK, roles=["docker"])
+    with pytest.raises(api.GpufleetError, match="fleets\\(\\) lists fleet files"):
+        api.fleets([FLEET])
     assert playbooks.calls == []
 
 
