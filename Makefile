@@ -3,18 +3,23 @@
 #   make unit   the fast tier (pure Python, seconds), for constant use
 #   make integration  real Docker engine and nodes (installs and starts the engine if needed)
 #   make molecule     every host role's Molecule scenario (SCENARIO=docker for one)
+#   make release      the release checks: collection tarball, Galaxy import, EE build context
+#   make dist / make ee   the collection tarball / the execution environment image (docs/release.md)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 BUILD := build
 COLLECTION_DIR := $(BUILD)/ansible_collections/gpufleet/cluster
+VERSION := $(shell sed -n 's/^version: *//p' galaxy.yml)
+EE_TAG ?= gpufleet-ee:$(VERSION)
+EE_RUNTIME ?= podman
 ANSIBLE_TEST_PYTHON := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 
 .PHONY: test demo demo-delete unit unit-all engine integration molecule molecule-hardware \
-	sanity lint changelog-lint venv collection clean
+	sanity release lint changelog-lint venv collection dist ee clean
 
-test: venv unit-all integration molecule sanity lint changelog-lint
+test: venv unit-all integration molecule sanity release lint changelog-lint
 	@echo "all test tiers passed"
 
 # The main job on the local default: a 2-node local cluster fleet, the fleet table, then a
@@ -90,6 +95,24 @@ sanity: collection
 	$(BIN)/python tests/sanity/pip_bootstrap.py install
 	cd $(COLLECTION_DIR) && PATH=$(CURDIR)/$(BIN):$$PATH \
 		ansible-test sanity --venv --python $(ANSIBLE_TEST_PYTHON) --color no
+
+# What a release ships, checked on a temporary copy (tests/release): the collection tarball and
+# its install, galaxy-importer on it, and ansible-builder's build context for the EE.
+release: venv
+	$(BIN)/python -m pytest -q tests/release
+
+# The collection tarball for Galaxy / Automation Hub, built from the files git knows about.
+dist: collection
+	$(BIN)/ansible-galaxy collection build --force $(COLLECTION_DIR) --output-path $(BUILD)/dist
+
+# The AWX/AAP execution environment (execution-environment.yml): needs podman (or
+# EE_RUNTIME=docker) and the base image's registry.
+ee: dist
+	rm -rf $(BUILD)/ee
+	mkdir -p $(BUILD)/ee
+	cp $(BUILD)/dist/gpufleet-cluster-$(VERSION).tar.gz $(BUILD)/ee/gpufleet-cluster.tar.gz
+	$(BIN)/ansible-builder build -f execution-environment.yml --context $(BUILD)/ee/context \
+		--container-runtime $(EE_RUNTIME) -t $(EE_TAG) -v3
 
 lint: venv
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint --profile production
