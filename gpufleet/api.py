@@ -101,8 +101,8 @@ class _Options:
     def play(self, playbook, variables, check=False, on_event=None):
         try:
             return runner.run_playbook(playbook, variables, check=check,
-                                on_event=on_event or self.on_event,
-                                private_data_dir=self.private_data_dir)
+                                       on_event=on_event or self.on_event,
+                                       private_data_dir=self.private_data_dir)
         except (RunnerError, CollectionNotFound) as exc:
             raise GpufleetError(str(exc)) from None
 
@@ -165,8 +165,8 @@ def plan(config: Config, delete: bool = False, **options) -> dict:
     ``config``. A volume: its record (status ``submitted`` when it would be created).
     """
     opts = _Options(**options)
-    normalized, given = _read(config, ("fleet", "volume") if delete else
-                            ("fleet", "task", "volume"))
+    kinds = ("fleet", "volume") if delete else ("fleet", "task", "volume")
+    normalized, given = _read(config, kinds)
     kind = normalized["type"]
     if kind == "fleet":
         result = opts.play("delete.yml" if delete else "fleet.yml", opts.extravars(fleet=given),
