@@ -115,15 +115,13 @@ def _read(config: Config, types: Iterable[str]):
         try:
             normalized, _warnings = model.parse_data(dict(config), where)
         except model.SpecError as exc:
-            raise GpufleetError("; ".join(_problems(exc, where))) from None
+            raise GpufleetError(_problems(exc.as_dicts(), where)) from None
         given = dict(config)
     elif isinstance(config, (str, os.PathLike)):
         path = os.path.abspath(os.path.expanduser(os.fspath(config)))
         result = model.validate_file(path)
         if not result["ok"]:
-            raise GpufleetError("; ".join(
-                f"{path}: {e['path'] + ': ' if e['path'] else ''}{e['message']}"
-                for e in result["errors"]))
+            raise GpufleetError(_problems(result["errors"], path))
         normalized, given = result["config"], path
     else:
         raise GpufleetError(f"a configuration is a path or a mapping, not {type(config).__name__}")
@@ -134,9 +132,10 @@ def _read(config: Config, types: Iterable[str]):
     return normalized, given
 
 
-def _problems(exc, where):
-    return [f"{where}: {p['path'] + ': ' if p['path'] else ''}{p['message']}"
-            for p in exc.as_dicts()]
+def _problems(problems, where):
+    """One message for the model's problems (``{"path", "message"}``), each naming where."""
+    return "; ".join(f"{where}: {p['path'] + ': ' if p['path'] else ''}{p['message']}"
+                     for p in problems)
 
 
 def _failed(result: PlaybookResult, record=None, what="the playbook failed"):
