@@ -128,8 +128,12 @@ def load_yaml(text, source=None):
         raise
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        where = " at line %d, column %d" % (mark.line + 1, mark.column + 1) if mark else ""
         problem = exc.problem or exc.context or "malformed YAML"
+        if "nesting depth" in problem:
+            # libyaml (PyYAML 6.0.4 and later) stops at its own depth limit while scanning,
+            # before the event walk above reaches ours: the same verdict either way.
+            _fail(_too_deep(mark), source)
+        where = " at line %d, column %d" % (mark.line + 1, mark.column + 1) if mark else ""
         _fail("invalid YAML%s: %s" % (where, problem), source)
     except yaml.YAMLError as exc:
         _fail("invalid YAML: %s" % str(exc).splitlines()[0], source)
@@ -150,6 +154,11 @@ def load_yaml(text, source=None):
     return data, warnings
 
 
+def _too_deep(mark):
+    return ("the YAML is nested more than %d levels deep (at line %d); a configuration never "
+            "needs that" % (MAX_DEPTH, mark.line + 1 if mark else 0))
+
+
 def _check_events(text, source):
     """Walk the YAML event stream first, stopping early on absurd nesting or size.
 
@@ -163,12 +172,7 @@ def _check_events(text, source):
         if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
             depth += 1
             if depth > MAX_DEPTH:
-                mark = event.start_mark
-                _fail(
-                    "the YAML is nested more than %d levels deep (at line %d); a configuration "
-                    "never needs that" % (MAX_DEPTH, mark.line + 1 if mark else 0),
-                    source,
-                )
+                _fail(_too_deep(event.start_mark), source)
         elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
             depth -= 1
         elif isinstance(event, yaml.DocumentStartEvent) and events > 2:
