@@ -196,9 +196,9 @@ def _validate(args, out, err) -> int:
 
 
 def _tables():
-    """The collection's table renderer (plugins/module_utils/fleettable)."""
+    """The collection's table renderer (plugins/module_utils/render/fleets.py)."""
     spec()  # makes the collection importable
-    from ansible_collections.gpufleet.cluster.plugins.module_utils import fleettable
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.render import fleets as fleettable
 
     return fleettable
 
@@ -534,7 +534,7 @@ def _apply_task(args, path, out, err) -> int:
 
 def _run_tables():
     spec()
-    from ansible_collections.gpufleet.cluster.plugins.module_utils import runtable
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.render import runs as runtable
 
     return runtable
 

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The gpufleet.cluster.nccl_tests_result, nccl_tests_expected and nccl_tests_sizes filters.
 
-Thin wrappers over plugins/module_utils/nccltests.py; their documentation is in the sidecar
+Thin wrappers over plugins/module_utils/hosts/nccltests.py; their documentation is in the sidecar
 files nccl_tests_result.yml, nccl_tests_expected.yml and nccl_tests_sizes.yml beside this one.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.gpufleet.cluster.plugins.module_utils import nccltests
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import nccltests
 
 
 def _text(data):

@@ -110,7 +110,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     state,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
-from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.naming import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import (
     NamingError,
     fleet_name,
 )

@@ -227,7 +227,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     records,
     state,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.naming import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import (
     NamingError,
     fleet_name,
 )

@@ -86,7 +86,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker i
     DockerError,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import apply, records, state
-from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.naming import NamingError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import NamingError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import SpecError, parse_file
 
 

@@ -155,7 +155,7 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.marker import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.marker import (
     DEFAULT_PATH,
     MarkerError,
     ensure,

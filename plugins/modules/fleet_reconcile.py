@@ -130,7 +130,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     reconcile,
     state,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.naming import NamingError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import NamingError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import SpecError, parse_file
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import runs
 

@@ -208,7 +208,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.hostfacts import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.facts import (
     HostFactsError,
     System,
     gather,

@@ -97,7 +97,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.jsonmerge import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.jsonmerge import (
     JsonMergeError,
     merge,
     parse,

@@ -115,7 +115,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import (
     COMPONENTS,
     CheckError,
     Detection,
@@ -128,7 +128,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck import 
     infiniband,
     nvidia,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck._system import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks._system import (
     NodeSystem,
 )
 

@@ -161,7 +161,7 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
-from ansible_collections.gpufleet.cluster.plugins.module_utils.fleettable import offer_table
+from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleets import offer_table
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog, select
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
     SpecError,

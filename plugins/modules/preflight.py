@@ -203,7 +203,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.preflight import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.preflight import (
     CHECKS,
     DEFAULT_PEER_PORT,
     DEFAULT_PEER_TIMEOUT,

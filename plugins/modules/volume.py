@@ -115,9 +115,9 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils import volumes
+from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import cloud as volumes
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
-from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.naming import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import (
     NamingError,
     fleet_name,
 )

@@ -20,7 +20,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import l
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
 
 from gpufleet.runner import run_playbook
-from task_images import ensure_base_image
+from .task_images import ensure_base_image
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SUFFIX = uuid.uuid4().hex[:6]

@@ -15,7 +15,7 @@ import boto3
 import pytest
 import yaml
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
-from fleet_module import run_fleet_module
+from .fleet_module import run_fleet_module
 
 from gpufleet._collection import collections_path
 from tests.doubles.catalogs import catalog as make_catalog

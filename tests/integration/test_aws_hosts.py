@@ -16,7 +16,7 @@ import yaml
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
-from task_images import ensure_base_image
+from .task_images import ensure_base_image
 
 from gpufleet.runner import run_playbook
 from tests.doubles.catalogs import catalog as make_catalog

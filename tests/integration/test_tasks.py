@@ -18,7 +18,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker i
 from gpufleet import cli
 from gpufleet.runner import run_playbook
 
-from task_images import ensure_base_image, ensure_torch_image
+from .task_images import ensure_base_image, ensure_torch_image
 
 SUFFIX = uuid.uuid4().hex[:6]
 FLEET = "tk-" + SUFFIX

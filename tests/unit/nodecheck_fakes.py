@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import posixpath
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck._system import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks._system import (
     NodeSystem,
 )
 

@@ -14,8 +14,7 @@ import pytest
 
 from gpufleet import cli
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import test_loader as loader_cases  # noqa: E402  (the pathological inputs; no tests imported)
+from . import test_loader as loader_cases  # (the pathological inputs; no tests imported)
 
 REPO = Path(__file__).resolve().parents[2]
 JSON_KEYS = {"file", "ok", "config", "errors", "warnings"}

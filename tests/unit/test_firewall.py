@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils import firewall as fw
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import firewall_rules as fw
 
 # `nft -j list table inet gpufleet` (nftables 1.0.6, Debian 12) for the rules the role writes
 # with peers 10.79.7.11 and 10.79.7.12 (auto-merged into a range), sources 192.0.2.0/24 and

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from helpers import assert_rejected, parse, problems, rng
+from .helpers import assert_rejected, parse, problems, rng
 
 BACKEND = "type: fleet\nname: gpu-fleet\nnodes: 2\n"
 SSH = """\

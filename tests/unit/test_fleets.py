@@ -12,13 +12,12 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     apply,
-    naming,
     plan,
     records,
     report,
     state,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import naming, parse_data
 
 SSH_FLEET = {
     "type": "fleet",

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The fleet table and plan (plugins/module_utils/fleettable.py) and the filters over them:
+"""The fleet table and plan (plugins/module_utils/render/fleets.py) and the filters over them:
 dstack's formats, column layout, order, errors shown to playbook users, and one run of the
 filters through Ansible's real template engine."""
 
@@ -11,14 +11,12 @@ import copy
 import datetime
 import itertools
 import json
-import sys
-from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.cluster.plugins.filter.fleet_table import FilterModule
 from ansible_collections.gpufleet.cluster.plugins.module_utils import spec
-from ansible_collections.gpufleet.cluster.plugins.module_utils.fleettable import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleets import (
     FleetTableError,
     fleet_gpu,
     fleet_table,
@@ -29,8 +27,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleettable import
     pretty_resources,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "plugins" / "modules"))
-import module_runner
+from .plugins.modules import module_runner
 
 NOW = "2026-11-21T10:05:00Z"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import assert_rejected, parse, resources, rng, task_with
+from .helpers import assert_rejected, parse, resources, rng, task_with
 
 ANY = object()
 

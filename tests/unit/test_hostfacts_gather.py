@@ -11,7 +11,7 @@ import posixpath
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils import hostfacts as hf
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import facts as hf
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hostfacts"
 MEMINFO = "MemTotal:       263771480 kB\nMemFree:        1 kB\n"

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils import hostfacts as hf
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import facts as hf
 
 # --- vendor detection -------------------------------------------------------------------------
 

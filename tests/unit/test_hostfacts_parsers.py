@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils import hostfacts as hf
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import facts as hf
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hostfacts"
 

@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils import hostfacts as hf
-from ansible_collections.gpufleet.cluster.plugins.module_utils.hostfacts import parsers
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import facts as hf
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.facts import parsers
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "hostfacts"
 

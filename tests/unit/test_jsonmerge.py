@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.jsonmerge import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.jsonmerge import (
     JsonMergeError,
     merge,
     parse,

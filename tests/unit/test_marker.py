@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The fleet ownership marker (plugins/module_utils/marker.py): claiming, keeping, releasing and
+"""The fleet ownership marker (plugins/module_utils/fleets/marker.py): claiming, keeping, releasing and
 refusing hosts, on real files under tmp_path; and released_hosts."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import os
 import stat
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils import marker as marker_utils
-from ansible_collections.gpufleet.cluster.plugins.module_utils.marker import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import marker as marker_utils
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.marker import (
     MarkerError,
     ensure,
     read_marker,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.cluster.plugins.filter import nccl_tests as nccl_filter
-from ansible_collections.gpufleet.cluster.plugins.module_utils import nccltests
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import nccltests
 
 GIB = 1024 ** 3
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck import CheckError, amd
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck._system import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import CheckError, amd
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks._system import (
     NodeSystem,
 )
 from ansible_collections.gpufleet.cluster.plugins.modules import node_check

@@ -8,12 +8,12 @@ read from ``dcgmi health -c -j`` (JSON) or ``dcgmi health -c`` (the table)."""
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import (
     COMPONENTS,
     CheckError,
     dcgm,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck._system import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks._system import (
     NodeSystem,
 )
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck import docker
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck._packages import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import docker
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks._packages import (
     installed,
     version_matches,
 )
 
-from nodecheck_fakes import FakeNode
+from .nodecheck_fakes import FakeNode
 
 QUERY = ("dpkg-query", "-W", "-f", "${Package}\\t${Version}\\t${Status}\\n") + docker.PACKAGES
 DPKG_CE = (

@@ -9,12 +9,12 @@ ptrace sysctl and, with the hardware, the devices, the kernel module and fi_info
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import (
     COMPONENTS,
     CheckError,
     efa,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck._system import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks._system import (
     NodeSystem,
 )
 

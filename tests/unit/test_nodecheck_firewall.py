@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck import CheckError
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck import firewall as check
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import CheckError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import firewall as check
 
-from nodecheck_fakes import FakeNode
-from test_firewall import NFT_GPUFLEET, UFW_STATUS
+from .nodecheck_fakes import FakeNode
+from .test_firewall import NFT_GPUFLEET, UFW_STATUS
 
 NFT = ("/usr/bin/nft", "-j", "list", "table", "inet", "gpufleet")
 UFW = ("/usr/bin/ufw", "status", "verbose")

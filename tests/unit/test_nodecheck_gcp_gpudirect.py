@@ -9,11 +9,11 @@ from __future__ import annotations
 import posixpath
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils import nodecheck
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import checks as nodecheck
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import (
     gcp_gpudirect as gd,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck._system import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks._system import (
     NodeSystem,
 )
 

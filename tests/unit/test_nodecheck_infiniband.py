@@ -10,14 +10,14 @@ from __future__ import annotations
 import posixpath
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import (
     CheckError,
     _packages,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import (
     infiniband as ib,
 )
-from nodecheck_fakes import FakeNode as SharedFakeNode
+from .nodecheck_fakes import FakeNode as SharedFakeNode
 
 PCI = "/sys/bus/pci/devices"
 SYS_IB = "/sys/class/infiniband"

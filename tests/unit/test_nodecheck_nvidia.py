@@ -11,14 +11,14 @@ import json
 import posixpath
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import (
     COMPONENTS,
     CheckError,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import (
     nvidia as nv,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.nodecheck._system import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks._system import (
     NodeSystem,
 )
 

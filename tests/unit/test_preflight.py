@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The SSH-host preflight (plugins/module_utils/preflight.py) against played hosts: every
+"""The SSH-host preflight (plugins/module_utils/hosts/preflight.py) against played hosts: every
 check's passing and failing branches, with real sudo, docker and sshd output, and the peers check
 against real sockets on 127.0.0.1."""
 
@@ -13,8 +13,8 @@ import threading
 import time
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils import preflight
-from ansible_collections.gpufleet.cluster.plugins.module_utils.preflight import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import preflight
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.preflight import (
     Host,
     PreflightError,
     failure_message,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import assert_rejected, parse, problems, task_with
+from .helpers import assert_rejected, parse, problems, task_with
 
 
 def test_minimal_task_defaults():

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import rankplan, wrapper
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import nodeside, rankplan, wrapper
+from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import mounts as volume_mounts
 
 RUN = {"name": "train", "id": "3f2a9c", "submission": 2, "submitted_at": "2026-08-01T10:00:00Z"}
 KEY = {"private": "-----BEGIN RSA PRIVATE KEY-----\nabc\n", "public": "ssh-rsa AAAA dstack_job\n"}
@@ -457,13 +458,26 @@ def test_network_volume_names_per_node_and_instance_volumes():
         {"name": ["ckpt-${{ dstack.job_num }}", "other"], "path": "/ckpt"},
         {"instance_path": "/mnt/cache", "path": "/cache", "optional": True},
     ])
-    assert rankplan.mounts(config, placed_job(3), RUN) == [
+    assert volume_mounts.mounts(config, placed_job(3), RUN) == [
         {"kind": "network", "name": "data-3", "target": "/data",
          "source": "/mnt/disks/dstack-volumes/data-3"},
         {"kind": "network", "name": "ckpt-3", "target": "/ckpt",
          "source": "/mnt/disks/dstack-volumes/ckpt-3"},
         {"kind": "instance", "source": "/mnt/cache", "target": "/cache", "optional": True},
     ]
+
+
+def test_a_network_volume_without_a_name_is_refused_with_its_field():
+    config = task(volumes=["data-0:/data"])
+    config["volumes"][0]["name"] = ""
+    with pytest.raises(volume_mounts.VolumeError, match=r"volumes\[0\]\.name: a network volume "
+                       "needs a name"):
+        volume_mounts.mounts(config, placed_job(0), RUN)
+
+
+def test_hosts_mount_network_volumes_where_the_plan_binds_them_from():
+    # nodeside.py travels to the hosts alone, so it keeps its own copy of the root.
+    assert nodeside.NETWORK_VOLUMES_ROOT == volume_mounts.NETWORK_VOLUMES_ROOT
 
 
 # ---------------------------------------------------------------------------------------------

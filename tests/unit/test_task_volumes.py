@@ -1,4 +1,4 @@
-"""Network volumes at task time (tasks/volumes.py), against the EC2 double: each job's volume,
+"""Network volumes at task time (volumes/attach.py), against the EC2 double: each job's volume,
 named per node, attached to its own instance, then mounted by the host (a recording stand-in
 for the node-side helper, whose mount is tested on a real loop device elsewhere)."""
 
@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import boto3
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils import volumes as cloud_volumes
+from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import cloud as cloud_volumes
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.aws import (
     Aws,
     instance_records,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import volumes
+from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import attach as volumes
 
 from tests.doubles.ec2 import Ec2Double
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import assert_rejected, parse
+from .helpers import assert_rejected, parse
 
 
 def test_aws_volume_create():

@@ -7,7 +7,7 @@ launched."""
 
 from __future__ import annotations
 
-from ..fleets.naming import instance_name
+from ..spec.naming import instance_name
 
 
 class BackendError(Exception):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 
-from ..fleets.naming import instance_name
+from ..spec.naming import instance_name
 from . import gcp_layout as layout
 from .errors import (
     BackendError,

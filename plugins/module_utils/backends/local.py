@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import tempfile
 
-from ..fleets.naming import instance_name
+from ..spec.naming import instance_name
 from .docker import DockerError
 
 IMAGE_REPOSITORY = "gpufleet/node"

@@ -15,7 +15,7 @@ import os
 from ..backends import local
 from ..offers import catalog
 from . import cloud, state
-from .naming import fleet_name, instance_name
+from ..spec.naming import fleet_name, instance_name
 from .plan import has_changes, plan_backend
 from .records import fleet_record, ssh_instances
 

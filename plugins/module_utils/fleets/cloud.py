@@ -22,7 +22,7 @@ from ..backends.errors import BackendError, NoCapacity
 from ..offers import catalog
 from ..offers.select import OfferError, disk_gb, no_offers_message, select
 from . import state
-from .naming import instance_name
+from ..spec.naming import instance_name
 from .plan import has_changes, plan_backend
 
 CLOUD_BACKENDS = ("aws", "gcp")

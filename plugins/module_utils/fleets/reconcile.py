@@ -15,7 +15,7 @@ never ran one. A host that cannot be asked is never taken for idle.
 
 from __future__ import annotations
 
-from .. import fleettable
+from ..render import fleets as fleettable
 from ..tasks import lifecycle
 
 OFF = "off"

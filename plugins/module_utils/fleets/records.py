@@ -17,7 +17,7 @@ import os
 import shlex
 
 from . import state
-from .naming import group_name, instance_name
+from ..spec.naming import group_name, instance_name
 
 # Options for ssh on every connection gpufleet makes. Backend nodes are containers and VMs that
 # gpufleet itself created, with fresh host keys each time: their keys are not recorded.

@@ -24,10 +24,10 @@ import re
 import shlex
 import uuid
 
-from .. import fleettable
-from ..runtable import job_resources
-from .nodeside import NETWORK_VOLUMES_ROOT
+from ..render import fleets as fleettable
+from ..render.runs import job_resources
 from ..spec import interpolation
+from ..volumes.mounts import NETWORK_VOLUMES_ROOT, mounts  # noqa: F401 (mounts: part of the plan)
 
 RUN_LABEL = "gpufleet.run"
 RUN_ID_LABEL = "gpufleet.run-id"
@@ -526,42 +526,6 @@ def docker_args(config, job, run, labels):
         args += ["--stop-timeout", str(stop)]
     args += ["--entrypoint", "/bin/sh"]
     return args
-
-
-def mounts(config, job, run):
-    """The task's ``volumes`` for one job (dstack.md §6.2), names filled per node."""
-    out = []
-    for index, volume in enumerate(config.get("volumes") or []):
-        field = "volumes[%d]" % index
-        kind = volume.get("type")
-        if kind == "instance":
-            out.append({
-                "kind": "instance",
-                "source": volume["instance_path"],
-                "target": volume["path"],
-                "optional": bool(volume.get("optional")),
-            })
-        elif kind == "network":
-            names = volume.get("name")
-            name = names[0] if isinstance(names, list) else names
-            if not name:
-                raise PlanError("%s.name: a network volume needs a name" % field)
-            num = job["job_num"]
-            try:
-                name = interpolation.interpolate(
-                    name, {"dstack": {"job_num": num, "node_rank": num}}
-                )
-            except interpolation.InterpolationError as exc:
-                raise PlanError("%s.name: %s" % (field, exc))
-            out.append({
-                "kind": "network",
-                "name": name,
-                "target": volume["path"],
-                "source": posixpath.join(NETWORK_VOLUMES_DIR, name),
-            })
-        else:
-            raise PlanError("%s: unknown volume type %r (network or instance)" % (field, kind))
-    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,7 +28,8 @@ from ..fleets import apply as fleet_apply
 from ..fleets import cloud as fleet_cloud
 from ..fleets import state
 from ..offers import catalog
-from . import lifecycle, placement, rankplan, volumes
+from ..volumes import attach as volumes
+from . import lifecycle, placement, rankplan
 from .ssh import Node, NodeError
 from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch, parallel
 
@@ -429,12 +430,12 @@ class Runner(object):
                                        environ=self.environ, ssh_key=key,
                                        run_args=self.run_args, image=image,
                                        image_cmd=image_cmd, config_dir=self.config_dir)
-        except rankplan.PlanError as exc:
+        except (rankplan.PlanError, volumes.VolumeError) as exc:
             raise RunError(str(exc))
         return Submission(number, _inline_files(jobs), nodes, placed)
 
     def _attach_volumes(self, placed, run, nodes):
-        """Attach and mount the jobs' network volumes on their hosts (tasks/volumes.py)."""
+        """Attach and mount the jobs' network volumes on their hosts (volumes/attach.py)."""
         try:
             if not any(volumes.network_names(self.config, job, run) for job in placed["jobs"]):
                 return

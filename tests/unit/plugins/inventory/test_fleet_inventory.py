@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "plugins" / "modules"))
-from module_runner import ansible_env  # noqa: E402
+from ..modules.module_runner import ansible_env
 
 BIN = Path(sys.executable).parent
 

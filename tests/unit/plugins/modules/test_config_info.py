@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 
-import module_runner
+from . import module_runner
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.modules import config_info
 

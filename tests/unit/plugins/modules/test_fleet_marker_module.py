@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 
-import module_runner
+from . import module_runner
 import pytest
 from ansible.module_utils.common import warnings as ansible_warnings
 from ansible_collections.gpufleet.cluster.plugins.modules import fleet_marker

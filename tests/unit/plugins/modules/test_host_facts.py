@@ -13,9 +13,9 @@ from __future__ import annotations
 import ipaddress
 import os
 
-import module_runner
+from . import module_runner
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.hostfacts import detect_vendor
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.facts import detect_vendor
 from ansible_collections.gpufleet.cluster.plugins.modules import host_facts
 
 NO_GPU = detect_vendor(os.path.exists) == "none"

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 
-import module_runner
+from . import module_runner
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils import preflight as preflight_utils
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import preflight as preflight_utils
 from ansible_collections.gpufleet.cluster.plugins.modules import preflight
 
 SUDO = "/usr/bin/sudo"

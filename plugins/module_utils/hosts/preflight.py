@@ -25,7 +25,7 @@ import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
-from .hostfacts import matching_probe
+from .facts import matching_probe
 
 SUDO = "sudo"
 DOCKER = "docker"

@@ -9,7 +9,7 @@ Pure Python, used by the ``gpufleet.cluster.run_table`` and ``run_job_lines`` fi
 
 from __future__ import annotations
 
-from .fleettable import (
+from .fleets import (
     FleetTableError,
     _mib_as_gb,
     _render,

@@ -27,7 +27,7 @@ import re
 
 from . import CheckError, Detection, result
 from ._packages import unit_state
-from ..firewall import (
+from ..firewall_rules import (
     FirewallParseError,
     covered,
     nft_summary,

@@ -14,17 +14,14 @@ only takes those marks off and never destroys the user's data. A volume record i
 
 from __future__ import annotations
 
-from .backends import aws as aws_backend
-from .backends import gcp as gcp_backend
-from .backends.errors import BackendError
-from .fleets import cloud
+from ..backends import aws as aws_backend
+from ..backends import gcp as gcp_backend
+from ..backends.errors import BackendError
+from ..fleets import cloud
+from .mounts import VolumeError
 
 RECORDS = {"aws": aws_backend.volume_record,
            "gcp": lambda name, _region, found: gcp_backend.volume_record(name, *found)}
-
-
-class VolumeError(Exception):
-    """The volume cannot be made, found or removed as asked; the message says why."""
 
 
 def _client(config, settings, client):

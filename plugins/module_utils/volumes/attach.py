@@ -9,7 +9,7 @@ are, each job's volumes attached to its host and mounted where the container bin
     attach_and_mount(config, placed, run, nodes, clients)   # before the containers start
 
 ``clients`` maps a backend (aws, gcp) to its client (backends/aws.py, gcp.py). A job's volume
-names are filled per node (``${{ dstack.node_rank }}``) by rankplan.mounts. A volume is
+names are filled per node (``${{ dstack.node_rank }}``) by volumes/mounts.py. A volume is
 attached to the job's instance unless it already is; one attached to another host is refused
 with the host named (the run that uses it there must stop first). The host then formats it if
 it is blank and mounts it at /mnt/disks/dstack-volumes/<name> (tasks.nodeside).
@@ -18,18 +18,14 @@ it is blank and mounts it at /mnt/disks/dstack-volumes/<name> (tasks.nodeside).
 from __future__ import annotations
 
 from ..backends.errors import BackendError
-from . import rankplan
+from .mounts import VolumeError, mounts
 
 CLOUD = ("aws", "gcp")
 MOUNT_WAIT = 120
 
 
-class VolumeError(Exception):
-    """A job's network volume cannot be used where it was placed; the message says why."""
-
-
 def network_names(config, job, run):
-    return [m["name"] for m in rankplan.mounts(config, job, run) if m["kind"] == "network"]
+    return [m["name"] for m in mounts(config, job, run) if m["kind"] == "network"]
 
 
 def _location(backend, found):

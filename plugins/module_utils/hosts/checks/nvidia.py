@@ -44,7 +44,7 @@ from __future__ import annotations
 import json
 import re
 
-from ..hostfacts import NVIDIA_SMI_ARGS, ToolOutputError, parse_nvidia_smi
+from ..facts import NVIDIA_SMI_ARGS, ToolOutputError, parse_nvidia_smi
 from . import CheckError, Detection, result
 from ._system import PCI_ROOT, VENDOR_NVIDIA, devices_of, pci_devices
 

@@ -33,8 +33,8 @@ import fnmatch
 import os
 import re
 
-from ..hostfacts import ToolOutputError, parse_amd_smi
-from ..hostfacts.parsers import AMD_SMI_ARGS, AMD_SMI_DRIVER_ARG
+from ..facts import ToolOutputError, parse_amd_smi
+from ..facts.parsers import AMD_SMI_ARGS, AMD_SMI_DRIVER_ARG
 from . import CheckError, Detection, result
 from ._system import PCI_ROOT, VENDOR_AMD, devices_of, pci_devices
 

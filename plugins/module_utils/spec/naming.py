@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 
-from ..spec.common import NAME_RE
+from .common import NAME_RE
 
 _SUFFIXES = (".dstack.yml", ".dstack.yaml", ".gpufleet.yml", ".gpufleet.yaml", ".yml", ".yaml")
 _GROUP_BAD = re.compile(r"[^A-Za-z0-9_]")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from ..hostfacts.probe import System
+from ..facts.probe import System
 
 PCI_ROOT = "/sys/bus/pci/devices"
 

@@ -1,0 +1,8 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Hosts becoming ready nodes: what a host has (facts/), whether each component is set up
+right (checks/), what dstack needs of an adopted host (preflight), the firewall rules it reads
+(firewall_rules), the JSON settings files roles merge into (jsonmerge) and the fabric tests'
+results (nccltests). Pure Python; the modules run it on the hosts.
+"""
