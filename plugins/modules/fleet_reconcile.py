@@ -127,12 +127,11 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker i
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     apply,
     cloud,
-    reconcile,
     state,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import NamingError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import SpecError, parse_file
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import runs
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import reconcile, runs
 
 
 def reconcile_fleet(module, path, root, settings, docker, now):

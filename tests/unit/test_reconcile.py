@@ -1,4 +1,4 @@
-"""One reconcile pass (fleets/reconcile.py): idle instances beyond nodes.min go, highest
+"""One reconcile pass (tasks/reconcile.py): idle instances beyond nodes.min go, highest
 numbers first; busy, unreachable or recently used ones stay; a fleet below min is refilled."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.reconcile import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.times import parse_time
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.reconcile import (
     idle_since,
-    parse_time,
     plan,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data

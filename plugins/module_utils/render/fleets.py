@@ -20,7 +20,8 @@ name) raise FleetTableError.
 from __future__ import annotations
 
 import datetime
-import re
+
+from ..core.times import parse_time
 
 COLUMNS = ("NAME", "NODES", "GPU", "SPOT", "BACKEND", "PRICE", "STATUS", "CREATED")
 VERBOSE_COLUMNS = (
@@ -84,29 +85,6 @@ def format_price(price):
     if price is None:
         return ""
     return "$" + ("%.4f" % float(price)).rstrip("0").rstrip(".")
-
-
-_FRACTION = re.compile(r"(\.\d{6})\d+")
-
-
-def parse_time(value):
-    """An aware datetime from an ISO 8601 string (``Z`` allowed; Docker's nanoseconds cut to
-    the microseconds Python takes) or a datetime; None if not."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, datetime.datetime):
-        moment = value
-    else:
-        text = _FRACTION.sub(r"\1", str(value).strip())
-        if text.endswith(("Z", "z")):
-            text = text[:-1] + "+00:00"
-        try:
-            moment = datetime.datetime.fromisoformat(text)
-        except ValueError:
-            return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.timezone.utc)
-    return moment
 
 
 def _now(now):

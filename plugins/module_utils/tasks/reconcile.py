@@ -15,18 +15,11 @@ never ran one. A host that cannot be asked is never taken for idle.
 
 from __future__ import annotations
 
-from ..render import fleets as fleettable
-from ..tasks import lifecycle
+from ..core.times import parse_time
+from . import lifecycle
 
 OFF = "off"
 GONE = ("terminating", "terminated")
-
-
-def parse_time(value):
-    """An aware datetime from Docker's, EC2's or GCE's ISO 8601 text; None when unset (Docker
-    writes year 1 for a container that never finished)."""
-    moment = fleettable.parse_time(value)
-    return None if moment is None or moment.year == 1 else moment
 
 
 def idle_since(instance, containers):
