@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Shared options of the task runner's modules: where the fleets come from."""
+"""Shared options of the task runner's modules: where the fleets come from. Their O(state_dir)
+is documented by the ``gpufleet.cluster.state`` fragment, which they extend too."""
 
 from __future__ import annotations
 
@@ -20,15 +21,9 @@ options:
     type: list
     elements: path
     default: []
-  state_dir:
-    description:
-      - Where the controller keeps each fleet's key, known hosts and cached host facts (see
-        M(gpufleet.cluster.fleet)). Host facts cached there by C(playbooks/fleet.yml) are what
-        task placement matches resources against.
-      - Defaults to E(GPUFLEET_STATE_DIR), else C($XDG_DATA_HOME/gpufleet), else
-        C(~/.local/share/gpufleet).
-    type: path
 notes:
+  - Host facts cached in O(state_dir) by C(playbooks/fleet.yml) are what task placement matches
+    resources against.
   - "Runs on the controller (C(delegate_to: localhost), or a play on C(localhost)) and reaches
     the fleets' hosts over SSH with the connection settings the inventory plugin gives them,
     keeping one shared connection per host (OpenSSH C(ControlMaster))."

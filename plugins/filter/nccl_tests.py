@@ -3,8 +3,10 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The gpufleet.cluster.nccl_tests_result, nccl_tests_expected and nccl_tests_sizes filters.
 
-Thin wrappers over plugins/module_utils/hosts/nccltests.py; their documentation is in the sidecar
-files nccl_tests_result.yml, nccl_tests_expected.yml and nccl_tests_sizes.yml beside this one.
+Thin wrappers over plugins/module_utils/hosts/nccltests.py (the parser) and
+nccltests_compare.py (the expected figures and the comparison); their documentation is in the
+sidecar files nccl_tests_result.yml, nccl_tests_expected.yml and nccl_tests_sizes.yml beside
+this one.
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import nccltests
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import (
+    nccltests,
+    nccltests_compare,
+)
 
 
 def _text(data):
@@ -29,9 +34,9 @@ def nccl_tests_result(data, expected_busbw=None, expected=None, tolerance=None, 
     """Parsed nccl-tests / rccl-tests output compared with an expected figure (see
     nccl_tests_result.yml)."""
     try:
-        return nccltests.result_facts(
+        return nccltests_compare.result_facts(
             _text(data), expected_busbw=expected_busbw, expected=expected or None,
-            tolerance=nccltests.DEFAULT_TOLERANCE if tolerance is None else tolerance,
+            tolerance=nccltests_compare.DEFAULT_TOLERANCE if tolerance is None else tolerance,
             fabric=fabric or None, allow_empty=boolean(allow_empty, strict=True))
     except TypeError as exc:
         raise AnsibleFilterError("nccl_tests_result: allow_empty must be true or false, got %r"
@@ -44,7 +49,7 @@ def nccl_tests_expected(key=None):
     """The table of expected figures, or one entry of it (see nccl_tests_expected.yml)."""
 
     def entry(name):
-        value = dict(nccltests.anchor(name))
+        value = dict(nccltests_compare.anchor(name))
         value["points"] = dict((str(size), busbw) for size, busbw in value["points"].items())
         value["name"] = name
         return value
@@ -52,7 +57,7 @@ def nccl_tests_expected(key=None):
     try:
         if key:
             return entry(key)
-        return dict((name, entry(name)) for name in sorted(nccltests.EXPECTED))
+        return dict((name, entry(name)) for name in sorted(nccltests_compare.EXPECTED))
     except nccltests.NcclTestsError as exc:
         raise AnsibleFilterError("nccl_tests_expected: %s" % to_native(exc)) from exc
 

@@ -99,10 +99,13 @@ import os
 from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base, local
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import (
     Docker,
     DockerError,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.errors import (
+    UnsupportedBackend,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     cloud,
@@ -198,7 +201,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                 )
             name = fleet_name(config, fleet_path)
         except (SpecError, NamingError) as exc:
-            raise AnsibleParserError(str(exc))
+            raise AnsibleParserError(str(exc)) from exc
         for warning in warnings:
             self.display.warning("%s: %s" % (where, warning))
         return config, fleet_path, name
@@ -218,7 +221,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             except KeyError:
                 pass
         answers = {}
-        if any(not cloud.cloud_backend(config) for config, _name in backend_fleets):
+        if any(fleet_backend(c, n) not in base.CLOUD_BACKENDS for c, n in backend_fleets):
             try:
                 docker = Docker()
                 docker.ping()
@@ -229,14 +232,15 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                     % (path, exc)
                 )
                 answers["local"] = []
-        cloud_fleets = [(c, n) for c, n in backend_fleets if cloud.cloud_backend(c)]
+        cloud_fleets = [(c, n) for c, n in backend_fleets
+                        if fleet_backend(c, n) in base.CLOUD_BACKENDS]
         if cloud_fleets:
             try:
                 settings = state.backend_settings(root, self.get_option("backend_settings"))
             except state.StateError as exc:
-                raise AnsibleParserError("%s: %s" % (path, exc))
+                raise AnsibleParserError("%s: %s" % (path, exc)) from exc
             for config, name in cloud_fleets:
-                backend = cloud.cloud_backend(config)
+                backend = fleet_backend(config, name)
                 try:
                     found = cloud.describe(config, name, state.key_path(root, name), settings,
                                            catalog_dir=catalog.directory(root))
@@ -253,8 +257,8 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if config["fleet_type"] == "ssh":
             base_dir = os.path.dirname(fleet_path) if fleet_path else None
             instances = records.ssh_instances(config, name, base_dir)
-        elif cloud.cloud_backend(config):
-            instances = (answers.get(cloud.cloud_backend(config)) or {}).get(name) or []
+        elif fleet_backend(config, name) in base.CLOUD_BACKENDS:
+            instances = (answers.get(fleet_backend(config, name)) or {}).get(name) or []
         else:
             instances = local.instance_records(
                 answers.get("local") or [], name, config.get("blocks", 1),
@@ -267,15 +271,11 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         for instance in instances:
             if not instance.get("hostname"):
                 continue
-            host = instance["name"]
+            # The same host, groups and variables as the fleet module returns (records.host_entry).
+            entry = records.host_entry(instance, root, vendor, cached.get(instance["name"]))
+            host, variables = entry["name"], entry["vars"]
             self.inventory.add_host(host)
-            variables = records.hostvars(instance, root)
-            facts = cached.get(host)
-            host_vendor = vendor
-            if facts is not None:
-                variables["gpufleet_host"] = facts
-                host_vendor = (facts.get("gpu") or {}).get("vendor") or vendor
-            for group in records.groups(instance, host_vendor):
+            for group in entry["groups"]:
                 self.inventory.add_group(group)
                 self.inventory.add_child(group, host)
             for key, value in variables.items():
@@ -285,6 +285,16 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
                                               strict=strict)
             self._add_host_to_keyed_groups(self.get_option("keyed_groups"), variables, host,
                                            strict=strict)
+
+
+def fleet_backend(config, name):
+    """The backend that holds the backend fleet ``name``: the one apply builds it with
+    (backends.base.select). A fleet whose ``backends`` gpufleet cannot provision was never
+    built; its hosts are looked for among the local nodes, as for any fleet not in a cloud."""
+    try:
+        return base.select(config, name)
+    except UnsupportedBackend:
+        return "local"
 
 
 def _plain(value):

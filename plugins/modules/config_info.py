@@ -173,13 +173,13 @@ problems:
       sample: "must not be negative, got '-1'"
 """
 
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
     HAS_YAML,
-    SpecError,
     parse_data,
     parse_file,
 )
@@ -213,17 +213,9 @@ def main():
         supports_check_mode=True,
     )
 
-    try:
+    # The config model raises only SpecError; anything else is a bug in it.
+    with fail_json_on_error(module, what="the gpufleet configuration model", problems=True):
         config, warnings, source = read(module)
-    except SpecError as exc:
-        module.fail_json(msg=str(exc), problems=exc.as_dicts())
-    except Exception as exc:  # pylint: disable=broad-exception-caught
-        # The config model raises only SpecError; anything else is a bug in it.
-        module.fail_json(
-            msg="internal error in the gpufleet configuration model (please report it): %s"
-            % exc,
-            exception=traceback.format_exc(),
-        )
 
     for warning in warnings:
         module.warn("%s: %s" % (source, warning))

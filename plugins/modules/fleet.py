@@ -68,12 +68,6 @@ options:
     type: str
     choices: [present, absent]
     default: present
-  state_dir:
-    description:
-      - Where the controller keeps each fleet's key, known hosts and cached facts.
-      - Defaults to E(GPUFLEET_STATE_DIR), else C($XDG_DATA_HOME/gpufleet), else
-        C(~/.local/share/gpufleet).
-    type: path
   image:
     description:
       - The image local nodes run. By default the node image of this version of gpufleet,
@@ -84,20 +78,9 @@ options:
       - The Debian mirror used when the node image has to be built.
     type: str
     default: http://deb.debian.org/debian
-  backend_settings:
-    description:
-      - "Settings of the cloud backends, by backend: C(aws) takes C(regions), C(vpc_ids) and
-        C(subnet_ids) (by region), C(public_ips), C(image_id) (an AMI id, or one per region),
-        C(image_owners), C(tags), C(iam_instance_profile) and C(retry_delays) (seconds between
-        no-capacity retries); C(gcp) takes C(project_id), C(regions), C(vpc_name),
-        C(subnetwork), C(extra_vpcs), C(roce_vpcs), C(public_ips), C(image),
-        C(service_account), C(tags), C(endpoint) and C(retry_delays). See C(docs/backends.md)."
-      - Defaults to the contents of C(backends.yml) in O(state_dir), else none.
-      - Credentials are never settings; boto3 and google-auth find them as usual (environment
-        variables such as those AWX injects, shared credential files, an instance profile or
-        Application Default Credentials).
-    type: dict
 extends_documentation_fragment:
+  - gpufleet.cluster.state
+  - gpufleet.cluster.state.backend_settings
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.action_group
 attributes:
@@ -129,6 +112,15 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "{{ item.name }}: {{ item.vars.ansible_user }}@{{ item.vars.ansible_host }}"
   loop: "{{ fleet.hosts }}"
+
+- name: Add the nodes to this run's inventory with every variable the inventory plugin gives
+  ansible.builtin.add_host: "{{ new_host }}"
+  vars:
+    new_host: "{{ item.vars | combine({'name': item.name, 'groups': item.groups}) }}"
+  loop: "{{ fleet.hosts }}"
+  loop_control:
+    label: "{{ item.name }}"
+  changed_when: false
 
 - name: Grow an inline fleet to three nodes
   gpufleet.cluster.fleet:
@@ -185,15 +177,73 @@ fleet:
       returned: when the fleet is a cloud fleet
 hosts:
   description:
-    - One entry per reachable instance, ready for M(ansible.builtin.add_host), with the same
-      groups and variables the C(gpufleet.cluster.fleet) inventory plugin gives.
+    - One entry per instance that has an address, ready for M(ansible.builtin.add_host), with
+      the same name, groups and host variables the C(gpufleet.cluster.fleet) inventory plugin gives
+      the host (both are built by one function), except C(gpufleet_host), the cached host facts,
+      which a play measures afresh with M(gpufleet.cluster.host_facts).
+    - An entry's RV(hosts[].vars) go to M(ansible.builtin.add_host) whole, with the name and
+      groups combined in (see EXAMPLES and C(playbooks/fleet.yml)).
+    - With O(state=absent), empty.
   returned: success
   type: list
   elements: dict
-  sample:
-    - name: demo-0
-      groups: [gpufleet, fleet_demo, backend_local, cluster]
-      vars: {ansible_host: 172.18.0.2, ansible_port: 22, ansible_user: gpufleet}
+  contains:
+    name:
+      description: The instance name, C(<fleet>-<n>).
+      type: str
+      returned: success
+      sample: demo-0
+    groups:
+      description:
+        - "C(gpufleet), C(fleet_<name>), C(backend_<backend>), C(cluster) for
+          C(placement: cluster) fleets and C(gpu_<vendor>) when the fleet's resources ask for a
+          GPU vendor. Characters other than letters, digits and underscores become underscores."
+      type: list
+      elements: str
+      returned: success
+      sample: [gpufleet, fleet_demo, backend_local, cluster]
+    vars:
+      description:
+        - The host variables. C(ansible_ssh_private_key_file) and C(ansible_python_interpreter)
+          are left out when there is no value to give; every other key is always there, null
+          when unknown.
+        - "C(ansible_host), C(ansible_port), C(ansible_user): where and as whom to connect."
+        - C(ansible_ssh_private_key_file) (the fleet's key, or the SSH fleet's C(identity_file)).
+        - C(ansible_ssh_common_args) (the host key policy and, for SSH fleets with a jump host,
+          a C(ProxyCommand) through it with the jump host's own user, port and key).
+        - C(ansible_python_interpreter) (local nodes only, the node image's Python).
+        - "C(gpufleet_fleet), C(gpufleet_instance), C(gpufleet_instance_num): the fleet, the
+          instance name and its number."
+        - "C(gpufleet_backend) (V(ssh), V(local), V(aws), V(gcp)), C(gpufleet_region),
+          C(gpufleet_instance_type), C(gpufleet_price) (per hour), C(gpufleet_spot),
+          C(gpufleet_created): what the backend says about the instance."
+        - "C(gpufleet_internal_ip), C(gpufleet_network), C(gpufleet_blocks),
+          C(gpufleet_placement), C(gpufleet_proxy_jump): the host's address within the fleet
+          and the fleet's settings that apply to it."
+      type: dict
+      returned: success
+      sample:
+        ansible_host: 172.18.0.2
+        ansible_port: 22
+        ansible_user: gpufleet
+        ansible_ssh_private_key_file: /home/me/.local/share/gpufleet/fleets/demo/id_ed25519
+        ansible_ssh_common_args: >-
+          -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes
+        ansible_python_interpreter: /usr/bin/python3
+        gpufleet_fleet: demo
+        gpufleet_instance: demo-0
+        gpufleet_instance_num: 0
+        gpufleet_backend: local
+        gpufleet_region: local
+        gpufleet_instance_type: container
+        gpufleet_price: 0.0
+        gpufleet_spot: false
+        gpufleet_created: "2026-11-21T10:00:00Z"
+        gpufleet_internal_ip: 172.18.0.2
+        gpufleet_network: null
+        gpufleet_blocks: 1
+        gpufleet_placement: cluster
+        gpufleet_proxy_jump: null
 state_dir:
   description: The state dir used (see O(state_dir)).
   returned: success
@@ -212,34 +262,24 @@ removed:
   type: dict
 """
 
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import (
-    Docker,
-    DockerError,
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base, local
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     apply,
-    cloud,
     records,
     state,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import (
-    NamingError,
-    fleet_name,
-)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import fleet_name
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
     HAS_YAML,
-    SpecError,
     parse_data,
     parse_file,
 )
-
-KNOWN_ERRORS = (SpecError, NamingError, DockerError, local.BuildError, local.FleetError,
-                apply.ApplyError, state.StateError)
 
 
 def main():
@@ -265,7 +305,7 @@ def main():
     def build_image(check_mode):
         return local.ensure_node_image(docker, mirror=params["mirror"], check_mode=check_mode)[0]
 
-    try:
+    with fail_json_on_error(module):
         if path is None:
             config, warnings = parse_data(params["config"], "inline config", "fleet")
         else:
@@ -283,7 +323,8 @@ def main():
             if params["state"] == "present" and not module.check_mode:
                 path = state.save_inline(root, fleet_name(config, None), params["config"])
         settings = state.backend_settings(root, params["backend_settings"])
-        cloud_fleet = config["fleet_type"] == "backend" and cloud.cloud_backend(config)
+        cloud_fleet = (config["fleet_type"] == "backend" and base.select(
+            config, fleet_name(config, path)) in base.CLOUD_BACKENDS)
         if config["fleet_type"] == "backend" and not cloud_fleet:
             docker.ping()
         if params["state"] == "absent":
@@ -300,13 +341,6 @@ def main():
         )
         if not module.check_mode:
             state.ensure_fleet_dir(root, record["name"])
-    except KNOWN_ERRORS as exc:
-        module.fail_json(msg=str(exc))
-    except Exception as exc:  # pylint: disable=broad-exception-caught
-        module.fail_json(
-            msg="internal error in gpufleet (please report it): %s" % exc,
-            exception=traceback.format_exc(),
-        )
     hosts = records.host_entries(record, root)
     release_vars = None
     if config["fleet_type"] == "ssh":

@@ -27,18 +27,9 @@ options:
     type: list
     elements: path
     default: []
-  state_dir:
-    description:
-      - Where the controller keeps each fleet's key, known hosts and cached facts (see
-        M(gpufleet.cluster.fleet)).
-    type: path
-  backend_settings:
-    description:
-      - Settings of the cloud backends, by backend, as M(gpufleet.cluster.fleet) takes them;
-        needed to find the instances of cloud fleets (their regions).
-      - Defaults to the contents of C(backends.yml) in O(state_dir), else none.
-    type: dict
 extends_documentation_fragment:
+  - gpufleet.cluster.state
+  - gpufleet.cluster.state.backend_settings
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.info_module
   - gpufleet.cluster.attributes.action_group
@@ -77,17 +68,14 @@ hosts:
   elements: dict
 """
 
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import (
-    Docker,
-    DockerError,
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import apply, records, state
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import NamingError
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import SpecError, parse_file
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_file
 
 
 def main():
@@ -102,7 +90,7 @@ def main():
     root = state.state_dir(module.params["state_dir"])
     docker = Docker()
     fleets = []
-    try:
+    with fail_json_on_error(module):
         if module.params["paths"]:
             for path in module.params["paths"]:
                 config, _warnings = parse_file(path, "fleet")
@@ -113,11 +101,6 @@ def main():
             fleets = apply.discover(
                 docker, root,
                 settings=state.backend_settings(root, module.params["backend_settings"]))
-    except (SpecError, NamingError, DockerError, apply.ApplyError, state.StateError) as exc:
-        module.fail_json(msg=str(exc))
-    except Exception as exc:  # pylint: disable=broad-exception-caught
-        module.fail_json(msg="internal error in gpufleet (please report it): %s" % exc,
-                         exception=traceback.format_exc())
     hosts = [entry for fleet in fleets for entry in records.host_entries(fleet, root)]
     module.exit_json(changed=False, fleets=fleets, hosts=hosts)
 

@@ -155,9 +155,11 @@ msg:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.marker import (
     DEFAULT_PATH,
-    MarkerError,
     ensure,
     marker_text,
 )
@@ -178,7 +180,7 @@ def main():
         supports_check_mode=True,
     )
     path = module.params["path"]
-    try:
+    with fail_json_on_error(module):
         result = ensure(
             path,
             module.params["state"],
@@ -189,8 +191,6 @@ def main():
             force=module.params["force"],
             check_mode=module.check_mode,
         )
-    except MarkerError as exc:
-        module.fail_json(msg=str(exc))
 
     if result["took_over"]:
         module.warn(

@@ -33,16 +33,9 @@ options:
     type: list
     elements: path
     default: []
-  state_dir:
-    description:
-      - gpufleet's state directory on the controller (see M(gpufleet.cluster.fleet)).
-    type: path
-  backend_settings:
-    description:
-      - Settings of the cloud backends, as M(gpufleet.cluster.fleet) takes them; defaults to
-        C(backends.yml) in O(state_dir).
-    type: dict
 extends_documentation_fragment:
+  - gpufleet.cluster.state
+  - gpufleet.cluster.state.backend_settings
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.action_group
 attributes:
@@ -115,22 +108,20 @@ skipped:
 
 import datetime
 import os
-import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import (
-    Docker,
-    DockerError,
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base, local
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     apply,
-    cloud,
     state,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import NamingError
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import SpecError, parse_file
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import fleet_name
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_file
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import reconcile, runs
 
 
@@ -138,7 +129,7 @@ def reconcile_fleet(module, path, root, settings, docker, now):
     config, _warnings = parse_file(path, "fleet")
     if config["fleet_type"] == "ssh":
         return None, "%s: an SSH fleet; its hosts are not removed or created" % path
-    if not cloud.cloud_backend(config):
+    if base.select(config, fleet_name(config, path)) not in base.CLOUD_BACKENDS:
         docker.ping()
     record = apply.describe(config, path, docker, root, settings=settings)
     nodes = runs.nodes_of([record], root)
@@ -174,7 +165,7 @@ def main():
     docker = Docker()
     fleets = []
     skipped = []
-    try:
+    with fail_json_on_error(module, extras=dict(fleets=fleets, skipped=skipped)):
         settings = state.backend_settings(root, module.params["backend_settings"])
         for path in paths:
             if not os.path.exists(path) and not module.params["paths"]:
@@ -185,12 +176,6 @@ def main():
                 fleets.append(entry)
             else:
                 skipped.append(why)
-    except (SpecError, NamingError, DockerError, apply.ApplyError, state.StateError,
-            local.BuildError, local.FleetError) as exc:
-        module.fail_json(msg=str(exc), fleets=fleets, skipped=skipped)
-    except Exception as exc:  # pylint: disable=broad-exception-caught
-        module.fail_json(msg="internal error in gpufleet (please report it): %s" % exc,
-                         exception=traceback.format_exc())
     changed = any(f["remove"] or f["create"] for f in fleets)
     module.exit_json(changed=changed, fleets=fleets, skipped=skipped)
 

@@ -204,12 +204,12 @@ ansible_facts:
             memory: 270099996672
 """
 
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.facts import (
-    HostFactsError,
     System,
     gather,
 )
@@ -225,20 +225,13 @@ def main():
         supports_check_mode=True,
     )
     system = System(run=module.run_command, which=module.get_bin_path)
-    try:
+    # The host facts code raises only HostFactsError; anything else is a bug in it.
+    with fail_json_on_error(module, what="gpufleet host facts"):
         facts, warnings = gather(
             system,
             internal_ip=module.params["internal_ip"],
             network=module.params["network"],
             blocks=module.params["blocks"],
-        )
-    except HostFactsError as exc:
-        module.fail_json(msg=str(exc))
-    except Exception as exc:  # pylint: disable=broad-exception-caught
-        # The host facts code raises only HostFactsError; anything else is a bug in it.
-        module.fail_json(
-            msg="internal error in gpufleet host facts (please report it): %s" % exc,
-            exception=traceback.format_exc(),
         )
 
     for warning in warnings:

@@ -92,13 +92,14 @@ backup_file:
 
 import os
 import tempfile
-import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_bytes, to_native
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.jsonmerge import (
-    JsonMergeError,
     merge,
     parse,
     remove,
@@ -123,6 +124,31 @@ def _write(module, path, text):
     module.atomic_move(tmp, path)
 
 
+def _update(module, path):
+    """Merge the settings into ``path`` (unless check mode); returns the module's result."""
+    result = dict(changed=False)
+    before_text = _read(path)
+    if before_text is None and not module.params["create"]:
+        module.fail_json(msg="%s does not exist and create is false" % path)
+    current = parse(before_text or "", path)
+    wanted = remove(merge(current, module.params["settings"]), module.params["remove"])
+    after_text = render(wanted)
+    result["config"] = wanted
+    if before_text is None or parse(before_text, path) != wanted:
+        result["changed"] = True
+        result["diff"] = dict(before=before_text or "", after=after_text,
+                              before_header=path, after_header=path)
+        if not module.check_mode:
+            if module.params["backup"] and before_text is not None:
+                result["backup_file"] = module.backup_local(path)
+            _write(module, path, after_text)
+    if not module.check_mode and os.path.exists(path):
+        file_args = module.load_file_common_arguments(module.params, path=path)
+        result["changed"] = module.set_fs_attributes_if_different(
+            file_args, result["changed"])
+    return result
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -136,36 +162,11 @@ def main():
         supports_check_mode=True,
     )
     path = module.params["path"]
-    result = dict(changed=False)
-    try:
-        before_text = _read(path)
-        if before_text is None and not module.params["create"]:
-            module.fail_json(msg="%s does not exist and create is false" % path)
-        current = parse(before_text or "", path)
-        wanted = remove(merge(current, module.params["settings"]), module.params["remove"])
-        after_text = render(wanted)
-        result["config"] = wanted
-        if before_text is None or parse(before_text, path) != wanted:
-            result["changed"] = True
-            result["diff"] = dict(before=before_text or "", after=after_text,
-                                  before_header=path, after_header=path)
-            if not module.check_mode:
-                if module.params["backup"] and before_text is not None:
-                    result["backup_file"] = module.backup_local(path)
-                _write(module, path, after_text)
-        if not module.check_mode and os.path.exists(path):
-            file_args = module.load_file_common_arguments(module.params, path=path)
-            result["changed"] = module.set_fs_attributes_if_different(
-                file_args, result["changed"])
-    except JsonMergeError as exc:
-        module.fail_json(msg=str(exc))
-    except (IOError, OSError) as exc:
-        module.fail_json(msg="cannot update %s: %s" % (path, to_native(exc)))
-    except Exception as exc:  # pylint: disable=broad-exception-caught
-        module.fail_json(
-            msg="internal error in gpufleet json_merge (please report it): %s" % exc,
-            exception=traceback.format_exc(),
-        )
+    with fail_json_on_error(module, what="gpufleet json_merge"):
+        try:
+            result = _update(module, path)
+        except OSError as exc:
+            module.fail_json(msg="cannot update %s: %s" % (path, to_native(exc)))
     module.exit_json(**result)
 
 

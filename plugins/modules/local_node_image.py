@@ -74,11 +74,11 @@ engine_version:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import (
-    Docker,
-    DockerError,
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
 
 
 def main():
@@ -90,7 +90,7 @@ def main():
         supports_check_mode=True,
     )
     docker = Docker()
-    try:
+    with fail_json_on_error(module):
         version = docker.ping()
         ref, built = local.ensure_node_image(
             docker,
@@ -98,8 +98,6 @@ def main():
             workdir=module.params["workdir"],
             check_mode=module.check_mode,
         )
-    except (DockerError, local.BuildError) as exc:
-        module.fail_json(msg=str(exc))
     module.exit_json(changed=built, image=ref, engine_version=version)
 
 

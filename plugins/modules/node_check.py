@@ -110,14 +110,14 @@ check:
     details: {}
 """
 
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import (
     COMPONENTS,
-    CheckError,
     Detection,
     amd,
     dcgm,
@@ -168,7 +168,8 @@ def main():
     )
     params = module.params
     system = NodeSystem(run=module.run_command, which=module.get_bin_path, fetch=_fetch)
-    try:
+    with fail_json_on_error(module, what="gpufleet node_check",
+                            prefix="%s %s: " % (params["component"], params["stage"])):
         impl = IMPLEMENTATIONS[params["component"]]
         if params["stage"] == "detect":
             if not params["detect"]:
@@ -179,13 +180,6 @@ def main():
             check = found.as_dict()
         else:
             check = impl.verify(system, params)
-    except CheckError as exc:
-        module.fail_json(msg="%s %s: %s" % (params["component"], params["stage"], exc))
-    except Exception as exc:  # pylint: disable=broad-exception-caught
-        module.fail_json(
-            msg="internal error in gpufleet node_check (please report it): %s" % exc,
-            exception=traceback.format_exc(),
-        )
     module.exit_json(changed=False, check=check)
 
 

@@ -38,18 +38,13 @@ options:
         there uses the shipped catalog.
       - Defaults to C(catalog) in O(state_dir).
     type: path
-  state_dir:
-    description:
-      - gpufleet's state directory on the controller.
-      - Defaults to E(GPUFLEET_STATE_DIR), else C($XDG_DATA_HOME/gpufleet), else
-        C(~/.local/share/gpufleet).
-    type: path
   limit:
     description:
       - How many offers RV(table) shows; RV(offers) always holds all of them.
     type: int
     default: 3
 extends_documentation_fragment:
+  - gpufleet.cluster.state
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.info_module
   - gpufleet.cluster.attributes.action_group
@@ -160,11 +155,13 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleets import offer_table
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog, select
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
-    SpecError,
     parse_data,
     parse_file,
 )
@@ -186,15 +183,13 @@ def main():
     params = module.params
     if params["limit"] < 1:
         module.fail_json(msg="limit must be at least 1, got %d" % params["limit"])
-    try:
+    with fail_json_on_error(module, problems=True):
         if params["path"]:
             config, _warnings = parse_file(params["path"])
             name = config.get("name") or os.path.basename(params["path"]).split(".")[0]
         else:
             config, _warnings = parse_data(params["config"], "inline config")
             name = config.get("name") or "inline config"
-    except SpecError as exc:
-        module.fail_json(msg=str(exc), problems=exc.as_dicts())
     if config["type"] not in ("fleet", "task"):
         module.fail_json(msg="%s is a %s; offers are listed for fleets and tasks"
                          % (params["path"] or "the inline config", config["type"]))
@@ -204,14 +199,12 @@ def main():
     catalog_dir = params["catalog_dir"] or catalog.directory(state.state_dir(params["state_dir"]))
     catalogs = {}
     sources = {}
-    try:
+    with fail_json_on_error(module, prefix="%s: " % name):
         for backend in catalog.BACKENDS:
             data, source = catalog.load(backend, catalog_dir)
             catalogs[backend] = data
             sources[backend] = {"source": source, "as_of": data.get("as_of")}
         found = select.select(config, catalogs)
-    except (catalog.CatalogError, select.OfferError) as exc:
-        module.fail_json(msg="%s: %s" % (name, exc))
     offers = found["offers"]
     module.exit_json(
         changed=False,

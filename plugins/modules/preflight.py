@@ -199,17 +199,17 @@ msg:
   type: str
 """
 
-import traceback
-
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.preflight import (
     CHECKS,
     DEFAULT_PEER_PORT,
     DEFAULT_PEER_TIMEOUT,
     GPU_VENDORS,
     Host,
-    PreflightError,
     failure_message,
     run_preflight,
 )
@@ -236,7 +236,8 @@ def main():
         supports_check_mode=True,
     )
     host = Host(run=module.run_command, which=module.get_bin_path)
-    try:
+    # The preflight code raises only PreflightError; anything else is a bug in it.
+    with fail_json_on_error(module, what="gpufleet preflight"):
         result = run_preflight(
             host,
             checks=module.params["checks"],
@@ -244,14 +245,6 @@ def main():
             self_name=module.params["self_name"],
             gpu_vendor=module.params["gpu_vendor"],
             peer_timeout=module.params["peer_timeout"],
-        )
-    except PreflightError as exc:
-        module.fail_json(msg=str(exc))
-    except Exception as exc:  # pylint: disable=broad-exception-caught
-        # The preflight code raises only PreflightError; anything else is a bug in it.
-        module.fail_json(
-            msg="internal error in gpufleet preflight (please report it): %s" % exc,
-            exception=traceback.format_exc(),
         )
 
     message = failure_message(result)

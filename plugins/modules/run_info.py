@@ -26,6 +26,7 @@ extends_documentation_fragment:
   - gpufleet.cluster.attributes.info_module
   - gpufleet.cluster.attributes.action_group
   - gpufleet.cluster.run_fleets
+  - gpufleet.cluster.state
 seealso:
   - module: gpufleet.cluster.task
   - module: gpufleet.cluster.run_stop
@@ -87,8 +88,12 @@ runs:
       type: bool
       returned: always
     gpu:
-      description: The GPUs of one job, as C(dstack ps) shows them.
-      type: str
+      description:
+        - The GPU requirement of the task's C(resources), as data (the normalized form of
+          C(docs/config-json.md)); null without GPUs. The P(gpufleet.cluster.run_table#filter)
+          filter shows it as C(dstack ps) does (for example C(H100:80GB:8)).
+        - Runs started by an earlier version of the collection hold that text here instead.
+      type: raw
       returned: always
     nodes:
       description: How many jobs (nodes) the run has.
@@ -116,15 +121,16 @@ unreachable_hosts:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
 
 
 def main():
     module = AnsibleModule(argument_spec=entry.RUN_INFO_SPEC, supports_check_mode=True)
-    try:
+    with fail_json_on_error(module):
         module.exit_json(**entry.run_info(module.params))
-    except entry.EntryError as exc:
-        module.fail_json(msg=str(exc))
 
 
 if __name__ == "__main__":

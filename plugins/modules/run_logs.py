@@ -34,6 +34,7 @@ extends_documentation_fragment:
   - gpufleet.cluster.attributes.info_module
   - gpufleet.cluster.attributes.action_group
   - gpufleet.cluster.run_fleets
+  - gpufleet.cluster.state
 seealso:
   - module: gpufleet.cluster.task
   - module: gpufleet.cluster.run_info
@@ -69,15 +70,16 @@ run:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
 
 
 def main():
     module = AnsibleModule(argument_spec=entry.RUN_LOGS_SPEC, supports_check_mode=True)
-    try:
+    with fail_json_on_error(module):
         module.exit_json(**entry.run_logs(module.params))
-    except entry.EntryError as exc:
-        module.fail_json(msg=str(exc))
 
 
 if __name__ == "__main__":

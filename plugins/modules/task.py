@@ -81,6 +81,7 @@ extends_documentation_fragment:
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.action_group
   - gpufleet.cluster.run_fleets
+  - gpufleet.cluster.state
 attributes:
   check_mode:
     support: full
@@ -183,6 +184,9 @@ config:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
 
 
@@ -193,10 +197,8 @@ def main():
         required_one_of=entry.TASK_REQUIRED_ONE_OF,
         supports_check_mode=True,
     )
-    try:
+    with fail_json_on_error(module):
         result, failed = entry.submit(module.params, check_mode=module.check_mode)
-    except entry.EntryError as exc:
-        module.fail_json(msg=str(exc))
     if failed:
         module.fail_json(msg=entry.failure_summary(result), **result)
     module.exit_json(**result)

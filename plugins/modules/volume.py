@@ -40,16 +40,9 @@ options:
     type: str
     choices: [present, absent]
     default: present
-  state_dir:
-    description:
-      - gpufleet's state directory on the controller (for C(backends.yml)).
-    type: path
-  backend_settings:
-    description:
-      - Settings of the cloud backends, as M(gpufleet.cluster.fleet) takes them; defaults to
-        C(backends.yml) in O(state_dir). Credentials come from the environment.
-    type: dict
 extends_documentation_fragment:
+  - gpufleet.cluster.state
+  - gpufleet.cluster.state.backend_settings
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.action_group
 attributes:
@@ -111,18 +104,16 @@ volume:
 """
 
 import os
-import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import cloud as volumes
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import (
-    NamingError,
-    fleet_name,
-)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import fleet_name
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
-    SpecError,
     parse_data,
     parse_file,
 )
@@ -142,7 +133,7 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    try:
+    with fail_json_on_error(module):
         if params["path"]:
             config, warnings = parse_file(params["path"], "volume")
         else:
@@ -155,11 +146,6 @@ def main():
         settings = state.backend_settings(root, params["backend_settings"])
         action = volumes.apply if params["state"] == "present" else volumes.delete
         record, changed = action(config, name, settings, check_mode=module.check_mode)
-    except (SpecError, NamingError, state.StateError, volumes.VolumeError) as exc:
-        module.fail_json(msg=str(exc))
-    except Exception as exc:  # pylint: disable=broad-exception-caught
-        module.fail_json(msg="internal error in gpufleet (please report it): %s" % exc,
-                         exception=traceback.format_exc())
     if params["path"]:
         record["file"] = os.path.abspath(params["path"])
     module.exit_json(changed=changed, volume=record)

@@ -201,6 +201,53 @@ def test_inventory_plugin_lists_the_live_nodes(world):
         capture_output=True, text=True, env=world["env"], check=True).stdout)
     assert hostvars["gpufleet_host"]["cpus"] >= 1          # the facts fleet.yml cached
     assert hostvars["gpufleet_placement"] == "cluster"
+    assert hostvars["gpufleet_instance_type"] == "container"
+    assert hostvars["gpufleet_created"] and hostvars["gpufleet_spot"] is False
+    facts = world["state"] / "fleets" / RIG / "facts.json"
+    assert facts.stat().st_mode & 0o777 == 0o600
+
+
+SHOW_VARS = """
+- name: Apply the fleet
+  ansible.builtin.import_playbook: gpufleet.cluster.fleet
+
+- name: Write down the variables each host has in the play
+  hosts: gpufleet_apply
+  gather_facts: false
+  tasks:
+    - name: Write the host's variables as JSON
+      ansible.builtin.copy:
+        content: >-
+          {{ dict(show_names | zip(query('ansible.builtin.vars', *show_names))) | to_json }}
+        dest: "{{ show_out }}/{{ inventory_hostname }}.json"
+        mode: "0600"
+      delegate_to: localhost
+"""
+
+
+def test_the_play_gives_its_hosts_the_inventory_plugins_variables(world):
+    path = str(world["base"] / (RIG + ".dstack.yml"))
+    from_inventory = {}
+    for num in range(3):
+        host = "%s-%d" % (RIG, num)
+        from_inventory[host] = json.loads(subprocess.run(
+            [str(BIN / "ansible-inventory"), "-i", path, "--host", host],
+            capture_output=True, text=True, env=world["env"], check=True).stdout)
+        del from_inventory[host]["gpufleet_host"]  # the cached facts; the play measures its own
+    names = sorted(from_inventory[RIG + "-0"])
+    assert "gpufleet_price" in names and "ansible_python_interpreter" in names
+    out = world["base"] / "play-vars"
+    out.mkdir()
+    playbook = world["base"] / "show-vars.yml"
+    playbook.write_text(SHOW_VARS)
+    proc = subprocess.run(
+        [str(BIN / "ansible-playbook"), str(playbook), "-e", "fleet=" + path,
+         "-e", json.dumps({"show_names": names, "show_out": str(out),
+                           "gpufleet_connect_timeout": 15})],
+        capture_output=True, text=True, env=world["env"], check=False, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for host, expected in from_inventory.items():
+        assert json.loads((out / (host + ".json")).read_text()) == expected, host
 
 
 def rig_subnet(world):

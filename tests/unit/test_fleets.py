@@ -5,11 +5,19 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import stat
 
 import pytest
+import yaml
+from ansible.inventory.data import InventoryData
+from ansible.plugins.filter.core import to_nice_json
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
+from ansible_collections.gpufleet.cluster.plugins.inventory import fleet as inventory_plugin
+from ansible_collections.gpufleet.cluster.plugins.modules import fleet as fleet_module
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base, local
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     apply,
     plan,
@@ -18,6 +26,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     state,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import naming, parse_data
+
+from .plugins.modules import module_runner
 
 SSH_FLEET = {
     "type": "fleet",
@@ -222,13 +232,14 @@ def test_local_fleet_refuses_gpus():
         local.check_local_fleet(config, "gpus")
 
 
-def test_backend_choice():
-    assert apply.choose_backend({"backends": None}, "x") == "local"
-    assert apply.choose_backend({"backends": ["aws", "local"]}, "x") == "local"
-    assert apply.choose_backend({"backends": ["azure", "aws", "gcp"]}, "x") == "aws"
-    assert apply.choose_backend({"backends": ["azure", "gcp"]}, "x") == "gcp"
+def test_backend_choice(tmp_path):
+    assert base.select({"backends": None}, "x") == "local"
+    assert base.select({"backends": ["aws", "local"]}, "x") == "local"
+    assert base.select({"backends": ["azure", "aws", "gcp"]}, "x") == "aws"
+    assert base.select({"backends": ["azure", "gcp"]}, "x") == "gcp"
     with pytest.raises(apply.ApplyError, match="backends azure, lambda cannot provision"):
-        apply.choose_backend({"backends": ["azure", "lambda"]}, "x")
+        apply.describe(parsed({"type": "fleet", "name": "elsewhere", "nodes": 1,
+                               "backends": ["azure", "lambda"]}), root=str(tmp_path))
 
 
 # --- state dir --------------------------------------------------------------------------------
@@ -259,6 +270,171 @@ def test_cached_facts_are_optional(tmp_path):
     with open(state.facts_path(root, "demo"), "w") as handle:
         handle.write('{"demo-0": {"cpus": 2}, "demo-1": "junk"}')
     assert state.read_facts(root, "demo") == {"demo-0": {"cpus": 2}}
+
+
+def test_facts_are_cached_atomically_for_the_owner_alone(tmp_path, monkeypatch):
+    root = str(tmp_path / "state")
+    facts = {"demo-1": {"cpus": 4, "gpu": None}, "demo-0": {"cpus": 2, "name": "n\u00f6de"}}
+    # Check mode says it would write, and writes nothing (not even the fleet's directory).
+    assert state.write_facts(root, "demo", facts, check_mode=True) is True
+    assert not os.path.exists(state.fleet_dir(root, "demo"))
+    assert state.write_facts(root, "demo", facts) is True
+    path = state.facts_path(root, "demo")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert state.read_facts(root, "demo") == facts
+    # The same text the playbook's to_nice_json wrote before, so an old cache reads the same.
+    with open(path, encoding="utf-8") as handle:
+        assert handle.read() == to_nice_json(facts)
+    assert os.listdir(state.fleet_dir(root, "demo")) == ["facts.json"]  # no temporary left
+    # The same content again is no change; the file is not touched.
+    before = os.stat(path).st_ino
+    assert state.write_facts(root, "demo", facts) is False
+    assert state.write_facts(root, "demo", facts, check_mode=True) is False
+    assert os.stat(path).st_ino == before
+    # A wider mode, or other content, is a change; the file is replaced, never rewritten in place.
+    os.chmod(path, 0o644)
+    assert state.write_facts(root, "demo", facts, check_mode=True) is True
+    assert state.write_facts(root, "demo", facts) is True
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert state.write_facts(root, "demo", {}) is True
+    assert state.read_facts(root, "demo") == {}
+    # A cache that cannot be written says where, and what to do.
+    monkeypatch.setattr(state.os, "replace", _refuse)
+    with pytest.raises(state.StateError, match="cannot write .*facts.json .*GPUFLEET_STATE_DIR"):
+        state.write_facts(root, "demo", facts)
+    assert os.listdir(state.fleet_dir(root, "demo")) == ["facts.json"]
+
+
+def _refuse(*_args):
+    raise PermissionError(13, "Permission denied")
+
+
+def test_an_unreadable_cache_is_replaced(tmp_path):
+    root = str(tmp_path)
+    state.ensure_fleet_dir(root, "demo")
+    with open(state.facts_path(root, "demo"), "w") as handle:
+        handle.write("not json")
+    assert state.write_facts(root, "demo", {"demo-0": {"cpus": 1}}) is True
+    assert state.read_facts(root, "demo") == {"demo-0": {"cpus": 1}}
+
+
+def test_ready_facts_keep_the_measured_idle_instances():
+    fleet = {"name": "demo", "instances": [
+        {"name": "demo-0", "status": "idle", "resources": {"cpus": 2}},
+        {"name": "demo-1", "status": "failed", "resources": {"cpus": 2}},
+        {"name": "demo-2", "status": "idle", "resources": None},
+        {"name": "demo-3", "status": "idle"},
+        {"name": "demo-4", "status": "unreachable"},
+    ]}
+    assert records.ready_facts(fleet) == {"demo-0": {"cpus": 2}}
+    assert records.ready_facts({"name": "demo", "instances": []}) == {}
+
+
+# --- host entries: the fleet module and the inventory plugin agree ------------------------------
+
+CLOUD_FLEET = {"type": "fleet", "name": "train", "nodes": 1, "backends": ["aws"],
+               "resources": {"gpu": "A100:8"}}
+
+
+def cloud_record(key_file):
+    return {
+        "name": "train-0", "num": 0, "fleet": "train", "backend": "aws", "region": "us-east-1",
+        "zone": "us-east-1a", "instance_type": "p4d.24xlarge", "instance_id": "i-0123",
+        "price": 9.83, "spot": True, "status": "idle", "error": None,
+        "created": "2026-11-21T10:00:00Z", "hostname": "54.0.0.1", "port": 22, "user": "ubuntu",
+        "identity_file": key_file, "proxy_jump": None, "internal_ip": "10.0.0.1",
+        "network": None, "blocks": 1, "placement": "any",
+    }
+
+
+def fleet_case(kind, tmp_path):
+    """(fleet file, its config, fleet name, the instance records, the backends' answers)."""
+    root = str(tmp_path / "state")
+    if kind == "ssh":
+        data, base_dir = SSH_FLEET, str(tmp_path)
+    elif kind == "local":
+        data = {"type": "fleet", "name": "web", "nodes": 2, "backends": ["local"],
+                "placement": "cluster"}
+    else:
+        data = CLOUD_FLEET
+    path = tmp_path / (data["name"] + ".dstack.yml")
+    path.write_text(yaml.safe_dump(data))
+    config, name = parsed(data), data["name"]
+    key = state.key_path(root, name)
+    if kind == "ssh":
+        return str(path), config, name, records.ssh_instances(config, name, base_dir), {}
+    if kind == "local":
+        raw = [raw_node("web", 0), raw_node("web", 1, ip="172.20.0.3"),
+               raw_node("web", 2, "exited", ip="")]  # no address: not a host
+        return str(path), config, name, local.instance_records(raw, name, 1, key), {"local": raw}
+    instance = cloud_record(key)
+    return str(path), config, name, [instance], {"aws": {name: [instance]}}
+
+
+def module_hosts(monkeypatch, path, config, name, instances, root):
+    """The ``hosts`` the fleet module returns when its apply finds ``instances``."""
+    def fake_apply(config, path, docker, root, check_mode, **_kwargs):
+        record = records.fleet_record(config, name, path)
+        record["instances"] = instances
+        return record, False
+
+    monkeypatch.setattr(apply, "apply", fake_apply)
+    monkeypatch.setattr(Docker, "ping", lambda self: None)
+    code, result = module_runner.run_module(fleet_module.main, {"path": path, "state_dir": root})
+    assert code == 0, result
+    return result["hosts"]
+
+
+def plugin_hosts(path, config, name, answers, root):
+    """The hosts the inventory plugin adds for a fleet: ``{name, groups, vars}`` each."""
+    plugin = inventory_plugin.InventoryModule()
+    plugin.inventory = InventoryData()
+    plugin._options = {"strict": False, "compose": {}, "groups": {}, "keyed_groups": []}
+    plugin._add_fleet(config, path, name, root, answers)
+    # Ansible's own inventory_file and inventory_dir (the source, here none) are not the plugin's.
+    return [{"name": host.name,
+             "groups": [g.name for g in host.get_groups() if g.name != "all"],
+             "vars": dict((k, v) for k, v in host.vars.items()
+                          if k not in ("inventory_file", "inventory_dir"))}
+            for host in plugin.inventory.hosts.values()]
+
+
+@pytest.mark.parametrize("kind", ["ssh", "local", "cloud"])
+def test_the_module_gives_each_host_what_the_inventory_plugin_gives(kind, tmp_path, monkeypatch):
+    root = str(tmp_path / "state")
+    path, config, name, instances, answers = fleet_case(kind, tmp_path)
+    from_module = module_hosts(monkeypatch, path, config, name, instances, root)
+    from_plugin = plugin_hosts(path, config, name, answers, root)
+    assert from_module == from_plugin
+    assert len(from_module) == len([i for i in instances if i["hostname"]]) > 0
+    for entry in from_module:
+        assert set(entry["vars"]) >= {
+            "gpufleet_instance_type", "gpufleet_price", "gpufleet_spot", "gpufleet_created"}
+    first = from_module[0]["vars"]
+    if kind == "cloud":
+        assert (first["gpufleet_instance_type"], first["gpufleet_price"], first["gpufleet_spot"],
+                first["gpufleet_created"]) == ("p4d.24xlarge", 9.83, True, "2026-11-21T10:00:00Z")
+        assert "gpu_nvidia" in from_module[0]["groups"]
+    # Variables with no value are left out, for add_host as for the inventory.
+    assert ("ansible_python_interpreter" in first) == (kind == "local")
+    assert "ansible_ssh_private_key_file" in first
+    if kind == "ssh":
+        assert "ansible_ssh_private_key_file" not in records.hostvars(
+            dict(instances[0], identity_file=None))
+
+
+def test_cached_facts_add_the_host_facts_and_their_gpu_group(tmp_path):
+    root = str(tmp_path / "state")
+    path, config, name, instances, answers = fleet_case("local", tmp_path)
+    facts = {"cpus": 8, "gpu": {"vendor": "amd"}}
+    state.write_facts(root, name, {"web-1": facts})
+    from_plugin = dict((h["name"], h) for h in plugin_hosts(path, config, name, answers, root))
+    plain = records.host_entries(dict(records.fleet_record(config, name, path),
+                                      instances=instances), root)
+    assert from_plugin["web-0"] == plain[0]
+    assert from_plugin["web-1"] == records.host_entry(instances[1], root, None, facts)
+    assert from_plugin["web-1"]["vars"] == dict(plain[1]["vars"], gpufleet_host=facts)
+    assert from_plugin["web-1"]["groups"] == plain[1]["groups"] + ["gpu_amd"]
 
 
 # --- report -----------------------------------------------------------------------------------

@@ -16,7 +16,10 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.cluster.plugins.filter import nccl_tests as nccl_filter
-from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import nccltests
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import (
+    nccltests,
+    nccltests_compare,
+)
 
 GIB = 1024 ** 3
 
@@ -281,7 +284,7 @@ def test_wrong_values_are_counted_per_row_and_in_total():
     assert result["sizes"][1]["in_place"]["wrong"] == 2048
     assert result["wrong_total"] == 3072 + 1048580
     assert result["out_of_bounds"] == 3 and result["out_of_bounds_ok"] is False
-    facts = nccltests.result_facts(WRONG, expected_busbw=10)
+    facts = nccltests_compare.result_facts(WRONG, expected_busbw=10)
     assert facts["wrong_total"] > 0 and facts["verdict"] == "pass"  # bandwidth is not the issue
 
 
@@ -359,7 +362,7 @@ def test_output_without_results_is_an_error():
 
 
 def test_allow_empty_keeps_the_failure_lines():
-    facts = nccltests.result_facts(ABORTED, expected_busbw=400, allow_empty=True)
+    facts = nccltests_compare.result_facts(ABORTED, expected_busbw=400, allow_empty=True)
     assert facts["sizes"] == [] and facts["verdict"] == "unknown"
     assert facts["reason"] == "the run printed no result rows"
     assert len(facts["failures"]) == 2
@@ -414,14 +417,15 @@ def test_expected_sizes():
 
 
 def test_busbw_factors():
-    assert nccltests.busbw_factor("all_reduce", 16) == pytest.approx(30 / 16.0)
-    assert nccltests.busbw_factor("all_reduce", 2) == 1.0
-    assert nccltests.busbw_factor("all_gather", 4) == 0.75
-    assert nccltests.busbw_factor("sendrecv", 8) == 1.0
+    assert nccltests_compare.busbw_factor("all_reduce", 16) == pytest.approx(30 / 16.0)
+    assert nccltests_compare.busbw_factor("all_reduce", 2) == 1.0
+    assert nccltests_compare.busbw_factor("all_gather", 4) == 0.75
+    assert nccltests_compare.busbw_factor("sendrecv", 8) == 1.0
     # The ADT p5 row: 2 nodes x 8 GPUs, algbw 236.65 -> busbw 443.72.
-    assert 236.65 * nccltests.busbw_factor("all_reduce", 16) == pytest.approx(443.72, abs=0.01)
+    factor = nccltests_compare.busbw_factor("all_reduce", 16)
+    assert 236.65 * factor == pytest.approx(443.72, abs=0.01)
     with pytest.raises(nccltests.NcclTestsError):
-        nccltests.busbw_factor("hypercube", 8)
+        nccltests_compare.busbw_factor("hypercube", 8)
 
 
 def test_op_of():
@@ -436,60 +440,60 @@ def test_op_of():
 
 def test_compare_with_a_given_figure_uses_the_largest_size():
     result = nccltests.parse(NCCL_217)
-    outcome = nccltests.compare(result, expected_busbw=480)
+    outcome = nccltests_compare.compare(result, expected_busbw=480)
     assert outcome["verdict"] == "pass" and outcome["compared_bytes"] == 16 * GIB
     assert outcome["measured_busbw"] == 487.08 and outcome["expected_busbw"] == 480.0
     assert outcome["ratio"] == pytest.approx(487.08 / 480, abs=1e-4)
     assert outcome["expected_key"] is None and outcome["expected_source"] == "given"
-    below = nccltests.compare(result, expected_busbw=700, tolerance=0.9)
+    below = nccltests_compare.compare(result, expected_busbw=700, tolerance=0.9)
     assert below["verdict"] == "below" and "below 0.9 x 700.00" in below["reason"]
 
 
 def test_tolerance_is_the_boundary():
     result = nccltests.parse(NCCL_217)
-    assert nccltests.compare(result, expected_busbw=487.08 / 0.8)["verdict"] == "pass"
-    assert nccltests.compare(result, expected_busbw=487.2 / 0.8)["verdict"] == "below"
+    assert nccltests_compare.compare(result, expected_busbw=487.08 / 0.8)["verdict"] == "pass"
+    assert nccltests_compare.compare(result, expected_busbw=487.2 / 0.8)["verdict"] == "below"
 
 
 def test_compare_with_a_platform_picks_the_largest_anchor_size_the_run_reached():
     result = nccltests.parse(NCCL_217)  # up to 16 GiB: p5's 16 GiB figure (487.1)
-    outcome = nccltests.compare(result, expected="p5.48xlarge")
+    outcome = nccltests_compare.compare(result, expected="p5.48xlarge")
     assert outcome["compared_bytes"] == 16 * GIB and outcome["expected_busbw"] == 487.1
     assert outcome["verdict"] == "pass" and outcome["expected_key"] == "p5.48xlarge"
     assert "awsome-distributed-training" in outcome["expected_source"]
     eight = nccltests.parse(NCCL_213)  # up to 8 GiB: p5's 2 GiB figure (443.7) at 2 GiB
-    outcome = nccltests.compare(eight, expected="p5.48xlarge")
+    outcome = nccltests_compare.compare(eight, expected="p5.48xlarge")
     assert outcome["compared_bytes"] == 2 * GIB and outcome["measured_busbw"] == 318.40
     assert outcome["verdict"] == "below"  # a TCPXO run is no p5
-    assert nccltests.compare(eight, expected="h100-ib-ndr")["expected_busbw"] == 467.5
+    assert nccltests_compare.compare(eight, expected="h100-ib-ndr")["expected_busbw"] == 467.5
 
 
 def test_compare_when_the_run_ends_between_anchor_sizes():
     text = "\n".join(line for line in NCCL_217.splitlines()
                      if not line.startswith(" 17179869184"))
     result = nccltests.parse(text)  # largest 2 GiB; h100-ib-ndr has 2 and 8 GiB
-    outcome = nccltests.compare(result, expected="h100-ib-ndr")
+    outcome = nccltests_compare.compare(result, expected="h100-ib-ndr")
     assert outcome["compared_bytes"] == 2 * GIB and outcome["expected_busbw"] == 458.8
 
 
 def test_compare_unknown_cases():
     result = nccltests.parse(NCCL_217)
-    assert nccltests.compare(result)["verdict"] == "unknown"
-    gather = nccltests.compare(result, expected="a3-megagpu-8g")
+    assert nccltests_compare.compare(result)["verdict"] == "unknown"
+    gather = nccltests_compare.compare(result, expected="a3-megagpu-8g")
     assert gather["verdict"] == "unknown" and "all_gather" in gather["reason"]
     small = nccltests.parse(STANDIN)  # stops at 16 MiB; p5 starts at 2 GiB
-    outcome = nccltests.compare(small, expected="p5.48xlarge")
+    outcome = nccltests_compare.compare(small, expected="p5.48xlarge")
     assert outcome["verdict"] == "unknown" and "below the smallest size" in outcome["reason"]
     empty = nccltests.empty_result()
-    assert nccltests.compare(empty, expected_busbw=1)["verdict"] == "unknown"
-    assert nccltests.compare(empty, expected="p5.48xlarge")["verdict"] == "unknown"
+    assert nccltests_compare.compare(empty, expected_busbw=1)["verdict"] == "unknown"
+    assert nccltests_compare.compare(empty, expected="p5.48xlarge")["verdict"] == "unknown"
 
 
 def test_compare_all_gather_with_its_platform():
     result = nccltests.parse(UNCHECKED_TIMESTAMPS)  # all_gather up to 8 GiB, 46.28 GB/s
-    outcome = nccltests.compare(result, expected="a3-highgpu-8g")
+    outcome = nccltests_compare.compare(result, expected="a3-highgpu-8g")
     assert outcome["expected_busbw"] == 50.2 and outcome["verdict"] == "pass"
-    assert nccltests.compare(result, expected="a3-ultragpu-8g")["verdict"] == "below"
+    assert nccltests_compare.compare(result, expected="a3-ultragpu-8g")["verdict"] == "below"
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -502,11 +506,11 @@ def test_compare_all_gather_with_its_platform():
 ])
 def test_compare_refuses(kwargs, message):
     with pytest.raises(nccltests.NcclTestsError, match=message):
-        nccltests.compare(nccltests.parse(NCCL_217), **kwargs)
+        nccltests_compare.compare(nccltests.parse(NCCL_217), **kwargs)
 
 
 def test_every_expected_entry_is_complete():
-    for name, entry in nccltests.EXPECTED.items():
+    for name, entry in nccltests_compare.EXPECTED.items():
         assert entry["fabric"] in ("efa", "ib", "roce", "gib", "tcpx", "tcpxo"), name
         assert entry["op"] in ("all_reduce", "all_gather"), name
         assert entry["points"] and all(v > 0 for v in entry["points"].values()), name
@@ -517,8 +521,8 @@ def test_every_expected_entry_is_complete():
 
 
 def test_result_facts_and_report():
-    facts = nccltests.result_facts(NCCL_217, expected="p5.48xlarge", tolerance=0.9,
-                                   fabric="efa")
+    facts = nccltests_compare.result_facts(NCCL_217, expected="p5.48xlarge", tolerance=0.9,
+                                           fabric="efa")
     assert facts["fabric"] == "efa" and facts["nodes"] == 2 and facts["gpus"] == 16
     assert facts["verdict"] == "pass" and facts["tolerance"] == 0.9
     assert facts["busbw_by_size"]["17179869184"] == 487.08 and facts["max_busbw"] == 487.27
@@ -549,11 +553,11 @@ def test_filter_nccl_tests_result_errors(args, kwargs, message):
 
 def test_filter_nccl_tests_expected():
     table = nccl_filter.nccl_tests_expected("")
-    assert sorted(table) == sorted(nccltests.EXPECTED)
+    assert sorted(table) == sorted(nccltests_compare.EXPECTED)
     p5 = nccl_filter.nccl_tests_expected("p5.48xlarge")
     assert p5["points"] == {"2147483648": 443.7, "17179869184": 487.1}
     assert p5["name"] == "p5.48xlarge" and p5["fabric"] == "efa"
-    assert nccltests.EXPECTED["p5.48xlarge"]["points"][2 * GIB] == 443.7  # not changed
+    assert nccltests_compare.EXPECTED["p5.48xlarge"]["points"][2 * GIB] == 443.7  # not changed
     with pytest.raises(AnsibleFilterError, match="no expected figure named"):
         nccl_filter.nccl_tests_expected("p6")
 

@@ -17,6 +17,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks impo
 from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import (
     infiniband as ib,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import (
+    infiniband_tools as ib_tools,
+)
 from .nodecheck_fakes import FakeNode as SharedFakeNode
 
 PCI = "/sys/bus/pci/devices"
@@ -428,7 +431,7 @@ hca_id:\tmlx5_2
 
 
 def test_parse_ibstat():
-    cas = ib.parse_ibstat(IBSTAT_IB)
+    cas = ib_tools.parse_ibstat(IBSTAT_IB)
     assert [ca["name"] for ca in cas] == ["mlx5_0", "mlx5_1", "mlx5_2"]
     first = cas[0]
     assert first["node_type"] == "CA" and first["ca_type"] == "MT4129"
@@ -445,24 +448,24 @@ def test_parse_ibstat():
 
 
 def test_parse_ibstat_two_ports_fdr10_and_sdr():
-    ports = ib.parse_ibstat(IBSTAT_OLD)[0]["ports"]
+    ports = ib_tools.parse_ibstat(IBSTAT_OLD)[0]["ports"]
     assert [p["port"] for p in ports] == [1, 2]
     assert [p["state"] for p in ports] == ["INIT", "ARMED"]
     assert [p["rate"] for p in ports] == [10, 2.5]
 
 
 def test_parse_ibstat_empty_and_garbage():
-    assert ib.parse_ibstat("") == []
+    assert ib_tools.parse_ibstat("") == []
     with pytest.raises(CheckError, match="before any CA header"):
-        ib.parse_ibstat("\tState: Active\n")
+        ib_tools.parse_ibstat("\tState: Active\n")
     with pytest.raises(CheckError, match="not 'Key: value'"):
-        ib.parse_ibstat("CA 'mlx5_0'\n\tsomething odd\n")
+        ib_tools.parse_ibstat("CA 'mlx5_0'\n\tsomething odd\n")
     with pytest.raises(CheckError, match="base lid is not a number"):
-        ib.parse_ibstat("CA 'mlx5_0'\n\tPort 1:\n\t\tBase lid: many\n")
+        ib_tools.parse_ibstat("CA 'mlx5_0'\n\tPort 1:\n\t\tBase lid: many\n")
 
 
 def test_parse_ibv_devinfo():
-    devices = ib.parse_ibv_devinfo(IBV_DEVINFO)
+    devices = ib_tools.parse_ibv_devinfo(IBV_DEVINFO)
     assert [d["name"] for d in devices] == ["mlx5_0", "mlx5_1", "mlx5_2"]
     first = devices[0]
     assert first["transport"] == "InfiniBand"
@@ -478,7 +481,7 @@ def test_parse_ibv_devinfo():
 
 
 def test_parse_ibv_devinfo_verbose():
-    device = ib.parse_ibv_devinfo(IBV_DEVINFO_VERBOSE)[0]
+    device = ib_tools.parse_ibv_devinfo(IBV_DEVINFO_VERBOSE)[0]
     port = device["ports"][0]
     assert port["state"] == "ACTIVE" and port["phys_state"] == "LINK_UP"
     assert port["gids"] == {0: "fe80:0000:0000:0000:0e42:a1ff:feb5:c3d4, RoCE v1",
@@ -487,43 +490,44 @@ def test_parse_ibv_devinfo_verbose():
 
 
 def test_parse_ibv_devinfo_garbage():
-    assert ib.parse_ibv_devinfo("") == []
+    assert ib_tools.parse_ibv_devinfo("") == []
     with pytest.raises(CheckError, match="before any hca_id"):
-        ib.parse_ibv_devinfo("\tstate: PORT_ACTIVE (4)\n")
+        ib_tools.parse_ibv_devinfo("\tstate: PORT_ACTIVE (4)\n")
     with pytest.raises(CheckError, match="not 'key: value'"):
-        ib.parse_ibv_devinfo("Segmentation fault\n")
+        ib_tools.parse_ibv_devinfo("Segmentation fault\n")
     with pytest.raises(CheckError, match="port is not a number"):
-        ib.parse_ibv_devinfo("hca_id:\tmlx5_0\n\t\tport:\tone\n")
+        ib_tools.parse_ibv_devinfo("hca_id:\tmlx5_0\n\t\tport:\tone\n")
 
 
 def test_parse_small_files():
-    assert ib.parse_ofed_info("OFED-internal-25.07-0.9.7:\n") == "OFED-internal-25.07-0.9.7"
-    assert ib.parse_ofed_info("MLNX_OFED_LINUX-24.10-1.1.4.0:\n") == "MLNX_OFED_LINUX-24.10-1.1.4.0"
-    assert ib.parse_ofed_info("\n") is None
-    assert ib.parse_limits_conf(
+    assert ib_tools.parse_ofed_info("OFED-internal-25.07-0.9.7:\n") == "OFED-internal-25.07-0.9.7"
+    ofed = ib_tools.parse_ofed_info("MLNX_OFED_LINUX-24.10-1.1.4.0:\n")
+    assert ofed == "MLNX_OFED_LINUX-24.10-1.1.4.0"
+    assert ib_tools.parse_ofed_info("\n") is None
+    assert ib_tools.parse_limits_conf(
         "# comment\n*  soft memlock unlimited\n* hard memlock unlimited\n"
         "root - memlock unlimited\n@rdma hard nofile 4096\n") == {
         "*": {"soft": "unlimited", "hard": "unlimited"},
         "root": {"soft": "unlimited", "hard": "unlimited"}}
-    assert ib.parse_profile(
+    assert ib_tools.parse_profile(
         "# managed\nexport NCCL_IB_HCA='=mlx5_0:1,mlx5_1:1'\nexport NCCL_DEBUG=WARN\n"
         "UNEXPORTED=1\nexport A='x y' B=2\n") == {
         "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_DEBUG": "WARN", "A": "x y", "B": "2"}
     limits = ("Limit                     Soft Limit           Hard Limit           Units\n"
               "Max locked memory         8388608              8388608              bytes\n")
-    assert ib.parse_proc_limits(limits) == {"soft": 8388608, "hard": 8388608}
-    assert ib.parse_proc_limits(
+    assert ib_tools.parse_proc_limits(limits) == {"soft": 8388608, "hard": 8388608}
+    assert ib_tools.parse_proc_limits(
         "Max locked memory         unlimited            unlimited            bytes\n") == {
         "soft": "unlimited", "hard": "unlimited"}
-    assert ib.parse_proc_limits("") is None
-    assert ib.parse_proc_modules(
+    assert ib_tools.parse_proc_limits("") is None
+    assert ib_tools.parse_proc_modules(
         "mlx5_ib 487424 0 - Live 0x0000000000000000\nib_uverbs 180224 2 rdma_ucm,mlx5_ib, Live 0"
         "\n") == {"mlx5_ib", "ib_uverbs"}
 
 
 def test_parse_profile_bad_quoting():
     with pytest.raises(CheckError, match="cannot read the profile line"):
-        ib.parse_profile("export A='unterminated\n")
+        ib_tools.parse_profile("export A='unterminated\n")
 
 
 # --- verification -----------------------------------------------------------------------------

@@ -166,6 +166,17 @@ def sshd_t(**settings):
     return (0, "\n".join(lines) + "\n", "")
 
 
+class PathsHost(Host):
+    """A Host whose file system holds only ``paths``."""
+
+    def __init__(self, paths, **kwargs):
+        Host.__init__(self, **kwargs)
+        self.paths = paths
+
+    def exists(self, path):
+        return path in self.paths
+
+
 class Played:
     """A host played from a table of commands and paths, recording what ran."""
 
@@ -174,10 +185,10 @@ class Played:
         self.paths = set(paths)
         self.on_path = dict(on_path or {})
         self.calls = []
-        self.host = Host(
+        self.host = PathsHost(
+            self.paths,
             run=self.run,
             which=self.on_path.get,
-            exists=self.paths.__contains__,
             connect=connect or self.no_connect,
             euid=euid,
             env={"SSH_CONNECTION": SSH_CONNECTION} if env is None else env,

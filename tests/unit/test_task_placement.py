@@ -15,7 +15,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.offers.match impo
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import placement
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.placement import (
-    NoCapacity,
+    NoHostFits,
     PlacementError,
     job_requirements,
     place,
@@ -107,7 +107,7 @@ def spec(resources, **fields):
 
 
 def no_capacity(*args, **kwargs):
-    with pytest.raises(NoCapacity) as info:
+    with pytest.raises(NoHostFits) as info:
         place(*args, **kwargs)
     return info.value
 

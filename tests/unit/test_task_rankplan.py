@@ -10,7 +10,11 @@ import subprocess
 import sys
 
 import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.render import runs as runtable
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import command as plan_command
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import container as plan_container
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import env as plan_env
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import nodeside, rankplan, wrapper
 from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import mounts as volume_mounts
 
@@ -90,7 +94,7 @@ def sourced(text, tmp_path, names):
 
 def test_system_env_three_cpu_nodes():
     jobs = [dict(placed_job(n), job_id="job-%d" % n) for n in range(3)]
-    env = rankplan.system_env(RUN, jobs, jobs[1])
+    env = plan_env.system_env(RUN, jobs, jobs[1])
     assert env == {
         "DSTACK_RUN_ID": "3f2a9c",
         "DSTACK_JOB_ID": "job-1",
@@ -110,7 +114,7 @@ def test_system_env_three_cpu_nodes():
 
 def test_system_env_two_by_eight_gpus():
     jobs = [dict(placed_job(n, vendor="nvidia", gpus=8), job_id="j%d" % n) for n in range(2)]
-    env = rankplan.system_env(RUN, jobs, jobs[0])
+    env = plan_env.system_env(RUN, jobs, jobs[0])
     assert env == {
         "DSTACK_RUN_ID": "3f2a9c",
         "DSTACK_JOB_ID": "j0",
@@ -133,7 +137,7 @@ def test_system_env_blank_for_a_job_without_ip_and_gpus_summed_per_job():
         dict(placed_job(0, vendor="nvidia", gpus=2), job_id="a"),
         dict(placed_job(1, ip=None, vendor="nvidia", gpus=1), job_id="b"),
     ]
-    env = rankplan.system_env(RUN, jobs, jobs[1])
+    env = plan_env.system_env(RUN, jobs, jobs[1])
     assert env["DSTACK_NODES_IPS"] == "10.1.0.2\n"
     assert env["DSTACK_GPUS_PER_NODE"] == "1"
     assert env["DSTACK_GPUS_NUM"] == "3"
@@ -192,14 +196,14 @@ def test_settings_for_the_wrapper():
 
 def test_bare_names_come_from_the_environment():
     config, _warnings = parse_data({"type": "task", "commands": ["x"], "env": ["HF_TOKEN", "A=1"]})
-    assert rankplan.resolve_env(config, {}, {"HF_TOKEN": "hf_abc"}) == {
+    assert plan_env.resolve_env(config, {}, {"HF_TOKEN": "hf_abc"}) == {
         "HF_TOKEN": "hf_abc", "A": "1"}
 
 
 def test_unset_bare_name_is_an_error_naming_the_field():
     config, _warnings = parse_data({"type": "task", "commands": ["x"], "env": ["HF_TOKEN"]})
     with pytest.raises(rankplan.PlanError) as info:
-        rankplan.resolve_env(config, {}, {})
+        plan_env.resolve_env(config, {}, {})
     assert "env.HF_TOKEN" in str(info.value)
     assert "Environment variable HF_TOKEN is not set" in str(info.value)
 
@@ -208,7 +212,7 @@ def test_missing_secrets_are_listed_together():
     config = task(env={"A": "${{ secrets.ONE }}", "B": "x-${{ secrets.TWO }}",
                        "C": "${{ secrets.THREE }}"})
     with pytest.raises(rankplan.PlanError) as info:
-        rankplan.resolve_env(config, {"THREE": "3"}, {})
+        plan_env.resolve_env(config, {"THREE": "3"}, {})
     message = str(info.value)
     assert "Failed to interpolate due to missing vars: [ONE, TWO]" in message
     assert "gpufleet_secrets" in message and "env.A" in message and "env.B" in message
@@ -235,14 +239,14 @@ def test_registry_credentials_fill_secrets_and_env():
     config = task(env={"REG_USER": "robot"},
                   registry_auth={"username": "${{ env.REG_USER }}",
                                  "password": "${{ secrets.REG_PASS }}"})
-    env = rankplan.resolve_env(config, {}, {})
-    assert rankplan.registry_credentials(config, env, {"REG_PASS": "pw"}) == {
+    env = plan_env.resolve_env(config, {}, {})
+    assert plan_env.registry_credentials(config, env, {"REG_PASS": "pw"}) == {
         "username": "robot", "password": "pw"}
     with pytest.raises(rankplan.PlanError) as info:
-        rankplan.registry_credentials(config, env, {})
+        plan_env.registry_credentials(config, env, {})
     assert "registry_auth.password" in str(info.value)
     assert "[REG_PASS]" in str(info.value)
-    assert rankplan.registry_credentials(task(), {}, {}) is None
+    assert plan_env.registry_credentials(task(), {}, {}) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -251,27 +255,27 @@ def test_registry_credentials_fill_secrets_and_env():
 
 def test_hostfile_gpu_nodes():
     jobs = [placed_job(n, vendor="nvidia", gpus=8) for n in range(2)]
-    assert rankplan.hostfile(jobs) == "10.1.0.2 slots=8\n10.1.0.3 slots=8\n"
+    assert plan_env.hostfile(jobs) == "10.1.0.2 slots=8\n10.1.0.3 slots=8\n"
 
 
 def test_hostfile_cpu_nodes_have_no_slots():
     jobs = [placed_job(n) for n in range(3)]
-    assert rankplan.hostfile(jobs) == "10.1.0.2\n10.1.0.3\n10.1.0.4\n"
+    assert plan_env.hostfile(jobs) == "10.1.0.2\n10.1.0.3\n10.1.0.4\n"
 
 
 def test_hostfile_is_empty_when_any_ip_is_missing():
     jobs = [placed_job(0, vendor="nvidia", gpus=8), placed_job(1, ip=None)]
-    assert rankplan.hostfile(jobs) == ""
+    assert plan_env.hostfile(jobs) == ""
 
 
 def test_ssh_client_config():
-    assert rankplan.ssh_client_config([placed_job(0), placed_job(1)]) == (
+    assert plan_env.ssh_client_config([placed_job(0), placed_job(1)]) == (
         "Host 10.1.0.2\n    Port 10022\n    StrictHostKeyChecking no\n"
         "    UserKnownHostsFile /dev/null\n    IdentityFile ~/.ssh/dstack_job\n"
         "Host 10.1.0.3\n    Port 10022\n    StrictHostKeyChecking no\n"
         "    UserKnownHostsFile /dev/null\n    IdentityFile ~/.ssh/dstack_job\n"
     )
-    assert rankplan.ssh_client_config([placed_job(0), placed_job(1, ip=None)]) == ""
+    assert plan_env.ssh_client_config([placed_job(0), placed_job(1, ip=None)]) == ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,18 +283,18 @@ def test_ssh_client_config():
 
 
 def test_commands_are_joined_with_and():
-    script = rankplan.command_script(task(commands=["pip install x", "python train.py"]))
+    script = plan_command.command_script(task(commands=["pip install x", "python train.py"]))
     assert script.startswith("#!/bin/sh\n")
     assert script.splitlines()[-1] == "exec '/bin/bash' -c 'pip install x && python train.py'"
 
 
 def test_background_command_is_wrapped_in_braces():
-    script = rankplan.command_script(task(commands=["server &", "client"], image="alpine"))
+    script = plan_command.command_script(task(commands=["server &", "client"], image="alpine"))
     assert script.splitlines()[-1] == "exec '/bin/sh' -c '{ server & } && client'"
 
 
 def test_commands_run_and_quote_correctly(tmp_path):
-    script = rankplan.command_script(
+    script = plan_command.command_script(
         task(image="alpine", commands=["echo \"it's\" $((1+2))", "sleep 0 &", "echo done"])
     )
     path = tmp_path / "command.sh"
@@ -300,7 +304,7 @@ def test_commands_run_and_quote_correctly(tmp_path):
 
 
 def test_missing_shell_is_reported(tmp_path):
-    script = rankplan.command_script(task(shell="/no/such/shell"))
+    script = plan_command.command_script(task(shell="/no/such/shell"))
     path = tmp_path / "command.sh"
     path.write_text(script)
     proc = subprocess.run(["/bin/sh", str(path)], stderr=subprocess.PIPE, check=False)
@@ -310,28 +314,28 @@ def test_missing_shell_is_reported(tmp_path):
 
 def test_entrypoint_with_commands_as_arguments():
     config = task(image="img", entrypoint="python -m 'my app'", commands=["--lr", "a b"])
-    script = rankplan.command_script(config)
+    script = plan_command.command_script(config)
     assert script.splitlines()[-1] == "exec 'python' '-m' 'my app' '--lr' 'a b'"
 
 
 def test_image_command_when_neither_is_set():
     config, _warnings = parse_data({"type": "task", "image": "nginx"})
-    script = rankplan.command_script(config, image_cmd=["/docker-entrypoint.sh", "nginx"])
+    script = plan_command.command_script(config, image_cmd=["/docker-entrypoint.sh", "nginx"])
     assert script.splitlines()[-1] == "exec '/docker-entrypoint.sh' 'nginx'"
     with pytest.raises(rankplan.PlanError) as info:
-        rankplan.command_script(config)
+        plan_command.command_script(config)
     assert "Could not determine what command to run" in str(info.value)
 
 
 def test_run_args_are_shell_joined():
     config = task(commands=["python train.py ${{ run.args }}", "echo $$HOME"])
-    script = rankplan.command_script(config, run_args=["--name", "my run", "it's"])
+    script = plan_command.command_script(config, run_args=["--name", "my run", "it's"])
     words = shlex.split(script.splitlines()[-1])
     assert words[:3] == ["exec", "/bin/bash", "-c"]
     first, second = words[3].split(" && ")
     assert shlex.split(first) == ["python", "train.py", "--name", "my run", "it's"]
     assert second == "echo $HOME"
-    empty = rankplan.command_script(config)
+    empty = plan_command.command_script(config)
     assert empty.splitlines()[-1] == "exec '/bin/bash' -c 'python train.py && echo $HOME'"
 
 
@@ -363,7 +367,7 @@ def test_group_commands_and_node_ip_references():
 
 def options(config, job, run=None):
     run = run or RUN
-    return rankplan.docker_args(config, job, run, {"gpufleet.run": run["name"]})
+    return plan_container.docker_args(config, job, run, {"gpufleet.run": run["name"]})
 
 
 def pairs(args, flag):
@@ -381,7 +385,7 @@ def test_basic_options_host_network():
 
 
 def test_labels_are_sorted():
-    args = rankplan.docker_args(task(), placed_job(0), RUN, {"b": "2", "a": "1", "c": "x=y"})
+    args = plan_container.docker_args(task(), placed_job(0), RUN, {"b": "2", "a": "1", "c": "x=y"})
     assert pairs(args, "--label") == ["a=1", "b=2", "c=x=y"]
 
 
@@ -499,7 +503,7 @@ def test_job_spec_shape_for_two_gpu_nodes():
                                          "mode": 0o644}
     assert spec["files"]["ssh/dstack_job"] == {"text": KEY["private"], "mode": 0o600}
     assert spec["files"]["ssh/dstack_job.pub"]["text"] == KEY["public"]
-    assert spec["files"]["ssh/config"]["text"] == rankplan.ssh_client_config(
+    assert spec["files"]["ssh/config"]["text"] == plan_env.ssh_client_config(
         [placed_job(0), placed_job(1)])
     assert spec["files"]["env.sh"]["mode"] == 0o600
     assert spec["files"]["job.sh"]["text"] == wrapper.WRAPPER
@@ -513,8 +517,11 @@ def test_job_spec_shape_for_two_gpu_nodes():
     assert labels["gpufleet.submitted"] == "2026-08-01T10:00:00Z"
     assert labels["gpufleet.submission"] == "2" and labels["gpufleet.run-id"] == "3f2a9c"
     assert all(isinstance(v, str) for v in labels.values())
-    assert json.loads(labels["gpufleet.run-spec"]) == {
-        "nodes": 2, "gpu": "H100:80GB:8", "backend": "ssh", "region": "remote", "price": 0.0,
+    run_spec = json.loads(labels["gpufleet.run-spec"])
+    # The label holds the task's GPU requirement as data; render/ makes the table's text of it.
+    assert runtable.run_gpu(run_spec.pop("gpu")) == "H100:80GB:8"
+    assert run_spec == {
+        "nodes": 2, "backend": "ssh", "region": "remote", "price": 0.0,
         "spot": False, "startup_order": "any", "stop_criteria": "all-done",
         "max_duration": 3600, "stop_duration": 300, "retry": None,
     }

@@ -20,6 +20,7 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     entry,
+    listing,
     runs,
     supervisor,
 )
@@ -528,7 +529,7 @@ def test_a_failed_run_result_says_which_job_failed(fake_hosts):
 
 
 # ---------------------------------------------------------------------------------------------
-# runs.run_records and runs.busy_map
+# listing.run_records and runs.busy_map
 # ---------------------------------------------------------------------------------------------
 
 
@@ -554,7 +555,7 @@ def exited(name, lab, code, reason=None, docker_code=None):
 
 
 def test_run_records_of_a_running_two_node_run():
-    records = runs.run_records({
+    records = listing.run_records({
         "h1": [running("dist-1-0", labels("dist", 1, nodes=2, gpus="GPU-1"))],
         "h0": [running("dist-0-0", labels("dist", 0, nodes=2, gpus="GPU-0,GPU-3"))],
     })
@@ -573,7 +574,7 @@ def test_run_records_of_a_running_two_node_run():
 
 def test_run_records_statuses_decided_as_while_running():
     spec = {"stop_criteria": "master-done"}
-    records = runs.run_records({"h0": [
+    records = listing.run_records({"h0": [
         exited("a-0-0", labels("a", 0, submitted="2026-01-01T10:00:01Z"), 0),
         exited("b-0-0", labels("b", 0, nodes=2, submitted="2026-01-01T10:00:02Z"), 3),
         exited("b-1-0", labels("b", 1, nodes=2, submitted="2026-01-01T10:00:02Z"), None,
@@ -594,7 +595,7 @@ def test_run_records_statuses_decided_as_while_running():
 
 
 def test_run_records_keep_the_latest_submission_only():
-    records = runs.run_records({
+    records = listing.run_records({
         "h0": [exited("r-0-0", labels("r", 0, submission=0, nodes=2), 3),
                running("r-0-0b", labels("r", 0, submission=1, nodes=2))],
         "h1": [exited("r-1-0", labels("r", 1, submission=0, nodes=2), 0)],
@@ -608,8 +609,8 @@ def test_run_records_keep_the_latest_submission_only():
 
 
 def test_run_records_of_nothing():
-    assert runs.run_records({}) == []
-    assert runs.run_records({"h0": []}) == []
+    assert listing.run_records({}) == []
+    assert listing.run_records({"h0": []}) == []
 
 
 def test_busy_map_counts_alive_containers_only():

@@ -16,6 +16,7 @@ import time
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import env as plan_env
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import rankplan, wrapper
 
 RUN = {"name": "wrap", "id": "run-1", "submission": 0, "submitted_at": "2026-08-01T10:00:00Z"}
@@ -325,7 +326,7 @@ def test_ssh_files_and_sshd_for_multinode(tmp_path, shell):
     key = ssh_dir / "dstack_job"
     assert key.read_text() == KEY["private"]
     assert stat.S_IMODE(os.stat(str(key)).st_mode) == 0o600
-    expected = "Host old\n    User me\n" + rankplan.ssh_client_config(
+    expected = "Host old\n    User me\n" + plan_env.ssh_client_config(
         [placed(0, "10.1.0.2"), placed(1, "10.1.0.3")])
     assert (ssh_dir / "config").read_text() == expected
     assert (job.dstack / "ssh" / "authorized_keys").read_text() == KEY["public"]

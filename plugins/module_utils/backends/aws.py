@@ -18,16 +18,12 @@ EC2 double).
 
 from __future__ import annotations
 
-import datetime
-
 from . import aws_layout as layout
-from .errors import (
-    BackendError,
-    CapacityError,
-    instance_record,
-    launch_in_turn,
-    merged_settings,
-)
+from .aws_layout import instance_records
+from .aws_layout import volume_record  # noqa: F401  (volumes/cloud.py reads aws.volume_record)
+from .cloud_common import launch_in_turn, merged_settings
+from .errors import BackendError, CapacityError
+from .interface import CloudBackend
 
 try:
     import boto3
@@ -79,8 +75,11 @@ def _message(error):
     return str(error)
 
 
-class Aws:
-    """EC2 in the regions a fleet uses, with clients made once per region."""
+class Aws(CloudBackend):
+    """EC2 in the regions a fleet uses, with clients made once per region (the contract:
+    interface.CloudBackend)."""
+
+    name = "aws"
 
     def __init__(self, settings=None, session=None, poll=5):
         if not HAS_BOTO3:
@@ -103,7 +102,7 @@ class Aws:
         try:
             return getattr(self.ec2(region), operation)(**params)
         except (ClientError, BotoCoreError) as exc:
-            raise AwsError("%s in %s failed: %s" % (what, region, _message(exc)))
+            raise AwsError("%s in %s failed: %s" % (what, region, _message(exc))) from exc
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -121,7 +120,7 @@ class Aws:
                         found.extend((region, i) for i in reservation["Instances"])
             except (ClientError, BotoCoreError) as exc:
                 raise AwsError("listing the instances of fleet %s in %s failed: %s"
-                               % (fleet, region, _message(exc)))
+                               % (fleet, region, _message(exc))) from exc
         return found
 
     def all_fleet_instances(self, regions):
@@ -140,7 +139,7 @@ class Aws:
                             found.setdefault(fleet, []).append((region, instance))
             except (ClientError, BotoCoreError) as exc:
                 raise AwsError("listing gpufleet instances in %s failed: %s"
-                               % (region, _message(exc)))
+                               % (region, _message(exc))) from exc
         return found
 
     def type_info(self, region, instance_type):
@@ -206,7 +205,7 @@ class Aws:
                 if _code(exc).startswith("InvalidCapacityReservationId"):
                     continue
                 raise AwsError("looking up capacity reservation %s in %s failed: %s"
-                               % (reservation_id, region, _message(exc)))
+                               % (reservation_id, region, _message(exc))) from exc
             if found:
                 item = found[0]
                 return {"backend": "aws", "instance_type": item["InstanceType"],
@@ -317,9 +316,9 @@ class Aws:
             except (ClientError, BotoCoreError) as exc:
                 code = _code(exc)
                 if code in layout.CAPACITY_ERRORS or code in layout.QUOTA_ERRORS:
-                    raise CapacityError(code)
+                    raise CapacityError(code) from exc
                 raise AwsError("launching %s in %s failed: %s"
-                               % (offer["instance_type"], zone, _message(exc)))
+                               % (offer["instance_type"], zone, _message(exc))) from exc
             instances = answer["Instances"]
             # A token EC2 has seen answers with that launch again: fine when it is this one
             # (a retried call), wrong when those instances are gone (an old launch of the
@@ -355,7 +354,7 @@ class Aws:
                                                "MaxAttempts": int(RUNNING_TIMEOUT / self.poll)})
         except WaiterError as exc:
             raise AwsError("instances %s in %s did not start running: %s"
-                           % (", ".join(ids), region, exc))
+                           % (", ".join(ids), region, exc)) from exc
         answer = self._call(region, "describing the new instances", "describe_instances",
                             InstanceIds=ids)
         return [i for r in answer["Reservations"] for i in r["Instances"]]
@@ -467,7 +466,7 @@ class Aws:
             self.ec2(region).get_waiter("volume_in_use").wait(
                 VolumeIds=[volume_id], WaiterConfig={"Delay": self.poll, "MaxAttempts": 60})
         except WaiterError as exc:
-            raise AwsError("volume %s did not attach: %s" % (name, exc))
+            raise AwsError("volume %s did not attach: %s" % (name, exc)) from exc
         return [nvme, device, device.replace("/dev/sd", "/dev/xvd")]
 
     def detach_volume(self, name, region, volume):
@@ -483,7 +482,7 @@ class Aws:
                 VolumeIds=[volume["VolumeId"]],
                 WaiterConfig={"Delay": self.poll, "MaxAttempts": 60})
         except WaiterError as exc:
-            raise AwsError("volume %s did not detach: %s" % (name, exc))
+            raise AwsError("volume %s did not detach: %s" % (name, exc)) from exc
         return True
 
     # -- the backend-neutral view fleets/cloud.py works with -----------------------------------
@@ -526,7 +525,7 @@ class Aws:
                             "Delay": self.poll, "MaxAttempts": int(RUNNING_TIMEOUT / self.poll)})
                 except WaiterError as exc:
                     raise AwsError("instances %s in %s did not terminate: %s"
-                                   % (", ".join(ids), region, exc))
+                                   % (", ".join(ids), region, exc)) from exc
 
     def delete_fleet(self, fleet, regions, check_mode=False):
         """Terminate the fleet's instances, then remove what it created: Elastic IPs, the
@@ -572,62 +571,8 @@ class Aws:
         return removed
 
 
-VOLUME_STATUSES = {"creating": "submitted", "available": "active", "in-use": "active",
-                   "deleting": "terminating", "deleted": "terminated", "error": "failed"}
-
-
-def volume_record(name, region, volume):
-    """A volume record (docs/volumes.md) from a described EBS volume."""
-    tags = layout.tags_of(volume)
-    attachments = [a.get("InstanceId") for a in volume.get("Attachments") or []
-                   if a.get("State") in ("attaching", "attached")]
-    return {
-        "name": name, "backend": "aws", "region": region,
-        "availability_zone": volume.get("AvailabilityZone"),
-        "size": volume.get("Size"), "volume_id": volume["VolumeId"],
-        "status": VOLUME_STATUSES.get(volume.get("State"), volume.get("State")),
-        "external": tags.get(layout.TAG_EXTERNAL) == "true",
-        "attached_to": attachments,
-        "created": _iso(volume.get("CreateTime")),
-    }
-
-
 def _ids_by_region(placed):
     found = {}
     for region, instance in placed:
         found.setdefault(region, []).append(instance["InstanceId"])
     return found
-
-
-def _iso(value):
-    if isinstance(value, datetime.datetime):
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=datetime.timezone.utc)
-        return value.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return value
-
-
-def instance_records(placed, fleet, key_file, public_ips=True, user=layout.SSH_USER):
-    """Instance records (fleets.records) of the fleet's described instances."""
-    records = []
-    for region, instance in placed:
-        num = layout.instance_nums(instance)
-        tags = layout.tags_of(instance)
-        if tags.get(layout.TAG_FLEET) != fleet or num is None:
-            continue
-        state = instance["State"]["Name"]
-        records.append(instance_record(fleet, num, "aws", {
-            "region": region,
-            "zone": (instance.get("Placement") or {}).get("AvailabilityZone"),
-            "instance_type": instance.get("InstanceType"),
-            "instance_id": instance["InstanceId"],
-            "spot": instance.get("InstanceLifecycle") == "spot",
-            "status": layout.STATUSES.get(state, state),
-            "created": _iso(instance.get("LaunchTime")),
-            "public": instance.get("PublicIpAddress"),
-            "private": instance.get("PrivateIpAddress"),
-            "price": tags.get(layout.TAG_PRICE), "blocks": tags.get(layout.TAG_BLOCKS),
-            "placement": tags.get(layout.TAG_PLACEMENT),
-        }, key_file, user, public_ips))
-    records.sort(key=lambda r: r["num"])
-    return records

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the aws backend asks EC2 for, as plain data: no boto3, no network.
+"""What the aws backend asks EC2 for, and what EC2's answers become (instance and volume
+records), as plain data: no boto3, no network.
 
 Every request the backend makes is built here, so its exact parameters are unit-tested and the
 calls themselves (aws.py) stay thin:
@@ -19,9 +20,13 @@ of mutating calls the same for 1 or 32 instances.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import re
+
+from .cloud_common import instance_record
+from .errors import LayoutError
 
 TAG_FLEET = "gpufleet:fleet"
 TAG_NUMS = "gpufleet:nums"
@@ -58,10 +63,6 @@ CAPACITY_ERRORS = frozenset((
 QUOTA_ERRORS = frozenset(("VcpuLimitExceeded", "InstanceLimitExceeded"))
 
 ROOT_DEVICE = "/dev/sda1"
-
-
-class LayoutError(Exception):
-    """A launch that cannot be laid out (say, EFA without a subnet)."""
 
 
 def fleet_tags(fleet, config_tags=None, extra=None):
@@ -252,3 +253,59 @@ STATUSES = {
     "terminated": "terminated",
 }
 GONE = ("shutting-down", "terminated")
+
+
+# --- What EC2's answers become: volume and instance records ----------------------------------
+
+VOLUME_STATUSES = {"creating": "submitted", "available": "active", "in-use": "active",
+                   "deleting": "terminating", "deleted": "terminated", "error": "failed"}
+
+
+def volume_record(name, region, volume):
+    """A volume record (docs/volumes.md) from a described EBS volume."""
+    tags = tags_of(volume)
+    attachments = [a.get("InstanceId") for a in volume.get("Attachments") or []
+                   if a.get("State") in ("attaching", "attached")]
+    return {
+        "name": name, "backend": "aws", "region": region,
+        "availability_zone": volume.get("AvailabilityZone"),
+        "size": volume.get("Size"), "volume_id": volume["VolumeId"],
+        "status": VOLUME_STATUSES.get(volume.get("State"), volume.get("State")),
+        "external": tags.get(TAG_EXTERNAL) == "true",
+        "attached_to": attachments,
+        "created": _iso(volume.get("CreateTime")),
+    }
+
+
+def _iso(value):
+    if isinstance(value, datetime.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=datetime.timezone.utc)
+        return value.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return value
+
+
+def instance_records(placed, fleet, key_file, public_ips=True, user=SSH_USER):
+    """Instance records (fleets.records) of the fleet's described instances."""
+    records = []
+    for region, instance in placed:
+        num = instance_nums(instance)
+        tags = tags_of(instance)
+        if tags.get(TAG_FLEET) != fleet or num is None:
+            continue
+        state = instance["State"]["Name"]
+        records.append(instance_record(fleet, num, "aws", {
+            "region": region,
+            "zone": (instance.get("Placement") or {}).get("AvailabilityZone"),
+            "instance_type": instance.get("InstanceType"),
+            "instance_id": instance["InstanceId"],
+            "spot": instance.get("InstanceLifecycle") == "spot",
+            "status": STATUSES.get(state, state),
+            "created": _iso(instance.get("LaunchTime")),
+            "public": instance.get("PublicIpAddress"),
+            "private": instance.get("PrivateIpAddress"),
+            "price": tags.get(TAG_PRICE), "blocks": tags.get(TAG_BLOCKS),
+            "placement": tags.get(TAG_PLACEMENT),
+        }, key_file, user, public_ips))
+    records.sort(key=lambda r: r["num"])
+    return records

@@ -14,8 +14,10 @@ import os
 import shutil
 import subprocess
 
+from ..core.errors import GpufleetError
 
-class DockerError(Exception):
+
+class DockerError(GpufleetError):
     """The engine is missing, not running, or refused a command; the message says what to do."""
 
 

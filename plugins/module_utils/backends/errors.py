@@ -1,17 +1,26 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Errors every cloud backend raises, so that fleets/cloud.py handles them alike, and the
-launch loop they share: offers cheapest first, each zone in turn, until every instance is
-launched."""
+"""The errors the backends raise, so that the fleets, volumes and tasks that call them handle
+every backend alike. Each derives from core.errors.GpufleetError.
+
+The local backend's own errors (DockerError in docker.py, BuildError and FleetError in
+local.py) stay beside the code that raises them; the helpers the cloud backends share are in
+cloud_common.py.
+"""
 
 from __future__ import annotations
 
-from ..spec.naming import instance_name
+from ..core.errors import GpufleetError
 
 
-class BackendError(Exception):
+class BackendError(GpufleetError):
     """A cloud call or a setting that failed; the message says what and what to do."""
+
+
+class UnsupportedBackend(BackendError):
+    """No backend that gpufleet provisions is named in a fleet's ``backends``
+    (backends.base.select), or a client was asked for a backend that has none."""
 
 
 class NoCapacity(BackendError):
@@ -22,7 +31,7 @@ class NoCapacity(BackendError):
         self.attempts = attempts
 
 
-class CapacityError(Exception):
+class CapacityError(GpufleetError):
     """One launch found no capacity (or quota) in its zone; ``code`` is the cloud's word."""
 
     def __init__(self, code):
@@ -30,80 +39,6 @@ class CapacityError(Exception):
         self.code = code
 
 
-def launch_in_turn(fleet, nums, offers, launch, number):
-    """Launch instances numbered ``nums`` from the first offers and zones that have capacity.
-
-    ``launch(missing, offer, zone)`` makes one call for the numbers still missing and returns
-    the instances it made (raising CapacityError when the zone has none); ``number(item)`` is
-    an instance's number. Raises NoCapacity, naming every attempt, when numbers remain.
-    """
-    missing = list(nums)
-    launched = []
-    attempts = []
-    for offer in offers:
-        for zone in offer["zones"]:
-            if not missing:
-                return launched
-            try:
-                made = launch(list(missing), offer, zone)
-            except CapacityError as exc:
-                attempts.append({"instance_type": offer["instance_type"],
-                                 "region": offer["region"], "zone": zone,
-                                 "spot": offer["spot"], "error": exc.code})
-                continue
-            for item in made:
-                num = number(item)
-                if num in missing:
-                    missing.remove(num)
-                launched.append(item)
-    if missing:
-        raise no_capacity(fleet, len(missing), attempts)
-    return launched
-
-
-def merged_settings(backend, defaults, settings, error):
-    """A backend's settings over its defaults; ``error`` (the backend's error class) names an
-    unknown key with the known ones. None leaves a default as it is."""
-    merged = dict(defaults)
-    for key, value in (settings or {}).items():
-        if key not in defaults:
-            raise error("%s settings: unknown key %s (known: %s)"
-                        % (backend, key, ", ".join(sorted(defaults))))
-        if value is not None:
-            merged[key] = value
-    return merged
-
-
-def instance_record(fleet, num, backend, found, key_file, user, public_ips=True):
-    """The instance record (fleets.records) of one cloud instance. ``found`` has what the
-    backend read off it: region, zone, instance_type, instance_id, spot, status, created,
-    public and private addresses, and the price and blocks text it stored at launch."""
-    try:
-        price = float(found.get("price"))
-    except (TypeError, ValueError):
-        price = None
-    try:
-        blocks = int(found.get("blocks") or 1)
-    except ValueError:
-        blocks = 1
-    public, private = found.get("public"), found.get("private")
-    return {
-        "name": instance_name(fleet, num), "num": num, "fleet": fleet, "backend": backend,
-        "region": found["region"], "zone": found.get("zone"),
-        "instance_type": found.get("instance_type"), "instance_id": found.get("instance_id"),
-        "price": price, "spot": bool(found.get("spot")), "status": found["status"],
-        "error": None, "created": found.get("created"),
-        "hostname": public if public_ips and public else private, "port": 22, "user": user,
-        "identity_file": key_file, "proxy_jump": None, "internal_ip": private,
-        "network": None, "blocks": blocks, "placement": found.get("placement") or "any",
-    }
-
-
-def no_capacity(fleet, missing, attempts):
-    """The NoCapacity of a launch that left ``missing`` instances, naming the attempts."""
-    return NoCapacity(
-        "fleet %s: no capacity for %d instance(s) in %d offer(s) tried: %s"
-        % (fleet, missing, len(attempts), "; ".join(
-            "%s %s%s in %s (%s)" % (a["instance_type"], "spot " if a["spot"] else "",
-                                    a["region"], a["zone"], a["error"])
-            for a in attempts[:10]) or "none matched"), attempts)
+class LayoutError(GpufleetError):
+    """A launch that cannot be laid out as asked (say, EFA without a subnet, or too few RoCE
+    subnets); the message says what to set. Raised by aws_layout.py and gcp_layout.py."""

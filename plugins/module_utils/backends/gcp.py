@@ -19,13 +19,9 @@ import time
 
 from ..spec.naming import instance_name
 from . import gcp_layout as layout
-from .errors import (
-    BackendError,
-    CapacityError,
-    instance_record,
-    launch_in_turn,
-    merged_settings,
-)
+from .cloud_common import instance_record, launch_in_turn, merged_settings
+from .errors import BackendError, CapacityError
+from .interface import CloudBackend
 
 try:
     import google.auth
@@ -119,11 +115,13 @@ def _credentials(environ):
     except (GoogleAuthError, OSError, ValueError) as exc:
         raise GcpError("no Google Cloud credentials: %s. Set GOOGLE_APPLICATION_CREDENTIALS to "
                        "a service-account key file (AWX: a Google Compute Engine credential)"
-                       % (("%s: %s" % (path, exc)) if path else exc))
+                       % (("%s: %s" % (path, exc)) if path else exc)) from exc
 
 
-class Gcp:
-    """Compute Engine for one project."""
+class Gcp(CloudBackend):
+    """Compute Engine for one project (the contract: interface.CloudBackend)."""
+
+    name = "gcp"
 
     def __init__(self, settings=None, session=None, poll=2):
         if not HAS_GOOGLE_AUTH:
@@ -150,7 +148,7 @@ class Gcp:
         try:
             response = self.session.request(method, url, json=body, params=params, timeout=120)
         except Exception as exc:  # pylint: disable=broad-exception-caught
-            raise GcpError("%s failed: %s" % (what, exc))
+            raise GcpError("%s failed: %s" % (what, exc)) from exc
         if response.status_code == 404 and missing_ok:
             return None
         try:
@@ -189,7 +187,7 @@ class Gcp:
         try:
             return self._wait(self._request(method, path, what, body, params), what)
         except CapacityError as exc:
-            raise GcpError("%s failed: %s" % (what, exc.code))
+            raise GcpError("%s failed: %s" % (what, exc.code)) from exc
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -324,7 +322,7 @@ class Gcp:
             interfaces = layout.network_interfaces(machine_type, self.project, region, main,
                                                    extras, roce, bool(self.settings["public_ips"]))
         except layout.LayoutError as exc:
-            raise GcpError(str(exc))
+            raise GcpError(str(exc)) from exc
         self.ensure_firewall(fleet, [main["network"]] + [e["network"] for e in extras])
         policy = None
         if config.get("placement") == "cluster" and not config.get("reservation"):

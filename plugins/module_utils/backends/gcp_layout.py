@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 import uuid
 
+from .errors import LayoutError
+
 LABEL_FLEET = "gpufleet-fleet"
 LABEL_PLACEMENT = "gpufleet-placement"
 LABEL_CREATED_BY = "gpufleet-created-by"
@@ -53,10 +55,6 @@ CAPACITY_ERRORS = frozenset((
     "RESOURCE_NOT_FOUND_IN_ZONE",
     "UNSUPPORTED_OPERATION",
 ))
-
-
-class LayoutError(Exception):
-    """A launch that cannot be laid out as asked; the message says what to set."""
 
 
 def label_value(value):

@@ -8,6 +8,10 @@ reached by real SSH as the user ``gpufleet`` (passwordless sudo) with the fleet'
 image is built here without any registry: ``debootstrap`` makes a Debian root filesystem, which
 is imported with ``docker import``. The image tag is a digest of the recipe below, so a changed
 recipe builds a new image and an unchanged one is reused.
+
+``Local(docker)`` is the backend's client (interface.Backend, as aws.Aws and gcp.Gcp are):
+fleets/apply.py converges a local fleet through it. It wraps the functions below, which the
+inventory plugin, the node image module and the tests also call directly.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import shutil
 import subprocess
 import tempfile
 
+from ..core.errors import GpufleetError
 from ..spec.naming import instance_name
 from .docker import DockerError
+from .interface import Backend
 
 IMAGE_REPOSITORY = "gpufleet/node"
 LABEL_PREFIX = "gpufleet."
@@ -91,7 +97,7 @@ def image_ref():
     return "%s:%s" % (IMAGE_REPOSITORY, recipe_digest()[:12])
 
 
-class BuildError(Exception):
+class BuildError(GpufleetError):
     """Building the node image failed; the message says what to install or fix."""
 
 
@@ -130,7 +136,7 @@ def build_rootfs_image(docker, ref, what, packages, install, changes, labels,
         install(rootfs)
         docker.import_rootfs(rootfs, ref, changes=changes, labels=labels)
     except DockerError as exc:
-        raise BuildError(str(exc))
+        raise BuildError(str(exc)) from exc
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -249,7 +255,7 @@ SPEC_KEYS = ("nodes", "placement", "blocks", "backends", "resources", "spot_poli
 NODE_SSH_PORT = 22
 
 
-class FleetError(Exception):
+class FleetError(GpufleetError):
     """A local fleet cannot be changed as asked; the message says why and what to do."""
 
 
@@ -477,3 +483,63 @@ def remove_fleet(docker, fleet, check_mode=False):
         for network in networks:
             docker.run("network", "rm", network)
     return {"containers": containers, "volumes": volumes, "networks": networks}
+
+
+class Local(Backend):
+    """The local backend's client: the nodes of fleets on one Docker engine (``docker``, a
+    docker.Docker). A raw instance is a node as list_nodes describes it."""
+
+    name = "local"
+
+    def __init__(self, docker):
+        self.docker = docker
+
+    def fleet_instances(self, fleet, regions=None):
+        return list_nodes(self.docker, fleet)
+
+    def all_fleet_instances(self, regions=None):
+        found = {}
+        for node in list_nodes(self.docker):
+            fleet = node["labels"].get(FLEET_LABEL)
+            if fleet:
+                found.setdefault(fleet, []).append(node)
+        return found
+
+    @staticmethod
+    def view(placed):
+        """A node's number, its engine state (exited nodes are started again) and placement."""
+        return {"num": node_num(placed), "state": placed["state"],
+                "placement": placed["labels"].get(PLACEMENT_LABEL) or "any"}
+
+    def records(self, placed, fleet, key_file, blocks=1):
+        """As Backend.records; a node does not carry ``blocks``, so the caller passes the
+        fleet's (from its file, or from spec_from_nodes)."""
+        return instance_records(placed, fleet, blocks, key_file)
+
+    @staticmethod
+    def check(config, name):
+        """Refuse a fleet that local nodes cannot be (check_local_fleet)."""
+        check_local_fleet(config, name)
+
+    def create(self, fleet, nums, placement, image, public_key, created, spec=None):
+        """Create and start the nodes numbered ``nums`` from ``image``; the first tells
+        whether the engine allows --privileged, and the others start the way it did."""
+        privileged = None
+        for num in nums:
+            privileged = start_node(self.docker, fleet, num, placement, image, public_key,
+                                    created, privileged, spec=spec)
+
+    def start(self, placed):
+        for node in placed:
+            self.docker.run("start", node["name"])
+
+    def terminate(self, placed):
+        """Remove each node with its volume, and its network unless the fleet is a cluster
+        (whose nodes share one network, removed with the fleet)."""
+        for node in placed:
+            view = self.view(node)
+            remove_node(self.docker, node["labels"].get(FLEET_LABEL), view["num"],
+                        view["placement"])
+
+    def delete_fleet(self, fleet, regions=None, check_mode=False):
+        return remove_fleet(self.docker, fleet, check_mode=check_mode)

@@ -4,7 +4,9 @@
 """Applying and deleting a fleet: from a normalized config to live instances.
 
 SSH fleets are not provisioned: their instances come straight from ``ssh_config`` and the hosts
-are checked and claimed by the play that follows. Backend fleets are converged here.
+are checked and claimed by the play that follows. Backend fleets are converged here, by the
+backend backends/base.py's ``select`` picks: cloud fleets through cloud.py, local fleets
+through the local backend's client (backends/local.py ``Local``).
 """
 
 from __future__ import annotations
@@ -12,17 +14,17 @@ from __future__ import annotations
 import datetime
 import os
 
-from ..backends import local
+from ..backends import base, local
+from ..backends.errors import BackendError
+from ..core.errors import GpufleetError
 from ..offers import catalog
 from . import cloud, state
 from ..spec.naming import fleet_name, instance_name
 from .plan import has_changes, plan_backend
 from .records import fleet_record, ssh_instances
 
-AVAILABLE_BACKENDS = ("local",) + cloud.CLOUD_BACKENDS
 
-
-class ApplyError(Exception):
+class ApplyError(GpufleetError):
     """The fleet cannot be applied as written; the message says why and what to do."""
 
 
@@ -30,21 +32,12 @@ def utcnow():
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def choose_backend(config, name):
-    """The backend that provisions a backend fleet: ``local`` unless ``backends`` rules it out
-    (local nodes cost nothing, so a list with ``local`` gets it, as the cheapest offer), else
-    the first cloud backend listed that gpufleet provisions."""
-    wanted = config.get("backends")
-    if not wanted or "local" in wanted:
-        return "local"
-    for backend in wanted:
-        if backend in AVAILABLE_BACKENDS:
-            return backend
-    raise ApplyError(
-        "fleet %s: backends %s cannot provision nodes in this version of gpufleet (available: "
-        "%s): add local to backends, or describe existing hosts with ssh_config"
-        % (name, ", ".join(wanted), ", ".join(AVAILABLE_BACKENDS))
-    )
+def _backend(config, name):
+    """The backend of a backend fleet (backends.base.select), its refusal as an ApplyError."""
+    try:
+        return base.select(config, name)
+    except BackendError as exc:
+        raise ApplyError(str(exc)) from exc
 
 
 def _set_instances(record, instances):
@@ -67,19 +60,20 @@ def describe(config, path=None, docker=None, root=None, settings=None):
         base_dir = os.path.dirname(os.path.abspath(path)) if path else None
         record["instances"] = ssh_instances(config, name, base_dir)
         return record
-    if choose_backend(config, name) in cloud.CLOUD_BACKENDS:
+    backend = _backend(config, name)
+    if backend in base.CLOUD_BACKENDS:
         try:
             instances = cloud.describe(config, name, state.key_path(root, name), settings,
                                        catalog_dir=catalog.directory(root))
         except cloud.CloudError as exc:
-            raise ApplyError(str(exc))
+            raise ApplyError(str(exc)) from exc
         _set_instances(record, instances)
         if not instances:
             record["status"] = "terminated"
         return record
-    nodes = local.list_nodes(docker, name)
-    _set_instances(record, local.instance_records(
-        nodes, name, config.get("blocks", 1), state.key_path(root, name)
+    nodes = base.client(backend, docker=docker)
+    _set_instances(record, nodes.records(
+        nodes.fleet_instances(name), name, state.key_path(root, name), config.get("blocks", 1)
     ))
     if not record["instances"]:
         record["status"] = "terminated"
@@ -95,24 +89,20 @@ def discover(docker, root=None, settings=None):
     try:
         held = cloud.discover(settings, root, catalog.directory(root))
     except cloud.CloudError as exc:
-        raise ApplyError(str(exc))
+        raise ApplyError(str(exc)) from exc
     for backend, name, placement, instances in held:
         config = {"fleet_type": "backend", "ssh_config": None, "backends": [backend],
                   "placement": placement}
         found.append(_set_instances(fleet_record(config, name), instances))
     if docker is None:
         return found
-    nodes = local.list_nodes(docker)
-    by_fleet = {}
-    for node in nodes:
-        name = node["labels"].get(local.FLEET_LABEL)
-        if name:
-            by_fleet.setdefault(name, []).append(node)
+    nodes = base.client("local", docker=docker)
+    by_fleet = nodes.all_fleet_instances()
     for name in sorted(by_fleet):
         spec = local.spec_from_nodes(by_fleet[name]) or {}
         config = dict(spec, fleet_type="backend", ssh_config=None)
-        found.append(_set_instances(fleet_record(config, name), local.instance_records(
-            by_fleet[name], name, spec.get("blocks", 1), state.key_path(root, name)
+        found.append(_set_instances(fleet_record(config, name), nodes.records(
+            by_fleet[name], name, state.key_path(root, name), spec.get("blocks", 1)
         )))
     return found
 
@@ -134,14 +124,14 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
         record = describe(config, path, docker, root)
         record["plan"] = None  # hosts are claimed by the play, which knows their markers
         return record, False
-    backend = choose_backend(config, name)
-    if backend in cloud.CLOUD_BACKENDS:
+    backend = _backend(config, name)
+    if backend in base.CLOUD_BACKENDS:
         try:
             instances, plan, changed, offers = cloud.apply(
                 config, name, root, settings, check_mode=check_mode,
                 catalog_dir=catalog.directory(root))
         except cloud.CloudError as exc:
-            raise ApplyError(str(exc))
+            raise ApplyError(str(exc)) from exc
         record = _set_instances(fleet_record(config, name, path), instances)
         record["plan"] = plan
         # The cheapest offers, for the plan's offers table (dstack shows three).
@@ -149,12 +139,13 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
         record["offers_total"] = len(offers)
         record["offers_max_price"] = max([o["price"] for o in offers]) if offers else None
         return record, changed
-    if backend == "local":
-        local.check_local_fleet(config, name)
-    nodes = local.list_nodes(docker, name)
+    client = base.client(backend, docker=docker)
+    client.check(config, name)
+    nodes = client.fleet_instances(name)
+    views = [(node, client.view(node)) for node in nodes]
     placement = config.get("placement") or "any"
     if nodes:
-        current = set(n["labels"].get(local.PLACEMENT_LABEL) or "any" for n in nodes)
+        current = set(view["placement"] for _node, view in views)
         if current != set([placement]):
             raise ApplyError(
                 "fleet %s exists with placement %s; the file says %s. Changing placement "
@@ -162,8 +153,9 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
                 "playbooks/delete.yml) and apply again"
                 % (name, ", ".join(sorted(current)), placement)
             )
-    existing = [{"num": local.node_num(n), "state": n["state"]} for n in nodes
-                if local.node_num(n) is not None]
+    by_num = dict((view["num"], node) for node, view in views if view["num"] is not None)
+    existing = [{"num": view["num"], "state": view["state"]} for _node, view in views
+                if view["num"] is not None]
     nums = plan_backend(config["nodes"], existing)
     plan = {
         "create": _names(name, nums["create"]),
@@ -175,23 +167,16 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
     changed = has_changes(plan)
     key_file = state.key_path(root, name)
     if changed and not check_mode:
-        by_num = dict((local.node_num(n), n) for n in nodes)
-        for num in nums["remove"]:
-            local.remove_node(docker, name, num, placement)
-        for num in nums["start"]:
-            docker.run("start", by_num[num]["name"])
+        # A node's placement label is the file's here (a change was refused above).
+        client.terminate([by_num[num] for num in nums["remove"]])
+        client.start([by_num[num] for num in nums["start"]])
         if nums["create"]:
             image = image or build_image(False)
             key_file, public_key, _made = state.ensure_key(root, name)
-            created = utcnow()
-            privileged = None
-            for num in nums["create"]:
-                privileged = local.start_node(
-                    docker, name, num, placement, image, public_key, created, privileged,
-                    spec=local.spec_label(config),
-                )
-        nodes = local.list_nodes(docker, name)
-    instances = local.instance_records(nodes, name, config.get("blocks", 1), key_file)
+            client.create(name, nums["create"], placement, image, public_key, utcnow(),
+                          spec=local.spec_label(config))
+        nodes = client.fleet_instances(name)
+    instances = client.records(nodes, name, key_file, config.get("blocks", 1))
     if check_mode:
         # What would be created, without an address yet.
         instances += [{
@@ -212,18 +197,17 @@ def remove_instances(config, nums, path=None, docker=None, root=None, settings=N
     """Remove a backend fleet's instances numbered ``nums`` (reconcile.py's idle ones)."""
     root = state.state_dir(root)
     name = fleet_name(config, path)
-    if choose_backend(config, name) in cloud.CLOUD_BACKENDS:
+    backend = _backend(config, name)
+    if backend in base.CLOUD_BACKENDS:
         try:
             return cloud.remove(config, name, nums, settings,
                                 catalog_dir=catalog.directory(root))
         except cloud.CloudError as exc:
-            raise ApplyError(str(exc))
-    placement = config.get("placement") or "any"
-    present = set(local.node_num(n) for n in local.list_nodes(docker, name))
-    for num in nums:
-        if num in present:
-            local.remove_node(docker, name, num, placement)
-    return len(present & set(nums))
+            raise ApplyError(str(exc)) from exc
+    client = base.client(backend, docker=docker)
+    chosen = [node for node in client.fleet_instances(name) if client.view(node)["num"] in nums]
+    client.terminate(chosen)
+    return len(chosen)
 
 
 def delete(config, path=None, docker=None, root=None, check_mode=False, settings=None):
@@ -236,14 +220,15 @@ def delete(config, path=None, docker=None, root=None, check_mode=False, settings
     record = describe(config, path, docker, root) if config["fleet_type"] == "ssh" else \
         fleet_record(config, name, path)
     removed = {"containers": [], "volumes": [], "networks": []}
-    if config["fleet_type"] != "ssh" and choose_backend(config, name) in cloud.CLOUD_BACKENDS:
+    backend = _backend(config, name) if config["fleet_type"] != "ssh" else None
+    if backend in base.CLOUD_BACKENDS:
         try:
             removed, _changed = cloud.delete(config, name, settings, check_mode=check_mode,
                                              catalog_dir=catalog.directory(root))
         except cloud.CloudError as exc:
-            raise ApplyError(str(exc))
-    elif config["fleet_type"] != "ssh":
-        removed = local.remove_fleet(docker, name, check_mode=check_mode)
+            raise ApplyError(str(exc)) from exc
+    elif backend is not None:
+        removed = base.client(backend, docker=docker).delete_fleet(name, check_mode=check_mode)
     files = state.remove_fleet_dir(root, name, check_mode=check_mode)
     changed = bool(files or any(removed.values()))
     record["status"] = "terminated"

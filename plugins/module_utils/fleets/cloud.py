@@ -1,53 +1,57 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Backend fleets in the clouds: from a normalized config to live EC2 instances.
+"""Backend fleets in the clouds: from a normalized config to live EC2 or Compute Engine
+instances.
 
-apply.py hands fleets whose ``backends`` name a cloud backend here. The instances are planned
-as local nodes are (plan.py: the lowest free numbers up to ``nodes.target``, stopped ones
-started, only those above ``nodes.max`` removed); new ones are launched from the fleet's
-offers, cheapest first (offers/select.py). A cluster stays in the zone, instance type and
-placement group of the instances it has. When no offer has capacity, the fleet's ``retry``
-policy decides: with ``no-capacity`` among its events, the launch is tried again after
-growing waits (``retry_delays`` in the backend settings) until ``retry.duration`` runs out.
+apply.py hands here the fleets whose backend (backends/base.py's ``select``) is a cloud one.
+The instances are planned as local nodes are (plan.py: the lowest free numbers up to
+``nodes.target``, stopped ones started, only those above ``nodes.max`` removed); new ones are
+launched from the fleet's offers, cheapest first (offers/select.py). A cluster stays in the
+zone, instance type and placement group of the instances it has. When no offer has capacity,
+the fleet's ``retry`` policy decides: with ``no-capacity`` among its events, the launch is
+tried again after growing waits (``retry_delays`` in the backend settings) until
+``retry.duration`` runs out.
 """
 
 from __future__ import annotations
 
 import time
 
-from ..backends import aws as aws_backend
-from ..backends import gcp as gcp_backend
+from ..backends import base
 from ..backends.errors import BackendError, NoCapacity
+from ..core.errors import GpufleetError
 from ..offers import catalog
 from ..offers.select import OfferError, disk_gb, no_offers_message, select
 from . import state
 from ..spec.naming import instance_name
 from .plan import has_changes, plan_backend
 
-CLOUD_BACKENDS = ("aws", "gcp")
-CLIENTS = {"aws": aws_backend.Aws, "gcp": gcp_backend.Gcp}
 DEFAULT_RETRY_DELAYS = (60, 120, 300, 600, 1800)
 
 
-class CloudError(Exception):
+class CloudError(GpufleetError):
     """The fleet cannot be provisioned as written or right now; the message says why."""
 
 
-def cloud_backend(config):
-    """The cloud backend a fleet's ``backends`` names first, or None."""
-    for backend in config.get("backends") or ():
-        if backend in CLOUD_BACKENDS:
-            return backend
-    return None
+def _backend(config, name):
+    """The cloud backend that provisions the fleet: backends.base.select's choice, which for
+    a fleet handed here is one of base.CLOUD_BACKENDS."""
+    try:
+        backend = base.select(config, name)
+    except BackendError as exc:
+        raise CloudError(str(exc)) from exc
+    if backend not in base.CLOUD_BACKENDS:
+        raise CloudError("fleet %s: its backends (%s) make it a %s fleet, not a cloud one"
+                         % (name, ", ".join(config.get("backends") or ()), backend))
+    return backend
 
 
 def _settings(settings, backend):
-    section = (settings or {}).get(backend) or {}
-    if not isinstance(section, dict):
-        raise CloudError("backend settings: %s must be a mapping, got %s"
-                         % (backend, type(section).__name__))
-    return section
+    try:
+        return base.settings_section(settings, backend)
+    except BackendError as exc:
+        raise CloudError(str(exc)) from exc
 
 
 def regions(config, settings, backend="aws", catalog_dir=None):
@@ -65,31 +69,23 @@ def regions(config, settings, backend="aws", catalog_dir=None):
     return chosen
 
 
-def backend_client(backend, settings):
-    """The client of a cloud backend (backends/aws.py, gcp.py) made with its section of the
-    backend settings; BackendError when it cannot be made (no credentials, bad settings)."""
-    section = dict(_settings(settings, backend))
-    section.pop("retry_delays", None)   # read here, by the retry policy, not by the client
-    return CLIENTS[backend](section)
-
-
 def _client(settings, backend, client):
     if client is not None:
         return client
     try:
-        return backend_client(backend, settings)
+        return base.client(backend, settings)
     except BackendError as exc:
-        raise CloudError(str(exc))
+        raise CloudError(str(exc)) from exc
 
 
 def describe(config, name, key_file, settings, client=None, catalog_dir=None):
     """The fleet's instance records as the cloud has them."""
-    backend = cloud_backend(config)
+    backend = _backend(config, name)
     client = _client(settings, backend, client)
     try:
         placed = client.fleet_instances(name, regions(config, settings, backend, catalog_dir))
     except BackendError as exc:
-        raise CloudError(str(exc))
+        raise CloudError(str(exc)) from exc
     return client.records(placed, name, key_file)
 
 
@@ -98,7 +94,7 @@ def _offers(config, name, backend, catalog_dir, alive, region_list, reservation=
     try:
         found = select(config, {backend: data}, reservation)
     except OfferError as exc:
-        raise CloudError("fleet %s: %s" % (name, exc))
+        raise CloudError("fleet %s: %s" % (name, exc)) from exc
     offers = [o for o in found["offers"] if o["region"] in region_list]
     if config.get("placement") == "cluster" and alive:
         # New nodes of a cluster join the instances it has: same zone, same instance type.
@@ -145,24 +141,24 @@ def _launch(client, config, name, nums, offers, public_key, disk, delays, sleep)
                 raise CloudError("%s%s" % (exc, "; gave up after %d retries (retry.duration)"
                                            % attempt if attempt else
                                            "; the fleet's retry policy does not retry "
-                                           "no-capacity, so nothing was retried"))
+                                           "no-capacity, so nothing was retried")) from exc
             sleep(delays[attempt])
             attempt += 1
         except BackendError as exc:
-            raise CloudError(str(exc))
+            raise CloudError(str(exc)) from exc
 
 
 def apply(config, name, root, settings, check_mode=False, client=None, catalog_dir=None,
           sleep=time.sleep):
     """Converge a cloud fleet. Returns ``(instances, plan, changed, offers)``: ``offers`` are
     those new instances were (in check mode: would be) launched from, cheapest first."""
-    backend = cloud_backend(config)
+    backend = _backend(config, name)
     client = _client(settings, backend, client)
     region_list = regions(config, settings, backend, catalog_dir)
     try:
         placed = client.fleet_instances(name, region_list)
     except BackendError as exc:
-        raise CloudError(str(exc))
+        raise CloudError(str(exc)) from exc
     placement = config.get("placement") or "any"
     views = [(item, client.view(item)) for item in placed]
     current = set(view["placement"] for _item, view in views)
@@ -193,7 +189,7 @@ def apply(config, name, root, settings, check_mode=False, client=None, catalog_d
             try:
                 reserved = client.reservation(config["reservation"], region_list)
             except BackendError as exc:
-                raise CloudError("fleet %s: %s" % (name, exc))
+                raise CloudError("fleet %s: %s" % (name, exc)) from exc
             config = dict(config, capacity_block=reserved.get("capacity_block"))
         offers = _offers(config, name, backend, catalog_dir, alive, region_list, reserved)
     if changed and not check_mode:
@@ -203,7 +199,7 @@ def apply(config, name, root, settings, check_mode=False, client=None, catalog_d
             if nums["start"]:
                 client.start([by_num[n][0] for n in nums["start"]])
         except BackendError as exc:
-            raise CloudError(str(exc))
+            raise CloudError(str(exc)) from exc
         if nums["create"]:
             key_file, public_key, _made = state.ensure_key(root, name)
             disk = disk_gb(config, backend)
@@ -214,7 +210,7 @@ def apply(config, name, root, settings, check_mode=False, client=None, catalog_d
             placed = client.wait_running([p for p in placed
                                           if client.view(p)["state"] == "running"])
         except BackendError as exc:
-            raise CloudError(str(exc))
+            raise CloudError(str(exc)) from exc
     instances = client.records(placed, name, key_file)
     if check_mode and nums["create"]:
         first = offers[0]
@@ -237,14 +233,14 @@ def discover(settings, root, catalog_dir=None):
     ``[(backend, fleet name, placement, instance records)]``. Only backends with a section in
     the settings are asked."""
     found = []
-    for backend in CLOUD_BACKENDS:
+    for backend in base.CLOUD_BACKENDS:
         if backend not in (settings or {}):
             continue
         try:
-            client = backend_client(backend, settings)
+            client = base.client(backend, settings)
             held = client.all_fleet_instances(regions({}, settings, backend, catalog_dir))
         except BackendError as exc:
-            raise CloudError(str(exc))
+            raise CloudError(str(exc)) from exc
         for name in sorted(held):
             placement = client.view(held[name][0])["placement"]
             found.append((backend, name, placement,
@@ -254,7 +250,7 @@ def discover(settings, root, catalog_dir=None):
 
 def remove(config, name, nums, settings, client=None, catalog_dir=None):
     """Terminate the fleet's instances numbered ``nums``."""
-    backend = cloud_backend(config)
+    backend = _backend(config, name)
     client = _client(settings, backend, client)
     try:
         placed = client.fleet_instances(name, regions(config, settings, backend, catalog_dir))
@@ -262,17 +258,17 @@ def remove(config, name, nums, settings, client=None, catalog_dir=None):
         if chosen:
             client.terminate(chosen)
     except BackendError as exc:
-        raise CloudError(str(exc))
+        raise CloudError(str(exc)) from exc
     return len(chosen)
 
 
 def delete(config, name, settings, check_mode=False, client=None, catalog_dir=None):
     """Remove the fleet's instances and what it created. Returns (removed, changed)."""
-    backend = cloud_backend(config)
+    backend = _backend(config, name)
     client = _client(settings, backend, client)
     try:
         removed = client.delete_fleet(name, regions(config, settings, backend, catalog_dir),
                                       check_mode=check_mode)
     except BackendError as exc:
-        raise CloudError(str(exc))
+        raise CloudError(str(exc)) from exc
     return removed, any(removed.values())

@@ -22,6 +22,8 @@ import os
 import tempfile
 import time
 
+from ..core.errors import GpufleetError
+
 FORMAT = 1
 DEFAULT_PATH = "/etc/gpufleet/fleet.json"
 DIR_MODE = 0o755
@@ -34,7 +36,7 @@ STATES = (PRESENT, ABSENT)
 CLAIM_FIELDS = ("instance", "hosts", "controller")
 
 
-class MarkerError(Exception):
+class MarkerError(GpufleetError):
     """A marker that cannot be read or written, a host another fleet owns, or bad options.
 
     The message is complete and fit to show to a user as it is.

@@ -8,7 +8,10 @@ An instance record is what every part of gpufleet says about one host of a fleet
     name, num, fleet, backend, region, instance_type, price, spot, status, error, created,
     hostname, port, user, identity_file, proxy_jump, internal_ip, network, blocks, placement
 
-``hostvars()`` turns it into the variables a play needs to reach and use the host.
+``hostvars()`` turns it into the variables a play needs to reach and use the host, and
+``host_entry()`` into a whole host (name, groups, variables): the one builder behind both the
+inventory plugin and the fleet module's ``hosts`` return, so a host has the same variables
+whichever way it reaches a play.
 """
 
 from __future__ import annotations
@@ -193,16 +196,34 @@ def groups(record, gpu_vendor=None):
     return names
 
 
+def host_entry(record, root=None, gpu_vendor=None, facts=None):
+    """One instance as a host: ``{"name", "groups", "vars"}``.
+
+    The inventory plugin adds its hosts from these, and the fleet module returns them for
+    ``ansible.builtin.add_host``, which takes ``vars`` whole. ``gpu_vendor`` is the vendor the
+    fleet's resources ask for. ``facts`` are the host's cached facts, if any: they become
+    ``gpufleet_host`` and their GPU vendor, when they name one, picks the ``gpu_<vendor>`` group.
+    Variables with no value to give (a key file, the Python interpreter) are left out, not null.
+    """
+    variables = hostvars(record, root)
+    if facts is not None:
+        variables["gpufleet_host"] = facts
+        gpu_vendor = (facts.get("gpu") or {}).get("vendor") or gpu_vendor
+    return {"name": record["name"], "groups": groups(record, gpu_vendor), "vars": variables}
+
+
 def host_entries(fleet, root=None):
-    """``{name, groups, vars}`` for each instance of a fleet record that has an address: what
-    ``ansible.builtin.add_host`` needs, the same groups and variables the inventory plugin gives
-    (without cached facts)."""
+    """``host_entry`` for each instance of a fleet record that has an address, without cached
+    facts (a play measures its hosts afresh)."""
     vendor = spec_gpu_vendor(fleet)
-    return [
-        {"name": i["name"], "groups": groups(i, vendor), "vars": hostvars(i, root)}
-        for i in fleet["instances"]
-        if i.get("hostname")
-    ]
+    return [host_entry(i, root, vendor) for i in fleet["instances"] if i.get("hostname")]
+
+
+def ready_facts(fleet):
+    """``{instance name: resources}`` for the instances of a fleet record that are ready (status
+    ``idle``) and were measured: what the facts cache keeps (``state.write_facts``)."""
+    return dict((i["name"], i["resources"]) for i in fleet.get("instances") or []
+                if i.get("status") == "idle" and i.get("resources"))
 
 
 def spec_gpu_vendor(config):

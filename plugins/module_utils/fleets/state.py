@@ -19,7 +19,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
+import tempfile
+
+from ..core.errors import GpufleetError
 
 try:
     import yaml
@@ -28,10 +32,13 @@ except ImportError:  # pragma: no cover - ansible-core needs PyYAML
 
 BACKEND_SETTINGS = "backends.yml"
 
+# The facts cache is the owner's alone: it describes the hosts (addresses, devices).
+FACTS_MODE = 0o600
+
 ENV = "GPUFLEET_STATE_DIR"
 
 
-class StateError(Exception):
+class StateError(GpufleetError):
     """The state dir cannot be used; the message names the path and what to do."""
 
 
@@ -123,7 +130,7 @@ def backend_settings(root, given=None):
         with open(path) as handle:
             data = yaml.safe_load(handle) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise StateError("%s cannot be read: %s" % (path, exc))
+        raise StateError("%s cannot be read: %s" % (path, exc)) from exc
     if not isinstance(data, dict):
         raise StateError("%s must hold a mapping of backend names to settings, e.g. "
                          "aws: {regions: [us-east-1]}" % path)
@@ -156,7 +163,7 @@ def ensure_fleet_dir(root, fleet):
     except OSError as exc:
         raise StateError(
             "cannot create %s (%s): set %s to a writable directory" % (path, exc.strerror, ENV)
-        )
+        ) from exc
     return path
 
 
@@ -211,3 +218,46 @@ def read_facts(root, fleet):
     if not isinstance(data, dict):
         return {}
     return dict((k, v) for k, v in data.items() if isinstance(v, dict))
+
+
+def facts_text(facts):
+    """The facts cache's text: indented ASCII JSON with sorted keys (as ``to_nice_json`` makes
+    it, which wrote the cache before)."""
+    return json.dumps(facts, indent=4, sort_keys=True, separators=(",", ": "))
+
+
+def write_facts(root, fleet, facts, check_mode=False):
+    """Cache the host facts of a fleet, ``{host: facts}``, where ``read_facts`` finds them.
+
+    The file is replaced atomically (a reader sees the old cache or the new one, never a part)
+    and is readable by its owner only. It is left alone when it already holds ``facts`` with that
+    mode. Returns whether the file changed; in check mode, whether it would, writing nothing.
+    """
+    path = facts_path(root, fleet)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            current = json.load(handle)
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except (OSError, ValueError):
+        current, mode = None, None
+    if current == facts and mode == FACTS_MODE:
+        return False
+    if check_mode:
+        return True
+    directory = ensure_fleet_dir(root, fleet)
+    tmp = None
+    try:
+        # mkstemp makes the file 0600 from the start: the facts are never readable by others.
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".facts.", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(facts_text(facts))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, FACTS_MODE)
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None and os.path.exists(tmp):
+            os.remove(tmp)
+        raise StateError("cannot write %s (%s): set %s to a writable directory"
+                         % (path, exc.strerror, ENV)) from exc
+    return True

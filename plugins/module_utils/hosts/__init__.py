@@ -4,5 +4,6 @@
 """Hosts becoming ready nodes: what a host has (facts/), whether each component is set up
 right (checks/), what dstack needs of an adopted host (preflight), the firewall rules it reads
 (firewall_rules), the JSON settings files roles merge into (jsonmerge) and the fabric tests'
-results (nccltests). Pure Python; the modules run it on the hosts.
+results (nccltests parses them, nccltests_compare measures them against published figures).
+Pure Python; the modules run it on the hosts.
 """

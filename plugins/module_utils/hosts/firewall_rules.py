@@ -15,8 +15,10 @@ import ipaddress
 import json
 import re
 
+from ..core.errors import GpufleetError
 
-class FirewallParseError(ValueError):
+
+class FirewallParseError(GpufleetError, ValueError):
     """A tool's output was not in the format expected."""
 
 
@@ -159,7 +161,7 @@ def parse_nft_table(text, family="inet", name="gpufleet"):
     try:
         document = json.loads(text)
     except ValueError as exc:
-        raise FirewallParseError("nft -j printed no JSON (%s): %.200s" % (exc, text))
+        raise FirewallParseError("nft -j printed no JSON (%s): %.200s" % (exc, text)) from exc
     if not isinstance(document, dict) or not isinstance(document.get("nftables"), list):
         raise FirewallParseError("nft -j printed JSON without an \"nftables\" list: %.200s"
                                  % text)

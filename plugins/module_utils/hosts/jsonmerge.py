@@ -17,8 +17,10 @@ from __future__ import annotations
 import copy
 import json
 
+from ..core.errors import GpufleetError
 
-class JsonMergeError(Exception):
+
+class JsonMergeError(GpufleetError):
     """The file cannot be merged into (not JSON, not an object); the message says what to do."""
 
 
@@ -31,7 +33,7 @@ def parse(text, path):
     except ValueError as exc:
         raise JsonMergeError(
             "%s is not valid JSON (%s); fix it, or move it away to start from an empty file"
-            % (path, exc))
+            % (path, exc)) from exc
     if not isinstance(data, dict):
         raise JsonMergeError(
             "%s holds a JSON %s, not an object; a configuration file must be an object "

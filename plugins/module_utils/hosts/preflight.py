@@ -9,7 +9,9 @@ forwarding) and, for ``placement: cluster``, that the hosts reach each other. It
 them up front. ``run_preflight`` checks them all on the host, read-only, and says for each what
 is wrong and what to do. Used by gpufleet.cluster.preflight; described in docs/preflight.md.
 
-Everything that touches the host goes through a ``Host``, so tests can play any host:
+Everything that touches the host goes through a ``Host``, the host facts' ``System`` (run a
+command, find one, see whether a path exists) with the little preflight needs beyond it, so
+tests can play any host:
 
     result = run_preflight(Host(run=run_command, which=which), peers=[...], self_name="n1")
     message = failure_message(result)   # None when every check passed
@@ -25,7 +27,8 @@ import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
-from .facts import matching_probe
+from ..core.errors import GpufleetError
+from .facts import System, matching_probe
 
 SUDO = "sudo"
 DOCKER = "docker"
@@ -63,7 +66,7 @@ FORWARDING_ALLOWED = ("yes", "all", "local")
 FORWARDING_DENIED = ("no", "remote")
 
 
-class PreflightError(Exception):
+class PreflightError(GpufleetError):
     """Options that cannot be used (an unknown check, a peer without an address...).
 
     Not raised for a host that fails a check: that is a result, not an error.
@@ -88,20 +91,17 @@ def _login_name(euid, env):
         return env.get("USER") or env.get("LOGNAME") or "uid %d" % euid
 
 
-class Host:
-    """The host being checked, through the few calls the checks need.
+class Host(System):
+    """The host being checked: a ``System`` (``run``, ``which``, ``exists``) plus what only
+    preflight asks of a host.
 
-    ``run(argv)`` runs a command without a shell and returns (exit status, stdout, stderr);
-    ``which(name)`` returns the path of a command on PATH, or None; ``exists(path)`` says whether
-    a path exists; ``connect(address, port, timeout)`` opens and closes a TCP connection or
-    raises OSError; ``euid`` is the user id the checks run as, ``user`` its login name and
-    ``env`` the environment (SSH_CONNECTION is read from it).
+    ``connect(address, port, timeout)`` opens and closes a TCP connection or raises OSError;
+    ``euid`` is the user id the checks run as, ``user`` its login name and ``env`` the
+    environment (SSH_CONNECTION is read from it).
     """
 
-    def __init__(self, run, which=None, exists=None, connect=None, euid=None, env=None, user=None):
-        self.run = run
-        self.which = which if which is not None else _which
-        self.exists = exists if exists is not None else os.path.exists
+    def __init__(self, run, which, connect=None, euid=None, env=None, user=None):
+        System.__init__(self, run, which)
         self.connect = connect if connect is not None else tcp_connect
         self.euid = os.geteuid() if euid is None else euid
         self.env = dict(os.environ) if env is None else env
@@ -110,12 +110,6 @@ class Host:
     @property
     def is_root(self):
         return self.euid == 0
-
-
-def _which(name):
-    import shutil  # pylint: disable=import-outside-toplevel
-
-    return shutil.which(name)
 
 
 def find_command(host, name, dirs):

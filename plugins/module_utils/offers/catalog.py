@@ -26,6 +26,7 @@ import json
 import os
 import pprint
 
+from ..core.errors import GpufleetError
 from . import _catalog_aws, _catalog_gcp
 
 SHIPPED = {"aws": _catalog_aws, "gcp": _catalog_gcp}
@@ -37,7 +38,7 @@ GPU_KEYS = ("vendor", "name", "memory_mib", "count")
 OFFER_KEYS = ("region", "zones", "price", "spot_price")
 
 
-class CatalogError(Exception):
+class CatalogError(GpufleetError):
     """A catalog that cannot be used; the message names the file and the field."""
 
 
@@ -152,7 +153,7 @@ def load(backend, catalog_dir=None):
                     data = json.load(handle)
             except (OSError, ValueError) as exc:
                 raise CatalogError("%s: cannot be read as JSON (%s); refresh it again or delete "
-                                   "it to use the shipped catalog" % (path, exc))
+                                   "it to use the shipped catalog" % (path, exc)) from exc
             return check(data, backend, path), path
     return shipped(backend), "shipped"
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import copy
 
+from ..core.errors import GpufleetError
 
-class MatchError(Exception):
+
+class MatchError(GpufleetError):
     """Input that cannot be matched: a malformed fact, offer or range."""
 
 

@@ -25,6 +25,7 @@ import datetime
 import json
 import re
 
+from ..core.errors import GpufleetError
 from .catalog import check
 
 # GPU memory as dstack shows it, where EC2 reports less than the card's nominal size.
@@ -33,7 +34,7 @@ VENDORS = {"nvidia": "nvidia", "amd": "amd", "habana": "intel", "intel": "intel"
 SPOT_CHUNK = 50
 
 
-class RefreshError(Exception):
+class RefreshError(GpufleetError):
     """A catalog could not be refreshed; the message says which call failed and why."""
 
 
@@ -121,7 +122,7 @@ def aws_catalog(client_for, regions, previous=None, today=None):
             infos = [info for page in ec2.get_paginator("describe_instance_types").paginate()
                      for info in page["InstanceTypes"] if _gpu(info)]
         except Exception as exc:  # pylint: disable=broad-exception-caught
-            raise RefreshError("DescribeInstanceTypes in %s failed: %s" % (region, exc))
+            raise RefreshError("DescribeInstanceTypes in %s failed: %s" % (region, exc)) from exc
         names = sorted(info["InstanceType"] for info in infos)
         if not names:
             continue
@@ -134,7 +135,8 @@ def aws_catalog(client_for, regions, previous=None, today=None):
                 for item in page["InstanceTypeOfferings"]:
                     zones.setdefault(item["InstanceType"], set()).add(item["Location"])
         except Exception as exc:  # pylint: disable=broad-exception-caught
-            raise RefreshError("DescribeInstanceTypeOfferings in %s failed: %s" % (region, exc))
+            raise RefreshError("DescribeInstanceTypeOfferings in %s failed: %s"
+                               % (region, exc)) from exc
         spot = {}
         now = datetime.datetime.now(datetime.timezone.utc)
         for start in range(0, len(names), SPOT_CHUNK):
@@ -330,7 +332,7 @@ def gcp_catalog(get, project, regions, compute_url, billing_url, previous=None, 
                                     shapes.setdefault(key, dict(base, zones=set()))[
                                         "zones"].add(zone)
     except Exception as exc:  # pylint: disable=broad-exception-caught
-        raise RefreshError("listing machine and accelerator types failed: %s" % exc)
+        raise RefreshError("listing machine and accelerator types failed: %s" % exc) from exc
     try:
         url = "%s/v1/services/%s/skus" % (billing_url, COMPUTE_SERVICE_ID)
         skus = [sku for page in _pages(get, url, {"currencyCode": "USD"})

@@ -23,6 +23,7 @@ never spot; a known reservation also pins the instance type and zone).
 
 from __future__ import annotations
 
+from ..core.errors import GpufleetError
 from .match import host_offer, matches, resolve_arch, uses_default_image
 
 # The boot disk an instance gets when the spec asks for none (dstack: 100 GB), and the largest
@@ -32,7 +33,7 @@ MAX_DISK_GB = {"aws": 16384, "gcp": 65536}
 ARCH_FACTS = {"x86": "x86_64", "arm": "aarch64"}
 
 
-class OfferError(Exception):
+class OfferError(GpufleetError):
     """A config whose offers cannot be looked up (say, backends without a catalog)."""
 
 

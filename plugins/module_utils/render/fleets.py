@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 
+from ..core.errors import GpufleetError
 from ..core.times import parse_time
 
 COLUMNS = ("NAME", "NODES", "GPU", "SPOT", "BACKEND", "PRICE", "STATUS", "CREATED")
@@ -37,7 +38,7 @@ AVAILABLE = ("idle", "busy")
 NOT_MEASURED = ("pending", "provisioning")
 
 
-class FleetTableError(ValueError):
+class FleetTableError(GpufleetError, ValueError):
     """A fleet record that cannot be shown at all (not a mapping, no name)."""
 
 

@@ -4,7 +4,10 @@
 """Run records as text: dstack's ``dstack ps`` table, and one line per job of a run.
 
 Pure Python, used by the ``gpufleet.cluster.run_table`` and ``run_job_lines`` filters and the
-``gpufleet`` command. Input is the run record of tasks.runs.run_records (``gpufleet_runs``).
+``gpufleet`` command. Input is the run record of tasks.listing.run_records (``gpufleet_runs``).
+Its ``gpu`` and each job's ``resources`` are data (the GPU requirement of the task, what the
+job was given) that run_gpu and run_resources turn into text here; records of runs started by
+an earlier version hold that text already, and it is shown as it is.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from .fleets import (
     FleetTableError,
     _mib_as_gb,
     _render,
+    fleet_gpu,
     format_price,
     pretty_date,
     pretty_resources,
@@ -68,8 +72,9 @@ def run_table(runs, now=None, verbose=False):
         row = {"NAME": run["name"], "STATUS": run.get("status") or "",
                "SUBMITTED": pretty_date(run.get("submitted"), now), "ERROR": _error(run)}
         if len(jobs) <= 1:
-            row.update(BACKEND=_backend(run), GPU=run.get("gpu") or "-", PRICE=_price(run),
-                       RESOURCES=(jobs[0].get("resources") if jobs else "") or "",
+            row.update(BACKEND=_backend(run), GPU=run_gpu(run.get("gpu")) or "-",
+                       PRICE=_price(run),
+                       RESOURCES=run_resources(jobs[0].get("resources") if jobs else ""),
                        **{"INSTANCE TYPE": (jobs[0].get("host") if jobs else "") or ""})
             if jobs and run.get("status") == "failed":
                 row["STATUS"] = _job_status(jobs[0]) or row["STATUS"]
@@ -79,8 +84,9 @@ def run_table(runs, now=None, verbose=False):
         for job in jobs:
             rows.append({
                 "NAME": "%sjob=%s" % (JOB_INDENT, job.get("job_num")),
-                "BACKEND": _backend(run), "GPU": job.get("gpu") or run.get("gpu") or "-",
-                "RESOURCES": job.get("resources") or "", "PRICE": _price(run),
+                "BACKEND": _backend(run),
+                "GPU": run_gpu(job.get("gpu")) or run_gpu(run.get("gpu")) or "-",
+                "RESOURCES": run_resources(job.get("resources")), "PRICE": _price(run),
                 "INSTANCE TYPE": job.get("host") or "",
                 "STATUS": _job_status(job), "SUBMITTED": "",
                 "ERROR": (job.get("reason") or "").replace("_", " ")
@@ -108,19 +114,40 @@ def job_lines(jobs, run=None):
     return lines
 
 
+def _resources(item, gpu_count):
+    parts = ["cpu=%s" % item.get("cpus"), "mem=" + _mib_as_gb(item.get("memory_mib") or 0),
+             "disk=" + _mib_as_gb(item.get("disk_mib") or 0)]
+    if gpu_count:
+        gpu = [str(item.get("gpu_name") or item.get("gpu_vendor") or "gpu")]
+        if item.get("gpu_memory_mib"):
+            gpu.append(_mib_as_gb(item["gpu_memory_mib"]))
+        gpu.append(str(gpu_count))
+        parts.append("gpu=" + ":".join(gpu))
+    return " ".join(parts)
+
+
 def job_resources(job):
     """A placed job's resources as dstack's run plan shows them:
     ``cpu=2 mem=24GB disk=70GB gpu=H100:80GB:8``."""
-    parts = ["cpu=%s" % job.get("cpus"), "mem=" + _mib_as_gb(job.get("memory_mib") or 0),
-             "disk=" + _mib_as_gb(job.get("disk_mib") or 0)]
-    gpus = job.get("gpus") or []
-    if gpus:
-        gpu = [str(job.get("gpu_name") or job.get("gpu_vendor") or "gpu")]
-        if job.get("gpu_memory_mib"):
-            gpu.append(_mib_as_gb(job["gpu_memory_mib"]))
-        gpu.append(str(len(gpus)))
-        parts.append("gpu=" + ":".join(gpu))
-    return " ".join(parts)
+    return _resources(job, len(job.get("gpus") or []))
+
+
+def run_resources(value):
+    """A run record's job ``resources`` as text, as job_resources shows the placed job: from the
+    data the ``gpufleet.resources`` label holds (tasks.container.resources_of), or the text an
+    earlier version's label held, as it is."""
+    if isinstance(value, dict):
+        return _resources(value, value.get("gpu_count") or 0)
+    return value or ""
+
+
+def run_gpu(value):
+    """A run record's ``gpu`` as the GPU column shows it (``H100:80GB:8``, blank without GPUs):
+    from the task's GPU requirement (docs/config-json.md), or the text of an earlier version's
+    label, as it is."""
+    if isinstance(value, dict):
+        return fleet_gpu({"gpu": value})
+    return value or ""
 
 
 def _duration(value):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import re
 
+from ..core.errors import GpufleetError
+
 # Errors reported for one file before the rest are summarised in one line.
 MAX_PROBLEMS = 100
 
@@ -115,7 +117,7 @@ class Problem(object):
         return "%s: %s" % (self.where, self.message) if self.path else self.message
 
 
-class SpecError(Exception):
+class SpecError(GpufleetError):
     """The only exception the config model raises for bad input.
 
     ``problems`` lists every problem found in the file (up to MAX_PROBLEMS, then a summary);
@@ -135,6 +137,11 @@ class SpecError(Exception):
         return [p.as_dict() for p in self.problems]
 
 
+# Invalid deliberately does not derive from GpufleetError: it is the parsers' way of telling
+# Ctx.run "this field is bad", never an error for the user. Ctx.run turns every Invalid into a
+# Problem, and the loader reports the problems as one SpecError. Were an Invalid ever to escape
+# the package, that would be a bug, so a module should report it as an internal error rather
+# than catch it as a GpufleetError with a message that lacks the field's path.
 class Invalid(Exception):
     """Raised by a field parser; the caller records it under the field's path.
 

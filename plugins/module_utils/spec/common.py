@@ -107,7 +107,7 @@ def parse_backends(value, ctx):
         try:
             out.append(want_choice(item, BACKENDS))
         except Invalid as exc:
-            raise Invalid("unknown backend: " + exc.message, (index,))
+            raise Invalid("unknown backend: " + exc.message, (index,)) from exc
     return out
 
 
@@ -174,7 +174,7 @@ def _retry_events(value, ctx):
         try:
             event = want_choice(item, RETRY_EVENTS)
         except Invalid as exc:
-            raise Invalid(exc.message, (index,))
+            raise Invalid(exc.message, (index,)) from exc
         if event not in out:
             out.append(event)
     return out

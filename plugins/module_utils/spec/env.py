@@ -63,7 +63,7 @@ def _from_mapping(mapping):
             try:
                 out[name] = str(check_magnitude(value))
             except Invalid as exc:
-                raise Invalid(exc.message, (name,))
+                raise Invalid(exc.message, (name,)) from exc
         elif isinstance(value, str):
             out[name] = value
         else:

@@ -46,7 +46,7 @@ def parse_blocks(value, ctx):
     try:
         return want_int(value, minimum=1, what="a whole number of at least 1, or auto")
     except Invalid as exc:
-        raise Invalid("blocks: " + exc.message)
+        raise Invalid("blocks: " + exc.message) from exc
 
 
 def _node_count(value, name):
@@ -55,7 +55,7 @@ def _node_count(value, name):
     try:
         return want_int(value, what="a whole number")
     except Invalid as exc:
-        raise Invalid("nodes.%s: %s" % (name, exc.message))
+        raise Invalid("nodes.%s: %s" % (name, exc.message)) from exc
 
 
 def parse_nodes(value, ctx):

@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 import string
 
+from ..core.errors import GpufleetError
+
 OPENING = "${{"
 CLOSING = "}}"
 _FIRST = set(string.ascii_letters + "_")
@@ -21,7 +23,7 @@ _CHARS = _FIRST | set(string.digits + ".")
 GROUPS_IP_REF = re.compile(r"groups\[(0|[1-9][0-9]*)\]\.nodes\[(0|[1-9][0-9]*)\]\.IP_ADDRESS")
 
 
-class InterpolationError(ValueError):
+class InterpolationError(GpufleetError, ValueError):
     """A reference is malformed, unknown or unfilled. Never carries a variable's value."""
 
 

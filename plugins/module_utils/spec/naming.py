@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 import re
 
+from ..core.errors import GpufleetError
 from .common import NAME_RE
 
 _SUFFIXES = (".dstack.yml", ".dstack.yaml", ".gpufleet.yml", ".gpufleet.yaml", ".yml", ".yaml")
 _GROUP_BAD = re.compile(r"[^A-Za-z0-9_]")
 
 
-class NamingError(Exception):
+class NamingError(GpufleetError):
     """A fleet has no usable name; the message says what to add."""
 
 

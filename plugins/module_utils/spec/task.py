@@ -23,6 +23,12 @@ from ._types import (
     want_str,
 )
 from .env import parse_env
+from .run_profile import (
+    parse_fleets,
+    parse_instances,
+    parse_schedule,
+    parse_utilization_policy,
+)
 from .volume import parse_mount
 
 PYTHON_VERSIONS = ("3.9", "3.10", "3.11", "3.12", "3.13", "3.14")
@@ -31,7 +37,6 @@ STOP_CRITERIA = ("all-done", "master-done")
 CREATION_POLICIES = ("reuse", "reuse-or-create")
 DEFAULT_STOP_DURATION = 300
 DEFAULT_RUN_IDLE_DURATION = 300
-MIN_UTILIZATION_WINDOW = 300
 GROUP_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,39}")
 _NEGATIVE_ID = re.compile(r"-[0-9]+\Z")
 
@@ -101,7 +106,7 @@ def _check_refs(text, allowed, groups=False):
     try:
         interpolation.check(text, allowed, groups=groups)
     except interpolation.InterpolationError as exc:
-        raise Invalid(str(exc))
+        raise Invalid(str(exc)) from exc
 
 
 # ---------------------------------------------------------------------------------------------
@@ -262,144 +267,6 @@ def parse_repos(value, ctx):
 
 
 # ---------------------------------------------------------------------------------------------
-# Profile fields specific to runs
-
-
-def _fleet_ref(value, ctx):
-    if isinstance(value, dict):
-        data = want_mapping(value)
-        fields = {
-            "project": lambda v, c: None if v is None else want_nonempty_str(v),
-            "name": lambda v, c: want_nonempty_str(v),
-        }
-        parsed = parse_object(data, ctx, fields, ("name",), owner="a fleet reference")
-        if parsed is INVALID:
-            return INVALID
-        project = parsed.get("project")
-        return "%s/%s" % (project, parsed["name"]) if project else parsed["name"]
-    text = want_str(value, "a fleet name or project/name")
-    parts = text.split("/")
-    if len(parts) > 2 or any(not p for p in parts):
-        raise Invalid(
-            "invalid fleet reference %s: only <name> or <project>/<name> are allowed" % show(text)
-        )
-    return text
-
-
-def parse_fleets(value, ctx):
-    if value is None:
-        return None
-    return list_of(_fleet_ref, "a list of fleet names")(value, ctx)
-
-
-def _instance_selector(value, ctx):
-    if isinstance(value, str):
-        if not value:
-            raise Invalid("an instance name must not be empty")
-        return {"name": value}
-    data = want_mapping(value, "an instance name, {name}, {hostname} or {fleet, instance}")
-    keys = set(data)
-    if keys == {"name"}:
-        return {"name": want_nonempty_str(data["name"])}
-    if keys == {"hostname"}:
-        return {"hostname": want_nonempty_str(data["hostname"])}
-    if keys == {"fleet", "instance"}:
-        fleet = _fleet_ref(data["fleet"], ctx.child("fleet"))
-        instance = want_int(data["instance"], minimum=0, what="an instance number")
-        return {"fleet": fleet, "instance": instance}
-    raise Invalid(
-        "an instance selector is a name, or a mapping with exactly name, hostname, or fleet and "
-        "instance; got keys %s" % sorted(keys)
-    )
-
-
-def parse_instances(value, ctx):
-    if value is None:
-        return None
-    return list_of(_instance_selector, "a list of instances", min_items=1)(value, ctx)
-
-
-_CRON_FIELD = re.compile(
-    r"^(\*|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?(,(\*|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?)*$"
-)
-_CRON_BOUNDS = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
-_CRON_NAMES = (
-    {},
-    {},
-    {},
-    {m: i + 1 for i, m in enumerate("jan feb mar apr may jun jul aug sep oct nov dec".split())},
-    {d: i for i, d in enumerate("sun mon tue wed thu fri sat".split())},
-)
-
-
-def validate_cron(expression):
-    if len(expression) > 1000:
-        raise Invalid("invalid cron expression: longer than 1000 characters")
-    fields = expression.split()
-    if len(fields) != 5:
-        raise Invalid(
-            "invalid cron expression %s: expected 5 fields (minute hour day month weekday)"
-            % show(expression)
-        )
-    for field, (low, high), names in zip(fields, _CRON_BOUNDS, _CRON_NAMES):
-        if not _CRON_FIELD.match(field):
-            raise Invalid("invalid cron expression %s: bad field %s" % (show(expression), show(field)))
-        for token in re.split(r"[,/\-]", field):
-            if token == "*" or not token:
-                continue
-            if token.isascii() and token.isdigit():
-                number = int(token) if len(token) <= 4 else None
-            else:
-                number = names.get(token.lower())
-            if number is None or not low <= number <= high:
-                raise Invalid(
-                    "invalid cron expression %s: %s is out of range %d-%d"
-                    % (show(expression), show(token), low, high)
-                )
-    return expression
-
-
-def parse_schedule(value, ctx):
-    if value is None:
-        return None
-    data = want_mapping(value, "a mapping with cron")
-
-    def crons(v, c):
-        items = [v] if isinstance(v, str) else want_list(v, "a cron expression or a list")
-        if not items:
-            raise Invalid("at least one cron expression must be specified")
-        out = []
-        for index, item in enumerate(items):
-            try:
-                out.append(validate_cron(want_str(item)))
-            except Invalid as exc:
-                raise Invalid(exc.message, (index,) if not isinstance(v, str) else ())
-        return out
-
-    return parse_object(data, ctx, {"cron": crons}, ("cron",), owner="schedule")
-
-
-def parse_utilization_policy(value, ctx):
-    if value is None:
-        return None
-    data = want_mapping(value, "a mapping with min_gpu_utilization and time_window")
-
-    def window(v, c):
-        seconds = grammar.required_duration(v, c)
-        if seconds < MIN_UTILIZATION_WINDOW:
-            raise Invalid("minimum time_window is 5m, got %s" % show(v))
-        return seconds
-
-    fields = {
-        "min_gpu_utilization": lambda v, c: want_int(v, minimum=0, maximum=100),
-        "time_window": window,
-    }
-    return parse_object(
-        data, ctx, fields, ("min_gpu_utilization", "time_window"), owner="utilization_policy"
-    )
-
-
-# ---------------------------------------------------------------------------------------------
 # Node groups
 
 
@@ -471,7 +338,7 @@ def _group_commands(value, ctx):
         try:
             interpolation.check(command, COMMAND_REFS, groups=True)
         except interpolation.InterpolationError as exc:
-            raise Invalid(str(exc), (index,))
+            raise Invalid(str(exc), (index,)) from exc
     return commands
 
 
@@ -486,7 +353,7 @@ def _env_with_refs(value, ctx):
             try:
                 interpolation.check(text, ENV_REFS)
             except interpolation.InterpolationError as exc:
-                raise Invalid(str(exc), (name,))
+                raise Invalid(str(exc), (name,)) from exc
     return env
 
 

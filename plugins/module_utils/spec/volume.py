@@ -124,7 +124,7 @@ def _volume_name(value):
     try:
         interpolation.check(name, NAME_REFS)
     except interpolation.InterpolationError as exc:
-        raise Invalid(str(exc))
+        raise Invalid(str(exc)) from exc
     return name
 
 
@@ -138,7 +138,7 @@ def _network_names(value, ctx):
             try:
                 out.append(_volume_name(item))
             except Invalid as exc:
-                raise Invalid(exc.message, (index,))
+                raise Invalid(exc.message, (index,)) from exc
         return out
     return [_volume_name(value)]
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 import os
 
 from ..backends.docker import Docker
+from ..core.errors import GpufleetError
 from ..fleets import state
-from . import lifecycle, placement, rankplan, runs
+from . import images, lifecycle, listing, placement, runs
+from .errors import PlanError, RunError
 from .ssh import NodeError
 
 FLEET_OPTIONS = dict(
@@ -29,7 +31,7 @@ TASK_SPEC = dict(
     secrets=dict(type="dict", default={}, no_log=True),
     wait=dict(type="bool", default=True),
     logs=dict(type="bool", default=False),
-    image_source=dict(type="str", default="auto", choices=list(runs.IMAGE_SOURCES)),
+    image_source=dict(type="str", default="auto", choices=list(images.IMAGE_SOURCES)),
     run_args=dict(type="list", elements="str", default=[]),
     poll_interval=dict(type="float", default=1.0),
     **FLEET_OPTIONS
@@ -46,7 +48,7 @@ RUN_LOGS_SPEC = dict(name=dict(type="str", required=True), follow=dict(type="boo
 FINISHED = (lifecycle.RUN_DONE, lifecycle.RUN_FAILED, lifecycle.RUN_TERMINATED)
 
 
-class EntryError(Exception):
+class EntryError(GpufleetError):
     """Bad input or an operation that cannot go on; the message is the module's ``msg``."""
 
 
@@ -60,7 +62,7 @@ def load_task(params):
         else:
             config, _warnings = parse_data(params["config"], source="config")
     except SpecError as exc:
-        raise EntryError(str(exc))
+        raise EntryError(str(exc)) from exc
     if config.get("type") != "task":
         raise EntryError("%s is a %s configuration; this runs tasks (type: task)"
                          % (params.get("path") or "config", config.get("type")))
@@ -71,8 +73,8 @@ def _fleets(params):
     root = state.state_dir(params.get("state_dir"))
     try:
         fleets = runs.collect_fleets(params.get("fleets") or (), Docker(), root)
-    except runs.RunError as exc:
-        raise EntryError(str(exc))
+    except RunError as exc:
+        raise EntryError(str(exc)) from exc
     return root, fleets
 
 
@@ -85,7 +87,7 @@ def local_task_image(fleets, check_mode=False):
     try:
         ref, _built = task_image.ensure_task_image(Docker(), check_mode=check_mode)
     except Exception as exc:  # BuildError, DockerError: say what to install
-        raise EntryError("cannot build the local task image: %s" % exc)
+        raise EntryError("cannot build the local task image: %s" % exc) from exc
     return ref
 
 
@@ -169,15 +171,15 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
         if check_mode:
             try:
                 placed = runner._place()
-            except placement.NoCapacity as exc:
+            except placement.NoHostFits as exc:
                 return {"run": runner.name, "status": lifecycle.RUN_FAILED,
                         "reason": lifecycle.NO_CAPACITY, "message": str(exc),
                         "plan": None, "changed": False}, True
             return {"run": runner.name, "status": "planned", "plan": placed,
                     "config": config, "changed": True}, False
         result = runner.run(wait=params["wait"], stop_event=stop_event)
-    except (runs.RunError, NodeError, rankplan.PlanError, placement.PlacementError) as exc:
-        raise EntryError(str(exc))
+    except (RunError, NodeError, PlanError, placement.PlacementError) as exc:
+        raise EntryError(str(exc)) from exc
     result["changed"] = True
     if ignored_fields(config):
         result["warnings"] = ignored_fields(config)
@@ -195,7 +197,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
 
 def run_info(params):
     root, fleets = _fleets(params)
-    records, errors = runs.list_runs(runs.nodes_of(fleets, root))
+    records, errors = listing.list_runs(runs.nodes_of(fleets, root))
     if params.get("name"):
         records = [r for r in records if r["name"] == params["name"]]
     # "unreachable" is a key Ansible reserves in a result (it marks the host unreachable).
@@ -207,15 +209,15 @@ def run_stop(params, check_mode=False):
     nodes = runs.nodes_of(fleets, root)
     try:
         if check_mode:
-            records, _errors = runs.list_runs(nodes)
+            records, _errors = listing.list_runs(nodes)
             record = next((r for r in records if r["name"] == params["name"]), None)
             if record is None:
-                raise runs.RunError("no run named %s on the fleets' hosts" % params["name"])
+                raise RunError("no run named %s on the fleets' hosts" % params["name"])
             alive = [j for j in record["jobs"] if j["status"] in lifecycle.ALIVE]
             return {"run": record, "changed": bool(alive)}
-        record = runs.stop_run(nodes, params["name"], abort=params["abort"])
-    except runs.RunError as exc:
-        raise EntryError(str(exc))
+        record = listing.stop_run(nodes, params["name"], abort=params["abort"])
+    except RunError as exc:
+        raise EntryError(str(exc)) from exc
     return {"run": record, "changed": bool(record.get("stopped"))}
 
 
@@ -224,12 +226,12 @@ def run_logs(params, emit=None):
     nodes = runs.nodes_of(fleets, root)
     try:
         if params.get("follow") and emit is not None:
-            record = runs.follow_logs(nodes, params["name"],
-                                      lambda e: emit(dict(e, run=params["name"])))
+            record = listing.follow_logs(nodes, params["name"],
+                                         lambda e: emit(dict(e, run=params["name"])))
             return {"run": record, "lines": [], "ranks": [], "changed": False}
-        record, lines = runs.run_logs(nodes, params["name"], tail=params.get("tail"))
-    except runs.RunError as exc:
-        raise EntryError(str(exc))
+        record, lines = listing.run_logs(nodes, params["name"], tail=params.get("tail"))
+    except RunError as exc:
+        raise EntryError(str(exc)) from exc
     ranks = {}
     for rank, line in lines:
         ranks.setdefault(rank, []).append(line)

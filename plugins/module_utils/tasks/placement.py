@@ -14,8 +14,9 @@ dstack's (dstack.md §2 matching, §3.7 blocks, §3.8 health, §4.1 jobs, §4.4 
 Whether a host (or a share of its blocks) satisfies a job's resources is decided by
 offers/match.py, the matcher cloud offers use too.
 
-``place`` raises NoCapacity, whose message names every fleet considered and why each host was
-turned down; input that is not what these functions take raises PlacementError.
+``place`` raises NoHostFits, whose message names every fleet considered and why each host was
+turned down; input that is not what these functions take raises PlacementError. (A cloud that
+has no capacity for an instance is another error: backends.errors.NoCapacity.)
 """
 
 from __future__ import annotations
@@ -55,9 +56,9 @@ MAX_FLEET_REASONS = 10
 PlacementError = MatchError
 
 
-class NoCapacity(PlacementError):
-    """No fleet has enough free matching hosts. str(exc) is the whole user-facing message;
-    exc.reasons is a list of short per-fleet/per-host reasons."""
+class NoHostFits(PlacementError):
+    """No fleet has enough free matching hosts for the run now. str(exc) is the whole
+    user-facing message; exc.reasons is a list of short per-fleet/per-host reasons."""
 
     def __init__(self, message, reasons=None):
         super().__init__(message)
@@ -477,7 +478,7 @@ def _needs(jobs):
 
 
 def place(config, fleets, facts, busy=None):
-    """Pick the fleet and the host of every job of a task, or raise NoCapacity.
+    """Pick the fleet and the host of every job of a task, or raise NoHostFits.
 
     ``config`` is the normalized task config, ``fleets`` the fleet records (each with its
     instance records), ``facts`` maps instance names to ``gpufleet_host`` facts and ``busy``
@@ -533,4 +534,4 @@ def place(config, fleets, facts, busy=None):
     name = config.get("name")
     message = "no capacity for task%s: %s; %s. To run it, %s." % (
         " " + name if name else "", _needs(jobs), "; ".join(parts), ADVICE)
-    raise NoCapacity(message, reasons)
+    raise NoHostFits(message, reasons)

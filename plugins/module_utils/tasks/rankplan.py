@@ -5,45 +5,29 @@
 
 Pure functions, no I/O. ``build_jobs`` turns a normalized task config (docs/config-json.md) and
 the placement of its jobs (tasks.placement.place) into one job spec per rank: the container's
-name, labels and ``docker run`` options, its mounts, and the files of its job folder (the
-environment, the command, the MPI hostfile, the inter-node SSH key). The wrapper script
-(tasks.wrapper) reads those files inside the container. Names and formats follow dstack:
-dstack.md §4.2 (environment), §4.3 (hostfile), §4.9 (container), §4.10 (SSH), §6.2 (mounts).
+name, labels and ``docker run`` options (tasks.container), its mounts (volumes.mounts), and the
+files of its job folder: the environment, the MPI hostfile and the inter-node SSH key
+(tasks.env) and the command (tasks.command). The wrapper script (tasks.wrapper) reads those files
+inside the container. This module also names the run and picks its image. Names and formats
+follow dstack: dstack.md §4.2 (environment), §4.3 (hostfile), §4.9 (container), §4.10 (SSH),
+§6.2 (mounts).
 
 Secrets end up in ``env.sh`` only, never in labels or options, which ``docker inspect`` shows.
 """
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
 import posixpath
 import random
 import re
-import shlex
 import uuid
 
-from ..render import fleets as fleettable
-from ..render.runs import job_resources
-from ..spec import interpolation
-from ..volumes.mounts import NETWORK_VOLUMES_ROOT, mounts  # noqa: F401 (mounts: part of the plan)
-
-RUN_LABEL = "gpufleet.run"
-RUN_ID_LABEL = "gpufleet.run-id"
-JOB_LABEL = "gpufleet.job"
-REPLICA_LABEL = "gpufleet.replica"
-SUBMISSION_LABEL = "gpufleet.submission"
-JOB_ID_LABEL = "gpufleet.job-id"
-FLEET_LABEL = "gpufleet.fleet"
-INSTANCE_LABEL = "gpufleet.instance"
-NODES_LABEL = "gpufleet.nodes"
-BLOCKS_LABEL = "gpufleet.blocks"
-TOTAL_BLOCKS_LABEL = "gpufleet.total-blocks"
-GPUS_LABEL = "gpufleet.gpus"
-SUBMITTED_LABEL = "gpufleet.submitted"
-RUN_SPEC_LABEL = "gpufleet.run-spec"
-RESOURCES_LABEL = "gpufleet.resources"
+from ..volumes.mounts import mounts
+from .command import command_script, needs_image_cmd
+from .container import container_name, docker_args, labels_of
+from .env import by_rank, env_script, hostfile, job_ip, resolve_env, ssh_client_config, system_env
+from .errors import PlanError
 
 BASE_IMAGE_VERSION = "0.15"
 DEFAULT_IMAGE = "dstackai/base:%s-base-ubuntu24.04" % BASE_IMAGE_VERSION
@@ -51,22 +35,10 @@ DEVEL_IMAGE = "dstackai/base:%s-devel-ubuntu24.04" % BASE_IMAGE_VERSION
 DIND_IMAGE = "dstackai/dind"
 RUN_ROOT = "/var/lib/gpufleet/runs"
 
-MPI_HOSTFILE = "/dstack/mpi/hostfile"
-RUNNER_SSH_PORT = 10022
-NETWORK_VOLUMES_DIR = NETWORK_VOLUMES_ROOT
-# What the container runtime hands to the job on NVIDIA hosts. dstack also asks for "display"
-# and "compat32"; "display" needs /dev/nvidia-modeset on the host (dstack retries without it when
-# the device is missing, which a single `docker run` cannot do), and neither matters to compute
-# jobs, so both are left out.
-NVIDIA_CAPABILITIES = "compute,utility,graphics,video"
 FILES_MANIFEST = "files.list"
 STATE_MOUNTPOINT = "state/.mountpoint"
 
 _RUN_NAME = re.compile(r"^[a-z][a-z0-9-]{1,40}$")
-_SHELL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SECRETS_HINT = (
-    "pass them as Ansible variables in gpufleet_secrets (or -e), e.g. from Vault"
-)
 
 _ADJECTIVES = (
     "able", "bold", "brave", "bright", "calm", "clever", "cool", "crisp", "eager", "fair",
@@ -83,10 +55,6 @@ _ANIMALS = (
     "otter", "owl", "panda", "puma", "rabbit", "raven", "seal", "shark", "swan", "tiger",
     "toad", "trout", "turtle", "viper", "walrus", "wolf", "wombat", "yak", "zebra",
 )
-
-
-class PlanError(Exception):
-    """The run cannot be planned; the message names the field, the value and what to do."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -122,410 +90,9 @@ def default_image(config):
     return DEFAULT_IMAGE
 
 
-def container_name(run_name_, job_num, replica=0):
-    """``<run>-<job_num>-<replica>``, the job name dstack gives the container."""
-    return "%s-%d-%d" % (run_name_, job_num, replica)
-
-
 def job_dir(run_name_, job_num):
     """The job's folder on its host (the node side mounts it at /gpufleet)."""
     return posixpath.join(RUN_ROOT, run_name_, str(job_num))
-
-
-# ---------------------------------------------------------------------------------------------
-# Environment and credentials
-
-
-def _missing_error(fields, names):
-    return PlanError(
-        "%s: Failed to interpolate due to missing vars: [%s]; %s"
-        % (", ".join(fields), ", ".join(names), _SECRETS_HINT)
-    )
-
-
-def _fill(text, values, field, missing_fields, missing_names):
-    """Interpolate ``text``; record missing references instead of raising at once."""
-    try:
-        refs = list(interpolation.references(text))
-    except interpolation.InterpolationError as exc:
-        raise PlanError("%s: %s" % (field, exc))
-    absent = []
-    for ref in refs:
-        namespace, _dot, key = ref.partition(".")
-        scope = values.get(namespace)
-        if scope is None or key not in scope or scope[key] is None:
-            absent.append(key if namespace == "secrets" else ref)
-    if absent:
-        missing_fields.append(field)
-        for name in absent:
-            if name not in missing_names:
-                missing_names.append(name)
-        return None
-    try:
-        return interpolation.interpolate(text, values)
-    except interpolation.InterpolationError as exc:
-        raise PlanError("%s: %s" % (field, exc))
-
-
-def resolve_env(config, secrets, environ):
-    """The task's ``env`` with every value filled.
-
-    A name without a value takes its value from ``environ`` (the submitter's environment, as
-    ``dstack apply`` does); ``${{ secrets.NAME }}`` references are filled from ``secrets``.
-    """
-    env = config.get("env") or {}
-    if not isinstance(env, dict):
-        raise PlanError("env: expected a mapping of names to values, got %r" % type(env).__name__)
-    secrets = secrets or {}
-    environ = {} if environ is None else environ
-    out = {}
-    missing_fields = []
-    missing_names = []
-    for name, value in env.items():
-        field = "env.%s" % name
-        if not isinstance(name, str) or not _SHELL_NAME.match(name):
-            raise PlanError(
-                "%s: %r is not a valid environment variable name; use letters, digits and _ "
-                "and do not start with a digit" % (field, name)
-            )
-        if value is None:
-            if name not in environ:
-                raise PlanError(
-                    "%s: Environment variable %s is not set; export it before running, or give "
-                    "it a value in env" % (field, name)
-                )
-            out[name] = str(environ[name])
-            continue
-        if not isinstance(value, str):
-            value = str(value)
-        filled = _fill(value, {"secrets": secrets}, field, missing_fields, missing_names)
-        if filled is not None:
-            out[name] = filled
-    if missing_names:
-        raise _missing_error(missing_fields, missing_names)
-    for name, value in out.items():
-        if "\x00" in value:
-            raise PlanError("env.%s: the value contains a NUL character, which no environment "
-                            "variable can hold" % name)
-    return out
-
-
-def registry_credentials(config, env, secrets):
-    """``registry_auth`` with ``${{ secrets.X }}`` and ``${{ env.X }}`` filled, or None."""
-    auth = config.get("registry_auth")
-    if not auth:
-        return None
-    if not isinstance(auth, dict):
-        raise PlanError("registry_auth: expected {username, password}")
-    values = {"secrets": secrets or {}, "env": env or {}}
-    out = {}
-    missing_fields = []
-    missing_names = []
-    for key in ("username", "password"):
-        text = auth.get(key)
-        if not isinstance(text, str):
-            raise PlanError("registry_auth.%s: must be set (text)" % key)
-        filled = _fill(text, values, "registry_auth.%s" % key, missing_fields, missing_names)
-        if filled is not None:
-            out[key] = filled
-    if missing_names:
-        raise _missing_error(missing_fields, missing_names)
-    return out
-
-
-def _ip(job):
-    return job.get("internal_ip") or ""
-
-
-def _ordered(jobs):
-    return sorted(jobs, key=lambda j: j["job_num"])
-
-
-def system_env(run, jobs, job):
-    """The 13 ``DSTACK_*`` variables of one job (dstack.md §4.2).
-
-    ``DSTACK_REPO_DIR`` and ``DSTACK_WORKING_DIR`` are left empty here: the wrapper sets them to
-    the working folder it resolves in the container.
-    """
-    jobs = _ordered(jobs)
-    ips = [_ip(j) for j in jobs]
-    return {
-        "DSTACK_RUN_ID": str(run.get("id") or ""),
-        "DSTACK_JOB_ID": str(job.get("job_id") or ""),
-        "DSTACK_RUN_NAME": str(run.get("name") or ""),
-        "DSTACK_REPO_ID": "",
-        "DSTACK_REPO_DIR": "",
-        "DSTACK_WORKING_DIR": "",
-        "DSTACK_NODES_IPS": "\n".join(ips),
-        "DSTACK_MASTER_NODE_IP": ips[0] if ips else "",
-        "DSTACK_NODE_RANK": str(job["job_num"]),
-        "DSTACK_NODES_NUM": str(len(jobs)),
-        "DSTACK_GPUS_PER_NODE": str(len(job.get("gpus") or [])),
-        "DSTACK_GPUS_NUM": str(sum(len(j.get("gpus") or []) for j in jobs)),
-        "DSTACK_MPI_HOSTFILE": MPI_HOSTFILE,
-    }
-
-
-def hostfile(jobs):
-    """The MPI hostfile (dstack.md §4.3): empty when any job has no internal IP."""
-    jobs = _ordered(jobs)
-    if any(not _ip(j) for j in jobs):
-        return ""
-    lines = []
-    for job in jobs:
-        gpus = len(job.get("gpus") or [])
-        lines.append("%s slots=%d\n" % (_ip(job), gpus) if gpus else "%s\n" % _ip(job))
-    return "".join(lines)
-
-
-def ssh_client_config(jobs):
-    """``~/.ssh/config`` entries for every node (dstack.md §4.10); empty below two IPs."""
-    ips = [_ip(j) for j in _ordered(jobs) if _ip(j)]
-    if len(ips) < 2:
-        return ""
-    blocks = []
-    for ip in ips:
-        blocks.append(
-            "Host %s\n"
-            "    Port %d\n"
-            "    StrictHostKeyChecking no\n"
-            "    UserKnownHostsFile /dev/null\n"
-            "    IdentityFile ~/.ssh/dstack_job\n" % (ip, RUNNER_SSH_PORT)
-        )
-    return "".join(blocks)
-
-
-def quote_sh(value):
-    """POSIX single quotes: ``it's`` -> ``'it'\\''s'``; newlines stay as they are."""
-    return "'" + str(value).replace("'", "'\\''") + "'"
-
-
-def env_script(variables):
-    """``export K='v'`` lines, in order."""
-    lines = []
-    for name, value in variables.items():
-        if not _SHELL_NAME.match(name):
-            raise PlanError("env.%s: not a valid environment variable name" % name)
-        lines.append("export %s=%s\n" % (name, quote_sh(value)))
-    return "".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------
-# The command
-
-
-def _find_group(config, group):
-    """``(index, group)`` of a group given by name (or index, or as the group itself)."""
-    groups = config.get("groups") or []
-    for index, item in enumerate(groups):
-        if item is group or item.get("name") == group:
-            return index, item
-    for index, item in enumerate(groups):
-        if str(index) == str(group):
-            return index, item
-    raise PlanError(
-        "groups: the task has no group %r; the placement and the task do not match (place the "
-        "task again)" % (group,)
-    )
-
-
-def _join_commands(commands):
-    """dstack's ``base.py::_commands``: ``c1 && c2``, with a trailing ``&`` as ``{ c & }``."""
-    parts = []
-    for command in commands:
-        text = command.strip()
-        if text.endswith("&"):
-            text = "{ %s }" % text
-        parts.append(text)
-    return " && ".join(parts)
-
-
-def _group_ip_refs(commands, field, group_ips):
-    """Fill ``${{ groups[i].nodes[j].IP_ADDRESS }}`` (after the run args, as dstack does)."""
-
-    def fill(match):
-        i, j = int(match.group(1)), int(match.group(2))
-        if group_ips is None or i >= len(group_ips) or j >= len(group_ips[i]):
-            raise PlanError(
-                "%s: ${{ groups[%d].nodes[%d].IP_ADDRESS }} names a node the run does not have; "
-                "check the group index and its nodes" % (field, i, j)
-            )
-        ip = group_ips[i][j]
-        if not ip:
-            raise PlanError(
-                "%s: ${{ groups[%d].nodes[%d].IP_ADDRESS }} has no value: that node's host has "
-                "no internal IP; set internal_ip (or network) in the fleet's ssh_config"
-                % (field, i, j)
-            )
-        return ip
-
-    pattern = re.compile(
-        r"\$\{\{\s*groups\[(0|[1-9][0-9]*)\]\.nodes\[(0|[1-9][0-9]*)\]\.IP_ADDRESS\s*\}\}"
-    )
-    return [pattern.sub(fill, c) for c in commands]
-
-
-def _interpolate_commands(commands, field, run_args, group_ips):
-    args = shlex.join(list(run_args or ())) if run_args else ""
-    out = []
-    for index, command in enumerate(commands):
-        where = "%s[%d]" % (field, index)
-        try:
-            text = interpolation.interpolate(
-                command, {"run": {"args": args}}, keep=("secrets", "groups")
-            )
-        except interpolation.InterpolationError as exc:
-            raise PlanError("%s: %s" % (where, exc))
-        out.append(_group_ip_refs([text], where, group_ips)[0])
-    return out
-
-
-def _shell_check(shell):
-    return (
-        "if [ ! -x %s ]; then echo %s >&2; exit 127; fi\n"
-        % (
-            quote_sh(shell),
-            quote_sh(
-                "gpufleet: the shell %s is not in the image; set shell: sh (or an absolute path "
-                "that exists in the image)" % shell
-            ),
-        )
-    )
-
-
-def command_script(config, group=None, image_cmd=None, run_args=(), group_ips=None):
-    """The ``command.sh`` of a job: POSIX sh that execs the job's process (dstack.md §4.9).
-
-    ``commands`` run as ``<shell> -c 'c1 && c2'``; with ``entrypoint``, the entrypoint's words
-    followed by the commands; with neither, ``image_cmd`` (the image's ENTRYPOINT + CMD).
-    ``run_args`` fill ``${{ run.args }}``; ``group_ips[i][j]`` fills
-    ``${{ groups[i].nodes[j].IP_ADDRESS }}``.
-    """
-    field = "commands"
-    commands = config.get("commands") or []
-    if group is not None and config.get("groups"):
-        index, found = _find_group(config, group)
-        commands = found.get("commands") or []
-        field = "groups[%d].commands" % index
-    commands = _interpolate_commands(commands, field, run_args, group_ips)
-    entrypoint = config.get("entrypoint")
-    header = "#!/bin/sh\n# Written by gpufleet: the job's process.\n"
-    if entrypoint:
-        try:
-            words = shlex.split(entrypoint)
-        except ValueError as exc:
-            raise PlanError("entrypoint: cannot split %r into words: %s" % (entrypoint, exc))
-        argv = words + commands
-        return header + "exec " + " ".join(quote_sh(w) for w in argv) + "\n"
-    if commands:
-        shell = config.get("shell") or "/bin/sh"
-        return (
-            header
-            + _shell_check(shell)
-            + "exec %s -c %s\n" % (quote_sh(shell), quote_sh(_join_commands(commands)))
-        )
-    if image_cmd:
-        return header + "exec " + " ".join(quote_sh(w) for w in image_cmd) + "\n"
-    raise PlanError(
-        "Could not determine what command to run: set commands or entrypoint, or use an image "
-        "with an ENTRYPOINT/CMD"
-    )
-
-
-def _needs_image_cmd(config, group):
-    if config.get("entrypoint"):
-        return False
-    if group is not None and config.get("groups"):
-        return not _find_group(config, group)[1].get("commands")
-    return not config.get("commands")
-
-
-# ---------------------------------------------------------------------------------------------
-# The container
-
-
-def _gb_to_bytes(size):
-    return int(float(size) * 1024 ** 3)
-
-
-def _device_path(gpu, prefix, index_base=0):
-    ident = str(gpu.get("id") or "")
-    if ident.startswith("/dev/"):
-        return ident
-    return "%s%d" % (prefix, int(gpu.get("index") or 0) + index_base)
-
-
-def _gpu_args(job):
-    vendor = job.get("gpu_vendor") or "none"
-    gpus = job.get("gpus") or []
-    if not gpus:
-        return []
-    if vendor == "nvidia":
-        ids = []
-        for gpu in gpus:
-            ident = str(gpu.get("id") or "")
-            # Devices counted from /dev/nvidiaN (no nvidia-smi) have no UUID: select by index.
-            ids.append(ident if ident and not ident.startswith("/dev/") else str(gpu.get("index")))
-        return ["--gpus", '"device=%s"' % ",".join(ids),
-                "-e", "NVIDIA_DRIVER_CAPABILITIES=%s" % NVIDIA_CAPABILITIES]
-    if vendor == "amd":
-        args = ["--device", "/dev/kfd"]
-        for gpu in gpus:
-            args += ["--device", _device_path(gpu, "/dev/dri/renderD", 128)]
-        return args + ["--ipc=host", "--cap-add", "SYS_PTRACE",
-                       "--security-opt", "seccomp=unconfined"]
-    if vendor == "intel":
-        ids = []
-        for gpu in gpus:
-            ident = str(gpu.get("id") or "")
-            ids.append(ident if ident.isdigit() else str(gpu.get("index")))
-        return ["--runtime", "habana", "--ipc=host", "--cap-add", "SYS_NICE",
-                "-e", "HABANA_VISIBLE_DEVICES=%s" % ",".join(ids)]
-    if vendor == "tenstorrent":
-        args = []
-        for gpu in gpus:
-            args += ["--device", _device_path(gpu, "/dev/tenstorrent/")]
-        return args
-    if vendor == "google":
-        # TPUs: dstack runs the container privileged and tells JAX/PyTorch-XLA where to look.
-        return ["--privileged", "-e", "PJRT_DEVICE=TPU"]
-    return []
-
-
-def docker_args(config, job, run, labels):
-    """The ``docker run`` options of one job (dstack.md §4.9), without ``-d``, image and command.
-
-    Host-dependent flags (/dev/infiniband, hugepages) are left to the node side: see the job
-    spec's ``conditional``. So are the job folder and volume mounts (see ``mounts``).
-    """
-    args = ["--name", container_name(run["name"], job["job_num"])]
-    for key in sorted(labels):
-        args += ["--label", "%s=%s" % (key, labels[key])]
-    args += ["--network", "host" if job.get("whole_host") else "bridge"]
-    # The wrapper starts as root and switches to the task's user itself, as dstack's runner does.
-    args += ["--user", "0:0"]
-    if config.get("privileged") or config.get("docker"):
-        args.append("--privileged")
-    shm = (job.get("resources") or config.get("resources") or {}).get("shm_size")
-    if shm:
-        size = _gb_to_bytes(shm)
-        args += ["--shm-size", str(size), "--tmpfs", "/dev/shm:rw,exec,size=%d" % size]
-    if not job.get("whole_host"):
-        cpus = job.get("cpus")
-        memory = job.get("memory_mib")
-        if cpus:
-            args += ["--cpus", str(cpus)]
-        if memory:
-            args += ["--memory", "%dm" % int(memory)]
-    gpu_args = _gpu_args(job)
-    if "--privileged" in gpu_args and "--privileged" in args:
-        gpu_args.remove("--privileged")
-    args += gpu_args
-    stop = config.get("stop_duration")
-    if isinstance(stop, int) and not isinstance(stop, bool):
-        args += ["--stop-timeout", str(stop)]
-    args += ["--entrypoint", "/bin/sh"]
-    return args
 
 
 # ---------------------------------------------------------------------------------------------
@@ -538,57 +105,6 @@ def _duration(value):
     return int(value)
 
 
-def _iso(value):
-    if value is None:
-        return ""
-    if isinstance(value, (int, float)):
-        moment = datetime.datetime.fromtimestamp(value, datetime.timezone.utc)
-        return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return str(value)
-
-
-def _run_spec(config, jobs, job):
-    resources = job.get("resources") or config.get("resources")
-    return json.dumps(
-        {
-            "nodes": len(jobs),
-            "gpu": fleettable.fleet_gpu(resources),
-            "backend": job.get("backend"),
-            "region": job.get("region"),
-            "price": job.get("price"),
-            "spot": job.get("spot"),
-            "startup_order": config.get("startup_order"),
-            "stop_criteria": config.get("stop_criteria"),
-            "max_duration": config.get("max_duration"),
-            "stop_duration": config.get("stop_duration"),
-            "retry": config.get("retry"),
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-    )
-
-
-def labels_of(config, run, jobs, job, replica=0):
-    """The container's labels (all strings): the run record ``ps`` reads back."""
-    return {
-        RUN_LABEL: str(run["name"]),
-        RUN_ID_LABEL: str(run.get("id") or ""),
-        JOB_LABEL: str(job["job_num"]),
-        REPLICA_LABEL: str(replica),
-        SUBMISSION_LABEL: str(run.get("submission") or 0),
-        JOB_ID_LABEL: str(job.get("job_id") or ""),
-        FLEET_LABEL: str(job.get("fleet") or ""),
-        INSTANCE_LABEL: str(job.get("host") or ""),
-        NODES_LABEL: str(len(jobs)),
-        BLOCKS_LABEL: str(job.get("blocks") or ""),
-        TOTAL_BLOCKS_LABEL: str(job.get("total_blocks") or ""),
-        GPUS_LABEL: ",".join(str(g.get("id") or g.get("index")) for g in job.get("gpus") or []),
-        SUBMITTED_LABEL: _iso(run.get("submitted_at")),
-        RUN_SPEC_LABEL: _run_spec(config, jobs, job),
-        RESOURCES_LABEL: job_resources(job),
-    }
-
-
 def _group_ips(config, jobs):
     groups = config.get("groups")
     if not groups:
@@ -597,7 +113,7 @@ def _group_ips(config, jobs):
     rank = 0
     for group in groups:
         count = int(group.get("nodes") or 0)
-        out.append([_ip(jobs[r]) if r < len(jobs) else "" for r in range(rank, rank + count)])
+        out.append([job_ip(jobs[r]) if r < len(jobs) else "" for r in range(rank, rank + count)])
         rank += count
     return out
 
@@ -651,7 +167,7 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
     _check_run(run)
     if not isinstance(placement, dict) or not placement.get("jobs"):
         raise PlanError("placement: no jobs were placed; place the task first")
-    placed = _ordered(placement["jobs"])
+    placed = by_rank(placement["jobs"])
     nums = [j.get("job_num") for j in placed]
     if nums != list(range(len(placed))):
         raise PlanError("placement.jobs: job numbers must be 0..%d, got %s"
@@ -705,7 +221,7 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
             # mount, so the job folder carries it.
             STATE_MOUNTPOINT: {"text": "", "mode": 0o644},
         }
-        needs_cmd = _needs_image_cmd(config, group)
+        needs_cmd = needs_image_cmd(config, group)
         if not needs_cmd or image_cmd:
             files["command.sh"] = {
                 "text": command_script(config, group, image_cmd, run_args, group_ips),

@@ -1,18 +1,18 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Runs of dstack tasks on fleets: submit, watch, list, logs and stop.
+"""Runs of dstack tasks on fleets: find the fleets and their hosts, submit a run and watch it.
 
 A run has no record but its containers: each carries labels naming its run, job, submission and
-what ``ps`` shows (tasks.rankplan), and each job's state folder on its host says how the command
-went. Every operation here starts from the fleets (their records and cached host facts) and asks
-their hosts.
+what ``ps`` shows (tasks.container), and each job's state folder on its host says how the
+command went. Every operation starts from the fleets (their records and cached host facts) and
+asks their hosts. The image a run needs is brought to its hosts by tasks.images; listing runs,
+their logs and stopping them, from the labels alone, is tasks.listing.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 import os
 import random
 import shutil
@@ -22,6 +22,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+from ..backends import base
 from ..backends.docker import DockerError
 from ..backends.errors import BackendError
 from ..fleets import apply as fleet_apply
@@ -30,15 +31,13 @@ from ..fleets import state
 from ..offers import catalog
 from ..volumes import attach as volumes
 from . import lifecycle, placement, rankplan
+from .env import registry_credentials, resolve_env
+from .errors import PlanError, RunError
+from .images import ensure_image
 from .ssh import Node, NodeError
-from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch, parallel
+from .supervisor import RUN_LABEL, Watch, parallel
 
-IMAGE_SOURCES = ("auto", "pull", "push", "present")
 NO_CAPACITY_BACKOFF = (5, 10, 20, 40, 60)
-
-
-class RunError(Exception):
-    """The run cannot be submitted or acted on; the message says why and what to do."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -51,7 +50,7 @@ def _describe_file(path, docker, root):
     try:
         config, _warnings = parse_file(path)
     except SpecError as exc:
-        raise RunError(str(exc))
+        raise RunError(str(exc)) from exc
     if config.get("type") != "fleet":
         raise RunError("%s is a %s file; fleets must be fleet files (type: fleet)"
                        % (path, config.get("type")))
@@ -59,7 +58,7 @@ def _describe_file(path, docker, root):
         return fleet_apply.describe(config, path, docker, root,
                                     settings=state.backend_settings(root))
     except (fleet_apply.ApplyError, DockerError, state.StateError) as exc:
-        raise RunError(str(exc))
+        raise RunError(str(exc)) from exc
 
 
 def collect_fleets(paths=(), docker=None, root=None, discover=True):
@@ -97,7 +96,7 @@ def collect_fleets(paths=(), docker=None, root=None, discover=True):
             except DockerError:
                 held = fleet_apply.discover(None, root, settings=settings)  # no local fleets
         except (fleet_apply.ApplyError, state.StateError) as exc:
-            raise RunError(str(exc))
+            raise RunError(str(exc)) from exc
         for record in held:
             if record["name"] not in seen:
                 found.append(record)
@@ -152,95 +151,6 @@ def busy_map(containers):
 
 
 # ---------------------------------------------------------------------------------------------
-# Images
-
-
-def _local_has(docker, image):
-    if docker is None:
-        return False
-    try:
-        return docker.image_labels(image) is not None
-    except DockerError:
-        return False
-
-
-def push_image(docker, image, nodes, hosts):
-    """``docker save`` on the controller once, ``docker load`` on each host, all at once."""
-    folder = tempfile.mkdtemp(prefix="gpufleet-image-")
-    path = os.path.join(folder, "image.tar")
-    try:
-        with open(path, "wb") as handle:
-            proc = subprocess.run([docker.binary, "save", image], stdout=handle,
-                                  stderr=subprocess.PIPE, check=False)
-        if proc.returncode != 0:
-            raise RunError("docker save %s failed on the controller: %s"
-                           % (image, proc.stderr.decode("utf-8", "replace").strip()))
-
-        def load(host):
-            node = nodes[host]
-            with open(path, "rb") as handle:
-                proc = subprocess.run(node.argv(node.sudo + "docker load -q"), stdin=handle,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      check=False)
-            if proc.returncode != 0:
-                raise NodeError(host, "docker load of %s failed: %s" % (
-                    image, proc.stderr.decode("utf-8", "replace").strip()[-500:]))
-            return True
-
-        return parallel(hosts, load)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def ensure_image(image, nodes, hosts, docker=None, source="auto", auth=None, emit=None):
-    """Make ``image`` present on ``hosts``: kept, pulled there, or pushed from the controller.
-
-    Returns ``{host: image_info}`` (ENTRYPOINT, CMD, WORKDIR as the host sees the image).
-    ``auth`` (registry credentials) is used for the pull only and never shown.
-    """
-    emit = emit or (lambda event: None)
-    info = _checked(parallel(hosts, lambda h: nodes[h].call("image_info", {"image": image})))
-    missing = [h for h in hosts if not info[h]["present"]]
-    if not missing:
-        return info
-    if source == "present":
-        raise RunError("image %s is not on %s, and image_source is present: load it there "
-                       "first" % (image, ", ".join(missing)))
-    failures = {}
-    if source in ("auto", "pull"):
-        emit({"kind": "info", "message": "pulling %s on %s" % (image, ", ".join(missing))})
-        pulled = _checked(parallel(missing, lambda h: nodes[h].call(
-            "pull", {"image": image, "auth": auth}, timeout=3600)))
-        failures = dict((h, a["message"]) for h, a in pulled.items() if not a["pulled"])
-        missing = sorted(failures)
-    if missing and source in ("auto", "push"):
-        if not _local_has(docker, image):
-            detail = "; ".join("%s: %s" % (h, failures[h]) for h in missing if failures.get(h))
-            raise RunError(
-                "image %s could not be pulled on %s%s, and the controller does not have it to "
-                "push: pull or build it on the controller (docker pull / docker build), or make "
-                "the registry reachable from the hosts"
-                % (image, ", ".join(missing), (" (" + detail + ")") if detail else ""))
-        emit({"kind": "info", "message": "pushing %s from the controller to %s"
-              % (image, ", ".join(missing))})
-        _checked(push_image(docker, image, nodes, missing))
-        missing = []
-    if missing:
-        raise RunError("image %s could not be pulled on %s: %s" % (
-            image, ", ".join(missing), "; ".join(failures.get(h, "") for h in missing)))
-    again = _checked(parallel(hosts, lambda h: nodes[h].call("image_info", {"image": image})))
-    return again
-
-
-def _checked(results):
-    """The values of ``parallel`` results; the first error is raised as a RunError."""
-    for host, (_value, error) in sorted(results.items()):
-        if error is not None:
-            raise RunError(str(error))
-    return dict((h, v) for h, (v, _e) in results.items())
-
-
-# ---------------------------------------------------------------------------------------------
 # Submitting and watching
 
 
@@ -259,7 +169,7 @@ def run_key():
             return {"private": private.read(), "public": public.read()}
     except OSError as exc:
         raise RunError("cannot make the run's SSH key: ssh-keygen is needed on the controller "
-                       "(install openssh-client): %s" % exc)
+                       "(install openssh-client): %s" % exc) from exc
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -276,7 +186,7 @@ def _inline_files(jobs):
                 with open(path, "rb") as handle:
                     encoded[path] = base64.b64encode(handle.read()).decode("ascii")
             except (IOError, OSError) as exc:
-                raise RunError("files: cannot read %s: %s" % (path, exc))
+                raise RunError("files: cannot read %s: %s" % (path, exc)) from exc
         spec = dict(spec, data=encoded[path])
         spec.pop("local_path")
         return spec
@@ -334,7 +244,7 @@ class Runner(object):
         self._regions = {}
         self.submissions = []
         self.leftovers = []
-        self.env = rankplan.resolve_env(config, self.secrets, self.environ)
+        self.env = resolve_env(config, self.secrets, self.environ)
 
     def _place(self):
         containers, errors = survey(self.nodes)
@@ -367,7 +277,7 @@ class Runner(object):
             settings = state.backend_settings(state.state_dir(self.root))
             backends = set(inst.get("backend") for fleet in self.fleets
                            for inst in fleet.get("instances") or [])
-            self._clients = dict((b, fleet_cloud.backend_client(b, settings))
+            self._clients = dict((b, base.client(b, settings))
                                  for b in sorted(backends) if b in volumes.CLOUD)
             root = state.state_dir(self.root)
             self._regions = dict((b, fleet_cloud.regions({}, settings, b,
@@ -386,8 +296,8 @@ class Runner(object):
                 return self.config   # no cloud host: attaching says why
             where = volumes.locate(self.config, run, clients, self._regions)
         except (volumes.VolumeError, BackendError, fleet_cloud.CloudError, state.StateError,
-                rankplan.PlanError) as exc:
-            raise RunError(str(exc))
+                PlanError) as exc:
+            raise RunError(str(exc)) from exc
         return volumes.steer(self.config, where)
 
     def _prepare(self, number, placed):
@@ -405,7 +315,7 @@ class Runner(object):
         if not image:
             image = self.local_image if (fleet_backend == "local" and self.local_image) else (
                 rankplan.default_image(self.config))
-        auth = rankplan.registry_credentials(self.config, self.env, self.secrets)
+        auth = registry_credentials(self.config, self.env, self.secrets)
         for job in placed["jobs"]:
             self.emit({"kind": "job", "job_num": job["job_num"], "host": job["host"],
                        "status": lifecycle.PULLING, "reason": None, "exit_code": None})
@@ -430,8 +340,8 @@ class Runner(object):
                                        environ=self.environ, ssh_key=key,
                                        run_args=self.run_args, image=image,
                                        image_cmd=image_cmd, config_dir=self.config_dir)
-        except (rankplan.PlanError, volumes.VolumeError) as exc:
-            raise RunError(str(exc))
+        except (PlanError, volumes.VolumeError) as exc:
+            raise RunError(str(exc)) from exc
         return Submission(number, _inline_files(jobs), nodes, placed)
 
     def _attach_volumes(self, placed, run, nodes):
@@ -442,8 +352,8 @@ class Runner(object):
             done = volumes.attach_and_mount(self.config, placed, run, nodes,
                                             self._volume_clients())
         except (volumes.VolumeError, BackendError, fleet_cloud.CloudError, state.StateError,
-                NodeError, rankplan.PlanError) as exc:
-            raise RunError(str(exc))
+                NodeError, PlanError) as exc:
+            raise RunError(str(exc)) from exc
         for host, answers in done.items():
             for answer in answers:
                 self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
@@ -464,7 +374,7 @@ class Runner(object):
             try:
                 placed = self._place()
                 break
-            except placement.NoCapacity as exc:
+            except placement.NoHostFits as exc:
                 if not lifecycle.may_retry(self.config.get("retry"),
                                            lifecycle.EVENT_NO_CAPACITY, self.clock(), started):
                     raise
@@ -501,7 +411,7 @@ class Runner(object):
         """Submit, then (``wait``) watch until the run ends, resubmitting under ``retry``."""
         try:
             submission = self.submit(0)
-        except placement.NoCapacity as exc:
+        except placement.NoHostFits as exc:
             return dict(self.result(), status=lifecycle.RUN_FAILED,
                         reason=lifecycle.NO_CAPACITY, message=str(exc))
         while True:
@@ -528,7 +438,7 @@ class Runner(object):
                 "remove", {"run": self.name}))
             try:
                 submission = self.submit(submission.number + 1, waited_since=self.clock())
-            except placement.NoCapacity as exc:
+            except placement.NoHostFits as exc:
                 return dict(self.result(decision, watch.statuses), status=lifecycle.RUN_FAILED,
                             reason=lifecycle.NO_CAPACITY, message=str(exc))
 
@@ -553,185 +463,3 @@ def log_tail(node, container, lines=20):
     rc, out, _err = node.run("%sdocker logs --tail %d %s 2>&1" % (node.sudo, lines, container),
                              timeout=30)
     return out.splitlines()[-lines:] if rc == 0 else []
-
-
-# ---------------------------------------------------------------------------------------------
-# Listing, logs and stop: from the containers' labels and state files alone
-
-
-def _spec(labels):
-    try:
-        value = json.loads(labels.get("gpufleet.run-spec") or "{}")
-    except ValueError:
-        value = {}
-    return value if isinstance(value, dict) else {}
-
-
-def _submission_of(entry):
-    return int(entry["labels"].get(SUBMISSION_LABEL) or 0)
-
-
-def _job_num(entry):
-    try:
-        return int(entry["labels"].get(JOB_LABEL))
-    except (TypeError, ValueError):
-        return -1
-
-
-def run_records(containers):
-    """Run records from the task containers of every host (``{host: [containers]}``).
-
-    A record: name, run_id, submission, submitted, status, reason, fleet, backend, region,
-    price, spot, gpu, nodes, and jobs (job_num, host, container, status, reason, exit_code,
-    started_at, finished_at), newest run first. The run's status is decided from its jobs by
-    the same rules as while it runs (tasks.lifecycle).
-    """
-    by_run = {}
-    for host, entries in containers.items():
-        for entry in entries:
-            name = entry["labels"].get(RUN_LABEL)
-            if name:
-                by_run.setdefault(name, []).append(dict(entry, host=host))
-    records = []
-    for name, entries in by_run.items():
-        latest = max(_submission_of(e) for e in entries)
-        entries = sorted((e for e in entries if _submission_of(e) == latest), key=_job_num)
-        labels = entries[0]["labels"]
-        spec = _spec(labels)
-        statuses = dict((_job_num(e), lifecycle.job_status(e)) for e in entries)
-        try:
-            nodes = int(labels.get("gpufleet.nodes") or len(entries))
-        except ValueError:
-            nodes = len(entries)
-        for num in range(nodes):
-            statuses.setdefault(num, (lifecycle.SUBMITTED, None, None))
-        decision = lifecycle.decide({"stop_criteria": spec.get("stop_criteria"),
-                                     "startup_order": spec.get("startup_order")}, statuses)
-        jobs = []
-        for entry in entries:
-            status = statuses[_job_num(entry)]
-            jobs.append({
-                "job_num": _job_num(entry), "host": entry["host"], "container": entry["name"],
-                "status": status[0], "reason": status[1], "exit_code": status[2],
-                "started_at": entry.get("started_at"), "finished_at": entry.get("finished_at"),
-                "gpus": [g for g in (entry["labels"].get("gpufleet.gpus") or "").split(",") if g],
-                "resources": entry["labels"].get("gpufleet.resources") or "",
-            })
-        records.append({
-            "name": name,
-            "run_id": labels.get("gpufleet.run-id"),
-            "submission": latest,
-            "submitted": labels.get("gpufleet.submitted"),
-            "status": decision.status,
-            "reason": decision.reason,
-            "fleet": labels.get("gpufleet.fleet"),
-            "backend": spec.get("backend"),
-            "region": spec.get("region"),
-            "price": spec.get("price"),
-            "spot": spec.get("spot"),
-            "gpu": spec.get("gpu"),
-            "nodes": nodes,
-            "jobs": jobs,
-        })
-    records.sort(key=lambda r: (r["submitted"] or "", r["name"]), reverse=True)
-    return records
-
-
-def list_runs(nodes):
-    """``(run records, {host: error})`` for every run on the hosts."""
-    containers, errors = survey(nodes)
-    return run_records(containers), dict((h, str(e)) for h, e in errors.items())
-
-
-def find_run(nodes, name):
-    """``(record, {host: containers})`` of run ``name``, from the hosts; RunError if no host
-    has it."""
-    containers, errors = survey(nodes)
-    mine = dict((h, [c for c in entries if c["labels"].get(RUN_LABEL) == name])
-                for h, entries in containers.items())
-    mine = dict((h, c) for h, c in mine.items() if c)
-    if not mine:
-        where = "; unreachable: %s" % ", ".join(sorted(errors)) if errors else ""
-        raise RunError("no run named %s on the fleets' hosts%s (gpufleet ps lists runs)"
-                       % (name, where))
-    return run_records(mine)[0], mine
-
-
-def stop_run(nodes, name, abort=False):
-    """Stop every live job of run ``name`` (``terminated_by_user``); return the run record.
-
-    A graceful stop gives each job stop_duration seconds after TERM; ``abort`` kills at once.
-    """
-    record, mine = find_run(nodes, name)
-
-    def stop(host):
-        jobs = [c for c in mine[host]
-                if lifecycle.job_status(c)[0] in lifecycle.ALIVE and
-                _submission_of(c) == record["submission"]]
-        if not jobs:
-            return []
-        timeout = 0 if abort else max(int(_spec(c["labels"]).get("stop_duration") or 0)
-                                      for c in jobs)
-        answer = nodes[host].call("stop", {
-            "reason": lifecycle.TERMINATED_BY_USER, "timeout": timeout,
-            "jobs": [{"run": name, "job_num": _job_num(c), "container": c["name"]}
-                     for c in jobs]}, timeout=timeout + 60)
-        return answer["stopped"]
-
-    stopped = []
-    for host, (value, error) in sorted(parallel(sorted(mine), stop).items()):
-        if error is not None:
-            raise RunError(str(error))
-        stopped += value
-    after, _mine = find_run(nodes, name)
-    after["stopped"] = sorted(stopped)
-    return after
-
-
-def run_logs(nodes, name, tail=None):
-    """The logs of every job of run ``name``'s latest submission: ``[(rank, line), ...]``
-    in rank order."""
-    record, _mine = find_run(nodes, name)
-    lines = []
-
-    def fetch(job):
-        node = nodes[job["host"]]
-        command = "%sdocker logs %s%s 2>&1" % (
-            node.sudo, "--tail %d " % tail if tail else "", job["container"])
-        rc, out, err = node.run(command, timeout=120)
-        if rc != 0:
-            raise NodeError(job["host"], "docker logs failed: %s" % err.strip())
-        return out
-
-    jobs = dict((j["job_num"], j) for j in record["jobs"])
-    results = parallel(sorted(jobs), lambda num: fetch(jobs[num]))
-    for num in sorted(jobs):
-        out, error = results[num]
-        if error is not None:
-            raise RunError(str(error))
-        lines += [(num, line) for line in out.splitlines()]
-    return record, lines
-
-
-def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time):
-    """Attach to run ``name``: stream its logs (``emit({"kind": "log", "rank", "line"})``) and
-    supervise it as the runner does (a failed job stops the others, master-done, a stop asked
-    meanwhile) until it ends; return the final run record.
-
-    A run submitted without waiting is supervised only by its containers (max_duration) until
-    someone attaches; retry cannot resubmit from here, so a failure ends the run failed.
-    """
-    record, mine = find_run(nodes, name)
-    latest = [c for entries in mine.values() for c in entries
-              if _submission_of(c) == record["submission"]]
-    spec = _spec(latest[0]["labels"])
-    jobs = [{"job_num": j["job_num"], "host": j["host"], "container": j["container"],
-             "run": name, "submission": record["submission"],
-             "stop_duration": spec.get("stop_duration") or 0} for j in record["jobs"]]
-    policy = {"startup_order": spec.get("startup_order"),
-              "stop_criteria": spec.get("stop_criteria"), "retry": None}
-    watch = Watch(jobs, dict((j["host"], nodes[j["host"]]) for j in jobs), policy, emit,
-                  clock=clock, sleep=sleep, poll=poll, follow_logs=True)
-    watch.started.update(j["job_num"] for j in jobs)
-    watch.watch()
-    return find_run(nodes, name)[0]

@@ -19,6 +19,7 @@ import shlex
 import subprocess
 import tempfile
 
+from ..core.errors import GpufleetError
 from ..fleets import records, state
 
 # A node's socket path must fit a Unix socket name (about 100 bytes): a short per-user folder
@@ -27,7 +28,7 @@ _CONTROL_DIR = os.path.join(tempfile.gettempdir(), "gpufleet-ssh-%d" % os.getuid
 CONTROL_PERSIST = 120
 
 
-class NodeError(Exception):
+class NodeError(GpufleetError):
     """A host could not be reached, or a command on it failed. ``host`` names it."""
 
     def __init__(self, host, message):
@@ -106,7 +107,7 @@ class Node(object):
         except subprocess.TimeoutExpired:
             raise NodeError(self.name, "no answer within %s s to: %s" % (timeout, command[:200]))
         except OSError as exc:
-            raise NodeError(self.name, "cannot run ssh on the controller: %s" % exc)
+            raise NodeError(self.name, "cannot run ssh on the controller: %s" % exc) from exc
         out = proc.stdout.decode("utf-8", "replace") if isinstance(proc.stdout, bytes) else (
             proc.stdout or "")
         err = proc.stderr.decode("utf-8", "replace") if isinstance(proc.stderr, bytes) else (

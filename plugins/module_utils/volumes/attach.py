@@ -49,7 +49,7 @@ def locate(config, run, clients, regions):
                 try:
                     found = clients[backend].volume(name, region)
                 except BackendError as exc:
-                    raise VolumeError(str(exc))
+                    raise VolumeError(str(exc)) from exc
                 if found is not None:
                     found_at = {"backend": backend, "region": region,
                                 "zone": _location(backend, found)}
@@ -104,5 +104,5 @@ def attach_and_mount(config, placed, run, nodes, clients):
                                                            "wait": MOUNT_WAIT})
                 done.setdefault(host, []).append(dict(answer, name=name))
         except BackendError as exc:
-            raise VolumeError(str(exc))
+            raise VolumeError(str(exc)) from exc
     return done

@@ -15,9 +15,9 @@ only takes those marks off and never destroys the user's data. A volume record i
 from __future__ import annotations
 
 from ..backends import aws as aws_backend
+from ..backends import base
 from ..backends import gcp as gcp_backend
 from ..backends.errors import BackendError
-from ..fleets import cloud
 from .mounts import VolumeError
 
 RECORDS = {"aws": aws_backend.volume_record,
@@ -26,15 +26,15 @@ RECORDS = {"aws": aws_backend.volume_record,
 
 def _client(config, settings, client):
     backend = config["backend"]
-    if backend not in cloud.CLIENTS:
+    if backend not in base.CLOUD_BACKENDS:
         raise VolumeError("volume %s: backend %s volumes are not provisioned by gpufleet "
                           "(aws, gcp)" % (config.get("name"), backend))
     if client is not None:
         return client
     try:
-        return cloud.backend_client(backend, settings)
-    except (BackendError, cloud.CloudError) as exc:
-        raise VolumeError(str(exc))
+        return base.client(backend, settings)
+    except BackendError as exc:
+        raise VolumeError(str(exc)) from exc
 
 
 def _record(config, name, found):
@@ -52,7 +52,7 @@ def describe(config, name, settings=None, client=None):
     try:
         return _record(config, name, client.volume(name, config["region"]))
     except BackendError as exc:
-        raise VolumeError(str(exc))
+        raise VolumeError(str(exc)) from exc
 
 
 def apply(config, name, settings=None, check_mode=False, client=None):
@@ -74,7 +74,7 @@ def apply(config, name, settings=None, check_mode=False, client=None):
             if config["backend"] == "aws":
                 found = client.volume(name, region) or found
     except BackendError as exc:
-        raise VolumeError(str(exc))
+        raise VolumeError(str(exc)) from exc
     return _record(config, name, found), True
 
 
@@ -90,5 +90,5 @@ def delete(config, name, settings=None, check_mode=False, client=None):
         if not check_mode:
             client.delete_volume(name, region, found)
     except BackendError as exc:
-        raise VolumeError(str(exc))
+        raise VolumeError(str(exc)) from exc
     return dict(record, status="terminated"), True

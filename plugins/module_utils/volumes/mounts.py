@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import posixpath
 
+from ..core.errors import GpufleetError
 from ..spec import interpolation
 
 # Where a host mounts a network volume; tasks/nodeside.py, which is sent to the hosts on its own,
@@ -18,7 +19,7 @@ NETWORK_VOLUMES_ROOT = "/mnt/disks/dstack-volumes"
 NETWORK_VOLUMES_DIR = NETWORK_VOLUMES_ROOT
 
 
-class VolumeError(Exception):
+class VolumeError(GpufleetError):
     """A volume that cannot be made, found, attached or mounted as asked; the message says why."""
 
 

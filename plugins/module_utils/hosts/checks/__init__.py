@@ -23,12 +23,15 @@ PRIVATE to gpufleet.cluster.
 
 from __future__ import annotations
 
+# Absolute: ansible-test's pylint does not follow a relative import three levels up.
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import GpufleetError
+
 COMPONENTS = (
     "docker", "nvidia", "amd", "efa", "infiniband", "gcp_gpudirect", "firewall", "dcgm",
 )
 
 
-class CheckError(Exception):
+class CheckError(GpufleetError):
     """The check itself could not be made (a tool's output was unreadable, bad options)."""
 
 

@@ -171,7 +171,7 @@ def parse_health_json(text):
         data, _end = json.JSONDecoder().raw_decode(text[start:])
     except ValueError as exc:
         raise CheckError("dcgmi health -c -j printed JSON that cannot be read (%s): %s"
-                         % (exc, text[start:start + 200]))
+                         % (exc, text[start:start + 200])) from exc
     body = data.get("body") if isinstance(data, dict) else None
     if not isinstance(body, dict) or not isinstance(body.get(OVERALL), dict):
         raise CheckError("dcgmi health -c -j printed no %r in its body: %s"

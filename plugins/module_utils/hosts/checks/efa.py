@@ -228,7 +228,7 @@ def parse_profile(text):
         try:
             words = shlex.split(match.group(2), comments=True)
         except ValueError as exc:
-            raise CheckError("line %d of the profile cannot be read: %s" % (number, exc))
+            raise CheckError("line %d of the profile cannot be read: %s" % (number, exc)) from exc
         env[match.group(1)] = " ".join(words)
     return env
 

@@ -155,7 +155,7 @@ def _nftables(system, settings):
         try:
             summary = nft_summary(parse_nft_table(out, "inet", table))
         except FirewallParseError as exc:
-            raise CheckError(str(exc))
+            raise CheckError(str(exc)) from exc
     facts = _base_facts("nftables", summary)
     facts["table"] = "inet %s" % table if status == 0 else None
     facts["active"] = status == 0 and bool(summary.get("input_chains"))
@@ -202,7 +202,7 @@ def _ufw(system, settings):
     try:
         parsed = parse_ufw_status(out)
     except FirewallParseError as exc:
-        raise CheckError(str(exc))
+        raise CheckError(str(exc)) from exc
     facts = _base_facts("ufw", ufw_summary(parsed, settings.get("ufw_comment") or "gpufleet"))
     facts["active"] = parsed["active"]
     if not parsed["active"]:

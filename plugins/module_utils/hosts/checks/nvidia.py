@@ -217,7 +217,7 @@ def docker_state(system, path, default_wanted=None):
     try:
         config = json.loads(text) if text.strip() else {}
     except ValueError as exc:
-        raise CheckError("%s is not JSON: %s" % (path, exc))
+        raise CheckError("%s is not JSON: %s" % (path, exc)) from exc
     if not isinstance(config, dict):
         raise CheckError("%s does not hold a JSON object" % path)
     runtime = (config.get("runtimes") or {}).get("nvidia")
@@ -358,7 +358,7 @@ def probe_gpus(system, settings, expect):
         listed = parse_nvidia_smi(text)
         queried = parse_nvidia_smi_q(detail)
     except ToolOutputError as exc:
-        raise CheckError(str(exc))
+        raise CheckError(str(exc)) from exc
     by_uuid = dict((g["uuid"], g) for g in queried["gpus"] if g["uuid"])
     for index, gpu in enumerate(listed):
         extra = by_uuid.get(gpu["id"]) or (

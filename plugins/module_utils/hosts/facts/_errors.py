@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 
+# Absolute: ansible-test's pylint does not follow a relative import three levels up.
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import GpufleetError
+
 # How much of an offending piece of tool output a message quotes.
 EXCERPT_LIMIT = 120
 
@@ -22,7 +25,7 @@ def excerpt(text, limit=EXCERPT_LIMIT):
     return json.dumps(text)
 
 
-class HostFactsError(Exception):
+class HostFactsError(GpufleetError):
     """A host whose facts cannot be stated: bad tool output, an option that does not fit the
     host, or a host that breaks a rule dstack enforces (one GPU vendor, divisible blocks...).
 

@@ -47,7 +47,7 @@ def addresses_from_ip_json(text):
     try:
         links = json.loads(text)
     except ValueError as exc:
-        raise ToolOutputError("ip -j addr", "not valid JSON (%s)" % exc)
+        raise ToolOutputError("ip -j addr", "not valid JSON (%s)" % exc) from exc
     if not isinstance(links, list):
         raise ToolOutputError("ip -j addr", "expected a JSON array of interfaces")
     pairs = []
@@ -69,7 +69,7 @@ def addresses_from_ip_json(text):
     try:
         return addresses_from_pairs(pairs)
     except ValueError as exc:
-        raise ToolOutputError("ip -j addr", str(exc))
+        raise ToolOutputError("ip -j addr", str(exc)) from exc
 
 
 def parse_if_inet6(text):

@@ -93,7 +93,7 @@ def _csv_records(tool, text, fields):
         try:
             values = next(csv.reader([line], skipinitialspace=True, strict=True))
         except csv.Error as exc:
-            raise ToolOutputError(tool, "not CSV (%s): %s" % (exc, excerpt(line)), number)
+            raise ToolOutputError(tool, "not CSV (%s): %s" % (exc, excerpt(line)), number) from exc
         if len(values) != len(fields):
             raise ToolOutputError(
                 tool,
@@ -187,7 +187,7 @@ def _load_json(tool, text):
     except ValueError as exc:
         raise ToolOutputError(
             tool, "not valid JSON (%s); the output starts %s" % (exc, excerpt(text, 60))
-        )
+        ) from exc
 
 
 def _field(mapping, key):

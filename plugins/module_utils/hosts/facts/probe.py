@@ -282,7 +282,7 @@ def measure_disk(system, root, warnings):
     try:
         return path, system.available_bytes(path)
     except OSError as exc:
-        raise HostFactsError("cannot measure the disk at %s: %s" % (path, exc))
+        raise HostFactsError("cannot measure the disk at %s: %s" % (path, exc)) from exc
 
 
 def gather_addresses(system, warnings):
@@ -336,7 +336,7 @@ def gather(system, internal_ip=None, network=None, blocks=1):
     try:
         memory_bytes = parse_meminfo(system.read_text(MEMINFO))
     except OSError as exc:
-        raise HostFactsError("cannot read %s: %s" % (MEMINFO, exc))
+        raise HostFactsError("cannot read %s: %s" % (MEMINFO, exc)) from exc
     root, root_source = docker_root(system, warnings)
     measured, available = measure_disk(system, root, warnings)
     cpus = system.cpu_count()

@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import records
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_file
+
 from ..modules.module_runner import ansible_env
 
 BIN = Path(sys.executable).parent
@@ -206,3 +209,23 @@ def test_a_bad_fleet_file_names_the_file_and_field(env, tmp_path):
     assert proc.returncode != 0
     text = " ".join(proc.stderr.split())
     assert str(path) in text and "ssh_config" in text
+
+
+def test_the_hosts_are_those_the_fleet_module_returns(env, tmp_path):
+    """Through ansible-inventory, each host has exactly the groups and variables of the fleet
+    module's hosts[] entry for it (records.host_entries), nulls included."""
+    env, _fake = env
+    path = tmp_path / "lab.dstack.yml"
+    path.write_text(SSH_FLEET)
+    data = listing(env, str(path))
+    config = parse_file(str(path), "fleet")[0]
+    fleet = dict(records.fleet_record(config, "lab", str(path)),
+                 instances=records.ssh_instances(config, "lab", str(tmp_path)))
+    entries = records.host_entries(fleet, env["GPUFLEET_STATE_DIR"])
+    assert [e["name"] for e in entries] == ["lab-0", "lab-1"]
+    for entry in entries:
+        assert data["_meta"]["hostvars"][entry["name"]] == entry["vars"]
+        assert entry["vars"]["gpufleet_instance_type"] is None
+        assert entry["vars"]["gpufleet_spot"] is False
+        for group in entry["groups"]:
+            assert entry["name"] in members(data, group)

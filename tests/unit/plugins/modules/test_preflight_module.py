@@ -22,6 +22,13 @@ def run_module(args):
     return module_runner.run_module(preflight.main, args)
 
 
+class NoFilesHost(preflight_utils.Host):
+    """A Host on which no path exists."""
+
+    def exists(self, path):
+        return False
+
+
 @pytest.fixture
 def played_host(monkeypatch):
     """Make the module check a played host: the login user ubuntu, the commands in the returned
@@ -34,10 +41,9 @@ def played_host(monkeypatch):
 
     def make_host(run, which):  # what the module passes (run_command, get_bin_path) is unused
         assert callable(run) and callable(which)
-        return preflight_utils.Host(
+        return NoFilesHost(
             run=run_played,
             which=table["on_path"].get,
-            exists=lambda _path: False,
             euid=1000,
             env={},
             user="ubuntu",

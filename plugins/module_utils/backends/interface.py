@@ -1,0 +1,120 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The contract every backend client keeps (local.Local, aws.Aws, gcp.Gcp).
+
+A backend holds a fleet's instances and nothing else records them: labels (Docker, GCP) or tags
+(EC2) on the instances are the truth. So every backend answers the same questions of a fleet
+by its name, and fleets/apply.py and fleets/cloud.py converge any fleet with them:
+
+    placed = client.fleet_instances(fleet, regions)   # the fleet's instances, raw
+    client.view(item)            # {"num", "state", "placement", ...} of one raw instance
+    client.records(placed, fleet, key_file)           # instance records (fleets/records.py)
+    client.start(placed)         # start stopped instances
+    client.terminate(placed)     # remove instances
+    client.delete_fleet(fleet, regions, check_mode)   # everything of the fleet: {kind: [ids]}
+    client.all_fleet_instances(regions)               # {fleet: placed} of every fleet held
+
+What a raw instance is differs by backend (a node as ``docker inspect`` tells it, an EC2
+instance with its region, a Compute Engine instance with its zone); only the backend itself
+reads one, and the fleets code passes them back unopened. ``regions`` are where to look: the
+local backend has one place, this machine, and ignores them.
+
+Making instances is not shared: a local node is a container from the node image, a cloud
+instance is launched from an offer. The cloud backends add launching, reservations and network
+volumes (CloudBackend below); the local backend has its own ``create``.
+
+Registry, the choice of a fleet's backend, and client construction are in base.py.
+"""
+
+from __future__ import annotations
+
+
+class Backend:
+    """One backend's client. Subclasses set ``name`` and implement every method here."""
+
+    name = None
+
+    def fleet_instances(self, fleet, regions=None):
+        """The raw instances of ``fleet`` that are not gone, found by their labels or tags."""
+        raise NotImplementedError
+
+    def all_fleet_instances(self, regions=None):
+        """``{fleet name: [raw instance]}`` of every gpufleet fleet this backend holds."""
+        raise NotImplementedError
+
+    def view(self, placed):
+        """What the fleets code needs of one raw instance: at least ``num`` (the instance's
+        number, None when unreadable), ``state`` (as fleets/plan.py reads it: a state in
+        plan.ALIVE can serve again, ``exited`` or ``stopped`` is started) and ``placement``."""
+        raise NotImplementedError
+
+    def records(self, placed, fleet, key_file):
+        """Instance records (fleets/records.py) of the fleet's raw instances, by number;
+        ``key_file`` is the fleet's private key, for the records' ``identity_file``."""
+        raise NotImplementedError
+
+    def start(self, placed):
+        """Start the stopped instances among ``placed``."""
+        raise NotImplementedError
+
+    def terminate(self, placed):
+        """Remove the instances ``placed`` (and what each of them alone used)."""
+        raise NotImplementedError
+
+    def delete_fleet(self, fleet, regions=None, check_mode=False):
+        """Remove the fleet's instances and everything made for it. Returns what was (in
+        check mode: would be) removed, as ``{kind: [names or ids]}``."""
+        raise NotImplementedError
+
+
+class CloudBackend(Backend):
+    """A cloud backend's client, made from its section of the backend settings
+    (``settings`` after construction: the section over the backend's defaults)."""
+
+    settings = None
+
+    def launch_group(self, fleet, nums, offers, config, public_key, disk_gb, all_at_once):
+        """Launch instances numbered ``nums`` from the first offers (cheapest first) and zones
+        that have capacity, all in one zone when ``all_at_once``. Returns the raw instances
+        launched; raises errors.NoCapacity, naming every attempt, when numbers remain."""
+        raise NotImplementedError
+
+    def wait_running(self, placed):
+        """The raw instances ``placed`` once each runs and has its addresses."""
+        raise NotImplementedError
+
+    def reservation(self, reservation_id, regions):
+        """What the cloud says of a reservation: ``{"backend", "instance_type", "region",
+        "zone", "capacity_block", "state"}``."""
+        raise NotImplementedError
+
+    # Network volumes (volumes/cloud.py, volumes/attach.py).
+
+    def volume(self, name, region):
+        """The cloud's description of the gpufleet volume ``name``, or None."""
+        raise NotImplementedError
+
+    def first_zone(self, region):
+        """A zone of ``region`` to create a volume in when the config names none."""
+        raise NotImplementedError
+
+    def create_volume(self, name, region, zone, size_gb, config_tags=None):
+        raise NotImplementedError
+
+    def register_volume(self, name, region, volume_id):
+        """Mark an existing volume as the gpufleet volume ``name`` (external: kept on delete)."""
+        raise NotImplementedError
+
+    def delete_volume(self, name, region, volume):
+        raise NotImplementedError
+
+    def host_instance(self, record):
+        """The raw instance behind an instance record, for attaching volumes to it."""
+        raise NotImplementedError
+
+    def attach_volume(self, name, region, volume, instance):
+        raise NotImplementedError
+
+    def detach_volume(self, name, region, volume):
+        raise NotImplementedError

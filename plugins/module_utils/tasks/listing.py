@@ -1,0 +1,218 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Listing runs, their logs, and stopping them: from the containers' labels and state files.
+
+A run has no record but its containers (tasks.container writes their labels), so each
+operation here asks the hosts for their task containers (tasks.runs.survey) and rebuilds the
+run records from what they carry. The records hold data: the job's resources and the GPU the
+task asked for come as labels wrote them, and render/runs.py makes the ``ps`` table's text.
+Labels written by earlier versions, which held that text already, are read as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from . import lifecycle
+from .container import RESOURCES_LABEL, RUN_SPEC_LABEL
+from .errors import RunError
+from .runs import survey
+from .ssh import NodeError
+from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch, parallel
+
+
+def _spec(labels):
+    try:
+        value = json.loads(labels.get(RUN_SPEC_LABEL) or "{}")
+    except ValueError:
+        value = {}
+    return value if isinstance(value, dict) else {}
+
+
+def job_resources(labels):
+    """The ``gpufleet.resources`` label: the job's resources as data (tasks.container
+    .resources_of), or, from a container labelled by an earlier version, the text it held."""
+    text = labels.get(RESOURCES_LABEL) or ""
+    if text.startswith("{"):
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return text
+        if isinstance(value, dict):
+            return value
+    return text
+
+
+def _submission_of(entry):
+    return int(entry["labels"].get(SUBMISSION_LABEL) or 0)
+
+
+def _job_num(entry):
+    try:
+        return int(entry["labels"].get(JOB_LABEL))
+    except (TypeError, ValueError):
+        return -1
+
+
+def run_records(containers):
+    """Run records from the task containers of every host (``{host: [containers]}``).
+
+    A record: name, run_id, submission, submitted, status, reason, fleet, backend, region,
+    price, spot, gpu, nodes, and jobs (job_num, host, container, status, reason, exit_code,
+    started_at, finished_at, gpus, resources), newest run first. The run's status is decided
+    from its jobs by the same rules as while it runs (tasks.lifecycle). ``gpu`` is the GPU
+    requirement of the task's resources and a job's ``resources`` what it was given (see
+    job_resources), both data; from containers of an earlier version, both are the text the
+    table shows.
+    """
+    by_run = {}
+    for host, entries in containers.items():
+        for entry in entries:
+            name = entry["labels"].get(RUN_LABEL)
+            if name:
+                by_run.setdefault(name, []).append(dict(entry, host=host))
+    records = []
+    for name, entries in by_run.items():
+        latest = max(_submission_of(e) for e in entries)
+        entries = sorted((e for e in entries if _submission_of(e) == latest), key=_job_num)
+        labels = entries[0]["labels"]
+        spec = _spec(labels)
+        statuses = dict((_job_num(e), lifecycle.job_status(e)) for e in entries)
+        try:
+            nodes = int(labels.get("gpufleet.nodes") or len(entries))
+        except ValueError:
+            nodes = len(entries)
+        for num in range(nodes):
+            statuses.setdefault(num, (lifecycle.SUBMITTED, None, None))
+        decision = lifecycle.decide({"stop_criteria": spec.get("stop_criteria"),
+                                     "startup_order": spec.get("startup_order")}, statuses)
+        jobs = []
+        for entry in entries:
+            status = statuses[_job_num(entry)]
+            jobs.append({
+                "job_num": _job_num(entry), "host": entry["host"], "container": entry["name"],
+                "status": status[0], "reason": status[1], "exit_code": status[2],
+                "started_at": entry.get("started_at"), "finished_at": entry.get("finished_at"),
+                "gpus": [g for g in (entry["labels"].get("gpufleet.gpus") or "").split(",") if g],
+                "resources": job_resources(entry["labels"]),
+            })
+        records.append({
+            "name": name,
+            "run_id": labels.get("gpufleet.run-id"),
+            "submission": latest,
+            "submitted": labels.get("gpufleet.submitted"),
+            "status": decision.status,
+            "reason": decision.reason,
+            "fleet": labels.get("gpufleet.fleet"),
+            "backend": spec.get("backend"),
+            "region": spec.get("region"),
+            "price": spec.get("price"),
+            "spot": spec.get("spot"),
+            "gpu": spec.get("gpu"),
+            "nodes": nodes,
+            "jobs": jobs,
+        })
+    records.sort(key=lambda r: (r["submitted"] or "", r["name"]), reverse=True)
+    return records
+
+
+def list_runs(nodes):
+    """``(run records, {host: error})`` for every run on the hosts."""
+    containers, errors = survey(nodes)
+    return run_records(containers), dict((h, str(e)) for h, e in errors.items())
+
+
+def find_run(nodes, name):
+    """``(record, {host: containers})`` of run ``name``, from the hosts; RunError if no host
+    has it."""
+    containers, errors = survey(nodes)
+    mine = dict((h, [c for c in entries if c["labels"].get(RUN_LABEL) == name])
+                for h, entries in containers.items())
+    mine = dict((h, c) for h, c in mine.items() if c)
+    if not mine:
+        where = "; unreachable: %s" % ", ".join(sorted(errors)) if errors else ""
+        raise RunError("no run named %s on the fleets' hosts%s (gpufleet ps lists runs)"
+                       % (name, where))
+    return run_records(mine)[0], mine
+
+
+def stop_run(nodes, name, abort=False):
+    """Stop every live job of run ``name`` (``terminated_by_user``); return the run record.
+
+    A graceful stop gives each job stop_duration seconds after TERM; ``abort`` kills at once.
+    """
+    record, mine = find_run(nodes, name)
+
+    def stop(host):
+        jobs = [c for c in mine[host]
+                if lifecycle.job_status(c)[0] in lifecycle.ALIVE and
+                _submission_of(c) == record["submission"]]
+        if not jobs:
+            return []
+        timeout = 0 if abort else max(int(_spec(c["labels"]).get("stop_duration") or 0)
+                                      for c in jobs)
+        answer = nodes[host].call("stop", {
+            "reason": lifecycle.TERMINATED_BY_USER, "timeout": timeout,
+            "jobs": [{"run": name, "job_num": _job_num(c), "container": c["name"]}
+                     for c in jobs]}, timeout=timeout + 60)
+        return answer["stopped"]
+
+    stopped = []
+    for host, (value, error) in sorted(parallel(sorted(mine), stop).items()):
+        if error is not None:
+            raise RunError(str(error)) from error
+        stopped += value
+    after, _mine = find_run(nodes, name)
+    after["stopped"] = sorted(stopped)
+    return after
+
+
+def run_logs(nodes, name, tail=None):
+    """The logs of every job of run ``name``'s latest submission: ``[(rank, line), ...]``
+    in rank order."""
+    record, _mine = find_run(nodes, name)
+    lines = []
+
+    def fetch(job):
+        node = nodes[job["host"]]
+        command = "%sdocker logs %s%s 2>&1" % (
+            node.sudo, "--tail %d " % tail if tail else "", job["container"])
+        rc, out, err = node.run(command, timeout=120)
+        if rc != 0:
+            raise NodeError(job["host"], "docker logs failed: %s" % err.strip())
+        return out
+
+    jobs = dict((j["job_num"], j) for j in record["jobs"])
+    results = parallel(sorted(jobs), lambda num: fetch(jobs[num]))
+    for num in sorted(jobs):
+        out, error = results[num]
+        if error is not None:
+            raise RunError(str(error)) from error
+        lines += [(num, line) for line in out.splitlines()]
+    return record, lines
+
+
+def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time):
+    """Attach to run ``name``: stream its logs (``emit({"kind": "log", "rank", "line"})``) and
+    supervise it as the runner does (a failed job stops the others, master-done, a stop asked
+    meanwhile) until it ends; return the final run record.
+
+    A run submitted without waiting is supervised only by its containers (max_duration) until
+    someone attaches; retry cannot resubmit from here, so a failure ends the run failed.
+    """
+    record, mine = find_run(nodes, name)
+    latest = [c for entries in mine.values() for c in entries
+              if _submission_of(c) == record["submission"]]
+    spec = _spec(latest[0]["labels"])
+    jobs = [{"job_num": j["job_num"], "host": j["host"], "container": j["container"],
+             "run": name, "submission": record["submission"],
+             "stop_duration": spec.get("stop_duration") or 0} for j in record["jobs"]]
+    policy = {"startup_order": spec.get("startup_order"),
+              "stop_criteria": spec.get("stop_criteria"), "retry": None}
+    watch = Watch(jobs, dict((j["host"], nodes[j["host"]]) for j in jobs), policy, emit,
+                  clock=clock, sleep=sleep, poll=poll, follow_logs=True)
+    watch.started.update(j["job_num"] for j in jobs)
+    watch.watch()
+    return find_run(nodes, name)[0]
