@@ -91,3 +91,22 @@ def test_a_block_without_error_runs_through():
     with fail_json_on_error(module):
         value = 42
     assert value == 42 and module.failed is None
+
+
+def test_an_atomic_write_leaves_nothing_behind_when_it_fails(tmp_path, monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.core import files
+
+    target = tmp_path / "facts.json"
+    target.write_text("old")
+    files.write_atomically(str(target), "new", 0o640)
+    assert target.read_text() == "new"
+    assert target.stat().st_mode & 0o777 == 0o640
+
+    def refuse(_src, _dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.os, "replace", refuse)
+    with pytest.raises(OSError):
+        files.write_atomically(str(target), "newer", 0o640)
+    assert target.read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["facts.json"]

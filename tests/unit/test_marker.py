@@ -11,6 +11,7 @@ import os
 import stat
 
 import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core import files as core_files
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import marker as marker_utils
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.marker import (
     MarkerError,
@@ -283,7 +284,7 @@ def test_no_permission_suggests_become(path, monkeypatch):
     def refuse(*_args, **_kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(marker_utils.tempfile, "mkstemp", refuse)
+    monkeypatch.setattr(core_files.tempfile, "mkstemp", refuse)
     with pytest.raises(MarkerError) as info:
         claim(path)
     assert str(info.value) == (

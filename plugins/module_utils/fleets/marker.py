@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 
 from ..core.errors import GpufleetError
+from ..core.files import write_atomically
 
 FORMAT = 1
 DEFAULT_PATH = "/etc/gpufleet/fleet.json"
@@ -222,26 +222,8 @@ def write_marker(path, content):
         if not os.path.isdir(directory):
             os.makedirs(directory, DIR_MODE)
             os.chmod(directory, DIR_MODE)
-        handle, temp = tempfile.mkstemp(
-            prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=directory
-        )
+        write_atomically(path, marker_text(content), FILE_MODE)
     except OSError as exc:
-        raise MarkerError(
-            "cannot write the fleet marker %s: %s%s"
-            % (path, exc.strerror or exc, _become_hint(exc))
-        ) from None
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(marker_text(content))
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temp, FILE_MODE)
-        os.replace(temp, path)
-    except OSError as exc:
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
         raise MarkerError(
             "cannot write the fleet marker %s: %s%s"
             % (path, exc.strerror or exc, _become_hint(exc))

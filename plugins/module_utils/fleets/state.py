@@ -21,9 +21,9 @@ import os
 import shutil
 import stat
 import subprocess
-import tempfile
 
 from ..core.errors import GpufleetError
+from ..core.files import write_atomically
 
 try:
     import yaml
@@ -244,20 +244,10 @@ def write_facts(root, fleet, facts, check_mode=False):
         return False
     if check_mode:
         return True
-    directory = ensure_fleet_dir(root, fleet)
-    tmp = None
+    ensure_fleet_dir(root, fleet)
     try:
-        # mkstemp makes the file 0600 from the start: the facts are never readable by others.
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".facts.", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(facts_text(facts))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, FACTS_MODE)
-        os.replace(tmp, path)
+        write_atomically(path, facts_text(facts), FACTS_MODE)
     except OSError as exc:
-        if tmp is not None and os.path.exists(tmp):
-            os.remove(tmp)
         raise StateError("cannot write %s (%s): set %s to a writable directory"
                          % (path, exc.strerror, ENV)) from exc
     return True

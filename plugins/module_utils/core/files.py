@@ -1,0 +1,32 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Files written so that a reader sees the old content or the new, never a part of either."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+
+def write_atomically(path, text, mode):
+    """Replace ``path`` with ``text``: a temporary file in the same directory (made 0600, so the
+    content is never readable by others on the way), synced, given ``mode``, then renamed over
+    ``path``. The temporary file is removed when anything fails; OSError is left to the caller,
+    which knows what to tell the user."""
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp",
+                                    dir=directory)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
