@@ -1,0 +1,64 @@
+"""``gpufleet``: dstack-like commands over the gpufleet.cluster collection.
+
+``validate`` reads files with the collection's config model; ``apply``, ``fleet``, ``delete``
+and ``offer`` run the collection's playbooks (fleet.yml, list.yml, delete.yml, offer.yml...)
+through ansible-runner. Each command group is a module of this package that adds its commands
+to the parser (``add_<command>``) and handles them; a new command is a new module and a line in
+COMMANDS. The commands parse arguments and present results; the logic lives in the collection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .. import __version__
+from .._collection import CollectionNotFound
+from . import apply, fleets, offers, runs, validate
+
+# In the order ``gpufleet --help`` lists them.
+COMMANDS = (
+    validate.add_validate,
+    apply.add_apply,
+    runs.add_ps,
+    runs.add_logs,
+    runs.add_stop,
+    fleets.add_fleet,
+    apply.add_delete,
+    offers.add_offer,
+    offers.add_catalog,
+)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpufleet",
+        description="Run dstack-style GPU fleets and tasks with Ansible (gpufleet.cluster).",
+    )
+    parser.add_argument("--version", action="version", version=f"gpufleet {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+    for add in COMMANDS:
+        add(commands)
+    return parser
+
+
+def main(argv=None, out=None, err=None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.handler(args, out, err)
+    except CollectionNotFound as exc:
+        err.write(f"gpufleet: {exc}\n")
+        return 2
+    except KeyboardInterrupt:
+        err.write("gpufleet: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""``gpufleet apply`` and ``gpufleet delete``: fleets, tasks and volumes from their files."""
+
+from __future__ import annotations
+
+import os
+
+from . import common
+
+
+def add_apply(commands):
+    """Add ``gpufleet apply`` to the command parser."""
+    apply = commands.add_parser(
+        "apply",
+        help="create or update a fleet, or run a task, from a dstack file",
+        description=(
+            "A fleet file: show what applying it changes, ask, then apply it with "
+            "playbooks/fleet.yml (provision backend fleets, check, measure and claim the hosts) "
+            "and print the fleet; exits 0 when every host is ready. A task file: show where it "
+            "would run, ask, then run it with playbooks/task.yml and stay attached, streaming "
+            "every node's log prefixed with its rank, until it ends; exits 0 when it ends done. "
+            "A volume file: create the volume, or register its volume_id, with "
+            "playbooks/volume.yml."
+        ),
+    )
+    apply.add_argument("-f", "--file", required=True, metavar="FILE",
+                       help="the fleet or task file")
+    apply.add_argument("-y", "--yes", action="store_true", help="apply without asking")
+    apply.add_argument("-v", "--verbose", action="store_true",
+                       help="show every task result while applying")
+    apply.add_argument("-d", "--detach", action="store_true",
+                       help="tasks: return once the run's containers are started")
+    common.fleet_file_option(apply, "tasks: a fleet file whose hosts the run may use (SSH "
+                                    "fleets; backend fleets are found without their files); "
+                                    "repeatable")
+    apply.set_defaults(handler=_apply)
+
+
+def add_delete(commands):
+    """Add ``gpufleet delete`` to the command parser."""
+    delete = commands.add_parser(
+        "delete",
+        help="delete a fleet or a volume",
+        description=(
+            "Delete the fleet of a dstack fleet file with playbooks/delete.yml: remove a backend "
+            "fleet's nodes, or release an SSH fleet's hosts, and the fleet's local files. "
+            "A volume file: delete the volume with playbooks/volume.yml (a registered volume "
+            "is only released)."
+        ),
+    )
+    delete.add_argument("-f", "--file", required=True, metavar="FILE",
+                        help="the fleet or volume file")
+    delete.add_argument("-y", "--yes", action="store_true", help="delete without asking")
+    delete.set_defaults(handler=_delete)
+
+
+def _apply(args, out, err) -> int:
+    from ..api import GpufleetError, apply, plan
+    from ..runner import progress_printer
+
+    path = os.path.abspath(args.file)
+    config = common.read_config(path, err, ("fleet", "task", "volume"))
+    if config is None:
+        return 1
+    if config["type"] == "task":
+        return _apply_task(args, path, out, err)
+    if config["type"] == "volume":
+        return _volume(args, path, "present", out, err)
+    tables = common.tables()
+    try:
+        err.write("Planning...\n")
+        record = plan(path)
+        for line in tables.plan_lines(record):
+            out.write(line + "\n")
+        out.write("\n")
+        if not common.confirm(f"Apply the fleet {record['name']}?", args, out, err):
+            out.write("Nothing was changed.\n")
+            return 1
+        record = apply(path, on_event=progress_printer(err, verbose=args.verbose))
+    except GpufleetError as exc:
+        if isinstance(exc.record, dict) and exc.record.get("instances") is not None:
+            out.write("\n")
+            for line in tables.fleet_table([exc.record]):
+                out.write(line + "\n")
+        return common.failed(exc, err)
+    out.write("\n")
+    for line in tables.fleet_table([record]):
+        out.write(line + "\n")
+    return 0
+
+
+def _apply_task(args, path, out, err) -> int:
+    from ..api import GpufleetError, plan, run_task
+
+    tables = common.run_tables()
+    try:
+        err.write("Planning...\n")
+        record = plan(path, fleet_files=common.fleet_files(args))
+        for line in tables.run_plan_lines(record["config"], record["plan"], path):
+            out.write(line + "\n")
+        out.write("\n")
+        if not common.confirm(f"Submit the run {record['run']}?", args, out, err):
+            out.write("Nothing was submitted.\n")
+            return 1
+        try:
+            record = run_task(path, wait=not args.detach, check=False,
+                              fleet_files=common.fleet_files(args),
+                              on_event=common.run_printer(out, err))
+        except KeyboardInterrupt:
+            err.write(f"gpufleet: detached; the run {record['run']} goes on (gpufleet logs -f "
+                      f"{record['run']} to attach again, gpufleet stop {record['run']} to stop "
+                      "it)\n")
+            return 130
+    except GpufleetError as exc:
+        return common.failed(exc, err)
+    if args.detach:
+        out.write(f"Run {record['run']} submitted; follow it with gpufleet logs -f "
+                  f"{record['run']}\n")
+        return 0 if not record.get("failed") else 1
+    status = record.get("status")
+    out.write(f"Run {record['run']} {status}" +
+              (f": {record['message']}" if record.get("message") else "") + "\n")
+    return 0 if status == "done" else 1
+
+
+def _volume(args, path, wanted, out, err) -> int:
+    """Create (present) or delete (absent) a volume with playbooks/volume.yml, after asking."""
+    from ..api import GpufleetError, apply, delete, plan
+
+    try:
+        record = plan(path, delete=wanted == "absent")
+        doing = "Create" if wanted == "present" else "Delete"
+        if wanted == "present" and record["status"] != "submitted":
+            out.write(f"Volume {record['name']} exists: {_volume_line(record)}\n")
+            return 0
+        if wanted == "absent" and record["status"] == "terminated" and not record["volume_id"]:
+            out.write(f"Volume {record['name']}: nothing to delete.\n")
+            return 0
+        if not common.confirm(f"{doing} the volume {record['name']}?", args, out, err):
+            out.write("Nothing was changed.\n")
+            return 1
+        record = apply(path) if wanted == "present" else delete(path)
+    except GpufleetError as exc:
+        return common.failed(exc, err)
+    out.write(f"Volume {record['name']} {'deleted' if wanted == 'absent' else 'ready'}: "
+              f"{_volume_line(record)}\n")
+    return 0
+
+
+def _volume_line(record):
+    where = record.get("availability_zone") or record.get("region")
+    size = f"{record['size']}GB" if record.get("size") else "-"
+    return (f"{record['backend']} {where} {size} {record.get('volume_id') or '-'} "
+            f"{record['status']}")
+
+
+def _delete(args, out, err) -> int:
+    from ..api import GpufleetError, delete
+    from ..runner import progress_printer
+
+    path = os.path.abspath(args.file)
+    config = common.read_config(path, err, ("fleet", "volume"))
+    if config is None:
+        return 1
+    if config["type"] == "volume":
+        return _volume(args, path, "absent", out, err)
+    name = config.get("name") or os.path.basename(path)
+    if not common.confirm(f"Delete the fleet {name}?", args, out, err):
+        out.write("Nothing was deleted.\n")
+        return 1
+    try:
+        record = delete(path, on_event=progress_printer(err))
+    except GpufleetError as exc:
+        return common.failed(exc, err)
+    removed = record.get("removed") or {}
+    what = sum(len(v) for v in removed.values())
+    out.write(f"Fleet {record['name']} deleted.\n" if what else
+              f"Fleet {record['name']}: nothing to delete.\n")
+    return 0

@@ -1,0 +1,84 @@
+"""``gpufleet ps``, ``logs`` and ``stop``: the runs on the fleets' hosts."""
+
+from __future__ import annotations
+
+from . import common
+
+
+def add_ps(commands):
+    """Add ``gpufleet ps`` to the command parser."""
+    ps = commands.add_parser(
+        "ps", help="list task runs",
+        description="List task runs as dstack ps does, from the labels of their containers.")
+    ps.add_argument("-v", "--verbose", action="store_true", help="show resources and errors")
+    ps.add_argument("--json", action="store_true", help="print the run records as JSON")
+    common.fleet_file_option(ps, "an SSH fleet's file (repeatable)")
+    ps.set_defaults(handler=_ps)
+
+
+def add_logs(commands):
+    """Add ``gpufleet logs`` to the command parser."""
+    logs = commands.add_parser(
+        "logs", help="show a run's logs",
+        description="Show the logs of every job of a run, each line prefixed with the run "
+                    "and rank.")
+    logs.add_argument("run", metavar="RUN", help="the run's name")
+    logs.add_argument("-f", "--follow", action="store_true",
+                      help="keep streaming new lines until the run ends")
+    common.fleet_file_option(logs, "an SSH fleet's file (repeatable)")
+    logs.set_defaults(handler=_logs)
+
+
+def add_stop(commands):
+    """Add ``gpufleet stop`` to the command parser."""
+    stop = commands.add_parser(
+        "stop", help="stop a run",
+        description="Stop every job of a run: TERM, then KILL after its stop_duration.")
+    stop.add_argument("run", metavar="RUN", help="the run's name")
+    stop.add_argument("-y", "--yes", action="store_true", help="stop without asking")
+    stop.add_argument("-x", "--abort", action="store_true", help="kill at once")
+    common.fleet_file_option(stop, "an SSH fleet's file (repeatable)")
+    stop.set_defaults(handler=_stop)
+
+
+def _ps(args, out, err) -> int:
+    from ..api import GpufleetError, runs
+
+    try:
+        found = runs(fleet_files=common.fleet_files(args))
+    except GpufleetError as exc:
+        return common.failed(exc, err)
+    for host, error in sorted(found["unreachable"].items()):
+        err.write(f"gpufleet: {host}: {error}\n")
+    common.print_records(found["runs"], args, out, "No runs.", common.run_tables().run_table)
+    return 0
+
+
+def _logs(args, out, err) -> int:
+    from ..api import GpufleetError, logs, wait
+
+    try:
+        if args.follow:
+            wait(args.run, check=False, fleet_files=common.fleet_files(args),
+                 on_event=common.run_printer(out, err))
+            return 0
+        found = logs(args.run, fleet_files=common.fleet_files(args))
+    except GpufleetError as exc:
+        return common.failed(exc, err)
+    for line in found["lines"]:
+        out.write(line + "\n")
+    return 0
+
+
+def _stop(args, out, err) -> int:
+    from ..api import GpufleetError, stop
+
+    if not common.confirm(f"Stop the run {args.run}?", args, out, err):
+        out.write("Nothing was stopped.\n")
+        return 1
+    try:
+        record = stop(args.run, abort=args.abort, fleet_files=common.fleet_files(args))
+    except GpufleetError as exc:
+        return common.failed(exc, err)
+    out.write(f"Run {args.run} {record.get('status', 'stopped')}.\n")
+    return 0

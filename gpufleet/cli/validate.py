@@ -1,0 +1,45 @@
+"""``gpufleet validate``: check dstack files with the collection's config model."""
+
+from __future__ import annotations
+
+import json
+
+from .._collection import spec
+from . import common
+
+
+def add_validate(commands):
+    """Add ``gpufleet validate`` to the command parser."""
+    validate = commands.add_parser(
+        "validate",
+        help="check dstack fleet, task and volume files",
+        description=(
+            "Check dstack configuration files (type: fleet, task, volume). Prints one line per "
+            "file, 'ok' or its problems, and exits 0 only if every file is valid."
+        ),
+    )
+    validate.add_argument("files", nargs="+", metavar="FILE", help="configuration files")
+    validate.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON list with an object per file, including the normalized config",
+    )
+    validate.set_defaults(handler=_validate)
+
+
+def _validate(args, out, err) -> int:
+    model = spec()
+    results = [model.validate_file(path) for path in args.files]
+    if args.json:
+        json.dump(results, out, indent=2, sort_keys=False)
+        out.write("\n")
+    else:
+        for result in results:
+            name = result["file"]
+            if result["ok"]:
+                out.write(f"{name}: ok ({result['config']['type']})\n")
+                for warning in result["warnings"]:
+                    out.write(f"{name}: warning: {common.where(warning)}{warning['message']}\n")
+            for error in result["errors"]:
+                out.write(f"{name}: {common.where(error)}{error['message']}\n")
+    return 0 if all(r["ok"] for r in results) else 1
