@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Make sure this machine has a running Docker engine, debootstrap and gpg, for the local backend
-# and its tests. Installs Debian's docker.io when the engine is missing (needs root and apt), and
-# starts dockerd in the background when nothing answers and systemd is not managing it.
+# Make sure this machine has a running Docker engine, debootstrap, gpg and a static busybox, for
+# the local backend and its tests. Installs Debian's docker.io when the engine is missing (needs
+# root and apt), and starts dockerd in the background when nothing answers and systemd is not
+# managing it.
 set -euo pipefail
 
 log=/var/log/gpufleet-dockerd.log
@@ -18,6 +19,8 @@ command -v dockerd >/dev/null 2>&1 || missing+=(docker.io iptables)
 command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || missing+=(debootstrap)
 # Molecule's stub vendor repositories are signed with gpg.
 command -v gpg >/dev/null 2>&1 || missing+=(gnupg)
+# The gcp_gpudirect scenario builds its stand-in images from a static busybox.
+[ -x /bin/busybox ] || [ -x /usr/bin/busybox ] || missing+=(busybox-static)
 if [ "${#missing[@]}" -gt 0 ]; then
     need_root "installing ${missing[*]}"
     apt-get update -qq

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from . import aws_layout as layout
 from .aws_layout import instance_records
-from .aws_layout import volume_record  # noqa: F401  (volumes/cloud.py reads aws.volume_record)
 from .cloud_common import launch_in_turn, merged_settings
 from .errors import BackendError, CapacityError
 from .interface import CloudBackend

@@ -20,8 +20,12 @@ from __future__ import annotations
 from .aws import Aws
 from .errors import BackendError, UnsupportedBackend
 from .gcp import Gcp
-from .interface import Backend, CloudBackend  # noqa: F401  (the contract, as base.Backend)
+from .interface import Backend, CloudBackend
 from .local import Local
+
+# The contract (interface.py) is part of this module's face: base.Backend, base.CloudBackend.
+__all__ = ("BACKENDS", "CLOUD_BACKENDS", "POLICY_SETTINGS", "Backend", "CloudBackend", "client",
+           "select", "settings_section")
 
 BACKENDS = {"local": Local, "aws": Aws, "gcp": Gcp}
 CLOUD_BACKENDS = tuple(name for name, cls in BACKENDS.items() if issubclass(cls, CloudBackend))

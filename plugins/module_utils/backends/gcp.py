@@ -262,15 +262,16 @@ class Gcp(CloudBackend):
             chosen = chosen.get(region)
         return chosen or (GPU_IMAGE if gpu else CPU_IMAGE)
 
-    def reservation(self, name, regions):
+    def reservation(self, reservation_id, regions):
         """What Compute Engine says of a specific reservation: ``{"backend", "instance_type",
         "region", "zone"}`` (its own placement applies, so no resource policy is added)."""
         page = self._request("GET", "/aggregated/reservations", "looking up reservation %s"
-                             % name, params={"filter": 'name = "%s"' % name})
+                             % reservation_id,
+                             params={"filter": 'name = "%s"' % reservation_id})
         for scope, bucket in sorted((page.get("items") or {}).items()):
             zone = _last(scope)
             for item in bucket.get("reservations") or []:
-                if item.get("name") != name or region_of(zone) not in regions:
+                if item.get("name") != reservation_id or region_of(zone) not in regions:
                     continue
                 properties = (item.get("specificReservation") or {}).get(
                     "instanceProperties") or {}
@@ -278,7 +279,7 @@ class Gcp(CloudBackend):
                         "region": region_of(zone), "zone": zone, "capacity_block": False,
                         "state": item.get("status")}
         raise GcpError("reservation %s was not found in %s: check its name and the regions of "
-                       "the gcp backend settings" % (name, ", ".join(regions)))
+                       "the gcp backend settings" % (reservation_id, ", ".join(regions)))
 
     # -- what a fleet creates before its instances ---------------------------------------------
 
@@ -411,8 +412,8 @@ class Gcp(CloudBackend):
                                        "reading disk %s" % volume_id)
         raise GcpError("disk %s was not found in %s" % (volume_id, region))
 
-    def delete_volume(self, name, region, found):
-        zone, disk = found
+    def delete_volume(self, name, region, volume):
+        zone, disk = volume
         if disk.get("users"):
             raise GcpError("volume %s (disk %s) is attached to %s: stop the runs that use it "
                            "first" % (name, disk["name"], ", ".join(
@@ -434,10 +435,10 @@ class Gcp(CloudBackend):
         return zone, self._request("GET", "/zones/%s/instances/%s" % (zone, record["name"]),
                                    "reading %s" % record["name"])
 
-    def attach_volume(self, name, region, found, instance):
+    def attach_volume(self, name, region, volume, instance):
         """Attach the disk to the instance (``(zone, instance)``) unless it is already;
         returns the device paths the host may see it under."""
-        zone, disk = found
+        zone, disk = volume
         host_zone, host = instance
         device = "gpufleet-" + name
         paths = ["/dev/disk/by-id/google-" + device]
@@ -457,8 +458,8 @@ class Gcp(CloudBackend):
                        "deviceName": device, "mode": "READ_WRITE", "autoDelete": False})
         return paths
 
-    def detach_volume(self, name, region, found):
-        zone, disk = found
+    def detach_volume(self, name, region, volume):
+        zone, disk = volume
         users = [_last(u) for u in disk.get("users") or []]
         for user in users:
             self._call("POST", "/zones/%s/instances/%s/detachDisk" % (zone, user),

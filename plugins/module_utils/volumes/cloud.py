@@ -14,13 +14,13 @@ only takes those marks off and never destroys the user's data. A volume record i
 
 from __future__ import annotations
 
-from ..backends import aws as aws_backend
+from ..backends import aws_layout
 from ..backends import base
 from ..backends import gcp as gcp_backend
 from ..backends.errors import BackendError
 from .mounts import VolumeError
 
-RECORDS = {"aws": aws_backend.volume_record,
+RECORDS = {"aws": aws_layout.volume_record,
            "gcp": lambda name, _region, found: gcp_backend.volume_record(name, *found)}
 
 
