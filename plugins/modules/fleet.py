@@ -266,6 +266,7 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
+    state_options,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base, local
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
@@ -288,10 +289,9 @@ def main():
             path=dict(type="path"),
             config=dict(type="dict"),
             state=dict(type="str", choices=["present", "absent"], default="present"),
-            state_dir=dict(type="path"),
             image=dict(type="str"),
             mirror=dict(type="str", default=local.DEFAULT_MIRROR),
-            backend_settings=dict(type="dict"),
+            **state_options(backend_settings=True),
         ),
         mutually_exclusive=[("path", "config")],
         required_one_of=[("path", "config")],

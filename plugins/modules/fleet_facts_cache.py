@@ -71,6 +71,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
+    state_options,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     records,
@@ -92,7 +93,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             fleet=dict(type="dict", required=True),
-            state_dir=dict(type="path"),
+            **state_options(),
         ),
         supports_check_mode=True,
     )

@@ -113,6 +113,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
+    state_options,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base, local
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
@@ -154,8 +155,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             paths=dict(type="list", elements="path", default=[]),
-            state_dir=dict(type="path"),
-            backend_settings=dict(type="dict"),
+            **state_options(backend_settings=True),
         ),
         supports_check_mode=True,
     )

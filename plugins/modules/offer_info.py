@@ -157,6 +157,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
+    state_options,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleets import offer_table
@@ -173,7 +174,7 @@ def main():
             path=dict(type="path"),
             config=dict(type="dict"),
             catalog_dir=dict(type="path"),
-            state_dir=dict(type="path"),
+            **state_options(),
             limit=dict(type="int", default=3),
         ),
         mutually_exclusive=[("path", "config")],

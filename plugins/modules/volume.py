@@ -109,6 +109,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
+    state_options,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import cloud as volumes
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
@@ -125,8 +126,7 @@ def main():
             path=dict(type="path"),
             config=dict(type="dict"),
             state=dict(type="str", choices=["present", "absent"], default="present"),
-            state_dir=dict(type="path"),
-            backend_settings=dict(type="dict"),
+            **state_options(backend_settings=True),
         ),
         mutually_exclusive=[("path", "config")],
         required_one_of=[("path", "config")],

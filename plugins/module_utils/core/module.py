@@ -27,6 +27,16 @@ from .errors import GpufleetError
 INTERNAL_ERROR = "internal error in %s (please report it): %s"
 
 
+def state_options(backend_settings=False):
+    """The argument spec of the options several modules share, declared once as they are
+    documented once (doc_fragments/state.py): ``state_dir`` and, with ``backend_settings``, the
+    cloud backends' settings. A new dict each call, so no module changes another's spec."""
+    options = dict(state_dir=dict(type="path"))
+    if backend_settings:
+        options["backend_settings"] = dict(type="dict")
+    return options
+
+
 def failure(exc, prefix="", problems=False, extras=None):
     """The ``fail_json`` arguments for a GpufleetError: its message after ``prefix``, then
     ``extras``, and with ``problems`` the config model's list of problems when the error has one

@@ -15,14 +15,16 @@ import os
 
 from ..backends.docker import Docker
 from ..core.errors import GpufleetError
+from ..core.module import state_options
 from ..fleets import state
 from . import images, lifecycle, listing, placement, runs
 from .errors import PlanError, RunError
 from .ssh import NodeError
 
+# doc_fragments/run_fleets.py and state.py document these.
 FLEET_OPTIONS = dict(
     fleets=dict(type="list", elements="path", default=[]),
-    state_dir=dict(type="path"),
+    **state_options()
 )
 
 TASK_SPEC = dict(
