@@ -21,16 +21,16 @@ def fleet_files(args):
 
 
 def tables():
-    """The collection's table renderer (plugins/module_utils/render/fleets.py)."""
+    """The collection's table renderer (plugins/module_utils/render/fleet_table.py)."""
     spec()  # makes the collection importable
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.render import fleets
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.render import fleet_table as fleets
 
     return fleets
 
 
 def run_tables():
     spec()
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.render import runs as runtable
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table as runtable
 
     return runtable
 

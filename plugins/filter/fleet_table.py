@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The gpufleet.cluster.fleet_table and gpufleet.cluster.fleet_plan filters.
 
-Thin wrappers over plugins/module_utils/render/fleets.py; their documentation is in the sidecar
+Thin wrappers over plugins/module_utils/render/fleet_table.py; their documentation is in the sidecar
 files fleet_table.yml and fleet_plan.yml beside this one (one file holds both filters).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.gpufleet.cluster.plugins.module_utils.render import fleets as fleettable
+from ansible_collections.gpufleet.cluster.plugins.module_utils.render import fleet_table as fleettable
 
 
 def _verbose(value):

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The gpufleet.cluster.run_table and gpufleet.cluster.run_job_lines filters.
 
-Thin wrappers over plugins/module_utils/render/runs.py; their documentation is in the sidecar files
+Thin wrappers over plugins/module_utils/render/run_table.py; their documentation is in the sidecar files
 run_table.yml and run_job_lines.yml beside this one.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 from ansible.module_utils.common.text.converters import to_native
 from ansible.module_utils.parsing.convert_bool import boolean
-from ansible_collections.gpufleet.cluster.plugins.module_utils.render import fleets as fleettable, runs as runtable
+from ansible_collections.gpufleet.cluster.plugins.module_utils.render import fleet_table as fleettable, run_table as runtable
 
 
 def run_table(runs, verbose=False, now=None):

@@ -100,7 +100,7 @@ from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base, local
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import (
     Docker,
     DockerError,
 )

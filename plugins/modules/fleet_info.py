@@ -74,7 +74,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module impor
     fail_json_on_error,
     state_options,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import apply, records, state
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_file
 

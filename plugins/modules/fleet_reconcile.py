@@ -116,7 +116,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module impor
     state_options,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base, local
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     apply,
     state,

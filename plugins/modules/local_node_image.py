@@ -78,7 +78,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module impor
     fail_json_on_error,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 
 
 def main():

@@ -160,7 +160,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module impor
     state_options,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
-from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleets import offer_table
+from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleet_table import offer_table
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog, select
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
     parse_data,

@@ -111,7 +111,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module impor
     fail_json_on_error,
     state_options,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import cloud as volumes
+from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import provision as volumes
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import fleet_name
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (

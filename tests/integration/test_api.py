@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 
 from gpufleet.runner import run_playbook
 from .task_images import ensure_base_image

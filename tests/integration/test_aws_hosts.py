@@ -14,7 +14,7 @@ import boto3
 import pytest
 import yaml
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
 from .task_images import ensure_base_image
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 
 from gpufleet._collection import collections_path
 from gpufleet.runner import run_playbook

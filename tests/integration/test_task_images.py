@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import task_image
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 from .task_images import ensure_base_image, ensure_torch_image, ensure_torch_image_built
 
 MPI_ALLREDUCE = (

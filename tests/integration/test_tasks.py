@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 
 from gpufleet import cli
 from gpufleet.runner import run_playbook

@@ -25,7 +25,7 @@ from gpufleet._collection import ensure_importable  # noqa: E402
 ensure_importable()
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local  # noqa: E402
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import (  # noqa: E402
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import (  # noqa: E402
     Docker,
 )
 

@@ -17,7 +17,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import (
     aws,
     aws_layout,
     base,
-    docker,
+    docker_cli as docker,
     errors,
     gcp,
     gcp_layout,

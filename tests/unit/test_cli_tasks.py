@@ -17,7 +17,7 @@ import os
 import sys
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.render import runs as runtable
+from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table as runtable
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 
 from gpufleet import cli, runner

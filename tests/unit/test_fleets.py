@@ -17,7 +17,7 @@ from ansible.plugins.filter.core import to_nice_json
 from ansible_collections.gpufleet.cluster.plugins.inventory import fleet as inventory_plugin
 from ansible_collections.gpufleet.cluster.plugins.modules import fleet as fleet_module
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base, local
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     apply,
     plan,

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The fleet table and plan (plugins/module_utils/render/fleets.py) and the filters over them:
+"""The fleet table and plan (plugins/module_utils/render/fleet_table.py) and the filters over them:
 dstack's formats, column layout, order, errors shown to playbook users, and one run of the
 filters through Ansible's real template engine."""
 
@@ -16,7 +16,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.gpufleet.cluster.plugins.filter.fleet_table import FilterModule
 from ansible_collections.gpufleet.cluster.plugins.module_utils import spec
-from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleets import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleet_table import (
     FleetTableError,
     fleet_gpu,
     fleet_table,

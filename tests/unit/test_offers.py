@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleets import offer_table
+from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleet_table import offer_table
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers.select import (
     OfferError,

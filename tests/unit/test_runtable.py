@@ -6,8 +6,8 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.render import runs as runtable
-from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleets import FleetTableError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table as runtable
+from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleet_table import FleetTableError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 
 NOW = "2026-01-01T10:05:00Z"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local, task_image
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 
 
 def fake(responses):

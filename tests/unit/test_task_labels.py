@@ -2,7 +2,7 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Container labels carry data; render/ makes their text (tasks.container, tasks.listing,
-render.runs).
+render.run_table).
 
 A run's labels hold the job's resources and the task's GPU requirement as JSON. The ``ps``
 table made of them must read exactly as it did when the labels held the text, and containers
@@ -15,8 +15,8 @@ import datetime
 import json
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.render import runs as runtable
-from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleets import fleet_gpu
+from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table as runtable
+from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleet_table import fleet_gpu
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import container, listing, rankplan
 

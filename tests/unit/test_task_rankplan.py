@@ -10,11 +10,11 @@ import subprocess
 import sys
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.render import runs as runtable
+from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table as runtable
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import command as plan_command
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import container as plan_container
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import env as plan_env
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import environment as plan_env
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import nodeside, rankplan, wrapper
 from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import mounts as volume_mounts
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import boto3
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import cloud as cloud_volumes
+from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import provision as cloud_volumes
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.aws import (
     Aws,
     instance_records,

@@ -16,7 +16,7 @@ import time
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import env as plan_env
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import environment as plan_env
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import rankplan, wrapper
 
 RUN = {"name": "wrap", "id": "run-1", "submission": 0, "submitted_at": "2026-08-01T10:00:00Z"}

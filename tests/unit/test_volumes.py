@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import boto3
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import cloud as volumes
+from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import provision as volumes
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.aws import Aws
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.gcp import Gcp
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data

@@ -4,7 +4,7 @@
 """The errors the backends raise, so that the fleets, volumes and tasks that call them handle
 every backend alike. Each derives from core.errors.GpufleetError.
 
-The local backend's own errors (DockerError in docker.py, BuildError and FleetError in
+The local backend's own errors (DockerError in docker_cli.py, BuildError and FleetError in
 local.py) stay beside the code that raises them; the helpers the cloud backends share are in
 cloud_common.py.
 """

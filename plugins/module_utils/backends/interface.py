@@ -89,7 +89,7 @@ class CloudBackend(Backend):
         "zone", "capacity_block", "state"}``."""
         raise NotImplementedError
 
-    # Network volumes (volumes/cloud.py, volumes/attach.py).
+    # Network volumes (volumes/provision.py, volumes/attach.py).
 
     def volume(self, name, region):
         """The cloud's description of the gpufleet volume ``name``, or None."""

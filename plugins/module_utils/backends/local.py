@@ -25,7 +25,7 @@ import tempfile
 
 from ..core.errors import GpufleetError
 from ..spec.naming import instance_name
-from .docker import DockerError
+from .docker_cli import DockerError
 from .interface import Backend
 
 IMAGE_REPOSITORY = "gpufleet/node"

@@ -15,7 +15,7 @@ import re
 import shlex
 
 from ..spec import interpolation
-from .env import quote_sh
+from .environment import quote_sh
 from .errors import PlanError
 
 

@@ -6,7 +6,7 @@
 Part of the rank plan (tasks.rankplan). Pure functions, no I/O (dstack.md §4.9). The labels are
 the only record a run has: ``ps``, ``logs`` and ``stop`` read them back (tasks.listing). They
 carry data, never text made for people: the job's resources and the GPU the task asked for are
-stored as JSON, and render/runs.py makes the table's text of them.
+stored as JSON, and render/run_table.py makes the table's text of them.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from ..backends.docker import Docker
+from ..backends.docker_cli import Docker
 from ..core.errors import GpufleetError
 from ..core.module import state_options
 from ..fleets import state

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The errors shared by several modules of the task runner.
 
-The rank plan is made by tasks.rankplan from its parts (tasks.env, tasks.command,
+The rank plan is made by tasks.rankplan from its parts (tasks.environment, tasks.command,
 tasks.container), and a run is carried by tasks.runs with tasks.images and tasks.listing; each
 group raises one error class, defined here so that no part has to import the module that
 composes it. Errors of a single module (NodeError, PlacementError, EntryError) stay in it.

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import tempfile
 
-from ..backends.docker import DockerError
+from ..backends.docker_cli import DockerError
 from .errors import RunError
 from .ssh import NodeError
 from .supervisor import parallel

@@ -6,7 +6,7 @@
 A run has no record but its containers (tasks.container writes their labels), so each
 operation here asks the hosts for their task containers (tasks.runs.survey) and rebuilds the
 run records from what they carry. The records hold data: the job's resources and the GPU the
-task asked for come as labels wrote them, and render/runs.py makes the ``ps`` table's text.
+task asked for come as labels wrote them, and render/run_table.py makes the ``ps`` table's text.
 Labels written by earlier versions, which held that text already, are read as they are.
 """
 

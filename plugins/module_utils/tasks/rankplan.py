@@ -7,7 +7,7 @@ Pure functions, no I/O. ``build_jobs`` turns a normalized task config (docs/conf
 the placement of its jobs (tasks.placement.place) into one job spec per rank: the container's
 name, labels and ``docker run`` options (tasks.container), its mounts (volumes.mounts), and the
 files of its job folder: the environment, the MPI hostfile and the inter-node SSH key
-(tasks.env) and the command (tasks.command). The wrapper script (tasks.wrapper) reads those files
+(tasks.environment) and the command (tasks.command). The wrapper script (tasks.wrapper) reads those files
 inside the container. This module also names the run and picks its image. Names and formats
 follow dstack: dstack.md §4.2 (environment), §4.3 (hostfile), §4.9 (container), §4.10 (SSH),
 §6.2 (mounts).
@@ -26,7 +26,7 @@ import uuid
 from ..volumes.mounts import mounts
 from .command import command_script, needs_image_cmd
 from .container import container_name, docker_args, labels_of
-from .env import by_rank, env_script, hostfile, job_ip, resolve_env, ssh_client_config, system_env
+from .environment import by_rank, env_script, hostfile, job_ip, resolve_env, ssh_client_config, system_env
 from .errors import PlanError
 
 BASE_IMAGE_VERSION = "0.15"

@@ -23,7 +23,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from ..backends import base
-from ..backends.docker import DockerError
+from ..backends.docker_cli import DockerError
 from ..backends.errors import BackendError
 from ..fleets import apply as fleet_apply
 from ..fleets import cloud as fleet_cloud
@@ -31,7 +31,7 @@ from ..fleets import state
 from ..offers import catalog
 from ..volumes import attach as volumes
 from . import lifecycle, placement, rankplan
-from .env import registry_credentials, resolve_env
+from .environment import registry_credentials, resolve_env
 from .errors import PlanError, RunError
 from .images import ensure_image
 from .ssh import Node, NodeError

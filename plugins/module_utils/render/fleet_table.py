@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Fleet records as text: dstack's ``dstack fleet`` table and ``dstack apply`` plan header.
+"""Fleet records and offers as text: dstack's ``dstack fleet`` table, ``dstack apply`` plan header
+and offers table.
 
 Pure Python (no Ansible imports), used by the ``gpufleet.cluster.fleet_table`` and
 ``gpufleet.cluster.fleet_plan`` filters and by the ``gpufleet`` command. Input is the fleet record

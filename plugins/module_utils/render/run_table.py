@@ -12,7 +12,7 @@ an earlier version hold that text already, and it is shown as it is.
 
 from __future__ import annotations
 
-from .fleets import (
+from .fleet_table import (
     FleetTableError,
     _mib_as_gb,
     _render,
