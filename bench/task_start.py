@@ -40,7 +40,7 @@ from gpufleet._collection import collections_path, ensure_importable  # noqa: E4
 
 ensure_importable()
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import task_image  # noqa: E402,E501
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker import Docker  # noqa: E402,E501
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker  # noqa: E402,E501
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import apply  # noqa: E402
 
 BIN = Path(sys.executable).parent
