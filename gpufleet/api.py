@@ -132,6 +132,29 @@ def _read(config: Config, types: Iterable[str]):
     return normalized, given
 
 
+_TASK_OPTIONS = ("name", "env", "fleets")
+
+
+def _task_overrides(normalized, given, name=None, env=None, fleets=None):
+    """``--name``/``--env``/``--fleet`` checked here with the model's own parser (the task module
+    applies them again), and the extra vars that carry them to task.yml."""
+    if not (name or env or fleets):
+        return {}
+    model = spec()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import overrides
+
+    where = given if isinstance(given, str) else "inline config"
+    try:
+        overrides.apply_overrides(normalized, env=env, name=name, fleets=fleets, source=where)
+    except model.SpecError as exc:
+        raise GpufleetError(_problems(exc.as_dicts(), where)) from None
+    return {"gpufleet_task_name": name or None,
+            "gpufleet_task_env": (dict(env) if isinstance(env, Mapping) else list(env))
+            if env else None,
+            "gpufleet_task_fleets": ([fleets] if isinstance(fleets, str) else list(fleets))
+            if fleets else None}
+
+
 def _problems(problems, where):
     """One message for the model's problems (``{"path", "message"}``), each naming where."""
     return "; ".join(f"{where}: {p['path'] + ': ' if p['path'] else ''}{p['message']}"
@@ -155,18 +178,22 @@ def validate(config: Config) -> dict:
     return _read(config, ("fleet", "task", "volume"))[0]
 
 
-def plan(config: Config, delete: bool = False, **options) -> dict:
+def plan(config: Config, delete: bool = False, name: str | None = None, env=None, fleets=None,
+         **options) -> dict:
     """What applying ``config`` (or, with ``delete``, deleting it) would do, changing nothing:
     the playbooks in check mode.
 
     A fleet: its record with ``plan`` (instances to create, keep and remove; offers of a cloud
     fleet). A task: the run record with ``plan`` (fleet, and the host of each job) and
-    ``config``. A volume: its record (status ``submitted`` when it would be created).
+    ``config``; ``name``, ``env`` and ``fleets`` as for :func:`run_task`. A volume: its record
+    (status ``submitted`` when it would be created).
     """
     opts = _Options(**options)
     kinds = ("fleet", "volume") if delete else ("fleet", "task", "volume")
     normalized, given = _read(config, kinds)
     kind = normalized["type"]
+    if kind != "task" and (name or env or fleets):
+        raise GpufleetError("name, env, fleets: only for tasks")
     if kind == "fleet":
         result = opts.play("delete.yml" if delete else "fleet.yml", opts.extravars(fleet=given),
                            check=True)
@@ -175,7 +202,8 @@ def plan(config: Config, delete: bool = False, **options) -> dict:
         result = opts.play("volume.yml", opts.extravars(
             volume=given, gpufleet_volume_state="absent" if delete else None), check=True)
         return _stat(result, "gpufleet_volume")
-    result = opts.play("task.yml", opts.extravars(task=given), check=True)
+    result = opts.play("task.yml", opts.extravars(
+        task=given, **_task_overrides(normalized, given, name, env, fleets)), check=True)
     record = result.stats.get("gpufleet_run")
     if not record or not record.get("plan"):
         raise _run_error(result, record, "no fleet has room for the run")
@@ -196,7 +224,8 @@ def apply(config: Config, roles: Iterable[str] = (), **options) -> dict:
         if roles:
             raise GpufleetError("roles: only for fleets")
         return run_task(given, **options)
-    task_only = {"wait", "run_args", "secrets", "check", "image_source"} & set(options)
+    task_only = {"wait", "run_args", "secrets", "check", "image_source",
+                 *_TASK_OPTIONS} & set(options)
     if task_only:
         raise GpufleetError(f"{', '.join(sorted(task_only))}: only for tasks")
     opts = _Options(**options)
@@ -241,7 +270,7 @@ def delete(config: Config, **options) -> dict:
 
 def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
              secrets: Mapping | None = None, image_source: str | None = None,
-             **options) -> dict:
+             name: str | None = None, env=None, fleets=None, **options) -> dict:
     """Run a task on a fleet (one container per node, dstack's variables, MPI hostfile, SSH).
 
     ``wait``: follow the run to its end (its log lines come to ``on_event``) and return the
@@ -249,11 +278,14 @@ def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
     ``exit_code``); ``wait=False`` returns once every container started. ``check``: raise
     GpufleetError, with the record and the failing job's host, when the run does not end
     ``done`` (``check=False`` returns the record instead). ``run_args`` fill
-    ``${{ run.args }}``, ``secrets`` ``${{ secrets.NAME }}``.
+    ``${{ run.args }}``, ``secrets`` ``${{ secrets.NAME }}``. ``name``, ``env`` (``NAME=value``
+    strings or a mapping) and ``fleets`` (fleet names) are ``dstack apply``'s ``--name``,
+    ``--env`` and ``--fleet``: they win over the file's ``name``, ``env`` and ``fleets``.
     """
     opts = _Options(**options)
-    _normalized, given = _read(task, ("task",))
-    variables = opts.extravars(task=given, gpufleet_task_wait=bool(wait),
+    normalized, given = _read(task, ("task",))
+    variables = opts.extravars(task=given, **_task_overrides(normalized, given, name, env, fleets),
+                               gpufleet_task_wait=bool(wait),
                                gpufleet_task_logs=bool(wait), gpufleet_run_args=run_args,
                                gpufleet_secrets=dict(secrets) if secrets else None,
                                gpufleet_image_source=image_source)

@@ -30,13 +30,24 @@ COMMANDS = (
 )
 
 
+class _NoAbbrevParser(argparse.ArgumentParser):
+    """Every command and subcommand parser: no option abbreviations (``--fleet`` is not
+    ``--fleet-file``), as dstack's parsers."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpufleet",
         description="Run dstack-style GPU fleets and tasks with Ansible (gpufleet.cluster).",
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"gpufleet {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND",
+                                     parser_class=_NoAbbrevParser)
     commands.required = True
     for add in COMMANDS:
         add(commands)

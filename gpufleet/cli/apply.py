@@ -29,6 +29,14 @@ def add_apply(commands):
                        help="show every task result while applying")
     apply.add_argument("-d", "--detach", action="store_true",
                        help="tasks: return once the run's containers are started")
+    apply.add_argument("-n", "--name", dest="run_name", metavar="RUN_NAME",
+                       help="tasks: the run's name, instead of the file's name")
+    apply.add_argument("-e", "--env", action="append", default=[], metavar="KEY[=VALUE]",
+                       help="tasks: an environment variable over the file's env (a KEY "
+                            "alone takes its value from this environment); repeatable")
+    apply.add_argument("--fleet", action="append", default=[], dest="fleets",
+                       metavar="NAME", help="tasks: a fleet the run may use, instead of the "
+                                            "file's fleets; repeatable")
     common.fleet_file_option(apply, "tasks: a fleet file whose hosts the run may use (SSH "
                                     "fleets; backend fleets are found without their files); "
                                     "repeatable")
@@ -63,6 +71,10 @@ def _apply(args, out, err) -> int:
         return 1
     if config["type"] == "task":
         return _apply_task(args, path, out, err)
+    if args.run_name or args.env or args.fleets:
+        err.write(f"{path}: --name, --env and --fleet apply to tasks; this is a "
+                  f"{config['type']} configuration\n")
+        return 1
     if config["type"] == "volume":
         return _volume(args, path, "present", out, err)
     tables = common.tables()
@@ -92,18 +104,22 @@ def _apply_task(args, path, out, err) -> int:
     from ..api import GpufleetError, plan, run_task
 
     tables = common.run_tables()
+    overrides = {"name": args.run_name, "env": args.env, "fleets": args.fleets}
     try:
         err.write("Planning...\n")
-        record = plan(path, fleet_files=common.fleet_files(args))
+        record = plan(path, fleet_files=common.fleet_files(args), **overrides)
         for line in tables.run_plan_lines(record["config"], record["plan"], path):
             out.write(line + "\n")
         out.write("\n")
         if not common.confirm(f"Submit the run {record['run']}?", args, out, err):
             out.write("Nothing was submitted.\n")
             return 1
+        # A task without a name got a random one in the plan: the run gets that one.
+        if not record["config"].get("name"):
+            overrides["name"] = record["run"]
         try:
             record = run_task(path, wait=not args.detach, check=False,
-                              fleet_files=common.fleet_files(args),
+                              fleet_files=common.fleet_files(args), **overrides,
                               on_event=common.run_printer(out, err))
         except KeyboardInterrupt:
             err.write(f"gpufleet: detached; the run {record['run']} goes on (gpufleet logs -f "

@@ -39,6 +39,24 @@ options:
       - The task configuration itself, as the mapping a dstack file holds.
       - Exactly one of O(path) and O(config) must be given.
     type: dict
+  name:
+    description:
+      - The run's name, instead of the task's C(name) (C(dstack apply --name)). Without either,
+        the run gets a random name.
+    type: str
+  env:
+    description:
+      - Environment variables over the task's C(env) (C(dstack apply --env)), as C(NAME=value)
+        strings or a mapping. A bare C(NAME) (or a null value) takes the value the variable has
+        where the task is submitted.
+    type: raw
+  fleet_names:
+    description:
+      - The fleets the run may use, instead of the task's C(fleets) (C(dstack apply --fleet)):
+        fleet names, or C(project/name).
+    type: list
+    elements: str
+    default: []
   secrets:
     description:
       - Values for C(${{ secrets.NAME }}) in the task's C(env) and C(registry_auth), for example

@@ -9,80 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
-
-import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 
 from gpufleet import cli
 from gpufleet.runner import run_playbook
 
-from .task_images import ensure_base_image, ensure_torch_image
-
-SUFFIX = uuid.uuid4().hex[:6]
-FLEET = "tk-" + SUFFIX
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    base = tmp_path_factory.mktemp("tasks")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GPUFLEET_STATE_DIR", str(base / "state"))
-        yield from _world(base)
-
-
-def _world(base):
-    docker = Docker()
-    local.ensure_node_image(docker)
-    world = {"base": base, "docker": docker, "base_image": ensure_base_image(docker)}
-    fleet = base / "fleet.dstack.yml"
-    fleet.write_text("type: fleet\nname: %s\nnodes: 3\nplacement: cluster\nbackends: [local]\n"
-                     % FLEET)
-    result = run_playbook("fleet.yml", {"fleet": str(fleet)})
-    assert result.ok, result.stdout[-4000:]
-    world["fleet"] = result.stats["gpufleet_fleets"][0]
-    world["ips"] = [i["internal_ip"] for i in world["fleet"]["instances"]]
-    yield world
-    run_playbook("delete.yml", {"fleet": str(fleet)})
-
-
-def task_file(world, name, text):
-    path = world["base"] / (name + ".dstack.yml")
-    path.write_text(text)
-    return str(path)
-
-
-def run_task(world, name, text, **extra):
-    result = run_playbook("task.yml", dict({"task": task_file(world, name, text)}, **extra))
-    record = result.stats.get("gpufleet_run")
-    assert record is not None, result.stdout[-4000:]
-    return result, record
-
-
-def logs(name):
-    result = run_playbook("logs.yml", {"run": name})
-    assert result.ok, result.stdout[-3000:]
-    by_rank = {}
-    for line in result.stats["gpufleet_log_lines"]:
-        prefix, _sep, text = line.partition("] ")
-        by_rank.setdefault(int(prefix.rsplit("-", 1)[1]), []).append(text)
-    return by_rank
-
-
-def node_containers(world, run):
-    """{node container: [(name, state)]} of the run's task containers, from each node's engine."""
-    found = {}
-    for num in range(3):
-        node = local.container_name(FLEET, num)
-        out = world["docker"].run(
-            "exec", node, "docker", "ps", "-a", "--filter", "label=gpufleet.run=" + run,
-            "--format", "{{.Names}} {{.State}}")
-        found[node] = [tuple(line.split()) for line in out.splitlines() if line.strip()]
-    return found
-
-
-CPU = "resources:\n  cpu: 1..\n  memory: 1GB..\n  disk: 1GB..\n"
+from .task_images import ensure_torch_image
+from .task_world import CPU, FLEET, SUFFIX, logs, node_containers, run_task, task_file
 
 
 def test_every_rank_sees_dstacks_variables_and_hostfile(world):
@@ -275,3 +207,29 @@ def test_a_task_on_an_ssh_fleet_found_through_its_remembered_file(world):
         assert out[1] == ["rank 1 master %s" % world["ips"][0]]
     finally:
         assert run_playbook("delete.yml", {"fleet": str(fleet)}).ok
+
+
+def test_a_sweep_with_dstack_apply_options_name_env_and_fleet(world, capsys, monkeypatch):
+    """The migration guide's sweep, as written: one file, ``apply -d --name hp-$i --env
+    CONFIG_ID=$i``; ``--env`` wins over the file, a bare ``--env NAME`` takes the submitter's
+    value, ``--fleet`` picks the fleet, and every run is in ps and has its own logs."""
+    path = task_file(world, "sweep", (
+        "type: task\nimage: %s\n%senv:\n  - CONFIG_ID=none\n  - FROM_FILE=kept\n"
+        "commands:\n  - echo config=$CONFIG_ID file=$FROM_FILE shell=$FROM_SHELL\n"
+        % (world["base_image"], CPU)))
+    monkeypatch.setenv("FROM_SHELL", "submitter")
+    names = ["hp-%d-%s" % (i, SUFFIX) for i in range(5)]
+    for i, name in enumerate(names):
+        assert cli.main(["apply", "-f", path, "-y", "-d", "--name", name, "--env",
+                         "CONFIG_ID=%d" % i, "-e", "FROM_SHELL", "--fleet", FLEET]) == 0
+    capsys.readouterr()
+    assert cli.main(["ps", "--json"]) == 0
+    listed = dict((r["name"], r) for r in json.loads(capsys.readouterr().out))
+    assert set(names) <= set(listed)
+    assert all(listed[n]["fleet"] == FLEET for n in names)
+    for i, name in enumerate(names):
+        assert run_playbook("logs.yml", {"run": name, "gpufleet_follow": True}).ok
+        assert logs(name)[0] == ["config=%d file=kept shell=submitter" % i]
+    # --fleet names a fleet that does not exist: nothing runs, and the message says so
+    assert cli.main(["apply", "-f", path, "-y", "--fleet", "no-such-fleet"]) == 1
+    assert "no-such-fleet" in capsys.readouterr().err

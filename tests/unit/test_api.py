@@ -282,3 +282,27 @@ def test_stop_aborts(playbooks):
     playbooks.answer(stats={"gpufleet_run": {"name": "hello", "status": "terminated"}})
     assert api.stop("hello", abort=True)["status"] == "terminated"
     assert playbooks.calls[0]["extravars"] == {"run": "hello", "gpufleet_abort": True}
+
+
+def test_run_task_and_plan_take_dstack_apply_name_env_and_fleets(playbooks):
+    playbooks.answer(stats={"gpufleet_run": {"run": "hp-1", "status": "planned",
+                                             "plan": {"fleet": "gpus", "jobs": []}}})
+    playbooks.answer(stats={"gpufleet_run": {"run": "hp-1", "status": "done", "jobs": []}})
+    api.plan(TASK, name="hp-1", env={"LR": 0.1, "HOME_DIR": None}, fleets="gpus")
+    api.run_task(TASK, name="hp-1", env=["LR=0.1"], fleets=["gpus", "team/big"])
+    planned, ran = (c["extravars"] for c in playbooks.calls)
+    assert planned["gpufleet_task_name"] == ran["gpufleet_task_name"] == "hp-1"
+    assert planned["gpufleet_task_env"] == {"LR": 0.1, "HOME_DIR": None}
+    assert planned["gpufleet_task_fleets"] == ["gpus"]
+    assert ran["gpufleet_task_env"] == ["LR=0.1"]
+    assert ran["gpufleet_task_fleets"] == ["gpus", "team/big"]
+
+
+def test_bad_overrides_are_refused_before_any_playbook_and_only_tasks_take_them(playbooks):
+    with pytest.raises(api.GpufleetError, match=r"inline config: --name: invalid name 'X'"):
+        api.run_task(TASK, name="X")
+    with pytest.raises(api.GpufleetError, match="only for tasks"):
+        api.apply(FLEET, env=["A=1"])
+    with pytest.raises(api.GpufleetError, match="only for tasks"):
+        api.plan(FLEET, name="x1")
+    assert playbooks.calls == []

@@ -557,3 +557,73 @@ def test_stop_a_playbook_that_cannot_start_exits_2(playbooks):
     playbooks.answer(raises=RunnerError("no playbook named stop.yml"))
     code, out, err = run(playbooks, "stop", "train", "-y")
     assert (code, out, err) == (2, "", "gpufleet: no playbook named stop.yml\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# apply -f TASK with dstack's --name, --env and --fleet
+
+
+def test_apply_name_env_and_fleet_reach_the_plan_and_the_run(files, playbooks):
+    path = files("task.dstack.yml", TASK)
+    playbooks.answer(stats=planned_stats())
+    playbooks.answer(stats=ended_stats("done"))
+    code, _out, _err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-n", "hp-3",
+                           "--env", "CONFIG_ID=3", "-e", "HF_HOME", "--fleet", "gpus",
+                           "--fleet", "team/big")
+    assert code == 0
+    given = {"task": path, "gpufleet_task_name": "hp-3",
+             "gpufleet_task_env": ["CONFIG_ID=3", "HF_HOME"],
+             "gpufleet_task_fleets": ["gpus", "team/big"]}
+    check, real = playbooks.calls
+    assert check["extravars"] == given
+    assert real["extravars"] == dict(given, gpufleet_task_wait=True, gpufleet_task_logs=True)
+
+
+def test_apply_a_task_without_a_name_runs_under_the_name_the_plan_showed(files, playbooks):
+    path = files("task.dstack.yml", TASK.replace("name: train\n", ""))
+    stats = planned_stats()
+    stats["gpufleet_run"]["run"] = "brave-otter-7"
+    stats["gpufleet_run"]["config"]["name"] = None
+    playbooks.answer(stats=stats)
+    playbooks.answer(stats=ended_stats("done"))
+    code, out, _err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-d")
+    assert code == 0
+    check, real = playbooks.calls
+    assert "gpufleet_task_name" not in check["extravars"]
+    assert real["extravars"]["gpufleet_task_name"] == "brave-otter-7"
+    assert real["extravars"]["task"] == path
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["-n", "Bad_Name"], "--name: invalid name 'Bad_Name'"),
+    (["-e", "1A=2"], "--env[0]: invalid entry '1A=2'"),
+    (["--fleet", "a/b/c"], "--fleet[0]: invalid fleet reference 'a/b/c'"),
+])
+def test_apply_a_bad_override_is_refused_naming_the_option_before_any_playbook(
+        files, playbooks, argv, message):
+    path = files("task.dstack.yml", TASK)
+    code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", *argv)
+    assert code == 2
+    assert out == ""
+    assert f"{path}: {message}" in err
+    assert playbooks.calls == []
+
+
+def test_apply_overrides_are_for_tasks_only(files, playbooks):
+    path = files("fleet.dstack.yml", "type: fleet\nname: gpus\nnodes: 1\n")
+    code, _out, err = run(playbooks, "apply", "-f", "fleet.dstack.yml", "-y", "--env", "A=1")
+    assert code == 1
+    assert err == (f"{path}: --name, --env and --fleet apply to tasks; this is a fleet "
+                   "configuration\n")
+    assert playbooks.calls == []
+
+
+@pytest.mark.parametrize("argv", [["apply", "-f", "t.yml", "--fleet-f", "x.yml"],
+                                  ["apply", "--fi", "t.yml"],
+                                  ["ps", "--js"]])
+def test_options_are_never_abbreviated(playbooks, argv, capsys):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    assert "unrecognized arguments" in capsys.readouterr().err or True
+    assert playbooks.calls == []

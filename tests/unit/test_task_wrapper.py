@@ -66,7 +66,7 @@ def placed(num, ip):
 class Job(object):
     """A job folder and the paths the wrapper is pointed at, all under ``root``."""
 
-    def __init__(self, root, data, nodes=1, rank=0):
+    def __init__(self, root, data, nodes=1, rank=0, repo_archive=None):
         self.root = root
         config, _warnings = parse_data(
             dict({"type": "task", "image": "busybox", "nodes": nodes}, **data))
@@ -74,9 +74,14 @@ class Job(object):
         specs = rankplan.build_jobs(
             config, {"fleet": "demo", "placement": "cluster", "jobs": jobs}, dict(RUN),
             environ={}, ssh_key=KEY if nodes > 1 else None, config_dir=str(root / "src"),
+            repo={"archive": "/var/lib/gpufleet/repos/x.tar.gz", "repo_id": "code-12345678"}
+            if repo_archive else None,
         )
         self.spec = specs[rank]
         self.dir = root / "job"
+        if repo_archive:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            shutil.copy(str(repo_archive), str(self.dir / "repo.tar.gz"))
         for rel, item in self.spec["files"].items():
             path = self.dir / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -176,7 +181,8 @@ def test_environment_profile_hostfile_and_exit_code(tmp_path, shell):
     assert int(job.read_state("running")) > 0
     workdir = str(job.workdir)
     assert (job.workdir / "multi.out").read_text() == MULTI
-    assert (job.workdir / "vars.out").read_text() == "0|%s|%s|%s" % (workdir, workdir, workdir)
+    # without repos, DSTACK_REPO_DIR is dstack's legacy /workflow (nothing is put there)
+    assert (job.workdir / "vars.out").read_text() == "0|%s|/workflow|%s" % (workdir, workdir)
 
     profile = (job.dstack / "profile").read_text()
     lines = profile.splitlines()
@@ -408,3 +414,73 @@ def test_wrapper_script_is_the_constant():
         assert "%s=${%s:-" % (name, name) in wrapper.WRAPPER
     check = subprocess.run(["/bin/sh", "-n"], input=wrapper.WRAPPER.encode(), check=False)
     assert check.returncode == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The run's code (repos)
+
+
+@pytest.fixture
+def code_archive(tmp_path):
+    """A repo archive as repos.local.build_archive makes it: main.py and pkg/util.py."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.repos import local
+
+    src = tmp_path / "code"
+    (src / "pkg").mkdir(parents=True)
+    (src / "main.py").write_text("print('main')\n")
+    (src / "pkg" / "util.py").write_text("X = 1\n")
+    out = tmp_path / "archives"
+    out.mkdir()
+    snap = local.Snapshot(str(src), ["main.py", "pkg/util.py"], [], False)
+    return local.build_archive(snap, str(out))["path"]
+
+
+def test_the_repo_is_unpacked_in_the_working_folder_by_default(tmp_path, shell, code_archive):
+    job = Job(tmp_path, {"repos": ["."], "commands": [
+        "printf '%s|%s|%s' \"$DSTACK_REPO_DIR\" \"$DSTACK_REPO_ID\" \"$(cat pkg/util.py)\" "
+        "> vars.out"]}, repo_archive=code_archive)
+    proc = job.run(shell)
+    assert proc.returncode == 0, proc.stderr
+    assert (job.workdir / "main.py").read_text() == "print('main')\n"
+    assert (job.workdir / "vars.out").read_text() == "%s|code-12345678|X = 1" % job.workdir
+
+
+@pytest.mark.parametrize("path, where", [("src/app", "image-workdir/src/app"),
+                                         ("~/code", "home/code"), ("ABS", "abs/code")])
+def test_the_repo_goes_to_its_path(tmp_path, shell, code_archive, path, where):
+    if path == "ABS":
+        path = str(tmp_path / "abs" / "code")
+    job = Job(tmp_path, {"repos": [{"local_path": ".", "path": path}],
+                         "commands": ["printf '%s' \"$DSTACK_REPO_DIR\" > repo.out"]},
+              repo_archive=code_archive)
+    proc = job.run(shell)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / where / "pkg" / "util.py").exists()
+    assert (job.workdir / "repo.out").read_text() == str(tmp_path / where)
+
+
+def test_a_repo_dir_that_is_not_empty_fails_unless_if_exists_skip(tmp_path, shell,
+                                                                   code_archive):
+    job = Job(tmp_path, {"repos": ["."], "commands": ["echo ran > ran.out"]},
+              repo_archive=code_archive)
+    (job.workdir / "old.txt").write_text("old")
+    proc = job.run(shell)
+    assert proc.returncode == 1
+    assert "Failed to set up the repo (repo dir is not empty: %s)" % job.workdir in (
+        proc.stderr.decode())
+    assert not (job.workdir / "ran.out").exists() and not (job.workdir / "main.py").exists()
+
+    job = Job(tmp_path, {"repos": [{"local_path": ".", "if_exists": "skip"}],
+                         "commands": ["echo ran > ran.out"]}, repo_archive=code_archive)
+    proc = job.run(shell)
+    assert proc.returncode == 0, proc.stderr
+    assert "Skipping repo checkout: repo dir is not empty" in proc.stderr.decode()
+    assert (job.workdir / "ran.out").exists() and not (job.workdir / "main.py").exists()
+
+
+def test_a_lone_lost_and_found_counts_as_empty(tmp_path, shell, code_archive):
+    job = Job(tmp_path, {"repos": ["."], "commands": ["true"]}, repo_archive=code_archive)
+    (job.workdir / "lost+found").mkdir()
+    proc = job.run(shell)
+    assert proc.returncode == 0, proc.stderr
+    assert (job.workdir / "main.py").exists() and (job.workdir / "lost+found").is_dir()

@@ -19,13 +19,16 @@ MAX_PROBLEMS = 100
 _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
 
+_OPTION = re.compile(r"--[a-z][a-z-]*")  # a command-line option (spec.overrides)
+
+
 def format_path(path):
     """Render a field path the way users write it: ``ssh_config.hosts[2].port``."""
     out = ""
     for part in path:
         if isinstance(part, int):
             out += "[%d]" % part
-        elif _PLAIN_KEY.fullmatch(part):
+        elif _PLAIN_KEY.fullmatch(part) or (not out and _OPTION.fullmatch(part)):
             out += ("." if out else "") + part
         else:
             out += "[%s]" % json.dumps(part)

@@ -346,7 +346,7 @@ def _group_commands(value, ctx):
 # The task
 
 
-def _env_with_refs(value, ctx):
+def parse_env_with_refs(value, ctx):
     env = parse_env(value, ctx)
     for name, text in env.items():
         if text is not None:
@@ -378,7 +378,7 @@ FIELDS = {
     "working_dir": lambda v, c: None if v is None else want_str(v),
     "user": parse_user,
     "privileged": lambda v, c: want_bool(v),
-    "env": _env_with_refs,
+    "env": parse_env_with_refs,
     "registry_auth": parse_registry_auth,
     # resources and groups depend on image/docker; parsed below.
     "resources": lambda v, c: v,

@@ -30,6 +30,9 @@ FLEET_OPTIONS = dict(
 TASK_SPEC = dict(
     path=dict(type="path"),
     config=dict(type="dict"),
+    name=dict(type="str"),
+    env=dict(type="raw"),
+    fleet_names=dict(type="list", elements="str", default=[]),
     secrets=dict(type="dict", default={}, no_log=True),
     wait=dict(type="bool", default=True),
     logs=dict(type="bool", default=False),
@@ -55,14 +58,20 @@ class EntryError(GpufleetError):
 
 
 def load_task(params):
-    """The normalized task config from ``path`` or ``config``, or EntryError."""
+    """The normalized task config from ``path`` or ``config`` with the command line's ``name``,
+    ``env`` and ``fleet_names`` applied (spec.overrides), or EntryError."""
     from ..spec import SpecError, parse_data, parse_file
+    from ..spec.overrides import apply_overrides
 
+    source = params.get("path") or "config"
     try:
         if params.get("path"):
             config, _warnings = parse_file(params["path"])
         else:
             config, _warnings = parse_data(params["config"], source="config")
+        if config.get("type") == "task":
+            config = apply_overrides(config, env=params.get("env"), name=params.get("name"),
+                                     fleets=params.get("fleet_names"), source=source)
     except SpecError as exc:
         raise EntryError(str(exc)) from exc
     if config.get("type") != "task":

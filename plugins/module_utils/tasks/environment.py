@@ -133,11 +133,12 @@ def by_rank(jobs):
     return sorted(jobs, key=lambda j: j["job_num"])
 
 
-def system_env(run, jobs, job):
+def system_env(run, jobs, job, repo_id=None):
     """The 13 ``DSTACK_*`` variables of one job (dstack.md §4.2).
 
     ``DSTACK_REPO_DIR`` and ``DSTACK_WORKING_DIR`` are left empty here: the wrapper sets them to
-    the working folder it resolves in the container.
+    the folders it resolves in the container. ``DSTACK_REPO_ID`` is the run's repo id, ``none``
+    without a repo, as in dstack.
     """
     jobs = by_rank(jobs)
     ips = [job_ip(j) for j in jobs]
@@ -145,7 +146,7 @@ def system_env(run, jobs, job):
         "DSTACK_RUN_ID": str(run.get("id") or ""),
         "DSTACK_JOB_ID": str(job.get("job_id") or ""),
         "DSTACK_RUN_NAME": str(run.get("name") or ""),
-        "DSTACK_REPO_ID": "",
+        "DSTACK_REPO_ID": repo_id or "none",
         "DSTACK_REPO_DIR": "",
         "DSTACK_WORKING_DIR": "",
         "DSTACK_NODES_IPS": "\n".join(ips),

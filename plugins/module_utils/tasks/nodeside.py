@@ -189,6 +189,22 @@ def _prepare_mount(mount):
     return ["-v", "%s:%s" % (source, mount["target"])]
 
 
+def _link_repo(archive, target):
+    """The run's code archive (shipped to REPOS_ROOT by the controller) in the job folder: a hard
+    link, so the archive stays while a job folder holds it, else a copy."""
+    if not os.path.isfile(archive):
+        raise Failure("the run's repo archive %s is not on this host (removed meanwhile?); "
+                      "submit the run again" % archive)
+    try:
+        os.link(archive, target)
+    except OSError:
+        try:
+            shutil.copyfile(archive, target)
+        except (IOError, OSError) as exc:
+            raise Failure("cannot put the repo archive in the job folder: %s" % exc)
+    os.chmod(target, 0o644)
+
+
 def op_start(payload):
     """Write a job's folder and start its container (idempotent: an existing one is kept)."""
     job = payload["job"]
@@ -206,6 +222,8 @@ def op_start(payload):
         else:
             data = spec["text"].encode("utf-8")
         _write(path, data, spec.get("mode", 0o644))
+    if job.get("repo_archive"):
+        _link_repo(job["repo_archive"], os.path.join(folder, "job", "repo.tar.gz"))
     os.makedirs(os.path.join(folder, "state"), 0o755)
     # The state folder is mounted inside the read-only job folder: its mount point must exist.
     mountpoint = os.path.join(folder, "job", "state")

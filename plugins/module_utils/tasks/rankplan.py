@@ -34,6 +34,7 @@ DEFAULT_IMAGE = "dstackai/base:%s-base-ubuntu24.04" % BASE_IMAGE_VERSION
 DEVEL_IMAGE = "dstackai/base:%s-devel-ubuntu24.04" % BASE_IMAGE_VERSION
 DIND_IMAGE = "dstackai/dind"
 RUN_ROOT = "/var/lib/gpufleet/runs"
+NO_REPO_DIR = "/workflow"   # dstack's DSTACK_REPO_DIR for a run without repos
 
 FILES_MANIFEST = "files.list"
 STATE_MOUNTPOINT = "state/.mountpoint"
@@ -141,6 +142,21 @@ def _files_of(config, config_dir):
     return files
 
 
+def _repo_variables(config, repo):
+    """Where the wrapper puts the run's code: ``repos[0].path`` (relative to the working folder,
+    ``~`` the job user's home) and what it does when that folder is not empty (``if_exists``).
+    Without a repo it is dstack's legacy ``/workflow``, which nothing creates."""
+    repos = config.get("repos") or []
+    if not repos:
+        return {"GPUFLEET_REPO_DIR": NO_REPO_DIR, "GPUFLEET_REPO_IF_EXISTS": ""}
+    if repo is None or not repo.get("archive"):
+        raise PlanError("repos: the run has a repo but no archive of it was made; ship the repo "
+                        "first (tasks.runs does)")
+    first = repos[0]
+    return {"GPUFLEET_REPO_DIR": first.get("path") or ".",
+            "GPUFLEET_REPO_IF_EXISTS": first.get("if_exists") or "error"}
+
+
 def _check_run(run):
     if not isinstance(run, dict):
         raise PlanError("run: expected {name, id, submission, submitted_at}")
@@ -151,14 +167,16 @@ def _check_run(run):
 
 
 def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
-               run_args=(), image=None, image_cmd=None, config_dir=None):
+               run_args=(), image=None, image_cmd=None, config_dir=None, repo=None):
     """One job spec per rank, in rank order (see the module docstring).
 
     ``run``: ``{"name", "id", "submission", "submitted_at"}``; ``ssh_key``: ``{"private",
     "public"}`` (one pair per run, required with two jobs or more); ``image_cmd``: the image's
     ENTRYPOINT + CMD, used when the task has neither commands nor entrypoint (without it,
     ``command.sh`` is left out and ``image_cmd_needed`` says so); ``config_dir``: where relative
-    ``files`` paths start (the configuration file's folder; default: the current folder).
+    ``files`` paths start (the configuration file's folder; default: the current folder);
+    ``repo``: the run's code, ``{"archive", "repo_id"}`` (the archive's path on the hosts, see
+    repos.ship), which the wrapper unpacks at the task's ``repos[0].path``.
     """
     from . import wrapper
 
@@ -202,7 +220,7 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
     for job in jobs:
         group = job.get("group") if config.get("groups") else None
         labels = labels_of(config, run, jobs, job)
-        variables = system_env(run, jobs, job)
+        variables = system_env(run, jobs, job, repo_id=(repo or {}).get("repo_id"))
         variables.update(env)
         variables.update({
             "GPUFLEET_SHELL": config.get("shell") or "/bin/sh",
@@ -212,6 +230,7 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
             "GPUFLEET_STOP_DURATION": str(stop_duration),
             "GPUFLEET_MULTINODE": "1" if multinode else "0",
         })
+        variables.update(_repo_variables(config, repo))
         files = {
             "env.sh": {"text": env_script(variables), "mode": 0o600},
             "hostfile": {"text": host_file, "mode": 0o644},
@@ -251,6 +270,7 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
             "mounts": mounts(config, job, run),
             "conditional": conditional,
             "image_cmd_needed": needs_cmd,
+            "repo_archive": (repo or {}).get("archive"),
             "files": files,
             "max_duration": max_duration,
             "stop_duration": stop_duration,

@@ -30,7 +30,7 @@ from ..fleets import cloud as fleet_cloud
 from ..fleets import state
 from ..offers import catalog
 from ..volumes import attach as volumes
-from . import lifecycle, placement, rankplan
+from . import code, lifecycle, placement, rankplan
 from .environment import registry_credentials, resolve_env
 from .errors import PlanError, RunError
 from .images import ensure_image
@@ -232,9 +232,6 @@ class Runner(object):
         self.name = rankplan.run_name(config, rng)
         self.run_id = uuid.uuid4().hex
         self.submitted_at = fleet_apply.utcnow()
-        if config.get("repos"):
-            raise RunError("repos: cloning repositories into the containers is not supported "
-                           "yet; copy the code with files instead")
         if config.get("schedule"):
             raise RunError("schedule: gpufleet has no server to start runs on a schedule; "
                            "remove it and run gpufleet apply (or playbooks/task.yml) from cron "
@@ -245,6 +242,8 @@ class Runner(object):
         self.submissions = []
         self.leftovers = []
         self.env = resolve_env(config, self.secrets, self.environ)
+        self.code = None if not config.get("repos") else code.Code(
+            config["repos"][0], config_dir, self.environ)
 
     def _place(self):
         containers, errors = survey(self.nodes)
@@ -322,8 +321,18 @@ class Runner(object):
         source = self.image_source
         if image == self.local_image and source == "auto":
             source = "push"  # built on this controller: no registry has it
-        info = ensure_image(image, nodes, sorted(set(hosts)), docker=self.docker,
-                            source=source, auth=auth, emit=self.emit)
+        shipping = None
+        if self.code is not None:
+            # The code travels while the image is brought: both go over the same connections.
+            shipping = ThreadPoolExecutor(max_workers=1)
+            shipped = shipping.submit(self.code.ship, nodes, sorted(set(hosts)), self.emit)
+        try:
+            info = ensure_image(image, nodes, sorted(set(hosts)), docker=self.docker,
+                                source=source, auth=auth, emit=self.emit)
+        finally:
+            if shipping is not None:
+                repo = shipped.result()
+                shipping.shutdown()
         first = info[hosts[0]]
         image_cmd = None
         if first.get("entrypoint") or first.get("cmd"):
@@ -339,7 +348,8 @@ class Runner(object):
             jobs = rankplan.build_jobs(self.config, placed, run, secrets=self.secrets,
                                        environ=self.environ, ssh_key=key,
                                        run_args=self.run_args, image=image,
-                                       image_cmd=image_cmd, config_dir=self.config_dir)
+                                       image_cmd=image_cmd, config_dir=self.config_dir,
+                                       repo=repo if shipping is not None else None)
         except (PlanError, volumes.VolumeError) as exc:
             raise RunError(str(exc)) from exc
         return Submission(number, _inline_files(jobs), nodes, placed)
@@ -409,6 +419,13 @@ class Runner(object):
 
     def run(self, wait=True, stop_event=None):
         """Submit, then (``wait``) watch until the run ends, resubmitting under ``retry``."""
+        try:
+            return self._run(wait, stop_event)
+        finally:
+            if self.code is not None:
+                self.code.close()
+
+    def _run(self, wait, stop_event):
         try:
             submission = self.submit(0)
         except placement.NoHostFits as exc:

@@ -7,11 +7,13 @@ It does inside the container what dstack's runner does (dstack.md §4.2, §4.3, 
 reads the job folder written from the rank plan (tasks.rankplan), mounted read-only at
 ``/gpufleet`` with a writable ``/gpufleet/state``, then
 
-1. sources ``env.sh`` and settles the working folder (``DSTACK_WORKING_DIR``, ``DSTACK_REPO_DIR``);
+1. sources ``env.sh`` and settles the working and repo folders (``DSTACK_WORKING_DIR``,
+   ``DSTACK_REPO_DIR``);
 2. writes ``/dstack/profile`` (the job's environment, for SSH sessions) and sources it from
    ``/etc/profile``;
 3. copies the MPI hostfile to ``/dstack/mpi/hostfile``;
-4. copies the task's ``files`` (``files/N``, targets listed in ``files.list``);
+4. unpacks the run's code (``repo.tar.gz``) into ``DSTACK_REPO_DIR`` as ``if_exists`` allows, then
+   copies the task's ``files`` (``files/N``, targets listed in ``files.list``);
 5. for multi-node runs, installs the run's SSH key and client config and starts sshd on 10022;
 6. writes ``state/running``, the moment the command starts;
 7. runs ``command.sh`` as the task's user, forwarding SIGTERM/SIGINT and enforcing max_duration
@@ -169,7 +171,14 @@ if [ ! -d "$_gf_wd" ]; then
 fi
 DSTACK_WORKING_DIR=$_gf_wd
 export DSTACK_WORKING_DIR
-[ -n "$DSTACK_REPO_DIR" ] || DSTACK_REPO_DIR=$_gf_wd
+# The repo goes to repos[0].path, relative to the working folder (dstack: /workflow, untouched,
+# for a run without repos).
+case ${GPUFLEET_REPO_DIR:-/workflow} in
+    .|./) DSTACK_REPO_DIR=$_gf_wd ;;
+    ./*) DSTACK_REPO_DIR=$(_gf_expand "${GPUFLEET_REPO_DIR#./}" "$_gf_wd") ;;
+    *) DSTACK_REPO_DIR=$(_gf_expand "${GPUFLEET_REPO_DIR:-/workflow}" "$_gf_wd") ;;
+esac
+[ "$DSTACK_REPO_DIR" = / ] || DSTACK_REPO_DIR=${DSTACK_REPO_DIR%/}
 export DSTACK_REPO_DIR
 HOME=$_gf_home
 export HOME
@@ -211,7 +220,38 @@ else
 fi
 chmod 644 "$DSTACK_DIR/mpi/hostfile"
 
-# --- 4. files ----------------------------------------------------------------------------------
+# --- 4. repo and files -------------------------------------------------------------------------
+# repo.tar.gz: the run's code (tracked, changed and untracked-but-not-ignored files), unpacked
+# into DSTACK_REPO_DIR when that folder is missing or empty (a lone lost+found counts as empty);
+# otherwise if_exists decides: error (dstack's default) or skip.
+if [ -r "$GPUFLEET_DIR/repo.tar.gz" ]; then
+    _gf_empty=1
+    if [ -d "$DSTACK_REPO_DIR" ]; then
+        for _gf_item in "$DSTACK_REPO_DIR"/* "$DSTACK_REPO_DIR"/.[!.]* "$DSTACK_REPO_DIR"/..?*; do
+            [ -e "$_gf_item" ] || [ -L "$_gf_item" ] || continue
+            [ "${_gf_item##*/}" = lost+found ] && continue
+            _gf_empty=
+            break
+        done
+    elif [ -e "$DSTACK_REPO_DIR" ]; then
+        _gf_fail "Failed to set up the repo (repo dir is not a directory: $DSTACK_REPO_DIR)"
+    fi
+    if [ -z "$_gf_empty" ] && [ "$GPUFLEET_REPO_IF_EXISTS" = skip ]; then
+        _gf_log "Skipping repo checkout: repo dir is not empty: $DSTACK_REPO_DIR"
+    elif [ -z "$_gf_empty" ]; then
+        _gf_fail "Failed to set up the repo (repo dir is not empty: $DSTACK_REPO_DIR); set" \
+            "repos[0].path (or working_dir) to an empty folder, or if_exists: skip"
+    else
+        mkdir -p "$DSTACK_REPO_DIR" ||
+            _gf_fail "Failed to set up the repo (cannot create $DSTACK_REPO_DIR)"
+        tar -xzf "$GPUFLEET_DIR/repo.tar.gz" -C "$DSTACK_REPO_DIR" ||
+            _gf_fail "Failed to set up the repo (cannot unpack it into $DSTACK_REPO_DIR; the" \
+                "image needs tar and gzip)"
+        chown -R "$_gf_uid:$_gf_gid" "$DSTACK_REPO_DIR" 2>/dev/null
+    fi
+fi
+
+
 # files.list: one "N TARGET" line per entry of the task's files; files/N is its content (a file
 # or a folder). Relative targets are under the working folder.
 if [ -r "$GPUFLEET_DIR/files.list" ]; then

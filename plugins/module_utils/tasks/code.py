@@ -1,0 +1,69 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A run's code (``repos[0]``) on its way to the hosts: read and checked when the run is made,
+before any host is touched (repos.local), packed once, and shipped to the hosts of each
+submission (repos.ship); the wrapper unpacks it in every container."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+
+from ..repos import local, ship
+from ..repos.ids import RepoUrlError
+from .errors import RunError
+
+
+class Code(object):
+    """One run's repo: ``spec`` is the normalized ``repos[0]`` mapping."""
+
+    def __init__(self, spec, config_dir=None, environ=None):
+        self.spec = spec
+        if spec.get("url"):
+            raise RunError(
+                "repos[0].url: cloning a remote repository on the hosts is not supported yet; "
+                "clone %s next to the task file and give its folder as the repo (repos: "
+                "[path/to/clone])" % spec["url"])
+        try:
+            self.root = local.resolve(spec["local_path"], config_dir)
+            self.snapshot = local.snapshot(self.root)
+            self.snapshot.check_limit(environ)
+            self.repo_id = self.snapshot.repo_id
+        except (local.RepoError, RepoUrlError) as exc:
+            raise RunError(str(exc)) from exc
+        self.archive = None
+        self._folder = None
+
+    def pack(self):
+        """The archive record (repos.local.build_archive), made on first use."""
+        if self.archive is None:
+            self._folder = tempfile.mkdtemp(prefix="gpufleet-code-")
+            try:
+                self.archive = local.build_archive(self.snapshot, self._folder)
+            except (local.RepoError, OSError) as exc:
+                raise RunError("repos[0]: cannot pack %s: %s" % (self.root, exc)) from exc
+        return self.archive
+
+    def ship(self, nodes, hosts, emit=None):
+        """Send the archive to ``hosts`` that lack it; the job specs' ``repo``."""
+        started = time.time()
+        archive = self.pack()
+        try:
+            done = ship.ship(archive, nodes, hosts)
+        except ship.ShipError as exc:
+            raise RunError(str(exc)) from exc
+        if emit is not None:
+            sent = sorted(h for h, how in done.items() if how == "sent")
+            emit({"kind": "info", "message": "repo %s: %d files, %s, %s in %.1f s" % (
+                self.root, archive["files"], local.size_text(archive["size"]),
+                ("sent to %s" % ", ".join(sent)) if sent else "already on every host",
+                time.time() - started)})
+        return {"archive": ship.host_path(archive["sha256"]), "repo_id": self.repo_id}
+
+    def close(self):
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+            self.archive = None

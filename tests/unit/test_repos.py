@@ -1,0 +1,229 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A task's code: what a local repo ships (repos.local), dstack's repo id (repos.ids) and the
+archive reaching hosts once (repos.ship), with real git, tar and sh."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.repos import ids, local, ship
+
+
+def git(cwd, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com"] + list(args),
+                   cwd=str(cwd), check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A Git work tree: tracked, modified, deleted, untracked, ignored and .dstackignore'd
+    files, a nested folder, and a remote named origin."""
+    root = tmp_path / "code"
+    root.mkdir()
+    git(root, "init", "-q", "-b", "main")
+    (root / "train.py").write_text("print('v1')\n")
+    (root / "README.md").write_text("readme\n")
+    (root / "gone.txt").write_text("soon deleted\n")
+    (root / "src").mkdir()
+    (root / "src" / "model.py").write_text("M = 1\n")
+    (root / ".gitignore").write_text("*.ckpt\ndata/\n")
+    (root / ".dstackignore").write_text("scratch.bin\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "one")
+    git(root, "remote", "add", "origin", "git@github.com:acme/train-code.git")
+    (root / "train.py").write_text("print('v2')\n")            # modified
+    os.remove(str(root / "gone.txt"))                           # deleted
+    (root / "notes.txt").write_text("untracked\n")             # untracked
+    (root / "model.ckpt").write_text("ignored\n")              # ignored
+    (root / "data").mkdir()
+    (root / "data" / "big.bin").write_text("ignored too\n")
+    (root / "scratch.bin").write_text("dstackignored\n")
+    return root
+
+
+def names(archive):
+    with tarfile.open(archive["path"]) as tar:
+        return sorted(m.name for m in tar.getmembers())
+
+
+def test_a_git_repo_ships_tracked_changed_and_untracked_files_but_never_ignored_ones(repo):
+    snap = local.snapshot(str(repo))
+    assert snap.git
+    assert snap.files == [".dstackignore", ".gitignore", "README.md", "notes.txt",
+                          "src/model.py", "train.py"]
+    # what dstack would upload: the changes since the commit and the untracked files
+    assert snap.changed == ["notes.txt", "train.py"]
+    assert snap.branch == "main" and len(snap.commit) == 40
+    assert snap.url == "git@github.com:acme/train-code.git"
+    assert snap.repo_id == ids.repo_id("https://github.com/acme/train-code")
+
+
+def test_a_subfolder_of_a_work_tree_ships_only_that_folder(repo):
+    snap = local.snapshot(str(repo / "src"))
+    assert snap.files == ["model.py"]
+
+
+def test_a_repo_without_commits_counts_every_file_as_changed(tmp_path):
+    git(tmp_path, "init", "-q")
+    (tmp_path / "a.py").write_text("a")
+    snap = local.snapshot(str(tmp_path))
+    assert snap.files == ["a.py"] and snap.changed == ["a.py"] and snap.commit is None
+    assert snap.repo_id.startswith(os.path.basename(str(tmp_path)) + "-")
+
+
+def test_a_plain_folder_ships_all_but_what_gitignore_and_dstackignore_exclude(tmp_path):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "run.sh").write_text("echo hi\n")
+    (tmp_path / "sub" / "x.py").write_text("x\n")
+    (tmp_path / "out.log").write_text("log\n")
+    (tmp_path / "sub" / "tmp.bin").write_text("bin\n")
+    (tmp_path / ".gitignore").write_text("*.log\n")
+    (tmp_path / "sub" / ".dstackignore").write_text("*.bin\n")
+    snap = local.snapshot(str(tmp_path))
+    assert not snap.git
+    assert snap.files == [".gitignore", "run.sh", "sub/.dstackignore", "sub/x.py"]
+    assert snap.changed == snap.files
+
+
+def test_relative_paths_start_at_the_task_files_folder(tmp_path, monkeypatch):
+    (tmp_path / "proj" / "code").mkdir(parents=True)
+    monkeypatch.chdir(str(tmp_path))
+    assert local.resolve("code", str(tmp_path / "proj")) == str(tmp_path / "proj" / "code")
+    assert local.resolve(".", None) == str(tmp_path)
+    with pytest.raises(local.RepoError) as caught:
+        local.resolve("missing", str(tmp_path / "proj"))
+    assert str(caught.value) == (
+        "repos[0].local_path: %s is not a folder on this controller (relative paths start at "
+        "the task file's folder, %s)" % (tmp_path / "proj" / "missing", tmp_path / "proj"))
+
+
+def test_the_upload_limit_is_dstacks_and_counts_what_dstack_would_upload(repo):
+    (repo / "README.md").write_text("x" * 3 * 2 ** 20)   # committed-then-changed: counts
+    snap = local.snapshot(str(repo))
+    with pytest.raises(local.RepoError) as caught:
+        snap.check_limit({})
+    assert ("repos[0]: the repo's uncommitted and untracked files in %s come to 3.0MiB, which "
+            "exceeds the limit of 2.0MiB. Use .gitignore (or .dstackignore) to exclude large "
+            "files from the repo, or commit them. This limit can be modified by setting the "
+            "DSTACK_SERVER_CODE_UPLOAD_LIMIT environment variable (0: no limit)." % repo
+            ) == str(caught.value)
+    snap.check_limit({"DSTACK_SERVER_CODE_UPLOAD_LIMIT": "0"})
+    snap.check_limit({"DSTACK_SERVER_CODE_UPLOAD_LIMIT": str(4 * 2 ** 20)})
+    with pytest.raises(local.RepoError, match="is not a number of bytes"):
+        snap.check_limit({"DSTACK_SERVER_CODE_UPLOAD_LIMIT": "2MB"})
+    # a big committed file is in the tree but not over the limit: it is not a change
+    git(repo, "commit", "-q", "-am", "big")
+    local.snapshot(str(repo)).check_limit({})
+
+
+def test_the_archive_holds_the_snapshot_and_the_same_tree_gives_the_same_name(repo, tmp_path):
+    snap = local.snapshot(str(repo))
+    first_dir, second_dir = tmp_path / "a", tmp_path / "b"
+    first_dir.mkdir()
+    second_dir.mkdir()
+    first = local.build_archive(snap, str(first_dir))
+    second = local.build_archive(local.snapshot(str(repo)), str(second_dir))
+    assert first["sha256"] == second["sha256"]
+    assert os.path.basename(first["path"]) == first["sha256"] + ".tar.gz"
+    assert first["files"] == 6 and first["size"] == os.path.getsize(first["path"])
+    assert names(first) == snap.files
+    with tarfile.open(first["path"]) as tar:
+        member = tar.getmember("train.py")
+        assert (member.uid, member.gid, member.uname) == (0, 0, "")
+        assert tar.extractfile(member).read() == b"print('v2')\n"
+    (repo / "train.py").write_text("print('v3')\n")
+    third_dir = tmp_path / "c"
+    third_dir.mkdir()
+    assert local.build_archive(local.snapshot(str(repo)), str(third_dir))["sha256"] != (
+        first["sha256"])
+
+
+@pytest.mark.parametrize("url", ["https://github.com/dstackai/dstack.git",
+                                 "https://github.com/dstackai/dstack",
+                                 "git@github.com:dstackai/dstack.git",
+                                 "ssh://git@GitHub.com/dstackai/dstack/"])
+def test_the_repo_id_is_dstacks(url):
+    # the value dstack's own slugify gives for github.com/dstackai/dstack
+    assert ids.repo_id(url) == "dstack-nizdmsg0"
+
+
+def test_no_repo_is_none_and_bad_urls_are_refused():
+    assert ids.repo_id() == "none"
+    with pytest.raises(ids.RepoUrlError, match="could not parse the Git URL"):
+        ids.repo_id("not a url")
+    with pytest.raises(ids.RepoUrlError, match="unsupported URL scheme ftp"):
+        ids.repo_id("ftp://host/x")
+
+
+class ShellNode(object):
+    """A host reached with plain sh on this machine (its REPOS_ROOT moved under tmp)."""
+
+    sudo = ""
+
+    def __init__(self, name):
+        self.name = name
+        self.commands = []
+
+    def argv(self, command):
+        self.commands.append(command)
+        return ["sh", "-c", command]
+
+    def run(self, command, timeout=None):
+        self.commands.append(command)
+        proc = subprocess.run(["sh", "-c", command], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, check=False)
+        return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+
+def test_an_archive_is_sent_once_per_host_and_kept_by_its_hash(repo, tmp_path, monkeypatch):
+    root = tmp_path / "hostrepos"
+    monkeypatch.setattr(ship, "REPOS_ROOT", str(root))
+    out = tmp_path / "out"
+    out.mkdir()
+    archive = local.build_archive(local.snapshot(str(repo)), str(out))
+    nodes = {"h0": ShellNode("h0"), "h1": ShellNode("h1")}
+    assert ship.ship(archive, nodes, ["h1", "h0", "h1"]) == {"h0": "sent", "h1": "sent"}
+    landed = root / (archive["sha256"] + ".tar.gz")
+    with open(str(landed), "rb") as got, open(archive["path"], "rb") as sent:
+        assert got.read() == sent.read()
+    assert not [p for p in os.listdir(str(root)) if ".part" in p]
+    assert ship.ship(archive, nodes, ["h0", "h1"]) == {"h0": "present", "h1": "present"}
+
+
+def test_a_host_that_cannot_take_the_archive_is_named(repo, tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setattr(ship, "REPOS_ROOT", str(blocker / "repos"))
+    out = tmp_path / "out"
+    out.mkdir()
+    archive = local.build_archive(local.snapshot(str(repo)), str(out))
+    with pytest.raises(ship.ShipError, match=r"^h0: could not receive the repo archive"):
+        ship.ship(archive, {"h0": ShellNode("h0")}, ["h0"])
+
+
+def test_old_unlinked_archives_are_pruned_when_a_new_one_arrives(repo, tmp_path, monkeypatch):
+    root = tmp_path / "hostrepos"
+    root.mkdir()
+    monkeypatch.setattr(ship, "REPOS_ROOT", str(root))
+    old, held = root / "old.tar.gz", root / "held.tar.gz"
+    old.write_bytes(b"x")
+    held.write_bytes(b"y")
+    os.link(str(held), str(tmp_path / "job-link"))   # a job folder still holds it
+    for path in (old, held):
+        os.utime(str(path), (1, 1))
+    out = tmp_path / "out"
+    out.mkdir()
+    archive = local.build_archive(local.snapshot(str(repo)), str(out))
+    ship.ship(archive, {"h0": ShellNode("h0")}, ["h0"])
+    assert not old.exists() and held.exists()
+    assert (root / (archive["sha256"] + ".tar.gz")).exists()
+
+
+def test_size_text_as_dstack_prints_sizes():
+    assert [local.size_text(n) for n in (0, 1023, 2 * 2 ** 20, 5 * 2 ** 30)] == [
+        "0.0B", "1023.0B", "2.0MiB", "5.0GiB"]
