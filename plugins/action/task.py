@@ -2,14 +2,36 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Action plugin for gpufleet.cluster.task: the run is driven from the controller, so each
-node's status change (and with ``logs``, each log line) is shown as it happens."""
+node's status change (and with ``logs``, each log line) is shown as it happens.
+
+``${{ secrets.NAME }}`` the ``secrets`` option does not provide are taken from the controller's
+secrets store (``gpufleet secret set``), decrypted with the play's vault secrets; a task that
+needs none of them never opens the store. Nothing of the store goes into the result.
+"""
 
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import secret_store
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.run_output import printer
+
+
+def with_stored_secrets(params, read_store):
+    """``params`` with ``secrets`` completed from the store, when the task references names the
+    option lacks. ``read_store(path)`` returns the store's mapping. A task file that does not
+    load is left for ``entry.submit`` to report."""
+    given = params.get("secrets") or {}
+    try:
+        config = entry.load_task(params)
+    except entry.EntryError:
+        return params
+    names = secret_store.needed_names(config, given)
+    if not names:
+        return params
+    stored = read_store(secret_store.store_path(params.get("state_dir")))
+    return dict(params, secrets=secret_store.merge(given, stored, names))
 
 
 class ActionModule(ActionBase):
@@ -25,9 +47,11 @@ class ActionModule(ActionBase):
         )
         params = entry.expand_paths(params)
         try:
+            params = with_stored_secrets(
+                params, lambda path: secret_store.read_with_loader(path, self._loader))
             answer, failed = entry.submit(params, emit=printer(),
                                           check_mode=bool(self._task.check_mode))
-        except entry.EntryError as exc:
+        except (entry.EntryError, secret_store.SecretStoreError) as exc:
             result.update(failed=True, msg=str(exc))
             return result
         result.update(answer)

@@ -62,6 +62,9 @@ options:
       - Values for C(${{ secrets.NAME }}) in the task's C(env) and C(registry_auth), for example
         from Ansible Vault. They reach the containers' environment only, never output, labels
         or logs.
+      - Names the task references but this option lacks are taken from the controller's store
+        (C(gpufleet secret set), an Ansible Vault file in the state dir), decrypted with the
+        play's vault password (through the action plugin only).
     type: dict
     default: {}
   wait:

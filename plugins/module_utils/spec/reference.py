@@ -366,7 +366,7 @@ SECTIONS = {
                 "text": (
                     "Environment of the commands, set after dstack's `DSTACK_*` variables (so it wins). A bare `NAME` "
                     "takes its value from the environment of whoever submits the run. Values may use "
-                    "`${{ secrets.NAME }}`, filled from the Ansible variable `gpufleet_secrets`."
+                    "`${{ secrets.NAME }}`, filled from `gpufleet secret set` (or the Ansible variable `gpufleet_secrets`)."
                 ),
             },
             "registry_auth": {

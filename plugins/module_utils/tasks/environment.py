@@ -21,9 +21,7 @@ MPI_HOSTFILE = "/dstack/mpi/hostfile"
 RUNNER_SSH_PORT = 10022
 
 _SHELL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_SECRETS_HINT = (
-    "pass them as Ansible variables in gpufleet_secrets (or -e), e.g. from Vault"
-)
+_SECRETS_HINT = "set it with gpufleet secret set NAME, or pass gpufleet_secrets"
 
 
 def _missing_error(fields, names):
