@@ -69,7 +69,10 @@ def test_import_instructions_set_env_workdir_and_command():
     assert changes[-1] == 'CMD ["/bin/bash"]'
     labels = task_image.task_image_labels()
     assert labels == {"gpufleet.recipe": task_image.task_recipe_digest(),
-                      "gpufleet.image": "task-base"}
+                      "gpufleet.image": "task-base", "gpufleet.pythons": "3.11"}
+    # uv in the image works offline: the seed wheels are found locally, no index is asked
+    assert 'ENV UV_FIND_LINKS="/opt/gpufleet/wheels"' in changes
+    assert 'ENV UV_OFFLINE="1"' in changes
 
 
 def test_existing_image_is_reused_and_check_mode_never_builds():
@@ -118,7 +121,13 @@ def test_user_and_directories_are_added_to_a_root_filesystem(monkeypatch, tmp_pa
         returncode = 0
         stdout = b""
 
-    monkeypatch.setattr(task_image.subprocess, "run", lambda argv, **kw: ran.append(argv) or Done)
+    class Python(object):
+        returncode = 0
+        stdout = b"3.11\n"
+
+    monkeypatch.setattr(task_image.subprocess, "run",
+                        lambda argv, **kw: ran.append(argv) or (Python if "python3" in argv
+                                                                else Done))
     ssh = tmp_path / "etc" / "ssh"
     ssh.mkdir(parents=True)
     (ssh / "ssh_host_ed25519_key").write_text("secret")
@@ -135,8 +144,9 @@ def test_user_and_directories_are_added_to_a_root_filesystem(monkeypatch, tmp_pa
     sudoers = tmp_path / "etc" / "sudoers.d" / "dstack"
     assert sudoers.read_text() == "dstack ALL=(ALL) NOPASSWD:ALL\n"
     assert oct(sudoers.stat().st_mode & 0o777) == "0o440"
-    assert ran == [["chroot", str(tmp_path), "useradd", "--uid", "1001", "--user-group",
-                    "--create-home", "--shell", "/bin/bash", "dstack"]]
+    assert ran[0] == ["chroot", str(tmp_path), "useradd", "--uid", "1001", "--user-group",
+                      "--create-home", "--shell", "/bin/bash", "dstack"]
+    assert ran[1][:3] == ["chroot", str(tmp_path), "python3"] and len(ran) == 2
     assert sorted(p.name for p in ssh.iterdir()) == ["sshd_config"]
     assert list(lists.iterdir()) == []
     assert not (tmp_path / "var" / "cache" / "apt" / "pkgcache.bin").exists()
@@ -151,3 +161,13 @@ def test_failed_useradd_names_the_user(monkeypatch, tmp_path):
     with pytest.raises(local.BuildError) as info:
         task_image.install_task_files(str(tmp_path))
     assert "dstack" in str(info.value) and "1001 is not unique" in str(info.value)
+
+
+def test_a_python_other_than_the_pinned_one_fails_the_build(monkeypatch, tmp_path):
+    class Python(object):
+        returncode = 0
+        stdout = b"3.12\n"
+
+    monkeypatch.setattr(task_image.subprocess, "run", lambda argv, **kw: Python)
+    with pytest.raises(local.BuildError, match="python3 is 3.12, not 3.11"):
+        task_image.install_task_files(str(tmp_path))

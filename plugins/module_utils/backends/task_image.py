@@ -11,6 +11,10 @@ makes are added (the Open MPI and NCCL variables, ``WORKDIR /dstack/run``, the `
 with UID 1001 and passwordless sudo), and ``docker import`` turns it into
 ``gpufleet/task-base:<digest>``. The tag is a digest of the recipe below: an unchanged recipe
 reuses the image, a changed one builds a new image beside the old one.
+
+Like dstack's base image it has ``uv``, so each job gets dstack's ``/dstack/venv``
+(tasks.python_env); the image offers Debian's Python (``PYTHON_VERSIONS``, also its
+``gpufleet.pythons`` label) and the seed wheels, offline (backends.uv_bundle).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import os
 import subprocess
 
+from . import uv_bundle
 from .local import (
     DEBIAN_SUITE,
     DEFAULT_MIRROR,
@@ -28,10 +33,13 @@ from .local import (
     build_rootfs_image,
     ensure_recipe_image,
     prune_rootfs,
+    require_debootstrap,
     write_rootfs_file,
 )
 
 TASK_IMAGE_REPOSITORY = "gpufleet/task-base"
+# The Python versions the image can make a venv with: Debian 12's python3 (checked at build).
+PYTHON_VERSIONS = ("3.11",)
 TASK_IMAGE_KIND = "task-base"
 TASK_PACKAGES = (
     "openssh-server", "openssh-client", "openmpi-bin", "python3", "python3-mpi4py", "iproute2",
@@ -48,7 +56,7 @@ TASK_ENV = (
     ("OMPI_MCA_btl_tcp_if_exclude", "lo,docker0"),
     ("NCCL_SOCKET_IFNAME", "^docker,lo"),
     ("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
-)
+) + uv_bundle.IMAGE_ENV
 TASK_CMD = ("/bin/bash",)
 TASK_SUDOERS = "%s ALL=(ALL) NOPASSWD:ALL\n" % TASK_USER
 # Directories the image must hold: the working directory, and sshd's privilege separation
@@ -69,6 +77,8 @@ def task_recipe():
         "uid": TASK_UID,
         "sudoers": TASK_SUDOERS,
         "cmd": list(TASK_CMD),
+        "pythons": list(PYTHON_VERSIONS),
+        "uv": uv_bundle.recipe(),
     }
 
 
@@ -83,7 +93,8 @@ def task_image_ref():
 
 
 def task_image_labels():
-    return {LABEL_PREFIX + "recipe": task_recipe_digest(), LABEL_PREFIX + "image": TASK_IMAGE_KIND}
+    return {LABEL_PREFIX + "recipe": task_recipe_digest(), LABEL_PREFIX + "image": TASK_IMAGE_KIND,
+            LABEL_PREFIX + "pythons": ",".join(PYTHON_VERSIONS)}
 
 
 def task_image_changes():
@@ -106,13 +117,17 @@ def ensure_task_image(docker, mirror=DEFAULT_MIRROR, workdir=None, check_mode=Fa
 
 def build_task_image(docker, ref, mirror=DEFAULT_MIRROR, workdir=None):
     """debootstrap a Debian root filesystem, add dstack's settings, and import it as ``ref``."""
-    build_rootfs_image(docker, ref, "local task base image", TASK_PACKAGES, install_task_files,
+    require_debootstrap("local task base image")
+    wheels = uv_bundle.fetch()   # before debootstrap: a missing index fails fast
+    build_rootfs_image(docker, ref, "local task base image", TASK_PACKAGES,
+                       lambda rootfs: install_task_files(rootfs, wheels),
                        task_image_changes(), task_image_labels(), mirror=mirror,
                        workdir=workdir)
 
 
-def install_task_files(rootfs):
-    """Add the ``dstack`` user, its sudo rule and the image's directories to a root filesystem."""
+def install_task_files(rootfs, wheels=None):
+    """Add the ``dstack`` user, its sudo rule, the image's directories and (given ``wheels``,
+    uv_bundle.fetch's) uv and the seed wheels to a root filesystem; check its Python."""
     for directory in TASK_DIRS:
         full = os.path.join(rootfs, directory.lstrip("/"))
         os.makedirs(full, exist_ok=True)
@@ -128,6 +143,17 @@ def install_task_files(rootfs):
             "could not add the %s user (uid %d) to the task base image: %s"
             % (TASK_USER, TASK_UID, proc.stdout.decode("utf-8", "replace").strip())
         )
+    proc = subprocess.run(
+        ["chroot", rootfs, "python3", "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+    found = proc.stdout.decode("utf-8", "replace").strip()
+    if proc.returncode != 0 or found not in PYTHON_VERSIONS:
+        raise BuildError("the task base image's python3 is %s, not %s as PYTHON_VERSIONS says; "
+                         "update PYTHON_VERSIONS for Debian %s" % (found or "missing",
+                                                                   PYTHON_VERSIONS[0],
+                                                                   DEBIAN_SUITE))
+    if wheels:
+        uv_bundle.install(rootfs, wheels)
     # Host keys are made per container at start; package lists and caches only add weight.
     prune_rootfs(rootfs)
     cache = os.path.join(rootfs, "var/cache/apt")

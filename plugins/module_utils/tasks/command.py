@@ -15,6 +15,7 @@ import re
 import shlex
 
 from ..spec import interpolation
+from . import python_env
 from .environment import quote_sh
 from .errors import PlanError
 
@@ -98,13 +99,16 @@ def _shell_check(shell):
     )
 
 
-def command_script(config, group=None, image_cmd=None, run_args=(), group_ips=None):
+def command_script(config, group=None, image_cmd=None, run_args=(), group_ips=None,
+                   python_setup=None):
     """The ``command.sh`` of a job: POSIX sh that execs the job's process (dstack.md §4.9).
 
     ``commands`` run as ``<shell> -c 'c1 && c2'``; with ``entrypoint``, the entrypoint's words
     followed by the commands; with neither, ``image_cmd`` (the image's ENTRYPOINT + CMD).
     ``run_args`` fill ``${{ run.args }}``; ``group_ips[i][j]`` fills
-    ``${{ groups[i].nodes[j].IP_ADDRESS }}``.
+    ``${{ groups[i].nodes[j].IP_ADDRESS }}``; dstack's default images' own commands come first
+    (tasks.python_env.image_commands: ``start-dockerd`` with ``docker``, else the venv that
+    ``python_setup``, from tasks.python_env.choose, describes).
     """
     field = "commands"
     commands = config.get("commands") or []
@@ -125,6 +129,7 @@ def command_script(config, group=None, image_cmd=None, run_args=(), group_ips=No
         argv = words + commands
         return header + "exec " + " ".join(quote_sh(w) for w in argv) + "\n"
     if commands:
+        commands = python_env.image_commands(config, python_setup) + commands
         shell = config.get("shell") or "/bin/sh"
         return (
             header

@@ -29,6 +29,8 @@ GPUS_LABEL = "gpufleet.gpus"
 SUBMITTED_LABEL = "gpufleet.submitted"
 RUN_SPEC_LABEL = "gpufleet.run-spec"
 RESOURCES_LABEL = "gpufleet.resources"
+ARRAY_LABEL = "gpufleet.array"             # the job array a run belongs to (tasks.array)
+ARRAY_INDEX_LABEL = "gpufleet.array-index"
 
 # What the container runtime hands to the job on NVIDIA hosts. dstack also asks for "display"
 # and "compat32"; "display" needs /dev/nvidia-modeset on the host (dstack retries without it when
@@ -184,7 +186,7 @@ def _run_spec(config, jobs, job):
 
 def labels_of(config, run, jobs, job, replica=0):
     """The container's labels (all strings): the run record ``ps`` reads back."""
-    return {
+    labels = {
         RUN_LABEL: str(run["name"]),
         RUN_ID_LABEL: str(run.get("id") or ""),
         JOB_LABEL: str(job["job_num"]),
@@ -201,3 +203,7 @@ def labels_of(config, run, jobs, job, replica=0):
         RUN_SPEC_LABEL: _run_spec(config, jobs, job),
         RESOURCES_LABEL: _json(resources_of(job)),
     }
+    if run.get("array"):
+        labels[ARRAY_LABEL] = str(run["array"]["name"])
+        labels[ARRAY_INDEX_LABEL] = str(run["array"]["index"])
+    return labels

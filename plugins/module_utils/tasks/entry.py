@@ -182,6 +182,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
         if check_mode:
             try:
                 placed = runner._place()
+                runner.image_and_python(placed)
             except placement.NoHostFits as exc:
                 return {"run": runner.name, "status": lifecycle.RUN_FAILED,
                         "reason": lifecycle.NO_CAPACITY, "message": str(exc),

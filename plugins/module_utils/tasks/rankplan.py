@@ -142,6 +142,18 @@ def _files_of(config, config_dir):
     return files
 
 
+def array_variables(array):
+    """``GPUFLEET_ARRAY_*`` of a run in a job array (Slurm's ``SLURM_ARRAY_*``), before the
+    task's ``env``, which may override them."""
+    if not array:
+        return {}
+    return {"GPUFLEET_ARRAY_NAME": str(array["name"]),
+            "GPUFLEET_ARRAY_INDEX": str(array["index"]),
+            "GPUFLEET_ARRAY_COUNT": str(array["count"]),
+            "GPUFLEET_ARRAY_MIN": str(array["min"]),
+            "GPUFLEET_ARRAY_MAX": str(array["max"])}
+
+
 def _repo_variables(config, repo):
     """Where the wrapper puts the run's code: ``repos[0].path`` (relative to the working folder,
     ``~`` the job user's home) and what it does when that folder is not empty (``if_exists``).
@@ -167,7 +179,8 @@ def _check_run(run):
 
 
 def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
-               run_args=(), image=None, image_cmd=None, config_dir=None, repo=None):
+               run_args=(), image=None, image_cmd=None, config_dir=None, repo=None,
+               python_setup=None):
     """One job spec per rank, in rank order (see the module docstring).
 
     ``run``: ``{"name", "id", "submission", "submitted_at"}``; ``ssh_key``: ``{"private",
@@ -176,7 +189,8 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
     ``command.sh`` is left out and ``image_cmd_needed`` says so); ``config_dir``: where relative
     ``files`` paths start (the configuration file's folder; default: the current folder);
     ``repo``: the run's code, ``{"archive", "repo_id"}`` (the archive's path on the hosts, see
-    repos.ship), which the wrapper unpacks at the task's ``repos[0].path``.
+    repos.ship), which the wrapper unpacks at the task's ``repos[0].path``; ``python_setup``:
+    dstack's venv for the default image (tasks.python_env.choose), or None.
     """
     from . import wrapper
 
@@ -221,6 +235,7 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
         group = job.get("group") if config.get("groups") else None
         labels = labels_of(config, run, jobs, job)
         variables = system_env(run, jobs, job, repo_id=(repo or {}).get("repo_id"))
+        variables.update(array_variables(run.get("array")))
         variables.update(env)
         variables.update({
             "GPUFLEET_SHELL": config.get("shell") or "/bin/sh",
@@ -243,7 +258,8 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
         needs_cmd = needs_image_cmd(config, group)
         if not needs_cmd or image_cmd:
             files["command.sh"] = {
-                "text": command_script(config, group, image_cmd, run_args, group_ips),
+                "text": command_script(config, group, image_cmd, run_args, group_ips,
+                                       python_setup),
                 "mode": 0o755,
             }
         if multinode:

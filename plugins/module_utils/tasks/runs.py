@@ -22,7 +22,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from ..backends import base
+from ..backends import base, task_image
 from ..backends.docker_cli import DockerError
 from ..backends.errors import BackendError
 from ..fleets import apply as fleet_apply
@@ -30,7 +30,7 @@ from ..fleets import cloud as fleet_cloud
 from ..fleets import state
 from ..offers import catalog
 from ..volumes import attach as volumes
-from . import code, lifecycle, placement, rankplan
+from . import code, lifecycle, placement, python_env, rankplan
 from .environment import registry_credentials, resolve_env
 from .errors import PlanError, RunError
 from .images import ensure_image
@@ -212,7 +212,7 @@ class Runner(object):
     def __init__(self, config, fleets, root=None, secrets=None, environ=None, docker=None,
                  emit=None, image_source="auto", follow_logs=False, poll=1.0, clock=time.time,
                  sleep=time.sleep, run_args=(), rng=random, local_image=None,
-                 config_dir=None):
+                 config_dir=None, array=None, code_=None):
         self.config = config
         self.fleets = fleets
         self.root = root
@@ -229,6 +229,7 @@ class Runner(object):
         self.run_args = run_args
         self.local_image = local_image
         self.config_dir = config_dir
+        self.array = array
         self.name = rankplan.run_name(config, rng)
         self.run_id = uuid.uuid4().hex
         self.submitted_at = fleet_apply.utcnow()
@@ -242,8 +243,10 @@ class Runner(object):
         self.submissions = []
         self.leftovers = []
         self.env = resolve_env(config, self.secrets, self.environ)
-        self.code = None if not config.get("repos") else code.Code(
-            config["repos"][0], config_dir, self.environ)
+        # A job array's runs share one Code (one pack of the tree); a lone run owns its own.
+        self._owns_code = code_ is None
+        self.code = code_ if code_ is not None else (None if not config.get("repos") else (
+            code.Code(config["repos"][0], config_dir, self.environ)))
 
     def _place(self):
         containers, errors = survey(self.nodes)
@@ -299,7 +302,23 @@ class Runner(object):
             raise RunError(str(exc)) from exc
         return volumes.steer(self.config, where)
 
+    def image_and_python(self, placed):
+        """The image the placed run uses and dstack's venv setup in it (tasks.python_env); a
+        Python the local task image cannot offer is a PlanError, before any host is touched."""
+        fleet_backend = placed["jobs"][0].get("backend")
+        image = self.config.get("image")
+        if not image:
+            image = self.local_image if (fleet_backend == "local" and self.local_image) else (
+                rankplan.default_image(self.config))
+        available = task_image.PYTHON_VERSIONS if (
+            self.local_image and image == self.local_image) else None
+        return image, python_env.choose(self.config, available)
+
     def _prepare(self, number, placed):
+        try:
+            image, python_setup = self.image_and_python(placed)
+        except PlanError as exc:
+            raise RunError(str(exc)) from exc
         hosts = [job["host"] for job in placed["jobs"]]
         nodes = dict((h, self.nodes[h]) for h in hosts)
         # A finished run of the same name is replaced, as dstack does on apply.
@@ -309,11 +328,6 @@ class Runner(object):
             key_maker = ThreadPoolExecutor(max_workers=1)
             key_future = key_maker.submit(run_key)
         parallel(self.leftovers, lambda h: self.nodes[h].call("remove", {"run": self.name}))
-        fleet_backend = placed["jobs"][0].get("backend")
-        image = self.config.get("image")
-        if not image:
-            image = self.local_image if (fleet_backend == "local" and self.local_image) else (
-                rankplan.default_image(self.config))
         auth = registry_credentials(self.config, self.env, self.secrets)
         for job in placed["jobs"]:
             self.emit({"kind": "job", "job_num": job["job_num"], "host": job["host"],
@@ -342,14 +356,15 @@ class Runner(object):
             key = key_future.result()
             key_maker.shutdown()
         run = {"name": self.name, "id": self.run_id, "submission": number,
-               "submitted_at": self.submitted_at}
+               "submitted_at": self.submitted_at, "array": self.array}
         self._attach_volumes(placed, run, nodes)
         try:
             jobs = rankplan.build_jobs(self.config, placed, run, secrets=self.secrets,
                                        environ=self.environ, ssh_key=key,
                                        run_args=self.run_args, image=image,
                                        image_cmd=image_cmd, config_dir=self.config_dir,
-                                       repo=repo if shipping is not None else None)
+                                       repo=repo if shipping is not None else None,
+                                       python_setup=python_setup)
         except (PlanError, volumes.VolumeError) as exc:
             raise RunError(str(exc)) from exc
         return Submission(number, _inline_files(jobs), nodes, placed)
@@ -422,7 +437,7 @@ class Runner(object):
         try:
             return self._run(wait, stop_event)
         finally:
-            if self.code is not None:
+            if self.code is not None and self._owns_code:
                 self.code.close()
 
     def _run(self, wait, stop_event):
