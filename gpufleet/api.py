@@ -132,7 +132,19 @@ def _read(config: Config, types: Iterable[str]):
     return normalized, given
 
 
-_TASK_OPTIONS = ("name", "env", "fleets")
+_TASK_OPTIONS = ("name", "env", "fleets", "array")
+
+
+def _check_array(array, given):
+    """``array`` checked here with the model's parser (the task module parses it again)."""
+    model = spec()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import overrides
+
+    where = given if isinstance(given, str) else "inline config"
+    try:
+        overrides.parse_array(array, where)
+    except model.SpecError as exc:
+        raise GpufleetError(_problems(exc.as_dicts(), where)) from None
 
 
 def _task_overrides(normalized, given, name=None, env=None, fleets=None):
@@ -179,7 +191,7 @@ def validate(config: Config) -> dict:
 
 
 def plan(config: Config, delete: bool = False, name: str | None = None, env=None, fleets=None,
-         **options) -> dict:
+         array: str | None = None, **options) -> dict:
     """What applying ``config`` (or, with ``delete``, deleting it) would do, changing nothing:
     the playbooks in check mode.
 
@@ -192,8 +204,8 @@ def plan(config: Config, delete: bool = False, name: str | None = None, env=None
     kinds = ("fleet", "volume") if delete else ("fleet", "task", "volume")
     normalized, given = _read(config, kinds)
     kind = normalized["type"]
-    if kind != "task" and (name or env or fleets):
-        raise GpufleetError("name, env, fleets: only for tasks")
+    if kind != "task" and (name or env or fleets or array):
+        raise GpufleetError("name, env, fleets, array: only for tasks")
     if kind == "fleet":
         result = opts.play("delete.yml" if delete else "fleet.yml", opts.extravars(fleet=given),
                            check=True)
@@ -202,8 +214,11 @@ def plan(config: Config, delete: bool = False, name: str | None = None, env=None
         result = opts.play("volume.yml", opts.extravars(
             volume=given, gpufleet_volume_state="absent" if delete else None), check=True)
         return _stat(result, "gpufleet_volume")
+    if array is not None:
+        _check_array(array, given)
     result = opts.play("task.yml", opts.extravars(
-        task=given, **_task_overrides(normalized, given, name, env, fleets)), check=True)
+        task=given, gpufleet_task_array=array,
+        **_task_overrides(normalized, given, name, env, fleets)), check=True)
     record = result.stats.get("gpufleet_run")
     if not record or not record.get("plan"):
         raise _run_error(result, record, "no fleet has room for the run")
@@ -270,7 +285,8 @@ def delete(config: Config, **options) -> dict:
 
 def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
              secrets: Mapping | None = None, image_source: str | None = None,
-             name: str | None = None, env=None, fleets=None, **options) -> dict:
+             name: str | None = None, env=None, fleets=None, array: str | None = None,
+             **options) -> dict:
     """Run a task on a fleet (one container per node, dstack's variables, MPI hostfile, SSH).
 
     ``wait``: follow the run to its end (its log lines come to ``on_event``) and return the
@@ -281,11 +297,15 @@ def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
     ``${{ run.args }}``, ``secrets`` ``${{ secrets.NAME }}``. ``name``, ``env`` (``NAME=value``
     strings or a mapping) and ``fleets`` (fleet names) are ``dstack apply``'s ``--name``,
     ``--env`` and ``--fleet``: they win over the file's ``name``, ``env`` and ``fleets``.
+    ``array`` (``"1-100%10"``, Slurm's syntax) submits one run ``<name>-<index>`` per index;
+    the record is then the array's, with ``runs``.
     """
     opts = _Options(**options)
     normalized, given = _read(task, ("task",))
+    if array is not None:
+        _check_array(array, given)
     variables = opts.extravars(task=given, **_task_overrides(normalized, given, name, env, fleets),
-                               gpufleet_task_wait=bool(wait),
+                               gpufleet_task_array=array, gpufleet_task_wait=bool(wait),
                                gpufleet_task_logs=bool(wait), gpufleet_run_args=run_args,
                                gpufleet_secrets=dict(secrets) if secrets else None,
                                gpufleet_image_source=image_source)

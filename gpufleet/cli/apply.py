@@ -37,6 +37,10 @@ def add_apply(commands):
     apply.add_argument("--fleet", action="append", default=[], dest="fleets",
                        metavar="NAME", help="tasks: a fleet the run may use, instead of the "
                                             "file's fleets; repeatable")
+    apply.add_argument("--array", metavar="INDICES[%N]",
+                       help="tasks: a job array, as Slurm writes it (1-100, 1,3,5-7, 0-15:4): "
+                            "one run <name>-<index> per index with GPUFLEET_ARRAY_INDEX; %%N: "
+                            "at most N runs at a time")
     common.fleet_file_option(apply, "tasks: a fleet file whose hosts the run may use (SSH "
                                     "fleets; backend fleets are found without their files); "
                                     "repeatable")
@@ -71,8 +75,8 @@ def _apply(args, out, err) -> int:
         return 1
     if config["type"] == "task":
         return _apply_task(args, path, out, err)
-    if args.run_name or args.env or args.fleets:
-        err.write(f"{path}: --name, --env and --fleet apply to tasks; this is a "
+    if args.run_name or args.env or args.fleets or args.array:
+        err.write(f"{path}: --name, --env, --fleet and --array apply to tasks; this is a "
                   f"{config['type']} configuration\n")
         return 1
     if config["type"] == "volume":
@@ -104,14 +108,20 @@ def _apply_task(args, path, out, err) -> int:
     from ..api import GpufleetError, plan, run_task
 
     tables = common.run_tables()
-    overrides = {"name": args.run_name, "env": args.env, "fleets": args.fleets}
+    overrides = {"name": args.run_name, "env": args.env, "fleets": args.fleets,
+                 "array": args.array}
     try:
         err.write("Planning...\n")
         record = plan(path, fleet_files=common.fleet_files(args), **overrides)
         for line in tables.run_plan_lines(record["config"], record["plan"], path):
             out.write(line + "\n")
         out.write("\n")
-        if not common.confirm(f"Submit the run {record['run']}?", args, out, err):
+        what = f"the run {record['run']}"
+        if record.get("runs"):
+            out.write(f"Job array {record['run']}: {len(record['runs'])} runs, "
+                      f"{record['runs'][0]} to {record['runs'][-1]} (the plan is the first's)\n")
+            what = f"the {len(record['runs'])} runs of the job array {record['run']}"
+        if not common.confirm(f"Submit {what}?", args, out, err):
             out.write("Nothing was submitted.\n")
             return 1
         # A task without a name got a random one in the plan: the run gets that one.
@@ -128,6 +138,8 @@ def _apply_task(args, path, out, err) -> int:
             return 130
     except GpufleetError as exc:
         return common.failed(exc, err)
+    if record.get("runs") is not None:
+        return _array_summary(record, args, out)
     if args.detach:
         out.write(f"Run {record['run']} submitted; follow it with gpufleet logs -f "
                   f"{record['run']}\n")
@@ -136,6 +148,22 @@ def _apply_task(args, path, out, err) -> int:
     out.write(f"Run {record['run']} {status}" +
               (f": {record['message']}" if record.get("message") else "") + "\n")
     return 0 if status == "done" else 1
+
+
+def _array_summary(record, args, out) -> int:
+    """The end of ``apply --array``: each run's status and one line for the array."""
+    counts = {}
+    for run in record["runs"]:
+        counts[run["status"]] = counts.get(run["status"], 0) + 1
+        out.write(f"{run['run']} {run['status']}" +
+                  (f": {run['message']}" if run.get("message") else "") + "\n")
+    text = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+    if args.detach:
+        out.write(f"Job array {record['run']} submitted ({text}); gpufleet ps lists its runs, "
+                  f"gpufleet stop {record['run']} stops them all\n")
+        return 1 if record.get("failed") or counts.get("failed") else 0
+    out.write(f"Job array {record['run']} {record['status']}: {text}\n")
+    return 0 if record["status"] == "done" else 1
 
 
 def _volume(args, path, wanted, out, err) -> int:

@@ -80,5 +80,9 @@ def _stop(args, out, err) -> int:
         record = stop(args.run, abort=args.abort, fleet_files=common.fleet_files(args))
     except GpufleetError as exc:
         return common.failed(exc, err)
+    if record.get("runs") is not None:
+        out.write(f"Job array {args.run}: {len(record.get('stopped') or [])} containers of "
+                  f"{len(record['runs'])} runs stopped.\n")
+        return 0
     out.write(f"Run {args.run} {record.get('status', 'stopped')}.\n")
     return 0

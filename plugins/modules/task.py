@@ -57,6 +57,15 @@ options:
     type: list
     elements: str
     default: []
+  array:
+    description:
+      - Submit a job array, written as Slurm does (C(1-100), C(1,3,5-7), C(0-15:4)), with
+        C(%N) for at most N runs alive at a time. Each index runs as its own run
+        C(<name>-<index>) with C(GPUFLEET_ARRAY_INDEX), C(GPUFLEET_ARRAY_NAME),
+        C(GPUFLEET_ARRAY_COUNT), C(GPUFLEET_ARRAY_MIN) and C(GPUFLEET_ARRAY_MAX).
+      - With O(wait), returns when every run has ended; otherwise when the last index is
+        submitted (with C(%N), that is when all but N have ended). RV(runs) lists the runs.
+    type: str
   secrets:
     description:
       - Values for C(${{ secrets.NAME }}) in the task's C(env) and C(registry_auth), for example
@@ -187,6 +196,16 @@ jobs:
   sample:
     - {job_num: 0, host: demo-0, container: hello-0-0, internal_ip: 172.18.0.2,
        status: done, reason: null, exit_code: 0}
+runs:
+  description:
+    - With O(array), one entry per index, with its run name, index, status, reason and
+      message. RV(run) is then the array's name and RV(status) V(done) when every run ended
+      done.
+  returned: with array
+  type: list
+  elements: dict
+  sample:
+    - {run: hp-1, index: 1, status: done, reason: all_jobs_done, message: null}
 log_tail:
   description: The last lines of rank 0's log, when the run did not end done.
   returned: when the run failed

@@ -188,7 +188,9 @@ def test_a_task_on_an_ssh_fleet_found_through_its_remembered_file(world):
     # The nodes' nested docker0 would be their first address: name the fleet's network.
     subnet = world["docker"].run("network", "inspect", "--format",
                                  "{{(index .IPAM.Config 0).Subnet}}", "gpufleet-" + FLEET).strip()
-    fleet.write_text("type: fleet\nname: %s\nplacement: cluster\nssh_config:\n  user: gpufleet\n"
+    # The fleet's env reaches its jobs, under the task's own env (as in dstack).
+    fleet.write_text("type: fleet\nname: %s\nplacement: cluster\n"
+                     "env: [FROM_FLEET=fleet-value, BOTH=fleet]\nssh_config:\n  user: gpufleet\n"
                      "  identity_file: %s\n  network: %s\n  hosts: [%s, %s]\n"
                      % (name, key, subnet, world["ips"][0], world["ips"][1]))
     result = run_playbook("fleet.yml", {"fleet": str(fleet)})
@@ -196,15 +198,16 @@ def test_a_task_on_an_ssh_fleet_found_through_its_remembered_file(world):
     try:
         run = "onssh-" + SUFFIX
         result, record = run_task(world, run, (
-            "type: task\nname: %s\nnodes: 2\nfleets: [%s]\nimage: %s\n%s"
+            "type: task\nname: %s\nnodes: 2\nfleets: [%s]\nimage: %s\n%senv: [BOTH=task]\n"
             "commands:\n  - echo rank $DSTACK_NODE_RANK master $DSTACK_MASTER_NODE_IP\n"
+            "  - echo $FROM_FLEET $BOTH\n"
             % (run, name, world["base_image"], CPU)))
         assert result.ok, result.stdout[-4000:]
         assert record["status"] == "done" and record["fleet"] == name
         assert [j["host"] for j in record["jobs"]] == [name + "-0", name + "-1"]
         out = logs(run)
-        assert out[0] == ["rank 0 master %s" % world["ips"][0]]
-        assert out[1] == ["rank 1 master %s" % world["ips"][0]]
+        assert out[0] == ["rank 0 master %s" % world["ips"][0], "fleet-value task"]
+        assert out[1] == ["rank 1 master %s" % world["ips"][0], "fleet-value task"]
     finally:
         assert run_playbook("delete.yml", {"fleet": str(fleet)}).ok
 

@@ -613,7 +613,7 @@ def test_apply_overrides_are_for_tasks_only(files, playbooks):
     path = files("fleet.dstack.yml", "type: fleet\nname: gpus\nnodes: 1\n")
     code, _out, err = run(playbooks, "apply", "-f", "fleet.dstack.yml", "-y", "--env", "A=1")
     assert code == 1
-    assert err == (f"{path}: --name, --env and --fleet apply to tasks; this is a fleet "
+    assert err == (f"{path}: --name, --env, --fleet and --array apply to tasks; this is a fleet "
                    "configuration\n")
     assert playbooks.calls == []
 

@@ -174,6 +174,14 @@ def test_user_env_overrides_dstack_variables(tmp_path):
     assert values == {"DSTACK_NODE_RANK": "7", "OTHER": "x", "DSTACK_NODES_NUM": "2"}
 
 
+def test_an_ssh_fleets_env_reaches_the_job_under_the_tasks_env(tmp_path):
+    config = task(env={"HTTPS_PROXY": "http://task-proxy:3128"})
+    jobs = build(config, [placed_job(0)], fleet_env={
+        "HTTPS_PROXY": "http://fleet-proxy:3128", "NO_PROXY": "10.0.0.0/8"})
+    values = sourced(jobs[0]["files"]["env.sh"]["text"], tmp_path, ["HTTPS_PROXY", "NO_PROXY"])
+    assert values == {"HTTPS_PROXY": "http://task-proxy:3128", "NO_PROXY": "10.0.0.0/8"}
+
+
 def test_env_sh_quotes_newlines_and_quotes(tmp_path):
     value = "it's \"quoted\"\nsecond line $HOME `id` \\"
     jobs = build(task(env={"TRICKY": value}), [placed_job(0)])

@@ -727,3 +727,18 @@ def test_fleets_come_from_files_labels_and_remembered_files(tmp_path):
     assert statuses == {"lab-0": "idle", "lab-1": "pending"}  # facts mean it passed its checks
     with pytest.raises(runs.RunError):
         runs.collect_fleets((str(broken),), docker=None, root=root)  # a file given must read
+
+
+def test_a_fleets_bare_env_names_come_from_the_controller():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
+
+    config = parse_data({"type": "task", "image": "busybox", "commands": ["true"]})[0]
+    fleets = [{"name": "lab", "env": {"HTTP_PROXY": None, "NO_PROXY": "localhost"},
+               "instances": []}]
+    runner = runs.Runner(config, fleets, environ={"HTTP_PROXY": "http://proxy:3128"})
+    assert runner.fleet_env("lab") == {"HTTP_PROXY": "http://proxy:3128",
+                                       "NO_PROXY": "localhost"}
+    assert runner.fleet_env("other") == {}
+    runner = runs.Runner(config, fleets, environ={})
+    with pytest.raises(runs.RunError, match="fleet lab: env.HTTP_PROXY has no value"):
+        runner.fleet_env("lab")

@@ -14,7 +14,9 @@ this one function.
 
 from __future__ import annotations
 
-from ._errors import INVALID, Ctx, Invalid, Problem, SpecError, describe
+import re
+
+from ._errors import INVALID, Ctx, Invalid, Problem, SpecError, describe, show
 from .common import parse_name
 from .run_profile import parse_fleets
 from .task import parse_env_with_refs
@@ -80,3 +82,40 @@ def apply_overrides(config, env=None, name=None, fleets=None, source=None):
             out["fleets"] = parsed
     ctx.raise_if_failed(source)
     return out
+
+
+MAX_ARRAY_RUNS = 1000
+_ARRAY_ITEM = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
+
+
+def parse_array(text, source=None):
+    """A job array as Slurm writes it: ``1-100``, ``1,3,8-10``, ``0-15:4``, each optionally
+    followed by ``%N`` (at most N runs at a time). Returns ``{"indices", "limit", "text"}``
+    (indices sorted, each once; limit None without ``%N``); SpecError on ``--array``."""
+    def fail(message):
+        raise SpecError([Problem(("--array",), "%s %s: %s" % (
+            "invalid array", show(text), message))], source)
+
+    if not isinstance(text, str) or not text.strip():
+        fail("write indices as Slurm does, e.g. 1-100, 1,3,5-7, 0-15:4, with %N for at most N "
+             "at a time")
+    spec, _sep, limit_text = text.strip().partition("%")
+    limit = None
+    if _sep:
+        if not limit_text.isdigit() or int(limit_text) < 1:
+            fail("%N must be a whole number of runs at a time, 1 or more")
+        limit = int(limit_text)
+    indices = set()
+    for item in spec.split(","):
+        match = _ARRAY_ITEM.match(item.strip())
+        if not match:
+            fail("%s is not an index, A-B or A-B:STEP" % show(item))
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        step = int(match.group(3)) if match.group(3) is not None else 1
+        if last < first or step < 1:
+            fail("%s: a range goes up, with a step of 1 or more" % show(item))
+        if (last - first) // step + 1 + len(indices) > MAX_ARRAY_RUNS:
+            fail("more than %d runs; split the array" % MAX_ARRAY_RUNS)
+        indices.update(range(first, last + 1, step))
+    return {"indices": sorted(indices), "limit": limit, "text": text.strip()}

@@ -33,6 +33,7 @@ TASK_SPEC = dict(
     name=dict(type="str"),
     env=dict(type="raw"),
     fleet_names=dict(type="list", elements="str", default=[]),
+    array=dict(type="str"),
     secrets=dict(type="dict", default={}, no_log=True),
     wait=dict(type="bool", default=True),
     logs=dict(type="bool", default=False),
@@ -164,21 +165,44 @@ def ignored_fields(config):
     return notes
 
 
+def _array(params):
+    """The job array of ``params["array"]`` (spec.overrides.parse_array), or None."""
+    if not params.get("array"):
+        return None
+    from ..spec import SpecError
+    from ..spec.overrides import parse_array
+
+    try:
+        return parse_array(params["array"], params.get("path") or "config")
+    except SpecError as exc:
+        raise EntryError(str(exc)) from exc
+
+
 def submit(params, emit=None, check_mode=False, stop_event=None):
-    """Submit a task and, with ``wait``, follow it to its end. Returns ``(result, failed)``."""
+    """Submit a task and, with ``wait``, follow it to its end. Returns ``(result, failed)``.
+
+    With ``array``, one run per index (tasks.array), at most ``%N`` alive at a time."""
     config = load_task(params)
+    array_spec = _array(params)
     root, fleets = _fleets(params)
     if not fleets:
         raise EntryError("no fleets found: apply a fleet first (gpufleet apply -f FLEET, or "
                          "playbooks/fleet.yml), or name fleet files in fleets")
-    try:
-        runner = runs.Runner(
-            config, fleets, root=root, secrets=params.get("secrets") or {}, docker=Docker(),
+    local_image = None if config.get("image") else local_task_image(fleets, check_mode)
+    config_dir = os.path.dirname(params["path"]) if params.get("path") else None
+
+    def make_runner(run_config, array_info=None, code_=None):
+        return runs.Runner(
+            run_config, fleets, root=root, secrets=params.get("secrets") or {}, docker=Docker(),
             emit=emit, image_source=params["image_source"], follow_logs=params["logs"],
             poll=params["poll_interval"], run_args=params.get("run_args") or (),
-            local_image=None if config.get("image") else local_task_image(fleets, check_mode),
-            config_dir=os.path.dirname(params["path"]) if params.get("path") else None,
-        )
+            local_image=local_image, config_dir=config_dir, array=array_info, code_=code_)
+
+    try:
+        if array_spec is not None:
+            return _submit_array(config, array_spec, make_runner, fleets, root, params, emit,
+                                 check_mode)
+        runner = make_runner(config)
         if check_mode:
             try:
                 placed = runner._place()
@@ -207,6 +231,44 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
     return result, failed
 
 
+def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, check_mode):
+    """A job array: planned as its first run in check mode, else submitted index by index."""
+    from . import array as arrays
+    from .code import Code
+
+    nodes = runs.nodes_of(fleets, root)
+    batch = arrays.ArrayRunner(config, array_spec, make_runner,
+                               lambda: arrays.array_statuses(nodes, batch.base), emit=emit,
+                               poll=max(params["poll_interval"], 1.0))
+    first = array_spec["indices"][0]
+    if check_mode:
+        runner = make_runner(dict(config, name=batch.names[first]), batch.info(first))
+        try:
+            placed = runner._place()
+            runner.image_and_python(placed)
+        except placement.NoHostFits as exc:
+            return {"run": batch.base, "array": batch.base, "status": lifecycle.RUN_FAILED,
+                    "reason": lifecycle.NO_CAPACITY, "message": str(exc), "plan": None,
+                    "changed": False}, True
+        return {"run": batch.base, "array": batch.base, "status": "planned", "plan": placed,
+                "config": config, "runs": [batch.names[i] for i in array_spec["indices"]],
+                "changed": True}, False
+    code = None
+    if config.get("repos"):
+        code = Code(config["repos"][0], os.path.dirname(params["path"]) if params.get("path")
+                    else None, runs.os.environ)
+    try:
+        result = batch.run(wait=params["wait"], code=code)
+    finally:
+        if code is not None:
+            code.close()
+    result["changed"] = True
+    if ignored_fields(config):
+        result["warnings"] = ignored_fields(config)
+    return result, result["status"] != lifecycle.RUN_DONE and (
+        params["wait"] or result["status"] == lifecycle.RUN_FAILED)
+
+
 def run_info(params):
     root, fleets = _fleets(params)
     records, errors = listing.list_runs(runs.nodes_of(fleets, root))
@@ -217,14 +279,27 @@ def run_info(params):
 
 
 def run_stop(params, check_mode=False):
+    """Stop a run, or every live run of a job array of that name (tasks.array)."""
+    from . import array as arrays
+
     root, fleets = _fleets(params)
     nodes = runs.nodes_of(fleets, root)
     try:
+        records, _errors = listing.list_runs(nodes)
+        record = next((r for r in records if r["name"] == params["name"]), None)
+        if record is None:
+            members = [r for r in records if r.get("array") == params["name"]]
+            if not members:
+                raise RunError("no run or job array named %s on the fleets' hosts (gpufleet ps "
+                               "lists runs)" % params["name"])
+            if check_mode:
+                alive = [r["name"] for r in members if r["status"] not in arrays.FINISHED]
+                return {"run": {"name": params["name"], "array": params["name"],
+                                "runs": sorted(r["name"] for r in members)},
+                        "changed": bool(alive)}
+            record = arrays.stop_array(nodes, params["name"], abort=params["abort"])
+            return {"run": record, "changed": bool(record.get("stopped"))}
         if check_mode:
-            records, _errors = listing.list_runs(nodes)
-            record = next((r for r in records if r["name"] == params["name"]), None)
-            if record is None:
-                raise RunError("no run named %s on the fleets' hosts" % params["name"])
             alive = [j for j in record["jobs"] if j["status"] in lifecycle.ALIVE]
             return {"run": record, "changed": bool(alive)}
         record = listing.stop_run(nodes, params["name"], abort=params["abort"])

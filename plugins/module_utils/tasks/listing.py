@@ -60,7 +60,7 @@ def run_records(containers):
     """Run records from the task containers of every host (``{host: [containers]}``).
 
     A record: name, run_id, submission, submitted, status, reason, fleet, backend, region,
-    price, spot, gpu, nodes, and jobs (job_num, host, container, status, reason, exit_code,
+    price, spot, gpu, nodes, array (the job array's name, or None), and jobs (job_num, host, container, status, reason, exit_code,
     started_at, finished_at, gpus, resources), newest run first. The run's status is decided
     from its jobs by the same rules as while it runs (tasks.lifecycle). ``gpu`` is the GPU
     requirement of the task's resources and a job's ``resources`` what it was given (see
@@ -112,6 +112,7 @@ def run_records(containers):
             "spot": spec.get("spot"),
             "gpu": spec.get("gpu"),
             "nodes": nodes,
+            "array": labels.get("gpufleet.array"),
             "jobs": jobs,
         })
     records.sort(key=lambda r: (r["submitted"] or "", r["name"]), reverse=True)

@@ -180,7 +180,7 @@ def _check_run(run):
 
 def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
                run_args=(), image=None, image_cmd=None, config_dir=None, repo=None,
-               python_setup=None):
+               python_setup=None, fleet_env=None):
     """One job spec per rank, in rank order (see the module docstring).
 
     ``run``: ``{"name", "id", "submission", "submitted_at"}``; ``ssh_key``: ``{"private",
@@ -190,7 +190,8 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
     ``files`` paths start (the configuration file's folder; default: the current folder);
     ``repo``: the run's code, ``{"archive", "repo_id"}`` (the archive's path on the hosts, see
     repos.ship), which the wrapper unpacks at the task's ``repos[0].path``; ``python_setup``:
-    dstack's venv for the default image (tasks.python_env.choose), or None.
+    dstack's venv for the default image (tasks.python_env.choose), or None; ``fleet_env``: the
+    SSH fleet's ``env`` (values filled), under the task's own ``env`` as in dstack.
     """
     from . import wrapper
 
@@ -236,6 +237,7 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
         labels = labels_of(config, run, jobs, job)
         variables = system_env(run, jobs, job, repo_id=(repo or {}).get("repo_id"))
         variables.update(array_variables(run.get("array")))
+        variables.update(fleet_env or {})
         variables.update(env)
         variables.update({
             "GPUFLEET_SHELL": config.get("shell") or "/bin/sh",

@@ -302,6 +302,21 @@ class Runner(object):
             raise RunError(str(exc)) from exc
         return volumes.steer(self.config, where)
 
+    def fleet_env(self, name):
+        """The placed fleet's ``env`` (SSH fleets), a bare name filled from the controller's
+        environment as dstack's CLI does; PlanError for a bare name that is not set."""
+        fleet = next((f for f in self.fleets if f.get("name") == name), None) or {}
+        out = {}
+        for key, value in sorted((fleet.get("env") or {}).items()):
+            if value is None:
+                if key not in self.environ:
+                    raise RunError("fleet %s: env.%s has no value and is not set in the "
+                                   "controller's environment; set it there or give it a value "
+                                   "in the fleet file" % (name, key))
+                value = self.environ[key]
+            out[key] = value
+        return out
+
     def image_and_python(self, placed):
         """The image the placed run uses and dstack's venv setup in it (tasks.python_env); a
         Python the local task image cannot offer is a PlanError, before any host is touched."""
@@ -364,7 +379,8 @@ class Runner(object):
                                        run_args=self.run_args, image=image,
                                        image_cmd=image_cmd, config_dir=self.config_dir,
                                        repo=repo if shipping is not None else None,
-                                       python_setup=python_setup)
+                                       python_setup=python_setup,
+                                       fleet_env=self.fleet_env(placed["fleet"]))
         except (PlanError, volumes.VolumeError) as exc:
             raise RunError(str(exc)) from exc
         return Submission(number, _inline_files(jobs), nodes, placed)
