@@ -42,6 +42,7 @@ __all__ = [
     "plan",
     "apply",
     "delete",
+    "delete_fleet",
     "run_task",
     "wait",
     "runs",
@@ -49,6 +50,7 @@ __all__ = [
     "logs",
     "stop",
     "fleets",
+    "volumes",
     "offers",
 ]
 
@@ -283,6 +285,36 @@ def delete(config: Config, **options) -> dict:
     return record
 
 
+def delete_fleet(name: str, instances: Iterable[int] | None = None, check: bool = False,
+                 **options) -> dict:
+    """Delete the fleet named ``name``, as ``gpufleet fleet delete NAME`` does: found from the
+    file this controller applied it from, else from the backends' labels and tags.
+
+    ``instances``: delete only those instance numbers (a backend fleet's instances are removed,
+    an SSH fleet's hosts released) and keep the fleet; numbers it does not have are left out.
+    A fleet, or an instance, still running a task is refused, naming the runs. ``check``: only
+    say what would be deleted (the playbook in check mode), refusals included. Returns the
+    fleet record (with ``removed``; with ``instances``, its ``plan`` names the instances
+    removed or released). GpufleetError ``Fleet NAME does not exist`` when no fleet has that
+    name.
+    """
+    if not isinstance(name, str) or not name:
+        raise GpufleetError("delete_fleet() takes a fleet's name; for a file, use delete()")
+    opts = _Options(**options)
+    nums = None
+    if instances is not None:
+        try:
+            nums = [int(n) for n in ([instances] if isinstance(instances, int) else instances)]
+        except (TypeError, ValueError):
+            raise GpufleetError("instances are instance numbers, got %r" % (instances,)) from None
+    result = opts.play("delete.yml", opts.extravars(fleet_name=name, gpufleet_instances=nums),
+                       check=check)
+    record = _fleet_record(result)
+    if not result.ok:
+        raise _failed(result, record)
+    return record
+
+
 def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
              secrets: Mapping | None = None, image_source: str | None = None,
              name: str | None = None, env=None, fleets=None, array: str | None = None,
@@ -381,6 +413,18 @@ def fleets(files: Iterable[str | os.PathLike] = (), **options) -> list:
         paths.append(os.path.abspath(os.fspath(path)))
     result = opts.play("list.yml", opts.extravars(fleets=paths))
     records = result.stats.get("gpufleet_fleets")
+    if records is None:
+        raise _failed(result)
+    return records
+
+
+def volumes(**options) -> list:
+    """Volume records as ``gpufleet volume list`` lists them: every network volume the cloud
+    backends that the backend settings configure hold (found by their tags and labels), newest
+    first. The local backend has no network volumes."""
+    opts = _Options(**options)
+    result = opts.play("volume_list.yml", opts.extravars())
+    records = result.stats.get("gpufleet_volumes")
     if records is None:
         raise _failed(result)
     return records

@@ -14,7 +14,7 @@ import sys
 
 from .. import __version__
 from .._collection import CollectionNotFound
-from . import apply, fleets, offers, runs, secrets, validate
+from . import apply, fleets, offers, runs, secrets, validate, volumes
 
 # In the order ``gpufleet --help`` lists them.
 COMMANDS = (
@@ -24,6 +24,7 @@ COMMANDS = (
     runs.add_logs,
     runs.add_stop,
     fleets.add_fleet,
+    volumes.add_volume,
     secrets.add_secret,
     apply.add_delete,
     offers.add_offer,

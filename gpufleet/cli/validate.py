@@ -15,7 +15,9 @@ def add_validate(commands):
         help="check dstack fleet, task and volume files",
         description=(
             "Check dstack configuration files (type: fleet, task, volume). Prints one line per "
-            "file, 'ok' or its problems, and exits 0 only if every file is valid."
+            "file, 'ok' or its problems, with what gpufleet apply would refuse in a valid file "
+            "and warnings for fields it accepts without acting on; exits 0 only if every file "
+            "is valid and can be applied."
         ),
     )
     validate.add_argument("files", nargs="+", metavar="FILE", help="configuration files")
@@ -36,10 +38,16 @@ def _validate(args, out, err) -> int:
     else:
         for result in results:
             name = result["file"]
-            if result["ok"]:
+            if result["ok"] and result["runnable"]:
                 out.write(f"{name}: ok ({result['config']['type']})\n")
+            elif result["ok"]:
+                out.write(f"{name}: valid for dstack, but gpufleet apply refuses it "
+                          f"({result['config']['type']}):\n")
+            for problem in result["unsupported"]:
+                out.write(f"{name}: {common.where(problem)}{problem['message']}\n")
+            if result["ok"]:
                 for warning in result["warnings"]:
                     out.write(f"{name}: warning: {common.where(warning)}{warning['message']}\n")
             for error in result["errors"]:
                 out.write(f"{name}: {common.where(error)}{error['message']}\n")
-    return 0 if all(r["ok"] for r in results) else 1
+    return 0 if all(r["ok"] and r["runnable"] for r in results) else 1

@@ -150,6 +150,24 @@ type:
   returned: success
   type: str
   sample: fleet
+unsupported:
+  description:
+    - What gpufleet's C(apply) refuses in this valid configuration (for example a task's
+      C(schedule)), with the same messages; empty when it can be applied. Fields gpufleet
+      accepts without acting on them are warnings instead.
+  returned: success
+  type: list
+  elements: dict
+  contains:
+    path:
+      description: The field, as in C(schedule) or C(repos[0].url).
+      returned: always
+      type: str
+    message:
+      description: Why, and what to do instead.
+      returned: always
+      type: str
+  sample: [{path: schedule, message: "gpufleet has no server to start runs on a schedule; ..."}]
 problems:
   description:
     - Every problem found in the configuration, in the order found (at most 100, then one entry
@@ -182,6 +200,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
     HAS_YAML,
     parse_data,
     parse_file,
+    support,
 )
 
 # How problems and warnings about an inline ``config`` name their source.
@@ -217,9 +236,10 @@ def main():
     with fail_json_on_error(module, what="the gpufleet configuration model", problems=True):
         config, warnings, source = read(module)
 
-    for warning in warnings:
+    for warning in list(warnings) + support.notes(config):
         module.warn("%s: %s" % (source, warning))
-    module.exit_json(changed=False, config=config, type=config["type"])
+    module.exit_json(changed=False, config=config, type=config["type"],
+                     unsupported=[p.as_dict() for p in support.refusals(config)])
 
 
 if __name__ == "__main__":

@@ -38,6 +38,13 @@ description:
     that a play can check and claim the hosts (see C(playbooks/fleet.yml)).
   - With O(state=absent), removes the fleet's nodes, volumes and networks and its key, known
     hosts and cached facts on the controller.
+  - "With O(state=absent) and O(instances), deletes only those instances and keeps the fleet, as
+    C(dstack fleet delete NAME -i N) does: a backend fleet's instances are removed (as
+    M(gpufleet.cluster.fleet_reconcile) removes idle ones); an SSH fleet's hosts are to be
+    released by the play (RV(release_hosts)) and leave the facts cache, so tasks do not use them
+    until the fleet is applied again."
+  - With O(state=absent), the fleet may be named (O(name)) instead of given, and it is then
+    found as C(gpufleet fleet) and the task runner find fleets.
   - Runs on the controller; the fleet's resources carry labels, which are the only record of the
     fleet, so several controllers can manage one fleet.
 author:
@@ -50,7 +57,7 @@ options:
       - A fleet without C(name) is named after the file (C(gpu-cluster.dstack.yml) gives
         V(gpu-cluster)), so that applying it again finds the same fleet.
       - Relative C(identity_file) paths in the file are taken relative to the file's directory.
-      - Exactly one of O(path) and O(config) must be given.
+      - Exactly one of O(path), O(config) and O(name) must be given.
     type: path
   config:
     description:
@@ -60,8 +67,40 @@ options:
         from).
       - Once applied, it is kept in the state dir (C(fleets/<name>/inline.dstack.yml)) so that
         tasks, C(ps) and reconcile find the fleet as they find applied files.
-      - Exactly one of O(path) and O(config) must be given.
+      - Exactly one of O(path), O(config) and O(name) must be given.
     type: dict
+  name:
+    description:
+      - The name of the fleet to delete, instead of its file or config; only with
+        O(state=absent).
+      - The fleet is found from the file this controller applied it from (remembered in the
+        state dir; the only record of an SSH fleet), else from the labels and tags of the
+        backends (the local Docker engine, and the cloud backends that O(backend_settings)
+        configures).
+      - "When no fleet has that name, the module fails with C(Fleet NAME does not exist)."
+      - Exactly one of O(path), O(config) and O(name) must be given.
+    type: str
+  instances:
+    description:
+      - With O(state=absent), the instance numbers to delete (C(<fleet>-<n>)); the fleet and
+        its other instances stay.
+      - A backend fleet's instances are removed; an SSH fleet's hosts (numbered by their place
+        in C(ssh_config.hosts)) are listed in RV(release_hosts) for the play to remove their
+        marker, and their cached facts are dropped.
+      - Numbers the fleet does not have are left out, as dstack does.
+      - Instances that still run a task are never deleted; the module fails naming the runs
+        (see O(refuse_busy), which is always on with O(instances)).
+    type: list
+    elements: int
+  refuse_busy:
+    description:
+      - With O(state=absent), fail before anything is removed when an instance to delete still
+        runs a task, naming the runs, as dstack refuses to delete a fleet in use.
+      - Each host with an address is asked over SSH for its task containers, as C(gpufleet ps)
+        asks; a host that does not answer counts as idle.
+      - Always on when O(instances) is given.
+    type: bool
+    default: false
   state:
     description:
       - V(present) converges the fleet to its configuration; V(absent) deletes it.
@@ -129,6 +168,12 @@ EXAMPLES = r"""
       name: scratch
       nodes: 3
       backends: [local]
+
+- name: Delete its instance scratch-2, unless it runs a task
+  gpufleet.cluster.fleet:
+    name: scratch
+    instances: [2]
+    state: absent
 
 - name: Delete it
   gpufleet.cluster.fleet:
@@ -257,9 +302,19 @@ release_vars:
   returned: success
   type: dict
 removed:
-  description: With O(state=absent), the containers, volumes, networks and local files removed.
+  description:
+    - With O(state=absent), the containers, volumes, networks and local files removed.
+    - With O(instances), C(instances), the names of the instances removed (none for an SSH
+      fleet, whose hosts are released by the play).
   returned: when state is absent
   type: dict
+release_hosts:
+  description:
+    - With O(state=absent), for an SSH fleet, the hosts whose marker the play removes (all of
+      them, or those of O(instances)), as RV(hosts) gives hosts; empty for backend fleets.
+  returned: when state is absent
+  type: list
+  elements: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -272,6 +327,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import b
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     apply,
+    lookup,
     records,
     state,
 )
@@ -281,6 +337,52 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
     parse_data,
     parse_file,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
+    lifecycle,
+    listing,
+    runs,
+)
+
+
+def runs_alive(record, root):
+    """``{instance name: {run names}}``: the runs with a job still alive on each instance of
+    the fleet record, asked of its hosts as ``gpufleet ps`` asks them (a host that does not
+    answer counts as idle)."""
+    nodes = runs.nodes_of([record], root)
+    if not nodes:
+        return {}
+    found, _unreachable = listing.list_runs(nodes)
+    using = {}
+    for run in found:
+        for job in run["jobs"]:
+            if job["status"] in lifecycle.ALIVE:
+                using.setdefault(job["host"], set()).add(run["name"])
+    return using
+
+
+def delete(module, config, path, docker, root, settings):
+    """state=absent: the whole fleet, or only O(instances); refused while in use when asked.
+    Returns the module's result."""
+    params = module.params
+    nums = params["instances"]
+    current = None
+    if nums is not None or params["refuse_busy"]:
+        current = apply.describe(config, path, docker, root, settings=settings)
+        lookup.refuse_in_use(current, runs_alive(current, root), nums)
+    if nums is not None:
+        record, changed = lookup.delete_instances(config, nums, path, docker, root,
+                                                  module.check_mode, settings, current=current)
+        released = [i for i in record["instances"] if i["name"] in record["plan"]["release"]]
+    else:
+        record, changed = apply.delete(config, path, docker, root, module.check_mode,
+                                       settings=settings)
+        released = record["instances"] if config["fleet_type"] == "ssh" else []
+    release_vars = None
+    if config["fleet_type"] == "ssh":
+        release_vars = records.release_hostvars(config, record["name"], path, root)
+    return dict(changed=changed, fleet=record, hosts=[], removed=record["removed"],
+                state_dir=root, release_vars=release_vars,
+                release_hosts=records.host_entries(dict(record, instances=released), root))
 
 
 def main():
@@ -288,25 +390,35 @@ def main():
         argument_spec=dict(
             path=dict(type="path"),
             config=dict(type="dict"),
+            name=dict(type="str"),
             state=dict(type="str", choices=["present", "absent"], default="present"),
+            instances=dict(type="list", elements="int"),
+            refuse_busy=dict(type="bool", default=False),
             image=dict(type="str"),
             mirror=dict(type="str", default=local.DEFAULT_MIRROR),
             **state_options(backend_settings=True),
         ),
-        mutually_exclusive=[("path", "config")],
-        required_one_of=[("path", "config")],
+        mutually_exclusive=[("path", "config", "name")],
+        required_one_of=[("path", "config", "name")],
+        required_if=[("state", "present", ("path", "config"), True)],
         supports_check_mode=True,
     )
     params = module.params
     path = params["path"]
     docker = Docker()
     root = state.state_dir(params["state_dir"])
+    if params["state"] == "present" and params["instances"] is not None:
+        module.fail_json(msg="instances: only with state=absent (the instances to delete)")
 
     def build_image(check_mode):
         return local.ensure_node_image(docker, mirror=params["mirror"], check_mode=check_mode)[0]
 
     with fail_json_on_error(module):
-        if path is None:
+        if params["name"] is not None:
+            config, path = lookup.find(params["name"], docker, root, state.backend_settings(
+                root, params["backend_settings"]))
+            warnings = []
+        elif path is None:
             config, warnings = parse_data(params["config"], "inline config", "fleet")
         else:
             if not HAS_YAML:
@@ -314,7 +426,7 @@ def main():
             config, warnings = parse_file(path, "fleet")
         for warning in warnings:
             module.warn("%s: %s" % (path or "inline config", warning))
-        if path is None:
+        if path is None and params["config"] is not None:
             relative = records.relative_keys(config)
             if relative:
                 module.fail_json(msg="inline config: an inline fleet has no directory to take "
@@ -328,13 +440,8 @@ def main():
         if config["fleet_type"] == "backend" and not cloud_fleet:
             docker.ping()
         if params["state"] == "absent":
-            record, changed = apply.delete(config, path, docker, root, module.check_mode,
-                                           settings=settings)
-            release_vars = None
-            if config["fleet_type"] == "ssh":
-                release_vars = records.release_hostvars(config, record["name"], path, root)
-            module.exit_json(changed=changed, fleet=record, hosts=[], removed=record["removed"],
-                             state_dir=root, release_vars=release_vars)
+            result = delete(module, config, path, docker, root, settings)
+            module.exit_json(**result)
         record, changed = apply.apply(
             config, path, docker, root, module.check_mode, image=params["image"],
             build_image=build_image, settings=settings,

@@ -17,7 +17,7 @@ from gpufleet import cli
 from . import test_loader as loader_cases  # (the pathological inputs; no tests imported)
 
 REPO = Path(__file__).resolve().parents[2]
-JSON_KEYS = {"file", "ok", "config", "errors", "warnings"}
+JSON_KEYS = {"file", "ok", "runnable", "config", "errors", "unsupported", "warnings"}
 
 TASK = """\
 type: task
@@ -457,3 +457,34 @@ def test_apply_needs_a_file():
     with pytest.raises(SystemExit) as info:
         run("apply")
     assert info.value.code == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# One verdict: what apply refuses, validate reports with the same message
+
+
+def test_validate_reports_what_apply_refuses_and_what_it_ignores(files):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_file
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import runs
+
+    path = files("nightly.dstack.yml", "type: task\ncommands: [train]\npriority: 50\n"
+                 "schedule:\n  cron: '0 2 * * *'\nrepos:\n  - https://github.com/org/code.git\n")
+    code, out, _err = run("validate", path)
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0] == "%s: valid for dstack, but gpufleet apply refuses it (task):" % path
+    assert lines[1].startswith("%s: schedule: gpufleet has no server to start runs on a "
+                               "schedule" % path)
+    assert lines[2].startswith("%s: repos[0].url: cloning a remote repository on the hosts is "
+                               "not supported yet" % path)
+    assert lines[3] == ("%s: warning: priority: runs are placed in the order they are "
+                        "submitted: priority has no effect until gpufleet schedules runs" % path)
+    # apply stops on the very same messages, before anything runs
+    config = parse_file(path)[0]
+    with pytest.raises(runs.RunError) as caught:
+        runs.Runner(config, [])
+    assert str(caught.value) == "; ".join(line.split(": ", 1)[1] for line in lines[1:3])
+    code, out, _err = run("validate", "--json", path)
+    result = json.loads(out)[0]
+    assert result["ok"] is True and result["runnable"] is False
+    assert [p["path"] for p in result["unsupported"]] == ["schedule", "repos[0].url"]

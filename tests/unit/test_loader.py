@@ -414,8 +414,10 @@ def test_directory_path(tmp_path):
     assert result == {
         "file": str(tmp_path),
         "ok": False,
+        "runnable": False,
         "config": None,
         "errors": [{"path": "", "message": result["errors"][0]["message"]}],
+        "unsupported": [],
         "warnings": [],
     }
     assert "directory" in result["errors"][0]["message"]
@@ -462,7 +464,8 @@ def test_validate_file_ok(tmp_path):
     path = tmp_path / "ok.dstack.yml"
     path.write_bytes(b"type: task\ncommands: [a]\ncommands: [b]\n")
     result = spec.validate_file(str(path))
-    assert set(result) == {"file", "ok", "config", "errors", "warnings"}
+    assert set(result) == {"file", "ok", "runnable", "config", "errors", "unsupported",
+                           "warnings"}
     assert result["ok"] is True and result["errors"] == []
     assert result["config"]["commands"] == ["b"]
     assert len(result["warnings"]) == 1 and "twice" in result["warnings"][0]["message"]

@@ -7,9 +7,11 @@ and how the task action plugin completes the ``secrets`` option from it."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import stat
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -185,17 +187,28 @@ def test_bad_content_is_reported_without_the_text(vault):
     assert bad.read() == {}
 
 
-def _add_many(args):
-    state, password, worker = args
-    os.environ["GPUFLEET_STATE_DIR"] = state
-    for i in range(5):
-        secret_store.SecretStore.open(password_file_=password).set("W%d_%d" % (worker, i), "v")
+ROOT = Path(__file__).resolve().parents[2]
+WRITER = """
+import sys
+from gpufleet._collection import ensure_importable
+ensure_importable()
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils import secret_store
+worker, password = sys.argv[1], sys.argv[2]
+for i in range(5):
+    secret_store.SecretStore.open(password_file_=password).set("W%s_%d" % (worker, i), "v")
+"""
 
 
 def test_writers_in_several_processes_lose_nothing(vault):
-    context = multiprocessing.get_context("fork")
-    with context.Pool(4) as pool:
-        pool.map(_add_many, [(str(vault.state), vault.password, w) for w in range(4)])
+    # Separate interpreters (not fork: pytest's process may hold threads whose locks a fork
+    # would copy held).
+    env = dict(os.environ, GPUFLEET_STATE_DIR=str(vault.state))
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(w), str(vault.password)],
+                              env=env, cwd=str(ROOT), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT) for w in range(4)]
+    for proc in procs:
+        out, _err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out.decode()
     assert store(vault).names() == sorted("W%d_%d" % (w, i) for w in range(4) for i in range(5))
 
 

@@ -30,21 +30,32 @@ __all__ = [
 
 
 def validate_file(path):
-    """Validate one file without raising: the object ``gpufleet validate --json`` prints."""
+    """Validate one file without raising: the object ``gpufleet validate --json`` prints.
+
+    ``ok``: dstack would accept it; ``unsupported``: what gpufleet's ``apply`` refuses in it
+    (spec.support), ``runnable`` False when there is any; ``warnings`` include the fields
+    gpufleet accepts without acting on them."""
+    from . import support
+
     try:
         config, warnings = parse_file(path)
     except SpecError as exc:
         return {
             "file": path,
             "ok": False,
+            "runnable": False,
             "config": None,
             "errors": exc.as_dicts(),
+            "unsupported": [],
             "warnings": [],
         }
+    refused = support.refusals(config)
     return {
         "file": path,
         "ok": True,
+        "runnable": not refused,
         "config": config,
         "errors": [],
-        "warnings": [w.as_dict() for w in warnings],
+        "unsupported": [p.as_dict() for p in refused],
+        "warnings": [w.as_dict() for w in list(warnings) + support.notes(config)],
     }

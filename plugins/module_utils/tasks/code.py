@@ -12,6 +12,7 @@ import tempfile
 import time
 
 from ..repos import local, ship
+from ..spec import support
 from ..repos.ids import RepoUrlError
 from .errors import RunError
 
@@ -22,10 +23,7 @@ class Code(object):
     def __init__(self, spec, config_dir=None, environ=None):
         self.spec = spec
         if spec.get("url"):
-            raise RunError(
-                "repos[0].url: cloning a remote repository on the hosts is not supported yet; "
-                "clone %s next to the task file and give its folder as the repo (repos: "
-                "[path/to/clone])" % spec["url"])
+            raise RunError("repos[0].url: %s" % support.remote_repo(spec["url"]))
         try:
             self.root = local.resolve(spec["local_path"], config_dir)
             self.snapshot = local.snapshot(self.root)

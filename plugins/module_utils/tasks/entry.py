@@ -153,16 +153,11 @@ def event_line(event):
 
 
 def ignored_fields(config):
-    """Warnings for task fields the runner accepts but does not act on."""
-    notes = []
-    if config.get("ports"):
-        notes.append("ports: not forwarded (there is no dstack attach); reach the containers "
-                     "on their hosts' addresses")
-    if config.get("utilization_policy"):
-        notes.append("utilization_policy: not enforced by gpufleet")
-    if config.get("dstack"):
-        notes.append("dstack: there is no dstack server socket to expose")
-    return notes
+    """Warnings for task fields the runner accepts but does not act on (spec.support.notes,
+    which gpufleet validate shows too)."""
+    from ..spec import support
+
+    return [str(note) for note in support.notes(config)]
 
 
 def _array(params):

@@ -30,6 +30,7 @@ from ..fleets import cloud as fleet_cloud
 from ..fleets import state
 from ..offers import catalog
 from ..volumes import attach as volumes
+from ..spec import support
 from . import code, lifecycle, placement, python_env, rankplan
 from .environment import registry_credentials, resolve_env
 from .errors import PlanError, RunError
@@ -233,10 +234,9 @@ class Runner(object):
         self.name = rankplan.run_name(config, rng)
         self.run_id = uuid.uuid4().hex
         self.submitted_at = fleet_apply.utcnow()
-        if config.get("schedule"):
-            raise RunError("schedule: gpufleet has no server to start runs on a schedule; "
-                           "remove it and run gpufleet apply (or playbooks/task.yml) from cron "
-                           "or an AWX schedule")
+        refused = support.refusals(config)   # the verdict gpufleet validate reports too
+        if refused:
+            raise RunError("; ".join(str(p) for p in refused))
         self.nodes = nodes_of(fleets, root)
         self._clients = None
         self._regions = {}

@@ -1,0 +1,122 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Every network volume the clouds hold, as ``dstack volume list`` lists them.
+
+A volume has no record but the mark on the cloud's volume (provision.py): the tag
+``gpufleet:volume`` on an EBS volume, the label ``gpufleet-volume`` on a persistent disk. So the
+listing asks each cloud backend the settings configure (as fleets/cloud.py ``discover`` asks for
+fleets) for every volume carrying that mark, in the regions a fleet of that backend may use, and
+makes the volume records provision.py makes. The local backend has no network volumes.
+
+    records = list_volumes(settings, catalog_dir)   # newest first
+
+Each record gets ``attached_fleets``: the fleets whose instances the volume is attached to (what
+dstack's ATTACHED column shows), found from the instances' own tags and labels.
+"""
+
+from __future__ import annotations
+
+from ..backends import aws_layout, base
+from ..backends import gcp as gcp_backend
+from ..backends import gcp_layout
+from ..backends.errors import BackendError
+from ..core.times import parse_time
+from ..fleets import cloud
+from .mounts import VolumeError
+
+# A volume being deleted is as good as gone; provision.py's ``volume`` skips it too.
+_AWS_GONE = ("deleting", "deleted")
+
+
+def _aws_volumes(client, regions):
+    """``[(name, region, described EBS volume)]`` of every EBS volume tagged as a gpufleet
+    volume in ``regions``."""
+    found = []
+    for region in regions:
+        params = {"Filters": [{"Name": "tag-key", "Values": [aws_layout.TAG_VOLUME]}],
+                  "MaxResults": 500}
+        while True:
+            # The client's one call wrapper: its errors come as the backend's error.
+            page = client._call(region,  # pylint: disable=protected-access
+                                "listing gpufleet volumes", "describe_volumes", **params)
+            for volume in page.get("Volumes") or []:
+                name = aws_layout.tags_of(volume).get(aws_layout.TAG_VOLUME)
+                if name and volume.get("State") not in _AWS_GONE:
+                    found.append((name, region, volume))
+            if not page.get("NextToken"):
+                break
+            params = dict(params, NextToken=page["NextToken"])
+    return found
+
+
+def _gcp_volumes(client, regions):
+    """``[(name, region, (zone, disk))]`` of every persistent disk labelled as a gpufleet
+    volume in a zone of ``regions``."""
+    wanted = set(regions)
+    found = []
+    params = {"filter": "labels.%s:*" % gcp_layout.LABEL_VOLUME}
+    while True:
+        page = client._request(  # pylint: disable=protected-access
+            "GET", "/aggregated/disks", "listing gpufleet volumes", params=params)
+        for scope, bucket in sorted((page.get("items") or {}).items()):
+            zone = scope.rsplit("/", 1)[-1]
+            region = gcp_backend.region_of(zone)
+            if region not in wanted:
+                continue
+            for disk in bucket.get("disks") or []:
+                name = (disk.get("labels") or {}).get(gcp_layout.LABEL_VOLUME)
+                if name:
+                    found.append((name, region, (zone, disk)))
+        if not page.get("nextPageToken"):
+            return found
+        params = dict(params, pageToken=page["nextPageToken"])
+
+
+LISTERS = {"aws": _aws_volumes, "gcp": _gcp_volumes}
+RECORDS = {"aws": aws_layout.volume_record,
+           "gcp": lambda name, _region, found: gcp_backend.volume_record(name, *found)}
+
+
+def _fleets_by_instance(client, regions):
+    """``{instance id or name: fleet}`` of every gpufleet instance in ``regions``."""
+    owners = {}
+    for fleet, placed in client.all_fleet_instances(regions).items():
+        for record in client.records(placed, fleet, None):
+            owners[record["name"]] = fleet
+            if record.get("instance_id"):
+                owners[str(record["instance_id"])] = fleet
+    return owners
+
+
+def _newest_first(records):
+    def key(record):
+        moment = parse_time(record.get("created"))
+        return (moment is None, -moment.timestamp() if moment else 0.0)
+
+    return sorted(sorted(records, key=lambda r: (r["name"], r["backend"], r["region"])), key=key)
+
+
+def list_volumes(settings, catalog_dir=None, clients=None):
+    """Volume records (provision.py's, with ``attached_fleets``) of every gpufleet volume the
+    cloud backends with a section in ``settings`` hold, newest first. ``clients`` maps backend
+    names to clients to use instead of making them (tests)."""
+    records = []
+    for backend in base.CLOUD_BACKENDS:
+        if backend not in (settings or {}) and backend not in (clients or {}):
+            continue
+        try:
+            client = (clients or {}).get(backend) or base.client(backend, settings)
+            regions = cloud.regions({}, settings, backend, catalog_dir)
+            found = [RECORDS[backend](name, region, raw)
+                     for name, region, raw in LISTERS[backend](client, regions)]
+            owners = {}
+            if any(r["attached_to"] for r in found):
+                owners = _fleets_by_instance(client, regions)
+        except (BackendError, cloud.CloudError) as exc:
+            raise VolumeError(str(exc)) from exc
+        for record in found:
+            record["attached_fleets"] = sorted(set(
+                owners[i] for i in record["attached_to"] if i in owners))
+            records.append(record)
+    return _newest_first(records)

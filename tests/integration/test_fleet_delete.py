@@ -1,0 +1,86 @@
+"""``gpufleet fleet delete NAME [-i N] -y`` on a real two-node local fleet: an instance running a
+task is refused naming the run, an idle one is removed while the fleet stays, then the whole
+fleet goes by its name, and a name no fleet has is said as dstack says it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
+
+from gpufleet._collection import collections_path
+from gpufleet.runner import run_playbook
+
+BIN = Path(sys.executable).parent
+NAME = "byname-" + uuid.uuid4().hex[:6]
+# A running container with a task's labels (what the task runner's survey counts as a job),
+# from a two-file image made on the node itself, as tests/integration/test_reconcile.py does.
+BUSY = (
+    "tar -ch /usr/bin/sleep /lib/x86_64-linux-gnu/libc.so.6 /lib64/ld-linux-x86-64.so.2 "
+    "2>/dev/null | docker import - gpufleet-test/sleep >/dev/null && "
+    "docker run -d --name busy --label gpufleet.run=busy-run --label gpufleet.job=0 "
+    "gpufleet-test/sleep /usr/bin/sleep 600"
+)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    base = tmp_path_factory.mktemp("fleet-delete")
+    path = base / (NAME + ".dstack.yml")
+    path.write_text("type: fleet\nname: %s\nnodes: 2\nbackends: [local]\n" % NAME)
+    docker = Docker()
+    local.ensure_node_image(docker)
+    env = dict(os.environ, GPUFLEET_STATE_DIR=str(base / "state"),
+               ANSIBLE_COLLECTIONS_PATH=str(collections_path()), ANSIBLE_NOCOLOR="1")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GPUFLEET_STATE_DIR", str(base / "state"))
+        result = run_playbook("fleet.yml", {"fleet": str(path)})
+        assert result.ok, result.stdout[-3000:]
+        yield {"path": str(path), "docker": docker, "env": env, "state": base / "state"}
+        if local.list_nodes(docker, NAME):
+            run_playbook("delete.yml", {"fleet": str(path)})
+
+
+def gpufleet(fleet, *args):
+    return subprocess.run([str(BIN / "gpufleet")] + list(args), capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, env=fleet["env"], check=False, timeout=900)
+
+
+def nums(docker):
+    return sorted(local.node_num(n) for n in local.list_nodes(docker, NAME))
+
+
+def test_instances_then_the_fleet_are_deleted_by_name(fleet):
+    docker = fleet["docker"]
+    assert nums(docker) == [0, 1]
+
+    docker.run("exec", local.container_name(NAME, 1), "sh", "-c", BUSY)
+    refused = gpufleet(fleet, "fleet", "delete", NAME, "-i", "1", "-y")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert refused.stderr.startswith(
+        "Failed to delete fleet %s instances [1]. Fleet instances are in use: %s-1 runs "
+        "busy-run (stop it first: gpufleet stop busy-run)" % (NAME, NAME)), refused.stderr
+    assert refused.stdout == "" and nums(docker) == [0, 1]
+
+    docker.run("exec", local.container_name(NAME, 1), "docker", "rm", "-f", "busy")
+    deleted = gpufleet(fleet, "fleet", "delete", NAME, "-i", "1", "-y")
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+    assert deleted.stdout == "Fleet %s instances deleted\n" % NAME
+    assert nums(docker) == [0]
+    assert (fleet["state"] / "fleets" / NAME).is_dir()  # the fleet stays
+
+    gone = gpufleet(fleet, "fleet", "delete", NAME, "-y")
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert gone.stdout == "Fleet %s deleted\n" % NAME
+    assert nums(docker) == []
+    assert not (fleet["state"] / "fleets" / NAME).exists()
+
+    unknown = gpufleet(fleet, "fleet", "delete", NAME, "-y")
+    assert (unknown.returncode, unknown.stdout, unknown.stderr) == (
+        1, "", "Fleet %s does not exist\n" % NAME)
