@@ -179,6 +179,7 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         fleets = [self._read_fleet(path, base_dir, index, item)
                   for index, item in enumerate(sources)]
         root = state.state_dir(self.get_option("state_dir"))
+        fleets = self._with_backends(path, fleets, root)
         answers = self._backend_answers(path, fleets, cache, root)
         for config, fleet_path, name in fleets:
             self._add_fleet(config, fleet_path, name, root, answers)
@@ -205,6 +206,24 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         for warning in warnings:
             self.display.warning("%s: %s" % (where, warning))
         return config, fleet_path, name
+
+    def _with_backends(self, path, fleets, root):
+        """Backend fleets without ``backends`` get the ones apply builds them with
+        (base.default_backends: the configured cloud backends, else local)."""
+        if not any(c["fleet_type"] == "backend" and not c.get("backends")
+                   for c, _p, _n in fleets):
+            return fleets
+        try:
+            settings = state.backend_settings(root, self.get_option("backend_settings"))
+        except state.StateError as exc:
+            raise AnsibleParserError("%s: %s" % (path, exc)) from exc
+        out = []
+        for config, fleet_path, name in fleets:
+            if config["fleet_type"] == "backend" and not config.get("backends"):
+                config = dict(config, backends=base.default_backends(
+                    config, settings, catalog.directory(root)))
+            out.append((config, fleet_path, name))
+        return out
 
     def _backend_answers(self, path, fleets, cache, root):
         """The backends' live state (cached when caching is on): ``{"local": [nodes],

@@ -435,6 +435,7 @@ def main():
             if params["state"] == "present" and not module.check_mode:
                 path = state.save_inline(root, fleet_name(config, None), params["config"])
         settings = state.backend_settings(root, params["backend_settings"])
+        config = apply.resolved(config, settings, root)
         cloud_fleet = (config["fleet_type"] == "backend" and base.select(
             config, fleet_name(config, path)) in base.CLOUD_BACKENDS)
         if config["fleet_type"] == "backend" and not cloud_fleet:

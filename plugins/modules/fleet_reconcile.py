@@ -128,6 +128,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import reco
 
 def reconcile_fleet(module, path, root, settings, docker, now):
     config, _warnings = parse_file(path, "fleet")
+    config = apply.resolved(config, settings, root)
     if config["fleet_type"] == "ssh":
         return None, "%s: an SSH fleet; its hosts are not removed or created" % path
     if base.select(config, fleet_name(config, path)) not in base.CLOUD_BACKENDS:

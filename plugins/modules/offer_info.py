@@ -19,6 +19,10 @@ description:
     spec grammar, C(backends), C(regions), C(availability_zones), C(instance_types),
     C(spot_policy), C(max_price) and C(reservation)."
   - Nothing is created and no cloud API is called; prices are the catalog's list prices.
+  - A configuration without C(backends) is matched against the cloud backends the backend
+    settings configure, as dstack uses its project's backends and as a fleet without
+    C(backends) is provisioned; with none configured it would go to the C(local) backend, which
+    has no offers, and RV(msg) says so.
 author:
   - gpufleet maintainers (@gpufleet)
 options:
@@ -45,6 +49,7 @@ options:
     default: 3
 extends_documentation_fragment:
   - gpufleet.cluster.state
+  - gpufleet.cluster.state.backend_settings
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.info_module
   - gpufleet.cluster.attributes.action_group
@@ -159,6 +164,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module impor
     fail_json_on_error,
     state_options,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleet_table import offer_table
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog, select
@@ -174,7 +180,7 @@ def main():
             path=dict(type="path"),
             config=dict(type="dict"),
             catalog_dir=dict(type="path"),
-            **state_options(),
+            **state_options(backend_settings=True),
             limit=dict(type="int", default=3),
         ),
         mutually_exclusive=[("path", "config")],
@@ -197,7 +203,21 @@ def main():
     if config["type"] == "fleet" and config["fleet_type"] == "ssh":
         module.fail_json(msg="fleet %s is an SSH fleet (ssh_config): its hosts exist already, "
                              "so it has no cloud offers" % name)
-    catalog_dir = params["catalog_dir"] or catalog.directory(state.state_dir(params["state_dir"]))
+    root = state.state_dir(params["state_dir"])
+    catalog_dir = params["catalog_dir"] or catalog.directory(root)
+    if not config.get("backends"):
+        with fail_json_on_error(module, prefix="%s: " % name):
+            settings = state.backend_settings(root, params["backend_settings"])
+            default = base.default_backends(config, settings, catalog_dir)
+        if default == ["local"]:
+            module.exit_json(
+                changed=False, offers=[], total=0, max_price=None, rejected={}, catalogs={},
+                table=offer_table([], params["limit"]),
+                msg="%s has no backends and no cloud backend is configured (backends.yml in the "
+                    "state dir, or backend_settings), so it would go to the local backend, "
+                    "which has no offers; configure aws or gcp, or name backends in the file"
+                    % name)
+        config = dict(config, backends=default)
     catalogs = {}
     sources = {}
     with fail_json_on_error(module, prefix="%s: " % name):

@@ -58,6 +58,14 @@ def test_offer_prints_the_table_of_a_fleet_from_the_refreshed_catalog(state):
 def test_offer_json_says_where_the_catalogs_came_from_and_a_task_works_too(state):
     (state / "train.dstack.yml").write_text(
         "type: task\nnodes: 2\ncommands: [nvidia-smi]\nresources:\n  gpu: H100:8\n")
+    # Without backends, a file goes where a fleet without backends would: with no cloud
+    # backend configured, the local backend, which has no offers.
+    proc = gpufleet("offer", "-f", "train.dstack.yml", cwd=state)
+    assert proc.returncode == 1
+    assert "no cloud backend is configured" in proc.stdout + proc.stderr
+    # Configured backends are the ones offered, as dstack offers its project's backends.
+    (state / "state" / "backends.yml").write_text(
+        "aws:\n  regions: [us-east-1]\ngcp:\n  project_id: demo\n")
     proc = gpufleet("offer", "-f", "train.dstack.yml", "--json", cwd=state)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     found = json.loads(proc.stdout)
@@ -89,7 +97,7 @@ def test_offer_refuses_what_has_no_offers_with_a_clear_message(state):
     assert "fleet lab is an SSH fleet (ssh_config): its hosts exist already" in proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     (state / "state" / "catalog" / "aws.json").write_text('{"backend": "aws"}')
-    (state / "a.dstack.yml").write_text("type: fleet\nname: aa\nnodes: 1\n")
+    (state / "a.dstack.yml").write_text("type: fleet\nname: aa\nnodes: 1\nbackends: [aws]\n")
     proc = gpufleet("offer", "-f", "a.dstack.yml", cwd=state)
     assert proc.returncode == 1
     assert "aws.json: instance_types: must be a non-empty list" in proc.stderr

@@ -222,3 +222,30 @@ def test_backend_errors_share_the_root_error():
 
 def test_both_layouts_raise_the_one_layout_error():
     assert aws_layout.LayoutError is gcp_layout.LayoutError is errors.LayoutError
+
+
+def test_without_backends_a_fleet_uses_the_configured_cloud_backends_else_local(tmp_path):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog
+
+    config = parse_data({"type": "fleet", "name": "gpus", "nodes": 1,
+                         "resources": {"gpu": "H100:8"}})[0]
+    assert base.configured(None) == [] and base.configured({"gcp": {}, "x": {}}) == ["gcp"]
+    assert base.default_backends(config) == ["local"]
+    assert base.select(config, "gpus") == "local"
+    assert base.select(config, "gpus", {"aws": {"regions": ["us-east-1"]}}) == "aws"
+    assert base.select(config, "gpus", {"gcp": {"project_id": "p"}}) == "gcp"
+    # Several configured: the one with the cheapest offer for the fleet comes first.
+    cheap = {"backend": "gcp", "as_of": "2026-01-01", "currency": "USD", "source": "test",
+             "notes": [], "instance_types": [
+                 {"name": "a3-highgpu-8g", "cpus": 208, "memory_mib": 1916928, "arch": "x86",
+                  "gpu": {"vendor": "nvidia", "name": "H100", "memory_mib": 81920, "count": 8},
+                  "offers": [{"region": "us-central1", "zones": ["us-central1-a"],
+                              "price": 1.0, "spot_price": None}]}]}
+    catalog.write(cheap, str(tmp_path / "gcp.json"))
+    both = {"aws": {}, "gcp": {"project_id": "p"}}
+    assert base.default_backends(config, both, str(tmp_path)) == ["gcp", "aws"]
+    assert base.select(config, "gpus", both, str(tmp_path)) == "gcp"
+    # The file's own backends always win.
+    assert base.default_backends(dict(config, backends=["aws"]), both) == ["aws"]
+    # apply, delete and the inventory see the same resolved backends.
+    assert apply.resolved(config, both, str(tmp_path))["backends"][0] in ("aws", "gcp")

@@ -18,6 +18,7 @@ for where it was built. The contract the clients keep is interface.py's (re-expo
 from __future__ import annotations
 
 from .aws import Aws
+from ..core.errors import GpufleetError
 from .errors import BackendError, UnsupportedBackend
 from .gcp import Gcp
 from .interface import Backend, CloudBackend
@@ -25,7 +26,7 @@ from .local import Local
 
 # The contract (interface.py) is part of this module's face: base.Backend, base.CloudBackend.
 __all__ = ("BACKENDS", "CLOUD_BACKENDS", "POLICY_SETTINGS", "Backend", "CloudBackend", "client",
-           "select", "settings_section")
+           "configured", "default_backends", "select", "settings_section")
 
 BACKENDS = {"local": Local, "aws": Aws, "gcp": Gcp}
 CLOUD_BACKENDS = tuple(name for name, cls in BACKENDS.items() if issubclass(cls, CloudBackend))
@@ -33,13 +34,48 @@ CLOUD_BACKENDS = tuple(name for name, cls in BACKENDS.items() if issubclass(cls,
 POLICY_SETTINGS = ("retry_delays",)
 
 
-def select(config, name):
-    """The backend that provisions the backend fleet ``name``: ``local`` when ``backends`` is
-    unset or lists it (local nodes cost nothing, so a list with ``local`` gets it, as the
-    cheapest offer), else the first backend listed that gpufleet provisions. UnsupportedBackend
-    when it lists none."""
-    wanted = config.get("backends")
-    if not wanted or "local" in wanted:
+def configured(settings):
+    """The cloud backends the backend settings configure (a section each), in registry order:
+    what a fleet without ``backends`` may use, as dstack uses every backend of its project."""
+    return [b for b in CLOUD_BACKENDS if (settings or {}).get(b) is not None]
+
+
+def default_backends(config, settings=None, catalog_dir=None):
+    """The backends a fleet may use: its ``backends``; without them, as dstack uses every
+    backend of its project, every configured cloud backend (the one with the cheapest offer
+    for the fleet first), ``local`` when none is configured."""
+    if config.get("backends"):
+        return list(config["backends"])
+    clouds = configured(settings)
+    if len(clouds) > 1:
+        clouds = _by_price(config, clouds, catalog_dir)
+    return clouds or ["local"]
+
+
+def _by_price(config, clouds, catalog_dir):
+    """``clouds`` ordered by their cheapest offer for the config (a backend without one last)."""
+    from ..offers import catalog
+    from ..offers.select import OfferError, select as select_offers
+
+    try:
+        catalogs = dict((b, catalog.load(b, catalog_dir)[0]) for b in clouds)
+        offers = select_offers(dict(config, backends=list(clouds)), catalogs)["offers"]
+    except (OfferError, GpufleetError):
+        return list(clouds)
+    order = []
+    for offer in offers:
+        if offer["backend"] not in order:
+            order.append(offer["backend"])
+    return order + [b for b in clouds if b not in order]
+
+
+def select(config, name, settings=None, catalog_dir=None):
+    """The backend that provisions the backend fleet ``name``: ``local`` when its backends
+    (default_backends: the file's, else the configured ones) list it (local nodes cost
+    nothing, so a list with ``local`` gets it, as the cheapest offer), else the first one
+    listed that gpufleet provisions. UnsupportedBackend when it lists none."""
+    wanted = default_backends(config, settings, catalog_dir)
+    if "local" in wanted:
         return "local"
     for backend in wanted:
         if backend in BACKENDS:

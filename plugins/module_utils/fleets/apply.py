@@ -40,6 +40,15 @@ def _backend(config, name):
         raise ApplyError(str(exc)) from exc
 
 
+def resolved(config, settings=None, root=None):
+    """A backend fleet's config with ``backends`` as gpufleet uses them (base.default_backends:
+    without the field, the configured cloud backends, else local); SSH fleets as they are."""
+    if config.get("fleet_type") == "ssh" or config.get("backends"):
+        return config
+    return dict(config, backends=base.default_backends(
+        config, settings, catalog.directory(state.state_dir(root))))
+
+
 def _set_instances(record, instances):
     """Give a fleet record its instances, by number, and the fleet the earliest creation time."""
     record["instances"] = sorted(instances, key=lambda i: i["num"])
@@ -53,6 +62,7 @@ def _names(fleet, nums):
 
 def describe(config, path=None, docker=None, root=None, settings=None):
     """The fleet record as it is now, without changing anything."""
+    config = resolved(config, settings, root)
     name = fleet_name(config, path)
     record = fleet_record(config, name, path)
     root = state.state_dir(root)
@@ -117,6 +127,7 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
     are the cloud backends' settings (``{"aws": {...}}``, see docs/backends.md).
     """
     root = state.state_dir(root)
+    config = resolved(config, settings, root)
     name = fleet_name(config, path)
     if path and not check_mode:
         state.remember_file(root, name, path)
@@ -196,6 +207,7 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
 def remove_instances(config, nums, path=None, docker=None, root=None, settings=None):
     """Remove a backend fleet's instances numbered ``nums`` (reconcile.py's idle ones)."""
     root = state.state_dir(root)
+    config = resolved(config, settings, root)
     name = fleet_name(config, path)
     backend = _backend(config, name)
     if backend in base.CLOUD_BACKENDS:
@@ -216,6 +228,7 @@ def delete(config, path=None, docker=None, root=None, check_mode=False, settings
     For an SSH fleet only the local files go here; the hosts are released by the play.
     """
     root = state.state_dir(root)
+    config = resolved(config, settings, root)
     name = fleet_name(config, path)
     record = describe(config, path, docker, root) if config["fleet_type"] == "ssh" else \
         fleet_record(config, name, path)
