@@ -121,12 +121,14 @@ changelog-lint: venv
 	$(BIN)/antsibull-changelog lint
 
 # Benchmarks: ratios against a baseline measured in the same run (see bench/RESULTS.md).
-# reapply_speed needs the Docker engine (it runs `make engine` when `docker info` fails).
+# reapply_speed and repo_shipping need the Docker engine (they run `make engine` when `docker
+# info` fails).
 bench: venv
 	$(BIN)/python bench/inventory_speed.py
 	$(BIN)/python bench/reapply_speed.py
 	$(BIN)/python bench/aws_calls.py
 	$(BIN)/python bench/cloud_inventory.py
+	$(BIN)/python bench/repo_shipping.py
 
 clean:
 	rm -rf $(BUILD) $(VENV) .pytest_cache .hypothesis tests/output
