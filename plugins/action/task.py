@@ -28,10 +28,28 @@ def with_stored_secrets(params, read_store):
     except entry.EntryError:
         return params
     names = secret_store.needed_names(config, given)
-    if not names:
+    # A remote repo's credential (tasks.code): taken when the store has it, never required.
+    optional = [n for n in repo_credential_names(config) if given.get(n) is None]
+    if not names and not optional:
         return params
-    stored = read_store(secret_store.store_path(params.get("state_dir")))
-    return dict(params, secrets=secret_store.merge(given, stored, names))
+    try:
+        stored = read_store(secret_store.store_path(params.get("state_dir")))
+    except secret_store.SecretStoreError:
+        if names:
+            raise
+        return params   # a public repo needs no credential, nor the vault password
+    return dict(params, secrets=secret_store.merge(given, stored, names + optional))
+
+
+def repo_credential_names(config):
+    """The secrets a remote repo may be cloned with (tasks.code.CREDENTIAL_SECRETS)."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.code import (
+        CREDENTIAL_SECRETS,
+    )
+
+    if any(repo.get("url") for repo in config.get("repos") or []):
+        return list(CREDENTIAL_SECRETS)
+    return []
 
 
 class ActionModule(ActionBase):

@@ -56,3 +56,104 @@ def test_a_local_repo_reaches_every_node_as_dstack_ships_it(world, tmp_path, cap
     assert cli.main(["apply", "-f", str(task), "-y", "--fleet", FLEET]) == 0
     assert "sent to" in capsys.readouterr().out
     assert [logs(name)[r][2] for r in (0, 1)] == ["train v2", "train v2"]
+
+
+class _GitHttp(object):
+    """Git's dumb HTTP protocol from a folder of bare repos: ``public.git`` for anyone,
+    ``private.git`` only with basic auth whose password is ``token``."""
+
+    def __init__(self, root, token):
+        import base64
+        import functools
+        import http.server
+        import threading
+
+        expected = "Basic " + base64.b64encode(("anything:%s" % token).encode()).decode()
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def do_GET(self):
+                if self.path.startswith("/private.git") and (
+                        self.headers.get("Authorization") != expected):
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", 'Basic realm="git"')
+                    self.end_headers()
+                    return
+                super().do_GET()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(
+            ("0.0.0.0", 0), functools.partial(Handler, directory=str(root)))
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def bare_repo(tmp_path, name, files, branch="main"):
+    work = tmp_path / (name + "-work")
+    work.mkdir()
+    git(work, "init", "-q", "-b", "main")
+    for rel, text in files.items():
+        (work / rel).write_text(text)
+    git(work, "add", "-A")
+    git(work, "commit", "-q", "-m", "first")
+    if branch != "main":
+        git(work, "checkout", "-q", "-b", branch)
+        (work / "BRANCH").write_text(branch + "\n")
+        git(work, "add", "-A")
+        git(work, "commit", "-q", "-m", branch)
+    served = tmp_path / "served"
+    served.mkdir(exist_ok=True)
+    git(tmp_path, "clone", "-q", "--bare", str(work), str(served / (name + ".git")))
+    git(served / (name + ".git"), "update-server-info")
+
+
+def test_remote_repos_are_cloned_on_every_node_with_a_branch_and_a_stored_token(
+        world, tmp_path, capsys, monkeypatch):
+    token = "gft-" + SUFFIX + "-token"
+    bare_repo(tmp_path, "public", {"hello.py": "print('public')\n"}, branch="dev")
+    bare_repo(tmp_path, "private", {"hello.py": "print('private')\n"})
+    server = _GitHttp(tmp_path / "served", token)
+    gateway = world["docker"].run("network", "inspect", "--format",
+                                  "{{(index .IPAM.Config 0).Gateway}}",
+                                  "gpufleet-" + FLEET).strip()
+    base = "http://%s:%d" % (gateway, server.port)
+    password = tmp_path / "vault-pass"
+    password.write_text("remote repo vault password\n")
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(password))
+    try:
+        public = tmp_path / "public.dstack.yml"
+        name = "rpub-" + SUFFIX
+        public.write_text(
+            "type: task\nname: %s\nnodes: 2\n%s"
+            "repos:\n  - url: %s/public.git\n    branch: dev\n"
+            "commands:\n  - python3 hello.py; cat BRANCH; git rev-parse --abbrev-ref HEAD\n"
+            % (name, CPU, base))
+        assert cli.main(["apply", "-f", str(public), "-y", "--fleet", FLEET]) == 0
+        assert [logs(name)[r] for r in (0, 1)] == [["public", "dev", "dev"]] * 2
+
+        private = tmp_path / "private.dstack.yml"
+        name = "rpriv-" + SUFFIX
+        private.write_text(
+            # (the mapping form: in the string form, as in dstack, a second ':' starts the path)
+            "type: task\nname: %s\n%srepos:\n  - url: %s/private.git\n"
+            "commands: [python3 hello.py]\n" % (name, CPU, base))
+        # Without the credential the clone is refused, and the job says what to set.
+        capsys.readouterr()
+        assert cli.main(["apply", "-f", str(private), "-y", "--fleet", FLEET]) == 1
+        assert "a private repo needs the secret GIT_TOKEN or GIT_SSH_KEY" in "\n".join(
+            logs(name)[0])
+        assert cli.main(["secret", "set", "GIT_TOKEN", token]) == 0
+        assert cli.main(["apply", "-f", str(private), "-y", "--fleet", FLEET]) == 0
+        assert logs(name)[0] == ["private"]
+        shown = capsys.readouterr()
+        assert token not in shown.out + shown.err
+        assert cli.main(["ps", "--json"]) == 0
+        assert token not in capsys.readouterr().out
+    finally:
+        server.close()
+        cli.main(["secret", "delete", "-y", "GIT_TOKEN"])

@@ -468,23 +468,21 @@ def test_validate_reports_what_apply_refuses_and_what_it_ignores(files):
     from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import runs
 
     path = files("nightly.dstack.yml", "type: task\ncommands: [train]\npriority: 50\n"
-                 "schedule:\n  cron: '0 2 * * *'\nrepos:\n  - https://github.com/org/code.git\n")
+                 "schedule:\n  cron: '0 2 * * *'\n")
     code, out, _err = run("validate", path)
     assert code == 1
     lines = out.splitlines()
     assert lines[0] == "%s: valid for dstack, but gpufleet apply refuses it (task):" % path
     assert lines[1].startswith("%s: schedule: gpufleet has no server to start runs on a "
                                "schedule" % path)
-    assert lines[2].startswith("%s: repos[0].url: cloning a remote repository on the hosts is "
-                               "not supported yet" % path)
-    assert lines[3] == ("%s: warning: priority: runs are placed in the order they are "
+    assert lines[2] == ("%s: warning: priority: runs are placed in the order they are "
                         "submitted: priority has no effect until gpufleet schedules runs" % path)
-    # apply stops on the very same messages, before anything runs
+    # apply stops on the very same message, before anything runs
     config = parse_file(path)[0]
     with pytest.raises(runs.RunError) as caught:
         runs.Runner(config, [])
-    assert str(caught.value) == "; ".join(line.split(": ", 1)[1] for line in lines[1:3])
+    assert str(caught.value) == lines[1].split(": ", 1)[1]
     code, out, _err = run("validate", "--json", path)
     result = json.loads(out)[0]
     assert result["ok"] is True and result["runnable"] is False
-    assert [p["path"] for p in result["unsupported"]] == ["schedule", "repos[0].url"]
+    assert [p["path"] for p in result["unsupported"]] == ["schedule"]

@@ -227,3 +227,42 @@ def test_old_unlinked_archives_are_pruned_when_a_new_one_arrives(repo, tmp_path,
 def test_size_text_as_dstack_prints_sizes():
     assert [local.size_text(n) for n in (0, 1023, 2 * 2 ** 20, 5 * 2 ** 30)] == [
         "0.0B", "1023.0B", "2.0MiB", "5.0GiB"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Remote repos: the credential goes to 0600 files only
+
+
+def test_a_remote_repos_credential_is_chosen_by_the_urls_scheme():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.code import Code
+
+    secrets = {"GIT_TOKEN": "tok-123", "GIT_SSH_KEY": "-----BEGIN KEY-----\nabc"}
+    https = Code({"url": "https://github.com/acme/private.git", "branch": "dev", "hash": None})
+    assert https.remote(secrets) == {"url": "https://github.com/acme/private.git",
+                                     "branch": "dev", "hash": None, "token": "tok-123",
+                                     "repo_id": ids.repo_id("https://github.com/acme/private")}
+    ssh = Code({"url": "git@github.com:acme/private.git"})
+    assert ssh.remote(secrets)["ssh_key"] == "-----BEGIN KEY-----\nabc\n"
+    assert "token" not in ssh.remote(secrets)
+    assert set(https.remote({})) == {"url", "branch", "hash", "repo_id"}
+
+
+def test_the_token_and_key_travel_in_0600_files_never_in_env_or_labels():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import rankplan
+
+    config = parse_data({"type": "task", "image": "alpine/git", "commands": ["ls"],
+                         "repos": [{"url": "https://github.com/acme/private.git"}]})[0]
+    placed = {"fleet": "f", "placement": "any", "jobs": [{
+        "job_num": 0, "host": "f-0", "fleet": "f", "internal_ip": "10.0.0.2", "gpus": [],
+        "blocks": 1, "total_blocks": 1, "backend": "ssh", "whole_host": True}]}
+    run = {"name": "clone", "id": "r1", "submission": 0, "submitted_at": None}
+    repo = {"url": "https://github.com/acme/private.git", "branch": None, "hash": None,
+            "token": "tok-SECRET", "repo_id": "private-1"}
+    job = rankplan.build_jobs(config, placed, run, environ={}, repo=repo)[0]
+    assert job["files"]["repo/token"] == {"text": "tok-SECRET", "mode": 0o600}
+    assert job["files"]["repo/askpass"]["mode"] == 0o700
+    env = job["files"]["env.sh"]["text"]
+    assert "tok-SECRET" not in env and "GPUFLEET_REPO_URL='https://github.com/acme/private.git'" in env
+    assert "tok-SECRET" not in repr(job["labels"]) + repr(job["docker_args"])
+    assert "DSTACK_REPO_ID='private-1'" in env

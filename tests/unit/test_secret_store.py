@@ -323,6 +323,23 @@ def test_with_stored_secrets_opens_the_store_only_when_a_name_is_missing(tmp_pat
     assert task_action.with_stored_secrets(broken, read_store) is broken
 
 
+def test_a_remote_repo_takes_its_credential_from_the_store_when_there_and_needs_none(tmp_path):
+    task = ("type: task\nimage: alpine/git\ncommands: [ls]\n"
+            "repos:\n  - url: https://github.com/acme/private.git\n")
+    params = params_for(tmp_path, task)
+    stored = {"GIT_TOKEN": "tok", "OTHER": "x"}
+    assert task_action.with_stored_secrets(params, lambda path: stored)["secrets"] == {
+        "GIT_TOKEN": "tok"}
+
+    def locked(path):
+        raise secret_store.SecretStoreError("no vault password")
+    # a public repo: no credential needed, so a store that cannot be opened is no error
+    assert task_action.with_stored_secrets(params, locked) is params
+    # a credential given as gpufleet_secrets wins and the store is not opened
+    given = params_for(tmp_path, task, secrets={"GIT_TOKEN": "given", "GIT_SSH_KEY": "k"})
+    assert task_action.with_stored_secrets(given, locked) is given
+
+
 def run_action(monkeypatch, params, loader):
     """ActionModule.run with Ansible's side (argument validation) and the runner replaced:
     returns (the result, the params entry.submit was given)."""

@@ -700,8 +700,8 @@ def test_fields_the_runner_cannot_honour_are_refused_or_warned():
 
     with pytest.raises(runs.RunError, match="schedule: gpufleet has no server"):
         runs.Runner(config(schedule={"cron": "0 * * * *"}), [])
-    with pytest.raises(runs.RunError, match=r"repos\[0\]\.url: cloning a remote repository"):
-        runs.Runner(config(repos=["https://github.com/org/repo.git"]), [])
+    with pytest.raises(runs.RunError, match=r"repos\[0\]\.url: unsupported URL scheme ftp"):
+        runs.Runner(config(repos=[{"url": "ftp://example.com/org/repo.git"}]), [])
     notes = entry.ignored_fields(config(ports=[8080], dstack=True))
     assert [n.split(":")[0] for n in notes] == ["ports", "dstack"]
     assert entry.ignored_fields(config()) == []

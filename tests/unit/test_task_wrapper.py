@@ -66,7 +66,7 @@ def placed(num, ip):
 class Job(object):
     """A job folder and the paths the wrapper is pointed at, all under ``root``."""
 
-    def __init__(self, root, data, nodes=1, rank=0, repo_archive=None):
+    def __init__(self, root, data, nodes=1, rank=0, repo_archive=None, repo=None):
         self.root = root
         config, _warnings = parse_data(
             dict({"type": "task", "image": "busybox", "nodes": nodes}, **data))
@@ -74,8 +74,8 @@ class Job(object):
         specs = rankplan.build_jobs(
             config, {"fleet": "demo", "placement": "cluster", "jobs": jobs}, dict(RUN),
             environ={}, ssh_key=KEY if nodes > 1 else None, config_dir=str(root / "src"),
-            repo={"archive": "/var/lib/gpufleet/repos/x.tar.gz", "repo_id": "code-12345678"}
-            if repo_archive else None,
+            repo=repo or ({"archive": "/var/lib/gpufleet/repos/x.tar.gz",
+                           "repo_id": "code-12345678"} if repo_archive else None),
         )
         self.spec = specs[rank]
         self.dir = root / "job"
@@ -484,3 +484,53 @@ def test_a_lone_lost_and_found_counts_as_empty(tmp_path, shell, code_archive):
     proc = job.run(shell)
     assert proc.returncode == 0, proc.stderr
     assert (job.workdir / "main.py").exists() and (job.workdir / "lost+found").is_dir()
+
+
+@pytest.fixture
+def bare_repo(tmp_path):
+    """A bare Git repository with a main and a dev branch, reachable as file://."""
+    work = tmp_path / "upstream"
+    work.mkdir()
+
+    def git(*args, cwd=work):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com"] +
+                       list(args), cwd=str(cwd), check=True, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE)
+    git("init", "-q", "-b", "main")
+    (work / "app.py").write_text("BRANCH = 'main'\n")
+    git("add", "-A")
+    git("commit", "-q", "-m", "main")
+    git("checkout", "-q", "-b", "dev")
+    (work / "app.py").write_text("BRANCH = 'dev'\n")
+    git("commit", "-q", "-am", "dev")
+    bare = tmp_path / "code.git"
+    git("clone", "-q", "--bare", str(work), str(bare), cwd=tmp_path)
+    return "file://%s" % bare
+
+
+# git is not a busybox applet: the clone runs with the system's sh (dash) and git.
+SYSTEM_SH = (["/bin/sh"], os.environ.get("PATH", "/usr/bin:/bin"))
+
+
+def remote_job(tmp_path, url, **repo):
+    spec = dict({"url": url}, **repo)
+    return Job(tmp_path, {"repos": [spec], "commands": ["cat app.py > out.txt"]},
+               repo={"url": url, "branch": repo.get("branch"), "hash": repo.get("hash"),
+                     "repo_id": "code-1"})
+
+
+def test_a_remote_repo_is_cloned_at_its_branch(tmp_path, bare_repo):
+    job = remote_job(tmp_path, bare_repo, branch="dev")
+    proc = job.run(SYSTEM_SH)
+    assert proc.returncode == 0, proc.stderr
+    assert (job.workdir / "out.txt").read_text() == "BRANCH = 'dev'\n"
+    assert (job.workdir / ".git").is_dir()
+
+
+def test_a_failed_clone_names_the_url_and_the_credentials(tmp_path):
+    job = remote_job(tmp_path, "file://%s/missing.git" % tmp_path)
+    proc = job.run(SYSTEM_SH)
+    assert proc.returncode == 1
+    assert ("Failed to set up the repo (git clone of file://%s/missing.git failed" % tmp_path
+            in proc.stderr.decode())
+    assert "GIT_TOKEN or GIT_SSH_KEY" in proc.stderr.decode()

@@ -43,7 +43,7 @@ PYTHON_VERSIONS = ("3.11",)
 TASK_IMAGE_KIND = "task-base"
 TASK_PACKAGES = (
     "openssh-server", "openssh-client", "openmpi-bin", "python3", "python3-mpi4py", "iproute2",
-    "iputils-ping", "procps", "util-linux", "ca-certificates", "sudo",
+    "iputils-ping", "procps", "util-linux", "ca-certificates", "sudo", "git",
 )
 TASK_USER = "dstack"
 TASK_UID = 1001

@@ -19,11 +19,6 @@ SCHEDULE = ("gpufleet has no server to start runs on a schedule; remove it and r
             "apply (or playbooks/task.yml) from cron or an AWX schedule")
 
 
-def remote_repo(url):
-    return ("cloning a remote repository on the hosts is not supported yet; clone %s next to "
-            "the task file and give its folder as the repo (repos: [path/to/clone])" % url)
-
-
 def refusals(config):
     """Problems that stop ``apply`` of this configuration (an empty list when it can run)."""
     out = []
@@ -31,9 +26,6 @@ def refusals(config):
         return out
     if config.get("schedule"):
         out.append(Problem(("schedule",), SCHEDULE))
-    for index, repo in enumerate(config.get("repos") or []):
-        if repo.get("url"):
-            out.append(Problem(("repos", index, "url"), remote_repo(repo["url"])))
     return out
 
 

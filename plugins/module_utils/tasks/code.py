@@ -1,9 +1,14 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A run's code (``repos[0]``) on its way to the hosts: read and checked when the run is made,
-before any host is touched (repos.local), packed once, and shipped to the hosts of each
-submission (repos.ship); the wrapper unpacks it in every container."""
+"""A run's code (``repos[0]``) on its way to the hosts.
+
+A local repo is read and checked when the run is made, before any host is touched
+(repos.local), packed once, and shipped to the hosts of each submission (repos.ship); the
+wrapper unpacks it in every container. A remote repo (``url``) is cloned by the wrapper in every
+container, as dstack's runner clones it, with ``branch``, ``hash`` and ``single_branch``; a
+private one with the secret ``GIT_TOKEN`` (HTTPS) or ``GIT_SSH_KEY`` (a private key), which
+travel in the job folder's 0600 files only, never in a URL, argv, label or log."""
 
 from __future__ import annotations
 
@@ -11,10 +16,14 @@ import shutil
 import tempfile
 import time
 
-from ..repos import local, ship
-from ..spec import support
+from ..repos import ids, local, ship
 from ..repos.ids import RepoUrlError
 from .errors import RunError
+
+
+TOKEN_SECRET = "GIT_TOKEN"
+SSH_KEY_SECRET = "GIT_SSH_KEY"
+CREDENTIAL_SECRETS = (TOKEN_SECRET, SSH_KEY_SECRET)
 
 
 class Code(object):
@@ -22,8 +31,15 @@ class Code(object):
 
     def __init__(self, spec, config_dir=None, environ=None):
         self.spec = spec
-        if spec.get("url"):
-            raise RunError("repos[0].url: %s" % support.remote_repo(spec["url"]))
+        self.archive = None
+        self._folder = None
+        self.url = spec.get("url")
+        if self.url:
+            try:
+                self.repo_id = ids.repo_id(url=self.url)
+            except RepoUrlError as exc:
+                raise RunError("repos[0].url: %s" % exc) from exc
+            return
         try:
             self.root = local.resolve(spec["local_path"], config_dir)
             self.snapshot = local.snapshot(self.root)
@@ -31,8 +47,6 @@ class Code(object):
             self.repo_id = self.snapshot.repo_id
         except (local.RepoError, RepoUrlError) as exc:
             raise RunError(str(exc)) from exc
-        self.archive = None
-        self._folder = None
 
     def pack(self):
         """The archive record (repos.local.build_archive), made on first use."""
@@ -44,8 +58,24 @@ class Code(object):
                 raise RunError("repos[0]: cannot pack %s: %s" % (self.root, exc)) from exc
         return self.archive
 
-    def ship(self, nodes, hosts, emit=None):
-        """Send the archive to ``hosts`` that lack it; the job specs' ``repo``."""
+    def remote(self, secrets):
+        """The job specs' ``repo`` of a remote repo: where to clone from and the credential."""
+        secrets = secrets or {}
+        scheme = ids.parse_url(self.url)[0]
+        out = {"url": self.url, "branch": self.spec.get("branch"), "hash": self.spec.get("hash"),
+               "repo_id": self.repo_id}
+        if scheme == "ssh" and secrets.get(SSH_KEY_SECRET):
+            key = secrets[SSH_KEY_SECRET]
+            out["ssh_key"] = key if key.endswith("\n") else key + "\n"
+        elif scheme in ("https", "http") and secrets.get(TOKEN_SECRET):
+            out["token"] = secrets[TOKEN_SECRET]
+        return out
+
+    def ship(self, nodes, hosts, emit=None, secrets=None):
+        """Send the archive to ``hosts`` that lack it (a remote repo: nothing to send); the job
+        specs' ``repo``."""
+        if self.url:
+            return self.remote(secrets)
         started = time.time()
         archive = self.pack()
         try:

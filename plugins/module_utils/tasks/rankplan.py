@@ -161,12 +161,42 @@ def _repo_variables(config, repo):
     repos = config.get("repos") or []
     if not repos:
         return {"GPUFLEET_REPO_DIR": NO_REPO_DIR, "GPUFLEET_REPO_IF_EXISTS": ""}
-    if repo is None or not repo.get("archive"):
-        raise PlanError("repos: the run has a repo but no archive of it was made; ship the repo "
-                        "first (tasks.runs does)")
+    if repo is None or not (repo.get("archive") or repo.get("url")):
+        raise PlanError("repos: the run has a repo but no archive or URL of it was given; ship "
+                        "the repo first (tasks.runs does)")
     first = repos[0]
-    return {"GPUFLEET_REPO_DIR": first.get("path") or ".",
-            "GPUFLEET_REPO_IF_EXISTS": first.get("if_exists") or "error"}
+    out = {"GPUFLEET_REPO_DIR": first.get("path") or ".",
+           "GPUFLEET_REPO_IF_EXISTS": first.get("if_exists") or "error"}
+    if repo.get("url"):
+        out.update({"GPUFLEET_REPO_URL": repo["url"],
+                    "GPUFLEET_REPO_BRANCH": repo.get("branch") or "",
+                    "GPUFLEET_REPO_HASH": repo.get("hash") or "",
+                    "GPUFLEET_REPO_SINGLE_BRANCH": "0" if config.get("single_branch") is False
+                    else "1"})
+    return out
+
+
+# Answers git's username and password prompts for an HTTPS clone with a token (dstack sends
+# the token as the password of any user); the token stays in its 0600 file.
+ASKPASS = """#!/bin/sh
+case $1 in
+    Username*) echo anything ;;
+    *) cat "${GPUFLEET_DIR:-/gpufleet}/repo/token" ;;
+esac
+"""
+
+
+def _repo_files(repo):
+    """The remote repo's credential in the job folder: ``repo/token`` with its askpass script,
+    or ``repo/ssh_key``; both 0600 (never in env.sh, labels or options)."""
+    if not repo or not repo.get("url"):
+        return {}
+    if repo.get("token"):
+        return {"repo/token": {"text": repo["token"], "mode": 0o600},
+                "repo/askpass": {"text": ASKPASS, "mode": 0o700}}
+    if repo.get("ssh_key"):
+        return {"repo/ssh_key": {"text": repo["ssh_key"], "mode": 0o600}}
+    return {}
 
 
 def _check_run(run):
@@ -270,6 +300,7 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
             files["ssh/config"] = {"text": ssh_config_text, "mode": 0o644}
         for key, value in shared_files.items():
             files[key] = dict(value)
+        files.update(_repo_files(repo))
         conditional = ["infiniband"]
         if job.get("gpu_vendor") == "tenstorrent":
             conditional.append("hugepages-1g")

@@ -354,7 +354,8 @@ class Runner(object):
         if self.code is not None:
             # The code travels while the image is brought: both go over the same connections.
             shipping = ThreadPoolExecutor(max_workers=1)
-            shipped = shipping.submit(self.code.ship, nodes, sorted(set(hosts)), self.emit)
+            shipped = shipping.submit(self.code.ship, nodes, sorted(set(hosts)), self.emit,
+                                      self.secrets)
         try:
             info = ensure_image(image, nodes, sorted(set(hosts)), docker=self.docker,
                                 source=source, auth=auth, emit=self.emit)

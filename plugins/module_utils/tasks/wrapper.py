@@ -223,8 +223,42 @@ chmod 644 "$DSTACK_DIR/mpi/hostfile"
 # --- 4. repo and files -------------------------------------------------------------------------
 # repo.tar.gz: the run's code (tracked, changed and untracked-but-not-ignored files), unpacked
 # into DSTACK_REPO_DIR when that folder is missing or empty (a lone lost+found counts as empty);
-# otherwise if_exists decides: error (dstack's default) or skip.
-if [ -r "$GPUFLEET_DIR/repo.tar.gz" ]; then
+# otherwise if_exists decides: error (dstack's default) or skip. A remote repo
+# (GPUFLEET_REPO_URL) is cloned there instead, with the credential of repo/ (token or key).
+_gf_clone() {
+    command -v git > /dev/null 2>&1 ||
+        _gf_fail "Failed to set up the repo (git is not in the image: install git in it, or" \
+            "bring the code as a local repo, repos: [path])"
+    _gf_ssh="ssh -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes"
+    if [ -r "$GPUFLEET_DIR/repo/ssh_key" ]; then
+        _gf_ssh="$_gf_ssh -o IdentitiesOnly=yes -i $GPUFLEET_DIR/repo/ssh_key"
+    fi
+    _gf_askpass=
+    [ -r "$GPUFLEET_DIR/repo/token" ] && _gf_askpass=$GPUFLEET_DIR/repo/askpass
+    set -- clone --quiet --recurse-submodules
+    [ "$GPUFLEET_REPO_SINGLE_BRANCH" = 1 ] && set -- "$@" --single-branch
+    [ -n "$GPUFLEET_REPO_BRANCH" ] && set -- "$@" --branch "$GPUFLEET_REPO_BRANCH"
+    # git refuses a folder holding lost+found: it waits aside meanwhile.
+    _gf_lf=
+    if [ -d "$DSTACK_REPO_DIR/lost+found" ]; then
+        _gf_lf=$(mktemp -d) && mv "$DSTACK_REPO_DIR/lost+found" "$_gf_lf/" ||
+            _gf_fail "Failed to set up the repo (cannot move lost+found aside)"
+    fi
+    GIT_SSH_COMMAND=$_gf_ssh GIT_ASKPASS=$_gf_askpass GIT_TERMINAL_PROMPT=0 \
+        git "$@" -- "$GPUFLEET_REPO_URL" "$DSTACK_REPO_DIR" < /dev/null
+    _gf_rc=$?
+    [ -n "$_gf_lf" ] && mv "$_gf_lf/lost+found" "$DSTACK_REPO_DIR/" && rmdir "$_gf_lf"
+    [ "$_gf_rc" = 0 ] ||
+        _gf_fail "Failed to set up the repo (git clone of $GPUFLEET_REPO_URL failed, exit" \
+            "$_gf_rc; a private repo needs the secret GIT_TOKEN or GIT_SSH_KEY)"
+    if [ -n "$GPUFLEET_REPO_HASH" ]; then
+        git -C "$DSTACK_REPO_DIR" checkout --quiet "$GPUFLEET_REPO_HASH" ||
+            _gf_fail "Failed to set up the repo (no commit $GPUFLEET_REPO_HASH in" \
+                "$GPUFLEET_REPO_URL${GPUFLEET_REPO_BRANCH:+ on $GPUFLEET_REPO_BRANCH})"
+    fi
+}
+
+if [ -r "$GPUFLEET_DIR/repo.tar.gz" ] || [ -n "$GPUFLEET_REPO_URL" ]; then
     _gf_empty=1
     if [ -d "$DSTACK_REPO_DIR" ]; then
         for _gf_item in "$DSTACK_REPO_DIR"/* "$DSTACK_REPO_DIR"/.[!.]* "$DSTACK_REPO_DIR"/..?*; do
@@ -244,9 +278,13 @@ if [ -r "$GPUFLEET_DIR/repo.tar.gz" ]; then
     else
         mkdir -p "$DSTACK_REPO_DIR" ||
             _gf_fail "Failed to set up the repo (cannot create $DSTACK_REPO_DIR)"
-        tar -xzf "$GPUFLEET_DIR/repo.tar.gz" -C "$DSTACK_REPO_DIR" ||
-            _gf_fail "Failed to set up the repo (cannot unpack it into $DSTACK_REPO_DIR; the" \
-                "image needs tar and gzip)"
+        if [ -n "$GPUFLEET_REPO_URL" ]; then
+            _gf_clone
+        else
+            tar -xzf "$GPUFLEET_DIR/repo.tar.gz" -C "$DSTACK_REPO_DIR" ||
+                _gf_fail "Failed to set up the repo (cannot unpack it into $DSTACK_REPO_DIR;" \
+                    "the image needs tar and gzip)"
+        fi
         chown -R "$_gf_uid:$_gf_gid" "$DSTACK_REPO_DIR" 2>/dev/null
     fi
 fi
