@@ -32,6 +32,9 @@ def make_world(tmp_path_factory):
     with use_world({"base": base}):
         local.ensure_node_image(docker)
         world = {"base": base, "docker": docker, "base_image": ensure_base_image(docker)}
+        # One vault password for the world's secrets store, which every test shares.
+        world["vault_password"] = base / "vault-password"
+        world["vault_password"].write_text("the task world's vault password\n")
         fleet.write_text("type: fleet\nname: %s\nnodes: 3\nplacement: cluster\n"
                          "backends: [local]\n" % FLEET)
         result = run_playbook("fleet.yml", {"fleet": str(fleet)})
@@ -40,7 +43,8 @@ def make_world(tmp_path_factory):
         world["ips"] = [i["internal_ip"] for i in world["fleet"]["instances"]]
     yield world
     with use_world(world):
-        run_playbook("delete.yml", {"fleet": str(fleet)})
+        # Runs a test left behind go with the fleet.
+        run_playbook("delete.yml", {"fleet": str(fleet), "gpufleet_refuse_busy": False})
 
 
 @contextlib.contextmanager

@@ -122,9 +122,7 @@ def test_remote_repos_are_cloned_on_every_node_with_a_branch_and_a_stored_token(
                                   "{{(index .IPAM.Config 0).Gateway}}",
                                   "gpufleet-" + FLEET).strip()
     base = "http://%s:%d" % (gateway, server.port)
-    password = tmp_path / "vault-pass"
-    password.write_text("remote repo vault password\n")
-    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(password))
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(world["vault_password"]))
     try:
         public = tmp_path / "public.dstack.yml"
         name = "rpub-" + SUFFIX

@@ -18,9 +18,7 @@ from .task_world import CPU, FLEET, SUFFIX, logs, task_file
 
 def test_a_stored_secret_reaches_the_job_and_nothing_else(world, capsys, monkeypatch, tmp_path):
     value = "gf-secret-" + uuid.uuid4().hex
-    password = tmp_path / "vault-pass"
-    password.write_text("integration vault password\n")
-    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(password))
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(world["vault_password"]))
     state = os.environ["GPUFLEET_STATE_DIR"]
     assert cli.main(["secret", "set", "HF_TOKEN", value]) == 0
     name = "secret-" + SUFFIX

@@ -13,7 +13,6 @@ import os
 from gpufleet import cli
 from gpufleet.runner import run_playbook
 
-from .task_images import ensure_torch_image
 from .task_world import CPU, FLEET, SUFFIX, logs, node_containers, run_task, task_file
 
 
@@ -82,31 +81,6 @@ def test_mpi_allreduce_across_all_nodes_with_workers_first_and_master_done(world
     assert "SUM 6 SIZE 3 HOSTS 3" in logs(name)[0]
     states = node_containers(world, name)
     assert all(state != "running" for entries in states.values() for _n, state in entries)
-
-
-def test_torchrun_gloo_all_reduce_across_nodes(world):
-    name = "torch-" + SUFFIX
-    image = ensure_torch_image(world["docker"])
-    script = world["base"] / "allreduce.py"
-    script.write_text(
-        "import torch, torch.distributed as dist\n"
-        "dist.init_process_group('gloo')\n"
-        "t = torch.tensor([dist.get_rank() + 1.0])\n"
-        "dist.all_reduce(t)\n"
-        "print('RANK', dist.get_rank(), 'WORLD', dist.get_world_size(), 'SUM', int(t.item()))\n"
-        "dist.destroy_process_group()\n")
-    result, record = run_task(world, name, (
-        "type: task\nname: %s\nnodes: 3\nimage: %s\n%smax_duration: 5m\n"
-        "files:\n  - %s:/work/allreduce.py\n"
-        "commands:\n"
-        "  - torchrun --nnodes $DSTACK_NODES_NUM --node-rank $DSTACK_NODE_RANK "
-        "--nproc-per-node 1 --master-addr $DSTACK_MASTER_NODE_IP --master-port 29517 "
-        "/work/allreduce.py\n" % (name, image, CPU, script)))
-    assert result.ok, result.stdout[-4000:]
-    assert record["status"] == "done", record
-    out = logs(name)
-    for rank in range(3):
-        assert "RANK %d WORLD 3 SUM 6" % rank in out[rank], out[rank][-10:]
 
 
 def test_one_failing_rank_stops_every_node_and_names_it(world):

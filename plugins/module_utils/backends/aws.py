@@ -377,6 +377,23 @@ class Aws(CloudBackend):
         found = [v for v in found if v.get("State") not in ("deleting", "deleted")]
         return found[0] if found else None
 
+    def all_volumes(self, regions):
+        found = []
+        for region in regions:
+            params = {"Filters": [{"Name": "tag-key", "Values": [layout.TAG_VOLUME]}],
+                      "MaxResults": 500}
+            while True:
+                page = self._call(region, "listing gpufleet volumes", "describe_volumes",
+                                  **params)
+                for described in page.get("Volumes") or []:
+                    name = layout.tags_of(described).get(layout.TAG_VOLUME)
+                    if name and described.get("State") not in ("deleting", "deleted"):
+                        found.append((name, region, described))
+                if not page.get("NextToken"):
+                    break
+                params = dict(params, NextToken=page["NextToken"])
+        return found
+
     def first_zone(self, region):
         zones = self._call(region, "listing availability zones",
                            "describe_availability_zones",

@@ -380,6 +380,23 @@ class Gcp(CloudBackend):
                 return zone, disk
         return None
 
+    def all_volumes(self, regions):
+        wanted = set(regions)
+        found = []
+        params = {"filter": "labels.%s:*" % layout.LABEL_VOLUME}
+        while True:
+            page = self._request("GET", "/aggregated/disks", "listing gpufleet volumes",
+                                 params=params)
+            for scope, bucket in sorted((page.get("items") or {}).items()):
+                zone = _last(scope)
+                for disk in bucket.get("disks") or []:
+                    name = (disk.get("labels") or {}).get(layout.LABEL_VOLUME)
+                    if name and region_of(zone) in wanted:
+                        found.append((name, region_of(zone), (zone, disk)))
+            if not page.get("nextPageToken"):
+                return found
+            params = dict(params, pageToken=page["nextPageToken"])
+
     def first_zone(self, region):
         found = self._request("GET", "/regions/%s" % region, "reading region %s" % region)
         zones = sorted(_last(z) for z in found.get("zones") or [])

@@ -95,6 +95,11 @@ class CloudBackend(Backend):
         """The cloud's description of the gpufleet volume ``name``, or None."""
         raise NotImplementedError
 
+    def all_volumes(self, regions):
+        """``[(name, region, description)]`` of every gpufleet volume in ``regions``, the
+        description as ``volume`` gives it (volumes/listing.py)."""
+        raise NotImplementedError
+
     def first_zone(self, region):
         """A zone of ``region`` to create a volume in when the config names none."""
         raise NotImplementedError

@@ -19,61 +19,11 @@ from __future__ import annotations
 
 from ..backends import aws_layout, base
 from ..backends import gcp as gcp_backend
-from ..backends import gcp_layout
 from ..backends.errors import BackendError
 from ..core.times import parse_time
 from ..fleets import cloud
 from .mounts import VolumeError
 
-# A volume being deleted is as good as gone; provision.py's ``volume`` skips it too.
-_AWS_GONE = ("deleting", "deleted")
-
-
-def _aws_volumes(client, regions):
-    """``[(name, region, described EBS volume)]`` of every EBS volume tagged as a gpufleet
-    volume in ``regions``."""
-    found = []
-    for region in regions:
-        params = {"Filters": [{"Name": "tag-key", "Values": [aws_layout.TAG_VOLUME]}],
-                  "MaxResults": 500}
-        while True:
-            # The client's one call wrapper: its errors come as the backend's error.
-            page = client._call(region,  # pylint: disable=protected-access
-                                "listing gpufleet volumes", "describe_volumes", **params)
-            for volume in page.get("Volumes") or []:
-                name = aws_layout.tags_of(volume).get(aws_layout.TAG_VOLUME)
-                if name and volume.get("State") not in _AWS_GONE:
-                    found.append((name, region, volume))
-            if not page.get("NextToken"):
-                break
-            params = dict(params, NextToken=page["NextToken"])
-    return found
-
-
-def _gcp_volumes(client, regions):
-    """``[(name, region, (zone, disk))]`` of every persistent disk labelled as a gpufleet
-    volume in a zone of ``regions``."""
-    wanted = set(regions)
-    found = []
-    params = {"filter": "labels.%s:*" % gcp_layout.LABEL_VOLUME}
-    while True:
-        page = client._request(  # pylint: disable=protected-access
-            "GET", "/aggregated/disks", "listing gpufleet volumes", params=params)
-        for scope, bucket in sorted((page.get("items") or {}).items()):
-            zone = scope.rsplit("/", 1)[-1]
-            region = gcp_backend.region_of(zone)
-            if region not in wanted:
-                continue
-            for disk in bucket.get("disks") or []:
-                name = (disk.get("labels") or {}).get(gcp_layout.LABEL_VOLUME)
-                if name:
-                    found.append((name, region, (zone, disk)))
-        if not page.get("nextPageToken"):
-            return found
-        params = dict(params, pageToken=page["nextPageToken"])
-
-
-LISTERS = {"aws": _aws_volumes, "gcp": _gcp_volumes}
 RECORDS = {"aws": aws_layout.volume_record,
            "gcp": lambda name, _region, found: gcp_backend.volume_record(name, *found)}
 
@@ -109,7 +59,7 @@ def list_volumes(settings, catalog_dir=None, clients=None):
             client = (clients or {}).get(backend) or base.client(backend, settings)
             regions = cloud.regions({}, settings, backend, catalog_dir)
             found = [RECORDS[backend](name, region, raw)
-                     for name, region, raw in LISTERS[backend](client, regions)]
+                     for name, region, raw in client.all_volumes(regions)]
             owners = {}
             if any(r["attached_to"] for r in found):
                 owners = _fleets_by_instance(client, regions)
