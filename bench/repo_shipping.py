@@ -117,7 +117,7 @@ def code_lines(rng, count=6000):
     words = ["self", "data", "value", "result", "config", "model", "batch", "index", "tensor",
              "layer", "optimizer", "loss", "step", "epoch", "device", "path", "name", "items"]
     lines = []
-    for _ in range(count):
+    for _line in range(count):
         indent = "    " * rng.randint(0, 3)
         a, b, c = rng.choice(words), rng.choice(words), rng.choice(words)
         form = rng.randint(0, 5)
@@ -168,11 +168,11 @@ def make_repo(repo):
     for rel in MODIFIED:
         with open(repo / rel, "a") as handle:
             handle.write("# changed after the commit\n" + "".join(rng.choice(pool)
-                                                                  for _ in range(50)))
+                                                                  for _line in range(50)))
     for rel in UNTRACKED:
         path = repo / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(rng.choice(pool) for _ in range(100)))
+        path.write_text("".join(rng.choice(pool) for _line in range(100)))
     for rel in IGNORED:
         path = repo / rel
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -52,8 +52,8 @@ options:
     type: raw
   fleet_names:
     description:
-      - The fleets the run may use, instead of the task's C(fleets) (C(dstack apply --fleet)):
-        fleet names, or C(project/name).
+      - The fleets the run may use, instead of the task's C(fleets) (C(dstack apply --fleet)),
+        as fleet names or C(project/name).
     type: list
     elements: str
     default: []

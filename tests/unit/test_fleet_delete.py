@@ -203,7 +203,9 @@ def test_the_runs_alive_on_a_fleet_come_from_its_hosts_task_containers(monkeypat
 
     def list_runs(nodes):
         asked.append(sorted(nodes))
-        job = lambda host, status: {"host": host, "status": status}  # noqa: E731
+
+        def job(host, status):
+            return {"host": host, "status": status}
         return [{"name": "train", "jobs": [job("web-0", "running"), job("web-1", "done")]},
                 {"name": "eval", "jobs": [job("web-1", "terminating")]},
                 {"name": "old", "jobs": [job("web-0", "failed")]}], {"web-2": "unreachable"}

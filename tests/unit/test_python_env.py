@@ -35,8 +35,8 @@ def test_only_dstacks_default_image_gets_the_venv():
 
 
 def test_dstacks_images_take_the_asked_version_or_the_controllers():
-    assert python_env.choose(task(python="3.13")) == {"python": "3.13",
-                                                       "system_site_packages": False}
+    assert python_env.choose(task(python="3.13")) == {
+        "python": "3.13", "system_site_packages": False}
     here = "%d.%d" % sys.version_info[:2]
     assert python_env.choose(task()) == {"python": here, "system_site_packages": False}
 

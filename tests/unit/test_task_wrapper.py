@@ -460,7 +460,7 @@ def test_the_repo_goes_to_its_path(tmp_path, shell, code_archive, path, where):
 
 
 def test_a_repo_dir_that_is_not_empty_fails_unless_if_exists_skip(tmp_path, shell,
-                                                                   code_archive):
+                                                                  code_archive):
     job = Job(tmp_path, {"repos": ["."], "commands": ["echo ran > ran.out"]},
               repo_archive=code_archive)
     (job.workdir / "old.txt").write_text("old")

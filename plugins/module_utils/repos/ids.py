@@ -30,7 +30,7 @@ def _base36(data):
     width = len(data) * int(math.ceil(math.log(8) / math.log(36)))
     value = int.from_bytes(data, "little")
     out = []
-    for _ in range(width):
+    for _digit in range(width):
         value, rem = divmod(value, 36)
         out.append(_DIGITS[rem])
     return "".join(reversed(out))

@@ -98,8 +98,8 @@ class ArrayRunner(object):
             submitted[name] = record
             if record.get("status") in FINISHED:
                 ended[name] = record["status"]
-            self._say("%s submitted (%d of %d): %s" % (name, len(submitted), len(self.indices),
-                                                     record.get("status")))
+            self._say("%s submitted (%d of %d): %s"
+                      % (name, len(submitted), len(self.indices), record.get("status")))
         if wait:
             while len(ended) < len(submitted):
                 self._live(submitted, ended)
