@@ -6,6 +6,7 @@ archive reaching hosts once (repos.ship), with real git, tar and sh."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import tarfile
@@ -266,3 +267,32 @@ def test_the_token_and_key_travel_in_0600_files_never_in_env_or_labels():
     assert "tok-SECRET" not in env and "GPUFLEET_REPO_URL='https://github.com/acme/private.git'" in env
     assert "tok-SECRET" not in repr(job["labels"]) + repr(job["docker_args"])
     assert "DSTACK_REPO_ID='private-1'" in env
+
+
+def test_files_that_do_not_compress_are_stored_and_the_archive_is_one_gzip_stream(repo,
+                                                                                  tmp_path):
+    import gzip
+
+    (repo / "weights.bin").write_bytes(os.urandom(300000))
+    (repo / "big.txt").write_text("the same line again\n" * 20000)
+    snap = local.snapshot(str(repo))
+    out = tmp_path / "out"
+    out.mkdir()
+    archive = local.build_archive(snap, str(out))
+    # the random bytes are stored (about their own size), the text shrinks to almost nothing
+    assert 300000 < archive["size"] < 300000 + 60000
+    with gzip.open(archive["path"]) as stream:   # gzip reads the members as one stream
+        data = stream.read()
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        assert tar.extractfile("weights.bin").read() == (repo / "weights.bin").read_bytes()
+        assert sorted(tar.getnames()) == snap.files
+    # tar itself unpacks it, as the wrapper does
+    target = tmp_path / "unpacked"
+    target.mkdir()
+    subprocess.run(["tar", "-xzf", archive["path"], "-C", str(target)], check=True)
+    assert (target / "big.txt").read_text() == (repo / "big.txt").read_text()
+    # and the same tree still gives the same archive
+    again = tmp_path / "again"
+    again.mkdir()
+    assert local.build_archive(local.snapshot(str(repo)), str(again))["sha256"] == (
+        archive["sha256"])

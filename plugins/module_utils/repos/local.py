@@ -19,13 +19,13 @@ untracked ones (every file of a folder that is not a Git work tree). docs/tasks.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
+import zlib
 
 from ..core.errors import GpufleetError
 from . import ids
@@ -252,32 +252,83 @@ class _Hashing(object):
         self.handle.flush()
 
 
+class _Members(object):
+    """A gzip stream written as consecutive members, each at its own level: ``gzip -d`` and
+    ``tar -xz`` read them as one stream. Files that do not compress (weights, archives) go in
+    stored (level 0) members, so neither the controller nor every host spends time on them."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        self.level = 1
+        self._zip = None
+        self.position = 0
+
+    def use_level(self, level):
+        if level != self.level:
+            self._finish()
+            self.level = level
+
+    def write(self, data):
+        if self._zip is None:
+            self._zip = zlib.compressobj(self.level, zlib.DEFLATED, 31)  # 31: a gzip member
+        self.raw.write(self._zip.compress(data))
+        self.position += len(data)
+        return len(data)
+
+    def tell(self):
+        return self.position
+
+    def _finish(self):
+        if self._zip is not None:
+            self.raw.write(self._zip.flush())
+            self._zip = None
+
+    def close(self):
+        if self._zip is None:
+            self.write(b"")
+        self._finish()
+
+
+def _compresses(path, sample=65536):
+    """Whether the start of the file shrinks by a tenth at gzip level 1."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(sample)
+    except OSError:
+        return True
+    return len(head) < 512 or len(zlib.compress(head, 1)) < 0.9 * len(head)
+
+
 def build_archive(snap, folder):
-    """Write ``snap``'s files as a gzip-compressed tar (level 1: the network is the slow part)
-    to ``folder``; returns ``{"path", "sha256", "size", "files"}``. Owners are left out (the
-    container's job user gets the files), modes and modification times kept; the same tree gives
-    the same archive, so its hash names it on the hosts."""
+    """Write ``snap``'s files as a gzip-compressed tar to ``folder`` (level 1, the network being
+    the slow part; files that do not compress stored as they are, see _Members); returns
+    ``{"path", "sha256", "size", "files"}``. Owners are left out (the container's job user gets
+    the files), modes and modification times kept; the same tree gives the same archive, so its
+    hash names it on the hosts."""
     temp = os.path.join(folder, "repo.tar.gz.part")
     with open(temp, "wb") as raw:
         hashing = _Hashing(raw)
-        with gzip.GzipFile(filename="", mode="wb", fileobj=hashing, compresslevel=1,
-                           mtime=0) as zipped:
-            with tarfile.open(fileobj=zipped, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                for rel in snap.files:
-                    full = os.path.join(snap.root, rel)
-                    try:
-                        info = tar.gettarinfo(full, arcname=rel)
-                    except OSError as exc:
-                        raise RepoError("cannot read %s: %s" % (full, exc)) from exc
-                    if info is None:
-                        continue   # a socket or a device: nothing to ship
-                    info.uid = info.gid = 0
-                    info.uname = info.gname = ""
-                    if info.isreg():
-                        with open(full, "rb") as handle:
-                            tar.addfile(info, handle)
-                    else:
-                        tar.addfile(info)
+        zipped = _Members(hashing)
+        with tarfile.open(fileobj=zipped, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for rel in snap.files:
+                full = os.path.join(snap.root, rel)
+                try:
+                    info = tar.gettarinfo(full, arcname=rel)
+                except OSError as exc:
+                    raise RepoError("cannot read %s: %s" % (full, exc)) from exc
+                if info is None:
+                    continue   # a socket or a device: nothing to ship
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                if info.isreg():
+                    zipped.use_level(1 if _compresses(full) else 0)
+                    with open(full, "rb") as handle:
+                        tar.addfile(info, handle)
+                else:
+                    zipped.use_level(1)
+                    tar.addfile(info)
+            zipped.use_level(1)   # the end-of-archive blocks
+        zipped.close()
     digest = hashing.digest.hexdigest()
     path = os.path.join(folder, "%s.tar.gz" % digest)
     os.replace(temp, path)
