@@ -37,6 +37,10 @@ def add_apply(commands):
     apply.add_argument("--fleet", action="append", default=[], dest="fleets",
                        metavar="NAME", help="tasks: a fleet the run may use, instead of the "
                                             "file's fleets; repeatable")
+    apply.add_argument("--vault-password-file", metavar="FILE",
+                       help="tasks: the vault password file that opens the secrets store "
+                            "(default: ANSIBLE_VAULT_PASSWORD_FILE, else vault_password_file "
+                            "in ansible.cfg)")
     apply.add_argument("--array", metavar="INDICES[%N]",
                        help="tasks: a job array, as Slurm writes it (1-100, 1,3,5-7, 0-15:4): "
                             "one run <name>-<index> per index with GPUFLEET_ARRAY_INDEX; %%N: "
@@ -105,6 +109,21 @@ def _apply(args, out, err) -> int:
 
 
 def _apply_task(args, path, out, err) -> int:
+    if not args.vault_password_file:
+        return _run_task(args, path, out, err)
+    # ansible-playbook (through ansible-runner) takes it from the environment.
+    before = os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE")
+    os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = os.path.abspath(args.vault_password_file)
+    try:
+        return _run_task(args, path, out, err)
+    finally:
+        if before is None:
+            os.environ.pop("ANSIBLE_VAULT_PASSWORD_FILE", None)
+        else:
+            os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = before
+
+
+def _run_task(args, path, out, err) -> int:
     from ..api import GpufleetError, plan, run_task
 
     tables = common.run_tables()

@@ -628,3 +628,23 @@ def test_options_are_never_abbreviated(playbooks, argv, capsys):
     err = capsys.readouterr().err
     assert "unrecognized arguments" in err or "required" in err, err
     assert playbooks.calls == []
+
+
+def test_apply_vault_password_file_reaches_the_playbooks_and_is_put_back(files, playbooks,
+                                                                         monkeypatch):
+    files("task.dstack.yml", TASK)
+    monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
+    seen = []
+    original = playbooks.__call__
+
+    def spy(*args, **kwargs):
+        seen.append(os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "run_playbook", spy)
+    playbooks.answer(stats=planned_stats())
+    playbooks.answer(stats=ended_stats("done"))
+    assert run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "--vault-password-file",
+               "vault.txt")[0] == 0
+    assert seen == [os.path.join(os.getcwd(), "vault.txt")] * 2
+    assert "ANSIBLE_VAULT_PASSWORD_FILE" not in os.environ

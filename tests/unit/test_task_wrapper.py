@@ -194,7 +194,7 @@ def test_environment_profile_hostfile_and_exit_code(tmp_path, shell):
     for name in ("HOME", "USER", "SHELL", "SHLVL", "PWD", "HOSTNAME", "_", "FAKE_NAME"):
         assert not any(line.startswith("export %s=" % name) for line in lines), name
     mode = stat.S_IMODE(os.stat(str(job.dstack / "profile")).st_mode)
-    assert mode == 0o644
+    assert mode == 0o600  # it holds the environment, secrets included
     seen = subprocess.run(
         ["/bin/sh", "-c", '. "$1"; printf "%s|%s" "$MULTI" "$(pwd)"', "sh",
          str(job.dstack / "profile")],

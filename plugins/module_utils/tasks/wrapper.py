@@ -204,7 +204,9 @@ _gf_profile() {
 }
 mkdir -p "$DSTACK_DIR" || _gf_fail "cannot create $DSTACK_DIR"
 _gf_profile > "$DSTACK_DIR/profile" || _gf_fail "cannot write $DSTACK_DIR/profile"
-chmod 644 "$DSTACK_DIR/profile"
+# It holds the job's environment, secrets included: readable by the job's user only.
+chmod 600 "$DSTACK_DIR/profile"
+chown "$_gf_uid:$_gf_gid" "$DSTACK_DIR/profile" 2>/dev/null
 _gf_line="[ -r \"$DSTACK_DIR/profile\" ] && . \"$DSTACK_DIR/profile\""
 if ! grep -qxF "$_gf_line" "$GPUFLEET_ETC/profile" 2>/dev/null; then
     { printf '%s\n' "$_gf_line" >> "$GPUFLEET_ETC/profile"; } 2>/dev/null || :
