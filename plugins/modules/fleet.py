@@ -347,8 +347,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
 def runs_alive(record, root):
     """``{instance name: {run names}}``: the runs with a job still alive on each instance of
     the fleet record, asked of its hosts as ``gpufleet ps`` asks them (a host that does not
-    answer counts as idle)."""
-    nodes = runs.nodes_of([record], root)
+    answer counts as idle, after a short wait: a deleted host should not hold up the delete)."""
+    nodes = runs.nodes_of([record], root, connect_timeout=5)
     if not nodes:
         return {}
     found, _unreachable = listing.list_runs(nodes)

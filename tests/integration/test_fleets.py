@@ -58,7 +58,7 @@ def _world(base, state_dir):
     for name in (OTHER, LAB, RIG):
         path = base / (name + ".dstack.yml")
         if path.exists():
-            run_playbook("delete.yml", {"fleet": str(path)})
+            run_playbook("delete.yml", {"fleet": str(path), "gpufleet_refuse_busy": False})
 
 
 def write_fleet(world, name, text):

@@ -407,8 +407,8 @@ def fake_hosts(monkeypatch):
     def make(config, fleets, program=None):
         hosts = [i["name"] for f in fleets for i in f["instances"]]
         cluster = Cluster(hosts, program=program)
-        monkeypatch.setattr(runs, "Node", lambda instance, root=None: cluster.nodes[
-            instance["name"]])
+        monkeypatch.setattr(runs, "Node", lambda instance, root=None, connect_timeout=20: (
+            cluster.nodes[instance["name"]]))
         monkeypatch.setattr(runs, "run_key", lambda: {"private": "PRIVATE", "public": "PUBLIC"})
 
         def ensure_image(image, nodes, hosts, **kwargs):

@@ -110,13 +110,14 @@ def collect_fleets(paths=(), docker=None, root=None, discover=True):
     return found
 
 
-def nodes_of(fleets, root=None):
+def nodes_of(fleets, root=None, connect_timeout=20):
     """``{instance name: Node}`` for every instance with an address."""
     result = {}
     for fleet in fleets:
         for instance in fleet.get("instances") or []:
             if instance.get("hostname"):
-                result[instance["name"]] = Node(instance, root=root)
+                result[instance["name"]] = Node(instance, root=root,
+                                                connect_timeout=connect_timeout)
     return result
 
 
