@@ -39,3 +39,35 @@ class FakePlaybooks:
                 on_event(event)
                 self.snapshots.append(self.out.getvalue() if self.out is not None else None)
         return result
+
+
+class Stdin:
+    """sys.stdin for the command's questions: a terminal with one answer ready, or no terminal
+    (never read)."""
+
+    def __init__(self, tty, answer=None):
+        self.tty = tty
+        self.answer = answer
+        self.reads = 0
+
+    def isatty(self):
+        return self.tty
+
+    def readline(self):
+        assert self.tty, "read an answer from a stdin that is not a terminal"
+        self.reads += 1
+        return self.answer
+
+
+def run_cli(playbooks, *argv):
+    """``gpufleet.cli.main`` in-process with ``playbooks`` as the playbook runner: exit code,
+    stdout, stderr; never a traceback."""
+    import io
+
+    from gpufleet import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    playbooks.out = out
+    code = cli.main(list(argv), out=out, err=err)
+    assert "Traceback" not in out.getvalue() + err.getvalue()
+    return code, out.getvalue(), err.getvalue()

@@ -13,24 +13,9 @@ import sys
 import pytest
 
 from gpufleet import api, cli, runner
-from tests.doubles.playbooks import FakePlaybooks
+from tests.doubles.playbooks import FakePlaybooks, Stdin, run_cli
 
 NO_TERMINAL = "gpufleet: no terminal to ask on; pass -y to go ahead without asking\n"
-
-
-class Stdin:
-    def __init__(self, tty, answer=None):
-        self.tty = tty
-        self.answer = answer
-        self.reads = 0
-
-    def isatty(self):
-        return self.tty
-
-    def readline(self):
-        assert self.tty
-        self.reads += 1
-        return self.answer
 
 
 @pytest.fixture(autouse=True)
@@ -47,12 +32,7 @@ def playbooks(monkeypatch):
     return fake
 
 
-def run(playbooks, *argv):
-    out, err = io.StringIO(), io.StringIO()
-    playbooks.out = out
-    code = cli.main(list(argv), out=out, err=err)
-    assert "Traceback" not in out.getvalue() + err.getvalue()
-    return code, out.getvalue(), err.getvalue()
+run = run_cli
 
 
 def fleet(name="web", plan=None, **extra):

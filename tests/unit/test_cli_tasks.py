@@ -11,7 +11,6 @@ and answers with a PlaybookResult carrying what the playbooks publish with set_s
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import sys
@@ -22,7 +21,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse
 
 from gpufleet import cli, runner
 from gpufleet.runner import RunnerError
-from tests.doubles.playbooks import FakePlaybooks
+from tests.doubles.playbooks import FakePlaybooks, Stdin, run_cli
 
 TASK = """\
 type: task
@@ -44,23 +43,6 @@ NO_CAPACITY = ("run train failed (failed_to_start_due_to_no_capacity): no fleet 
 
 # ---------------------------------------------------------------------------------------------
 # The fake playbook runner, stdin, and running main()
-
-
-class Stdin:
-    """sys.stdin: a terminal with one answer ready, or no terminal (never read)."""
-
-    def __init__(self, tty, answer=None):
-        self.tty = tty
-        self.answer = answer
-        self.reads = 0
-
-    def isatty(self):
-        return self.tty
-
-    def readline(self):
-        assert self.tty, "read an answer from a stdin that is not a terminal"
-        self.reads += 1
-        return self.answer
 
 
 @pytest.fixture(autouse=True)
@@ -91,13 +73,7 @@ def files(tmp_path, monkeypatch):
     return write
 
 
-def run(playbooks, *argv):
-    """main() in-process: exit code, stdout, stderr; never a traceback."""
-    out, err = io.StringIO(), io.StringIO()
-    playbooks.out = out
-    code = cli.main(list(argv), out=out, err=err)
-    assert "Traceback" not in out.getvalue() + err.getvalue()
-    return code, out.getvalue(), err.getvalue()
+run = run_cli
 
 
 def verbose(text):

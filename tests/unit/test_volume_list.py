@@ -7,7 +7,6 @@ Compute Engine doubles), the volume_info module, and the command over volume_lis
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
@@ -21,8 +20,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse
 from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import listing
 from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import provision
 
-from gpufleet import api, cli, runner
-from tests.doubles.playbooks import FakePlaybooks
+from gpufleet import api, runner
+from tests.doubles.playbooks import FakePlaybooks, run_cli
 
 NOW = "2026-11-22T12:00:00Z"
 
@@ -170,12 +169,7 @@ def playbooks(monkeypatch):
     return fake
 
 
-def run(playbooks, *argv):
-    out, err = io.StringIO(), io.StringIO()
-    playbooks.out = out
-    code = cli.main(list(argv), out=out, err=err)
-    assert "Traceback" not in out.getvalue() + err.getvalue()
-    return code, out.getvalue(), err.getvalue()
+run = run_cli
 
 
 @pytest.mark.parametrize("argv", [["volume"], ["volume", "list"]])
