@@ -328,7 +328,10 @@ SECTIONS = {
             },
             "python": {
                 "values": "{choices:task.PYTHON_VERSIONS} (a YAML number `3.10` is read as `3.10`, not `3.1`)",
-                "text": "The Python version of dstack's base image. Cannot be combined with `image`.",
+                "text": (
+                    "The Python of the job's venv (`/dstack/venv`, made with `uv` in the default image). "
+                    "Cannot be combined with `image`. The local backend's offline image has 3.11 only."
+                ),
             },
             "nvcc": {"values": _BOOL, "text": "Use the base image's `devel` variant, which has the CUDA compiler."},
             "docker": {
@@ -410,10 +413,13 @@ SECTIONS = {
             },
             "repos": {
                 "values": "a list of at most one path, URL (optionally followed by `:/dir`), or mapping: {see:task.repos}",
-                "text": "A Git repository cloned into the containers. Use `files` to bring code along.",
-                "status": "runner-refuses",
+                "text": (
+                    "Your code in every container: a local folder (tracked, changed and untracked files Git "
+                    "does not ignore, shipped from the controller) or a Git URL (cloned in each container; "
+                    "a private one with the secret `GIT_TOKEN` or `GIT_SSH_KEY`)."
+                ),
             },
-            "single_branch": {"values": _BOOL, "text": "With `repos`: clone only the current branch, not every remote branch."},
+            "single_branch": {"values": _BOOL, "text": "With a repo `url`: clone only its branch, not every remote branch (default: yes)."},
             "dstack": {
                 "values": _BOOL,
                 "text": "Give the job access to the dstack server's API from inside its container.",
@@ -422,7 +428,7 @@ SECTIONS = {
             "priority": {
                 "values": "a whole number from 0 to 100",
                 "text": "dstack provisions runs of higher priority first; lower ones are not held back.",
-                "status": "runner-ignores",
+                "status": "runner-warns",
             },
             "startup_order": {
                 "values": "{choices:task.STARTUP_ORDERS}",
@@ -629,12 +635,16 @@ SECTIONS = {
     },
     "task.repos": {
         "title": "`repos[]`",
-        "intro": "The mapping form of a repository to clone. gpufleet's task runner refuses `repos`.",
+        "intro": "The mapping form of a repo: a local folder to ship, or a remote repository to clone.",
         "fields": {
-            "local_path": {"values": "a directory", "text": "A local Git checkout.", "required": "unless `url` is set"},
+            "local_path": {
+                "values": "a directory (relative: from the task file's folder)",
+                "text": "A local folder, a Git work tree or not.",
+                "required": "unless `url` is set",
+            },
             "url": {"values": "a Git URL", "text": "A remote repository."},
-            "branch": {"values": "a string", "text": "The branch to check out."},
-            "hash": {"values": "a string", "text": "The commit to check out."},
+            "branch": {"values": "a string", "text": "With `url`: the branch to clone (default: the remote's default branch)."},
+            "hash": {"values": "a string", "text": "With `url`: the commit to check out."},
             "path": {
                 "values": "a path (`~` and `~/...` allowed, `~user` not)",
                 "text": "Where the repository goes in the container, relative to the working directory.",
