@@ -196,7 +196,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
     try:
         if array_spec is not None:
             return _submit_array(config, array_spec, make_runner, fleets, root, params, emit,
-                                 check_mode)
+                                 check_mode, config_dir)
         runner = make_runner(config)
         if check_mode:
             try:
@@ -226,7 +226,8 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
     return result, failed
 
 
-def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, check_mode):
+def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, check_mode,
+                  config_dir):
     """A job array: planned as its first run in check mode, else submitted index by index."""
     from . import array as arrays
     from .code import Code
@@ -250,8 +251,7 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
                 "changed": True}, False
     code = None
     if config.get("repos"):
-        code = Code(config["repos"][0], os.path.dirname(params["path"]) if params.get("path")
-                    else None, runs.os.environ)
+        code = Code(config["repos"][0], config_dir, os.environ)
     try:
         result = batch.run(wait=params["wait"], code=code)
     finally:

@@ -351,7 +351,7 @@ class Runner(object):
         source = self.image_source
         if image == self.local_image and source == "auto":
             source = "push"  # built on this controller: no registry has it
-        shipping = None
+        shipping = repo = None
         if self.code is not None:
             # The code travels while the image is brought: both go over the same connections.
             shipping = ThreadPoolExecutor(max_workers=1)
@@ -380,7 +380,7 @@ class Runner(object):
                                        environ=self.environ, ssh_key=key,
                                        run_args=self.run_args, image=image,
                                        image_cmd=image_cmd, config_dir=self.config_dir,
-                                       repo=repo if shipping is not None else None,
+                                       repo=repo,
                                        python_setup=python_setup,
                                        fleet_env=self.fleet_env(placed["fleet"]))
         except (PlanError, volumes.VolumeError) as exc:
