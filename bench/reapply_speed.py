@@ -29,44 +29,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.local_engine import docker, ensure_engine, pick_name  # noqa: E402
 from gpufleet._collection import collections_path  # noqa: E402
 
 BIN = Path(sys.executable).parent
 FLEET = "benchre"
 PROPOSED_TARGET = 3.0  # not enforced: see RESULTS.md
-
-
-def docker(*args):
-    return subprocess.run(["docker"] + list(args), capture_output=True, text=True, check=False)
-
-
-def ensure_engine():
-    if docker("info").returncode != 0:
-        subprocess.run(["make", "-C", str(ROOT), "engine"], check=True)
-
-
-def fleet_in_use(name):
-    """Containers, networks or volumes of a fleet with this name already on the engine?"""
-    label = "label=gpufleet.fleet=" + name
-    for kind in (("ps", "-a"), ("network", "ls"), ("volume", "ls")):
-        out = docker(*(kind + ("-q", "--filter", label))).stdout
-        if out.strip():
-            return True
-    return bool(docker("ps", "-a", "-q", "--filter", "name=^gpufleet-%s-" % name).stdout.strip())
-
-
-def pick_name():
-    if not fleet_in_use(FLEET):
-        return FLEET
-    while True:
-        name = "%s-%s" % (FLEET, uuid.uuid4().hex[:6])
-        if not fleet_in_use(name):
-            return name
 
 
 def run(command, env, timeout=1800):
@@ -117,7 +89,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     ensure_engine()
-    name = pick_name()
+    name = pick_name(FLEET)
     hosts = ["%s-%d" % (name, num) for num in range(args.nodes)]
     load_before = os.getloadavg()
     others = [n for n in docker("ps", "--format", "{{.Names}}").stdout.split()

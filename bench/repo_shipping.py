@@ -45,12 +45,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.local_engine import docker, ensure_engine, pick_name  # noqa: E402
 from gpufleet._collection import ensure_importable  # noqa: E402
 
 ensure_importable()
@@ -72,33 +72,6 @@ EDITED_EACH_ROUND = MODIFIED[0]
 UNTRACKED = ("notes/todo.md", "src/pkg03/new_module.py", "configs/local.yaml")
 IGNORED = ("logs/train.log", "src/pkg00/__pycache__/mod0000.cpython-311.pyc",
            "outputs/checkpoint.bin", "scratch/tmp.txt")
-
-
-def docker(*args):
-    return subprocess.run(["docker"] + list(args), capture_output=True, text=True, check=False)
-
-
-def ensure_engine():
-    if docker("info").returncode != 0:
-        subprocess.run(["make", "-C", str(ROOT), "engine"], check=True)
-
-
-def fleet_in_use(name):
-    """Containers, networks or volumes of a fleet with this name already on the engine?"""
-    label = "label=gpufleet.fleet=" + name
-    for kind in (("ps", "-a"), ("network", "ls"), ("volume", "ls")):
-        if docker(*(kind + ("-q", "--filter", label))).stdout.strip():
-            return True
-    return bool(docker("ps", "-a", "-q", "--filter", "name=^gpufleet-%s-" % name).stdout.strip())
-
-
-def pick_name():
-    if not fleet_in_use(FLEET):
-        return FLEET
-    while True:
-        name = "%s-%s" % (FLEET, uuid.uuid4().hex[:6])
-        if not fleet_in_use(name):
-            return name
 
 
 # --- the repo -------------------------------------------------------------------------------
@@ -324,7 +297,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     ensure_engine()
-    name = pick_name()
+    name = pick_name(FLEET)
     load_before = os.getloadavg()
     others = [n for n in docker("ps", "--format", "{{.Names}}").stdout.split()
               if not n.startswith("gpufleet-%s-" % name)]
