@@ -160,6 +160,10 @@ def _run_task(args, path, out, err) -> int:
     if record.get("runs") is not None:
         return _array_summary(record, args, out)
     if args.detach:
+        if record.get("status") == "failed":
+            err.write(f"Run {record['run']} failed" +
+                      (f": {record['message']}" if record.get("message") else "") + "\n")
+            return 1
         out.write(f"Run {record['run']} submitted; follow it with gpufleet logs -f "
                   f"{record['run']}\n")
         return 0 if not record.get("failed") else 1

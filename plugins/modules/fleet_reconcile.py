@@ -135,9 +135,9 @@ def reconcile_fleet(module, path, root, settings, docker, now):
         docker.ping()
     record = apply.describe(config, path, docker, root, settings=settings)
     nodes = runs.nodes_of([record], root)
-    containers, errors = runs.survey(nodes) if nodes else ({}, {})
+    containers, claims, errors = runs.survey_with_claims(nodes) if nodes else ({}, {}, {})
     decision = reconcile.plan(config, record["instances"], containers,
-                              dict((h, str(e)) for h, e in errors.items()), now)
+                              dict((h, str(e)) for h, e in errors.items()), now, claims)
     entry = dict(decision, name=record["name"], file=path)
     if module.check_mode:
         return entry, None

@@ -80,3 +80,11 @@ def test_hosts_that_cannot_be_asked_and_idle_duration_off_keep_instances():
 def test_a_fleet_below_min_is_refilled(alive, create):
     instances = [instance(n) for n in range(alive)] + [instance(9, status="terminated")]
     assert plan(fleet("2..4", idle="off"), instances, {}, {}, NOW)["create"] == create
+
+
+def test_a_host_claimed_for_a_run_about_to_start_is_busy():
+    instances = [instance(n, created=ago(hours=5)) for n in range(3)]
+    claims = {"f-2": [{"run": "train", "blocks": 1}]}
+    decision = plan(fleet("0..4"), instances, {}, {}, NOW, claims)
+    assert decision["remove"] == ["f-0", "f-1"]
+    assert decision["reasons"]["f-2"] == "kept: claimed by run train"

@@ -24,6 +24,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     runs,
     supervisor,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 
@@ -60,6 +61,8 @@ class FakeNode:
         self.left = {}  # container name -> (ticks left running, exit code or None)
         self.down = False
         self.fail_start = None
+        self.claims = []
+        self.before_claim = None  # a competitor acting between a survey and a claim
 
     def call(self, op, payload=None, timeout=120):
         payload = payload or {}
@@ -71,8 +74,13 @@ class FakeNode:
 
     def op_status(self, payload):
         run = payload.get("run")
-        return {"containers": [copy.deepcopy(c) for c in self.containers
-                               if run is None or c["labels"].get(RUN_LABEL) == run]}
+        answer = {"containers": [copy.deepcopy(c) for c in self.containers
+                                 if run is None or c["labels"].get(RUN_LABEL) == run]}
+        if run is None:
+            by_sub = booking._containers_by_submission(self.containers)
+            answer["claims"] = [c for c in self.claims
+                                if booking.claim_live(c, by_sub, self.cluster.now)]
+        return answer
 
     def op_start(self, payload):
         job = payload["job"]
@@ -80,6 +88,10 @@ class FakeNode:
             raise NodeError(self.name, self.fail_start)
         if any(c["name"] == job["container"] for c in self.containers):
             return {"started": False, "exists": True}
+        if job.get("claim"):
+            answer = self.op_claim(job["claim"])
+            if not answer["claimed"]:
+                raise NodeError(self.name, "taken meanwhile: " + answer["reason"])
         self.cluster.started.append((self.name, job["job_num"], self.cluster.snapshot()))
         self.containers.append(container(job["container"], job["labels"]))
         self.left[job["container"]] = self.cluster.program(job)
@@ -102,10 +114,30 @@ class FakeNode:
     def op_remove(self, payload):
         gone = [c["name"] for c in self.containers if c["labels"].get(RUN_LABEL) == payload["run"]]
         self.containers = [c for c in self.containers if c["name"] not in gone]
+        self.claims = [c for c in self.claims
+                       if c["run"] != payload["run"] or c.get("run_id") == payload.get("keep")]
         return {"removed": gone}
 
     def op_image_info(self, payload):
         return {"present": True, "entrypoint": None, "cmd": None, "working_dir": None}
+
+    # Claims, decided by tasks.booking's own rules over this host's containers.
+    def op_claim(self, payload):
+        if self.before_claim is not None:
+            self.before_claim, hook = None, self.before_claim
+            hook(self)
+        claim = dict(payload, expires=self.cluster.now + payload.get("lease", 900))
+        others = [c for c in self.claims if c["run"] != claim["run"]]
+        why = booking.conflict(claim, self.claims, self.containers, self.cluster.now)
+        if why:
+            return {"claimed": False, "reason": why}
+        self.claims = others + [claim]
+        return {"claimed": True, "claim": claim}
+
+    def op_release(self, payload):
+        before = len(self.claims)
+        self.claims = [c for c in self.claims if c["run"] != payload["run"]]
+        return {"released": len(self.claims) < before}
 
     def tick(self):
         for box in self.containers:
@@ -526,6 +558,41 @@ def test_a_failed_run_result_says_which_job_failed(fake_hosts):
         (lc.TERMINATED, lc.TERMINATED_BY_SERVER, 143),
         (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 7)]
     assert result["jobs"][1]["internal_ip"] == "10.1.0.3"
+
+
+def test_a_host_claimed_by_another_submitter_after_the_survey_is_not_double_booked(fake_hosts):
+    runner, cluster = fake_hosts(task(), [fleet()], program=lambda job: (1, 0))
+
+    def competitor(node):
+        node.claims.append({"run": "other", "run_id": "x", "submission": 0, "blocks": 1,
+                            "total_blocks": 1, "gpu_ids": [], "whole": True,
+                            "expires": cluster.now + 900})
+
+    cluster.nodes["gpus-0"].before_claim = competitor
+    result = runner.run()
+    assert result["status"] == lc.RUN_DONE
+    # Refused on gpus-0, placed again on gpus-1, and nothing ever started on gpus-0.
+    assert [(h, p["run"]) for h, p in cluster.ops("claim")] == [
+        ("gpus-0", "train"), ("gpus-1", "train")]
+    assert [h for h, _p in cluster.ops("start")] == ["gpus-1"]
+    assert [c["run"] for c in cluster.nodes["gpus-0"].claims] == ["other"]
+
+
+def test_a_multi_node_run_that_loses_one_host_releases_the_other_and_reports_no_capacity(
+        fake_hosts):
+    runner, cluster = fake_hosts(task(nodes=2), [fleet()])
+
+    def competitor(node):
+        node.claims.append({"run": "other", "run_id": "x", "submission": 0, "blocks": 1,
+                            "total_blocks": 1, "gpu_ids": [], "whole": True,
+                            "expires": cluster.now + 900})
+
+    cluster.nodes["gpus-1"].before_claim = competitor
+    result = runner.run()
+    assert (result["status"], result["reason"]) == (lc.RUN_FAILED, lc.NO_CAPACITY)
+    assert "gpus-1: busy (1 of 1 blocks in use)" in result["message"]
+    assert cluster.nodes["gpus-0"].claims == []  # released, not left to lapse
+    assert cluster.ops("start") == []
 
 
 # ---------------------------------------------------------------------------------------------

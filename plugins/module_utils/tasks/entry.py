@@ -214,7 +214,9 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
     result["changed"] = True
     if ignored_fields(config):
         result["warnings"] = ignored_fields(config)
-    failed = params["wait"] and result["status"] != lifecycle.RUN_DONE
+    # Detached, a run that could not even start (no capacity, a failed start) has failed too.
+    failed = result["status"] != lifecycle.RUN_DONE if params["wait"] else (
+        result["status"] == lifecycle.RUN_FAILED)
     if failed and runner.submissions:
         last = runner.submissions[-1]
         rank0 = next((j for j in last.jobs if j["job_num"] == 0), None)

@@ -43,12 +43,13 @@ CONDITIONAL = {
 }
 
 
-def source_bytes():
-    """This module's source, as sent to hosts (read through its loader: inside a module's
-    AnsiballZ payload it lives in a zip file)."""
-    loader = globals().get("__loader__")
-    path = __file__.replace(".pyc", ".py")
-    for read in (lambda: loader.get_source(__name__), lambda: loader.get_data(path)):
+def source_bytes(module_globals=None):
+    """A module's source (this one by default), as sent to hosts (read through its loader:
+    inside a module's AnsiballZ payload it lives in a zip file)."""
+    scope = globals() if module_globals is None else module_globals
+    loader = scope.get("__loader__")
+    path = scope["__file__"].replace(".pyc", ".py")
+    for read in (lambda: loader.get_source(scope["__name__"]), lambda: loader.get_data(path)):
         try:
             text = read()
         except (AttributeError, IOError, OSError, ImportError):
@@ -377,7 +378,9 @@ def serve(request):
     try:
         data = json.loads(request.decode("utf-8"))
         op = data["op"]
-        answer = OPS[op](data.get("payload") or {})
+        ops = dict(OPS)
+        ops.update(globals().get("BOOK_OPS") or {})  # tasks.booking, sent along (tasks.ssh)
+        answer = ops[op](data.get("payload") or {})
     except Failure as exc:
         answer = {"error": str(exc)}
     except Exception as exc:  # one JSON answer whatever happens, never a traceback

@@ -46,14 +46,16 @@ def _span(seconds):
     return "".join("%d%s" % part for part in parts[:2]) or "0s"
 
 
-def plan(config, instances, containers, errors, now):
+def plan(config, instances, containers, errors, now, claims=None):
     """What one reconcile pass does to a backend fleet.
 
     ``instances`` are the fleet's instance records, ``containers`` maps host names to their
     task containers, ``errors`` host names to why they could not be asked, ``now`` an aware
-    datetime. Idle instances go highest number first, never below ``nodes.min``; ``create`` is
-    how many instances bring the fleet back to ``nodes.min``.
+    datetime; ``claims`` maps host names to their live claims (tasks.booking): a host claimed by
+    a run about to start is busy. Idle instances go highest number first, never below
+    ``nodes.min``; ``create`` is how many instances bring the fleet back to ``nodes.min``.
     """
+    claims = claims or {}
     nodes = config.get("nodes") or {}
     minimum = nodes.get("min") or 0
     idle_limit = config.get("idle_duration")
@@ -67,6 +69,10 @@ def plan(config, instances, containers, errors, now):
             continue
         if name in errors:
             reasons[name] = "kept: cannot be asked whether it is idle (%s)" % errors[name]
+            continue
+        held = sorted(c.get("run") for c in claims.get(name) or [] if c.get("run"))
+        if held:
+            reasons[name] = "kept: claimed by run %s" % ", ".join(held)
             continue
         since = idle_since(instance, containers.get(name) or [])
         if since is None:

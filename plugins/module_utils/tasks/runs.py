@@ -16,6 +16,7 @@ import base64
 import os
 import random
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
@@ -31,7 +32,7 @@ from ..fleets import state
 from ..offers import catalog
 from ..volumes import attach as volumes
 from ..spec import support
-from . import code, lifecycle, placement, python_env, rankplan
+from . import claiming, code, lifecycle, placement, python_env, rankplan
 from .environment import registry_credentials, resolve_env
 from .errors import PlanError, RunError
 from .images import ensure_image
@@ -39,6 +40,9 @@ from .ssh import Node, NodeError
 from .supervisor import RUN_LABEL, Watch, parallel
 
 NO_CAPACITY_BACKOFF = (5, 10, 20, 40, 60)
+# A placement whose hosts were claimed by another submitter meanwhile is made again, at most
+# this many times, after a short random pause.
+CLAIM_ATTEMPTS = 6
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,33 +127,29 @@ def nodes_of(fleets, root=None, connect_timeout=20):
 
 def survey(nodes):
     """Ask every host for its task containers: ``({host: [containers]}, {host: error})``."""
+    containers, _claims, errors = survey_with_claims(nodes)
+    return containers, errors
+
+
+def survey_with_claims(nodes):
+    """Every host's task containers and live claims (tasks.booking):
+    ``({host: [containers]}, {host: [claims]}, {host: error})``."""
     answers = parallel(sorted(nodes), lambda h: nodes[h].call("status", {}))
     containers = {}
+    claims = {}
     errors = {}
     for host, (answer, error) in answers.items():
         if error is not None:
             errors[host] = error
         else:
             containers[host] = answer["containers"]
-    return containers, errors
+            claims[host] = answer.get("claims") or []
+    return containers, claims, errors
 
 
-def busy_map(containers):
-    """Blocks and GPUs taken on each host by containers that are still alive."""
-    busy = {}
-    for host, entries in containers.items():
-        for entry in entries:
-            if lifecycle.job_status(entry)[0] not in lifecycle.ALIVE:
-                continue
-            labels = entry["labels"]
-            item = busy.setdefault(host, {"blocks": 0, "gpu_ids": []})
-            try:
-                item["blocks"] += int(labels.get("gpufleet.blocks") or 0)
-            except ValueError:
-                pass
-            ids = labels.get("gpufleet.gpus") or ""
-            item["gpu_ids"] += [i for i in ids.split(",") if i]
-    return busy
+def busy_map(containers, claims=None):
+    """Blocks and GPUs in use on each host (tasks.claiming.busy_map)."""
+    return claiming.busy_map(containers, claims)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,6 +233,8 @@ class Runner(object):
         self.config_dir = config_dir
         self.array = array
         self.name = rankplan.run_name(config, rng)
+        self.rng = rng
+        self.by = "%s:%d" % (socket.gethostname(), os.getpid())
         self.run_id = uuid.uuid4().hex
         self.submitted_at = fleet_apply.utcnow()
         refused = support.refusals(config)   # the verdict gpufleet validate reports too
@@ -250,7 +252,7 @@ class Runner(object):
             code.Code(config["repos"][0], config_dir, self.environ)))
 
     def _place(self):
-        containers, errors = survey(self.nodes)
+        containers, claims, errors = survey_with_claims(self.nodes)
         self.leftovers = sorted(h for h, entries in containers.items()
                                 if any(c["labels"].get(RUN_LABEL) == self.name for c in entries))
         for host, entries in containers.items():
@@ -272,7 +274,29 @@ class Runner(object):
         facts = {}
         for fleet in fleets:
             facts.update(fleet.get("facts") or {})
-        return placement.place(self._steered(), fleets, facts, busy_map(containers))
+        return placement.place(self._steered(), fleets, facts, busy_map(containers, claims))
+
+    def _place_and_claim(self, number):
+        """Place submission ``number`` and claim its hosts (tasks.claiming); a placement that
+        lost a host to another submitter meanwhile is made again."""
+        run = {"name": self.name, "id": self.run_id}
+        refused = None
+        for attempt in range(CLAIM_ATTEMPTS):
+            if attempt:
+                self.sleep(self.rng.uniform(0.05, 0.4) * attempt)
+            placed = self._place()
+            try:
+                claiming.claim_hosts(self.nodes, placed, run, number, by=self.by)
+            except claiming.ClaimRefused as exc:
+                refused = exc
+                continue
+            except NodeError as exc:
+                raise RunError(str(exc)) from exc
+            return placed
+        raise placement.NoHostFits(
+            "no capacity for task %s: its hosts were taken by other runs while it was placed "
+            "(last: %s); submit it again, or add retry: {on_events: [no-capacity]}"
+            % (self.name, refused), [str(refused)])
 
     def _volume_clients(self):
         """Clients of the cloud backends the fleets' hosts are on, made once."""
@@ -343,7 +367,8 @@ class Runner(object):
         if len(placed["jobs"]) >= 2:
             key_maker = ThreadPoolExecutor(max_workers=1)
             key_future = key_maker.submit(run_key)
-        parallel(self.leftovers, lambda h: self.nodes[h].call("remove", {"run": self.name}))
+        parallel(self.leftovers, lambda h: self.nodes[h].call(
+            "remove", {"run": self.name, "keep": self.run_id}))
         auth = registry_credentials(self.config, self.env, self.secrets)
         for job in placed["jobs"]:
             self.emit({"kind": "job", "job_num": job["job_num"], "host": job["host"],
@@ -385,6 +410,11 @@ class Runner(object):
                                        fleet_env=self.fleet_env(placed["fleet"]))
         except (PlanError, volumes.VolumeError) as exc:
             raise RunError(str(exc)) from exc
+        run = {"name": self.name, "id": self.run_id}
+        for job, where in zip(jobs, placed["jobs"]):
+            # The start renews the claim under the host's lock (tasks.booking), so a claim
+            # that lapsed during a long pull is only used if nobody took the host meanwhile.
+            job["claim"] = claiming.claim_of(where, run, number, by=self.by)
         return Submission(number, _inline_files(jobs), nodes, placed)
 
     def _attach_volumes(self, placed, run, nodes):
@@ -415,7 +445,7 @@ class Runner(object):
         attempt = 0
         while True:
             try:
-                placed = self._place()
+                placed = self._place_and_claim(number)
                 break
             except placement.NoHostFits as exc:
                 if not lifecycle.may_retry(self.config.get("retry"),
@@ -426,7 +456,12 @@ class Runner(object):
                            "message": "no capacity, retrying in %d s: %s" % (delay, exc)})
                 attempt += 1
                 self.sleep(delay)
-        submission = self._prepare(number, placed)
+        try:
+            submission = self._prepare(number, placed)
+        except BaseException:
+            claiming.release_hosts(self.nodes, [j["host"] for j in placed["jobs"]],
+                                   {"name": self.name, "id": self.run_id})
+            raise
         self.submissions.append(submission)
         return submission
 

@@ -43,6 +43,20 @@ def control_dir():
     return _CONTROL_DIR
 
 
+_HOST_SOURCE = []
+
+
+def host_source():
+    """What runs on a host for each request: tasks.nodeside, then tasks.booking (claims and the
+    queue), in one namespace. Their own sources are sent, so nothing is installed on the host and
+    a new controller version never meets an old helper."""
+    if not _HOST_SOURCE:
+        from . import booking, nodeside
+
+        _HOST_SOURCE.append(nodeside.source_bytes() + b"\n" + nodeside.source_bytes(vars(booking)))
+    return _HOST_SOURCE[0]
+
+
 class Node(object):
     """One host of a fleet, reached as its instance record says.
 
@@ -133,10 +147,10 @@ class Node(object):
         The helper's source travels on stdin with the request, so nothing is installed on the
         host and a new controller version never meets an old helper.
         """
-        from . import nodeside  # the module's own source is what is sent
+        from . import nodeside
 
         request = json.dumps({"op": op, "payload": payload or {}}).encode("utf-8")
-        data = nodeside.source_bytes() + b"\n" + nodeside.SEPARATOR + b"\n" + request
+        data = host_source() + b"\n" + nodeside.SEPARATOR + b"\n" + request
         command = self.sudo + "python3 -c " + shlex.quote(nodeside.BOOTSTRAP)
         rc, out, err = self.run(command, data=data, timeout=timeout)
         if rc == 255:

@@ -1,0 +1,299 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Booking a host, on the host: claims on its capacity and the fleet's queue of pending runs.
+
+This file travels to the hosts with tasks.nodeside (tasks.ssh.Node.call sends both sources and
+runs them in one namespace), so it uses the standard library only and the Python 3.6+ of any
+Ansible-managed host. Every operation that reads and then writes the booking folder holds an
+exclusive ``flock`` on ``BOOK_ROOT/lock`` for the whole read-check-write, so two controllers (or
+ten ``gpufleet apply`` at once) asking the same host are served one after the other: the second
+sees the first's claim. That lock is the only point of serialisation gpufleet has.
+
+Claims (``claims/<run>.json``): a run's share of this host (blocks, GPU ids, whole host) from the
+moment a controller chose the host until the run's container here ends. A claim is live while a
+container of its run and submission exists and is alive; before its container exists, until its
+lease runs out (a controller that died between claiming and starting frees the host by itself).
+
+The queue (``queue/<run>.json``, on the fleet's queue host, see tasks.queue): pending runs with
+everything needed to submit them later from any controller, 0600 and owned by root (it holds the
+run's resolved environment). A controller ``take``s an entry before submitting it, with a lease,
+so two controllers never start the same pending run.
+"""
+
+import json
+import os
+import time
+
+try:  # imported as part of the collection (tests, the controller)
+    from .nodeside import Failure, op_remove, op_start, op_status
+except ImportError:  # on a host: nodeside's source runs first in the same namespace
+    pass
+
+BOOK_ROOT = "/var/lib/gpufleet/book"
+CLAIM_LEASE = 900
+TAKE_LEASE = 600
+ALIVE_STATES = ("created", "running", "paused", "restarting", "removing")
+_SAFE = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+class _Lock(object):
+    """An exclusive flock on ``BOOK_ROOT/lock``, held for a read-check-write."""
+
+    def __init__(self):
+        self.handle = None
+
+    def __enter__(self):
+        import fcntl
+
+        _folder(BOOK_ROOT)
+        self.handle = open(os.path.join(BOOK_ROOT, "lock"), "a")
+        fcntl.flock(self.handle.fileno(), fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        import fcntl
+
+        fcntl.flock(self.handle.fileno(), fcntl.LOCK_UN)
+        self.handle.close()
+        return False
+
+
+def _folder(path):
+    os.makedirs(path, 0o700, exist_ok=True)  # two requests may make it at once
+    return path
+
+
+def _name(run):
+    run = str(run or "")
+    if not run or run.startswith(".") or any(c not in _SAFE for c in run.lower()):
+        raise Failure("not a run name: %r" % (run,))
+    return run
+
+
+def _read_all(folder):
+    found = []
+    if not os.path.isdir(folder):
+        return found
+    for entry in sorted(os.listdir(folder)):
+        if not entry.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(folder, entry)) as handle:
+                value = json.load(handle)
+        except (IOError, OSError, ValueError):
+            continue  # half-written by a host that lost power: ignored, replaced on next write
+        if isinstance(value, dict):
+            found.append(value)
+    return found
+
+
+def _write_json(path, value):
+    """Write whole or not at all: a temporary file renamed over the old one."""
+    _folder(os.path.dirname(path))
+    temp = "%s.%d.tmp" % (path, os.getpid())
+    with open(temp, "w") as handle:
+        os.chmod(temp, 0o600)
+        json.dump(value, handle, sort_keys=True)
+    os.rename(temp, path)
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# Claims
+
+
+def _claims_dir():
+    return os.path.join(BOOK_ROOT, "claims")
+
+
+def _containers_by_submission(containers):
+    """``{(run, submission): [docker states]}`` of the task containers on this host."""
+    out = {}
+    for entry in containers:
+        labels = entry.get("labels") or {}
+        run = labels.get("gpufleet.run")
+        if run:
+            key = (run, str(labels.get("gpufleet.submission") or "0"))
+            out.setdefault(key, []).append(entry.get("state"))
+    return out
+
+
+def claim_live(claim, by_submission, now):
+    """A claim holds while its run's container here is alive, or, before that container
+    exists, until its lease ends."""
+    states = by_submission.get((claim.get("run"), str(claim.get("submission") or 0)))
+    if states:
+        return any(s in ALIVE_STATES for s in states)
+    return now < float(claim.get("expires") or 0)
+
+
+def usage(claims, containers, now, exclude_run=None):
+    """``(blocks, gpu ids, runs)`` in use on this host: live claims, plus alive task containers
+    that no claim covers (started by an earlier gpufleet, which did not claim)."""
+    by_submission = _containers_by_submission(containers)
+    blocks = 0
+    ids = set()
+    runs = set()
+    covered = set()
+    for claim in claims:
+        key = (claim.get("run"), str(claim.get("submission") or 0))
+        covered.add(key)
+        if claim.get("run") == exclude_run or not claim_live(claim, by_submission, now):
+            continue
+        blocks += int(claim.get("blocks") or 0)
+        ids.update(claim.get("gpu_ids") or [])
+        runs.add(claim.get("run"))
+    for entry in containers:
+        labels = entry.get("labels") or {}
+        key = (labels.get("gpufleet.run"), str(labels.get("gpufleet.submission") or "0"))
+        if key in covered or key[0] == exclude_run or entry.get("state") not in ALIVE_STATES:
+            continue
+        try:
+            blocks += int(labels.get("gpufleet.blocks") or 0)
+        except ValueError:
+            pass
+        ids.update(i for i in (labels.get("gpufleet.gpus") or "").split(",") if i)
+        runs.add(key[0])
+    return blocks, ids, runs
+
+
+def conflict(claim, claims, containers, now):
+    """Why ``claim`` cannot be granted on this host now, or None."""
+    run = claim["run"]
+    by_submission = _containers_by_submission(containers)
+    for other in claims:
+        if other.get("run") == run and other.get("run_id") != claim.get("run_id") and (
+                claim_live(other, by_submission, now)):
+            return "run %s is already running here (submitted by another controller)" % run
+    for (other_run, _submission), states in by_submission.items():
+        if other_run == run and any(s in ALIVE_STATES for s in states) and not any(
+                c.get("run") == run and c.get("run_id") == claim.get("run_id") for c in claims):
+            return "run %s is already running here" % run
+    blocks, ids, runs = usage(claims, containers, now, exclude_run=run)
+    total = int(claim.get("total_blocks") or 1)
+    wanted = int(claim.get("blocks") or 0)
+    taken = sorted(set(claim.get("gpu_ids") or []) & ids)
+    holders = ", ".join(sorted(r for r in runs if r)) or "another run"
+    if claim.get("whole") and (blocks or ids):
+        return "busy (%d of %d blocks held by %s)" % (blocks, total, holders)
+    if blocks + wanted > total:
+        return "busy (%d of %d blocks held by %s, %d more wanted)" % (
+            blocks, total, holders, wanted)
+    if taken:
+        return "GPU %s held by %s" % (",".join(str(t) for t in taken), holders)
+    return None
+
+
+def _claim_locked(payload, now):
+    path = os.path.join(_claims_dir(), _name(payload["run"]) + ".json")
+    claims = _read_all(_claims_dir())
+    containers = op_status({})["containers"]
+    by_submission = _containers_by_submission(containers)
+    for other in claims:  # claims that ended are forgotten here, under the lock
+        if other.get("run") != payload["run"] and not claim_live(other, by_submission, now):
+            _remove(os.path.join(_claims_dir(), _name(other.get("run")) + ".json"))
+    claim = {
+        "run": payload["run"],
+        "run_id": payload.get("run_id"),
+        "submission": int(payload.get("submission") or 0),
+        "jobs": list(payload.get("jobs") or []),
+        "blocks": int(payload.get("blocks") or 0),
+        "total_blocks": int(payload.get("total_blocks") or 1),
+        "gpu_ids": list(payload.get("gpu_ids") or []),
+        "whole": bool(payload.get("whole")),
+        "by": payload.get("by"),
+        "claimed_at": now,
+        "expires": now + float(payload.get("lease") or CLAIM_LEASE),
+    }
+    why = conflict(claim, claims, containers, now)
+    if why is not None:
+        return {"claimed": False, "reason": why}
+    _write_json(path, claim)
+    return {"claimed": True, "claim": claim}
+
+
+def op_claim(payload):
+    """Claim a share of this host for a run, or say who holds it. Claiming again with the same
+    run id renews the lease (and moves the claim to a new submission)."""
+    with _Lock():
+        return _claim_locked(payload, time.time())
+
+
+def op_release(payload):
+    """Drop the claim of ``run`` (only ``run_id``'s, when given)."""
+    run = _name(payload["run"])
+    path = os.path.join(_claims_dir(), run + ".json")
+    with _Lock():
+        for claim in _read_all(_claims_dir()):
+            if claim.get("run") == run and payload.get("run_id") in (None, claim.get("run_id")):
+                _remove(path)
+                return {"released": True}
+    return {"released": False}
+
+
+def live_claims(containers, now=None):
+    """The claims that hold on this host (read without the lock: a snapshot for planning)."""
+    now = time.time() if now is None else now
+    by_submission = _containers_by_submission(containers)
+    return [c for c in _read_all(_claims_dir()) if claim_live(c, by_submission, now)]
+
+
+BOOK_OPS = {
+    "claim": op_claim,
+    "release": op_release,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# The node-side operations that book: status shows the claims, start claims (or renews) under
+# the lock before its container exists, remove drops the run's claim.
+
+
+def op_status_booked(payload):
+    answer = op_status(payload)
+    if not payload.get("run"):  # a survey: every container is known, so liveness is exact
+        answer["claims"] = live_claims(answer["containers"])
+    return answer
+
+
+def op_start_booked(payload):
+    claim = payload["job"].get("claim")
+    if claim:
+        with _Lock():
+            answer = _claim_locked(claim, time.time())
+        if not answer["claimed"]:
+            raise Failure("cannot start %s: this host was taken meanwhile: %s"
+                          % (payload["job"]["container"], answer["reason"]))
+    try:
+        return op_start(payload)
+    except Failure:
+        if claim:
+            op_release({"run": claim["run"], "run_id": claim.get("run_id")})
+        raise
+
+
+def op_remove_booked(payload):
+    """Remove a run's containers, and its claim here unless it is ``keep``'s (the run id of a
+    new submission that claimed the host before the old one's leftovers went)."""
+    answer = op_remove(payload)
+    if payload.get("jobs") is None and payload.get("run"):
+        run = _name(payload["run"])
+        with _Lock():
+            for claim in _read_all(_claims_dir()):
+                if claim.get("run") == run and claim.get("run_id") != payload.get("keep"):
+                    _remove(os.path.join(_claims_dir(), run + ".json"))
+    return answer
+
+
+BOOK_OPS.update({
+    "status": op_status_booked,
+    "start": op_start_booked,
+    "remove": op_remove_booked,
+})

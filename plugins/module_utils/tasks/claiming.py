@@ -1,0 +1,124 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Claiming the hosts of a placement before anything is started on them (the controller's side
+of tasks.booking).
+
+Placement reads what is busy from a survey, which another controller may be acting on at the
+same moment. So a placement is only a proposal until every host of it has granted a claim: each
+host checks, under its own lock, that the share is still free and records it. The first host of
+the plan (in name order) is claimed alone and the others all at once; a refusal anywhere releases
+what was granted, and the caller surveys and places again. Two submitters that want the same
+hosts cannot both win, and since no host ever waits for another, nothing can deadlock.
+"""
+
+from __future__ import annotations
+
+from ..core.errors import GpufleetError
+from . import lifecycle
+from .supervisor import parallel
+
+CLAIM_LEASE = 900
+
+
+class ClaimRefused(GpufleetError):
+    """A host refused a claim: another run took it since the survey. ``reason`` says which."""
+
+    def __init__(self, host, reason):
+        super(ClaimRefused, self).__init__("%s: %s" % (host, reason))
+        self.host = host
+        self.reason = reason
+
+
+def busy_map(containers, claims=None):
+    """Blocks and GPUs taken on each host: live claims (``{host: [claims]}``), plus alive task
+    containers that no claim covers."""
+    busy = {}
+    covered = set()
+    for host, entries in (claims or {}).items():
+        for claim in entries:
+            covered.add((host, claim.get("run"), str(claim.get("submission") or 0)))
+            item = busy.setdefault(host, {"blocks": 0, "gpu_ids": []})
+            item["blocks"] += int(claim.get("blocks") or 0)
+            item["gpu_ids"] += [i for i in claim.get("gpu_ids") or [] if i not in item["gpu_ids"]]
+    for host, entries in containers.items():
+        for entry in entries:
+            labels = entry["labels"]
+            key = (host, labels.get("gpufleet.run"), str(labels.get("gpufleet.submission") or 0))
+            if key in covered or lifecycle.job_status(entry)[0] not in lifecycle.ALIVE:
+                continue
+            item = busy.setdefault(host, {"blocks": 0, "gpu_ids": []})
+            try:
+                item["blocks"] += int(labels.get("gpufleet.blocks") or 0)
+            except ValueError:
+                pass
+            ids = labels.get("gpufleet.gpus") or ""
+            item["gpu_ids"] += [i for i in ids.split(",") if i and i not in item["gpu_ids"]]
+    return busy
+
+
+def claim_of(job, run, submission, by=None, lease=CLAIM_LEASE):
+    """The claim a placed job makes on its host (the ``claim`` request of tasks.booking)."""
+    return {
+        "run": run["name"],
+        "run_id": run["id"],
+        "submission": submission,
+        "jobs": [job["job_num"]],
+        "blocks": job.get("blocks") or 0,
+        "total_blocks": job.get("total_blocks") or 1,
+        "gpu_ids": [str(g.get("id") if g.get("id") is not None else g.get("index"))
+                    for g in job.get("gpus") or []],
+        "whole": bool(job.get("whole_host")),
+        "by": by,
+        "lease": lease,
+    }
+
+
+def claim_hosts(nodes, placed, run, submission, by=None):
+    """Claim every host of ``placed`` for ``run``; ClaimRefused (after releasing what was
+    granted) when one is taken. Returns ``{host: claim}``."""
+    claims = dict((job["host"], claim_of(job, run, submission, by)) for job in placed["jobs"])
+    hosts = sorted(claims)
+    granted = []
+
+    def claim(host):
+        answer = nodes[host].call("claim", claims[host])
+        if not answer.get("claimed"):
+            raise ClaimRefused(host, answer.get("reason") or "refused")
+        return host
+
+    def attempt(group):
+        refused = None
+        results = parallel(group, lambda h: _guard(claim, h))
+        for host in group:
+            value, error = results[host]
+            if error is not None:
+                raise error
+            if isinstance(value, ClaimRefused):
+                refused = refused or value
+            else:
+                granted.append(host)
+        if refused is not None:
+            raise refused
+
+    try:
+        attempt(hosts[:1])
+        attempt(hosts[1:])
+    except Exception:
+        release_hosts(nodes, granted, run)
+        raise
+    return claims
+
+
+def _guard(function, host):
+    try:
+        return function(host)
+    except ClaimRefused as exc:
+        return exc
+
+
+def release_hosts(nodes, hosts, run):
+    """Drop ``run``'s claims on ``hosts`` (best effort: an unreachable host's claim lapses with
+    its lease)."""
+    parallel(sorted(hosts), lambda h: nodes[h].call("release", {"run": run["name"],
+                                                               "run_id": run["id"]}))
