@@ -534,3 +534,86 @@ def test_a_failed_clone_names_the_url_and_the_credentials(tmp_path):
     assert ("Failed to set up the repo (git clone of file://%s/missing.git failed" % tmp_path
             in proc.stderr.decode())
     assert "GIT_TOKEN or GIT_SSH_KEY" in proc.stderr.decode()
+
+
+# ---------------------------------------------------------------------------------------------
+# A run that supervises itself: a job that ends the run asks the others to stop over SSH, and
+# each job's monitor carries such a request out.
+
+
+def multinode_fakes(tmp_path):
+    """sshd and ssh-keygen that do nothing, and an ssh that logs its arguments and runs the
+    remote command here (the "other node" shares this test's DSTACK_DIR)."""
+    fakes = tmp_path / "fakes"
+    fakes.mkdir()
+    for name, text in (
+        ("sshd", "exit 0\n"),
+        ("ssh-keygen", "exit 0\n"),
+        ("ssh", 'printf "%s\\n" "$*" >> "$FAKE_LOG/ssh.log"\n'
+                'for last; do :; done\nsh -c "$last"\n'),
+    ):
+        (fakes / name).write_text("#!/bin/sh\n" + text)
+        os.chmod(str(fakes / name), 0o755)
+    return fakes
+
+
+def test_a_failing_job_asks_the_other_nodes_to_stop(tmp_path, shell):
+    job = Job(tmp_path, {"commands": ["exit 3"]}, nodes=3, rank=1)
+    fakes = multinode_fakes(tmp_path)
+    proc = job.run(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
+    assert proc.returncode == 3, proc.stderr
+    calls = sorted((fakes / "ssh.log").read_text().splitlines())
+    # Ranks 0 and 2, on the run's port with the run's key, and not itself.
+    assert [c.split(" -l ")[1].split()[1] for c in calls] == ["10.1.0.2", "10.1.0.4"]
+    for call in calls:
+        assert "-p 10022" in call and "-i %s" % (job.dir / "ssh" / "dstack_job") in call
+    assert (job.dstack / "run" / "stop").read_text() == "terminated_by_server\n"
+    assert b"asked the other nodes of the run to stop (terminated_by_server)" in proc.stderr
+
+
+@pytest.mark.parametrize("criteria, rank, told", [
+    ("master-done", 0, "done_by_runner"),
+    ("master-done", 1, None),
+    ("all-done", 0, None),
+])
+def test_the_master_of_a_master_done_run_ends_it(tmp_path, shell, criteria, rank, told):
+    job = Job(tmp_path, {"commands": ["true"], "stop_criteria": criteria}, nodes=2, rank=rank)
+    fakes = multinode_fakes(tmp_path)
+    proc = job.run(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
+    assert proc.returncode == 0, proc.stderr
+    stop = job.dstack / "run" / "stop"
+    assert (stop.read_text() if stop.exists() else None) == (told and told + "\n")
+
+
+def test_a_job_stopped_from_outside_tells_nobody(tmp_path, shell):
+    job = Job(tmp_path, {"commands": ["exit 9"]}, nodes=2, rank=1)
+    (job.state / "reason").write_text("terminated_by_user\n")
+    fakes = multinode_fakes(tmp_path)
+    proc = job.run(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
+    assert proc.returncode == 9, proc.stderr
+    assert not (fakes / "ssh.log").exists()
+
+
+@pytest.mark.parametrize("asked, recorded", [
+    ("terminated_by_server", "terminated_by_server"),
+    ("done_by_runner", "done_by_runner"),
+    ("anything else", "terminated_by_server"),
+])
+def test_a_stop_request_from_another_node_stops_the_command(tmp_path, shell, asked, recorded):
+    job = Job(tmp_path, {"commands": ["trap 'exit 7' TERM; : > ready; "
+                                      "while :; do sleep 0.1; done"]}, nodes=2, rank=0)
+    fakes = multinode_fakes(tmp_path)
+    proc = job.start(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
+    try:
+        wait_for(job.workdir / "ready")
+        (job.dstack / "run" / "stop").write_text(asked + "\n")
+        began = time.time()
+        _out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert time.time() - began < 3
+    assert proc.returncode == 7, err
+    assert job.read_state("reason") == recorded
+    assert b"another node of the run ended it" in err
+    assert not (fakes / "ssh.log").exists()  # stopped from outside: nobody else is told

@@ -200,8 +200,9 @@ def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time):
     supervise it as the runner does (a failed job stops the others, master-done, a stop asked
     meanwhile) until it ends; return the final run record.
 
-    A run submitted without waiting is supervised only by its containers (max_duration) until
-    someone attaches; retry cannot resubmit from here, so a failure ends the run failed.
+    A detached run also supervises itself (tasks.wrapper: a job that ends the run asks the
+    others to stop over the run's SSH); retry cannot resubmit from here, so a failure ends the
+    run failed.
     """
     record, mine = find_run(nodes, name)
     latest = [c for entries in mine.values() for c in entries

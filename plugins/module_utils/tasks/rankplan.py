@@ -276,6 +276,7 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
             "GPUFLEET_MAX_DURATION": "" if max_duration is None else str(max_duration),
             "GPUFLEET_STOP_DURATION": str(stop_duration),
             "GPUFLEET_MULTINODE": "1" if multinode else "0",
+            "GPUFLEET_STOP_CRITERIA": config.get("stop_criteria") or "all-done",
         })
         variables.update(_repo_variables(config, repo))
         files = {

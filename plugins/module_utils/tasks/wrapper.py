@@ -48,7 +48,57 @@ _gf_finish() {
         kill "$_gf_watchdog" 2>/dev/null
     fi
     printf '%s\n' "$1" > "$GPUFLEET_STATE/exit_code" 2>/dev/null
+    _gf_peers_verdict "$1"
     exit "$1"
+}
+
+# The run supervises itself: when this job ends the run (it failed, ran past max_duration, or
+# it is the master of a master-done run), it asks every other job's container to stop, over the
+# SSH the run's nodes already share (the other wrapper's monitor carries the stop out). A job
+# stopped from outside (state/reason is terminated_by_* or done_by_runner) says nothing.
+_gf_peers_verdict() {
+    [ "$GPUFLEET_MULTINODE" = 1 ] || return 0
+    _gf_why=
+    [ -r "$GPUFLEET_STATE/reason" ] && _gf_why=$(head -n 1 "$GPUFLEET_STATE/reason")
+    case $_gf_why in
+        terminated_by_*|done_by_runner) return 0 ;;
+        max_duration_exceeded) _gf_tell=terminated_by_server ;;
+        *)
+            if [ "$1" != 0 ]; then
+                _gf_tell=terminated_by_server
+            elif [ "$DSTACK_NODE_RANK" = 0 ] && [ "$GPUFLEET_STOP_CRITERIA" = master-done ]; then
+                _gf_tell=done_by_runner
+            else
+                return 0
+            fi ;;
+    esac
+    _gf_tell_peers "$_gf_tell"
+}
+
+_gf_tell_peers() {
+    [ -r "$GPUFLEET_DIR/ssh/dstack_job" ] && command -v ssh >/dev/null 2>&1 || {
+        _gf_log "cannot tell the other nodes to stop (no ssh client in the image);" \
+            "a gpufleet command on the fleet will stop them"
+        return 0
+    }
+    _gf_login=${_gf_name:-$(id -un 2>/dev/null)}
+    _gf_i=0
+    _gf_pids=
+    for _gf_ip in $DSTACK_NODES_IPS; do
+        if [ "$_gf_i" != "$DSTACK_NODE_RANK" ]; then
+            ssh -q -n -o BatchMode=yes -o ConnectTimeout=4 -o StrictHostKeyChecking=no \
+                -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes \
+                -i "$GPUFLEET_DIR/ssh/dstack_job" -p 10022 -l "${_gf_login:-root}" "$_gf_ip" \
+                "printf '%s\n' $1 > $DSTACK_DIR/run/stop" > /dev/null 2>&1 &
+            _gf_pids="$_gf_pids $!"
+        fi
+        _gf_i=$((_gf_i + 1))
+    done
+    for _gf_p in $_gf_pids; do
+        wait "$_gf_p" 2>/dev/null || _gf_log "could not reach another node to stop it" \
+            "(a gpufleet command on the fleet will stop it)"
+    done
+    _gf_log "asked the other nodes of the run to stop ($1)"
 }
 
 _gf_fail() {
@@ -403,6 +453,11 @@ if [ "$GPUFLEET_MULTINODE" = 1 ]; then
     cp "$GPUFLEET_DIR/ssh/dstack_job.pub" "$DSTACK_DIR/ssh/authorized_keys" ||
         _gf_fail "cannot write $DSTACK_DIR/ssh/authorized_keys"
     chmod 644 "$DSTACK_DIR/ssh/authorized_keys"
+    # Where another node of the run leaves a stop request (see _gf_peers_verdict).
+    mkdir -p "$DSTACK_DIR/run" || _gf_fail "cannot create $DSTACK_DIR/run"
+    rm -f "$DSTACK_DIR/run/stop"
+    chown "$_gf_uid:$_gf_gid" "$DSTACK_DIR/run" 2>/dev/null
+    chmod 700 "$DSTACK_DIR/run"
     _gf_sshd_start
 fi
 
@@ -447,32 +502,47 @@ if [ -n "$_gf_signalled" ]; then
     kill -TERM "$_gf_child" 2>/dev/null
 fi
 
+# The monitor: max_duration, and stop requests from the run's other nodes. It records why it
+# stops the command (state/reason), sends TERM, and KILL after stop_duration.
+_gf_stop_command() {
+    [ -e "$GPUFLEET_STATE/reason" ] || printf '%s\n' "$1" > "$GPUFLEET_STATE/reason"
+    _gf_log "$2: stopping the command"
+    kill -TERM "$_gf_child" 2>/dev/null
+    _gf_end=$(( $(date +%s) + ${GPUFLEET_STOP_DURATION:-0} ))
+    while kill -0 "$_gf_child" 2>/dev/null && [ "$(date +%s)" -lt "$_gf_end" ]; do
+        sleep 1 < /dev/null > /dev/null 2>&1
+    done
+    kill -KILL "$_gf_child" 2>/dev/null
+}
+
+_gf_limit=
 case $GPUFLEET_MAX_DURATION in
     ''|*[!0-9]*) ;;
-    *)
-        (
-            trap - TERM INT
-            _gf_end=$(( $(date +%s) + GPUFLEET_MAX_DURATION ))
-            while kill -0 "$_gf_child" 2>/dev/null; do
-                if [ "$(date +%s)" -ge "$_gf_end" ]; then
-                    [ -e "$GPUFLEET_STATE/reason" ] ||
-                        printf 'max_duration_exceeded\n' > "$GPUFLEET_STATE/reason"
-                    _gf_log "max_duration (${GPUFLEET_MAX_DURATION}s) exceeded:" \
-                        "stopping the command"
-                    kill -TERM "$_gf_child" 2>/dev/null
-                    _gf_end=$(( $(date +%s) + ${GPUFLEET_STOP_DURATION:-0} ))
-                    while kill -0 "$_gf_child" 2>/dev/null && [ "$(date +%s)" -lt "$_gf_end" ]; do
-                        sleep 1 < /dev/null > /dev/null 2>&1
-                    done
-                    kill -KILL "$_gf_child" 2>/dev/null
-                    exit 0
-                fi
-                sleep 1 < /dev/null > /dev/null 2>&1
-            done
-        ) &
-        _gf_watchdog=$!
-        ;;
+    *) _gf_limit=$(( $(date +%s) + GPUFLEET_MAX_DURATION )) ;;
 esac
+if [ -n "$_gf_limit" ] || [ "$GPUFLEET_MULTINODE" = 1 ]; then
+    (
+        trap - TERM INT
+        while kill -0 "$_gf_child" 2>/dev/null; do
+            if [ -s "$DSTACK_DIR/run/stop" ]; then
+                _gf_asked=$(head -n 1 "$DSTACK_DIR/run/stop")
+                case $_gf_asked in
+                    done_by_runner) ;;
+                    *) _gf_asked=terminated_by_server ;;
+                esac
+                _gf_stop_command "$_gf_asked" "another node of the run ended it ($_gf_asked)"
+                exit 0
+            fi
+            if [ -n "$_gf_limit" ] && [ "$(date +%s)" -ge "$_gf_limit" ]; then
+                _gf_stop_command max_duration_exceeded \
+                    "max_duration (${GPUFLEET_MAX_DURATION}s) exceeded"
+                exit 0
+            fi
+            sleep 1 < /dev/null > /dev/null 2>&1
+        done
+    ) &
+    _gf_watchdog=$!
+fi
 
 # --- 8. exit code ------------------------------------------------------------------------------
 # A trapped signal interrupts wait; wait again until the command has really ended.
