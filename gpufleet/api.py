@@ -222,7 +222,7 @@ def plan(config: Config, delete: bool = False, name: str | None = None, env=None
         task=given, gpufleet_task_array=array,
         **_task_overrides(normalized, given, name, env, fleets)), check=True)
     record = result.stats.get("gpufleet_run")
-    if not record or not record.get("plan"):
+    if not record or not (record.get("plan") or record.get("waits")):
         raise _run_error(result, record, "no fleet has room for the run")
     return record
 

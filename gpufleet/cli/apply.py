@@ -132,8 +132,13 @@ def _run_task(args, path, out, err) -> int:
     try:
         err.write("Planning...\n")
         record = plan(path, fleet_files=common.fleet_files(args), **overrides)
-        for line in tables.run_plan_lines(record["config"], record["plan"], path):
-            out.write(line + "\n")
+        if record.get("plan"):
+            for line in tables.run_plan_lines(record["config"], record["plan"], path):
+                out.write(line + "\n")
+        else:
+            out.write(f"No fleet has room for it now ({record.get('waits')}).\n"
+                      "Its retry policy lets it wait: submitted, it waits in the queue and "
+                      "starts when capacity frees up.\n")
         out.write("\n")
         what = f"the run {record['run']}"
         if record.get("runs"):
@@ -164,6 +169,11 @@ def _run_task(args, path, out, err) -> int:
             err.write(f"Run {record['run']} failed" +
                       (f": {record['message']}" if record.get("message") else "") + "\n")
             return 1
+        if record.get("status") == "pending":
+            out.write(f"Run {record['run']} is {record.get('message') or 'waiting'}; it starts "
+                      "when capacity frees up and a gpufleet command, a run's end or the "
+                      "reconcile schedule moves the queue (gpufleet ps shows it)\n")
+            return 0
         out.write(f"Run {record['run']} submitted; follow it with gpufleet logs -f "
                   f"{record['run']}\n")
         return 0 if not record.get("failed") else 1

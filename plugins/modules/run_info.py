@@ -15,6 +15,9 @@ description:
     run (its latest submission), as C(dstack ps) shows them.
   - The status of a run is decided from its jobs by the same rules the runner uses while the
     run goes on (C(stop_criteria), failures, C(max_duration), stops).
+  - Runs waiting in the queue (see M(gpufleet.cluster.run_queue)) are listed as V(pending)
+    with their place in it, and runs whose wait ended before they ran as V(failed) or
+    V(terminated).
 author:
   - gpufleet maintainers (@gpufleet)
 options:
@@ -55,7 +58,7 @@ runs:
       type: str
       returned: always
     status:
-      description: The run's status (V(submitted), V(provisioning), V(running),
+      description: The run's status (V(pending), V(submitted), V(provisioning), V(running),
         V(terminating), V(done), V(failed), V(terminated)).
       type: str
       returned: always
@@ -113,10 +116,30 @@ runs:
       type: list
       elements: dict
       returned: always
+    queue_position:
+      description: A pending run's place in the queue (1 is tried first).
+      type: int
+      returned: when the run waits in the queue
+    queued_on:
+      description: The host that keeps the run's queue entry.
+      type: str
+      returned: when the run has a queue entry
+    priority:
+      description: The run's C(priority).
+      type: int
+      returned: when the run has a queue entry
+    message:
+      description: Why a queued run waits, or why its wait ended.
+      type: str
+      returned: when the run has a queue entry
 unreachable_hosts:
   description: Hosts that did not answer, with the error.
   returned: always
   type: dict
+queue_due:
+  description: Whether the queue has something to do (M(gpufleet.cluster.run_queue)).
+  returned: always
+  type: bool
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -169,3 +169,66 @@ def test_a_detached_master_done_run_ends_done_when_its_master_does(world, tmp_pa
     assert record["status"] == "done"
     assert [(j["job_num"], j["status"], j["reason"]) for j in record["jobs"]] == [
         (0, "done", None), (1, "done", "done_by_runner")]
+
+
+def ps_all(capsys):
+    from gpufleet import cli
+
+    capsys.readouterr()
+    assert cli.main(["ps", "--json"]) == 0
+    return dict((r["name"], r) for r in json.loads(capsys.readouterr().out))
+
+
+def test_waiting_runs_start_by_priority_when_capacity_frees(world, tmp_path, capsys):
+    """A 2-node run fills the fleet (3 nodes; a second 2-node run cannot fit); B (priority 10)
+    and C (priority 90) are submitted detached and wait in the queue. Stopping the first starts
+    C before B, with no gpufleet process running in between but the test's own commands."""
+    from gpufleet import cli
+
+    first, low, high = ("q%s-%s" % (n, SUFFIX) for n in ("first", "low", "high"))
+    body = ("image: %s\nnodes: 2\n%scommands: [sleep infinity]\nstop_duration: 1\n"
+            % (world["base_image"], CPU))
+    submit_detached(tmp_path, first, "type: task\nname: %s\n%s" % (first, body))
+    waiting = "retry:\n  on_events: [no-capacity]\n  duration: 10m\n"
+    for name, priority in ((low, 10), (high, 90)):
+        submit_detached(tmp_path, name, "type: task\nname: %s\npriority: %d\n%s%s"
+                        % (name, priority, waiting, body))
+        assert "waiting for capacity (queue position" in capsys.readouterr().out
+    listed = ps_all(capsys)
+    assert listed[first]["status"] == "running"
+    assert [(listed[n]["status"], listed[n]["queue_position"]) for n in (high, low)] == [
+        ("pending", 1), ("pending", 2)]
+    # Nothing else moves the queue: after a while both still wait.
+    time.sleep(3)
+    assert [r["status"] for n, r in ps_all(capsys).items() if n in (low, high)] == [
+        "pending", "pending"]
+
+    assert cli.main(["stop", "-y", first]) == 0
+    listed = ps_all(capsys)
+    assert listed[high]["status"] in ("provisioning", "running"), listed[high]
+    assert (listed[low]["status"], listed[low]["queue_position"]) == ("pending", 1)
+    assert sorted(j["host"] for j in listed[high]["jobs"]) == sorted(
+        j["host"] for j in listed[first]["jobs"])
+
+    assert cli.main(["stop", "-y", high]) == 0
+    listed = ps_all(capsys)
+    assert listed[low]["status"] in ("provisioning", "running"), listed[low]
+    assert cli.main(["stop", "-y", low]) == 0
+    assert ps_all(capsys)[low]["status"] == "terminated"
+
+
+def test_a_waiting_run_can_be_stopped_before_it_ever_runs(world, tmp_path, capsys):
+    from gpufleet import cli
+
+    blocker, waiter = "qblock-" + SUFFIX, "qwait-" + SUFFIX
+    body = ("image: %s\nnodes: 3\n%scommands: [sleep infinity]\nstop_duration: 1\n"
+            % (world["base_image"], CPU))
+    submit_detached(tmp_path, blocker, "type: task\nname: %s\n%s" % (blocker, body))
+    submit_detached(tmp_path, waiter, "type: task\nname: %s\nretry:\n  on_events: "
+                    "[no-capacity]\n  duration: 10m\n%s" % (waiter, body))
+    assert ps_all(capsys)[waiter]["status"] == "pending"
+    assert cli.main(["stop", "-y", waiter]) == 0
+    record = ps_all(capsys)[waiter]
+    assert (record["status"], record["reason"]) == ("terminated", "terminated_by_user")
+    assert cli.main(["stop", "-y", blocker]) == 0
+    assert ps_all(capsys)[waiter]["status"] == "terminated"   # stopped: it never starts

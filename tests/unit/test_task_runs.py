@@ -62,6 +62,7 @@ class FakeNode:
         self.down = False
         self.fail_start = None
         self.claims = []
+        self.queue = {}
         self.before_claim = None  # a competitor acting between a survey and a claim
 
     def call(self, op, payload=None, timeout=120):
@@ -80,6 +81,7 @@ class FakeNode:
             by_sub = booking._containers_by_submission(self.containers)
             answer["claims"] = [c for c in self.claims
                                 if booking.claim_live(c, by_sub, self.cluster.now)]
+            answer["queue"] = [booking.summary(e) for e in self.queue.values()]
         return answer
 
     def op_start(self, payload):
@@ -133,6 +135,40 @@ class FakeNode:
             return {"claimed": False, "reason": why}
         self.claims = others + [claim]
         return {"claimed": True, "claim": claim}
+
+    # The queue, kept as booking keeps it (entries by run name), without files.
+    def op_enqueue(self, payload):
+        entry = dict(payload["entry"])
+        old = self.queue.get(entry["run"])
+        if old and old["run_id"] != entry["run_id"] and old["state"] in ("pending", "active"):
+            return {"queued": False, "reason": "run %s is already %s" % (entry["run"],
+                                                                         old["state"])}
+        self.queue[entry["run"]] = entry
+        return {"queued": True}
+
+    def op_take(self, payload):
+        entry = self.queue.get(payload["run"])
+        if not entry or entry["run_id"] != payload["run_id"] or entry["state"] != "pending":
+            return {"taken": False, "reason": "gone"}
+        if (entry.get("taken_until") or 0) > self.cluster.now and (
+                entry.get("taken_by") != payload["by"]):
+            return {"taken": False, "reason": "taken"}
+        entry.update(taken_by=payload["by"], taken_until=self.cluster.now + 600)
+        return {"taken": True, "entry": copy.deepcopy(entry)}
+
+    def op_update(self, payload):
+        entry = self.queue.get(payload["run"])
+        if not entry or entry["run_id"] != payload["run_id"]:
+            return {"updated": False}
+        entry.update(payload["changes"], taken_by=None, taken_until=None)
+        return {"updated": True}
+
+    def op_dequeue(self, payload):
+        entry = self.queue.get(payload["run"])
+        if not entry or payload.get("run_id") not in (None, entry["run_id"]):
+            return {"removed": False}
+        del self.queue[payload["run"]]
+        return {"removed": True}
 
     def op_release(self, payload):
         before = len(self.claims)
@@ -517,9 +553,11 @@ def test_no_capacity_with_retry_backs_off_then_fails(fake_hosts):
     assert result["reason"] == lc.NO_CAPACITY
     assert "fleet gpus" in result["message"]
     messages = [e["message"] for _t, e in cluster.events if e["kind"] == "run"]
+    # It waited in the queue (kept on the fleet's first host) until its time ran out.
     assert [m.split(":")[0] for m in messages] == [
-        "no capacity, retrying in 5 s", "no capacity, retrying in 10 s",
-        "no capacity, retrying in 20 s"]
+        "waiting for capacity in the queue (kept on gpus-0)"]
+    assert result["message"].startswith("no capacity within retry's duration")
+    assert cluster.nodes["gpus-0"].queue["train"]["state"] == "failed"
     assert cluster.ops("start") == []
 
 

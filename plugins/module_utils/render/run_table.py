@@ -52,6 +52,8 @@ def _job_status(job):
 
 
 def _error(item):
+    if item.get("status") == "pending" and item.get("queue_position"):
+        return "no capacity, queue #%d" % item["queue_position"]
     reason = item.get("reason")
     if not reason or reason in ("all_jobs_done", "done_by_runner"):
         return ""

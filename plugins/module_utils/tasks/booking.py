@@ -252,6 +252,138 @@ BOOK_OPS = {
 
 
 # ---------------------------------------------------------------------------------------------
+# The queue: run entries (tasks.runbook) that something must act on later. ``pending`` waits for
+# capacity; ``active`` was submitted and is kept so that retry can submit it again; ``failed``
+# and ``terminated`` (a pending run whose retry duration ran out, or that was stopped) stay a
+# day, so that ``gpufleet ps`` can say what became of them.
+
+ENDED_KEPT = 86400
+SUMMARY_FIELDS = ("run", "run_id", "priority", "submitted_at", "submitted_epoch", "state",
+                  "reason", "message", "fleets", "nodes", "taken_by", "taken_until",
+                  "submissions", "retry_since", "retry", "array", "hosts", "ended_at",
+                  "queued_on", "policy")
+
+
+def _queue_dir():
+    return os.path.join(BOOK_ROOT, "queue")
+
+
+def _entry_path(run):
+    return os.path.join(_queue_dir(), _name(run) + ".json")
+
+
+def _held_archive(run):
+    return os.path.join(_queue_dir(), _name(run) + ".tar.gz")
+
+
+def _read_entry(run):
+    try:
+        with open(_entry_path(run)) as handle:
+            value = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _drop_entry(run):
+    _remove(_entry_path(run))
+    _remove(_held_archive(run))
+
+
+def _prune(now):
+    for entry in _read_all(_queue_dir()):
+        if entry.get("state") in ("failed", "terminated") and (
+                now - float(entry.get("ended_at") or now) > ENDED_KEPT):
+            _drop_entry(entry["run"])
+
+
+def summary(entry):
+    return dict((k, entry.get(k)) for k in SUMMARY_FIELDS)
+
+
+def queue_summaries():
+    """Every entry on this host, without what it carries to be submitted (the config, its
+    environment and secrets)."""
+    return [summary(e) for e in _read_all(_queue_dir())]
+
+
+def op_enqueue(payload):
+    """Put a run's entry here (a new one, or a run of that name that ended); refused while
+    another submission of that name is pending or active."""
+    entry = payload["entry"]
+    now = time.time()
+    with _Lock():
+        _prune(now)
+        old = _read_entry(entry["run"])
+        if old and old.get("run_id") != entry.get("run_id") and old.get("state") in (
+                "pending", "active"):
+            return {"queued": False, "reason": "run %s is already %s (submitted %s)" % (
+                entry["run"], old.get("state"), old.get("submitted_at"))}
+        archive = payload.get("archive")
+        if archive:
+            # Hard-linked so the repos folder's pruning keeps it while the entry waits.
+            _remove(_held_archive(entry["run"]))
+            try:
+                os.link(archive, _held_archive(entry["run"]))
+            except OSError as exc:
+                raise Failure("cannot keep the run's repo archive %s: %s" % (archive, exc))
+            entry["held_archive"] = _held_archive(entry["run"])
+        _write_json(_entry_path(entry["run"]), entry)
+    return {"queued": True}
+
+
+def op_take(payload):
+    """Take a pending entry to submit it (for ``lease`` seconds), unless someone else holds it;
+    answers the whole entry."""
+    now = time.time()
+    with _Lock():
+        entry = _read_entry(payload["run"])
+        if not entry or entry.get("run_id") != payload.get("run_id"):
+            return {"taken": False, "reason": "gone"}
+        if entry.get("state") != payload.get("state", "pending"):
+            return {"taken": False, "reason": "now %s" % entry.get("state")}
+        if float(entry.get("taken_until") or 0) > now and entry.get("taken_by") != payload["by"]:
+            return {"taken": False, "reason": "taken by %s" % entry.get("taken_by")}
+        entry["taken_by"] = payload["by"]
+        entry["taken_until"] = now + float(payload.get("lease") or TAKE_LEASE)
+        _write_json(_entry_path(entry["run"]), entry)
+    return {"taken": True, "entry": entry}
+
+
+def op_update(payload):
+    """Change an entry's fields (its state, reason, submission...) and let it go."""
+    with _Lock():
+        entry = _read_entry(payload["run"])
+        if not entry or entry.get("run_id") != payload.get("run_id"):
+            return {"updated": False}
+        entry.update(payload.get("changes") or {})
+        entry["taken_by"] = None
+        entry["taken_until"] = None
+        if entry.get("state") in ("failed", "terminated") and not entry.get("ended_at"):
+            entry["ended_at"] = time.time()
+        _write_json(_entry_path(entry["run"]), entry)
+    return {"updated": True}
+
+
+def op_dequeue(payload):
+    """Remove a run's entry (of ``run_id`` only, when given)."""
+    with _Lock():
+        entry = _read_entry(payload["run"])
+        if not entry or payload.get("run_id") not in (None, entry.get("run_id")):
+            return {"removed": False}
+        _drop_entry(payload["run"])
+    return {"removed": True}
+
+
+BOOK_OPS.update({
+    "enqueue": op_enqueue,
+    "take": op_take,
+    "update": op_update,
+    "dequeue": op_dequeue,
+})
+
+
+# ---------------------------------------------------------------------------------------------
 # The node-side operations that book: status shows the claims, start claims (or renews) under
 # the lock before its container exists, remove drops the run's claim.
 
@@ -260,6 +392,7 @@ def op_status_booked(payload):
     answer = op_status(payload)
     if not payload.get("run"):  # a survey: every container is known, so liveness is exact
         answer["claims"] = live_claims(answer["containers"])
+        answer["queue"] = queue_summaries()
     return answer
 
 

@@ -46,6 +46,7 @@ TASK_MUTUALLY_EXCLUSIVE = [("path", "config")]
 TASK_REQUIRED_ONE_OF = [("path", "config")]
 
 RUN_INFO_SPEC = dict(name=dict(type="str"), **FLEET_OPTIONS)
+RUN_QUEUE_SPEC = dict(**FLEET_OPTIONS)
 RUN_STOP_SPEC = dict(name=dict(type="str", required=True), abort=dict(type="bool", default=False),
                      **FLEET_OPTIONS)
 RUN_LOGS_SPEC = dict(name=dict(type="str", required=True), follow=dict(type="bool", default=False),
@@ -198,17 +199,26 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             return _submit_array(config, array_spec, make_runner, fleets, root, params, emit,
                                  check_mode, config_dir)
         runner = make_runner(config)
+        if not check_mode:
+            # Runs already waiting go first, in priority order (tasks.queue).
+            drive_queue(fleets, root, emit)
         if check_mode:
             try:
                 placed = runner._place()
                 runner.image_and_python(placed)
             except placement.NoHostFits as exc:
+                if lifecycle.may_retry(config.get("retry"), lifecycle.EVENT_NO_CAPACITY, 0, 0):
+                    # Submitted, it would wait in the queue (tasks.queue).
+                    return {"run": runner.name, "status": "planned", "plan": None,
+                            "waits": str(exc), "config": config, "changed": True}, False
                 return {"run": runner.name, "status": lifecycle.RUN_FAILED,
                         "reason": lifecycle.NO_CAPACITY, "message": str(exc),
                         "plan": None, "changed": False}, True
             return {"run": runner.name, "status": "planned", "plan": placed,
                     "config": config, "changed": True}, False
         result = runner.run(wait=params["wait"], stop_event=stop_event)
+        if params["wait"]:
+            drive_queue(fleets, root, emit)   # the end of a run frees its hosts
     except (RunError, NodeError, PlanError, placement.PlacementError) as exc:
         raise EntryError(str(exc)) from exc
     result["changed"] = True
@@ -266,13 +276,48 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
         params["wait"] or result["status"] == lifecycle.RUN_FAILED)
 
 
+def drive_queue(fleets, root, emit=None, survey=None, check_mode=False):
+    """One pass over the queue (tasks.queue.QueuePass): the report of what it started,
+    resubmitted, stopped and let fail. Check mode only says whether one is due."""
+    from . import queue
+
+    nodes = runs.nodes_of(fleets, root)
+    survey = survey or runs.survey_with_queues(nodes)
+    if check_mode:
+        return {"due": queue.is_due(survey[2], survey[0])}
+    report = queue.QueuePass(fleets, root=root, docker=Docker(), emit=emit).run(survey)
+    report.pop("own", None)
+    return report
+
+
 def run_info(params):
+    from . import queue
+
     root, fleets = _fleets(params)
-    records, errors = listing.list_runs(runs.nodes_of(fleets, root))
+    nodes = runs.nodes_of(fleets, root)
+    found = runs.survey_with_queues(nodes)
+    records, errors = listing.list_runs(nodes, found)
     if params.get("name"):
         records = [r for r in records if r["name"] == params["name"]]
     # "unreachable" is a key Ansible reserves in a result (it marks the host unreachable).
-    return {"runs": records, "unreachable_hosts": errors, "changed": False}
+    return {"runs": records, "unreachable_hosts": errors, "changed": False,
+            "queue_due": queue.is_due(found[2], found[0])}
+
+
+def run_queue(params, check_mode=False, emit=None):
+    """The queue's pass (playbooks/reconcile.yml, ps when something is due, stop)."""
+    root, fleets = _fleets(params)
+    try:
+        report = drive_queue(fleets, root, emit, check_mode=check_mode)
+    except (RunError, NodeError, PlanError, placement.PlacementError) as exc:
+        raise EntryError(str(exc)) from exc
+    if check_mode:
+        return {"report": {}, "due": report["due"], "changed": report["due"]}
+    changed = any(report[k] for k in ("started", "resubmitted", "expired", "stopped",
+                                      "forgotten", "failed"))
+    records, errors = listing.list_runs(runs.nodes_of(fleets, root))
+    return {"report": report, "runs": records, "unreachable_hosts": errors,
+            "changed": changed}
 
 
 def run_stop(params, check_mode=False):
@@ -284,6 +329,8 @@ def run_stop(params, check_mode=False):
     try:
         records, _errors = listing.list_runs(nodes)
         record = next((r for r in records if r["name"] == params["name"]), None)
+        if record is not None and record.get("queued_on") and not record.get("jobs"):
+            return _cancel_queued(nodes, record, check_mode)
         if record is None:
             members = [r for r in records if r.get("array") == params["name"]]
             if not members:
@@ -300,9 +347,23 @@ def run_stop(params, check_mode=False):
             alive = [j for j in record["jobs"] if j["status"] in lifecycle.ALIVE]
             return {"run": record, "changed": bool(alive)}
         record = listing.stop_run(nodes, params["name"], abort=params["abort"])
-    except RunError as exc:
+        drive_queue(fleets, root)   # what waited for these hosts may start now
+    except (RunError, NodeError) as exc:
         raise EntryError(str(exc)) from exc
     return {"run": record, "changed": bool(record.get("stopped"))}
+
+
+def _cancel_queued(nodes, record, check_mode):
+    """``gpufleet stop`` of a run waiting in the queue: it ends terminated, never having run."""
+    waiting = record["status"] == lifecycle.RUN_PENDING
+    if waiting and not check_mode:
+        nodes[record["queued_on"]].call("update", {
+            "run": record["name"], "run_id": record["run_id"],
+            "changes": {"state": "terminated", "reason": lifecycle.TERMINATED_BY_USER,
+                        "message": "stopped while it waited in the queue"}})
+        record = dict(record, status=lifecycle.RUN_TERMINATED,
+                      reason=lifecycle.TERMINATED_BY_USER, queue_position=None)
+    return {"run": dict(record, stopped=[]), "changed": waiting}
 
 
 def run_logs(params, emit=None):

@@ -119,10 +119,52 @@ def run_records(containers):
     return records
 
 
-def list_runs(nodes):
-    """``(run records, {host: error})`` for every run on the hosts."""
-    containers, errors = survey(nodes)
-    return run_records(containers), dict((h, str(e)) for h, e in errors.items())
+def with_queue(records, queues):
+    """The run records with what the queue entries (tasks.queue) add: a pending run (waiting for
+    capacity, or to be resubmitted) with its place in the queue, and one whose wait ended
+    (failed for no capacity, or stopped) before it ever ran."""
+    from . import queue
+
+    entries = queue.entries_of(queues)
+    places = queue.positions(entries)
+    by_name = dict((r["name"], r) for r in records)
+    out = list(records)
+    for host, entry in entries:
+        state = entry.get("state")
+        if state == queue.ACTIVE:
+            if entry["run"] in by_name:
+                by_name[entry["run"]]["retry_kept_on"] = host
+            continue
+        status = {queue.PENDING: lifecycle.RUN_PENDING, queue.FAILED: lifecycle.RUN_FAILED,
+                  queue.TERMINATED: lifecycle.RUN_TERMINATED}.get(state, state)
+        extra = {"status": status, "queued_on": host, "priority": entry.get("priority") or 0,
+                 "queue_position": places.get(entry["run"]),
+                 "reason": None if state == queue.PENDING else entry.get("reason"),
+                 "message": entry.get("message") or entry.get("reason")}
+        record = by_name.get(entry["run"])
+        if record is not None and record.get("run_id") == entry.get("run_id"):
+            if state == queue.PENDING:   # its failed submission went; the next one waits
+                record.update(extra, submission=entry.get("submissions"))
+            continue
+        if record is not None:
+            out.remove(record)   # a run of that name that ended, replaced by this one
+        out.append(dict(extra, name=entry["run"], run_id=entry.get("run_id"),
+                        submission=entry.get("submissions") or 0,
+                        submitted=entry.get("submitted_at"), fleet=None, backend=None,
+                        region=None, price=None, spot=None, gpu=None,
+                        nodes=entry.get("nodes"), array=(entry.get("array") or {}).get("name"),
+                        jobs=[]))
+    out.sort(key=lambda r: (r["submitted"] or "", r["name"]), reverse=True)
+    return out
+
+
+def list_runs(nodes, survey_result=None):
+    """``(run records, {host: error})`` for every run on the hosts, queued ones included."""
+    from .runs import survey_with_queues
+
+    containers, _claims, queues, errors = survey_result or survey_with_queues(nodes)
+    records = with_queue(run_records(containers), queues)
+    return records, dict((h, str(e)) for h, e in errors.items())
 
 
 def find_run(nodes, name):

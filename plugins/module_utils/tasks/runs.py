@@ -134,9 +134,17 @@ def survey(nodes):
 def survey_with_claims(nodes):
     """Every host's task containers and live claims (tasks.booking):
     ``({host: [containers]}, {host: [claims]}, {host: error})``."""
+    containers, claims, _queues, errors = survey_with_queues(nodes)
+    return containers, claims, errors
+
+
+def survey_with_queues(nodes):
+    """Every host's task containers, live claims and queue entries (tasks.booking), in one
+    request per host: ``(containers, claims, queues, errors)``, each ``{host: ...}``."""
     answers = parallel(sorted(nodes), lambda h: nodes[h].call("status", {}))
     containers = {}
     claims = {}
+    queues = {}
     errors = {}
     for host, (answer, error) in answers.items():
         if error is not None:
@@ -144,7 +152,8 @@ def survey_with_claims(nodes):
         else:
             containers[host] = answer["containers"]
             claims[host] = answer.get("claims") or []
-    return containers, claims, errors
+            queues[host] = answer.get("queue") or []
+    return containers, claims, queues, errors
 
 
 def busy_map(containers, claims=None):
@@ -176,10 +185,11 @@ def run_key():
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _inline_files(jobs):
+def _inline_files(jobs, files_data=None):
     """Controller files travel with the start requests, base64-encoded; every job gets the
-    same files, so each is read once."""
-    encoded = {}
+    same files, so each is read once (``files_data``: contents read earlier, by path, for a run
+    submitted from its queue entry)."""
+    encoded = dict(files_data or {})
 
     def inline(spec):
         path = spec["local_path"]
@@ -214,7 +224,7 @@ class Runner(object):
     def __init__(self, config, fleets, root=None, secrets=None, environ=None, docker=None,
                  emit=None, image_source="auto", follow_logs=False, poll=1.0, clock=time.time,
                  sleep=time.sleep, run_args=(), rng=random, local_image=None,
-                 config_dir=None, array=None, code_=None):
+                 config_dir=None, array=None, code_=None, files_data=None):
         self.config = config
         self.fleets = fleets
         self.root = root
@@ -237,6 +247,8 @@ class Runner(object):
         self.by = "%s:%d" % (socket.gethostname(), os.getpid())
         self.run_id = uuid.uuid4().hex
         self.submitted_at = fleet_apply.utcnow()
+        self.submitted_epoch = clock()
+        self.files_data = files_data or {}
         refused = support.refusals(config)   # the verdict gpufleet validate reports too
         if refused:
             raise RunError("; ".join(str(p) for p in refused))
@@ -415,7 +427,7 @@ class Runner(object):
             # The start renews the claim under the host's lock (tasks.booking), so a claim
             # that lapsed during a long pull is only used if nobody took the host meanwhile.
             job["claim"] = claiming.claim_of(where, run, number, by=self.by)
-        return Submission(number, _inline_files(jobs), nodes, placed)
+        return Submission(number, _inline_files(jobs, self.files_data), nodes, placed)
 
     def _attach_volumes(self, placed, run, nodes):
         """Attach and mount the jobs' network volumes on their hosts (volumes/attach.py)."""
@@ -439,8 +451,9 @@ class Runner(object):
                 "stop_criteria": self.config.get("stop_criteria"),
                 "retry": self.config.get("retry")}
 
-    def submit(self, number=0, waited_since=None):
-        """Place and prepare submission ``number``; wait for capacity when retry allows it."""
+    def submit(self, number=0, waited_since=None, wait_for_capacity=True):
+        """Place and prepare submission ``number``; wait for capacity when retry allows it
+        (and ``wait_for_capacity``: otherwise NoHostFits at once)."""
         started = self.clock() if waited_since is None else waited_since
         attempt = 0
         while True:
@@ -448,7 +461,7 @@ class Runner(object):
                 placed = self._place_and_claim(number)
                 break
             except placement.NoHostFits as exc:
-                if not lifecycle.may_retry(self.config.get("retry"),
+                if not wait_for_capacity or not lifecycle.may_retry(self.config.get("retry"),
                                            lifecycle.EVENT_NO_CAPACITY, self.clock(), started):
                     raise
                 delay = NO_CAPACITY_BACKOFF[min(attempt, len(NO_CAPACITY_BACKOFF) - 1)]
@@ -485,33 +498,111 @@ class Runner(object):
             "jobs": jobs,
         }
 
+    def keeps_entry(self):
+        from . import queue
+
+        return queue.keeps_entry(self.config)
+
+    def _keep_entry(self, submission):
+        from . import queue
+
+        _containers, _claims, _queues, errors = survey_with_queues(self.nodes)
+        try:
+            queue.enqueue(self, errors, reason=None, number=submission.number,
+                          state=queue.ACTIVE,
+                          hosts=sorted(set(j["host"] for j in submission.jobs)))
+        except RunError as exc:
+            self.emit({"kind": "info", "message": "retry after this command leaves is off: %s"
+                       % exc})
+
+    def launch(self, submission, watch=None):
+        """Detached: stay until every job of ``submission`` is started (startup_order needs
+        someone to start the later ones), then leave the run to its containers."""
+        if watch is None:
+            watch = Watch(submission.jobs, submission.nodes, self.policy(), self.emit,
+                          clock=self.clock, sleep=self.sleep, poll=self.poll)
+        while True:
+            decision = watch.run_once()
+            waiting = [s for s in watch.statuses.values() if s[0] == lifecycle.SUBMITTED]
+            if decision.final or decision.resubmit or not waiting:
+                return self.result(decision, watch.statuses)
+            self.sleep(self.poll)
+
     def run(self, wait=True, stop_event=None):
         """Submit, then (``wait``) watch until the run ends, resubmitting under ``retry``."""
         try:
             return self._run(wait, stop_event)
         finally:
-            if self.code is not None and self._owns_code:
-                self.code.close()
+            self.close_code()
+
+    def close_code(self):
+        if self.code is not None and self._owns_code:
+            self.code.close()
+
+    def _queued(self, exc, wait, stop_event):
+        """No capacity now, and retry lets the run wait: it becomes an entry of the queue
+        (tasks.queue). Detached, that is the result; attached, this process drives the queue
+        until the run's turn comes (returns its submission) or its wait ends (a result)."""
+        from . import queue
+
+        _containers, _claims, queues, errors = survey_with_queues(self.nodes)
+        host = queue.enqueue(self, errors, reason=str(exc))
+        mine = {"run": self.name, "state": queue.PENDING, "submitted_epoch": self.submitted_epoch,
+                "priority": int(self.config.get("priority") or 0)}
+        others = [item for item in queue.entries_of(queues) if item[1].get("run") != self.name]
+        place = queue.positions(others + [(host, mine)]).get(self.name)
+        self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
+                   "message": "waiting for capacity in the queue (kept on %s): %s"
+                   % (host, exc)})
+        if not wait:
+            return dict(self.result(), status=lifecycle.RUN_PENDING, reason=None,
+                        message="waiting for capacity (queue position %s, kept on %s)"
+                        % (place or "last", host), queued_on=host), None
+        attempt = 0
+        while True:
+            if stop_event is not None and stop_event.is_set():
+                self.nodes[host].call("update", {"run": self.name, "run_id": self.run_id,
+                                                 "changes": {"state": "terminated",
+                                                             "reason": lifecycle.TERMINATED_BY_USER}})
+                return dict(self.result(), status=lifecycle.RUN_TERMINATED,
+                            reason=lifecycle.TERMINATED_BY_USER), None
+            self.sleep(NO_CAPACITY_BACKOFF[min(attempt, len(NO_CAPACITY_BACKOFF) - 1)])
+            attempt += 1
+            report = queue.QueuePass(self.fleets, own=self, root=self.root, docker=self.docker,
+                                     poll=self.poll, sleep=self.sleep, clock=self.clock,
+                                     by=self.by).run()
+            if report["own"] is not None:
+                return None, report["own"]
+            found = [e for entries in survey_with_queues(self.nodes)[2].values()
+                     for e in entries if e.get("run_id") == self.run_id]
+            if not found or found[0].get("state") not in queue.WAITING:
+                entry = found[0] if found else {}
+                return dict(self.result(), status=lifecycle.RUN_FAILED if entry.get(
+                    "state") == queue.FAILED else lifecycle.RUN_TERMINATED,
+                    reason=entry.get("reason") or lifecycle.TERMINATED_BY_USER,
+                    message=entry.get("message")), None
 
     def _run(self, wait, stop_event):
         try:
-            submission = self.submit(0)
+            submission = self.submit(0, wait_for_capacity=False)
         except placement.NoHostFits as exc:
-            return dict(self.result(), status=lifecycle.RUN_FAILED,
-                        reason=lifecycle.NO_CAPACITY, message=str(exc))
+            if not lifecycle.may_retry(self.config.get("retry"), lifecycle.EVENT_NO_CAPACITY,
+                                       self.clock(), self.clock()):
+                return dict(self.result(), status=lifecycle.RUN_FAILED,
+                            reason=lifecycle.NO_CAPACITY, message=str(exc))
+            result, submission = self._queued(exc, wait, stop_event)
+            if result is not None:
+                return result
+        if not wait and self.keeps_entry():
+            # Detached with retry on error or interruption: an entry lets a later pass submit
+            # it again (tasks.queue); a run placed from the queue already has one.
+            self._keep_entry(submission)
         while True:
             watch = Watch(submission.jobs, submission.nodes, self.policy(), self.emit,
                           clock=self.clock, sleep=self.sleep, poll=self.poll,
                           follow_logs=self.follow_logs, stop_event=stop_event)
             if not wait:
-                # Detached: stay until every job is started (startup_order needs someone to
-                # start the later ones), then leave the run to its containers.
-                while True:
-                    decision = watch.run_once()
-                    waiting = [s for s in watch.statuses.values() if s[0] == lifecycle.SUBMITTED]
-                    if decision.final or decision.resubmit or not waiting:
-                        return self.result(decision, watch.statuses)
-                    self.sleep(self.poll)
+                return self.launch(submission, watch)
             decision = watch.watch()
             if not decision.resubmit:
                 return self.result(decision, watch.statuses, failure_message(

@@ -1,0 +1,323 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The queue without a server: runs waiting for capacity, runs that retry may submit again, and
+the pass that acts on them.
+
+A run that cannot be placed now and may wait (``retry`` on ``no-capacity`` within its
+``duration``) is written down as an entry (tasks.runbook) on a host of its fleet, the *queue
+host* (the reachable instance with the lowest number). A detached run that ``retry`` may submit
+again after an ``error`` or ``interruption`` keeps an ``active`` entry there while it runs.
+
+Nothing waits on those entries. A *pass* (``QueuePass.run``) acts on them, and every command
+that touches a fleet makes one: ``gpufleet apply`` of a task (before placing its own run), ``ps``
+when something is due, ``stop`` (once capacity is freed), the end of an attached run,
+``playbooks/reconcile.yml`` on a schedule, and a waiting attached run itself. A pass reads
+every host (one survey), settles the runs of active entries (stops what the run could not stop
+by itself, resubmits under retry, forgets ended ones), lets pending entries whose retry
+duration ran out fail, then tries the pending entries in priority order (higher first, then
+first submitted), each placed and claimed as any run is. A lower priority is not held back by a
+higher one that does not fit (dstack's rule). Two passes at once are safe: an entry is *taken*
+under its host's lock before it is submitted, and hosts are claimed under theirs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+
+from ..core.times import parse_time
+from . import lifecycle, placement, runbook
+from .container import RUN_ID_LABEL
+from .errors import PlanError, RunError
+from .ssh import NodeError
+from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, parallel
+
+PENDING = "pending"
+ACTIVE = "active"
+FAILED = "failed"
+TERMINATED = "terminated"
+WAITING = (PENDING, ACTIVE)
+RESUBMITTED_ON = (lifecycle.EVENT_ERROR, lifecycle.EVENT_INTERRUPTION)
+
+
+def controller_id():
+    return "%s:%d" % (socket.gethostname(), os.getpid())
+
+
+def entries_of(queues):
+    """``[(host, summary)]`` of every queue entry the survey found."""
+    return [(host, entry) for host, found in sorted(queues.items()) for entry in found]
+
+
+def priority_order(entries):
+    """Pending entries in the order they are tried: higher priority first, then first
+    submitted."""
+    return sorted((item for item in entries if item[1].get("state") == PENDING),
+                  key=lambda item: (-int(item[1].get("priority") or 0),
+                                    float(item[1].get("submitted_epoch") or 0),
+                                    item[1].get("run") or ""))
+
+
+def positions(entries):
+    """``{run: place in the queue}`` of the pending runs (1 is tried first)."""
+    return dict((entry["run"], index + 1)
+                for index, (_host, entry) in enumerate(priority_order(entries)))
+
+
+def keeps_entry(config):
+    """Whether a started run keeps an entry so that retry can submit it again."""
+    retry = config.get("retry") or {}
+    return any(event in RESUBMITTED_ON for event in retry.get("on_events") or ())
+
+
+def queue_host(fleets, names, errors):
+    """The host that keeps a run's entry: the reachable ready instance with the lowest number
+    of the first of its fleets that has one."""
+    for fleet in fleets:
+        if names and fleet.get("name") not in names:
+            continue
+        for inst in sorted(fleet.get("instances") or [], key=lambda i: i.get("num") or 0):
+            if inst.get("hostname") and inst.get("status") in ("idle", "busy") and (
+                    inst["name"] not in errors):
+                return inst["name"]
+    return None
+
+
+def candidate_fleets(config, fleets):
+    wanted = [str(ref).rsplit("/", 1)[-1] for ref in config.get("fleets") or []]
+    return wanted or [f["name"] for f in fleets]
+
+
+def enqueue(runner, errors, reason, number=0, retry_since=None, state=PENDING, hosts=()):
+    """Write ``runner``'s run down as an entry on its queue host; returns that host."""
+    names = candidate_fleets(runner.config, runner.fleets)
+    host = queue_host(runner.fleets, names, errors)
+    if host is None:
+        raise RunError("run %s cannot wait for capacity: none of its fleets (%s) has a reachable "
+                       "host to keep it on" % (runner.name, ", ".join(names) or "none"))
+    entry = runbook.entry_of(runner, names, state=state, reason=reason, number=number,
+                             retry_since=retry_since)
+    entry["queued_on"] = host
+    entry["hosts"] = list(hosts)
+    archive = None
+    if entry.get("repo"):
+        runner.code.ship(runner.nodes, [host], None, runner.secrets)
+        archive = runbook.local_archive(runner)
+    try:
+        answer = runner.nodes[host].call("enqueue", {"entry": entry, "archive": archive})
+    except NodeError as exc:
+        raise RunError(str(exc)) from exc
+    if not answer.get("queued"):
+        raise RunError(answer.get("reason") or "the queue refused run %s" % runner.name)
+    return host
+
+
+def _epoch(value, default):
+    moment = parse_time(value)
+    return moment.timestamp() if moment is not None else default
+
+
+class QueuePass(object):
+    """One pass over the queue entries of ``fleets`` (see the module's text).
+
+    ``own``: an attached Runner waiting for capacity; when its own entry's turn comes and it
+    fits, the submission is returned to it (``report["own"]``) instead of started here.
+    ``options`` go to each Runner made from an entry (root, docker, emit, poll, clock, sleep).
+    """
+
+    def __init__(self, fleets, own=None, emit=None, clock=time.time, by=None, **options):
+        from .runs import nodes_of
+
+        self.fleets = fleets
+        self.own = own
+        self.emit = emit or (lambda event: None)
+        self.clock = clock
+        self.by = by or controller_id()
+        self.options = dict(options, clock=clock)
+        self.options.setdefault("emit", self.emit)
+        self.nodes = nodes_of(fleets, options.get("root"))
+        self.report = {"started": [], "resubmitted": [], "expired": [], "stopped": [],
+                       "forgotten": [], "failed": [], "own": None}
+
+    def run(self, survey=None):
+        """Act on every entry; returns the report (runs started, resubmitted...)."""
+        from .runs import survey_with_queues
+
+        if survey is None:
+            survey = survey_with_queues(self.nodes)
+        containers, _claims, queues, errors = survey
+        entries = entries_of(queues)
+        if not entries:
+            return self.report
+        for host, entry in entries:
+            if entry.get("state") == ACTIVE:
+                self._settle(host, entry, containers, errors)
+        now = self.clock()
+        for host, entry in priority_order(entries):
+            if float(entry.get("taken_until") or 0) > now and entry.get("taken_by") != self.by:
+                continue   # another controller is submitting it right now
+            if self._try(host, entry):
+                break   # the waiting attached run got its submission
+        return self.report
+
+    # -- pending entries ----------------------------------------------------------------------
+
+    def _no_capacity(self, host, entry, exc):
+        """Still no room: the entry waits on, unless retry's duration for no-capacity is over
+        (or a resubmission's retry does not wait for capacity at all)."""
+        now = self.clock()
+        since = float(entry.get("retry_since") or entry.get("submitted_epoch") or now)
+        if lifecycle.may_retry(entry.get("retry"), lifecycle.EVENT_NO_CAPACITY, now, since):
+            self._update(host, entry, {"reason": _short(str(exc))})
+            return
+        self._update(host, entry, {"state": FAILED, "reason": lifecycle.NO_CAPACITY,
+                                   "message": "no capacity within retry's duration: %s"
+                                   % _short(str(exc))})
+        self.report["expired"].append(entry["run"])
+
+    def _try(self, host, summary):
+        """Submit one pending entry if it fits now; True when it was the own run's."""
+        node = self.nodes[host]
+        try:
+            answer = node.call("take", {"run": summary["run"], "run_id": summary["run_id"],
+                                        "by": self.by})
+        except NodeError:
+            return False
+        if not answer.get("taken"):
+            return False
+        entry = answer["entry"]
+        own = self.own is not None and self.own.run_id == entry["run_id"]
+        number = int(entry.get("submissions") or 0)
+        runner = None
+        try:
+            runner = self.own if own else runbook.runner_of(entry, self.fleets,
+                                                            queue_node=node, **self.options)
+            submission = runner.submit(number, wait_for_capacity=False)
+        except placement.NoHostFits as exc:
+            self._no_capacity(host, entry, exc)
+            if runner is not None and not own:
+                runner.close_code()
+            return False
+        except (RunError, PlanError, NodeError, placement.PlacementError) as exc:
+            self._update(host, entry, {"state": FAILED, "reason": "executor_error",
+                                       "message": str(exc)})
+            self.report["failed"].append(entry["run"])
+            if runner is not None and not own:
+                runner.close_code()
+            return False
+        hosts = sorted(set(j["host"] for j in submission.jobs))
+        keep = keeps_entry(entry["config"])  # the whole entry, as take answers it
+        if keep:
+            self._update(host, entry, {"state": ACTIVE, "hosts": hosts, "submissions": number,
+                                       "reason": None})
+        else:
+            self._call(host, "dequeue", {"run": entry["run"], "run_id": entry["run_id"]})
+        if own:
+            self.report["own"] = submission
+            return True
+        try:
+            result = runner.launch(submission)
+        finally:
+            runner.close_code()
+        self.report["started"].append(entry["run"])
+        if result.get("status") == lifecycle.RUN_FAILED and not keep:
+            self.report["failed"].append(entry["run"])
+        return False
+
+    # -- active entries -----------------------------------------------------------------------
+
+    def _settle(self, host, entry, containers, errors):
+        """Carry out for a detached run with retry what its submitter would have done."""
+        mine = []
+        for where, found in containers.items():
+            for item in found:
+                labels = item["labels"]
+                if labels.get(RUN_LABEL) == entry["run"] and (
+                        labels.get(RUN_ID_LABEL) in (None, entry["run_id"])):
+                    mine.append(dict(item, host=where))
+        if not mine:
+            if not any(h in errors for h in entry.get("hosts") or []):
+                # Removed (gpufleet stop --abort, a delete): nothing is left to retry.
+                self._call(host, "dequeue", {"run": entry["run"], "run_id": entry["run_id"]})
+                self.report["forgotten"].append(entry["run"])
+            return
+        latest = max(int(c["labels"].get(SUBMISSION_LABEL) or 0) for c in mine)
+        mine = [c for c in mine if int(c["labels"].get(SUBMISSION_LABEL) or 0) == latest]
+        statuses = {}
+        for item in mine:
+            try:
+                statuses[int(item["labels"].get(JOB_LABEL))] = lifecycle.job_status(item)
+            except (TypeError, ValueError):
+                continue
+        for num in range(int(entry.get("nodes") or 1)):
+            statuses.setdefault(num, (lifecycle.SUBMITTED, None, None))
+        now = self.clock()
+        ended = [_epoch(c.get("finished_at"), now) for c in mine
+                 if lifecycle.job_status(c)[0] in lifecycle.FINISHED]
+        since = max(ended) if ended else now
+        policy = entry.get("policy") or {"retry": entry.get("retry")}
+        decision = lifecycle.decide(policy, statuses, now=now, retry_since=since)
+        if decision.stop:
+            # What the run could not stop by itself (a node without an SSH client, say). The
+            # stop returns once the containers are down, so the run is decided again at once.
+            self._stop(entry, mine, decision.stop)
+            for num, reason in decision.stop.items():
+                statuses[num] = (lifecycle.STOP_REASONS.get(reason, lifecycle.TERMINATED),
+                                 reason, None)
+            decision = lifecycle.decide(policy, statuses, now=now, retry_since=since)
+        if decision.resubmit:
+            event = lifecycle.retry_event(decision.failed_job[1])
+            hosts = sorted(set(c["host"] for c in mine))
+            parallel(hosts, lambda h: self.nodes[h].call("remove", {"run": entry["run"]}))
+            changes = {"state": PENDING, "submissions": latest + 1, "hosts": [],
+                       "retry_since": since, "reason": "resubmitting (retry on %s)" % event}
+            self._update(host, entry, changes)
+            entry.update(changes)   # tried in this same pass
+            self.report["resubmitted"].append(entry["run"])
+        elif decision.final:
+            self._call(host, "dequeue", {"run": entry["run"], "run_id": entry["run_id"]})
+            self.report["forgotten"].append(entry["run"])
+
+    def _stop(self, entry, mine, stops):
+        by_host = {}
+        for item in mine:
+            num = int(item["labels"].get(JOB_LABEL))
+            if num in stops:
+                by_host.setdefault((item["host"], stops[num]), []).append(
+                    {"run": entry["run"], "job_num": num, "container": item["name"]})
+        for (where, reason), jobs in sorted(by_host.items()):
+            self._call(where, "stop", {"reason": reason, "timeout": 10, "jobs": jobs})
+            self.report["stopped"] += [j["container"] for j in jobs]
+
+    # -- small helpers ------------------------------------------------------------------------
+
+    def _update(self, host, entry, changes):
+        self._call(host, "update", {"run": entry["run"], "run_id": entry["run_id"],
+                                    "changes": changes})
+
+    def _call(self, host, op, payload):
+        try:
+            return self.nodes[host].call(op, payload)
+        except NodeError:
+            return None   # the next pass tries again
+
+
+def _short(text, limit=300):
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def is_due(queues, containers, clock=time.time):
+    """Whether a pass has work: a pending entry (it may fit now, or its time ran out), or an
+    active one whose run has ended or has a job that ended it."""
+    for _host, entry in entries_of(queues):
+        if entry.get("state") == PENDING:
+            return True
+        if entry.get("state") == ACTIVE:
+            for found in containers.values():
+                for item in found:
+                    if item["labels"].get(RUN_LABEL) == entry["run"] and (
+                            lifecycle.job_status(item)[0] in lifecycle.FINISHED):
+                        return True
+    return False

@@ -1,0 +1,199 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A run written down so that any controller can submit it later: the queue's entries.
+
+A run that must wait for capacity, or that may be submitted again (``retry``) after its
+submitter has gone, is kept as an *entry* on a fleet host (tasks.booking's queue folder, 0600,
+root's). The entry holds what the submitting controller had and another may lack: the task's
+normalized config with the command line's overrides, the secrets and environment variables it
+refers to, the contents of its ``files``, its repo archive (kept beside the entry on that host)
+and its identity (name, run id, submission time, priority). ``runner_of`` makes a
+tasks.runs.Runner from an entry on whichever controller acts on it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+
+from ..repos import ship
+from . import code as codes
+from .errors import RunError
+
+ENTRY_VERSION = 1
+_SECRET_REF = re.compile(r"secrets\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def referenced_secrets(config, secrets):
+    """The secrets the config refers to (``${{ secrets.NAME }}``), and a remote repo's
+    credentials: an entry carries these and no others."""
+    text = json.dumps(config, sort_keys=True, default=str)
+    names = set(_SECRET_REF.findall(text))
+    if any(r.get("url") for r in config.get("repos") or []):
+        names.update(codes.CREDENTIAL_SECRETS)
+    return dict((k, v) for k, v in (secrets or {}).items() if k in names)
+
+
+def referenced_environ(config, fleets, environ):
+    """Controller environment variables the run takes as they are (``env: [NAME]`` in the
+    task or its fleets) and dstack's upload limit."""
+    names = set(k for k, v in (config.get("env") or {}).items() if v is None)
+    for fleet in fleets or []:
+        names.update(k for k, v in (fleet.get("env") or {}).items() if v is None)
+    names.add("DSTACK_SERVER_CODE_UPLOAD_LIMIT")
+    return dict((k, environ[k]) for k in sorted(names) if k in environ)
+
+
+def file_contents(runner):
+    """``{local path: base64}`` of the task's ``files``, read now."""
+    from .rankplan import _files_of
+
+    out = {}
+    for spec in _files_of(runner.config, runner.config_dir).values():
+        path = spec.get("local_path")
+        if path and path not in out:
+            try:
+                with open(path, "rb") as handle:
+                    out[path] = base64.b64encode(handle.read()).decode("ascii")
+            except (IOError, OSError) as exc:
+                raise RunError("files: cannot read %s: %s" % (path, exc)) from exc
+    return out
+
+
+def entry_of(runner, fleet_names, state="pending", reason=None, number=0, retry_since=None):
+    """The entry of ``runner``'s run (tasks.runs.Runner)."""
+    repo = None
+    if runner.code is not None and not runner.code.url:
+        archive = runner.code.pack()
+        repo = {"kind": "local", "sha256": archive["sha256"], "size": archive["size"],
+                "files": archive["files"], "root": runner.code.root,
+                "repo_id": runner.code.repo_id, "spec": runner.code.spec}
+    config = runner.config
+    return {
+        "version": ENTRY_VERSION,
+        "run": runner.name,
+        "run_id": runner.run_id,
+        "submitted_at": runner.submitted_at,
+        "submitted_epoch": runner.submitted_epoch,
+        "priority": int(config.get("priority") or 0),
+        "state": state,
+        "reason": reason,
+        "message": None,
+        "fleets": list(fleet_names),
+        "nodes": sum(int(g.get("nodes") or 1) for g in config.get("groups") or []) or int(
+            config.get("nodes") or 1),
+        "submissions": number,
+        "retry": config.get("retry"),
+        "policy": {"startup_order": config.get("startup_order"),
+                   "stop_criteria": config.get("stop_criteria"), "retry": config.get("retry")},
+        "retry_since": runner.submitted_epoch if retry_since is None else retry_since,
+        "array": runner.array,
+        "hosts": [],
+        "config": dict(config, name=runner.name),
+        "secrets": referenced_secrets(config, runner.secrets),
+        "environ": referenced_environ(config, runner.fleets, runner.environ),
+        "files_data": file_contents(runner),
+        "config_dir": runner.config_dir,
+        "image_source": runner.image_source,
+        "run_args": list(runner.run_args or ()),
+        "local_image": runner.local_image,
+        "repo": repo,
+    }
+
+
+def local_archive(runner):
+    """The host path of ``runner``'s packed local repo once shipped, or None."""
+    if runner.code is None or runner.code.url:
+        return None
+    return ship.host_path(runner.code.pack()["sha256"])
+
+
+class HeldCode(object):
+    """A queued run's local repo, kept as an archive beside its entry on the queue host: sent
+    to a submission's hosts through this controller (fetched once, only when a host lacks it).
+    Takes tasks.code.Code's place in the runner."""
+
+    url = None
+
+    def __init__(self, entry, queue_node):
+        repo = entry["repo"]
+        self.spec = repo.get("spec") or {}
+        self.repo_id = repo["repo_id"]
+        self.root = repo.get("root")
+        self.record = {"sha256": repo["sha256"], "size": repo["size"], "files": repo["files"]}
+        self.held = entry.get("held_archive")
+        self.queue_node = queue_node
+        self._folder = None
+
+    def _fetch(self):
+        if self.record.get("path"):
+            return self.record
+        if self.queue_node is None or not self.held:
+            raise RunError("the run's repo archive was kept on a host that is gone; submit the "
+                           "run again")
+        self._folder = tempfile.mkdtemp(prefix="gpufleet-held-")
+        path = os.path.join(self._folder, "repo.tar.gz")
+        with open(path, "wb") as out:
+            proc = subprocess.run(self.queue_node.argv(self.queue_node.sudo + "cat " + self.held),
+                                  stdout=out, stderr=subprocess.PIPE, check=False)
+        if proc.returncode != 0:
+            raise RunError("%s: cannot read the run's kept repo archive %s: %s" % (
+                self.queue_node.name, self.held,
+                proc.stderr.decode("utf-8", "replace").strip()[-300:]))
+        self.record["path"] = path
+        return self.record
+
+    def ship(self, nodes, hosts, emit=None, secrets=None):
+        final = ship.host_path(self.record["sha256"])
+        missing = []
+        for host in sorted(set(hosts)):
+            rc, out, _err = nodes[host].run("test -s %s && echo present || true" % final,
+                                            timeout=60)
+            if not (rc == 0 and out.strip() == "present"):
+                missing.append(host)
+        if missing:
+            try:
+                ship.ship(self._fetch(), nodes, missing)
+            except ship.ShipError as exc:
+                raise RunError(str(exc)) from exc
+        return {"archive": final, "repo_id": self.repo_id}
+
+    def pack(self):
+        return self._fetch()
+
+    def close(self):
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+
+def runner_of(entry, fleets, queue_node=None, **options):
+    """A tasks.runs.Runner for ``entry`` on this controller (``options``: root, docker, emit,
+    poll, clock, sleep...)."""
+    from .runs import Runner
+
+    if entry.get("version") != ENTRY_VERSION:
+        raise RunError("run %s was queued by a gpufleet of another version (entry version %s); "
+                       "stop it and submit it again" % (entry.get("run"), entry.get("version")))
+    code_ = None
+    repo = entry.get("repo")
+    if repo and repo.get("kind") == "local":
+        code_ = HeldCode(entry, queue_node)
+    runner = Runner(entry["config"], fleets, secrets=entry.get("secrets") or {},
+                    environ=entry.get("environ") or {}, image_source=entry.get("image_source")
+                    or "auto", run_args=entry.get("run_args") or (),
+                    local_image=entry.get("local_image"), config_dir=entry.get("config_dir"),
+                    array=entry.get("array"), code_=code_,
+                    files_data=entry.get("files_data") or {}, **options)
+    runner.run_id = entry["run_id"]
+    runner.submitted_at = entry["submitted_at"]
+    runner.submitted_epoch = entry.get("submitted_epoch") or time.time()
+    runner._owns_code = code_ is not None
+    return runner

@@ -1,0 +1,130 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: run_queue
+short_description: Act on the queue of runs waiting for capacity or for a retry
+version_added: 0.1.0
+description:
+  - Does what dstack's server does for runs in the background, once, with no server: reads
+    every host of the fleets, then
+  - settles each detached run whose C(retry) may submit it again (stops jobs the run could not
+    stop by itself, resubmits it after an V(error) within the retry duration, forgets it once it
+    ended);
+  - lets pending runs whose retry duration for V(no-capacity) ran out fail with
+    V(failed_to_start_due_to_no_capacity);
+  - starts pending runs that fit now, higher C(priority) first and first submitted first
+    within a priority; a run that does not fit does not hold back lower ones.
+  - The queue's entries live on the fleets' hosts (C(/var/lib/gpufleet/book/queue)); hosts and
+    entries are taken under each host's lock, so passes from several controllers at once never
+    start a run twice or give a host twice. Run it from a schedule (C(playbooks/reconcile.yml)
+    does) so that runs start when capacity frees up while nobody is at the controller.
+author:
+  - gpufleet maintainers (@gpufleet)
+extends_documentation_fragment:
+  - gpufleet.cluster.attributes
+  - gpufleet.cluster.attributes.action_group
+  - gpufleet.cluster.run_fleets
+  - gpufleet.cluster.state
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode nothing is started or stopped; C(changed) and C(due) say whether a pass
+        has something to do.
+  diff_mode:
+    support: none
+  idempotent:
+    support: partial
+    details:
+      - A pass with nothing due changes nothing; one that starts runs does, once.
+seealso:
+  - module: gpufleet.cluster.task
+  - module: gpufleet.cluster.run_info
+  - module: gpufleet.cluster.fleet_reconcile
+"""
+
+EXAMPLES = r"""
+- name: Start what waits for capacity, resubmit what retry allows
+  gpufleet.cluster.run_queue:
+  delegate_to: localhost
+  register: queue
+
+- name: Say what it started
+  ansible.builtin.debug:
+    msg: "started {{ queue.report.started | join(', ') }}"
+  when: queue.report.started | default([]) | length > 0
+"""
+
+RETURN = r"""
+report:
+  description: What the pass did, run names in each list (empty in check mode).
+  returned: always
+  type: dict
+  contains:
+    started:
+      description: Pending runs started (detached; they supervise themselves).
+      type: list
+      elements: str
+      returned: success
+    resubmitted:
+      description: Runs whose failed submission was removed for a new one under C(retry).
+      type: list
+      elements: str
+      returned: success
+    expired:
+      description: Pending runs that failed because their retry duration ran out.
+      type: list
+      elements: str
+      returned: success
+    stopped:
+      description: Containers the pass stopped (jobs of runs that had ended).
+      type: list
+      elements: str
+      returned: success
+    forgotten:
+      description: Runs whose entry went because they ended or were removed.
+      type: list
+      elements: str
+      returned: success
+    failed:
+      description: Pending runs whose submission failed (the entry says why).
+      type: list
+      elements: str
+      returned: success
+due:
+  description: Whether a pass had something to do (check mode).
+  returned: check mode
+  type: bool
+runs:
+  description: The run records after the pass (see M(gpufleet.cluster.run_info)).
+  returned: success, not in check mode
+  type: list
+  elements: dict
+unreachable_hosts:
+  description: Hosts that did not answer, with the error.
+  returned: success, not in check mode
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    fail_json_on_error,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+
+
+def main():
+    module = AnsibleModule(argument_spec=entry.RUN_QUEUE_SPEC, supports_check_mode=True)
+    with fail_json_on_error(module):
+        module.exit_json(**entry.run_queue(module.params, check_mode=module.check_mode))
+
+
+if __name__ == "__main__":
+    main()

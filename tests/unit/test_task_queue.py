@@ -1,0 +1,121 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The queue without a server (tasks.queue): pending runs kept on a fleet host, started in
+priority order by whatever pass comes next, and detached runs resubmitted under retry.
+
+The fake hosts of test_task_runs keep claims and queue entries as tasks.booking does.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import queue, runs
+
+from .test_task_runs import (  # noqa: F401  (fake_hosts is a fixture)
+    JOB_LABEL,
+    RUN_LABEL,
+    STARTED,
+    SUB_LABEL,
+    container,
+    fake_hosts,
+    fleet,
+    task,
+)
+
+WAIT = {"on_events": ["no-capacity"], "duration": "10m"}
+
+
+def occupy(cluster, hosts, run="first"):
+    """A run of another submitter alive on ``hosts``."""
+    for num, host in enumerate(hosts):
+        cluster.nodes[host].containers.append(container(
+            "%s-%d-0" % (run, num), {RUN_LABEL: run, JOB_LABEL: str(num), SUB_LABEL: "0",
+                                     "gpufleet.blocks": "1"},
+            state="running", running=STARTED))
+
+
+def free(cluster, run="first"):
+    for node in cluster.nodes.values():
+        for box in node.containers:
+            if box["labels"][RUN_LABEL] == run:
+                box["state"] = "exited"
+                box["files"]["exit_code"] = "0"
+
+
+def submit_detached(fake_hosts, cluster, config, fleets):
+    runner = runs.Runner(config, fleets, emit=cluster.emit, clock=cluster.clock,
+                         sleep=cluster.sleep, poll=1.0, environ={})
+    return runner.run(wait=False)
+
+
+def a_pass(cluster, fleets):
+    return queue.QueuePass(fleets, clock=cluster.clock, sleep=cluster.sleep, poll=1.0,
+                           emit=cluster.emit).run()
+
+
+def test_a_detached_run_without_capacity_waits_in_the_queue_of_its_fleet(fake_hosts):
+    fleets = [fleet()]
+    runner, cluster = fake_hosts(task(nodes=2, retry=WAIT), fleets)
+    occupy(cluster, ["gpus-0"])
+    result = runner.run(wait=False)
+    assert result["status"] == lc.RUN_PENDING
+    assert result["message"] == "waiting for capacity (queue position 1, kept on gpus-0)"
+    entry = cluster.nodes["gpus-0"].queue["train"]
+    assert (entry["state"], entry["priority"], entry["run_id"]) == ("pending", 0, runner.run_id)
+    assert "gpus-0: busy" in entry["reason"]
+    assert cluster.ops("start") == []
+
+
+def test_a_pass_starts_the_higher_priority_first_and_keeps_the_other_waiting(fake_hosts):
+    fleets = [fleet()]
+    _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
+    occupy(cluster, ["gpus-0", "gpus-1"])
+    low = task(name="low", nodes=2, priority=10, retry=WAIT)
+    high = task(name="high", nodes=2, priority=90, retry=WAIT)
+    assert submit_detached(fake_hosts, cluster, low, fleets)["status"] == lc.RUN_PENDING
+    cluster.now += 1
+    assert submit_detached(fake_hosts, cluster, high, fleets)["status"] == lc.RUN_PENDING
+    # Nothing fits yet: the pass leaves both waiting.
+    assert a_pass(cluster, fleets)["started"] == []
+    free(cluster)
+    report = a_pass(cluster, fleets)
+    assert report["started"] == ["high"]
+    assert sorted(set(p["job"]["run"] for _h, p in cluster.ops("start"))) == ["high"]
+    queued = cluster.nodes["gpus-0"].queue
+    assert "high" not in queued   # no retry on error: nothing to keep once started
+    assert queued["low"]["state"] == "pending"
+    assert queue.positions(queue.entries_of(
+        {"gpus-0": list(queued.values())})) == {"low": 1}
+
+
+def test_a_detached_run_with_retry_on_error_is_resubmitted_by_the_next_pass(fake_hosts):
+    fleets = [fleet()]
+    config = task(nodes=2, retry={"on_events": ["error"], "duration": "1h"})
+    runner, cluster = fake_hosts(config, fleets, program=lambda job: (
+        (1, 3) if job["submission"] == 0 and job["job_num"] == 1 else (None, None)))
+    result = runner.run(wait=False)
+    assert result["status"] not in (lc.RUN_FAILED, lc.RUN_PENDING)
+    entry = cluster.nodes["gpus-0"].queue["train"]
+    assert (entry["state"], entry["hosts"]) == ("active", ["gpus-0", "gpus-1"])
+    cluster.sleep(1)
+    cluster.sleep(1)   # rank 1 exits 3; rank 0 still runs (its peers' stop is the wrapper's)
+    report = a_pass(cluster, fleets)
+    assert report["resubmitted"] == ["train"] and report["started"] == ["train"]
+    subs = sorted((c["labels"][SUB_LABEL], c["labels"][JOB_LABEL])
+                  for n in cluster.nodes.values() for c in n.containers)
+    assert subs == [("1", "0"), ("1", "1")]   # the failed submission's containers went
+    entry = cluster.nodes["gpus-0"].queue["train"]
+    assert (entry["state"], entry["submissions"]) == ("active", 1)
+
+
+def test_a_pending_run_past_its_retry_duration_fails_with_no_capacity(fake_hosts):
+    fleets = [fleet()]
+    _runner, cluster = fake_hosts(task(), fleets)
+    occupy(cluster, ["gpus-0", "gpus-1"])
+    config = task(name="late", retry={"on_events": ["no-capacity"], "duration": "1m"})
+    assert submit_detached(fake_hosts, cluster, config, fleets)["status"] == lc.RUN_PENDING
+    cluster.now += 61
+    assert a_pass(cluster, fleets)["expired"] == ["late"]
+    entry = cluster.nodes["gpus-0"].queue["late"]
+    assert (entry["state"], entry["reason"]) == ("failed", lc.NO_CAPACITY)
