@@ -101,6 +101,15 @@ options:
       - Always on when O(instances) is given.
     type: bool
     default: false
+  at_least:
+    description:
+      - With O(state=present), a backend fleet grows to at least this many instances, never
+        above C(nodes.max); its other settings stay those of its file. This is how a run that
+        does not fit the instances a fleet has makes it grow (the task playbook passes the
+        run's need); instances made so are removed again by M(gpufleet.cluster.fleet_reconcile)
+        once idle past C(idle_duration), down to C(nodes.min).
+      - Ignored for SSH fleets.
+    type: int
   state:
     description:
       - V(present) converges the fleet to its configuration; V(absent) deletes it.
@@ -394,6 +403,7 @@ def main():
             state=dict(type="str", choices=["present", "absent"], default="present"),
             instances=dict(type="list", elements="int"),
             refuse_busy=dict(type="bool", default=False),
+            at_least=dict(type="int"),
             image=dict(type="str"),
             mirror=dict(type="str", default=local.DEFAULT_MIRROR),
             **state_options(backend_settings=True),
@@ -435,7 +445,7 @@ def main():
             if params["state"] == "present" and not module.check_mode:
                 path = state.save_inline(root, fleet_name(config, None), params["config"])
         settings = state.backend_settings(root, params["backend_settings"])
-        config = apply.resolved(config, settings, root)
+        config = apply.at_least(apply.resolved(config, settings, root), params["at_least"])
         cloud_fleet = (config["fleet_type"] == "backend" and base.select(
             config, fleet_name(config, path)) in base.CLOUD_BACKENDS)
         if config["fleet_type"] == "backend" and not cloud_fleet:

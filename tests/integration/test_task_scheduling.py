@@ -232,3 +232,72 @@ def test_a_waiting_run_can_be_stopped_before_it_ever_runs(world, tmp_path, capsy
     assert (record["status"], record["reason"]) == ("terminated", "terminated_by_user")
     assert cli.main(["stop", "-y", blocker]) == 0
     assert ps_all(capsys)[waiter]["status"] == "terminated"   # stopped: it never starts
+
+
+def test_a_detached_run_with_retry_on_error_is_resubmitted_by_the_next_command(
+        world, tmp_path, capsys):
+    """The first submission exits 3 (a marker in an instance volume says it was tried); with
+    nobody attached, the next gpufleet command (here ps) resubmits it, and it ends done."""
+    name = "retry-" + SUFFIX
+    host = local.container_name(FLEET, 0).replace("gpufleet-", "")
+    submit_detached(tmp_path, name, (
+        "type: task\nname: %s\nimage: %s\n%s"
+        "instances: [%s]\n"
+        "volumes: [/tmp/%s:/state]\n"
+        "retry:\n  on_events: [error]\n  duration: 10m\n"
+        "commands:\n"
+        "  - if [ -e /state/tried ]; then echo second; exit 0; fi\n"
+        "  - touch /state/tried; sleep 2; exit 3\n" % (name, world["base_image"], CPU, host,
+                                                        name)))
+    states = wait_until_stopped(world, name)
+    assert [code for _job, _running, code, _end in states] == [3]
+    record = ps_record(capsys, name)   # ps moved the queue: resubmitted
+    assert record["submission"] == 1, record
+    deadline = time.time() + 60
+    while record["status"] != "done" and time.time() < deadline:
+        time.sleep(1)
+        record = ps_record(capsys, name)
+    assert (record["status"], record["submission"]) == ("done", 1), record
+
+
+def test_an_elastic_fleet_grows_for_a_run_and_shrinks_once_idle(world, tmp_path, capsys):
+    """nodes: 0..2. The apply makes no node; a 2-node task makes two, runs and ends; a 3-node
+    task is refused at plan time (max 2); reconcile after idle_duration removes both."""
+    from gpufleet import cli
+    from gpufleet.runner import run_playbook
+
+    name = "el-" + SUFFIX
+    fleet = tmp_path / (name + ".dstack.yml")
+    fleet.write_text("type: fleet\nname: %s\nnodes: 0..2\nplacement: cluster\nbackends: [local]\n"
+                     "idle_duration: 0s\n" % name)
+
+    def nodes():
+        return world["docker"].run("ps", "-aq", "--filter", "label=gpufleet.fleet=" + name).split()
+
+    try:
+        assert cli.main(["apply", "-f", str(fleet), "-y"]) == 0
+        assert nodes() == []
+        task = tmp_path / "el-task.dstack.yml"
+        task.write_text("type: task\nname: %s-run\nimage: %s\nnodes: 2\nfleets: [%s]\n%s"
+                        "commands: [echo node $DSTACK_NODE_RANK of $DSTACK_NODES_NUM]\n"
+                        % (name, world["base_image"], name, CPU))
+        capsys.readouterr()
+        assert cli.main(["apply", "-f", str(task), "-y"]) == 0
+        out = capsys.readouterr().out
+        assert "2 new instances in fleet %s (local, $0/h each)" % name in out, out
+        assert "Run %s-run done" % name in out, out
+        assert len(nodes()) == 2
+
+        big = tmp_path / "el-big.dstack.yml"
+        big.write_text("type: task\nname: %s-big\nimage: %s\nnodes: 3\nfleets: [%s]\n%s"
+                       "commands: [\"true\"]\n" % (name, world["base_image"], name, CPU))
+        assert cli.main(["apply", "-f", str(big), "-y"]) == 1
+        err = capsys.readouterr().err
+        assert "nodes.max" in err, err
+        assert len(nodes()) == 2
+
+        result = run_playbook("reconcile.yml", {"fleets": [str(fleet)]})
+        assert result.ok, result.stdout[-3000:]
+        assert nodes() == []
+    finally:
+        run_playbook("delete.yml", {"fleet": str(fleet), "gpufleet_refuse_busy": False})

@@ -117,6 +117,18 @@ def discover(docker, root=None, settings=None):
     return found
 
 
+def at_least(config, count):
+    """``config`` with ``nodes.target`` raised to ``count`` instances (a run's need, see
+    tasks.growth), never above ``nodes.max``; unchanged for SSH fleets or a smaller count."""
+    nodes = config.get("nodes")
+    if config.get("fleet_type") != "backend" or not isinstance(nodes, dict) or count is None:
+        return config
+    target = max(int(nodes.get("target") or 0), int(count))
+    if nodes.get("max") is not None:
+        target = min(target, int(nodes["max"]))
+    return dict(config, nodes=dict(nodes, target=target))
+
+
 def apply(config, path=None, docker=None, root=None, check_mode=False, image=None,
           build_image=None, settings=None):
     """Converge a fleet to its config. Returns ``(fleet record, changed)``.

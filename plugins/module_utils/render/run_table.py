@@ -168,6 +168,16 @@ def _retry(retry):
     return "%s[%s]" % (_duration(retry.get("duration")), ", ".join(retry.get("on_events") or []))
 
 
+def _creates(create):
+    """The plan's line for instances a run makes its fleet grow by (tasks.growth), or ""."""
+    if not create:
+        return ""
+    count = create["instances"]
+    return "%d new instance%s in fleet %s (%s, %s/h each)" % (
+        count, "" if count == 1 else "s", create["fleet"], create.get("backend") or "-",
+        format_price(create.get("price")) or "$0")
+
+
 def run_plan_lines(config, plan, path=None):
     """What submitting a task does, as ``dstack apply`` shows it before asking (dstack.md §8.3):
     the header, then the host each job is placed on."""
@@ -180,6 +190,7 @@ def run_plan_lines(config, plan, path=None):
         ("Max price", format_price(config.get("max_price")) or "off"),
         ("Retry policy", _retry(config.get("retry"))),
         ("Max duration", _duration(config.get("max_duration"))),
+        ("Creates", _creates(plan.get("create"))),
     ]
     width = max(len(k) for k, v in header if v != "")
     lines = [("%s  %s" % (k.ljust(width), v)).rstrip() for k, v in header if v != ""]
@@ -187,6 +198,8 @@ def run_plan_lines(config, plan, path=None):
     rows = []
     for job in plan["jobs"]:
         instance = job.get("host") or ""
+        if instance.startswith("new:"):
+            instance = instance[len("new:"):] + " (new)"
         if job.get("total_blocks", 1) > 1:
             instance += " (%s/%s)" % (job.get("blocks"), job["total_blocks"])
         rows.append({"#": str(job["job_num"]),

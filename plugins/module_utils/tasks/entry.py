@@ -40,6 +40,7 @@ TASK_SPEC = dict(
     image_source=dict(type="str", default="auto", choices=list(images.IMAGE_SOURCES)),
     run_args=dict(type="list", elements="str", default=[]),
     poll_interval=dict(type="float", default=1.0),
+    create=dict(type="bool", default=True),
     **FLEET_OPTIONS
 )
 TASK_MUTUALLY_EXCLUSIVE = [("path", "config")]
@@ -192,7 +193,8 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             run_config, fleets, root=root, secrets=params.get("secrets") or {}, docker=Docker(),
             emit=emit, image_source=params["image_source"], follow_logs=params["logs"],
             poll=params["poll_interval"], run_args=params.get("run_args") or (),
-            local_image=local_image, config_dir=config_dir, array=array_info, code_=code_)
+            local_image=local_image, config_dir=config_dir, array=array_info, code_=code_,
+            create=params.get("create", True))
 
     try:
         if array_spec is not None:
@@ -204,7 +206,10 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             drive_queue(fleets, root, emit)
         if check_mode:
             try:
-                placed = runner._place()
+                try:
+                    placed = runner._place()
+                except runs.NeedsInstances as grow:
+                    placed = grow.plan   # on the fleet as it will be once it grew
                 runner.image_and_python(placed)
             except placement.NoHostFits as exc:
                 if lifecycle.may_retry(config.get("retry"), lifecycle.EVENT_NO_CAPACITY, 0, 0):
@@ -216,7 +221,12 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
                         "plan": None, "changed": False}, True
             return {"run": runner.name, "status": "planned", "plan": placed,
                     "config": config, "changed": True}, False
-        result = runner.run(wait=params["wait"], stop_event=stop_event)
+        try:
+            result = runner.run(wait=params["wait"], stop_event=stop_event)
+        except runs.NeedsInstances as grow:
+            # The playbook grows the fleet (playbooks/fleet.yml) and submits again.
+            return {"run": runner.name, "status": lifecycle.RUN_PENDING, "grow": grow.create,
+                    "message": "%s; the fleet grows first" % grow, "changed": False}, False
         if params["wait"]:
             drive_queue(fleets, root, emit)   # the end of a run frees its hosts
     except (RunError, NodeError, PlanError, placement.PlacementError) as exc:

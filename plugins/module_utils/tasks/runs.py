@@ -32,7 +32,7 @@ from ..fleets import state
 from ..offers import catalog
 from ..volumes import attach as volumes
 from ..spec import support
-from . import claiming, code, lifecycle, placement, python_env, rankplan
+from . import claiming, code, growth, lifecycle, placement, python_env, rankplan
 from .environment import registry_credentials, resolve_env
 from .errors import PlanError, RunError
 from .images import ensure_image
@@ -208,6 +208,18 @@ def _inline_files(jobs, files_data=None):
             for job in jobs]
 
 
+class NeedsInstances(RunError):
+    """The run fits only once a backend fleet grows (tasks.growth): ``create`` says which fleet,
+    by how many instances, and ``plan`` is the placement on the grown fleet."""
+
+    def __init__(self, create, plan):
+        super(NeedsInstances, self).__init__(
+            "fleet %s needs %d more instance%s for this run" % (
+                create["fleet"], create["instances"], "" if create["instances"] == 1 else "s"))
+        self.create = create
+        self.plan = plan
+
+
 class Submission(object):
     """Everything about one submission of a run that the loop needs afterwards."""
 
@@ -224,7 +236,7 @@ class Runner(object):
     def __init__(self, config, fleets, root=None, secrets=None, environ=None, docker=None,
                  emit=None, image_source="auto", follow_logs=False, poll=1.0, clock=time.time,
                  sleep=time.sleep, run_args=(), rng=random, local_image=None,
-                 config_dir=None, array=None, code_=None, files_data=None):
+                 config_dir=None, array=None, code_=None, files_data=None, create=False):
         self.config = config
         self.fleets = fleets
         self.root = root
@@ -249,6 +261,9 @@ class Runner(object):
         self.submitted_at = fleet_apply.utcnow()
         self.submitted_epoch = clock()
         self.files_data = files_data or {}
+        # Whether a backend fleet may grow for this run (tasks.growth): the task playbook grows
+        # it when the placement says so; the queue's passes do not (they use what exists).
+        self.create = create
         refused = support.refusals(config)   # the verdict gpufleet validate reports too
         if refused:
             raise RunError("; ".join(str(p) for p in refused))
@@ -286,7 +301,28 @@ class Runner(object):
         facts = {}
         for fleet in fleets:
             facts.update(fleet.get("facts") or {})
-        return placement.place(self._steered(), fleets, facts, busy_map(containers, claims))
+        busy = busy_map(containers, claims)
+        if not self.create:
+            return placement.place(self._steered(), fleets, facts, busy)
+        placed = growth.place(self._steered(), fleets, facts, busy, offer_for=self._offer_for)
+        if placed.get("create"):
+            raise NeedsInstances(placed["create"], placed)
+        return placed
+
+    def _offer_for(self, fleet):
+        """The cheapest catalog offer for a new instance of a cloud ``fleet``, or None."""
+        from ..offers import select
+
+        backend = growth._backend(fleet)
+        try:
+            root = state.state_dir(self.root)
+            offers = select.select(
+                {"type": "fleet", "backends": [backend], "resources": fleet.get("resources"),
+                 "spot_policy": fleet.get("spot_policy"), "max_price": fleet.get("max_price")},
+                {backend: catalog.load(backend, catalog.directory(root))})["offers"]
+        except Exception:  # a missing or unreadable catalog: the plan says no offer
+            return None
+        return offers[0] if offers else None
 
     def _place_and_claim(self, number):
         """Place submission ``number`` and claim its hosts (tasks.claiming); a placement that
