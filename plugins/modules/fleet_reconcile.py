@@ -135,9 +135,10 @@ def reconcile_fleet(module, path, root, settings, docker, now):
         docker.ping()
     record = apply.describe(config, path, docker, root, settings=settings)
     nodes = runs.nodes_of([record], root)
-    containers, claims, errors = runs.survey_with_claims(nodes) if nodes else ({}, {}, {})
+    containers, claims, queues, errors = (runs.survey_with_queues(nodes) if nodes
+                                          else ({}, {}, {}, {}))
     decision = reconcile.plan(config, record["instances"], containers,
-                              dict((h, str(e)) for h, e in errors.items()), now, claims)
+                              dict((h, str(e)) for h, e in errors.items()), now, claims, queues)
     entry = dict(decision, name=record["name"], file=path)
     if module.check_mode:
         return entry, None

@@ -131,6 +131,24 @@ class Ec2Double:
         self.failures.append({"action": action, "code": code, "message": message,
                               "when": when, "left": times})
 
+    def reclaim_spot(self, instance_id, region="us-east-1", action="terminate"):
+        """EC2 takes a spot instance back: terminated (or stopped, for a spot instance whose
+        interruption behavior is stop), with the state reason EC2 gives (moto's own terminate
+        and stop say the user did it)."""
+        from moto.ec2.models import ec2_backends
+        from moto.ec2.models.instances import StateReason
+
+        backend = next(iter(ec2_backends.values()))[region]
+        if action == "stop":
+            backend.stop_instances([instance_id])
+        else:
+            backend.terminate_instances([instance_id])
+        backend.get_instance(instance_id).state_reason = StateReason(
+            "Server.SpotInstanceTermination: Spot instance termination",
+            "Server.SpotInstanceTermination")
+        if self.unbacking is not None:
+            self.unbacking(instance_id)
+
     def clear(self):
         with self.lock:
             self.requests.clear()

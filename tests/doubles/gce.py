@@ -121,6 +121,14 @@ class GceDouble:
         self.accelerator_types.clear()
         self.skus.clear()
 
+    def preempt(self, zone, name):
+        """Compute Engine preempts a spot VM: it stops (TERMINATED), as a spot VM whose
+        instanceTerminationAction is STOP does."""
+        with self.lock:
+            instance = self.instances[(zone, name)]
+            instance["status"] = "TERMINATED"
+            instance["lastStopTimestamp"] = _now()
+
     def stop(self):
         self.server.shutdown()
 

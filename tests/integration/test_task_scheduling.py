@@ -13,6 +13,7 @@ import sys
 import time
 from datetime import datetime
 
+import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
 
 from .task_world import CPU, FLEET, SUFFIX
@@ -260,44 +261,114 @@ def test_a_detached_run_with_retry_on_error_is_resubmitted_by_the_next_command(
     assert (record["status"], record["submission"]) == ("done", 1), record
 
 
-def test_an_elastic_fleet_grows_for_a_run_and_shrinks_once_idle(world, tmp_path, capsys):
-    """nodes: 0..2. The apply makes no node; a 2-node task makes two, runs and ends; a 3-node
-    task is refused at plan time (max 2); reconcile after idle_duration removes both."""
-    from gpufleet import cli
+@pytest.fixture(scope="module")
+def elastic(world, tmp_path_factory):
+    """A local fleet with nodes: 0..3, made by the first test that needs it, deleted at the
+    module's end."""
     from gpufleet.runner import run_playbook
 
     name = "el-" + SUFFIX
-    fleet = tmp_path / (name + ".dstack.yml")
-    fleet.write_text("type: fleet\nname: %s\nnodes: 0..2\nplacement: cluster\nbackends: [local]\n"
-                     "idle_duration: 0s\n" % name)
+    fleet = tmp_path_factory.mktemp("elastic") / (name + ".dstack.yml")
+    fleet.write_text("type: fleet\nname: %s\nnodes: 0..3\nplacement: cluster\n"
+                     "backends: [local]\nidle_duration: 0s\n" % name)
 
-    def nodes():
-        return world["docker"].run("ps", "-aq", "--filter", "label=gpufleet.fleet=" + name).split()
+    def nodes(running=False):
+        args = ["ps", "-q", "--filter", "label=gpufleet.fleet=" + name]
+        return world["docker"].run(*(args if running else args[:1] + ["-a"] + args[1:])).split()
 
-    try:
-        assert cli.main(["apply", "-f", str(fleet), "-y"]) == 0
-        assert nodes() == []
-        task = tmp_path / "el-task.dstack.yml"
-        task.write_text("type: task\nname: %s-run\nimage: %s\nnodes: 2\nfleets: [%s]\n%s"
-                        "commands: [echo node $DSTACK_NODE_RANK of $DSTACK_NODES_NUM]\n"
-                        % (name, world["base_image"], name, CPU))
-        capsys.readouterr()
-        assert cli.main(["apply", "-f", str(task), "-y"]) == 0
-        out = capsys.readouterr().out
-        assert "2 new instances in fleet %s (local, $0/h each)" % name in out, out
-        assert "Run %s-run done" % name in out, out
-        assert len(nodes()) == 2
+    yield {"name": name, "file": fleet, "nodes": nodes}
+    run_playbook("delete.yml", {"fleet": str(fleet), "gpufleet_refuse_busy": False})
 
-        big = tmp_path / "el-big.dstack.yml"
-        big.write_text("type: task\nname: %s-big\nimage: %s\nnodes: 3\nfleets: [%s]\n%s"
-                       "commands: [\"true\"]\n" % (name, world["base_image"], name, CPU))
-        assert cli.main(["apply", "-f", str(big), "-y"]) == 1
-        err = capsys.readouterr().err
-        assert "nodes.max" in err, err
-        assert len(nodes()) == 2
 
-        result = run_playbook("reconcile.yml", {"fleets": [str(fleet)]})
-        assert result.ok, result.stdout[-3000:]
-        assert nodes() == []
-    finally:
-        run_playbook("delete.yml", {"fleet": str(fleet), "gpufleet_refuse_busy": False})
+def test_an_elastic_fleet_grows_for_a_run_and_shrinks_once_idle(world, elastic, tmp_path,
+                                                                capsys):
+    """nodes: 0..3. The apply makes no node; a 2-node task makes two, runs and ends; a 4-node
+    task is refused at plan time (max 3); reconcile after idle_duration removes both."""
+    from gpufleet import cli
+    from gpufleet.runner import run_playbook
+
+    name, fleet, nodes = elastic["name"], elastic["file"], elastic["nodes"]
+    assert cli.main(["apply", "-f", str(fleet), "-y"]) == 0
+    assert nodes() == []
+    task = tmp_path / "el-task.dstack.yml"
+    task.write_text("type: task\nname: %s-run\nimage: %s\nnodes: 2\nfleets: [%s]\n%s"
+                    "commands: [echo node $DSTACK_NODE_RANK of $DSTACK_NODES_NUM]\n"
+                    % (name, world["base_image"], name, CPU))
+    capsys.readouterr()
+    assert cli.main(["apply", "-f", str(task), "-y"]) == 0
+    out = capsys.readouterr().out
+    assert "2 new instances in fleet %s (local, $0/h each)" % name in out, out
+    assert "Run %s-run done" % name in out, out
+    assert len(nodes()) == 2
+
+    big = tmp_path / "el-big.dstack.yml"
+    big.write_text("type: task\nname: %s-big\nimage: %s\nnodes: 4\nfleets: [%s]\n%s"
+                   "commands: [\"true\"]\n" % (name, world["base_image"], name, CPU))
+    assert cli.main(["apply", "-f", str(big), "-y"]) == 1
+    err = capsys.readouterr().err
+    assert "may grow by 1 instance (nodes.max), not enough" in err, err
+    assert len(nodes()) == 2
+
+    result = run_playbook("reconcile.yml", {"fleets": [str(fleet)]})
+    assert result.ok, result.stdout[-3000:]
+    assert nodes() == []
+
+
+def test_a_node_gone_mid_run_interrupts_its_run(world, elastic, tmp_path, capsys):
+    """A node container removed mid-run. With retry on interruption, the attached run is
+    submitted again on the fleet's free node; without retry, ps (whose pass stops the other
+    rank) says the run failed, naming the host and why."""
+    from gpufleet import cli
+
+    name, nodes = elastic["name"], elastic["nodes"]
+    # Three nodes first (a 3-node run grows the fleet to its max), so the resubmission has a
+    # free one to go to.
+    three = tmp_path / "el-three.dstack.yml"
+    three.write_text("type: task\nname: %s-three\nimage: %s\nnodes: 3\nfleets: [%s]\n%s"
+                     "commands: [\"true\"]\n" % (name, world["base_image"], name, CPU))
+    assert cli.main(["apply", "-f", str(three), "-y"]) == 0
+    assert len(nodes(running=True)) == 3
+    retried = tmp_path / "el-retry.dstack.yml"
+    retried.write_text(
+        "type: task\nname: %s-int\nimage: %s\nnodes: 2\nfleets: [%s]\n%s"
+        "volumes: [/tmp/%s-int:/state]\n"
+        "retry:\n  on_events: [interruption]\n  duration: 10m\n"
+        "commands:\n"
+        "  - if [ \"$DSTACK_NODE_RANK\" = 1 ]; then sleep 15; exit 0; fi\n"
+        "  - if [ -e /state/first ]; then exit 0; fi\n"
+        "  - touch /state/first; sleep 600\n"
+        % (name, world["base_image"], name, CPU, name))
+    proc = gpufleet("apply", "-f", str(retried), "-y")
+    # Wait until both ranks run, then take rank 1's node away.
+    deadline = time.time() + 240
+    victim = None
+    while victim is None and time.time() < deadline:
+        for node in nodes(running=True):
+            _rc, out, _err = world["docker"].run(
+                "exec", node, "docker", "ps", "-q", "--filter", "label=gpufleet.run=%s-int"
+                % name, "--filter", "label=gpufleet.job=1", check=False)
+            if out.strip():   # (a node still starting has no engine to ask yet)
+                victim = node
+        time.sleep(1)
+    assert victim, proc.communicate(timeout=5)
+    # Removed, not killed: a killed node restarts (its restart policy), like a rebooted host.
+    world["docker"].run("rm", "-f", victim)
+    out, err = proc.communicate(timeout=400)
+    assert proc.returncode == 0, out + err
+    assert "interrupted_by_no_capacity" in out + err, out + err
+    assert "Run %s-int done" % name in out, out + err
+
+    once = tmp_path / "el-once.dstack.yml"
+    once.write_text("type: task\nname: %s-once\nimage: %s\nnodes: 2\nfleets: [%s]\n%s"
+                    "commands: [sleep infinity]\nstop_duration: 1\n"
+                    % (name, world["base_image"], name, CPU))
+    assert cli.main(["apply", "-f", str(once), "-y", "-d"]) == 0
+    record = ps_record(capsys, name + "-once")
+    host = record["jobs"][1]["host"]
+    world["docker"].run("rm", "-f", local.container_name(name, int(host.rsplit("-", 1)[1])))
+    record = ps_record(capsys, name + "-once")
+    assert (record["status"], record["reason"]) == ("failed", "job_failed"), record
+    assert [(j["job_num"], j["status"], j["reason"]) for j in record["jobs"]] == [
+        (0, "terminated", "terminated_by_server"), (1, "failed", "interrupted_by_no_capacity")]
+    assert record["message"] == "host %s: the instance is gone (its backend no longer has it)" % (
+        host)

@@ -231,3 +231,28 @@ def test_delete_removes_instances_and_everything_the_fleet_created(aws, double, 
     assert aws.delete_fleet("gone", [REGION]) == {
         "instances": [], "addresses": [], "security_groups": [], "placement_groups": [],
         "key_pairs": []}
+
+
+def test_a_reclaimed_spot_instance_is_an_interruption(aws, double, public_key):
+    """EC2 takes spot instances back mid-run. One that stops on interruption stays in the fleet,
+    its record saying why (Server.SpotInstanceTermination); one terminated leaves the fleet. The
+    job on either is interrupted (tasks.interruption)."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import interruption
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle
+
+    placed = aws.launch_group("reclaim", [0, 1], [offer("g5.xlarge", spot=True)],
+                              config("any"), public_key, 100, all_at_once=True)
+    ids = dict((L.instance_nums(i), i["InstanceId"]) for _r, i in placed)
+    before = instance_records(aws.fleet_instances("reclaim", [REGION]), "reclaim", None)
+    assert [(r["spot"], r["error"]) for r in before] == [(True, None), (True, None)]
+    double.reclaim_spot(ids[0], action="stop")
+    double.reclaim_spot(ids[1])
+    after = instance_records(aws.fleet_instances("reclaim", [REGION]), "reclaim", None)
+    assert [(r["name"], r["status"], r["error"]) for r in after] == [
+        ("reclaim-0", "stopped", "Server.SpotInstanceTermination: Spot instance termination")]
+    assert interruption.judge("reclaim-0", after[0], 0) == (
+        lifecycle.INTERRUPTED_BY_NO_CAPACITY,
+        "host reclaim-0: Server.SpotInstanceTermination: Spot instance termination (spot)")
+    assert interruption.judge("reclaim-1", None, 0) == (
+        lifecycle.INTERRUPTED_BY_NO_CAPACITY,
+        "host reclaim-1: the instance is gone (its backend no longer has it)")

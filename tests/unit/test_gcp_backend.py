@@ -195,3 +195,24 @@ def test_gcp_fleets_are_found_from_their_labels_alone(world):
     # (the module's double still holds the other tests' fleets)
     assert [(b, n, p, [i["name"] for i in inst]) for b, n, p, inst in held
             if n == "seen"] == [("gcp", "seen", "any", ["seen-0"])]
+
+
+def test_a_preempted_spot_vm_is_an_interruption(world):
+    """Compute Engine preempts a spot VM mid-run: the fleet's record says stopped and why, and
+    the run's job on it is interrupted (tasks.interruption)."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import interruption
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle
+
+    instances, _plan, _changed = apply(world, fleet(
+        "preempt", nodes=1, placement="any", spot_policy="spot", resources={"gpu": "L4"}))
+    (inst,) = instances
+    assert inst["error"] is None
+    world["double"].preempt(inst["zone"], "preempt-0")
+    (after,) = world["client"].records(world["client"].fleet_instances("preempt", [REGION]),
+                                       "preempt", None)
+    assert after["status"] == "stopped"
+    assert after["error"].startswith("preempted by Compute Engine (spot VM stopped at ")
+    reason, message = interruption.judge(after["name"], after, 0)
+    assert reason == lifecycle.INTERRUPTED_BY_NO_CAPACITY
+    assert message.startswith("host preempt-0: preempted by Compute Engine") and message.endswith(
+        "(spot)")

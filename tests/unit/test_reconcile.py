@@ -88,3 +88,11 @@ def test_a_host_claimed_for_a_run_about_to_start_is_busy():
     decision = plan(fleet("0..4"), instances, {}, {}, NOW, claims)
     assert decision["remove"] == ["f-0", "f-1"]
     assert decision["reasons"]["f-2"] == "kept: claimed by run train"
+
+
+def test_a_host_holding_waiting_runs_of_the_queue_is_kept():
+    instances = [instance(n, created=ago(hours=5)) for n in range(2)]
+    queues = {"f-0": [{"run": "sweep-3", "state": "pending"}, {"run": "old", "state": "failed"}]}
+    decision = plan(fleet("0..4"), instances, {}, {}, NOW, {}, queues)
+    assert decision["remove"] == ["f-1"]
+    assert decision["reasons"]["f-0"] == "kept: holds the queue entries of run sweep-3"

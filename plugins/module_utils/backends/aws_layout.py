@@ -294,7 +294,10 @@ def instance_records(placed, fleet, key_file, public_ips=True, user=SSH_USER):
         if tags.get(TAG_FLEET) != fleet or num is None:
             continue
         state = instance["State"]["Name"]
+        reason = (instance.get("StateReason") or {}).get("Message")
         records.append(instance_record(fleet, num, "aws", {
+            # Why it is not running (a spot instance reclaimed: Server.SpotInstanceTermination).
+            "error": reason if state != "running" and reason else None,
             "region": region,
             "zone": (instance.get("Placement") or {}).get("AvailabilityZone"),
             "instance_type": instance.get("InstanceType"),

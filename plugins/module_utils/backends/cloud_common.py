@@ -74,7 +74,7 @@ def instance_record(fleet, num, backend, found, key_file, user, public_ips=True)
         "region": found["region"], "zone": found.get("zone"),
         "instance_type": found.get("instance_type"), "instance_id": found.get("instance_id"),
         "price": price, "spot": bool(found.get("spot")), "status": found["status"],
-        "error": None, "created": found.get("created"),
+        "error": found.get("error"), "created": found.get("created"),
         "hostname": public if public_ips and public else private, "port": 22, "user": user,
         "identity_file": key_file, "proxy_jump": None, "internal_ip": private,
         "network": None, "blocks": blocks, "placement": found.get("placement") or "any",

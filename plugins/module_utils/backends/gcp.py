@@ -573,7 +573,13 @@ def instance_records(placed, fleet, key_file, public_ips=True, user=layout.SSH_U
         metadata = dict((i["key"], i.get("value")) for i in
                         (instance.get("metadata") or {}).get("items") or [])
         nic = (instance.get("networkInterfaces") or [{}])[0]
+        spot = (instance.get("scheduling") or {}).get("provisioningModel") == "SPOT"
+        stopped = instance.get("status") in ("STOPPING", "TERMINATED")
         records.append(instance_record(fleet, num, "gcp", {
+            # A spot VM stops when Compute Engine preempts it; nothing else says so on it.
+            "error": ("preempted by Compute Engine (spot VM stopped at %s)"
+                      % instance.get("lastStopTimestamp", "an unknown time")) if (
+                spot and stopped) else None,
             "region": region_of(zone), "zone": zone,
             "instance_type": _last(instance.get("machineType")),
             "instance_id": instance.get("id"),

@@ -48,7 +48,6 @@ NOTES = {
     "deprecated": "**Deprecated:** accepted with a warning; it has no effect.",
     "runner-refuses": "**The task runner refuses it** (the file still validates).",
     "runner-warns": "**The task runner accepts it with a warning** and does not act on it.",
-    "runner-ignores": "**Nothing to act on in gpufleet**: runs go to existing fleets only, in the order they are submitted.",
     "kept": "**Validated and kept** in the normalized configuration; gpufleet does not act on it.",
     "extension": "**gpufleet extension**, not in dstack.",
 }
@@ -108,7 +107,9 @@ SECTIONS = {
                 "values": "a number (`2`), a range (`1..4`, `..2`, `1..`), or a mapping: {see:fleet.nodes}",
                 "text": (
                     "How many hosts to provision from the backends; this makes the fleet a backend fleet. A number "
-                    "sets `min`, `target` and `max` to it; a range sets `min` and `max`, and `target` to `min`."
+                    "sets `min`, `target` and `max` to it; a range sets `min` and `max`, and `target` to `min`. A "
+                    "run that does not fit the hosts the fleet has makes it grow up to `max`, so `0..4` is a "
+                    "template with no hosts until a run needs them."
                 ),
                 "required": "in a backend fleet; an SSH fleet sets `ssh_config` instead",
             },
@@ -203,7 +204,7 @@ SECTIONS = {
             },
             "max": {
                 "values": "a whole number, not below `min` or `target`",
-                "text": "The most hosts; unset means no limit. Idle hosts above it are removed.",
+                "text": "The most hosts; unset means no limit. Runs make the fleet grow up to it. Idle hosts above it are removed.",
             },
         },
     },
@@ -427,8 +428,11 @@ SECTIONS = {
             },
             "priority": {
                 "values": "a whole number from 0 to 100",
-                "text": "dstack provisions runs of higher priority first; lower ones are not held back.",
-                "status": "runner-warns",
+                "text": (
+                    "The order in which runs waiting for capacity start: higher first, then the first submitted. A "
+                    "waiting run that does not fit does not hold back lower ones. Only runs that wait (`retry` on "
+                    "`no-capacity`) have an order to keep."
+                ),
             },
             "startup_order": {
                 "values": "{choices:task.STARTUP_ORDERS}",
@@ -448,7 +452,10 @@ SECTIONS = {
                 "values": "`true`, `false`, or a mapping: {see:retry}",
                 "text": (
                     "Resubmit every node of the run after a failure that matches `on_events`, within `duration`. "
-                    "`true` is the mapping with every default; `false` or unset never retries."
+                    "`true` is the mapping with every default; `false` or unset never retries. With `no-capacity`, a "
+                    "run that does not fit now waits in the queue, kept on a host of its fleet, until it fits; a "
+                    "detached run is resubmitted after `error` or `interruption` by the next pass over the queue "
+                    "(made by `gpufleet apply` of a task, `ps`, `stop`, or `reconcile.yml` on a schedule)."
                 ),
             },
             "max_duration": {
@@ -472,10 +479,11 @@ SECTIONS = {
                 "values": _DURATION + ", or `off`",
                 "text": (
                     "How long an instance this run provisioned may stay idle once the run is over (dstack takes the "
-                    "shorter of this and the fleet's). `off`, `false` or a negative number: keep it."
+                    "shorter of this and the fleet's). `off`, `false` or a negative number: keep it. gpufleet "
+                    "applies the fleet's `idle_duration` to instances a run makes, not this one."
                 ),
                 "kind": "duration",
-                "status": "runner-ignores",
+                "status": "kept",
             },
             "spot_policy": {
                 "values": "{choices:common.SPOT_POLICIES}",
@@ -484,10 +492,19 @@ SECTIONS = {
             "max_price": {"values": "a number greater than 0", "text": "Hosts that cost more, in dollars per hour, are not used."},
             "creation_policy": {
                 "values": "{choices:task.CREATION_POLICIES}",
-                "text": "`reuse` runs on existing idle instances only; `reuse-or-create` lets dstack provision new ones.",
-                "status": "runner-ignores",
+                "text": (
+                    "`reuse` runs on the instances fleets have; `reuse-or-create` also lets the run make a backend "
+                    "fleet grow, up to its `nodes.max`, when it fits none of them."
+                ),
             },
-            "reservation": {"values": "a string", "text": "Reserved capacity (as a fleet's `reservation`) new instances come from."},
+            "reservation": {
+                "values": "a string",
+                "text": (
+                    "Reserved capacity (as a fleet's `reservation`) new instances come from. Instances a run makes a "
+                    "fleet grow by come from the fleet's own `reservation`."
+                ),
+                "status": "kept",
+            },
             "backends": {"values": "a list of {choices:common.BACKENDS}", "text": "Only hosts of these backends are used."},
             "regions": {"values": _STRINGS, "text": "Only hosts in these regions are used."},
             "availability_zones": {"values": _STRINGS, "text": "Only hosts in these availability zones are used."},
@@ -496,7 +513,8 @@ SECTIONS = {
                 "values": "a list of fleet names, `project/name` strings, or mappings: {see:task.fleets}",
                 "text": (
                     "The only fleets the run may go to; unset, every fleet. gpufleet tries them in this order, and the "
-                    "first that can hold every node takes the run."
+                    "first that can hold every node takes the run; when none can, the first backend fleet that can "
+                    "grow enough for it grows."
                 ),
             },
             "instances": {
@@ -506,7 +524,14 @@ SECTIONS = {
                 ),
                 "text": "Only these hosts are used.",
             },
-            "tags": {"values": _TAGS, "text": "Tags on the cloud resources dstack provisions for the run."},
+            "tags": {
+                "values": _TAGS,
+                "text": (
+                    "Tags on the cloud resources dstack provisions for the run. Instances a run makes a fleet grow by "
+                    "get the fleet's `tags`."
+                ),
+                "status": "kept",
+            },
             "schedule": {
                 "values": "a mapping: {see:task.schedule}",
                 "text": "Start the run on a cron schedule. Run `gpufleet apply` from cron or an AWX schedule instead.",

@@ -41,8 +41,4 @@ def notes(config):
         out.append(Problem(("utilization_policy",), "not enforced by gpufleet"))
     if config.get("dstack"):
         out.append(Problem(("dstack",), "there is no dstack server socket to expose"))
-    if config.get("priority"):
-        out.append(Problem(("priority",), "runs are placed in the order they are submitted: "
-                                          "priority has no effect until gpufleet schedules "
-                                          "runs"))
     return out

@@ -180,6 +180,8 @@ def _run_spec(config, jobs, job):
             "max_duration": config.get("max_duration"),
             "stop_duration": config.get("stop_duration"),
             "retry": config.get("retry"),
+            # Where every job of the run is: a job whose host is gone is known from the others.
+            "hosts": [j.get("host") for j in sorted(jobs, key=lambda j: j["job_num"])],
         }
     )
 

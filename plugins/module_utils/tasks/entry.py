@@ -276,6 +276,10 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
         code = Code(config["repos"][0], config_dir, os.environ)
     try:
         result = batch.run(wait=params["wait"], code=code)
+    except runs.NeedsInstances as exc:
+        raise EntryError("job array %s: %s, and job arrays do not grow fleets; apply the fleet "
+                         "with enough nodes first (nodes.target), then submit the array"
+                         % (batch.base, exc)) from exc
     finally:
         if code is not None:
             code.close()
@@ -291,27 +295,30 @@ def drive_queue(fleets, root, emit=None, survey=None, check_mode=False):
     resubmitted, stopped and let fail. Check mode only says whether one is due."""
     from . import queue
 
+    from . import interruption
+
     nodes = runs.nodes_of(fleets, root)
     survey = survey or runs.survey_with_queues(nodes)
     if check_mode:
-        return {"due": queue.is_due(survey[2], survey[0])}
+        return {"due": queue.is_due(survey, interruption.instance_map(fleets))}
     report = queue.QueuePass(fleets, root=root, docker=Docker(), emit=emit).run(survey)
     report.pop("own", None)
     return report
 
 
 def run_info(params):
-    from . import queue
+    from . import interruption, queue
 
     root, fleets = _fleets(params)
     nodes = runs.nodes_of(fleets, root)
     found = runs.survey_with_queues(nodes)
-    records, errors = listing.list_runs(nodes, found)
+    instances = interruption.instance_map(fleets)
+    records, errors = listing.list_runs(nodes, found, instances)
     if params.get("name"):
         records = [r for r in records if r["name"] == params["name"]]
     # "unreachable" is a key Ansible reserves in a result (it marks the host unreachable).
     return {"runs": records, "unreachable_hosts": errors, "changed": False,
-            "queue_due": queue.is_due(found[2], found[0])}
+            "queue_due": queue.is_due(found, instances)}
 
 
 def run_queue(params, check_mode=False, emit=None):
@@ -325,7 +332,10 @@ def run_queue(params, check_mode=False, emit=None):
         return {"report": {}, "due": report["due"], "changed": report["due"]}
     changed = any(report[k] for k in ("started", "resubmitted", "expired", "stopped",
                                       "forgotten", "failed"))
-    records, errors = listing.list_runs(runs.nodes_of(fleets, root))
+    from . import interruption
+
+    records, errors = listing.list_runs(runs.nodes_of(fleets, root),
+                                        instances=interruption.instance_map(fleets))
     return {"report": report, "runs": records, "unreachable_hosts": errors,
             "changed": changed}
 

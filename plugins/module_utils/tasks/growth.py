@@ -96,6 +96,7 @@ def template(fleet, facts, offer_for=None):
 
 def _grown(fleet, facts, count, made):
     fact, price, backend, region = made
+    spot = any(i.get("spot") for i in _alive(fleet)) or fleet.get("spot_policy") == "spot"
     instances = list(fleet.get("instances") or [])
     top = max([i.get("num") or 0 for i in instances] + [-1])
     extra = {}
@@ -103,7 +104,7 @@ def _grown(fleet, facts, count, made):
         name = "%s%s-%d" % (NEW_PREFIX, fleet["name"], top + 1 + index)
         instances.append({"name": name, "num": top + 1 + index, "fleet": fleet["name"],
                           "backend": backend, "region": region, "price": price,
-                          "spot": False, "status": "idle", "hostname": None,
+                          "spot": spot, "status": "idle", "hostname": None,
                           "instance_type": None})
         extra[name] = fact
     return dict(fleet, instances=instances), dict(facts, **extra)

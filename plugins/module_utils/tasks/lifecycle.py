@@ -32,6 +32,12 @@ TERMINATED_BY_USER = "terminated_by_user"
 TERMINATED_BY_SERVER = "terminated_by_server"
 DONE_BY_RUNNER = "done_by_runner"
 NO_CAPACITY = "failed_to_start_due_to_no_capacity"
+# The instance went away under the job (spot reclaimed, terminated, its node gone), or a spot
+# instance stopped answering: dstack's interruption. An on-demand instance that stops
+# answering for JOB_DISCONNECTED_GRACE is instance_unreachable, an error (§4.7).
+INTERRUPTED_BY_NO_CAPACITY = "interrupted_by_no_capacity"
+INSTANCE_UNREACHABLE = "instance_unreachable"
+JOB_DISCONNECTED_GRACE = 120
 STOP_REASONS = {
     MAX_DURATION_EXCEEDED: TERMINATED,
     TERMINATED_BY_USER: TERMINATED,
@@ -98,7 +104,9 @@ def retry_event(reason):
     """The retry event a termination reason maps to, or None when it is never retried."""
     if reason == NO_CAPACITY:
         return EVENT_NO_CAPACITY
-    if reason in (CONTAINER_EXITED_WITH_ERROR, EXECUTOR_ERROR):
+    if reason == INTERRUPTED_BY_NO_CAPACITY:
+        return EVENT_INTERRUPTION
+    if reason in (CONTAINER_EXITED_WITH_ERROR, EXECUTOR_ERROR, INSTANCE_UNREACHABLE):
         return EVENT_ERROR
     return None
 

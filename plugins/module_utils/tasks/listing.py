@@ -56,7 +56,7 @@ def _job_num(entry):
         return -1
 
 
-def run_records(containers):
+def run_records(containers, errors=None, instances=None):
     """Run records from the task containers of every host (``{host: [containers]}``).
 
     A record: name, run_id, submission, submitted, status, reason, fleet, backend, region,
@@ -84,6 +84,7 @@ def run_records(containers):
             nodes = int(labels.get("gpufleet.nodes") or len(entries))
         except ValueError:
             nodes = len(entries)
+        lost = _lost_jobs(name, spec, nodes, statuses, containers, errors, instances)
         for num in range(nodes):
             statuses.setdefault(num, (lifecycle.SUBMITTED, None, None))
         decision = lifecycle.decide({"stop_criteria": spec.get("stop_criteria"),
@@ -98,7 +99,10 @@ def run_records(containers):
                 "gpus": [g for g in (entry["labels"].get("gpufleet.gpus") or "").split(",") if g],
                 "resources": job_resources(entry["labels"]),
             })
+        jobs += lost
+        jobs.sort(key=lambda j: j["job_num"])
         records.append({
+            "message": next((j["message"] for j in lost if j.get("message")), None),
             "name": name,
             "run_id": labels.get("gpufleet.run-id"),
             "submission": latest,
@@ -113,6 +117,8 @@ def run_records(containers):
             "gpu": spec.get("gpu"),
             "nodes": nodes,
             "array": labels.get("gpufleet.array"),
+            "stop_criteria": spec.get("stop_criteria"),
+            "startup_order": spec.get("startup_order"),
             "jobs": jobs,
         })
     records.sort(key=lambda r: (r["submitted"] or "", r["name"]), reverse=True)
@@ -158,12 +164,41 @@ def with_queue(records, queues):
     return out
 
 
-def list_runs(nodes, survey_result=None):
+def _lost_jobs(run, spec, nodes, statuses, answered, errors, instances):
+    """Job entries of ``run`` on hosts that did not answer (their containers unseen: the host
+    is silent, or its fleet no longer has it), judged by tasks.interruption; their statuses are
+    added to ``statuses``."""
+    from . import interruption
+    from .container import container_name
+
+    if instances is None:
+        return []
+    hosts = spec.get("hosts") or []
+    lost = []
+    for num in range(nodes):
+        if num in statuses or num >= len(hosts) or hosts[num] in answered:
+            continue
+        host = hosts[num]
+        verdict = interruption.judge(host, instances.get(host), 0)
+        if verdict is None:
+            statuses[num] = (lifecycle.RUNNING, None, None)
+            entry = {"status": lifecycle.RUNNING, "reason": None, "unreachable": True,
+                     "message": "host %s does not answer" % host}
+        else:
+            statuses[num] = (lifecycle.FAILED, verdict[0], None)
+            entry = {"status": lifecycle.FAILED, "reason": verdict[0], "message": verdict[1]}
+        lost.append(dict(entry, job_num=num, host=host, container=container_name(run, num),
+                         exit_code=None, started_at=None, finished_at=None, gpus=[],
+                         resources=""))
+    return lost
+
+
+def list_runs(nodes, survey_result=None, instances=None):
     """``(run records, {host: error})`` for every run on the hosts, queued ones included."""
     from .runs import survey_with_queues
 
     containers, _claims, queues, errors = survey_result or survey_with_queues(nodes)
-    records = with_queue(run_records(containers), queues)
+    records = with_queue(run_records(containers, errors, instances), queues)
     return records, dict((h, str(e)) for h, e in errors.items())
 
 

@@ -39,7 +39,7 @@ from ..offers.match import (
 # Instances that cannot take a job. dstack schedules only available instances, i.e. idle or busy
 # (§3.6); unreachable hosts would fail the job at once.
 UNAVAILABLE_STATUSES = frozenset(
-    ("pending", "provisioning", "terminating", "terminated", "failed", "unreachable")
+    ("pending", "provisioning", "terminating", "terminated", "failed", "unreachable", "stopped")
 )
 # DCGM health that keeps a host out of scheduling; "warning" hosts are still used (§3.8).
 EXCLUDED_HEALTH = frozenset(("failure",))

@@ -28,11 +28,10 @@ import socket
 import time
 
 from ..core.times import parse_time
-from . import lifecycle, placement, runbook
-from .container import RUN_ID_LABEL
+from . import interruption, lifecycle, listing, placement, runbook
 from .errors import PlanError, RunError
 from .ssh import NodeError
-from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, parallel
+from .supervisor import RUN_LABEL, parallel
 
 PENDING = "pending"
 ACTIVE = "active"
@@ -140,20 +139,33 @@ class QueuePass(object):
         self.nodes = nodes_of(fleets, options.get("root"))
         self.report = {"started": [], "resubmitted": [], "expired": [], "stopped": [],
                        "forgotten": [], "failed": [], "own": None}
+        self.silent = set()
 
     def run(self, survey=None):
-        """Act on every entry; returns the report (runs started, resubmitted...)."""
+        """Act on every run and entry; returns the report (runs started, resubmitted...)."""
         from .runs import survey_with_queues
 
         if survey is None:
             survey = survey_with_queues(self.nodes)
         containers, _claims, queues, errors = survey
+        self.silent = set(errors)
         entries = entries_of(queues)
+        records = listing.run_records(containers, errors,
+                                      interruption.instance_map(self.fleets))
+        active = dict((e["run"], (host, e)) for host, e in entries if e.get("state") == ACTIVE)
+        for record in records:
+            host, entry = active.pop(record["name"], (None, None))
+            if entry is not None and record.get("run_id") not in (None, entry["run_id"]):
+                host, entry = None, None
+            self._settle(record, host, entry)
+        for run, (host, entry) in active.items():
+            # Nothing of the run is seen: removed (stop --abort, a delete), or all its hosts
+            # are silent; only the first lets the entry go.
+            if not any(h in errors for h in entry.get("hosts") or []):
+                self._call(host, "dequeue", {"run": run, "run_id": entry["run_id"]})
+                self.report["forgotten"].append(run)
         if not entries:
             return self.report
-        for host, entry in entries:
-            if entry.get("state") == ACTIVE:
-                self._settle(host, entry, containers, errors)
         now = self.clock()
         for host, entry in priority_order(entries):
             if float(entry.get("taken_until") or 0) > now and entry.get("taken_by") != self.by:
@@ -208,7 +220,8 @@ class QueuePass(object):
                 runner.close_code()
             return False
         hosts = sorted(set(j["host"] for j in submission.jobs))
-        keep = keeps_entry(entry["config"])  # the whole entry, as take answers it
+        # An attached run watches and resubmits itself: its entry goes, or passes would too.
+        keep = keeps_entry(entry["config"]) and not own  # the whole entry, as take answers it
         if keep:
             self._update(host, entry, {"state": ACTIVE, "hosts": hosts, "submissions": number,
                                        "reason": None})
@@ -226,67 +239,64 @@ class QueuePass(object):
             self.report["failed"].append(entry["run"])
         return False
 
-    # -- active entries -----------------------------------------------------------------------
+    # -- runs that exist ----------------------------------------------------------------------
 
-    def _settle(self, host, entry, containers, errors):
-        """Carry out for a detached run with retry what its submitter would have done."""
-        mine = []
-        for where, found in containers.items():
-            for item in found:
-                labels = item["labels"]
-                if labels.get(RUN_LABEL) == entry["run"] and (
-                        labels.get(RUN_ID_LABEL) in (None, entry["run_id"])):
-                    mine.append(dict(item, host=where))
-        if not mine:
-            if not any(h in errors for h in entry.get("hosts") or []):
-                # Removed (gpufleet stop --abort, a delete): nothing is left to retry.
-                self._call(host, "dequeue", {"run": entry["run"], "run_id": entry["run_id"]})
-                self.report["forgotten"].append(entry["run"])
+    def _settle(self, record, host, entry):
+        """Carry out for a run what its attached submitter would have done: stop the jobs of a
+        run that ended (a job failed, its host was interrupted, master-done) and, for a run
+        that keeps an entry, resubmit it under retry or forget it once it ended."""
+        statuses = dict((j["job_num"], (j["status"], j["reason"], j["exit_code"]))
+                        for j in record["jobs"])
+        if not statuses:
             return
-        latest = max(int(c["labels"].get(SUBMISSION_LABEL) or 0) for c in mine)
-        mine = [c for c in mine if int(c["labels"].get(SUBMISSION_LABEL) or 0) == latest]
-        statuses = {}
-        for item in mine:
-            try:
-                statuses[int(item["labels"].get(JOB_LABEL))] = lifecycle.job_status(item)
-            except (TypeError, ValueError):
-                continue
-        for num in range(int(entry.get("nodes") or 1)):
-            statuses.setdefault(num, (lifecycle.SUBMITTED, None, None))
         now = self.clock()
-        ended = [_epoch(c.get("finished_at"), now) for c in mine
-                 if lifecycle.job_status(c)[0] in lifecycle.FINISHED]
+        ended = [_epoch(j.get("finished_at"), now) for j in record["jobs"]
+                 if j["status"] in lifecycle.FINISHED]
         since = max(ended) if ended else now
-        policy = entry.get("policy") or {"retry": entry.get("retry")}
+        policy = dict((entry or {}).get("policy") or {"stop_criteria": record.get(
+            "stop_criteria"), "startup_order": record.get("startup_order")})
+        if entry is None:
+            policy["retry"] = None
         decision = lifecycle.decide(policy, statuses, now=now, retry_since=since)
         if decision.stop:
-            # What the run could not stop by itself (a node without an SSH client, say). The
-            # stop returns once the containers are down, so the run is decided again at once.
-            self._stop(entry, mine, decision.stop)
+            # What the run could not stop by itself (a node without an SSH client, a node
+            # that is gone). The stop returns once the containers are down, so the run is
+            # decided again at once.
+            self._stop(record, decision.stop)
             for num, reason in decision.stop.items():
                 statuses[num] = (lifecycle.STOP_REASONS.get(reason, lifecycle.TERMINATED),
                                  reason, None)
             decision = lifecycle.decide(policy, statuses, now=now, retry_since=since)
+        if entry is None:
+            return
         if decision.resubmit:
             event = lifecycle.retry_event(decision.failed_job[1])
-            hosts = sorted(set(c["host"] for c in mine))
+            hosts = sorted(set(j["host"] for j in record["jobs"]) - set(self.silent))
             parallel(hosts, lambda h: self.nodes[h].call("remove", {"run": entry["run"]}))
-            changes = {"state": PENDING, "submissions": latest + 1, "hosts": [],
-                       "retry_since": since, "reason": "resubmitting (retry on %s)" % event}
+            changes = {"state": PENDING, "submissions": int(record.get("submission") or 0) + 1,
+                       "hosts": [], "retry_since": since,
+                       "reason": "resubmitting (retry on %s)" % event,
+                       "message": record.get("message")}
             self._update(host, entry, changes)
             entry.update(changes)   # tried in this same pass
             self.report["resubmitted"].append(entry["run"])
         elif decision.final:
-            self._call(host, "dequeue", {"run": entry["run"], "run_id": entry["run_id"]})
+            if decision.status == lifecycle.RUN_FAILED and record.get("message"):
+                # Keep why it failed (a host that went away) where ps finds it.
+                self._update(host, entry, {"state": FAILED, "reason": decision.failed_job[1],
+                                           "message": record["message"]})
+            else:
+                self._call(host, "dequeue", {"run": entry["run"], "run_id": entry["run_id"]})
             self.report["forgotten"].append(entry["run"])
 
-    def _stop(self, entry, mine, stops):
+    def _stop(self, record, stops):
         by_host = {}
-        for item in mine:
-            num = int(item["labels"].get(JOB_LABEL))
-            if num in stops:
-                by_host.setdefault((item["host"], stops[num]), []).append(
-                    {"run": entry["run"], "job_num": num, "container": item["name"]})
+        for job in record["jobs"]:
+            num = job["job_num"]
+            if num in stops and job["host"] in self.nodes and job["host"] not in self.silent \
+                    and job["status"] in lifecycle.ALIVE:
+                by_host.setdefault((job["host"], stops[num]), []).append(
+                    {"run": record["name"], "job_num": num, "container": job["container"]})
         for (where, reason), jobs in sorted(by_host.items()):
             self._call(where, "stop", {"reason": reason, "timeout": 10, "jobs": jobs})
             self.report["stopped"] += [j["container"] for j in jobs]
@@ -308,16 +318,24 @@ def _short(text, limit=300):
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def is_due(queues, containers, clock=time.time):
-    """Whether a pass has work: a pending entry (it may fit now, or its time ran out), or an
-    active one whose run has ended or has a job that ended it."""
+def is_due(survey, instances=None):
+    """Whether a pass has work: a pending entry (it may fit now, or its time ran out), an active
+    one whose run has a job that ended, or a run with jobs to stop (one of its jobs failed or
+    its host was interrupted, and the run could not stop the others itself)."""
+    containers, _claims, queues, errors = survey
     for _host, entry in entries_of(queues):
         if entry.get("state") == PENDING:
             return True
-        if entry.get("state") == ACTIVE:
-            for found in containers.values():
-                for item in found:
-                    if item["labels"].get(RUN_LABEL) == entry["run"] and (
-                            lifecycle.job_status(item)[0] in lifecycle.FINISHED):
-                        return True
+    active = set(e["run"] for _h, e in entries_of(queues) if e.get("state") == ACTIVE)
+    for record in listing.run_records(containers, errors, instances):
+        statuses = dict((j["job_num"], (j["status"], j["reason"], j["exit_code"]))
+                        for j in record["jobs"])
+        if record["name"] in active and any(
+                s[0] in lifecycle.FINISHED for s in statuses.values()):
+            return True
+        decision = lifecycle.decide({"stop_criteria": record.get("stop_criteria"),
+                                     "startup_order": record.get("startup_order")}, statuses)
+        if any(job["host"] not in errors for job in record["jobs"]
+               if job["job_num"] in decision.stop):
+            return True
     return False

@@ -46,16 +46,19 @@ def _span(seconds):
     return "".join("%d%s" % part for part in parts[:2]) or "0s"
 
 
-def plan(config, instances, containers, errors, now, claims=None):
+def plan(config, instances, containers, errors, now, claims=None, queues=None):
     """What one reconcile pass does to a backend fleet.
 
     ``instances`` are the fleet's instance records, ``containers`` maps host names to their
     task containers, ``errors`` host names to why they could not be asked, ``now`` an aware
     datetime; ``claims`` maps host names to their live claims (tasks.booking): a host claimed by
-    a run about to start is busy. Idle instances go highest number first, never below
-    ``nodes.min``; ``create`` is how many instances bring the fleet back to ``nodes.min``.
+    a run about to start is busy, and so is one that keeps queue entries of runs still waiting
+    or running (``queues``: host names to tasks.booking's entry summaries), which would go with
+    it. Idle instances go highest number first, never below ``nodes.min``; ``create`` is how
+    many instances bring the fleet back to ``nodes.min``.
     """
     claims = claims or {}
+    queues = queues or {}
     nodes = config.get("nodes") or {}
     minimum = nodes.get("min") or 0
     idle_limit = config.get("idle_duration")
@@ -73,6 +76,11 @@ def plan(config, instances, containers, errors, now, claims=None):
         held = sorted(c.get("run") for c in claims.get(name) or [] if c.get("run"))
         if held:
             reasons[name] = "kept: claimed by run %s" % ", ".join(held)
+            continue
+        kept = sorted(e.get("run") for e in queues.get(name) or []
+                      if e.get("state") in ("pending", "active"))
+        if kept:
+            reasons[name] = "kept: holds the queue entries of run %s" % ", ".join(kept)
             continue
         since = idle_since(instance, containers.get(name) or [])
         if since is None:

@@ -43,6 +43,8 @@ NO_CAPACITY_BACKOFF = (5, 10, 20, 40, 60)
 # A placement whose hosts were claimed by another submitter meanwhile is made again, at most
 # this many times, after a short random pause.
 CLAIM_ATTEMPTS = 6
+# A host that stops answering is looked up in its backend at most this often (seconds).
+JUDGE_EVERY = 5
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,6 +219,8 @@ class NeedsInstances(RunError):
             "fleet %s needs %d more instance%s for this run" % (
                 create["fleet"], create["instances"], "" if create["instances"] == 1 else "s"))
         self.create = create
+        self._judged_at = None
+        self._instances = {}
         self.plan = plan
 
 
@@ -264,6 +268,8 @@ class Runner(object):
         # Whether a backend fleet may grow for this run (tasks.growth): the task playbook grows
         # it when the placement says so; the queue's passes do not (they use what exists).
         self.create = create
+        self._judged_at = None
+        self._instances = {}
         refused = support.refusals(config)   # the verdict gpufleet validate reports too
         if refused:
             raise RunError("; ".join(str(p) for p in refused))
@@ -534,6 +540,22 @@ class Runner(object):
             "jobs": jobs,
         }
 
+    def judge(self, host, silent_for):
+        """What the backend says of a job's host that does not answer (tasks.interruption):
+        the fleets are described again at most every JUDGE_EVERY seconds."""
+        from . import interruption
+
+        now = self.clock()
+        if self._judged_at is None or now - self._judged_at >= JUDGE_EVERY:
+            self._judged_at = now
+            try:
+                fresh = collect_fleets([f["file"] for f in self.fleets if f.get("file")],
+                                       self.docker, self.root)
+                self._instances = interruption.instance_map(fresh)
+            except RunError:
+                self._instances = self._instances or interruption.instance_map(self.fleets)
+        return interruption.judge(host, self._instances.get(host), silent_for)
+
     def keeps_entry(self):
         from . import queue
 
@@ -636,7 +658,8 @@ class Runner(object):
         while True:
             watch = Watch(submission.jobs, submission.nodes, self.policy(), self.emit,
                           clock=self.clock, sleep=self.sleep, poll=self.poll,
-                          follow_logs=self.follow_logs, stop_event=stop_event)
+                          follow_logs=self.follow_logs, stop_event=stop_event,
+                          judge=self.judge)
             if not wait:
                 return self.launch(submission, watch)
             decision = watch.watch()
@@ -666,8 +689,10 @@ def failure_message(decision, submission):
     if reason == lifecycle.EXECUTOR_ERROR:
         return ("job %d on %s failed before its command started (exit code %s)"
                 % (num, job["host"], code))
-    if reason == "instance_unreachable":
+    if reason == lifecycle.INSTANCE_UNREACHABLE:
         return "job %d: host %s became unreachable" % (num, job["host"])
+    if reason == lifecycle.INTERRUPTED_BY_NO_CAPACITY:
+        return "job %d: host %s was interrupted (the instance went away)" % (num, job["host"])
     return "job %d on %s exited with code %s" % (num, job["host"], code)
 
 

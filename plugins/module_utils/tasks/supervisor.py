@@ -113,7 +113,7 @@ class Watch(object):
 
     def __init__(self, jobs, nodes, policy, emit, clock=time.time, sleep=time.sleep,
                  poll=1.0, follow_logs=False, retry_since=None, stop_event=None,
-                 unreachable_grace=60.0):
+                 unreachable_grace=60.0, judge=None):
         self.jobs = dict((j["job_num"], j) for j in jobs)
         self.nodes = nodes
         self.policy = policy
@@ -125,6 +125,10 @@ class Watch(object):
         self.retry_since = retry_since
         self.stop_event = stop_event
         self.unreachable_grace = unreachable_grace
+        # judge(host, seconds silent) -> (reason, message) or None (tasks.interruption): what
+        # the host's backend says of a host that does not answer.
+        self.judge = judge
+        self.messages = {}
         first = jobs[0]
         self.run = first["run"]
         self.submission = first["submission"]
@@ -203,10 +207,16 @@ class Watch(object):
             if host in errors:
                 since = self.unreachable_since.setdefault(host, now)
                 previous = self.statuses.get(num, (lifecycle.SUBMITTED, None, None))
-                if now - since > self.unreachable_grace and previous[0] not in lifecycle.FINISHED:
-                    statuses[num] = (lifecycle.FAILED, "instance_unreachable", None)
-                else:
-                    statuses[num] = previous
+                statuses[num] = previous
+                if previous[0] in lifecycle.FINISHED:
+                    continue
+                if self.judge is not None:
+                    verdict = self.judge(host, now - since)
+                    if verdict is not None:
+                        statuses[num] = (lifecycle.FAILED, verdict[0], None)
+                        self.messages[num] = verdict[1]
+                elif now - since > self.unreachable_grace:
+                    statuses[num] = (lifecycle.FAILED, lifecycle.INSTANCE_UNREACHABLE, None)
                 continue
             self.unreachable_since.pop(host, None)
             entry = found.get(num)
@@ -233,8 +243,11 @@ class Watch(object):
                 if status[0] in lifecycle.FINISHED and num in self.followers:
                     self.followers[num].join()  # a job's last lines before its end
                 job = self.jobs[num]
-                self.emit({"kind": "job", "job_num": num, "host": job["host"],
-                           "status": status[0], "reason": status[1], "exit_code": status[2]})
+                event = {"kind": "job", "job_num": num, "host": job["host"],
+                         "status": status[0], "reason": status[1], "exit_code": status[2]}
+                if num in self.messages:
+                    event["message"] = self.messages[num]
+                self.emit(event)
         self.statuses = statuses
 
     def run_once(self):

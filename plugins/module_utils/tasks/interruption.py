@@ -1,0 +1,58 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""When a job's host stops answering: was the instance taken away, or is it only unreachable?
+
+A host that does not answer SSH is asked about through its backend, which is the truth about
+instances: the fleet records (fleets.records) say whether the instance still exists and runs.
+dstack's rules (dstack.md §4.7), made without a server:
+
+- the instance is gone (terminated, stopped, preempted or its spot capacity reclaimed, a local
+  node container killed or removed): the job failed with ``interrupted_by_no_capacity``, whose
+  retry event is ``interruption``, at once;
+- the instance still runs but does not answer: a spot instance is treated the same way (its
+  capacity is about to go); an on-demand one fails with ``instance_unreachable`` (an ``error``)
+  once it has not answered for lifecycle.JOB_DISCONNECTED_GRACE seconds;
+- an SSH fleet's host has no backend to ask: it is only ever unreachable.
+
+Pure Python: the records are read by the caller.
+"""
+
+from __future__ import annotations
+
+from . import lifecycle
+
+GONE_STATUSES = ("stopped", "terminating", "terminated", "failed")
+
+
+def instance_map(fleets):
+    """``{instance name: record}`` of the fleets' instances as their backends last told."""
+    return dict((inst["name"], inst) for fleet in fleets for inst in fleet.get("instances") or [])
+
+
+def judge(host, record, unreachable_for):
+    """``(reason, message)`` of a job whose host ``host`` does not answer, or None while it may
+    still come back. ``record`` is the host's fresh instance record (None: the backend has no
+    such instance any more); ``unreachable_for`` how long it has not answered, in seconds."""
+    backend = (record or {}).get("backend")
+    if backend == "ssh":
+        return _unreachable(host, unreachable_for, "the host does not answer over SSH")
+    if record is None:
+        return (lifecycle.INTERRUPTED_BY_NO_CAPACITY,
+                "host %s: the instance is gone (its backend no longer has it)" % host)
+    status = record.get("status")
+    if status in GONE_STATUSES:
+        why = record.get("error") or "the instance is %s" % status
+        return (lifecycle.INTERRUPTED_BY_NO_CAPACITY, "host %s: %s%s" % (
+            host, why, " (spot)" if record.get("spot") else ""))
+    if record.get("spot"):
+        return (lifecycle.INTERRUPTED_BY_NO_CAPACITY,
+                "host %s: the spot instance does not answer" % host)
+    return _unreachable(host, unreachable_for, "the instance runs but does not answer")
+
+
+def _unreachable(host, unreachable_for, what):
+    if unreachable_for < lifecycle.JOB_DISCONNECTED_GRACE:
+        return None
+    return (lifecycle.INSTANCE_UNREACHABLE, "host %s: %s for %d s" % (host, what,
+                                                                     int(unreachable_for)))

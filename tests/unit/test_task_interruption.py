@@ -1,0 +1,115 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Interruption (tasks.interruption): a job's host that stops answering is judged from its
+backend's record, as an attached runner, ps and the queue's passes see it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import interruption
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing, queue, runs
+
+from .test_task_runs import fake_hosts, fleet, task  # noqa: F401  (fake_hosts is a fixture)
+
+INTERRUPTED = lc.INTERRUPTED_BY_NO_CAPACITY
+
+
+def record(status="idle", spot=False, backend="aws", error=None):
+    return {"name": "h", "backend": backend, "status": status, "spot": spot, "error": error}
+
+
+@pytest.mark.parametrize("instance, silent, verdict", [
+    (None, 0, INTERRUPTED),                                    # the backend has it no more
+    (record("terminated", spot=True,
+            error="Server.SpotInstanceTermination"), 0, INTERRUPTED),
+    (record("stopped", backend="gcp", spot=True), 0, INTERRUPTED),   # GCE preempted
+    (record("stopped", backend="local"), 0, INTERRUPTED),      # a local node killed
+    (record("idle", spot=True), 0, INTERRUPTED),               # spot and silent
+    (record("idle"), 10, None),                                # on-demand: wait
+    (record("idle"), lc.JOB_DISCONNECTED_GRACE, lc.INSTANCE_UNREACHABLE),
+    (record("idle", backend="ssh"), 10, None),
+    (record("idle", backend="ssh"), lc.JOB_DISCONNECTED_GRACE, lc.INSTANCE_UNREACHABLE),
+])
+def test_the_backend_says_whether_a_silent_host_was_interrupted(instance, silent, verdict):
+    found = interruption.judge("h", instance, silent)
+    assert (found and found[0]) == verdict
+    if verdict is not None:
+        assert found[1].startswith("host h: ")
+
+
+def test_the_retry_events_of_the_reasons():
+    assert lc.retry_event(INTERRUPTED) == lc.EVENT_INTERRUPTION
+    assert lc.retry_event(lc.INSTANCE_UNREACHABLE) == lc.EVENT_ERROR
+
+
+def gone(fleets, host):
+    """The fleets as their backends tell them once ``host``'s instance is gone."""
+    fresh = copy.deepcopy(fleets)
+    for item in fresh:
+        item["instances"] = [i for i in item["instances"] if i["name"] != host]
+    return fresh
+
+
+def test_an_attached_run_whose_host_goes_is_resubmitted_on_interruption(fake_hosts, monkeypatch):
+    fleets = [fleet(count=3)]
+    config = task(nodes=2, retry={"on_events": ["interruption"], "duration": "1h"})
+    runner, cluster = fake_hosts(config, fleets, program=lambda job: (
+        (None, None) if job["submission"] == 0 else (2, 0)))
+    monkeypatch.setattr(runs, "collect_fleets", lambda *a, **k: gone(fleets, "gpus-1"))
+
+    def kill(c):
+        if len(c.sleeps) == 3:
+            c.nodes["gpus-1"].down = True
+            c.nodes["gpus-1"].containers = []
+
+    cluster.hook = kill
+    result = runner.run()
+    assert (result["status"], result["submissions"]) == (lc.RUN_DONE, 2)
+    assert sorted(j["host"] for j in result["jobs"]) == ["gpus-0", "gpus-2"]
+    lost = [e for e in cluster.job_events(1) if e["status"] == lc.FAILED]
+    assert lost[0]["reason"] == INTERRUPTED
+    assert lost[0]["message"] == "host gpus-1: the instance is gone (its backend no longer has it)"
+
+
+def test_without_retry_the_run_fails_naming_the_host(fake_hosts, monkeypatch):
+    fleets = [fleet()]
+    runner, cluster = fake_hosts(task(nodes=2), fleets)
+    monkeypatch.setattr(runs, "collect_fleets", lambda *a, **k: gone(fleets, "gpus-1"))
+
+    def kill(c):
+        if len(c.sleeps) == 3:
+            c.nodes["gpus-1"].down = True
+
+    cluster.hook = kill
+    result = runner.run()
+    assert (result["status"], result["reason"]) == (lc.RUN_FAILED, "job_failed")
+    assert result["message"] == "job 1: host gpus-1 was interrupted (the instance went away)"
+    assert [(j["job_num"], j["status"], j["reason"]) for j in result["jobs"]] == [
+        (0, lc.TERMINATED, lc.TERMINATED_BY_SERVER), (1, lc.FAILED, INTERRUPTED)]
+
+
+def test_ps_and_a_pass_see_a_detached_run_whose_host_went(fake_hosts):
+    fleets = [fleet()]
+    runner, cluster = fake_hosts(task(nodes=2), fleets)
+    runner.run(wait=False)
+    cluster.sleep(1)
+    cluster.nodes["gpus-1"].down = True
+    instances = interruption.instance_map(gone(fleets, "gpus-1"))
+    survey = runs.survey_with_queues(dict((h, cluster.nodes[h]) for h in cluster.nodes))
+    (found,) = listing.run_records(survey[0], survey[3], instances)
+    assert found["status"] == lc.RUN_TERMINATING   # rank 0 still runs: a pass is due
+    assert found["message"] == "host gpus-1: the instance is gone (its backend no longer has it)"
+    assert [(j["job_num"], j["host"], j["status"], j["reason"]) for j in found["jobs"]] == [
+        (0, "gpus-0", lc.RUNNING, None), (1, "gpus-1", lc.FAILED, INTERRUPTED)]
+    assert queue.is_due(survey, instances)
+    report = queue.QueuePass(gone(fleets, "gpus-1"), clock=cluster.clock,
+                             sleep=cluster.sleep).run(survey)
+    assert report["stopped"] == ["train-0-0"]
+    survey = runs.survey_with_queues(dict((h, cluster.nodes[h]) for h in cluster.nodes))
+    (found,) = listing.run_records(survey[0], survey[3], instances)
+    assert (found["status"], found["reason"]) == (lc.RUN_FAILED, "job_failed")
+    assert not queue.is_due(survey, instances)
