@@ -11,7 +11,7 @@ module: run_queue
 short_description: Act on the queue of runs waiting for capacity or for a retry
 version_added: 0.1.0
 description:
-  - Does what dstack's server does for runs in the background, once, with no server: reads
+  - Does once, with no server, what dstack's server does for runs in the background. It reads
     every host of the fleets, then
   - settles each detached run whose C(retry) may submit it again (stops jobs the run could not
     stop by itself, resubmits it after an V(error) within the retry duration, forgets it once it

@@ -248,8 +248,8 @@ def test_a_detached_run_with_retry_on_error_is_resubmitted_by_the_next_command(
         "retry:\n  on_events: [error]\n  duration: 10m\n"
         "commands:\n"
         "  - if [ -e /state/tried ]; then echo second; exit 0; fi\n"
-        "  - touch /state/tried; sleep 2; exit 3\n" % (name, world["base_image"], CPU, host,
-                                                        name)))
+        "  - touch /state/tried; sleep 2; exit 3\n"
+        % (name, world["base_image"], CPU, host, name)))
     states = wait_until_stopped(world, name)
     assert [code for _job, _running, code, _end in states] == [3]
     record = ps_record(capsys, name)   # ps moved the queue: resubmitted

@@ -169,3 +169,31 @@ def test_ten_processes_claiming_one_host_at_once_get_one_grant(docker, book, tmp
     assert all(a["reason"] == "busy (1 of 1 blocks held by %s)" % winner
                for a in answers if not a["claimed"])
     assert os.listdir(str(book / "claims")) == [winner + ".json"]
+
+
+def test_the_same_run_from_a_second_controller_is_refused(docker, book):
+    """A queue entry whose take lapsed and was taken again: one submission only."""
+    containers(docker)
+    first = dict(claim("train", blocks=1, total=4, whole=False), by="ctl-a:1")
+    assert booking.op_claim(first)["claimed"]
+    assert booking.op_claim(dict(first, by="ctl-a:1"))["claimed"]   # a renewal
+    answer = booking.op_claim(dict(first, by="ctl-b:2"))
+    assert answer["reason"] == "run train is being started here by ctl-a:1"
+
+
+def test_a_pass_cannot_undo_a_stop_of_a_taken_entry(docker, book):
+    entry = {"run": "r", "run_id": "id", "state": "pending", "submitted_epoch": 1.0}
+    assert booking.op_enqueue({"entry": entry})["queued"]
+    assert booking.op_take({"run": "r", "run_id": "id", "by": "pass"})["taken"]
+    # The user's stop, while the pass pulls the image.
+    assert booking.op_update({"run": "r", "run_id": "id",
+                              "changes": {"state": "terminated"}})["updated"]
+    mine = {"state": "pending", "taken_by": "pass"}
+    assert not booking.op_update({"run": "r", "run_id": "id", "changes": {"state": "active"},
+                                  "expect": mine})["updated"]
+    assert not booking.op_dequeue({"run": "r", "run_id": "id", "expect": mine})["removed"]
+    assert not booking.op_take({"run": "r", "run_id": "id", "by": "pass"})["taken"]
+    (left,) = booking.queue_summaries()
+    assert left["state"] == "terminated"
+    assert stat_mode(book / "queue" / "r.json") == 0o600
+    assert stat_mode(book / "queue") == 0o700

@@ -50,8 +50,8 @@ def test_a_template_fleet_grows_by_what_the_run_needs():
 def test_a_fleet_with_one_busy_instance_grows_by_one_like_it():
     fleet = backend_fleet(count=1)
     facts = facts_of(fleet)
-    plan = growth.place(task(nodes=1), [fleet], facts, busy={"el-0": {"blocks": 1,
-                                                                       "gpu_ids": []}})
+    busy = {"el-0": {"blocks": 1, "gpu_ids": []}}
+    plan = growth.place(task(nodes=1), [fleet], facts, busy=busy)
     assert plan["create"]["instances"] == 1 and plan["create"]["at_least"] == 2
     # The new instance looks like the existing one (its measured facts).
     assert plan["jobs"][0]["cpus"] == facts["el-0"]["cpus"]

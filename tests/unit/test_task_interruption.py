@@ -13,7 +13,10 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import inte
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing, queue, runs
 
-from .test_task_runs import fake_hosts, fleet, task  # noqa: F401  (fake_hosts is a fixture)
+from . import test_task_runs
+from .test_task_runs import fleet, task
+
+fake_hosts = test_task_runs.fake_hosts  # the fixture
 
 INTERRUPTED = lc.INTERRUPTED_BY_NO_CAPACITY
 

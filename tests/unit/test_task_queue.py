@@ -12,16 +12,10 @@ from __future__ import annotations
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import queue, runs
 
-from .test_task_runs import (  # noqa: F401  (fake_hosts is a fixture)
-    JOB_LABEL,
-    RUN_LABEL,
-    STARTED,
-    SUB_LABEL,
-    container,
-    fake_hosts,
-    fleet,
-    task,
-)
+from . import test_task_runs
+from .test_task_runs import JOB_LABEL, RUN_LABEL, STARTED, SUB_LABEL, container, fleet, task
+
+fake_hosts = test_task_runs.fake_hosts  # the fixture
 
 WAIT = {"on_events": ["no-capacity"], "duration": "10m"}
 
@@ -119,3 +113,35 @@ def test_a_pending_run_past_its_retry_duration_fails_with_no_capacity(fake_hosts
     assert a_pass(cluster, fleets)["expired"] == ["late"]
     entry = cluster.nodes["gpus-0"].queue["late"]
     assert (entry["state"], entry["reason"]) == ("failed", lc.NO_CAPACITY)
+
+
+def test_a_stop_while_a_pass_submits_the_entry_wins(fake_hosts):
+    fleets = [fleet()]
+    _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
+    occupy(cluster, ["gpus-0", "gpus-1"])
+    config = task(name="late", retry=WAIT)
+    assert submit_detached(fake_hosts, cluster, config, fleets)["status"] == lc.RUN_PENDING
+    free(cluster)
+
+    def user_stops(node):   # between the pass's take and its start
+        entry = cluster.nodes["gpus-0"].queue["late"]
+        entry.update(state="terminated", taken_by=None, taken_until=None)
+
+    cluster.nodes["gpus-0"].before_claim = user_stops
+    report = a_pass(cluster, fleets)
+    assert report["started"] == []
+    assert cluster.ops("start") == []
+    assert all(c["run"] != "late" for n in cluster.nodes.values() for c in n.claims)
+    assert cluster.nodes["gpus-0"].queue["late"]["state"] == "terminated"
+
+
+def test_ps_lists_one_record_when_a_name_is_queued_on_two_hosts():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
+
+    old = {"run": "r", "run_id": "a", "state": "failed", "submitted_epoch": 1.0,
+           "submitted_at": "2026-01-01T00:00:00Z", "reason": "x"}
+    new = dict(old, run_id="b", state="pending", submitted_epoch=2.0,
+               submitted_at="2026-01-02T00:00:00Z")
+    records = [{"name": "r", "run_id": "c", "submitted": "2025-12-31T00:00:00Z", "jobs": []}]
+    out = listing.with_queue(records, {"h0": [old], "h1": [new]})
+    assert [(r["name"], r["run_id"], r["status"]) for r in out] == [("r", "b", "pending")]

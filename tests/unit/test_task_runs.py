@@ -148,7 +148,8 @@ class FakeNode:
 
     def op_take(self, payload):
         entry = self.queue.get(payload["run"])
-        if not entry or entry["run_id"] != payload["run_id"] or entry["state"] != "pending":
+        if not entry or entry["run_id"] != payload["run_id"] or (
+                entry["state"] != payload.get("state", "pending")):
             return {"taken": False, "reason": "gone"}
         if (entry.get("taken_until") or 0) > self.cluster.now and (
                 entry.get("taken_by") != payload["by"]):
@@ -158,14 +159,16 @@ class FakeNode:
 
     def op_update(self, payload):
         entry = self.queue.get(payload["run"])
-        if not entry or entry["run_id"] != payload["run_id"]:
+        if not entry or entry["run_id"] != payload["run_id"] or any(
+                entry.get(k) != v for k, v in (payload.get("expect") or {}).items()):
             return {"updated": False}
         entry.update(payload["changes"], taken_by=None, taken_until=None)
         return {"updated": True}
 
     def op_dequeue(self, payload):
         entry = self.queue.get(payload["run"])
-        if not entry or payload.get("run_id") not in (None, entry["run_id"]):
+        if not entry or payload.get("run_id") not in (None, entry["run_id"]) or any(
+                entry.get(k) != v for k, v in (payload.get("expect") or {}).items()):
             return {"removed": False}
         del self.queue[payload["run"]]
         return {"removed": True}

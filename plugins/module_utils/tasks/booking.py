@@ -169,9 +169,14 @@ def conflict(claim, claims, containers, now):
     run = claim["run"]
     by_submission = _containers_by_submission(containers)
     for other in claims:
-        if other.get("run") == run and other.get("run_id") != claim.get("run_id") and (
-                claim_live(other, by_submission, now)):
+        if other.get("run") != run or not claim_live(other, by_submission, now):
+            continue
+        if other.get("run_id") != claim.get("run_id"):
             return "run %s is already running here (submitted by another controller)" % run
+        if other.get("by") and claim.get("by") and other.get("by") != claim.get("by"):
+            # The same run, submitted again by a second controller (a queue entry whose take
+            # lapsed): one submission only.
+            return "run %s is being started here by %s" % (run, other["by"])
     for (other_run, _submission), states in by_submission.items():
         if other_run == run and any(s in ALIVE_STATES for s in states) and not any(
                 c.get("run") == run and c.get("run_id") == claim.get("run_id") for c in claims):
@@ -351,11 +356,15 @@ def op_take(payload):
 
 
 def op_update(payload):
-    """Change an entry's fields (its state, reason, submission...) and let it go."""
+    """Change an entry's fields (its state, reason, submission...) and let it go; only while
+    it still is as ``expect`` says (a pass's update never undoes a user's stop)."""
     with _Lock():
         entry = _read_entry(payload["run"])
         if not entry or entry.get("run_id") != payload.get("run_id"):
             return {"updated": False}
+        expect = payload.get("expect") or {}
+        if any(entry.get(k) != v for k, v in expect.items()):
+            return {"updated": False, "entry": summary(entry)}
         entry.update(payload.get("changes") or {})
         entry["taken_by"] = None
         entry["taken_until"] = None
@@ -366,10 +375,13 @@ def op_update(payload):
 
 
 def op_dequeue(payload):
-    """Remove a run's entry (of ``run_id`` only, when given)."""
+    """Remove a run's entry (of ``run_id`` only, when given; only while it is as ``expect``
+    says)."""
     with _Lock():
         entry = _read_entry(payload["run"])
         if not entry or payload.get("run_id") not in (None, entry.get("run_id")):
+            return {"removed": False}
+        if any(entry.get(k) != v for k, v in (payload.get("expect") or {}).items()):
             return {"removed": False}
         _drop_entry(payload["run"])
     return {"removed": True}

@@ -79,7 +79,7 @@ def claim_hosts(nodes, placed, run, submission, by=None):
     granted) when one is taken. Returns ``{host: claim}``."""
     claims = dict((job["host"], claim_of(job, run, submission, by)) for job in placed["jobs"])
     hosts = sorted(claims)
-    granted = []
+    asked = []
 
     def claim(host):
         answer = nodes[host].call("claim", claims[host])
@@ -88,6 +88,7 @@ def claim_hosts(nodes, placed, run, submission, by=None):
         return host
 
     def attempt(group):
+        asked.extend(group)
         refused = None
         results = parallel(group, lambda h: _guard(claim, h))
         for host in group:
@@ -96,8 +97,6 @@ def claim_hosts(nodes, placed, run, submission, by=None):
                 raise error
             if isinstance(value, ClaimRefused):
                 refused = refused or value
-            else:
-                granted.append(host)
         if refused is not None:
             raise refused
 
@@ -105,7 +104,9 @@ def claim_hosts(nodes, placed, run, submission, by=None):
         attempt(hosts[:1])
         attempt(hosts[1:])
     except Exception:
-        release_hosts(nodes, granted, run)
+        # Every host asked, not only those whose grant arrived: an answer lost on the way
+        # would otherwise leave its claim until the lease ends.
+        release_hosts(nodes, asked, run)
         raise
     return claims
 
@@ -120,5 +121,5 @@ def _guard(function, host):
 def release_hosts(nodes, hosts, run):
     """Drop ``run``'s claims on ``hosts`` (best effort: an unreachable host's claim lapses with
     its lease)."""
-    parallel(sorted(hosts), lambda h: nodes[h].call("release", {"run": run["name"],
-                                                               "run_id": run["id"]}))
+    request = {"run": run["name"], "run_id": run["id"]}
+    parallel(sorted(hosts), lambda h: nodes[h].call("release", request))

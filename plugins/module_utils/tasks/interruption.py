@@ -54,5 +54,5 @@ def judge(host, record, unreachable_for):
 def _unreachable(host, unreachable_for, what):
     if unreachable_for < lifecycle.JOB_DISCONNECTED_GRACE:
         return None
-    return (lifecycle.INSTANCE_UNREACHABLE, "host %s: %s for %d s" % (host, what,
-                                                                     int(unreachable_for)))
+    message = "host %s: %s for %d s" % (host, what, int(unreachable_for))
+    return lifecycle.INSTANCE_UNREACHABLE, message

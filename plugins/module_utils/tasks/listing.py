@@ -131,7 +131,14 @@ def with_queue(records, queues):
     (failed for no capacity, or stopped) before it ever ran."""
     from . import queue
 
-    entries = queue.entries_of(queues)
+    newest = {}
+    for host, entry in queue.entries_of(queues):
+        # The same name on two queue hosts (the queue host changed): the newest entry counts.
+        key = entry.get("run")
+        if key not in newest or float(entry.get("submitted_epoch") or 0) > float(
+                newest[key][1].get("submitted_epoch") or 0):
+            newest[key] = (host, entry)
+    entries = list(newest.values())
     places = queue.positions(entries)
     by_name = dict((r["name"], r) for r in records)
     out = list(records)
@@ -152,7 +159,7 @@ def with_queue(records, queues):
             if state == queue.PENDING:   # its failed submission went; the next one waits
                 record.update(extra, submission=entry.get("submissions"))
             continue
-        if record is not None:
+        if record is not None and record in out:
             out.remove(record)   # a run of that name that ended, replaced by this one
         out.append(dict(extra, name=entry["run"], run_id=entry.get("run_id"),
                         submission=entry.get("submissions") or 0,

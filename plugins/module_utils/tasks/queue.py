@@ -31,7 +31,7 @@ from ..core.times import parse_time
 from . import interruption, lifecycle, listing, placement, runbook
 from .errors import PlanError, RunError
 from .ssh import NodeError
-from .supervisor import RUN_LABEL, parallel
+from .supervisor import parallel
 
 PENDING = "pending"
 ACTIVE = "active"
@@ -147,7 +147,7 @@ class QueuePass(object):
 
         if survey is None:
             survey = survey_with_queues(self.nodes)
-        containers, _claims, queues, errors = survey
+        containers, claims, queues, errors = survey
         self.silent = set(errors)
         entries = entries_of(queues)
         records = listing.run_records(containers, errors,
@@ -159,10 +159,14 @@ class QueuePass(object):
                 host, entry = None, None
             self._settle(record, host, entry)
         for run, (host, entry) in active.items():
-            # Nothing of the run is seen: removed (stop --abort, a delete), or all its hosts
-            # are silent; only the first lets the entry go.
-            if not any(h in errors for h in entry.get("hosts") or []):
-                self._call(host, "dequeue", {"run": run, "run_id": entry["run_id"]})
+            # Nothing of the run is seen: it was removed (stop --abort, a delete), or it is not
+            # started yet, or its hosts are silent or not surveyed here. Only when every one of
+            # its hosts answered and none holds a claim for it does the entry go.
+            hosts = entry.get("hosts") or []
+            held = any(c.get("run") == run for h in hosts for c in claims.get(h) or [])
+            if hosts and all(h in containers for h in hosts) and not held:
+                self._call(host, "dequeue", {"run": run, "run_id": entry["run_id"],
+                                             "expect": {"state": ACTIVE}})
                 self.report["forgotten"].append(run)
         if not entries:
             return self.report
@@ -182,16 +186,29 @@ class QueuePass(object):
         now = self.clock()
         since = float(entry.get("retry_since") or entry.get("submitted_epoch") or now)
         if lifecycle.may_retry(entry.get("retry"), lifecycle.EVENT_NO_CAPACITY, now, since):
-            self._update(host, entry, {"reason": _short(str(exc))})
+            self._update(host, entry, {"reason": _short(str(exc))},
+                         expect={"state": PENDING, "taken_by": self.by})
             return
+        self._expire(host, entry, str(exc))
+
+    def _expire(self, host, entry, why):
         self._update(host, entry, {"state": FAILED, "reason": lifecycle.NO_CAPACITY,
                                    "message": "no capacity within retry's duration: %s"
-                                   % _short(str(exc))})
+                                   % _short(why)}, expect={"state": PENDING})
         self.report["expired"].append(entry["run"])
 
     def _try(self, host, summary):
         """Submit one pending entry if it fits now; True when it was the own run's."""
+        from .claiming import release_hosts
+        from .runs import NeedsInstances
+
         node = self.nodes[host]
+        retry = summary.get("retry") or {}
+        if lifecycle.EVENT_NO_CAPACITY in (retry.get("on_events") or ()) and not (
+                lifecycle.may_retry(retry, lifecycle.EVENT_NO_CAPACITY, self.clock(), float(
+                    summary.get("retry_since") or summary.get("submitted_epoch") or 0))):
+            self._expire(host, summary, summary.get("reason") or "")
+            return False
         try:
             answer = node.call("take", {"run": summary["run"], "run_id": summary["run_id"],
                                         "by": self.by})
@@ -202,38 +219,53 @@ class QueuePass(object):
         entry = answer["entry"]
         own = self.own is not None and self.own.run_id == entry["run_id"]
         number = int(entry.get("submissions") or 0)
+        mine = {"state": PENDING, "taken_by": self.by}
         runner = None
+        keeper = _TakeKeeper(node, entry, self.by)
         try:
             runner = self.own if own else runbook.runner_of(entry, self.fleets,
                                                             queue_node=node, **self.options)
             submission = runner.submit(number, wait_for_capacity=False)
-        except placement.NoHostFits as exc:
+        except (placement.NoHostFits, NeedsInstances) as exc:
+            keeper.stop()
             self._no_capacity(host, entry, exc)
             if runner is not None and not own:
                 runner.close_code()
             return False
         except (RunError, PlanError, NodeError, placement.PlacementError) as exc:
+            keeper.stop()
             self._update(host, entry, {"state": FAILED, "reason": "executor_error",
-                                       "message": str(exc)})
+                                       "message": str(exc)}, expect=mine)
             self.report["failed"].append(entry["run"])
             if runner is not None and not own:
                 runner.close_code()
             return False
+        keeper.stop()
         hosts = sorted(set(j["host"] for j in submission.jobs))
+        # Still ours? A user's stop (or a lapsed take) in the meantime wins: nothing starts.
+        again = self._call(host, "take", {"run": entry["run"], "run_id": entry["run_id"],
+                                          "by": self.by})
+        if not (again or {}).get("taken"):
+            release_hosts(runner.nodes, hosts, {"name": runner.name, "id": runner.run_id})
+            if not own:
+                runner.close_code()
+            return False
         # An attached run watches and resubmits itself: its entry goes, or passes would too.
         keep = keeps_entry(entry["config"]) and not own  # the whole entry, as take answers it
-        if keep:
-            self._update(host, entry, {"state": ACTIVE, "hosts": hosts, "submissions": number,
-                                       "reason": None})
-        else:
-            self._call(host, "dequeue", {"run": entry["run"], "run_id": entry["run_id"]})
         if own:
+            self._call(host, "dequeue", {"run": entry["run"], "run_id": entry["run_id"]})
             self.report["own"] = submission
             return True
         try:
             result = runner.launch(submission)
         finally:
             runner.close_code()
+        if keep:
+            self._update(host, entry, {"state": ACTIVE, "hosts": hosts, "submissions": number,
+                                       "reason": None}, expect=mine)
+        else:
+            self._call(host, "dequeue", {"run": entry["run"], "run_id": entry["run_id"],
+                                         "expect": mine})
         self.report["started"].append(entry["run"])
         if result.get("status") == lifecycle.RUN_FAILED and not keep:
             self.report["failed"].append(entry["run"])
@@ -270,8 +302,14 @@ class QueuePass(object):
         if entry is None:
             return
         if decision.resubmit:
+            # Taken first: two passes never resubmit the same failure twice.
+            taken = self._call(host, "take", {"run": entry["run"], "run_id": entry["run_id"],
+                                              "by": self.by, "state": ACTIVE})
+            if not (taken or {}).get("taken"):
+                return
             event = lifecycle.retry_event(decision.failed_job[1])
-            hosts = sorted(set(j["host"] for j in record["jobs"]) - set(self.silent))
+            hosts = sorted(h for h in set(j["host"] for j in record["jobs"])
+                           if h in self.nodes and h not in self.silent)
             parallel(hosts, lambda h: self.nodes[h].call("remove", {"run": entry["run"]}))
             changes = {"state": PENDING, "submissions": int(record.get("submission") or 0) + 1,
                        "hosts": [], "retry_since": since,
@@ -303,15 +341,42 @@ class QueuePass(object):
 
     # -- small helpers ------------------------------------------------------------------------
 
-    def _update(self, host, entry, changes):
-        self._call(host, "update", {"run": entry["run"], "run_id": entry["run_id"],
-                                    "changes": changes})
+    def _update(self, host, entry, changes, expect=None):
+        return self._call(host, "update", {"run": entry["run"], "run_id": entry["run_id"],
+                                           "changes": changes, "expect": expect})
 
     def _call(self, host, op, payload):
         try:
             return self.nodes[host].call(op, payload)
         except NodeError:
             return None   # the next pass tries again
+
+
+class _TakeKeeper(object):
+    """Renews a take while its entry is being submitted (an image pull may outlast the take's
+    lease), so no other pass takes the entry meanwhile."""
+
+    EVERY = 120
+
+    def __init__(self, node, entry, by):
+        import threading
+
+        self.node = node
+        self.request = {"run": entry["run"], "run_id": entry["run_id"], "by": by}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="take-" + entry["run"])
+        self.thread.daemon = True
+        self.thread.start()
+
+    def _run(self):
+        while not self.done.wait(self.EVERY):
+            try:
+                self.node.call("take", self.request)
+            except NodeError:
+                pass
+
+    def stop(self):
+        self.done.set()
 
 
 def _short(text, limit=300):

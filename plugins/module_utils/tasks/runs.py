@@ -221,6 +221,7 @@ class NeedsInstances(RunError):
         self.create = create
         self._judged_at = None
         self._instances = {}
+        self._described = set()
         self.plan = plan
 
 
@@ -270,6 +271,7 @@ class Runner(object):
         self.create = create
         self._judged_at = None
         self._instances = {}
+        self._described = set()
         refused = support.refusals(config)   # the verdict gpufleet validate reports too
         if refused:
             raise RunError("; ".join(str(p) for p in refused))
@@ -345,7 +347,9 @@ class Runner(object):
                 refused = exc
                 continue
             except NodeError as exc:
-                raise RunError(str(exc)) from exc
+                # A host that stopped answering meanwhile: the next survey leaves it out.
+                refused = claiming.ClaimRefused(exc.host, exc.detail)
+                continue
             return placed
         raise placement.NoHostFits(
             "no capacity for task %s: its hosts were taken by other runs while it was placed "
@@ -503,8 +507,9 @@ class Runner(object):
                 placed = self._place_and_claim(number)
                 break
             except placement.NoHostFits as exc:
-                if not wait_for_capacity or not lifecycle.may_retry(self.config.get("retry"),
-                                           lifecycle.EVENT_NO_CAPACITY, self.clock(), started):
+                if not wait_for_capacity or not lifecycle.may_retry(
+                        self.config.get("retry"), lifecycle.EVENT_NO_CAPACITY, self.clock(),
+                        started):
                     raise
                 delay = NO_CAPACITY_BACKOFF[min(attempt, len(NO_CAPACITY_BACKOFF) - 1)]
                 self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
@@ -552,9 +557,43 @@ class Runner(object):
                 fresh = collect_fleets([f["file"] for f in self.fleets if f.get("file")],
                                        self.docker, self.root)
                 self._instances = interruption.instance_map(fresh)
+                self._described = set(f["name"] for f in fresh)
             except RunError:
                 self._instances = self._instances or interruption.instance_map(self.fleets)
-        return interruption.judge(host, self._instances.get(host), silent_for)
+        record = self._instances.get(host)
+        fleet = next((f["name"] for f in self.fleets
+                      if any(i["name"] == host for i in f.get("instances") or [])), None)
+        if record is None and fleet not in self._described:
+            # Its fleet could not be described now: no verdict of "gone" from that.
+            record = {"backend": "ssh"}
+        return interruption.judge(host, record, silent_for)
+
+    def _wait_ended(self, host):
+        """The result that ends an attached run's wait in the queue, or None to wait on."""
+        from . import queue
+        from .container import RUN_ID_LABEL
+
+        containers, _claims, queues, errors = survey_with_queues(self.nodes)
+        found = [e for _h, e in queue.entries_of(queues) if e.get("run_id") == self.run_id]
+        if not found and host in errors:
+            return None   # the queue host missed this look; its entry is still there
+        entry = found[0] if found else {}
+        if entry.get("state") == queue.PENDING:
+            return None
+        if entry.get("state") in (queue.FAILED, queue.TERMINATED):
+            return dict(self.result(), status=lifecycle.RUN_FAILED if entry.get(
+                "state") == queue.FAILED else lifecycle.RUN_TERMINATED,
+                reason=entry.get("reason") or lifecycle.TERMINATED_BY_USER,
+                message=entry.get("message"))
+        started = any(c["labels"].get(RUN_ID_LABEL) == self.run_id
+                      for found_on in containers.values() for c in found_on)
+        if started:
+            return dict(self.result(), status=lifecycle.RUN_SUBMITTED, message=(
+                "another controller's pass over the queue started it; gpufleet ps and "
+                "gpufleet logs -f %s follow it" % self.name))
+        return dict(self.result(), status=lifecycle.RUN_TERMINATED,
+                    reason=lifecycle.TERMINATED_BY_USER,
+                    message="its queue entry was removed before it started")
 
     def keeps_entry(self):
         from . import queue
@@ -631,14 +670,9 @@ class Runner(object):
                                      by=self.by).run()
             if report["own"] is not None:
                 return None, report["own"]
-            found = [e for entries in survey_with_queues(self.nodes)[2].values()
-                     for e in entries if e.get("run_id") == self.run_id]
-            if not found or found[0].get("state") not in queue.WAITING:
-                entry = found[0] if found else {}
-                return dict(self.result(), status=lifecycle.RUN_FAILED if entry.get(
-                    "state") == queue.FAILED else lifecycle.RUN_TERMINATED,
-                    reason=entry.get("reason") or lifecycle.TERMINATED_BY_USER,
-                    message=entry.get("message")), None
+            ended = self._wait_ended(host)
+            if ended is not None:
+                return ended, None
 
     def _run(self, wait, stop_event):
         try:
