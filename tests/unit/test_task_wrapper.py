@@ -568,7 +568,10 @@ def test_a_failing_job_asks_the_other_nodes_to_stop(tmp_path, shell):
     for call in calls:
         assert "-p 10022" in call and "-i %s" % (job.dir / "ssh" / "dstack_job") in call
     assert (job.dstack / "run" / "stop").read_text() == "terminated_by_server\n"
-    assert b"asked the other nodes of the run to stop (terminated_by_server)" in proc.stderr
+    # Said in the state folder, not in the job's output.
+    assert job.read_state("peers.log") == (
+        "gpufleet: asked the other nodes of the run to stop (terminated_by_server)")
+    assert b"asked the other nodes" not in proc.stderr
 
 
 @pytest.mark.parametrize("criteria, rank, told", [

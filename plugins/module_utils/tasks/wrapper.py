@@ -76,8 +76,9 @@ _gf_peers_verdict() {
 }
 
 _gf_tell_peers() {
+    # What happens here goes to state/peers.log, not to the job's output (which is the user's).
     [ -r "$GPUFLEET_DIR/ssh/dstack_job" ] && command -v ssh >/dev/null 2>&1 || {
-        _gf_log "cannot tell the other nodes to stop (no ssh client in the image);" \
+        _gf_note "cannot tell the other nodes to stop (no ssh client in the image);" \
             "a gpufleet command on the fleet will stop them"
         return 0
     }
@@ -95,10 +96,14 @@ _gf_tell_peers() {
         _gf_i=$((_gf_i + 1))
     done
     for _gf_p in $_gf_pids; do
-        wait "$_gf_p" 2>/dev/null || _gf_log "could not reach another node to stop it" \
+        wait "$_gf_p" 2>/dev/null || _gf_note "could not reach another node to stop it" \
             "(a gpufleet command on the fleet will stop it)"
     done
-    _gf_log "asked the other nodes of the run to stop ($1)"
+    _gf_note "asked the other nodes of the run to stop ($1)"
+}
+
+_gf_note() {
+    printf 'gpufleet: %s\n' "$*" >> "$GPUFLEET_STATE/peers.log" 2>/dev/null
 }
 
 _gf_fail() {
