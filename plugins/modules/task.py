@@ -107,6 +107,17 @@ options:
       - Seconds between two looks at the run's containers while watching it.
     type: float
     default: 1.0
+  create:
+    description:
+      - Whether the run may make a backend fleet grow (up to C(nodes.max), not with
+        C(creation_policy=reuse)) when it does not fit the instances the fleet has.
+      - The module itself creates nothing. It returns RV(grow) and does not submit, and the
+        caller grows the fleet (C(playbooks/task.yml) applies the fleet's file with
+        C(playbooks/fleet.yml)) and calls it again with O(create=false).
+      - With O(create=false), a run that does not fit waits in the queue or fails for no
+        capacity, as its C(retry) says.
+    type: bool
+    default: true
 extends_documentation_fragment:
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.action_group
@@ -164,7 +175,8 @@ run_id:
 status:
   description:
     - The run's status, as dstack names them; V(done), V(failed) or V(terminated) once it has
-      ended, V(planned) in check mode.
+      ended, V(planned) in check mode, V(pending) when it waits in the queue for capacity (see
+      M(gpufleet.cluster.run_queue)) or for its fleet to grow (RV(grow)).
   returned: always
   type: str
   sample: done
@@ -212,10 +224,29 @@ log_tail:
   type: list
   elements: str
 plan:
-  description: In check mode, the placement (fleet and one entry per job with its host); null
-    when no fleet has room.
+  description:
+    - In check mode, the placement (fleet and one entry per job with its host); null when no
+      fleet has room.
+    - When the run makes a fleet grow, C(create) says which fleet, by how many instances, at
+      what price, and the jobs on instances still to be made have hosts named C(new:<name>).
   returned: in check mode
   type: dict
+waits:
+  description: In check mode, why no fleet has room now, for a run whose C(retry) lets it wait
+    in the queue (then RV(plan) is null).
+  returned: in check mode, when the run would wait
+  type: str
+grow:
+  description:
+    - The fleet the run needs to grow first (O(create)), with C(fleet), C(file), C(instances)
+      (how many more), C(at_least) (the instance count to converge to), C(price), C(backend)
+      and C(region). Nothing was submitted.
+  returned: when the run fits only on a grown fleet
+  type: dict
+queued_on:
+  description: The host that keeps the run's queue entry, when it waits in the queue.
+  returned: when the run waits in the queue, not waiting for it (O(wait=false))
+  type: str
 config:
   description: In check mode, the normalized task configuration that would run.
   returned: in check mode, when the task was placed
