@@ -102,3 +102,27 @@ def test_at_least_raises_the_target_within_max():
         "target"] == 3
     ssh = {"fleet_type": "ssh"}
     assert at_least(ssh, 4) is ssh
+
+
+def test_a_run_no_fleet_can_ever_hold_is_told_so_rather_than_queued():
+    fleet = backend_fleet(count=1, nodes={"min": 0, "target": 1, "max": 2})
+    assert growth.never_fits(task(nodes=2), [fleet]) is None
+    assert growth.never_fits(task(nodes=3), [fleet]) == (
+        "needs 3 nodes, and no fleet can ever have that many (el: at most 2); waiting for "
+        "capacity cannot help: use a fleet with more nodes (nodes.max)")
+    # reuse: only the instances there are; no max: any size may come.
+    assert "el: at most 1" in growth.never_fits(task(nodes=2, creation_policy="reuse"), [fleet])
+    assert growth.never_fits(task(nodes=9), [backend_fleet(nodes={"min": 0, "target": 0,
+                                                                   "max": None})]) is None
+
+
+def test_a_run_too_big_for_every_fleet_fails_even_with_retry(monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import runs
+
+    fleet = backend_fleet(count=0)
+    runner = runs.Runner(task(nodes=3, retry={"on_events": ["no-capacity"], "duration": "1h"}),
+                         [fleet], environ={}, create=True)
+    monkeypatch.setattr(runs, "survey_with_queues", lambda nodes: ({}, {}, {}, {}))
+    result = runner.run(wait=False)
+    assert (result["status"], result["reason"]) == ("failed", "failed_to_start_due_to_no_capacity")
+    assert "no fleet can ever have that many (el: at most 2)" in result["message"]

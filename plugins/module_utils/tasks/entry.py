@@ -212,7 +212,10 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
                     placed = grow.plan   # on the fleet as it will be once it grew
                 runner.image_and_python(placed)
             except placement.NoHostFits as exc:
-                if lifecycle.may_retry(config.get("retry"), lifecycle.EVENT_NO_CAPACITY, 0, 0):
+                from .growth import never_fits
+
+                if lifecycle.may_retry(config.get("retry"), lifecycle.EVENT_NO_CAPACITY, 0, 0) \
+                        and not never_fits(runner.config, fleets):
                     # Submitted, it would wait in the queue (tasks.queue).
                     return {"run": runner.name, "status": "planned", "plan": None,
                             "waits": str(exc), "config": config, "changed": True}, False

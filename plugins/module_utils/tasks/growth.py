@@ -159,6 +159,34 @@ def place(config, fleets, facts, busy=None, offer_for=None):
     raise first
 
 
+def never_fits(config, fleets):
+    """Why no candidate fleet could ever hold the run, even empty and grown to ``nodes.max``
+    (so waiting for capacity is pointless), or None. Only the number of nodes is judged."""
+    wanted = [str(r).rsplit("/", 1)[-1] for r in config.get("fleets") or []]
+    candidates = [f for f in fleets if not wanted or f["name"] in wanted]
+    needed = _nodes_of(config)
+    if not candidates or needed <= 1:
+        return None
+    sizes = []
+    for fleet in candidates:
+        if fleet.get("fleet_type") == "ssh":
+            sizes.append(len(fleet.get("instances") or []))
+            continue
+        maximum = (fleet.get("nodes") or {}).get("max")
+        if maximum is None or config.get("creation_policy") == "reuse":
+            size = len(_alive(fleet)) if maximum is not None else None
+        else:
+            size = int(maximum)
+        if size is None:
+            return None
+        sizes.append(size)
+    if max(sizes) >= needed:
+        return None
+    return ("needs %d nodes, and no fleet can ever have that many (%s); waiting for capacity "
+            "cannot help: use a fleet with more nodes (nodes.max)" % (needed, ", ".join(
+                "%s: at most %d" % (f["name"], n) for f, n in zip(candidates, sizes))))
+
+
 def _nodes_of(config):
     return len(placement.job_requirements(config))
 

@@ -678,10 +678,13 @@ class Runner(object):
         try:
             submission = self.submit(0, wait_for_capacity=False)
         except placement.NoHostFits as exc:
-            if not lifecycle.may_retry(self.config.get("retry"), lifecycle.EVENT_NO_CAPACITY,
-                                       self.clock(), self.clock()):
+            never = growth.never_fits(self.config, self.fleets)
+            if never or not lifecycle.may_retry(self.config.get("retry"),
+                                                lifecycle.EVENT_NO_CAPACITY, self.clock(),
+                                                self.clock()):
                 return dict(self.result(), status=lifecycle.RUN_FAILED,
-                            reason=lifecycle.NO_CAPACITY, message=str(exc))
+                            reason=lifecycle.NO_CAPACITY, message="%s%s" % (
+                                exc, (" (%s)" % never) if never else ""))
             result, submission = self._queued(exc, wait, stop_event)
             if result is not None:
                 return result
