@@ -276,6 +276,9 @@ def elastic(world, tmp_path_factory):
         args = ["ps", "-q", "--filter", "label=gpufleet.fleet=" + name]
         return world["docker"].run(*(args if running else args[:1] + ["-a"] + args[1:])).split()
 
+    from gpufleet import cli
+
+    assert cli.main(["apply", "-f", str(fleet), "-y"]) == 0
     yield {"name": name, "file": fleet, "nodes": nodes}
     run_playbook("delete.yml", {"fleet": str(fleet), "gpufleet_refuse_busy": False})
 
@@ -288,8 +291,7 @@ def test_an_elastic_fleet_grows_for_a_run_and_shrinks_once_idle(world, elastic, 
     from gpufleet.runner import run_playbook
 
     name, fleet, nodes = elastic["name"], elastic["file"], elastic["nodes"]
-    assert cli.main(["apply", "-f", str(fleet), "-y"]) == 0
-    assert nodes() == []
+    assert nodes() == []   # applied (by the fixture) with no node
     task = tmp_path / "el-task.dstack.yml"
     task.write_text("type: task\nname: %s-run\nimage: %s\nnodes: 2\nfleets: [%s]\n%s"
                     "commands: [echo node $DSTACK_NODE_RANK of $DSTACK_NODES_NUM]\n"
@@ -372,3 +374,43 @@ def test_a_node_gone_mid_run_interrupts_its_run(world, elastic, tmp_path, capsys
         (0, "terminated", "terminated_by_server"), (1, "failed", "interrupted_by_no_capacity")]
     assert record["message"] == "host %s: the instance is gone (its backend no longer has it)" % (
         host)
+
+
+def test_a_resubmission_grows_the_fleet_that_lost_a_node(world, elastic, tmp_path):
+    """The fleet shrinks to nothing; an attached 2-node run with retry on interruption makes it
+    grow to two; one node is removed mid-run; the resubmission makes the fleet grow again (the
+    fleet playbook, run by the runner) and ends done."""
+    from gpufleet.runner import run_playbook
+
+    name, nodes = elastic["name"], elastic["nodes"]
+    result = run_playbook("reconcile.yml", {"fleets": [str(elastic["file"])]})
+    assert result.ok, result.stdout[-3000:]
+    assert nodes() == []
+    task = tmp_path / "el-regrow.dstack.yml"
+    task.write_text(
+        "type: task\nname: %s-regrow\nimage: %s\nnodes: 2\nfleets: [%s]\n%s"
+        "volumes: [/tmp/%s-regrow:/state]\n"
+        "retry:\n  on_events: [interruption]\n  duration: 10m\n"
+        "commands:\n"
+        "  - if [ \"$DSTACK_NODE_RANK\" = 1 ]; then sleep 15; exit 0; fi\n"
+        "  - if [ -e /state/first ]; then exit 0; fi\n"
+        "  - touch /state/first; sleep 600\n"
+        % (name, world["base_image"], name, CPU, name))
+    proc = gpufleet("apply", "-f", str(task), "-y")
+    deadline = time.time() + 300
+    victim = None
+    while victim is None and time.time() < deadline:
+        for node in nodes(running=True):
+            _rc, out, _err = world["docker"].run(
+                "exec", node, "docker", "ps", "-q", "--filter", "label=gpufleet.run=%s-regrow"
+                % name, "--filter", "label=gpufleet.job=1", check=False)
+            if out.strip():
+                victim = node
+        time.sleep(1)
+    assert victim, proc.communicate(timeout=5)
+    world["docker"].run("rm", "-f", victim)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out + err
+    assert "grows by 1 instance for this run" in out + err, out + err
+    assert "Run %s-regrow done" % name in out, out + err
+    assert len(nodes(running=True)) == 2

@@ -116,3 +116,62 @@ def test_ps_and_a_pass_see_a_detached_run_whose_host_went(fake_hosts):
     (found,) = listing.run_records(survey[0], survey[3], instances)
     assert (found["status"], found["reason"]) == (lc.RUN_FAILED, "job_failed")
     assert not queue.is_due(survey, instances)
+
+
+def test_a_resubmission_grows_its_fleet_when_no_instance_is_free(fake_hosts, monkeypatch):
+    """Interrupted on a fleet at its size: the resubmission makes the fleet grow (through the
+    grower, the fleet playbook on a controller) and runs on the new instance."""
+    from .test_task_growth import backend_fleet, facts_of
+
+    full = backend_fleet(name="el", count=3, nodes={"min": 0, "target": 2, "max": 3})
+    full["facts"] = facts_of(full)
+    config = task(nodes=2, retry={"on_events": ["interruption"], "duration": "1h"})
+    runner, cluster = fake_hosts(config, [full], program=lambda job: (
+        (None, None) if job["submission"] == 0 else (2, 0)))
+    two = dict(full, instances=full["instances"][:2])
+    runner.fleets = [two]
+    runner.nodes = dict((h, cluster.nodes[h]) for h in ("el-0", "el-1"))
+    grown = []
+    after = [dict(full, instances=[full["instances"][0], full["instances"][2]])]
+    monkeypatch.setattr(runs, "collect_fleets", lambda *a, **k: copy.deepcopy(
+        after if grown else [dict(two, instances=[two["instances"][0]])]))
+    runner.grower = grown.append
+
+    def kill(c):
+        if len(c.sleeps) == 3:
+            c.nodes["el-1"].down = True
+
+    cluster.hook = kill
+    result = runner.run()
+    assert [(g["fleet"], g["instances"], g["at_least"]) for g in grown] == [("el", 1, 2)]
+    assert (result["status"], result["submissions"]) == (lc.RUN_DONE, 2)
+    assert sorted(j["host"] for j in result["jobs"]) == ["el-0", "el-2"]
+
+
+def test_the_grower_applies_the_fleet_playbook_with_at_least(tmp_path):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import grower
+
+    calls = []
+
+    class Proc(object):
+        returncode = 0
+        stdout = b""
+
+    def run(argv, **kwargs):
+        with open(argv[-1][1:]) as handle:
+            calls.append((argv[1:-1], __import__("json").load(handle), kwargs["env"]))
+        return Proc()
+
+    events = []
+    grow = grower.grower(str(tmp_path), events.append, runner=run)
+    grow({"fleet": "el", "file": "/f/el.dstack.yml", "instances": 2, "at_least": 3})
+    ((args, extra, env),) = calls
+    assert args == ["gpufleet.cluster.fleet", "-e"]
+    assert extra == {"fleet": "/f/el.dstack.yml", "gpufleet_fleet_at_least": 3,
+                     "gpufleet_state_dir": str(tmp_path)}
+    assert env["GPUFLEET_STATE_DIR"] == str(tmp_path)
+    assert events[0]["message"] == "fleet el grows by 2 instances for this run (playbooks/fleet.yml)"
+    Proc.returncode = 2
+    Proc.stdout = b"TASK [x]\nfatal: no capacity\n"
+    with pytest.raises(runs.RunError, match="fleet el could not grow .*fatal: no capacity"):
+        grow({"fleet": "el", "file": "/f/el.dstack.yml", "instances": 1, "at_least": 2})

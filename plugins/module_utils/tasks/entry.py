@@ -19,6 +19,7 @@ from ..core.module import state_options
 from ..fleets import state
 from . import images, lifecycle, listing, placement, runs
 from .errors import PlanError, RunError
+from .grower import grower
 from .ssh import NodeError
 
 # doc_fragments/run_fleets.py and state.py document these.
@@ -194,7 +195,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             emit=emit, image_source=params["image_source"], follow_logs=params["logs"],
             poll=params["poll_interval"], run_args=params.get("run_args") or (),
             local_image=local_image, config_dir=config_dir, array=array_info, code_=code_,
-            create=params.get("create", True))
+            create=params.get("create", True), grower=grower(root, emit))
 
     try:
         if array_spec is not None:
@@ -304,7 +305,8 @@ def drive_queue(fleets, root, emit=None, survey=None, check_mode=False):
     survey = survey or runs.survey_with_queues(nodes)
     if check_mode:
         return {"due": queue.is_due(survey, interruption.instance_map(fleets))}
-    report = queue.QueuePass(fleets, root=root, docker=Docker(), emit=emit).run(survey)
+    report = queue.QueuePass(fleets, root=root, docker=Docker(), emit=emit,
+                             grower=grower(root, emit), grow_first=True).run(survey)
     report.pop("own", None)
     return report
 

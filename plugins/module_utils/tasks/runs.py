@@ -219,9 +219,6 @@ class NeedsInstances(RunError):
             "fleet %s needs %d more instance%s for this run" % (
                 create["fleet"], create["instances"], "" if create["instances"] == 1 else "s"))
         self.create = create
-        self._judged_at = None
-        self._instances = {}
-        self._described = set()
         self.plan = plan
 
 
@@ -241,7 +238,8 @@ class Runner(object):
     def __init__(self, config, fleets, root=None, secrets=None, environ=None, docker=None,
                  emit=None, image_source="auto", follow_logs=False, poll=1.0, clock=time.time,
                  sleep=time.sleep, run_args=(), rng=random, local_image=None,
-                 config_dir=None, array=None, code_=None, files_data=None, create=False):
+                 config_dir=None, array=None, code_=None, files_data=None, create=False,
+                 grower=None, grow_first=False):
         self.config = config
         self.fleets = fleets
         self.root = root
@@ -266,9 +264,14 @@ class Runner(object):
         self.submitted_at = fleet_apply.utcnow()
         self.submitted_epoch = clock()
         self.files_data = files_data or {}
-        # Whether a backend fleet may grow for this run (tasks.growth): the task playbook grows
-        # it when the placement says so; the queue's passes do not (they use what exists).
+        # Whether a backend fleet may grow for this run's first placement (tasks.growth): the
+        # task playbook grows it when the placement says so (NeedsInstances).
         self.create = create
+        # grower(create) grows a fleet from here (tasks.grower): for resubmissions, and for the
+        # first submission too with grow_first (a pass over the queue).
+        self.grower = grower
+        self.grow_first = grow_first
+        self._may_grow = create
         self._judged_at = None
         self._instances = {}
         self._described = set()
@@ -310,12 +313,20 @@ class Runner(object):
         for fleet in fleets:
             facts.update(fleet.get("facts") or {})
         busy = busy_map(containers, claims)
-        if not self.create:
+        if not self._may_grow:
             return placement.place(self._steered(), fleets, facts, busy)
         placed = growth.place(self._steered(), fleets, facts, busy, offer_for=self._offer_for)
         if placed.get("create"):
             raise NeedsInstances(placed["create"], placed)
         return placed
+
+    def _refresh_fleets(self):
+        """The fleets as their backends tell them now (after one grew, or lost an instance);
+        a fleet that cannot be described again stays as it was."""
+        fresh = dict((f["name"], f) for f in collect_fleets(
+            [f["file"] for f in self.fleets if f.get("file")], self.docker, self.root))
+        self.fleets = [fresh.get(f["name"], f) for f in self.fleets]
+        self.nodes = nodes_of(self.fleets, self.root)
 
     def _offer_for(self, fleet):
         """The cheapest catalog offer for a new instance of a cloud ``fleet``, or None."""
@@ -502,10 +513,23 @@ class Runner(object):
         (and ``wait_for_capacity``: otherwise NoHostFits at once)."""
         started = self.clock() if waited_since is None else waited_since
         attempt = 0
+        here = self.grower is not None and (number > 0 or self.grow_first)
+        self._may_grow = self.create or here
+        grown = False
         while True:
             try:
                 placed = self._place_and_claim(number)
                 break
+            except NeedsInstances as exc:
+                if not here or grown:
+                    raise
+                try:
+                    self.grower(exc.create)   # the fleet playbook, then a new look at fleets
+                except RunError as err:       # as good as no capacity: retry decides
+                    raise placement.NoHostFits(str(err), [str(err)]) from err
+                grown = True
+                self._refresh_fleets()
+                continue
             except placement.NoHostFits as exc:
                 if not wait_for_capacity or not lifecycle.may_retry(
                         self.config.get("retry"), lifecycle.EVENT_NO_CAPACITY, self.clock(),
@@ -708,6 +732,10 @@ class Runner(object):
                        % lifecycle.retry_event(decision.failed_job[1])})
             parallel(sorted(submission.nodes), lambda h: submission.nodes[h].call(
                 "remove", {"run": self.name}))
+            try:
+                self._refresh_fleets()   # an instance may have gone (interruption)
+            except RunError:
+                pass
             try:
                 submission = self.submit(submission.number + 1, waited_since=self.clock())
             except placement.NoHostFits as exc:
