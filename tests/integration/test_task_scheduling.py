@@ -261,6 +261,34 @@ def test_a_detached_run_with_retry_on_error_is_resubmitted_by_the_next_command(
     assert (record["status"], record["submission"]) == ("done", 1), record
 
 
+def interrupted_task(world, fleet, run):
+    """A 2-node task with retry on interruption: rank 1 sleeps 15 s; rank 0 sleeps until its
+    run is resubmitted (a marker in an instance volume says it ran once), then ends."""
+    return ("type: task\nname: %s\nimage: %s\nnodes: 2\nfleets: [%s]\n%s"
+            "volumes: [/tmp/%s:/state]\n"
+            "retry:\n  on_events: [interruption]\n  duration: 10m\n"
+            "commands:\n"
+            "  - if [ \"$DSTACK_NODE_RANK\" = 1 ]; then sleep 15; exit 0; fi\n"
+            "  - if [ -e /state/first ]; then exit 0; fi\n"
+            "  - touch /state/first; sleep 600\n" % (run, world["base_image"], fleet, CPU, run))
+
+
+def remove_rank_1_node(world, nodes, run, proc, seconds=300):
+    """Wait until rank 1 of ``run`` runs, then remove its node container (the instance is
+    gone). A killed node would restart (its restart policy), like a rebooted host."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        for node in nodes(running=True):
+            _rc, out, _err = world["docker"].run(
+                "exec", node, "docker", "ps", "-q", "--filter", "label=gpufleet.run=" + run,
+                "--filter", "label=gpufleet.job=1", check=False)
+            if out.strip():   # (a node still starting has no engine to ask yet)
+                world["docker"].run("rm", "-f", node)
+                return node
+        time.sleep(1)
+    raise AssertionError("rank 1 of %s never ran: %s" % (run, proc.communicate(timeout=5)))
+
+
 @pytest.fixture(scope="module")
 def elastic(world, tmp_path_factory):
     """A local fleet with nodes: 0..3, made by the first test that needs it, deleted at the
@@ -331,30 +359,9 @@ def test_a_node_gone_mid_run_interrupts_its_run(world, elastic, tmp_path, capsys
     assert cli.main(["apply", "-f", str(three), "-y"]) == 0
     assert len(nodes(running=True)) == 3
     retried = tmp_path / "el-retry.dstack.yml"
-    retried.write_text(
-        "type: task\nname: %s-int\nimage: %s\nnodes: 2\nfleets: [%s]\n%s"
-        "volumes: [/tmp/%s-int:/state]\n"
-        "retry:\n  on_events: [interruption]\n  duration: 10m\n"
-        "commands:\n"
-        "  - if [ \"$DSTACK_NODE_RANK\" = 1 ]; then sleep 15; exit 0; fi\n"
-        "  - if [ -e /state/first ]; then exit 0; fi\n"
-        "  - touch /state/first; sleep 600\n"
-        % (name, world["base_image"], name, CPU, name))
+    retried.write_text(interrupted_task(world, name, name + "-int"))
     proc = gpufleet("apply", "-f", str(retried), "-y")
-    # Wait until both ranks run, then take rank 1's node away.
-    deadline = time.time() + 240
-    victim = None
-    while victim is None and time.time() < deadline:
-        for node in nodes(running=True):
-            _rc, out, _err = world["docker"].run(
-                "exec", node, "docker", "ps", "-q", "--filter", "label=gpufleet.run=%s-int"
-                % name, "--filter", "label=gpufleet.job=1", check=False)
-            if out.strip():   # (a node still starting has no engine to ask yet)
-                victim = node
-        time.sleep(1)
-    assert victim, proc.communicate(timeout=5)
-    # Removed, not killed: a killed node restarts (its restart policy), like a rebooted host.
-    world["docker"].run("rm", "-f", victim)
+    remove_rank_1_node(world, nodes, name + "-int", proc, seconds=240)
     out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, out + err
     assert "interrupted_by_no_capacity" in out + err, out + err
@@ -387,28 +394,9 @@ def test_a_resubmission_grows_the_fleet_that_lost_a_node(world, elastic, tmp_pat
     assert result.ok, result.stdout[-3000:]
     assert nodes() == []
     task = tmp_path / "el-regrow.dstack.yml"
-    task.write_text(
-        "type: task\nname: %s-regrow\nimage: %s\nnodes: 2\nfleets: [%s]\n%s"
-        "volumes: [/tmp/%s-regrow:/state]\n"
-        "retry:\n  on_events: [interruption]\n  duration: 10m\n"
-        "commands:\n"
-        "  - if [ \"$DSTACK_NODE_RANK\" = 1 ]; then sleep 15; exit 0; fi\n"
-        "  - if [ -e /state/first ]; then exit 0; fi\n"
-        "  - touch /state/first; sleep 600\n"
-        % (name, world["base_image"], name, CPU, name))
+    task.write_text(interrupted_task(world, name, name + "-regrow"))
     proc = gpufleet("apply", "-f", str(task), "-y")
-    deadline = time.time() + 300
-    victim = None
-    while victim is None and time.time() < deadline:
-        for node in nodes(running=True):
-            _rc, out, _err = world["docker"].run(
-                "exec", node, "docker", "ps", "-q", "--filter", "label=gpufleet.run=%s-regrow"
-                % name, "--filter", "label=gpufleet.job=1", check=False)
-            if out.strip():
-                victim = node
-        time.sleep(1)
-    assert victim, proc.communicate(timeout=5)
-    world["docker"].run("rm", "-f", victim)
+    remove_rank_1_node(world, nodes, name + "-regrow", proc)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, out + err
     assert "grows by 1 instance for this run" in out + err, out + err

@@ -19,15 +19,10 @@ import time
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking, nodeside
 
-from .test_task_nodeside import FakeDocker, inspect_entry
+from . import test_task_nodeside
+from .test_task_nodeside import inspect_entry
 
-
-@pytest.fixture
-def docker(tmp_path, monkeypatch):
-    fake = FakeDocker(tmp_path)
-    for key, value in fake.env().items():
-        monkeypatch.setenv(key, value)
-    return fake
+docker = test_task_nodeside.docker  # the fake docker on PATH (a fixture)
 
 
 @pytest.fixture

@@ -112,8 +112,8 @@ def test_a_run_no_fleet_can_ever_hold_is_told_so_rather_than_queued():
         "capacity cannot help: use a fleet with more nodes (nodes.max)")
     # reuse: only the instances there are; no max: any size may come.
     assert "el: at most 1" in growth.never_fits(task(nodes=2, creation_policy="reuse"), [fleet])
-    assert growth.never_fits(task(nodes=9), [backend_fleet(nodes={"min": 0, "target": 0,
-                                                                   "max": None})]) is None
+    unlimited = backend_fleet(nodes={"min": 0, "target": 0, "max": None})
+    assert growth.never_fits(task(nodes=9), [unlimited]) is None
 
 
 def test_a_run_too_big_for_every_fleet_fails_even_with_retry(monkeypatch):

@@ -601,15 +601,19 @@ def test_a_failed_run_result_says_which_job_failed(fake_hosts):
     assert result["jobs"][1]["internal_ip"] == "10.1.0.3"
 
 
-def test_a_host_claimed_by_another_submitter_after_the_survey_is_not_double_booked(fake_hosts):
-    runner, cluster = fake_hosts(task(), [fleet()], program=lambda job: (1, 0))
-
-    def competitor(node):
+def competitor(cluster):
+    """Another submitter claiming a host whole, between a survey and this runner's claim."""
+    def claim(node):
         node.claims.append({"run": "other", "run_id": "x", "submission": 0, "blocks": 1,
                             "total_blocks": 1, "gpu_ids": [], "whole": True,
                             "expires": cluster.now + 900})
+    return claim
 
-    cluster.nodes["gpus-0"].before_claim = competitor
+
+def test_a_host_claimed_by_another_submitter_after_the_survey_is_not_double_booked(fake_hosts):
+    runner, cluster = fake_hosts(task(), [fleet()], program=lambda job: (1, 0))
+
+    cluster.nodes["gpus-0"].before_claim = competitor(cluster)
     result = runner.run()
     assert result["status"] == lc.RUN_DONE
     # Refused on gpus-0, placed again on gpus-1, and nothing ever started on gpus-0.
@@ -623,12 +627,7 @@ def test_a_multi_node_run_that_loses_one_host_releases_the_other_and_reports_no_
         fake_hosts):
     runner, cluster = fake_hosts(task(nodes=2), [fleet()])
 
-    def competitor(node):
-        node.claims.append({"run": "other", "run_id": "x", "submission": 0, "blocks": 1,
-                            "total_blocks": 1, "gpu_ids": [], "whole": True,
-                            "expires": cluster.now + 900})
-
-    cluster.nodes["gpus-1"].before_claim = competitor
+    cluster.nodes["gpus-1"].before_claim = competitor(cluster)
     result = runner.run()
     assert (result["status"], result["reason"]) == (lc.RUN_FAILED, lc.NO_CAPACITY)
     assert "gpus-1: busy (1 of 1 blocks in use)" in result["message"]

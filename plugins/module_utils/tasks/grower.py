@@ -43,9 +43,9 @@ def grower(root, emit=None, runner=subprocess.run):
     emit = emit or (lambda event: None)
 
     def grow(create):
+        count = create["instances"]
         emit({"kind": "info", "message": "fleet %s grows by %d instance%s for this run "
-              "(playbooks/fleet.yml)" % (create["fleet"], create["instances"],
-                                          "" if create["instances"] == 1 else "s")})
+              "(playbooks/fleet.yml)" % (create["fleet"], count, "" if count == 1 else "s")})
         extra = {"fleet": create["file"], "gpufleet_fleet_at_least": create["at_least"]}
         if root:
             extra["gpufleet_state_dir"] = root
