@@ -24,7 +24,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     runs,
     supervisor,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking, claiming
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 
@@ -471,8 +471,10 @@ def task(**fields):
 
 
 @pytest.fixture
-def fake_hosts(monkeypatch):
-    """Route runs.Runner to a Cluster's fake hosts; return a function that makes the Runner."""
+def fake_hosts(monkeypatch, tmp_path):
+    """Route runs.Runner to a Cluster's fake hosts; return a function that makes the Runner.
+    The state dir is the test's own: the fleets this machine applied are not the test's."""
+    monkeypatch.setenv("GPUFLEET_STATE_DIR", str(tmp_path / "state"))
     images = []
 
     def make(config, fleets, program=None):
@@ -636,7 +638,7 @@ def test_a_multi_node_run_that_loses_one_host_releases_the_other_and_reports_no_
 
 
 # ---------------------------------------------------------------------------------------------
-# listing.run_records and runs.busy_map
+# listing.run_records and claiming.busy_map
 # ---------------------------------------------------------------------------------------------
 
 
@@ -721,7 +723,7 @@ def test_run_records_of_nothing():
 
 
 def test_busy_map_counts_alive_containers_only():
-    busy = runs.busy_map({
+    busy = claiming.busy_map({
         "h0": [running("a-0-0", labels("a", 0, gpus="GPU-0,GPU-1", blocks="2")),
                container("b-0-0", labels("b", 0, gpus="GPU-2", blocks="1")),  # created
                container("c-0-0", labels("c", 0, gpus="GPU-3", blocks="1"), state="running",
