@@ -113,6 +113,10 @@ def _claims_dir():
     return os.path.join(BOOK_ROOT, "claims")
 
 
+def _claim_path(run):
+    return os.path.join(_claims_dir(), _name(run) + ".json")
+
+
 def _containers_by_submission(containers):
     """``{(run, submission): [docker states]}`` of the task containers on this host."""
     out = {}
@@ -197,13 +201,13 @@ def conflict(claim, claims, containers, now):
 
 
 def _claim_locked(payload, now):
-    path = os.path.join(_claims_dir(), _name(payload["run"]) + ".json")
+    path = _claim_path(payload["run"])
     claims = _read_all(_claims_dir())
     containers = op_status({})["containers"]
     by_submission = _containers_by_submission(containers)
     for other in claims:  # claims that ended are forgotten here, under the lock
         if other.get("run") != payload["run"] and not claim_live(other, by_submission, now):
-            _remove(os.path.join(_claims_dir(), _name(other.get("run")) + ".json"))
+            _remove(_claim_path(other.get("run")))
     claim = {
         "run": payload["run"],
         "run_id": payload.get("run_id"),
@@ -231,16 +235,22 @@ def op_claim(payload):
         return _claim_locked(payload, time.time())
 
 
-def op_release(payload):
-    """Drop the claim of ``run`` (only ``run_id``'s, when given)."""
-    run = _name(payload["run"])
-    path = os.path.join(_claims_dir(), run + ".json")
+def _drop_claim(run, drop):
+    """Remove ``run``'s claim on this host when ``drop(claim)`` says so, under the lock."""
+    run = _name(run)
     with _Lock():
         for claim in _read_all(_claims_dir()):
-            if claim.get("run") == run and payload.get("run_id") in (None, claim.get("run_id")):
-                _remove(path)
-                return {"released": True}
-    return {"released": False}
+            if claim.get("run") == run and drop(claim):
+                _remove(_claim_path(run))
+                return True
+    return False
+
+
+def op_release(payload):
+    """Drop the claim of ``run`` (only ``run_id``'s, when given)."""
+    wanted = payload.get("run_id")
+    return {"released": _drop_claim(payload["run"], lambda claim: wanted in (
+        None, claim.get("run_id")))}
 
 
 def live_claims(containers, now=None):
@@ -429,11 +439,7 @@ def op_remove_booked(payload):
     new submission that claimed the host before the old one's leftovers went)."""
     answer = op_remove(payload)
     if payload.get("jobs") is None and payload.get("run"):
-        run = _name(payload["run"])
-        with _Lock():
-            for claim in _read_all(_claims_dir()):
-                if claim.get("run") == run and claim.get("run_id") != payload.get("keep"):
-                    _remove(os.path.join(_claims_dir(), run + ".json"))
+        _drop_claim(payload["run"], lambda claim: claim.get("run_id") != payload.get("keep"))
     return answer
 
 

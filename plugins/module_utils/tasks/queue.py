@@ -277,16 +277,14 @@ class QueuePass(object):
         """Carry out for a run what its attached submitter would have done: stop the jobs of a
         run that ended (a job failed, its host was interrupted, master-done) and, for a run
         that keeps an entry, resubmit it under retry or forget it once it ended."""
-        statuses = dict((j["job_num"], (j["status"], j["reason"], j["exit_code"]))
-                        for j in record["jobs"])
+        statuses = _statuses(record)
         if not statuses:
             return
         now = self.clock()
         ended = [_epoch(j.get("finished_at"), now) for j in record["jobs"]
                  if j["status"] in lifecycle.FINISHED]
         since = max(ended) if ended else now
-        policy = dict((entry or {}).get("policy") or {"stop_criteria": record.get(
-            "stop_criteria"), "startup_order": record.get("startup_order")})
+        policy = dict((entry or {}).get("policy") or _policy(record))
         if entry is None:
             policy["retry"] = None
         decision = lifecycle.decide(policy, statuses, now=now, retry_since=since)
@@ -379,6 +377,18 @@ class _TakeKeeper(object):
         self.done.set()
 
 
+def _statuses(record):
+    """``{job_num: (status, reason, exit_code)}`` of a run record (tasks.listing)."""
+    return dict((j["job_num"], (j["status"], j["reason"], j["exit_code"]))
+                for j in record["jobs"])
+
+
+def _policy(record):
+    """What a run record says of how its run ends (retry is an entry's, not a record's)."""
+    return {"stop_criteria": record.get("stop_criteria"),
+            "startup_order": record.get("startup_order")}
+
+
 def _short(text, limit=300):
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
@@ -393,13 +403,11 @@ def is_due(survey, instances=None):
             return True
     active = set(e["run"] for _h, e in entries_of(queues) if e.get("state") == ACTIVE)
     for record in listing.run_records(containers, errors, instances):
-        statuses = dict((j["job_num"], (j["status"], j["reason"], j["exit_code"]))
-                        for j in record["jobs"])
+        statuses = _statuses(record)
         if record["name"] in active and any(
                 s[0] in lifecycle.FINISHED for s in statuses.values()):
             return True
-        decision = lifecycle.decide({"stop_criteria": record.get("stop_criteria"),
-                                     "startup_order": record.get("startup_order")}, statuses)
+        decision = lifecycle.decide(_policy(record), statuses)
         if any(job["host"] not in errors for job in record["jobs"]
                if job["job_num"] in decision.stop):
             return True

@@ -129,15 +129,8 @@ def nodes_of(fleets, root=None, connect_timeout=20):
 
 def survey(nodes):
     """Ask every host for its task containers: ``({host: [containers]}, {host: error})``."""
-    containers, _claims, errors = survey_with_claims(nodes)
+    containers, _claims, _queues, errors = survey_with_queues(nodes)
     return containers, errors
-
-
-def survey_with_claims(nodes):
-    """Every host's task containers and live claims (tasks.booking):
-    ``({host: [containers]}, {host: [claims]}, {host: error})``."""
-    containers, claims, _queues, errors = survey_with_queues(nodes)
-    return containers, claims, errors
 
 
 def survey_with_queues(nodes):
@@ -156,11 +149,6 @@ def survey_with_queues(nodes):
             claims[host] = answer.get("claims") or []
             queues[host] = answer.get("queue") or []
     return containers, claims, queues, errors
-
-
-def busy_map(containers, claims=None):
-    """Blocks and GPUs in use on each host (tasks.claiming.busy_map)."""
-    return claiming.busy_map(containers, claims)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,7 +278,7 @@ class Runner(object):
             code.Code(config["repos"][0], config_dir, self.environ)))
 
     def _place(self):
-        containers, claims, errors = survey_with_claims(self.nodes)
+        containers, claims, _queues, errors = survey_with_queues(self.nodes)
         self.leftovers = sorted(h for h, entries in containers.items()
                                 if any(c["labels"].get(RUN_LABEL) == self.name for c in entries))
         for host, entries in containers.items():
@@ -312,7 +300,7 @@ class Runner(object):
         facts = {}
         for fleet in fleets:
             facts.update(fleet.get("facts") or {})
-        busy = busy_map(containers, claims)
+        busy = claiming.busy_map(containers, claims)
         if not self._may_grow:
             return placement.place(self._steered(), fleets, facts, busy)
         placed = growth.place(self._steered(), fleets, facts, busy, offer_for=self._offer_for)
