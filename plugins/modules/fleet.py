@@ -110,6 +110,26 @@ options:
         once idle past C(idle_duration), down to C(nodes.min).
       - Ignored for SSH fleets.
     type: int
+  made_for:
+    description:
+      - With O(state=present), the run the instances this call creates are made for, as the
+        task playbook passes it when a run makes a backend fleet grow. Each new instance
+        carries the run's name and its own C(idle_duration) (a container label, an EC2 tag,
+        Compute Engine metadata), which M(gpufleet.cluster.fleet_reconcile) applies to it
+        instead of the fleet's, and C(gpufleet fleet) shows it.
+      - Instances that exist already are left as they are. Ignored for SSH fleets.
+    type: dict
+    suboptions:
+      run:
+        description: The run's name.
+        type: str
+        required: true
+      idle_duration:
+        description:
+          - How long the new instances may stay idle, in seconds, or V(off) to keep them. By
+            default the shorter of the fleet's and the run's C(idle_duration), or 5 minutes
+            when neither file sets it (as dstack does); the task module computes it.
+        type: raw
   state:
     description:
       - V(present) converges the fleet to its configuration; V(absent) deletes it.
@@ -336,6 +356,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import b
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     apply,
+    idle,
     lookup,
     records,
     state,
@@ -404,6 +425,10 @@ def main():
             instances=dict(type="list", elements="int"),
             refuse_busy=dict(type="bool", default=False),
             at_least=dict(type="int"),
+            made_for=dict(type="dict", options=dict(
+                run=dict(type="str", required=True),
+                idle_duration=dict(type="raw"),
+            )),
             image=dict(type="str"),
             mirror=dict(type="str", default=local.DEFAULT_MIRROR),
             **state_options(backend_settings=True),
@@ -456,6 +481,7 @@ def main():
         record, changed = apply.apply(
             config, path, docker, root, module.check_mode, image=params["image"],
             build_image=build_image, settings=settings,
+            made_for=idle.made_for(params["made_for"], config),
         )
         if not module.check_mode:
             state.ensure_fleet_dir(root, record["name"])

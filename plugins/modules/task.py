@@ -239,8 +239,11 @@ waits:
 grow:
   description:
     - The fleet the run needs to grow first (O(create)), with C(fleet), C(file), C(instances)
-      (how many more), C(at_least) (the instance count to converge to), C(price), C(backend)
-      and C(region). Nothing was submitted.
+      (how many more), C(at_least) (the instance count to converge to), C(price), C(backend),
+      C(region) and C(made_for) (C(run), the run's name, and C(idle_duration), the limit the
+      new instances keep, the shorter of the fleet's and the run's or 5 minutes when neither is
+      set), the value the fleet playbook gives M(gpufleet.cluster.fleet) as
+      O(gpufleet.cluster.fleet#module:made_for). Nothing was submitted.
   returned: when the run fits only on a grown fleet
   type: dict
 queued_on:

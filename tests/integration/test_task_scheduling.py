@@ -291,14 +291,15 @@ def remove_rank_1_node(world, nodes, run, proc, seconds=300):
 
 @pytest.fixture(scope="module")
 def elastic(world, tmp_path_factory):
-    """A local fleet with nodes: 0..3, made by the first test that needs it, deleted at the
-    module's end."""
+    """A local fleet with nodes: 0..3 and no idle_duration (its own nodes would stay 3 days),
+    made by the first test that needs it, deleted at the module's end. The tasks that grow it
+    set idle_duration: 0s, which their new nodes keep (fleets/idle.py)."""
     from gpufleet.runner import run_playbook
 
     name = "el-" + SUFFIX
     fleet = tmp_path_factory.mktemp("elastic") / (name + ".dstack.yml")
     fleet.write_text("type: fleet\nname: %s\nnodes: 0..3\nplacement: cluster\n"
-                     "backends: [local]\nidle_duration: 0s\n" % name)
+                     "backends: [local]\n" % name)
 
     def nodes(running=False):
         args = ["ps", "-q", "--filter", "label=gpufleet.fleet=" + name]
@@ -313,23 +314,35 @@ def elastic(world, tmp_path_factory):
 
 def test_an_elastic_fleet_grows_for_a_run_and_shrinks_once_idle(world, elastic, tmp_path,
                                                                 capsys):
-    """nodes: 0..3. The apply makes no node; a 2-node task makes two, runs and ends; a 4-node
-    task is refused at plan time (max 3); reconcile after idle_duration removes both."""
+    """nodes: 0..3. The apply makes no node; a 2-node task makes two, marked as made for it,
+    runs and ends; a 4-node task is refused at plan time (max 3); reconcile removes both after
+    the run's idle_duration (0s), where the fleet's own limit (unset: 3d) would keep them."""
     from gpufleet import cli
     from gpufleet.runner import run_playbook
 
     name, fleet, nodes = elastic["name"], elastic["file"], elastic["nodes"]
     assert nodes() == []   # applied (by the fixture) with no node
     task = tmp_path / "el-task.dstack.yml"
-    task.write_text("type: task\nname: %s-run\nimage: %s\nnodes: 2\nfleets: [%s]\n%s"
+    task.write_text("type: task\nimage: %s\nnodes: 2\nfleets: [%s]\n%s"
+                    "idle_duration: 0s\n"
                     "commands: [echo node $DSTACK_NODE_RANK of $DSTACK_NODES_NUM]\n"
-                    % (name, world["base_image"], name, CPU))
+                    % (world["base_image"], name, CPU))
     capsys.readouterr()
-    assert cli.main(["apply", "-f", str(task), "-y"]) == 0
+    # --name, as a sweep names its runs: the nodes are made for the name the run gets.
+    assert cli.main(["apply", "-f", str(task), "-y", "--name", name + "-run"]) == 0
     out = capsys.readouterr().out
-    assert "2 new instances in fleet %s (local, $0/h each)" % name in out, out
+    assert "2 new instances in fleet %s (local, $0/h each; removed after 0s idle)" % name in out, \
+        out
     assert "Run %s-run done" % name in out, out
     assert len(nodes()) == 2
+    for node in nodes():
+        labels = json.loads(world["docker"].run(
+            "inspect", "--format", "{{json .Config.Labels}}", node))
+        assert (labels["gpufleet.made-for-run"], labels["gpufleet.idle-duration"]) == (
+            name + "-run", "0"), labels
+    assert cli.main(["fleet", "-v"]) == 0
+    table = capsys.readouterr().out
+    assert table.count("idle (for run %s-run, idle_duration 0s)" % name) == 2, table
 
     big = tmp_path / "el-big.dstack.yml"
     big.write_text("type: task\nname: %s-big\nimage: %s\nnodes: 4\nfleets: [%s]\n%s"
@@ -355,7 +368,8 @@ def test_a_node_gone_mid_run_interrupts_its_run(world, elastic, tmp_path, capsys
     # free one to go to.
     three = tmp_path / "el-three.dstack.yml"
     three.write_text("type: task\nname: %s-three\nimage: %s\nnodes: 3\nfleets: [%s]\n%s"
-                     "commands: [\"true\"]\n" % (name, world["base_image"], name, CPU))
+                     "idle_duration: 0s\ncommands: [\"true\"]\n"
+                     % (name, world["base_image"], name, CPU))
     assert cli.main(["apply", "-f", str(three), "-y"]) == 0
     assert len(nodes(running=True)) == 3
     retried = tmp_path / "el-retry.dstack.yml"

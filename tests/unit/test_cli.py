@@ -265,7 +265,8 @@ def test_json_task_defaults(files):
     assert config["nodes"] == 1
     assert config["max_duration"] == "off"
     assert config["stop_duration"] == 300
-    assert config["idle_duration"] == 300
+    # Unset stays unset: instances the run makes take the fleet's, else 5m (fleets/idle.py).
+    assert config["idle_duration"] is None
     assert config["resources"]["memory"] == {"min": 8, "max": None}
     assert config["resources"]["disk"] == {"size": {"min": 100, "max": None}}
 

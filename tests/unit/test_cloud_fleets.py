@@ -180,3 +180,41 @@ def test_cloud_fleets_are_found_from_their_tags_alone(world):
     assert records[0]["backends"] == ["aws"] and len(records[0]["instances"]) == 2
     # Backends the settings do not configure are not asked.
     assert cloud.discover({}, world["root"]) == []
+
+
+def test_instances_made_for_a_run_carry_its_name_and_idle_limit_in_ec2_tags(world):
+    """A run grows a template fleet (nodes 0..3, at_least 2): the new instances are tagged with
+    the run and their limit, the fleet's own instance is not, and reconcile reads both back
+    from the cloud alone."""
+    import datetime
+
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.apply import at_least
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import reconcile
+
+    config = fleet("elastic", nodes="1..3", placement="any", idle_duration="1h")
+    own, _plan, _changed = apply(world, config)
+    grown_config = dict(at_least(config, 3), made_for={"run": "train", "idle_duration": 300})
+    planned, plan, _changed = apply(world, grown_config, check_mode=True)
+    assert plan["create"] == ["elastic-1", "elastic-2"]
+    assert [(i["made_for_run"], i["idle_duration"]) for i in planned] == \
+        [(None, None), ("train", 300), ("train", 300)]
+    grown, plan, _changed = apply(world, grown_config)
+    assert [(i["name"], i["made_for_run"], i["idle_duration"]) for i in grown] == \
+        [("elastic-0", None, None), ("elastic-1", "train", 300), ("elastic-2", "train", 300)]
+    tags = [dict((t["Key"], t["Value"]) for t in i.get("Tags") or [])
+            for r in boto3.client("ec2", region_name=REGION).describe_instances()["Reservations"]
+            for i in r["Instances"]]
+    made = [t for t in tags if t.get("gpufleet:fleet") == "elastic"
+            and t.get("gpufleet:made-for-run")]
+    assert [(t["gpufleet:made-for-run"], t["gpufleet:idle-duration"]) for t in made] == \
+        [("train", "300")] * 2
+    # Described again from EC2 alone, as reconcile sees them 20 minutes after creation.
+    described = cloud.describe(config, "elastic", None, world["settings"],
+                               client=world["client"], catalog_dir=world["catalog_dir"])
+    now = max(datetime.datetime.strptime(i["created"][:19], "%Y-%m-%dT%H:%M:%S")
+              for i in described).replace(tzinfo=datetime.timezone.utc) + \
+        datetime.timedelta(minutes=20)
+    decision = reconcile.plan(config, described, {}, {}, now)
+    assert decision["remove"] == ["elastic-1", "elastic-2"]
+    assert decision["reasons"]["elastic-0"].startswith("kept: idle ")
+    assert decision["reasons"]["elastic-2"].endswith("idle_duration 5m (made for run train)")

@@ -77,7 +77,8 @@ def test_backend_fleet_defaults():
     assert config["blocks"] == 1
     assert config["spot_policy"] == "on-demand"
     assert config["retry"] is None
-    assert config["idle_duration"] == 3 * 86400
+    # Unset stays unset: the fleet's own instances keep 3d (fleets/idle.py).
+    assert config["idle_duration"] is None
     assert config["backends"] is None
     assert config["ssh_config"] is None
     # PR #3776: a fleet without resources is unconstrained, not the run defaults.

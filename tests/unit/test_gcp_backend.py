@@ -216,3 +216,21 @@ def test_a_preempted_spot_vm_is_an_interruption(world):
     assert reason == lifecycle.INTERRUPTED_BY_NO_CAPACITY
     assert message.startswith("host preempt-0: preempted by Compute Engine") and message.endswith(
         "(spot)")
+
+
+def test_instances_made_for_a_run_carry_its_name_and_idle_limit_in_metadata(world):
+    """The new instances of a fleet a run grows keep the run and their idle limit in their
+    metadata; the fleet's own instance does not; both read back from Compute Engine alone."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.apply import at_least
+
+    config = fleet("grows", nodes="1..3", placement="any", resources={"gpu": "L4"})
+    apply(world, config)
+    grown = dict(at_least(config, 2), made_for={"run": "sweep-3", "idle_duration": "off"})
+    instances, plan, _changed = apply(world, grown)
+    assert plan["create"] == ["grows-1"]
+    assert [(i["name"], i["made_for_run"], i["idle_duration"]) for i in instances] == \
+        [("grows-0", None, None), ("grows-1", "sweep-3", "off")]
+    again = world["client"].records(world["client"].fleet_instances("grows", [REGION]),
+                                    "grows", None)
+    assert [(i["made_for_run"], i["idle_duration"]) for i in again] == \
+        [(None, None), ("sweep-3", "off")]

@@ -267,7 +267,8 @@ DURATION_CASES = [
     ("idle_duration: -1", "idle_duration", "off"),
     ("idle_duration: -50", "idle_duration", "off"),
     ("idle_duration: 0s", "idle_duration", 0),
-    ("idle_duration: true", "idle_duration", 300),
+    # true is the default, which is "unset" until an instance is made (fleets/idle.py).
+    ("idle_duration: true", "idle_duration", None),
 ]
 
 
@@ -279,7 +280,7 @@ def test_durations(block, key, expected):
 def test_duration_defaults():
     config = parse(task_with(""))
     assert (config["max_duration"], config["stop_duration"], config["idle_duration"]) == (
-        "off", 300, 300,
+        "off", 300, None,
     )
 
 

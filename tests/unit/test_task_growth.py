@@ -43,7 +43,9 @@ def test_a_template_fleet_grows_by_what_the_run_needs():
     plan = growth.place(task(nodes=2), [fleet], {})
     assert plan["create"] == {"fleet": "el", "file": "/f/el.dstack.yml", "instances": 2,
                               "at_least": 2, "price": 0.0, "backend": "local",
-                              "region": "local"}
+                              "region": "local",
+                              # Neither file sets idle_duration: dstack's 5m for run-made ones.
+                              "made_for": {"run": "train", "idle_duration": 300}}
     assert [j["host"] for j in growth.new_hosts(plan)] == ["new:el-0", "new:el-1"]
 
 

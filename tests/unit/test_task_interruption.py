@@ -164,11 +164,13 @@ def test_the_grower_applies_the_fleet_playbook_with_at_least(tmp_path):
 
     events = []
     grow = grower.grower(str(tmp_path), events.append, runner=run)
-    grow({"fleet": "el", "file": "/f/el.dstack.yml", "instances": 2, "at_least": 3})
+    made_for = {"run": "train", "idle_duration": 600}
+    grow({"fleet": "el", "file": "/f/el.dstack.yml", "instances": 2, "at_least": 3,
+          "made_for": made_for})
     ((args, extra, env),) = calls
     assert args == ["gpufleet.cluster.fleet", "-e"]
     assert extra == {"fleet": "/f/el.dstack.yml", "gpufleet_fleet_at_least": 3,
-                     "gpufleet_state_dir": str(tmp_path)}
+                     "gpufleet_fleet_made_for": made_for, "gpufleet_state_dir": str(tmp_path)}
     assert env["GPUFLEET_STATE_DIR"] == str(tmp_path)
     assert events[0]["message"] == "fleet el grows by 2 instances for this run (playbooks/fleet.yml)"
     Proc.returncode = 2

@@ -304,6 +304,7 @@ class Aws(CloudBackend):
             "blocks": config.get("blocks") or 1, "min_count": None if all_at_once else 1,
             "reservation": config.get("reservation"),
             "capacity_block": bool(config.get("capacity_block")),
+            "made_for": config.get("made_for"),
         }
         for attempt in range(3):
             launch["attempt"] = attempt

@@ -27,6 +27,7 @@ import re
 
 from .cloud_common import instance_record
 from .errors import LayoutError
+from .made_for import values as made_for_values
 
 TAG_FLEET = "gpufleet:fleet"
 TAG_NUMS = "gpufleet:nums"
@@ -36,6 +37,9 @@ TAG_PRICE = "gpufleet:price"
 TAG_CREATED_BY = "gpufleet:created-by"
 TAG_VOLUME = "gpufleet:volume"
 TAG_EXTERNAL = "gpufleet:external"
+# An instance made because a run needed it: the run and its idle limit (made_for.py).
+TAG_MADE_FOR = "gpufleet:made-for-run"
+TAG_IDLE = "gpufleet:idle-duration"
 CREATED_BY = "gpufleet"
 SSH_USER = "ubuntu"
 
@@ -176,16 +180,20 @@ def run_instances_request(launch):
     ``launch``: {fleet, nums, offer (offers/select.py), zone, image_id, key_name, subnet_id,
     group_ids, public_ips, interfaces (network_interfaces(), or None), placement_group,
     disk_gb, tags, min_count, reservation (id or None), capacity_block (bool), user_data,
-    attempt}.
+    attempt, made_for (made_for.py; None for the fleet's own instances)}.
     """
     offer = launch["offer"]
     nums = list(launch["nums"])
-    tags = fleet_tags(launch["fleet"], launch.get("tags"), {
+    ours = {
         TAG_NUMS: ",".join(str(n) for n in nums),
         TAG_PLACEMENT: launch.get("placement") or "any",
         TAG_BLOCKS: str(launch.get("blocks") or 1),
         TAG_PRICE: repr(float(offer["price"])),
-    })
+    }
+    marks = made_for_values(launch.get("made_for"))
+    if marks:
+        ours.update({TAG_MADE_FOR: marks[0], TAG_IDLE: marks[1]})
+    tags = fleet_tags(launch["fleet"], launch.get("tags"), ours)
     request = {
         "ImageId": launch["image_id"],
         "InstanceType": offer["instance_type"],
@@ -309,6 +317,7 @@ def instance_records(placed, fleet, key_file, public_ips=True, user=SSH_USER):
             "private": instance.get("PrivateIpAddress"),
             "price": tags.get(TAG_PRICE), "blocks": tags.get(TAG_BLOCKS),
             "placement": tags.get(TAG_PLACEMENT),
+            "made_for_run": tags.get(TAG_MADE_FOR), "idle_duration": tags.get(TAG_IDLE),
         }, key_file, user, public_ips))
     records.sort(key=lambda r: r["num"])
     return records

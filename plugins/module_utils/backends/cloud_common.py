@@ -9,6 +9,7 @@ NoCapacity it ends with, and the instance record made of what a backend read off
 from __future__ import annotations
 
 from ..spec.naming import instance_name
+from .made_for import read as read_made_for
 from .errors import CapacityError, NoCapacity
 
 
@@ -78,6 +79,7 @@ def instance_record(fleet, num, backend, found, key_file, user, public_ips=True)
         "hostname": public if public_ips and public else private, "port": 22, "user": user,
         "identity_file": key_file, "proxy_jump": None, "internal_ip": private,
         "network": None, "blocks": blocks, "placement": found.get("placement") or "any",
+        **read_made_for(found.get("made_for_run"), found.get("idle_duration"))
     }
 
 

@@ -339,6 +339,7 @@ class Gcp(CloudBackend):
             "blocks": config.get("blocks") or 1, "tags": tags, "resource_policy": policy,
             "reservation": config.get("reservation"),
             "service_account": self.settings["service_account"],
+            "made_for": config.get("made_for"),
         })
         body = layout.bulk_insert_body(names, properties, all_at_once)
         operation = self._request(
@@ -591,6 +592,8 @@ def instance_records(placed, fleet, key_file, public_ips=True, user=layout.SSH_U
             "private": nic.get("networkIP"),
             "price": metadata.get(layout.META_PRICE), "blocks": metadata.get(layout.META_BLOCKS),
             "placement": (instance.get("labels") or {}).get(layout.LABEL_PLACEMENT),
+            "made_for_run": metadata.get(layout.META_MADE_FOR),
+            "idle_duration": metadata.get(layout.META_IDLE),
         }, key_file, user, public_ips))
     records.sort(key=lambda r: r["num"])
     return records

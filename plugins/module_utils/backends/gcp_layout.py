@@ -19,6 +19,7 @@ import re
 import uuid
 
 from .errors import LayoutError
+from .made_for import values as made_for_values
 
 LABEL_FLEET = "gpufleet-fleet"
 LABEL_PLACEMENT = "gpufleet-placement"
@@ -27,6 +28,9 @@ LABEL_VOLUME = "gpufleet-volume"
 LABEL_EXTERNAL = "gpufleet-external"
 META_PRICE = "gpufleet-price"
 META_BLOCKS = "gpufleet-blocks"
+# An instance made because a run needed it: the run and its idle limit (made_for.py).
+META_MADE_FOR = "gpufleet-made-for-run"
+META_IDLE = "gpufleet-idle-duration"
 SSH_USER = "ubuntu"
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 
@@ -126,12 +130,19 @@ def network_interfaces(machine_type, project, region, main, extras=(), roce=None
     return layout
 
 
+def _made_for_items(made_for):
+    marks = made_for_values(made_for)
+    if not marks:
+        return []
+    return [{"key": META_MADE_FOR, "value": marks[0]}, {"key": META_IDLE, "value": marks[1]}]
+
+
 def instance_properties(launch):
     """The instanceProperties of a bulkInsert (the part every instance of a launch shares).
 
     ``launch``: {project, fleet, offer, gpu (the catalog's gpu or None), zone, image,
     disk_gb, interfaces, public_key, placement, blocks, tags, resource_policy (URL or None),
-    reservation, service_account}.
+    reservation, service_account, made_for (made_for.py; None for the fleet's own instances)}.
     """
     offer = launch["offer"]
     gpu = launch.get("gpu") or {}
@@ -145,7 +156,7 @@ def instance_properties(launch):
                                                     launch["public_key"])},
             {"key": META_PRICE, "value": repr(float(offer["price"]))},
             {"key": META_BLOCKS, "value": str(launch.get("blocks") or 1)},
-        ]},
+        ] + _made_for_items(launch.get("made_for"))},
         "disks": [{
             "boot": True, "autoDelete": True, "type": "PERSISTENT",
             "initializeParams": {"sourceImage": launch["image"],

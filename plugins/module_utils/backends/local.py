@@ -27,6 +27,7 @@ from ..core.errors import GpufleetError
 from ..spec.naming import instance_name
 from .docker_cli import DockerError
 from .interface import Backend
+from .made_for import read as read_made_for, values as made_for_values
 
 IMAGE_REPOSITORY = "gpufleet/node"
 LABEL_PREFIX = "gpufleet."
@@ -251,6 +252,9 @@ CREATED_LABEL = LABEL_PREFIX + "created"
 PLACEMENT_LABEL = LABEL_PREFIX + "placement"
 # The fleet settings a listing needs without the file (nodes, placement, resources...), as JSON.
 SPEC_LABEL = LABEL_PREFIX + "spec"
+# A node made because a run needed it: the run's name and its idle limit (made_for.py).
+MADE_FOR_LABEL = LABEL_PREFIX + "made-for-run"
+IDLE_LABEL = LABEL_PREFIX + "idle-duration"
 SPEC_KEYS = ("nodes", "placement", "blocks", "backends", "resources", "spot_policy", "max_price")
 NODE_SSH_PORT = 22
 
@@ -345,7 +349,7 @@ def instance_records(nodes, fleet, blocks, key_file):
         address = node["networks"].get(network_name(fleet, num, placement))
         if not address:
             address = next((ip for ip in node["networks"].values() if ip), None)
-        records.append({
+        records.append(dict({
             "name": instance_name(fleet, num),
             "num": num,
             "fleet": fleet,
@@ -367,7 +371,7 @@ def instance_records(nodes, fleet, blocks, key_file):
             "blocks": blocks,
             "placement": placement,
             "container": node["name"],
-        })
+        }, **read_made_for(labels.get(MADE_FOR_LABEL), labels.get(IDLE_LABEL))))
     return records
 
 
@@ -401,7 +405,8 @@ def spec_from_nodes(nodes):
     return None
 
 
-def _run_node(docker, fleet, num, placement, image, public_key, created, flags, spec=None):
+def _run_node(docker, fleet, num, placement, image, public_key, created, flags, spec=None,
+              made_for=None):
     network = network_name(fleet, num, placement)
     args = [
         "run", "-d", "--name", container_name(fleet, num),
@@ -417,6 +422,10 @@ def _run_node(docker, fleet, num, placement, image, public_key, created, flags, 
     ]
     if spec:
         args += ["--label", "%s=%s" % (SPEC_LABEL, spec)]
+    marks = made_for_values(made_for)
+    if marks:
+        args += ["--label", "%s=%s" % (MADE_FOR_LABEL, marks[0]),
+                 "--label", "%s=%s" % (IDLE_LABEL, marks[1])]
     return docker.run(*(args + list(flags) + [image]), check=False)
 
 
@@ -437,15 +446,15 @@ def _ensure_volume(docker, name, fleet):
 
 
 def start_node(docker, fleet, num, placement, image, public_key, created, privileged=None,
-               spec=None):
+               spec=None, made_for=None):
     """Create and start one node. Returns whether --privileged was usable (for the next node)."""
     _ensure_network(docker, network_name(fleet, num, placement), fleet)
     _ensure_volume(docker, volume_name(fleet, num), fleet)
     attempts = [True, False] if privileged is None else [privileged]
     for allowed in attempts:
         rc, _out, err = _run_node(
-            docker, fleet, num, placement, image, public_key, created, run_flags(allowed), spec
-        )
+            docker, fleet, num, placement, image, public_key, created, run_flags(allowed), spec,
+            made_for)
         if rc == 0:
             return allowed
         docker.run("rm", "-f", container_name(fleet, num), check=False)
@@ -521,13 +530,15 @@ class Local(Backend):
         """Refuse a fleet that local nodes cannot be (check_local_fleet)."""
         check_local_fleet(config, name)
 
-    def create(self, fleet, nums, placement, image, public_key, created, spec=None):
+    def create(self, fleet, nums, placement, image, public_key, created, spec=None,
+               made_for=None):
         """Create and start the nodes numbered ``nums`` from ``image``; the first tells
-        whether the engine allows --privileged, and the others start the way it did."""
+        whether the engine allows --privileged, and the others start the way it did.
+        ``made_for``: the run they are made for (made_for.py), None for the fleet's own."""
         privileged = None
         for num in nums:
             privileged = start_node(self.docker, fleet, num, placement, image, public_key,
-                                    created, privileged, spec=spec)
+                                    created, privileged, spec=spec, made_for=made_for)
 
     def start(self, placed):
         for node in placed:

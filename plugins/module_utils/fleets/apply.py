@@ -130,13 +130,15 @@ def at_least(config, count):
 
 
 def apply(config, path=None, docker=None, root=None, check_mode=False, image=None,
-          build_image=None, settings=None):
+          build_image=None, settings=None, made_for=None):
     """Converge a fleet to its config. Returns ``(fleet record, changed)``.
 
     The record's ``plan`` says what was (in check mode: would be) done, by instance name:
     ``create``, ``start`` (stopped nodes), ``keep`` and ``remove``.
     ``build_image(check_mode)`` returns the node image to use (built when missing); ``settings``
-    are the cloud backends' settings (``{"aws": {...}}``, see docs/backends.md).
+    are the cloud backends' settings (``{"aws": {...}}``, see docs/backends.md). ``made_for``
+    (``{"run", "idle_duration"}``, backends/made_for.py) marks the instances this apply creates
+    as made for that run, with that idle limit (fleets/idle.py).
     """
     root = state.state_dir(root)
     config = resolved(config, settings, root)
@@ -149,6 +151,8 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
         return record, False
     backend = _backend(config, name)
     if backend in base.CLOUD_BACKENDS:
+        if made_for:
+            config = dict(config, made_for=made_for)   # what launch_group tags instances with
         try:
             instances, plan, changed, offers = cloud.apply(
                 config, name, root, settings, check_mode=check_mode,
@@ -197,7 +201,7 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
             image = image or build_image(False)
             key_file, public_key, _made = state.ensure_key(root, name)
             client.create(name, nums["create"], placement, image, public_key, utcnow(),
-                          spec=local.spec_label(config))
+                          spec=local.spec_label(config), made_for=made_for)
         nodes = client.fleet_instances(name)
     instances = client.records(nodes, name, key_file, config.get("blocks", 1))
     if check_mode:
@@ -209,7 +213,8 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
             "created": None, "hostname": None, "port": local.NODE_SSH_PORT,
             "user": local.NODE_USER, "identity_file": key_file, "proxy_jump": None,
             "internal_ip": None, "network": None, "blocks": config.get("blocks", 1),
-            "placement": placement,
+            "placement": placement, "made_for_run": (made_for or {}).get("run"),
+            "idle_duration": (made_for or {}).get("idle_duration"),
         } for num in nums["create"]]
     record = _set_instances(fleet_record(config, name, path), instances)
     record["plan"] = plan

@@ -224,6 +224,8 @@ def apply(config, name, root, settings, check_mode=False, client=None, catalog_d
             "proxy_jump": None,
             "internal_ip": None, "network": None, "blocks": config.get("blocks", 1),
             "placement": placement,
+            "made_for_run": (config.get("made_for") or {}).get("run"),
+            "idle_duration": (config.get("made_for") or {}).get("idle_duration"),
         } for num in nums["create"]]
     return instances, plan, changed, offers
 

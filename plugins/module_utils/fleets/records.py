@@ -76,6 +76,8 @@ def fleet_record(config, name, path=None):
         "max_price": config.get("max_price"),
         "resources": config.get("resources"),
         "blocks": config.get("blocks"),
+        # As the file says it (None: unset); fleets/idle.py says what applies to an instance.
+        "idle_duration": config.get("idle_duration"),
         # An SSH fleet's env: dstack passes it to every job on the fleet's hosts (under the
         # run's own env) and to its shim, whose pulls use it (proxies).
         "env": dict(config.get("env") or {}),

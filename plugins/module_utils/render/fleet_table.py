@@ -24,6 +24,7 @@ import datetime
 
 from ..core.errors import GpufleetError
 from ..core.times import parse_time
+from ..fleets.idle import span
 
 COLUMNS = ("NAME", "NODES", "GPU", "SPOT", "BACKEND", "PRICE", "STATUS", "CREATED")
 VERBOSE_COLUMNS = (
@@ -37,6 +38,7 @@ ERROR_INDENT = "     "
 PLAN_ACTIONS = ("create", "keep", "remove", "release")
 AVAILABLE = ("idle", "busy")
 NOT_MEASURED = ("pending", "provisioning")
+GONE = ("terminating", "terminated")
 
 
 class FleetTableError(GpufleetError, ValueError):
@@ -332,16 +334,24 @@ def _instance_blocks(instance):
     return None
 
 
-def instance_status(instance):
-    """``idle``, ``busy``, ``2/8 busy`` (blocks), with ``(unreachable)`` when flagged."""
+def instance_status(instance, verbose=False):
+    """``idle``, ``busy``, ``2/8 busy`` (blocks), with ``(unreachable)`` when flagged, and
+    ``(for run X)`` on an instance made because run X needed it (with its idle limit when
+    ``verbose``)."""
     status = str(instance.get("status") or "")
-    if status not in AVAILABLE:
-        return status
-    total = _instance_blocks(instance)
-    if total is not None and total > 1:
-        status = "%s/%s busy" % (instance.get("busy_blocks") or 0, total)
-    if instance.get("unreachable"):
-        status += " (unreachable)"
+    if status in AVAILABLE:
+        total = _instance_blocks(instance)
+        if total is not None and total > 1:
+            status = "%s/%s busy" % (instance.get("busy_blocks") or 0, total)
+        if instance.get("unreachable"):
+            status += " (unreachable)"
+    run = instance.get("made_for_run")
+    if run and status not in GONE:
+        limit = instance.get("idle_duration")
+        if verbose and limit is not None:
+            status += " (for run %s, idle_duration %s)" % (run, span(limit))
+        else:
+            status += " (for run %s)" % run
     return status
 
 
@@ -362,7 +372,7 @@ def _instance_gpu(instance):
     return _host_gpu(resources) or "-"
 
 
-def _instance_row(instance, now):
+def _instance_row(instance, now, verbose=False):
     ssh = _is_ssh_instance(instance)
     resources = instance.get("resources") or {}
     spot = ""
@@ -377,7 +387,7 @@ def _instance_row(instance, now):
         "SPOT": spot,
         "BACKEND": _instance_backend(instance),
         "PRICE": "" if ssh else format_price(instance.get("price")),
-        "STATUS": instance_status(instance),
+        "STATUS": instance_status(instance, verbose),
         "CREATED": pretty_date(instance.get("created"), now),
         "ERROR": _one_line(instance.get("error") or ""),
     }
@@ -442,7 +452,7 @@ def fleet_table(fleets, now=None, verbose=False):
         instances = fleet.get("instances") or []
         for index, instance in enumerate(instances):
             _require_mapping(instance, "fleet %s, instance %d" % (fleet["name"], index))
-            rows.append(_instance_row(instance, now))
+            rows.append(_instance_row(instance, now, verbose))
             if not verbose and instance.get("error"):
                 rows.append("%serror: %s" % (ERROR_INDENT, _one_line(instance["error"])))
     return _render(VERBOSE_COLUMNS if verbose else COLUMNS, rows)

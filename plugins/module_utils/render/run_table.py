@@ -173,9 +173,15 @@ def _creates(create):
     if not create:
         return ""
     count = create["instances"]
-    return "%d new instance%s in fleet %s (%s, %s/h each)" % (
+    limit = (create.get("made_for") or {}).get("idle_duration")
+    kept = ""
+    if limit == "off":
+        kept = "; kept when idle"
+    elif limit is not None:
+        kept = "; removed after %s idle" % _duration(limit)
+    return "%d new instance%s in fleet %s (%s, %s/h each%s)" % (
         count, "" if count == 1 else "s", create["fleet"], create.get("backend") or "-",
-        format_price(create.get("price")) or "$0")
+        format_price(create.get("price")) or "$0", kept)
 
 
 def run_plan_lines(config, plan, path=None):

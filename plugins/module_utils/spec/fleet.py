@@ -315,7 +315,7 @@ FIELDS = {
     "spot_policy": common.parse_spot_policy,
     "retry": common.parse_retry,
     "max_price": common.parse_max_price,
-    "idle_duration": grammar.idle_duration(DEFAULT_FLEET_IDLE_DURATION),
+    "idle_duration": grammar.idle_duration(None),
     "tags": common.parse_tags,
     "backend_options": common.parse_backend_options,
     "env": parse_env,
@@ -385,7 +385,9 @@ def parse_fleet(data, ctx):
                 "spot_policy": parsed.get("spot_policy", "on-demand"),
                 "retry": parsed.get("retry"),
                 "max_price": parsed.get("max_price"),
-                "idle_duration": parsed.get("idle_duration", DEFAULT_FLEET_IDLE_DURATION),
+                # None when unset: the fleet's own instances then keep
+                # DEFAULT_FLEET_IDLE_DURATION, those a run makes the run's (fleets/idle.py).
+                "idle_duration": parsed.get("idle_duration"),
                 "reservation": parsed.get("reservation"),
                 "tags": parsed.get("tags"),
                 "backend_options": parsed.get("backend_options"),

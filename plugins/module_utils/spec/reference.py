@@ -160,7 +160,8 @@ SECTIONS = {
                 "text": (
                     "How long a host may stay idle (no job) before it is terminated, but only while the fleet has more "
                     "than `nodes.min` hosts: a fleet of a fixed number of nodes never shrinks. `off`, `false` or "
-                    "a negative number keep idle hosts; `true` is the default."
+                    "a negative number keep idle hosts; `true` is the default. Unset, the fleet's own hosts keep 3d; "
+                    "a host a run makes keeps the shorter of this and the run's `idle_duration` (5m when neither is set)."
                 ),
                 "kind": "duration",
             },
@@ -478,12 +479,11 @@ SECTIONS = {
             "idle_duration": {
                 "values": _DURATION + ", or `off`",
                 "text": (
-                    "How long an instance this run provisioned may stay idle once the run is over (dstack takes the "
-                    "shorter of this and the fleet's). `off`, `false` or a negative number: keep it. gpufleet "
-                    "applies the fleet's `idle_duration` to instances a run makes, not this one."
+                    "How long an instance this run provisioned may stay idle once the run is over: the shorter of this "
+                    "and the fleet's, 5m when neither is set. `off`, `false` or a negative number: keep it (the "
+                    "fleet's then applies). An instance the run only reuses keeps the fleet's."
                 ),
                 "kind": "duration",
-                "status": "kept",
             },
             "spot_policy": {
                 "values": "{choices:common.SPOT_POLICIES}",

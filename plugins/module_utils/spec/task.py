@@ -396,7 +396,7 @@ FIELDS = {
     "retry": common.parse_retry,
     "max_duration": grammar.offable_duration(grammar.OFF),
     "stop_duration": grammar.offable_duration(DEFAULT_STOP_DURATION),
-    "idle_duration": grammar.idle_duration(DEFAULT_RUN_IDLE_DURATION),
+    "idle_duration": grammar.idle_duration(None),
     "spot_policy": common.parse_spot_policy,
     "max_price": common.parse_max_price,
     "creation_policy": lambda v, c: (
@@ -522,7 +522,9 @@ def parse_task(data, ctx):
         "retry": get("retry"),
         "max_duration": get("max_duration", grammar.OFF),
         "stop_duration": get("stop_duration", DEFAULT_STOP_DURATION),
-        "idle_duration": get("idle_duration", DEFAULT_RUN_IDLE_DURATION),
+        # None when the file does not set it: instances the run makes then take the fleet's
+        # idle_duration, else DEFAULT_RUN_IDLE_DURATION (fleets/idle.py), as in dstack.
+        "idle_duration": get("idle_duration"),
         "spot_policy": get("spot_policy", "on-demand"),
         "max_price": get("max_price"),
         "creation_policy": get("creation_policy", "reuse-or-create"),

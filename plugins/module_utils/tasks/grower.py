@@ -39,14 +39,16 @@ def playbook_command():
 
 def grower(root, emit=None, runner=subprocess.run):
     """A function ``grow(create)`` that applies ``create["file"]`` with
-    ``gpufleet_fleet_at_least`` (tasks.growth's ``create``), or raises RunError."""
+    ``gpufleet_fleet_at_least`` and ``gpufleet_fleet_made_for`` (tasks.growth's ``create``), or
+    raises RunError."""
     emit = emit or (lambda event: None)
 
     def grow(create):
         count = create["instances"]
         emit({"kind": "info", "message": "fleet %s grows by %d instance%s for this run "
               "(playbooks/fleet.yml)" % (create["fleet"], count, "" if count == 1 else "s")})
-        extra = {"fleet": create["file"], "gpufleet_fleet_at_least": create["at_least"]}
+        extra = {"fleet": create["file"], "gpufleet_fleet_at_least": create["at_least"],
+                 "gpufleet_fleet_made_for": create.get("made_for") or {}}
         if root:
             extra["gpufleet_state_dir"] = root
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:

@@ -12,15 +12,17 @@ is ``reuse-or-create`` (the default), it tries each backend fleet that may still
 1, 2, ... up to ``max - instances`` new instances that look like the fleet's own (an existing
 instance's measured facts, else the local machine, else the fleet's cheapest cloud offer), and
 returns the first plan that fits with ``create = {"fleet", "file", "instances", "at_least",
-"price"}``. The fleet then grows through the fleet's own apply (playbooks/fleet.yml: in its
-zone and placement group, with its network layout, checked and measured), and the run is placed
-again on what exists.
+"price", "backend", "region", "made_for"}``. The fleet then grows through the fleet's own apply
+(playbooks/fleet.yml: in its zone and placement group, with its network layout, checked and
+measured), its new instances marked as made for the run with their idle limit (``made_for``,
+fleets/idle.py), and the run is placed again on what exists.
 """
 
 from __future__ import annotations
 
 import os
 
+from ..fleets import idle
 from . import placement
 
 NEW_PREFIX = "new:"
@@ -110,9 +112,10 @@ def _grown(fleet, facts, count, made):
     return dict(fleet, instances=instances), dict(facts, **extra)
 
 
-def place(config, fleets, facts, busy=None, offer_for=None):
+def place(config, fleets, facts, busy=None, offer_for=None, run=None):
     """A plan on the hosts that exist, else one on a fleet grown by the fewest instances
-    (``plan["create"]``); NoHostFits, saying how far each fleet may grow, when neither works."""
+    (``plan["create"]``, its instances made for ``run``, the run's name); NoHostFits, saying
+    how far each fleet may grow, when neither works."""
     try:
         return placement.place(config, fleets, facts, busy)
     except placement.NoHostFits as exc:
@@ -149,7 +152,11 @@ def place(config, fleets, facts, busy=None, offer_for=None):
             plan["create"] = {"fleet": fleet["name"], "file": fleet["file"],
                               "instances": count,
                               "at_least": len(_alive(fleet)) + count,
-                              "price": made[1], "backend": made[2], "region": made[3]}
+                              "price": made[1], "backend": made[2], "region": made[3],
+                              "made_for": {"run": run or config.get("name"),
+                                           "idle_duration": idle.for_run(
+                                               fleet.get("idle_duration"),
+                                               config.get("idle_duration"))}}
             return plan
         notes.append("fleet %s may grow by %s instance%s (nodes.max), not enough" % (
             fleet["name"], limit, "" if limit == 1 else "s"))

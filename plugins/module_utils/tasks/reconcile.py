@@ -2,8 +2,9 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What dstack's server does to backend fleets in the background, as one pass to schedule:
-instances idle longer than ``idle_duration`` go, down to ``nodes.min``; a fleet below
-``nodes.min`` gets instances again (dstack.md §1.2, §1.3).
+instances idle longer than their ``idle_duration`` go, down to ``nodes.min``; a fleet below
+``nodes.min`` gets instances again (dstack.md §1.2, §1.3). An instance's ``idle_duration`` is
+the fleet's, or the one it was made with for a run (fleets/idle.py).
 
 Pure Python. An instance is idle when no task container of gpufleet is alive on it; it has
 been idle since the last of its task containers finished, or since it was created when it
@@ -16,9 +17,9 @@ never ran one. A host that cannot be asked is never taken for idle.
 from __future__ import annotations
 
 from ..core.times import parse_time
+from ..fleets import idle as idle_limits
+from ..fleets.idle import OFF, span as _span
 from . import lifecycle
-
-OFF = "off"
 GONE = ("terminating", "terminated")
 
 
@@ -37,13 +38,11 @@ def idle_since(instance, containers):
     return max(candidates) if candidates else None
 
 
-def _span(seconds):
-    """``3d2h``, ``5m30s``, ``45s``: the two largest units that are not zero."""
-    days, rest = divmod(int(seconds), 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [(v, u) for v, u in ((days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")) if v]
-    return "".join("%d%s" % part for part in parts[:2]) or "0s"
+def _whose(instance):
+    """`` (made for run X)`` for an instance that keeps the limit it was made with for run X."""
+    run = instance.get("made_for_run")
+    return " (made for run %s)" % run if run and instance.get("idle_duration") is not None \
+        else ""
 
 
 def plan(config, instances, containers, errors, now, claims=None, queues=None):
@@ -61,7 +60,7 @@ def plan(config, instances, containers, errors, now, claims=None, queues=None):
     queues = queues or {}
     nodes = config.get("nodes") or {}
     minimum = nodes.get("min") or 0
-    idle_limit = config.get("idle_duration")
+    fleet_idle = config.get("idle_duration")
     alive = [i for i in instances if i.get("status") not in GONE]
     reasons = {}
     idle = []
@@ -88,21 +87,23 @@ def plan(config, instances, containers, errors, now, claims=None, queues=None):
                 "kept: no creation time to measure idleness from"
             continue
         idle_for = (now - since).total_seconds()
-        if idle_limit == OFF or idle_limit is None:
-            reasons[name] = "kept: idle %s, idle_duration is off" % _span(idle_for)
+        idle_limit = idle_limits.of_instance(instance, fleet_idle)
+        whose = _whose(instance)
+        if idle_limit == OFF:
+            reasons[name] = "kept: idle %s, idle_duration is off%s" % (_span(idle_for), whose)
         elif idle_for < idle_limit:
-            reasons[name] = "kept: idle %s of idle_duration %s" % (
-                _span(idle_for), _span(idle_limit))
+            reasons[name] = "kept: idle %s of idle_duration %s%s" % (
+                _span(idle_for), _span(idle_limit), whose)
         else:
-            idle.append((instance, idle_for))
+            idle.append((instance, idle_for, idle_limit))
     removable = max(0, len(alive) - minimum)
     remove = []
-    for instance, idle_for in sorted(idle, key=lambda item: -item[0]["num"]):
+    for instance, idle_for, idle_limit in sorted(idle, key=lambda item: -item[0]["num"]):
         name = instance["name"]
         if len(remove) < removable:
             remove.append(name)
-            reasons[name] = "remove: idle %s >= idle_duration %s" % (_span(idle_for),
-                                                                     _span(idle_limit))
+            reasons[name] = "remove: idle %s >= idle_duration %s%s" % (
+                _span(idle_for), _span(idle_limit), _whose(instance))
         else:
             reasons[name] = "kept: idle %s, but the fleet keeps nodes.min = %d" % (
                 _span(idle_for), minimum)

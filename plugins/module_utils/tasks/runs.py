@@ -303,7 +303,8 @@ class Runner(object):
         busy = claiming.busy_map(containers, claims)
         if not self._may_grow:
             return placement.place(self._steered(), fleets, facts, busy)
-        placed = growth.place(self._steered(), fleets, facts, busy, offer_for=self._offer_for)
+        placed = growth.place(self._steered(), fleets, facts, busy, offer_for=self._offer_for,
+                              run=self.name)
         if placed.get("create"):
             raise NeedsInstances(placed["create"], placed)
         return placed
