@@ -49,6 +49,8 @@ __all__ = [
     "status",
     "logs",
     "stop",
+    "attach",
+    "detach",
     "fleets",
     "volumes",
     "offers",
@@ -399,6 +401,35 @@ def stop(run: str, abort: bool = False, **options) -> dict:
     if not result.ok:
         raise _failed(result)
     return result.stats.get("gpufleet_run") or {}
+
+
+def attach(run: str, job: int = 0, forward: bool = True, ports: dict | None = None,
+           **options) -> dict:
+    """Reach a run as ``dstack attach`` does: SSH aliases on this machine (``ssh RUN`` lands in
+    job ``job``'s container, ``ssh RUN-N`` in job N's) and, with ``forward``, the run's
+    ``ports`` forwarded to localhost until :func:`detach`. ``ports`` maps container ports to
+    other local ones. Returns ``{"alias", "aliases", "forwards": [{"local_port",
+    "container_port", "url"}], "config_file", "status", ...}``."""
+    opts = _Options(**options)
+    result = opts.play("attach.yml", opts.extravars(
+        run=run, gpufleet_job=int(job), gpufleet_forward=bool(forward),
+        gpufleet_ports=dict((str(k), int(v)) for k, v in (ports or {}).items()) or None))
+    attached = result.stats.get("gpufleet_attach")
+    if not result.ok or attached is None:
+        raise _failed(result, what="attaching to run %s failed" % run)
+    return attached
+
+
+def detach(run: str, remove: bool = False, **options) -> dict:
+    """Close a run's forwarded ports; with ``remove``, remove its SSH aliases and key too."""
+    opts = _Options(**options)
+    variables = opts.extravars(run=run, gpufleet_forward=False)
+    if remove:
+        variables["gpufleet_attach_state"] = "absent"
+    result = opts.play("attach.yml", variables)
+    if not result.ok:
+        raise _failed(result, what="detaching from run %s failed" % run)
+    return result.stats.get("gpufleet_attach") or {}
 
 
 def fleets(files: Iterable[str | os.PathLike] = (), **options) -> list:

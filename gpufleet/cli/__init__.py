@@ -14,7 +14,7 @@ import sys
 
 from .. import __version__
 from .._collection import CollectionNotFound
-from . import apply, fleets, offers, runs, secrets, validate, volumes
+from . import apply, attach, fleets, offers, runs, secrets, validate, volumes
 
 # In the order ``gpufleet --help`` lists them.
 COMMANDS = (
@@ -23,6 +23,7 @@ COMMANDS = (
     runs.add_ps,
     runs.add_logs,
     runs.add_stop,
+    attach.add_attach,
     fleets.add_fleet,
     volumes.add_volume,
     secrets.add_secret,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+from . import attach as attach_cli
 from . import common
 
 
@@ -151,15 +152,35 @@ def _run_task(args, path, out, err) -> int:
         # A task without a name got a random one in the plan: the run gets that one.
         if not record["config"].get("name"):
             overrides["name"] = record["run"]
+        attaching = None
+        if not args.detach and not record.get("runs") and (record.get("config") or {}).get(
+                "ports"):
+            # As dstack apply: the ports are forwarded once the run runs (gpufleet attach).
+            problem = attach_cli.ports_problem(record["config"]["ports"])
+            if problem:
+                err.write(f"Failed to submit: {problem}\n")
+                return 1
+            attaching = attach_cli.Background(record["run"], out, err,
+                                              {"fleet_files": common.fleet_files(args)})
         try:
+            if attaching is not None:
+                attaching.start()
             record = run_task(path, wait=not args.detach, check=False,
                               fleet_files=common.fleet_files(args), **overrides,
                               on_event=common.run_printer(out, err))
         except KeyboardInterrupt:
-            err.write(f"gpufleet: detached; the run {record['run']} goes on (gpufleet logs -f "
+            if attaching is not None:
+                attaching.finish(remove=False)
+            err.write(f"gpufleet: detached; the run {record['run']} goes on (gpufleet attach "
                       f"{record['run']} to attach again, gpufleet stop {record['run']} to stop "
                       "it)\n")
             return 130
+        except GpufleetError:
+            if attaching is not None:
+                attaching.finish(remove=True)
+            raise
+        if attaching is not None:
+            attaching.finish(remove=True)
     except GpufleetError as exc:
         return common.failed(exc, err)
     if record.get("runs") is not None:

@@ -93,7 +93,8 @@ def run_root(tmp_path, monkeypatch):
     return root
 
 
-def inspect_entry(name, run=None, job=None, status="running", exit_code=0, **extra):
+def inspect_entry(name, run=None, job=None, status="running", exit_code=0, network=None,
+                  **extra):
     labels = {"gpufleet.submission": "0"}
     if run is not None:
         labels["gpufleet.run"] = run
@@ -103,7 +104,13 @@ def inspect_entry(name, run=None, job=None, status="running", exit_code=0, **ext
              "StartedAt": "2024-05-01T10:00:00Z", "FinishedAt": "0001-01-01T00:00:00Z",
              "Error": ""}
     state.update(extra)
-    return {"Name": "/" + name, "Config": {"Labels": labels}, "State": state}
+    entry = {"Name": "/" + name, "Config": {"Labels": labels}, "State": state}
+    if network == "host":
+        entry["HostConfig"] = {"NetworkMode": "host"}
+    elif network:
+        entry["HostConfig"] = {"NetworkMode": "bridge"}
+        entry["NetworkSettings"] = {"Networks": {"bridge": {"IPAddress": network}}}
+    return entry
 
 
 def write_state(root, run, job, **files):
@@ -127,8 +134,9 @@ def test_status_lists_containers_with_their_state_files(docker, run_root):
     docker.on(["ps"], stdout="aaa111\nbbb222\n")
     docker.on(["inspect"], stdout=json.dumps([
         inspect_entry("train-0-0", run="train", job=0, status="exited", exit_code=3,
-                      OOMKilled=True, FinishedAt="2024-05-01T11:00:00Z", Error="boom"),
-        inspect_entry("train-1-0", run="train", job=1),
+                      OOMKilled=True, FinishedAt="2024-05-01T11:00:00Z", Error="boom",
+                      network="host"),
+        inspect_entry("train-1-0", run="train", job=1, network="172.17.0.4"),
     ]))
     write_state(run_root, "train", 0, running="1714557600\n", reason="user\n", exit_code="3\n")
     write_state(run_root, "train", 1, running="1714557601\n", reason="")
@@ -149,9 +157,12 @@ def test_status_lists_containers_with_their_state_files(docker, run_root):
         "started_at": "2024-05-01T10:00:00Z",
         "finished_at": "2024-05-01T11:00:00Z",
         "error": "boom",
+        # Where attach reaches it from the host: the host's network, or its bridge address.
+        "address": "localhost",
         "files": {"running": "1714557600", "reason": "user", "exit_code": "3"},
     }
     assert second["name"] == "train-1-0"
+    assert second["address"] == "172.17.0.4"
     assert second["state"] == "running"
     assert second["error"] is None
     assert second["oom_killed"] is False
@@ -746,3 +757,15 @@ def test_source_is_read_from_a_zip_as_in_a_modules_payload(tmp_path):
         check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == nodeside.source_bytes()
+
+
+def test_run_key_reads_the_jobs_key_and_refuses_paths(run_root):
+    folder = run_root / "train" / "1" / "job" / "ssh"
+    folder.mkdir(parents=True)
+    (folder / "dstack_job").write_text("PRIVATE\n")
+    assert nodeside.op_run_key({"run": "train", "job_num": 1}) == {"key": "PRIVATE\n"}
+    assert nodeside.op_run_key({"run": "train", "job_num": 0}) == {"key": None}
+    for bad in ({"run": "../etc", "job_num": 0}, {"run": "train", "job_num": "0"},
+                {"run": "a/b", "job_num": 0}, {"run": "train", "job_num": -1}):
+        with pytest.raises(nodeside.Failure, match="run_key: bad run"):
+            nodeside.op_run_key(bad)

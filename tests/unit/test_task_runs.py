@@ -811,8 +811,9 @@ def test_fields_the_runner_cannot_honour_are_refused_or_warned():
         runs.Runner(config(schedule={"cron": "0 * * * *"}), [])
     with pytest.raises(runs.RunError, match=r"repos\[0\]\.url: unsupported URL scheme ftp"):
         runs.Runner(config(repos=[{"url": "ftp://example.com/org/repo.git"}]), [])
+    # ports are forwarded by gpufleet attach (and apply, which attaches): no note.
     notes = entry.ignored_fields(config(ports=[8080], dstack=True))
-    assert [n.split(":")[0] for n in notes] == ["ports", "dstack"]
+    assert [n.split(":")[0] for n in notes] == ["dstack"]
     assert entry.ignored_fields(config()) == []
 
 

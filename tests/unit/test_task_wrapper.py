@@ -66,14 +66,14 @@ def placed(num, ip):
 class Job(object):
     """A job folder and the paths the wrapper is pointed at, all under ``root``."""
 
-    def __init__(self, root, data, nodes=1, rank=0, repo_archive=None, repo=None):
+    def __init__(self, root, data, nodes=1, rank=0, repo_archive=None, repo=None, key=None):
         self.root = root
         config, _warnings = parse_data(
             dict({"type": "task", "image": "busybox", "nodes": nodes}, **data))
         jobs = [placed(n, "10.1.0.%d" % (n + 2)) for n in range(nodes)]
         specs = rankplan.build_jobs(
             config, {"fleet": "demo", "placement": "cluster", "jobs": jobs}, dict(RUN),
-            environ={}, ssh_key=KEY if nodes > 1 else None, config_dir=str(root / "src"),
+            environ={}, ssh_key=KEY if nodes > 1 or key else None, config_dir=str(root / "src"),
             repo=repo or ({"archive": "/var/lib/gpufleet/repos/x.tar.gz",
                            "repo_id": "code-12345678"} if repo_archive else None),
         )
@@ -319,7 +319,7 @@ def test_ssh_files_and_sshd_for_multinode(tmp_path, shell):
     fakes = tmp_path / "fakes"
     fakes.mkdir()
     for name, text in (
-        ("sshd", 'printf "%s\\n" "$*" > "$FAKE_LOG/sshd"\n'),
+        ("sshd", 'printf "%s\\n" "$*" >> "$FAKE_LOG/sshd.log"\n'),
         ("ssh-keygen", 'printf "%s\\n" "$*" > "$FAKE_LOG/ssh-keygen"\n'
                        'mkdir -p "$GPUFLEET_ETC/ssh"\n'
                        ': > "$GPUFLEET_ETC/ssh/ssh_host_ed25519_key"\n'),
@@ -339,8 +339,13 @@ def test_ssh_files_and_sshd_for_multinode(tmp_path, shell):
 
     assert (fakes / "ssh-keygen").read_text().strip() == "-A"
     config_path = job.dstack / "ssh" / "sshd_config"
-    assert (fakes / "sshd").read_text().split()[:2] == ["-f", str(config_path)]
+    (started,) = (fakes / "sshd.log").read_text().splitlines()
+    assert started.split()[:2] == ["-f", str(config_path)]
     sshd_config = config_path.read_text().splitlines()
+    # Every session reads the job's environment first: sshd runs it through session.sh.
+    session = job.dstack / "ssh" / "session.sh"
+    assert "ForceCommand %s" % session in sshd_config
+    assert os.access(str(session), os.X_OK)
     for line in ("Port 10022", "PasswordAuthentication no", "UsePAM yes", "StrictModes no",
                  "ClientAliveInterval 30",
                  "AuthorizedKeysFile %s .ssh/authorized_keys"
@@ -620,3 +625,63 @@ def test_a_stop_request_from_another_node_stops_the_command(tmp_path, shell, ask
     assert job.read_state("reason") == recorded
     assert b"another node of the run ended it" in err
     assert not (fakes / "ssh.log").exists()  # stopped from outside: nobody else is told
+
+
+def _fake_sshd(tmp_path, check_rc=0):
+    fakes = tmp_path / "fakes"
+    fakes.mkdir()
+    (fakes / "sshd").write_text(
+        '#!/bin/sh\nprintf "%%s\\n" "$*" >> "$FAKE_LOG/sshd.log"\n'
+        'case $1 in -t) exit %d ;; esac\n' % check_rc)
+    (fakes / "ssh-keygen").write_text('#!/bin/sh\nmkdir -p "$GPUFLEET_ETC/ssh"\n'
+                                      ': > "$GPUFLEET_ETC/ssh/ssh_host_ed25519_key"\n')
+    for name in ("sshd", "ssh-keygen"):
+        os.chmod(str(fakes / name), 0o755)
+    return fakes
+
+
+def test_a_single_node_run_with_a_key_starts_the_images_sshd_for_attach(tmp_path, shell):
+    job = Job(tmp_path, {"commands": ["true"]}, key=True)
+    fakes = _fake_sshd(tmp_path)
+    proc = job.run(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
+    assert proc.returncode == 0, proc.stderr
+    assert (job.dstack / "ssh" / "authorized_keys").read_text() == KEY["public"]
+    assert (fakes / "sshd.log").read_text().splitlines()[-1].startswith(
+        "-f %s" % (job.dstack / "ssh" / "sshd_config"))
+    # Nothing of the multi-node client side: no key or config in the user's home.
+    assert not (job.home / ".ssh").exists()
+
+
+def test_the_session_script_reads_the_profile_then_runs_what_was_asked(tmp_path, shell):
+    job = Job(tmp_path, {"commands": ["true"], "env": {"GREETING": "two words"}}, key=True)
+    fakes = _fake_sshd(tmp_path)
+    proc = job.run(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
+    assert proc.returncode == 0, proc.stderr
+    session = str(job.dstack / "ssh" / "session.sh")
+
+    def login(command=None, login_shell="/bin/sh"):
+        env = {"PATH": shell[1], "SHELL": login_shell}
+        if command is not None:
+            env["SSH_ORIGINAL_COMMAND"] = command
+        return subprocess.run([session], env=env, stdout=subprocess.PIPE, check=False,
+                              timeout=20).stdout.decode()
+
+    assert login('echo "$GREETING"; echo "$DSTACK_NODE_RANK"') == "two words\n0\n"
+    assert login('pwd').strip() == str(job.workdir)
+    # No command: a login shell (its profile files are the image's; here, none).
+    assert login(login_shell="/bin/echo") == "-l\n"
+
+
+def test_a_single_node_image_without_sshd_is_not_given_one(tmp_path):
+    job = Job(tmp_path, {"commands": ["touch ran"]}, key=True)
+    path = tools_bin(tmp_path / "bin", BASIC_TOOLS, fakes={
+        "apt-get": 'echo "$*" >> "$FAKE_LOG"\nexit 100\n',
+    })
+    log = tmp_path / "apt.log"
+    proc = job.run((["/bin/sh"], path), extra={"FAKE_LOG": str(log)})
+    assert proc.returncode == 0, proc.stderr
+    assert (job.workdir / "ran").exists()
+    assert not log.exists()   # no package manager call for a single node
+    assert b"sshd" not in proc.stderr   # not in the job's log: the run does not need it
+    assert job.read_state("sshd.log") == \
+        "no sshd in the image: ssh to this run (gpufleet attach) is not available"

@@ -34,9 +34,6 @@ def notes(config):
     out = []
     if config.get("type") != "task":
         return out
-    if config.get("ports"):
-        out.append(Problem(("ports",), "not forwarded (there is no dstack attach yet); reach "
-                                       "the containers on their hosts' addresses"))
     if config.get("utilization_policy"):
         out.append(Problem(("utilization_policy",), "not enforced by gpufleet"))
     if config.get("dstack"):

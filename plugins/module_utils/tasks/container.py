@@ -182,6 +182,9 @@ def _run_spec(config, jobs, job):
             "retry": config.get("retry"),
             # Where every job of the run is: a job whose host is gone is known from the others.
             "hosts": [j.get("host") for j in sorted(jobs, key=lambda j: j["job_num"])],
+            # What gpufleet attach forwards, and who it logs in as (tasks/attach).
+            "ports": config.get("ports") or [],
+            "user": config.get("user"),
         }
     )
 

@@ -209,10 +209,10 @@ def list_runs(nodes, survey_result=None, instances=None):
     return records, dict((h, str(e)) for h, e in errors.items())
 
 
-def find_run(nodes, name):
-    """``(record, {host: containers})`` of run ``name``, from the hosts; RunError if no host
-    has it."""
-    containers, errors = survey(nodes)
+def find_run(nodes, name, surveyed=None):
+    """``(record, {host: containers})`` of run ``name``, from the hosts (or from ``surveyed``,
+    what tasks.runs.survey answered); RunError if no host has it."""
+    containers, errors = surveyed or survey(nodes)
     mine = dict((h, [c for c in entries if c["labels"].get(RUN_LABEL) == name])
                 for h, entries in containers.items())
     mine = dict((h, c) for h, c in mine.items() if c)

@@ -16,6 +16,7 @@ wrapper and by ``stop``) says when its command started, why it was stopped and h
 import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -117,11 +118,40 @@ def op_status(payload):
                 "started_at": st.get("StartedAt"),
                 "finished_at": st.get("FinishedAt"),
                 "error": st.get("Error") or None,
+                # Where the container's sshd and ports are, seen from this host (attach).
+                "address": _address(item),
             }
             if labels.get(RUN_LABEL) and labels.get("gpufleet.job") is not None:
                 entry["files"] = _read_state(labels[RUN_LABEL], labels["gpufleet.job"])
             containers.append(entry)
     return {"containers": containers}
+
+
+def _address(item):
+    """``localhost`` for a container on the host's network, else its first bridge address."""
+    if ((item.get("HostConfig") or {}).get("NetworkMode") or "") == "host":
+        return "localhost"
+    networks = (item.get("NetworkSettings") or {}).get("Networks") or {}
+    for name in sorted(networks):
+        if (networks[name] or {}).get("IPAddress"):
+            return networks[name]["IPAddress"]
+    return None
+
+
+_RUN_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,99}\Z")
+
+
+def op_run_key(payload):
+    """The private key of a run's job (its job folder's ``ssh/dstack_job``), for attach."""
+    run, job_num = str(payload.get("run") or ""), payload.get("job_num")
+    if not _RUN_NAME.match(run) or not isinstance(job_num, int) or job_num < 0:
+        raise Failure("run_key: bad run %r or job %r" % (run, job_num))
+    path = os.path.join(job_dir(run, job_num), "job", "ssh", "dstack_job")
+    try:
+        with open(path) as handle:
+            return {"key": handle.read()}
+    except (IOError, OSError):
+        return {"key": None}
 
 
 def op_image_info(payload):
@@ -370,6 +400,7 @@ OPS = {
     "start": op_start,
     "stop": op_stop,
     "remove": op_remove,
+    "run_key": op_run_key,
 }
 
 

@@ -214,7 +214,8 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
     """One job spec per rank, in rank order (see the module docstring).
 
     ``run``: ``{"name", "id", "submission", "submitted_at"}``; ``ssh_key``: ``{"private",
-    "public"}`` (one pair per run, required with two jobs or more); ``image_cmd``: the image's
+    "public"}`` (one pair per run, required with two jobs or more; a single job gets it too
+    when given, for ``gpufleet attach``); ``image_cmd``: the image's
     ENTRYPOINT + CMD, used when the task has neither commands nor entrypoint (without it,
     ``command.sh`` is left out and ``image_cmd_needed`` says so); ``config_dir``: where relative
     ``files`` paths start (the configuration file's folder; default: the current folder);
@@ -295,9 +296,10 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
                                        python_setup),
                 "mode": 0o755,
             }
-        if multinode:
+        if ssh_key:
             files["ssh/dstack_job"] = {"text": ssh_key["private"], "mode": 0o600}
             files["ssh/dstack_job.pub"] = {"text": ssh_key["public"], "mode": 0o644}
+        if multinode:
             files["ssh/config"] = {"text": ssh_config_text, "mode": 0o644}
         for key, value in shared_files.items():
             files[key] = dict(value)

@@ -420,11 +420,10 @@ class Runner(object):
         hosts = [job["host"] for job in placed["jobs"]]
         nodes = dict((h, self.nodes[h]) for h in hosts)
         # A finished run of the same name is replaced, as dstack does on apply.
-        # The run key is made meanwhile (ssh-keygen takes a moment).
-        key_maker = None
-        if len(placed["jobs"]) >= 2:
-            key_maker = ThreadPoolExecutor(max_workers=1)
-            key_future = key_maker.submit(run_key)
+        # The run key is made meanwhile (ssh-keygen takes a moment): the nodes log in to each
+        # other with it, and gpufleet attach to any of them.
+        key_maker = ThreadPoolExecutor(max_workers=1)
+        key_future = key_maker.submit(run_key)
         parallel(self.leftovers, lambda h: self.nodes[h].call(
             "remove", {"run": self.name, "keep": self.run_id}))
         auth = registry_credentials(self.config, self.env, self.secrets)
@@ -451,10 +450,8 @@ class Runner(object):
         image_cmd = None
         if first.get("entrypoint") or first.get("cmd"):
             image_cmd = list(first.get("entrypoint") or []) + list(first.get("cmd") or [])
-        key = None
-        if key_maker is not None:
-            key = key_future.result()
-            key_maker.shutdown()
+        key = key_future.result()
+        key_maker.shutdown()
         run = {"name": self.name, "id": self.run_id, "submission": number,
                "submitted_at": self.submitted_at, "array": self.array}
         self._attach_volumes(placed, run, nodes)

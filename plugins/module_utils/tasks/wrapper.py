@@ -14,7 +14,11 @@ reads the job folder written from the rank plan (tasks.rankplan), mounted read-o
 3. copies the MPI hostfile to ``/dstack/mpi/hostfile``;
 4. unpacks the run's code (``repo.tar.gz``) into ``DSTACK_REPO_DIR`` as ``if_exists`` allows, then
    copies the task's ``files`` (``files/N``, targets listed in ``files.list``);
-5. for multi-node runs, installs the run's SSH key and client config and starts sshd on 10022;
+5. installs the run's SSH key (and, for multi-node runs, the client config) and starts sshd on
+   10022, where ``gpufleet attach`` and the other nodes log in; a multi-node run installs
+   openssh-server when the image has none, a single-node one uses the image's sshd if it has
+   one. Every session reads ``/dstack/profile`` first (``ssh/session.sh``, sshd's
+   ForceCommand), so ``ssh RUN 'echo $DSTACK_NODE_RANK'`` sees the job's environment;
 6. writes ``state/running``, the moment the command starts;
 7. runs ``command.sh`` as the task's user, forwarding SIGTERM/SIGINT and enforcing max_duration
    (``state/reason`` = ``max_duration_exceeded``, TERM, then KILL after stop_duration);
@@ -381,6 +385,12 @@ fi
 _gf_sshd_start() {
     _gf_sshd=$(command -v sshd 2>/dev/null)
     case $_gf_sshd in /*) ;; *) _gf_sshd= ;; esac
+    if [ -z "$_gf_sshd" ] && [ "$GPUFLEET_MULTINODE" != 1 ]; then
+        # Not in the job's log: a single-node run does not need sshd to do its work.
+        printf 'no sshd in the image: ssh to this run (gpufleet attach) is not available\n' \
+            > "$GPUFLEET_STATE/sshd.log"
+        return 0
+    fi
     if [ -z "$_gf_sshd" ] && [ "$_gf_cur_uid" = 0 ]; then
         # As dstack does: install openssh-server when the image has no sshd.
         {
@@ -417,6 +427,25 @@ _gf_sshd_start() {
         _gf_e="s/^session${_gf_s}required${_gf_s}pam_loginuid.so/session optional pam_loginuid.so/"
         sed -i "$_gf_e" "$GPUFLEET_ETC/pam.d/sshd" 2>/dev/null
     fi
+    # An SSH session reads the job's environment first, whatever it runs: sshd runs every
+    # session through session.sh (ForceCommand), which sources /dstack/profile and then runs the
+    # command asked for, or a login shell. (bash skips BASH_ENV for commands run by sshd.) sftp
+    # (and so scp) goes to the image's sftp-server.
+    _gf_sftp=internal-sftp
+    for _gf_p in /usr/lib/openssh/sftp-server /usr/libexec/openssh/sftp-server \
+        /usr/lib/ssh/sftp-server /usr/libexec/sftp-server; do
+        if [ -x "$_gf_root$_gf_p" ]; then _gf_sftp=$_gf_p; break; fi
+    done
+    {
+        printf '#!/bin/sh\n'
+        printf '[ -r "%s/profile" ] && . "%s/profile"\n' "$DSTACK_DIR" "$DSTACK_DIR"
+        printf 'case ${SSH_ORIGINAL_COMMAND-} in\n'
+        printf "    '') exec \"\${SHELL:-/bin/sh}\" -l ;;\n"
+        printf '    %s|internal-sftp) exec %s ;;\n' "$_gf_sftp" "$_gf_sftp"
+        printf 'esac\n'
+        printf 'exec "${SHELL:-/bin/sh}" -c "$SSH_ORIGINAL_COMMAND"\n'
+    } > "$DSTACK_DIR/ssh/session.sh"
+    chmod 755 "$DSTACK_DIR/ssh/session.sh"
     {
         printf 'Port 10022\n'
         printf 'PasswordAuthentication no\n'
@@ -425,7 +454,8 @@ _gf_sshd_start() {
         printf 'AuthorizedKeysFile %s .ssh/authorized_keys\n' "$DSTACK_DIR/ssh/authorized_keys"
         printf 'ClientAliveInterval 30\n'
         printf 'PidFile %s\n' "$DSTACK_DIR/ssh/sshd.pid"
-        printf 'Subsystem sftp internal-sftp\n'
+        printf 'Subsystem sftp %s\n' "$_gf_sftp"
+        printf 'ForceCommand %s/ssh/session.sh\n' "$DSTACK_DIR"
         for _gf_key in "$GPUFLEET_ETC"/ssh/ssh_host_*_key; do
             [ -e "$_gf_key" ] && printf 'HostKey %s\n' "$_gf_key"
         done
@@ -436,23 +466,26 @@ _gf_sshd_start() {
     return 0
 }
 
-if [ "$GPUFLEET_MULTINODE" = 1 ]; then
-    _gf_ssh=${_gf_home%/}/.ssh
-    mkdir -p "$_gf_ssh" || _gf_fail "cannot create $_gf_ssh"
-    chmod 700 "$_gf_ssh"
-    chown "$_gf_uid:$_gf_gid" "$_gf_ssh"
-    cp "$GPUFLEET_DIR/ssh/dstack_job" "$_gf_ssh/dstack_job" ||
-        _gf_fail "cannot write $_gf_ssh/dstack_job"
-    chmod 600 "$_gf_ssh/dstack_job"
-    chown "$_gf_uid:$_gf_gid" "$_gf_ssh/dstack_job"
-    if [ -s "$GPUFLEET_DIR/ssh/config" ]; then
-        if [ -s "$_gf_ssh/config" ] && [ -n "$(tail -c 1 "$_gf_ssh/config")" ]; then
-            printf '\n' >> "$_gf_ssh/config"
+if [ -r "$GPUFLEET_DIR/ssh/dstack_job.pub" ]; then
+    # The other nodes are reached with the run's key and client config (multi-node runs).
+    if [ "$GPUFLEET_MULTINODE" = 1 ]; then
+        _gf_ssh=${_gf_home%/}/.ssh
+        mkdir -p "$_gf_ssh" || _gf_fail "cannot create $_gf_ssh"
+        chmod 700 "$_gf_ssh"
+        chown "$_gf_uid:$_gf_gid" "$_gf_ssh"
+        cp "$GPUFLEET_DIR/ssh/dstack_job" "$_gf_ssh/dstack_job" ||
+            _gf_fail "cannot write $_gf_ssh/dstack_job"
+        chmod 600 "$_gf_ssh/dstack_job"
+        chown "$_gf_uid:$_gf_gid" "$_gf_ssh/dstack_job"
+        if [ -s "$GPUFLEET_DIR/ssh/config" ]; then
+            if [ -s "$_gf_ssh/config" ] && [ -n "$(tail -c 1 "$_gf_ssh/config")" ]; then
+                printf '\n' >> "$_gf_ssh/config"
+            fi
+            cat "$GPUFLEET_DIR/ssh/config" >> "$_gf_ssh/config" ||
+                _gf_fail "cannot write $_gf_ssh/config"
+            chmod 600 "$_gf_ssh/config"
+            chown "$_gf_uid:$_gf_gid" "$_gf_ssh/config"
         fi
-        cat "$GPUFLEET_DIR/ssh/config" >> "$_gf_ssh/config" ||
-            _gf_fail "cannot write $_gf_ssh/config"
-        chmod 600 "$_gf_ssh/config"
-        chown "$_gf_uid:$_gf_gid" "$_gf_ssh/config"
     fi
     mkdir -p "$DSTACK_DIR/ssh" || _gf_fail "cannot create $DSTACK_DIR/ssh"
     cp "$GPUFLEET_DIR/ssh/dstack_job.pub" "$DSTACK_DIR/ssh/authorized_keys" ||
