@@ -137,6 +137,8 @@ def _read(config: Config, types: Iterable[str]):
 
 
 _TASK_OPTIONS = ("name", "env", "fleets", "array")
+# The configurations that are runs: tasks and dev environments.
+RUN_TYPES = ("task", "dev-environment")
 
 
 def _check_array(array, given):
@@ -205,10 +207,10 @@ def plan(config: Config, delete: bool = False, name: str | None = None, env=None
     (status ``submitted`` when it would be created).
     """
     opts = _Options(**options)
-    kinds = ("fleet", "volume") if delete else ("fleet", "task", "volume")
+    kinds = ("fleet", "volume") if delete else ("fleet", "task", "dev-environment", "volume")
     normalized, given = _read(config, kinds)
     kind = normalized["type"]
-    if kind != "task" and (name or env or fleets or array):
+    if kind not in RUN_TYPES and (name or env or fleets or array):
         raise GpufleetError("name, env, fleets, array: only for tasks")
     if kind == "fleet":
         result = opts.play("delete.yml" if delete else "fleet.yml", opts.extravars(fleet=given),
@@ -238,8 +240,8 @@ def apply(config: Config, roles: Iterable[str] = (), **options) -> dict:
     record is on the error). A volume: created or registered; returns its record. A task: see
     :func:`run_task` (``wait``, ``run_args``, ``secrets`` go there).
     """
-    normalized, given = _read(config, ("fleet", "task", "volume"))
-    if normalized["type"] == "task":
+    normalized, given = _read(config, ("fleet", "task", "dev-environment", "volume"))
+    if normalized["type"] in RUN_TYPES:
         if roles:
             raise GpufleetError("roles: only for fleets")
         return run_task(given, **options)
@@ -335,7 +337,7 @@ def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
     the record is then the array's, with ``runs``.
     """
     opts = _Options(**options)
-    normalized, given = _read(task, ("task",))
+    normalized, given = _read(task, RUN_TYPES)
     if array is not None:
         _check_array(array, given)
     variables = opts.extravars(task=given, **_task_overrides(normalized, given, name, env, fleets),
@@ -466,7 +468,7 @@ def offers(config: Config, limit: int = 10, **options) -> dict:
     "total", "max_price", "rejected", "catalogs", "msg"}``. Nothing is created, no cloud API
     is called."""
     opts = _Options(**options)
-    _normalized, given = _read(config, ("fleet", "task"))
+    _normalized, given = _read(config, ("fleet",) + RUN_TYPES)
     result = opts.play("offer.yml", opts.extravars(config_file=given,
                                                    gpufleet_offer_limit=int(limit)))
     found = result.stats.get("gpufleet_offers")

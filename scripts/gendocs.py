@@ -36,6 +36,7 @@ import yaml  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.module_utils import spec  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (  # noqa: E402
     common,
+    dev_environment,
     fleet,
     gpus,
     grammar,
@@ -48,6 +49,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (  # 
 REGENERATE = ".venv/bin/python scripts/gendocs.py"
 MODULES = {
     "common": common,
+    "dev_environment": dev_environment,
     "fleet": fleet,
     "gpus": gpus,
     "grammar": grammar,
@@ -202,6 +204,11 @@ def sections():
             {"key": "task.utilization_policy", "table": None,
              "variants": [Variant(task_with("utilization_policy", {"min_gpu_utilization": 10, "time_window": "30m"}),
                                   ("utilization_policy",))]},
+        ]),
+        ("Dev environments", [
+            {"key": "dev-environment",
+             "table": dict((k, None) for k in ("type",) + dev_environment.DEV_FIELDS),
+             "variants": [Variant({"type": "dev-environment"})]},
         ]),
         ("Volumes", _volume_sections()),
         ("Shared objects", [

@@ -75,10 +75,10 @@ def _apply(args, out, err) -> int:
     from ..runner import progress_printer
 
     path = os.path.abspath(args.file)
-    config = common.read_config(path, err, ("fleet", "task", "volume"))
+    config = common.read_config(path, err, ("fleet", "task", "dev-environment", "volume"))
     if config is None:
         return 1
-    if config["type"] == "task":
+    if config["type"] in ("task", "dev-environment"):
         return _apply_task(args, path, out, err)
     if args.run_name or args.env or args.fleets or args.array:
         err.write(f"{path}: --name, --env, --fleet and --array apply to tasks; this is a "
@@ -153,10 +153,11 @@ def _run_task(args, path, out, err) -> int:
         if not record["config"].get("name"):
             overrides["name"] = record["run"]
         attaching = None
-        if not args.detach and not record.get("runs") and (record.get("config") or {}).get(
-                "ports"):
+        if not args.detach and not record.get("runs") and (
+                (record.get("config") or {}).get("ports")
+                or (record.get("config") or {}).get("type") == "dev-environment"):
             # As dstack apply: the ports are forwarded once the run runs (gpufleet attach).
-            problem = attach_cli.ports_problem(record["config"]["ports"])
+            problem = attach_cli.ports_problem(record["config"].get("ports") or [])
             if problem:
                 err.write(f"Failed to submit: {problem}\n")
                 return 1
@@ -169,13 +170,11 @@ def _run_task(args, path, out, err) -> int:
                               fleet_files=common.fleet_files(args), **overrides,
                               on_event=common.run_printer(out, err))
         except KeyboardInterrupt:
-            if attaching is not None:
-                attaching.finish(remove=False)
-            err.write(f"gpufleet: detached; the run {record['run']} goes on (gpufleet attach "
-                      f"{record['run']} to attach again, gpufleet stop {record['run']} to stop "
-                      "it)\n")
-            return 130
-        except GpufleetError:
+            return _detached(record, attaching, err)
+        except GpufleetError as exc:
+            # Ctrl-C reaches the playbook first: it ends "canceled", the run goes on.
+            if getattr(exc.result, "status", None) == "canceled":
+                return _detached(record, attaching, err)
             if attaching is not None:
                 attaching.finish(remove=True)
             raise
@@ -202,6 +201,14 @@ def _run_task(args, path, out, err) -> int:
     out.write(f"Run {record['run']} {status}" +
               (f": {record['message']}" if record.get("message") else "") + "\n")
     return 0 if status == "done" else 1
+
+
+def _detached(record, attaching, err) -> int:
+    if attaching is not None:
+        attaching.finish(remove=False)
+    err.write(f"gpufleet: detached; the run {record['run']} goes on (gpufleet attach "
+              f"{record['run']} to attach again, gpufleet stop {record['run']} to stop it)\n")
+    return 130
 
 
 def _array_summary(record, args, out) -> int:

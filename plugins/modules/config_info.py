@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: config_info
-short_description: Read and normalize dstack configuration files (fleet, task, volume)
+short_description: Read and normalize dstack configuration files (fleet, task, dev environment, volume)
 version_added: 0.1.0
 description:
   - Reads one dstack configuration, a fleet, a task or a volume, either from a YAML file
@@ -51,11 +51,12 @@ options:
     description:
       - The type of configuration expected.
       - When set, a configuration of any other type fails the task. When not set, any of the
-        three types is accepted and RV(type) tells which one was read.
+        types is accepted and RV(type) tells which one was read.
     type: str
     choices:
       - fleet
       - task
+      - dev-environment
       - volume
 extends_documentation_fragment:
   - gpufleet.cluster.attributes
@@ -225,7 +226,7 @@ def main():
         argument_spec=dict(
             path=dict(type="path"),
             config=dict(type="dict"),
-            type=dict(type="str", choices=["fleet", "task", "volume"]),
+            type=dict(type="str", choices=["fleet", "task", "dev-environment", "volume"]),
         ),
         mutually_exclusive=[("path", "config")],
         required_one_of=[("path", "config")],

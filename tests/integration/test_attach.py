@@ -16,6 +16,15 @@ import urllib.request
 from .task_world import CPU, FLEET, SUFFIX
 
 
+def _home(tmp_path, config=None):
+    """A home of the test's own, with ~/.ssh (and its config, when given)."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    if config is not None:
+        (home / ".ssh" / "config").write_bytes(config)
+    return home
+
+
 def _env(home):
     return dict(os.environ, HOME=str(home))
 
@@ -40,24 +49,25 @@ def _get(url):
         return answer.status, answer.read().decode()
 
 
-def _wait_line(proc, text, seconds=180):
+def _wait_line(proc, *texts, seconds=180):
+    """Read the output until every one of ``texts`` was seen (in any order)."""
     seen = []
+    missing = list(texts)
     deadline = time.time() + seconds
     while time.time() < deadline:
         line = proc.stdout.readline()
         if not line:
             break
         seen.append(line)
-        if text in line:
+        missing = [t for t in missing if t not in line]
+        if not missing:
             return "".join(seen)
-    raise AssertionError("never saw %r: %s" % (text, "".join(seen)))
+    raise AssertionError("never saw %r: %s" % (missing, "".join(seen)))
 
 
 def test_attach_reaches_every_job_and_forwards_the_ports(world, tmp_path):
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
     mine = b"Host mine\n    User me\n    Port 2200\n"
-    (home / ".ssh" / "config").write_bytes(mine)
+    home = _home(tmp_path, mine)
     run = "at-" + SUFFIX
     task = tmp_path / "attach.dstack.yml"
     task.write_text(
@@ -118,8 +128,7 @@ def test_apply_of_a_task_with_ports_attaches_until_the_run_ends(world, tmp_path)
     it runs, ssh RUN reaches it, and when it ends (stopped from elsewhere) its alias goes."""
     import re
 
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
+    home = _home(tmp_path)
     run = "ap-" + SUFFIX
     task = tmp_path / "apply.dstack.yml"
     task.write_text(
@@ -145,3 +154,49 @@ def test_apply_of_a_task_with_ports_attaches_until_the_run_ends(world, tmp_path)
             apply.kill()
     ours = os.path.join(os.environ["GPUFLEET_STATE_DIR"], "ssh", "config")
     assert run not in open(ours).read()
+
+
+def test_a_dev_environment_prints_its_link_and_stops_when_nobody_uses_it(world, tmp_path):
+    """apply of a dev environment attaches and prints dstack's IDE link; init ran once, ssh NAME
+    reaches it; detached with nobody connected it stops itself after inactivity_duration:
+    the job terminated (inactivity_duration_exceeded), the run failed (job_failed)."""
+    import json
+
+    home = _home(tmp_path)
+    name = "dev-" + SUFFIX
+    env = tmp_path / "env.dstack.yml"
+    env.write_text(
+        "type: dev-environment\nname: %s\nimage: %s\nfleets: [%s]\n%s"
+        "ide: vscode\ninit: [\"echo ready > /tmp/ready\"]\ninactivity_duration: 1m\n"
+        "stop_duration: 1\n" % (name, world["base_image"], FLEET, CPU))
+    apply = _gpufleet(home, "apply", "-f", str(env), "-y")
+    try:
+        # The job prints the link; the attach (ssh NAME) comes once it runs: either first.
+        out = _wait_line(apply, "vscode://vscode-remote/ssh-remote+%s/" % name,
+                         "Press Ctrl+C to detach", seconds=300)
+        assert "To open in VS Code, use link below:" in out, out
+        ready = _ssh(home, name, "cat /tmp/ready")
+        assert (ready.returncode, ready.stdout) == (0, "ready\n"), ready.stderr
+        apply.send_signal(signal.SIGINT)
+        rest = apply.communicate(timeout=120)[0]
+        assert "detached; the run %s goes on" % name in rest, out + rest
+    finally:
+        if apply.poll() is None:
+            apply.kill()
+    detached_at = time.time()
+    deadline = detached_at + 180
+    record = None
+    while time.time() < deadline:
+        command = [os.path.join(os.path.dirname(sys.executable), "gpufleet"), "ps", "--json"]
+        listed = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=_env(home),
+                                timeout=120, check=False)
+        record = next(r for r in json.loads(listed.stdout) if r["name"] == name)
+        if record["status"] in ("failed", "terminated", "done"):
+            break
+        time.sleep(10)
+    assert record["type"] == "dev-environment"
+    assert (record["status"], record["reason"]) == ("failed", "job_failed"), record
+    (job,) = record["jobs"]
+    assert (job["status"], job["reason"]) == ("terminated", "inactivity_duration_exceeded"), job
+    # Not before its minute of inactivity (the ssh above counted, briefly, only once).
+    assert time.time() - detached_at >= 50

@@ -140,11 +140,11 @@ PATHOLOGICAL = {
     "list-key": (b"? [a, b]\n: c\ntype: task\n", ["invalid YAML", "unhashable key"]),
     "missing-type": (b"name: my-task\ncommands: [x]\n", ["missing type", "type: task"]),
     "unknown-type": (b"type: job\ncommands: [x]\n", ["unknown configuration type", "'job'",
-                                                     "fleet, task or volume"]),
+                                                     "fleet, task, dev-environment or volume"]),
     "type-service": (b"type: service\ncommands: [x]\nport: 80\n",
                      ["service", "not supported by gpufleet"]),
-    "type-dev-environment": (b"type: dev-environment\nide: vscode\n",
-                             ["dev environment", "not supported by gpufleet"]),
+    "type-dev-environment": (b"type: dev-environment\nide: vscode\ncommands: [x]\n",
+                             ["commands", "a dev environment has no commands"]),
     "type-gateway": (b"type: gateway\nregion: us-east-1\n",
                      ["gateway", "not supported by gpufleet"]),
     "two-documents": (b"type: task\ncommands: [x]\n---\ntype: task\ncommands: [y]\n",
@@ -213,7 +213,7 @@ def test_not_text_at_all():
 # Kinds gpufleet does not run
 
 
-@pytest.mark.parametrize("kind", ["service", "dev-environment", "gateway", "preset"])
+@pytest.mark.parametrize("kind", ["service", "gateway", "preset"])
 def test_unsupported_kinds_say_so_rather_than_a_schema_error(kind):
     exc = refuse(("type: %s\nname: my-thing\ncommands: [x]\n" % kind).encode())
     assert wheres(exc) == ["type"]

@@ -242,3 +242,10 @@ def test_run_plan_header_is_aligned_on_the_keys_shown():
     lines = runtable.run_plan_lines(task(), plan)
     assert lines[0] == "Type          task (nodes=1)"
     assert lines[5] == "Retry policy  off"
+
+
+def test_a_dev_environment_says_so_in_the_verbose_table():
+    env = dict(run("my-env", "running", [job(0, "running")]), type="dev-environment")
+    assert runtable.run_table([env], now=NOW)[1].split()[0] == "my-env"
+    assert runtable.run_table([env], now=NOW, verbose=True)[1].startswith(
+        "my-env (dev-environment)  ")

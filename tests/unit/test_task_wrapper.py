@@ -7,6 +7,7 @@ temporary folder (GPUFLEET_DIR, DSTACK_DIR, GPUFLEET_ETC, HOME) and runs ``job.s
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import stat
@@ -66,10 +67,12 @@ def placed(num, ip):
 class Job(object):
     """A job folder and the paths the wrapper is pointed at, all under ``root``."""
 
-    def __init__(self, root, data, nodes=1, rank=0, repo_archive=None, repo=None, key=None):
+    def __init__(self, root, data, nodes=1, rank=0, repo_archive=None, repo=None, key=None,
+                 extra_config=None):
         self.root = root
         config, _warnings = parse_data(
             dict({"type": "task", "image": "busybox", "nodes": nodes}, **data))
+        config.update(extra_config or {})
         jobs = [placed(n, "10.1.0.%d" % (n + 2)) for n in range(nodes)]
         specs = rankplan.build_jobs(
             config, {"fleet": "demo", "placement": "cluster", "jobs": jobs}, dict(RUN),
@@ -685,3 +688,27 @@ def test_a_single_node_image_without_sshd_is_not_given_one(tmp_path):
     assert b"sshd" not in proc.stderr   # not in the job's log: the run does not need it
     assert job.read_state("sshd.log") == \
         "no sshd in the image: ssh to this run (gpufleet attach) is not available"
+
+
+TCP_HEADER = ("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid"
+              "  timeout inode\n")
+
+
+def test_a_dev_environment_with_no_ssh_connection_stops_after_its_inactivity_duration(
+        tmp_path, shell):
+    proc_dir = tmp_path / "proc" / "net"
+    proc_dir.mkdir(parents=True)
+    # Listening on 10022 (0A) and a connection to another port: neither is activity.
+    (proc_dir / "tcp").write_text(
+        TCP_HEADER
+        + "   0: 00000000:271E 00000000:0000 0A 00000000:00000000 00:00000000 00000000 0 0 1\n"
+        + "   1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000 0 0 2\n")
+    job = Job(tmp_path, {"commands": ["while :; do sleep 1; done"]}, extra_config={
+        "run_type": "dev-environment", "inactivity_duration": 2})
+    started = time.time()
+    proc = job.run(shell, extra={"GPUFLEET_PROC": str(tmp_path / "proc")})
+    assert time.time() - started < 20
+    assert job.read_state("reason") == "inactivity_duration_exceeded"
+    assert re.search(rb"gpufleet: The job was inactive for [23] seconds, exceeding the "
+                     rb"inactivity_duration of 2 seconds: stopping the command", proc.stderr), \
+        proc.stderr

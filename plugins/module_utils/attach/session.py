@@ -150,9 +150,10 @@ def attach(params, nodes, root):
     if params.get("forward"):
         tunnel.close(control)
         forwards = ports.choose(spec.get("ports") or [], overrides=params.get("ports"))
-        if forwards:
-            tunnel.open_forwards(ours, name + "-host", entries[attached].get("address") or
-                                 "localhost", forwards, control)
+        # A dev environment is held open while attached, ports or not (inactivity_duration).
+        if forwards or spec.get("type") == "dev-environment":
+            tunnel.open_tunnel(ours, name, entries[attached].get("address") or "localhost",
+                               forwards, control)
             changed = True
     else:
         changed = tunnel.close(control) or changed

@@ -2,9 +2,11 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The port forwards of an attached run: one OpenSSH process in the background, a control
-master on a socket named after the run, as dstack's tunnel is. It goes through the attached
-job's instance (``RUN-host``) to the container's address, so it needs no sshd in the
-container. ``gpufleet attach`` closes it on Ctrl-C; the run goes on.
+master on a socket named after the run, as dstack's tunnel is. Like dstack's, it logs in to the
+container (``RUN``), so that an attached dev environment counts as in use
+(``inactivity_duration``); a container without sshd is reached through its instance
+(``RUN-host``) instead, the forwards going to the container's address. ``gpufleet attach``
+closes it on Ctrl-C; the run goes on.
 """
 
 from __future__ import annotations
@@ -55,6 +57,18 @@ def close(control, runner=subprocess.run):
         except OSError:
             pass
     return was
+
+
+def open_tunnel(config_file, run, address, forwards, control, runner=subprocess.run):
+    """Open the run's tunnel: through the container's sshd, else (ports only) through its
+    instance. TunnelError says why neither worked."""
+    try:
+        return open_forwards(config_file, run, "localhost", forwards, control, runner)
+    except TunnelError:
+        if not forwards:
+            raise
+        close(control, runner)
+    return open_forwards(config_file, run + "-host", address, forwards, control, runner)
 
 
 def open_forwards(config_file, host_alias, address, forwards, control, runner=subprocess.run):

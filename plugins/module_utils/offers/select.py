@@ -132,7 +132,7 @@ def select(config, catalogs, reservation=None):
     ``disk`` and ``reservation``, counted once per instance type and region.
     """
     resources = config.get("resources")
-    if config.get("type") == "task":
+    if config.get("type") in ("task", "dev-environment"):
         resources = resolve_arch(resources, uses_default_image(config))
     max_price = config.get("max_price")
     reserved = bool(config.get("reservation"))

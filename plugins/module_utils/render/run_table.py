@@ -71,7 +71,10 @@ def run_table(runs, now=None, verbose=False):
         if not isinstance(run, dict) or not run.get("name"):
             raise FleetTableError("a run record needs a name: %r" % (run,))
         jobs = run.get("jobs") or []
-        row = {"NAME": run["name"], "STATUS": run.get("status") or "",
+        name = run["name"]
+        if verbose and run.get("type") not in (None, "task"):
+            name = "%s (%s)" % (name, run["type"])   # a dev environment says so
+        row = {"NAME": name, "STATUS": run.get("status") or "",
                "SUBMITTED": pretty_date(run.get("submitted"), now), "ERROR": _error(run)}
         if len(jobs) <= 1:
             row.update(BACKEND=_backend(run), GPU=run_gpu(run.get("gpu")) or "-",
@@ -189,13 +192,17 @@ def run_plan_lines(config, plan, path=None):
     the header, then the host each job is placed on."""
     header = [
         ("Configuration", path or ""),
-        ("Type", "task (nodes=%d)" % len(plan["jobs"])),
+        ("Type", "dev-environment" if config.get("type") == "dev-environment"
+         else "task (nodes=%d)" % len(plan["jobs"])),
         ("Fleet", plan.get("fleet") or ""),
         ("Resources", pretty_resources(config.get("resources"))),
         ("Spot policy", config.get("spot_policy") or "on-demand"),
         ("Max price", format_price(config.get("max_price")) or "off"),
         ("Retry policy", _retry(config.get("retry"))),
         ("Max duration", _duration(config.get("max_duration"))),
+        # dstack shows it for dev environments only.
+        ("Inactivity duration", _duration(config.get("inactivity_duration"))
+         if config.get("type") == "dev-environment" else ""),
         ("Creates", _creates(plan.get("create"))),
     ]
     width = max(len(k) for k, v in header if v != "")

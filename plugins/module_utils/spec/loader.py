@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from ._errors import Ctx, Problem, SpecError, describe, show
+from .dev_environment import parse_dev_environment
 from .fleet import parse_fleet
 from .task import parse_task
 from .volume import parse_volume
@@ -37,12 +38,13 @@ MAX_CHARS = 64 * 1024 * 1024
 # Warnings about repeated keys kept per file.
 MAX_WARNINGS = 100
 
-PARSERS = {"fleet": parse_fleet, "task": parse_task, "volume": parse_volume}
+PARSERS = {"fleet": parse_fleet, "task": parse_task, "dev-environment": parse_dev_environment,
+           "volume": parse_volume}
+# The configurations that are runs (the task runner runs both).
+RUN_TYPES = ("task", "dev-environment")
 NOT_SUPPORTED = {
     "service": "services (type: service) are not supported by gpufleet; run the server as a "
     "task, or use dstack for services",
-    "dev-environment": "dev environments (type: dev-environment) are not supported by gpufleet; "
-    "use a task with commands: [sleep infinity] and connect over SSH",
     "gateway": "gateways (type: gateway) are not supported by gpufleet",
     "preset": "presets (type: preset) are not supported by gpufleet",
 }
@@ -231,8 +233,8 @@ def parse_data(data, source=None, expect=None):
         raise SpecError([Problem(("type",), NOT_SUPPORTED[kind])], source)
     if kind not in PARSERS:
         raise SpecError(
-            [Problem(("type",), "unknown configuration type %s: expected fleet, task or volume"
-                     % describe(kind))],
+            [Problem(("type",), "unknown configuration type %s: expected fleet, task, "
+                     "dev-environment or volume" % describe(kind))],
             source,
         )
     wanted = (expect,) if isinstance(expect, str) else expect

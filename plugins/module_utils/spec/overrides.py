@@ -21,7 +21,7 @@ from .common import parse_name
 from .run_profile import parse_fleets
 from .task import parse_env_with_refs
 
-OVERRIDABLE = ("task",)
+OVERRIDABLE = ("task", "dev-environment")
 
 
 def _env_entries(value):

@@ -713,6 +713,45 @@ SECTIONS = {
         },
     },
     # -----------------------------------------------------------------------------------------
+    # type: dev-environment
+    "dev-environment": {
+        "title": "`type: dev-environment`",
+        "intro": (
+            "One container on one host that stays up until it is stopped, reached with `ssh NAME` and an IDE "
+            "link (see [dev-environments.md](../dev-environments.md)). It takes every field of a task above "
+            "except `commands`, `nodes`, `groups` and `entrypoint`, with the same defaults but "
+            "`single_branch` (`false`), and these:"
+        ),
+        "fields": {
+            "type": {"values": "`dev-environment`", "text": "Makes the file a dev environment.",
+                     "required": ""},
+            "ide": {
+                "values": "{choices:dev_environment.IDES}",
+                "text": "The desktop IDE whose link is printed. Unset: SSH only.",
+            },
+            "version": {
+                "values": "a string: the IDE server's commit (windsurf: `version@commit`)",
+                "text": (
+                    "The IDE server to install in the container (it is downloaded; a host that cannot "
+                    "download it goes on without). Unset: the IDE installs its server on first connect."
+                ),
+            },
+            "init": {"values": _STRINGS, "text": "Commands run once, after `setup`; a failure ends the run."},
+            "setup": {
+                "values": _STRINGS,
+                "text": "Commands run before `init` (deprecated in dstack, still run for dev environments).",
+            },
+            "inactivity_duration": {
+                "values": _DURATION + ", `off`, or `true`/`false`",
+                "text": (
+                    "Stop the dev environment after this long with no SSH connection (one lasting more than 10 "
+                    "seconds counts). `off`, `true`, `false` or unset: never."
+                ),
+                "kind": "duration",
+            },
+        },
+    },
+    # -----------------------------------------------------------------------------------------
     # type: volume
     "volume": {
         "title": "`type: volume`",

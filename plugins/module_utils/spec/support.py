@@ -22,7 +22,7 @@ SCHEDULE = ("gpufleet has no server to start runs on a schedule; remove it and r
 def refusals(config):
     """Problems that stop ``apply`` of this configuration (an empty list when it can run)."""
     out = []
-    if config.get("type") != "task":
+    if config.get("type") not in ("task", "dev-environment"):
         return out
     if config.get("schedule"):
         out.append(Problem(("schedule",), SCHEDULE))
@@ -32,7 +32,7 @@ def refusals(config):
 def notes(config):
     """Warnings for fields gpufleet accepts but does not act on."""
     out = []
-    if config.get("type") != "task":
+    if config.get("type") not in ("task", "dev-environment"):
         return out
     if config.get("utilization_policy"):
         out.append(Problem(("utilization_policy",), "not enforced by gpufleet"))

@@ -185,6 +185,9 @@ def _run_spec(config, jobs, job):
             # What gpufleet attach forwards, and who it logs in as (tasks/attach).
             "ports": config.get("ports") or [],
             "user": config.get("user"),
+            # task or dev-environment (tasks.devenv), for ps; a dev environment's IDE.
+            "type": config.get("run_type") or "task",
+            "ide": config.get("ide"),
         }
     )
 

@@ -55,6 +55,7 @@ RUN_LOGS_SPEC = dict(name=dict(type="str", required=True), follow=dict(type="boo
                      tail=dict(type="int"), **FLEET_OPTIONS)
 
 FINISHED = (lifecycle.RUN_DONE, lifecycle.RUN_FAILED, lifecycle.RUN_TERMINATED)
+RUN_TYPES = ("task", "dev-environment")
 
 
 class EntryError(GpufleetError):
@@ -73,13 +74,14 @@ def load_task(params):
             config, _warnings = parse_file(params["path"])
         else:
             config, _warnings = parse_data(params["config"], source="config")
-        if config.get("type") == "task":
+        if config.get("type") in RUN_TYPES:
             config = apply_overrides(config, env=params.get("env"), name=params.get("name"),
                                      fleets=params.get("fleet_names"), source=source)
     except SpecError as exc:
         raise EntryError(str(exc)) from exc
-    if config.get("type") != "task":
-        raise EntryError("%s is a %s configuration; this runs tasks (type: task)"
+    if config.get("type") not in RUN_TYPES:
+        raise EntryError("%s is a %s configuration; this runs tasks and dev environments "
+                         "(type: task, type: dev-environment)"
                          % (params.get("path") or "config", config.get("type")))
     return config
 

@@ -28,6 +28,9 @@ ALIVE = (PROVISIONING, RUNNING, TERMINATING)
 CONTAINER_EXITED_WITH_ERROR = "container_exited_with_error"
 EXECUTOR_ERROR = "executor_error"
 MAX_DURATION_EXCEEDED = "max_duration_exceeded"
+# A dev environment with no SSH connection for its inactivity_duration: the job ends
+# terminated, the run failed, and it is never retried (dstack).
+INACTIVITY_DURATION_EXCEEDED = "inactivity_duration_exceeded"
 TERMINATED_BY_USER = "terminated_by_user"
 TERMINATED_BY_SERVER = "terminated_by_server"
 DONE_BY_RUNNER = "done_by_runner"
@@ -40,6 +43,7 @@ INSTANCE_UNREACHABLE = "instance_unreachable"
 JOB_DISCONNECTED_GRACE = 120
 STOP_REASONS = {
     MAX_DURATION_EXCEEDED: TERMINATED,
+    INACTIVITY_DURATION_EXCEEDED: TERMINATED,
     TERMINATED_BY_USER: TERMINATED,
     TERMINATED_BY_SERVER: TERMINATED,
     DONE_BY_RUNNER: DONE,
@@ -175,13 +179,14 @@ def decide(policy, statuses, now=0.0, retry_since=None):
     failed = [n for n, s in sorted(statuses.items()) if s[0] == FAILED]
     user = by_reason(TERMINATED_BY_USER)
     expired = by_reason(MAX_DURATION_EXCEEDED)
+    inactive = by_reason(INACTIVITY_DURATION_EXCEEDED)
     master = statuses.get(0, (SUBMITTED, None, None))
 
     ending = None
     if user:
         ending = (RUN_TERMINATED, TERMINATED_BY_USER, TERMINATED_BY_USER)
-    elif failed:
-        first = failed[0]
+    elif failed or inactive:
+        first = (failed or inactive)[0]
         result.failed_job = (first,) + tuple(statuses[first][1:])
         ending = (RUN_FAILED, "job_failed", TERMINATED_BY_SERVER)
     elif expired:

@@ -104,6 +104,7 @@ def run_records(containers, errors=None, instances=None):
         records.append({
             "message": next((j["message"] for j in lost if j.get("message")), None),
             "name": name,
+            "type": spec.get("type") or "task",
             "run_id": labels.get("gpufleet.run-id"),
             "submission": latest,
             "submitted": labels.get("gpufleet.submitted"),

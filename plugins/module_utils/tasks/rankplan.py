@@ -277,6 +277,11 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
             "GPUFLEET_MAX_DURATION": "" if max_duration is None else str(max_duration),
             "GPUFLEET_STOP_DURATION": str(stop_duration),
             "GPUFLEET_MULTINODE": "1" if multinode else "0",
+            # A dev environment: sshd always (installed when the image lacks it), and the
+            # container stops itself after inactivity_duration without SSH connections.
+            "GPUFLEET_SSHD": "install" if multinode or config.get("run_type") else "image",
+            "GPUFLEET_INACTIVITY": "" if config.get("inactivity_duration") is None else str(
+                config["inactivity_duration"]),
             "GPUFLEET_STOP_CRITERIA": config.get("stop_criteria") or "all-done",
         })
         variables.update(_repo_variables(config, repo))

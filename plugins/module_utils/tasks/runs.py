@@ -32,7 +32,7 @@ from ..fleets import state
 from ..offers import catalog
 from ..volumes import attach as volumes
 from ..spec import support
-from . import claiming, code, growth, lifecycle, placement, python_env, rankplan
+from . import claiming, code, devenv, growth, lifecycle, placement, python_env, rankplan
 from .environment import registry_credentials, resolve_env
 from .errors import PlanError, RunError
 from .images import ensure_image
@@ -228,6 +228,8 @@ class Runner(object):
                  sleep=time.sleep, run_args=(), rng=random, local_image=None,
                  config_dir=None, array=None, code_=None, files_data=None, create=False,
                  grower=None, grow_first=False):
+        # A dev environment runs as a one-node task with dstack's commands (tasks.devenv).
+        config = devenv.runnable(config)
         self.config = config
         self.fleets = fleets
         self.root = root

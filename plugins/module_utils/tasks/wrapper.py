@@ -385,7 +385,8 @@ fi
 _gf_sshd_start() {
     _gf_sshd=$(command -v sshd 2>/dev/null)
     case $_gf_sshd in /*) ;; *) _gf_sshd= ;; esac
-    if [ -z "$_gf_sshd" ] && [ "$GPUFLEET_MULTINODE" != 1 ]; then
+    if [ -z "$_gf_sshd" ] && [ "$GPUFLEET_MULTINODE" != 1 ] && [ "$GPUFLEET_SSHD" != install ]
+    then
         # Not in the job's log: a single-node run does not need sshd to do its work.
         printf 'no sshd in the image: ssh to this run (gpufleet attach) is not available\n' \
             > "$GPUFLEET_STATE/sshd.log"
@@ -558,10 +559,55 @@ case $GPUFLEET_MAX_DURATION in
     ''|*[!0-9]*) ;;
     *) _gf_limit=$(( $(date +%s) + GPUFLEET_MAX_DURATION )) ;;
 esac
-if [ -n "$_gf_limit" ] || [ "$GPUFLEET_MULTINODE" = 1 ]; then
+
+# A dev environment's inactivity_duration, measured as dstack's runner does: activity is an
+# established TCP connection to this container's sshd (port 10022, 271E in /proc/net/tcp) that
+# has lasted more than 10 seconds.
+_gf_inactive=
+case ${GPUFLEET_INACTIVITY-} in
+    ''|*[!0-9]*) ;;
+    *) _gf_inactive=$GPUFLEET_INACTIVITY ;;
+esac
+_gf_ssh_peers() {
+    for _gf_t in "${GPUFLEET_PROC:-/proc}/net/tcp" "${GPUFLEET_PROC:-/proc}/net/tcp6"; do
+        [ -r "$_gf_t" ] || continue
+        while read -r _gf_sl _gf_loc _gf_rem _gf_st _gf_rest; do
+            case $_gf_loc in
+                *:271E) [ "$_gf_st" = 01 ] && printf '%s\n' "$_gf_rem" ;;
+            esac
+        done < "$_gf_t"
+    done
+}
+_gf_seen_since() {
+    printf '%s\n' "$_gf_seen" | while read -r _gf_a _gf_b; do
+        if [ "$_gf_a" = "$1" ]; then printf '%s\n' "$_gf_b"; break; fi
+    done
+}
+
+if [ -n "$_gf_limit" ] || [ "$GPUFLEET_MULTINODE" = 1 ] || [ -n "$_gf_inactive" ]; then
     (
         trap - TERM INT
+        _gf_active=$(date +%s)
+        _gf_seen=
         while kill -0 "$_gf_child" 2>/dev/null; do
+            if [ -n "$_gf_inactive" ]; then
+                _gf_now=$(date +%s)
+                _gf_next=
+                for _gf_p in $(_gf_ssh_peers); do
+                    _gf_first=$(_gf_seen_since "$_gf_p")
+                    [ -n "$_gf_first" ] || _gf_first=$_gf_now
+                    _gf_next="$_gf_next$_gf_p $_gf_first
+"
+                    [ $(( _gf_now - _gf_first )) -gt 10 ] && _gf_active=$_gf_now
+                done
+                _gf_seen=$_gf_next
+                if [ $(( _gf_now - _gf_active )) -ge "$_gf_inactive" ]; then
+                    _gf_why="The job was inactive for $(( _gf_now - _gf_active )) seconds,"
+                    _gf_why="$_gf_why exceeding the inactivity_duration of $_gf_inactive seconds"
+                    _gf_stop_command inactivity_duration_exceeded "$_gf_why"
+                    exit 0
+                fi
+            fi
             if [ -s "$DSTACK_DIR/run/stop" ]; then
                 _gf_asked=$(head -n 1 "$DSTACK_DIR/run/stop")
                 case $_gf_asked in
