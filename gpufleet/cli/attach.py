@@ -87,17 +87,14 @@ def print_attached(attached, out):
 def follow(run, attached, args, out, err, options) -> int:
     """Stream the run's logs (or wait) until it ends, then remove its aliases; Ctrl-C closes
     the forwards only."""
-    import time
-
-    from ..api import GpufleetError, detach, status, wait
+    from ..api import GpufleetError, detach, wait
 
     interrupted = False
+    quiet = getattr(args, "no_logs", False)
     try:
-        if getattr(args, "no_logs", False):
-            while status(run, **options).get("status") not in ("done", "failed", "terminated"):
-                time.sleep(5)
-        else:
-            wait(run, check=False, on_event=common.run_printer(out, err), **options)
+        # Followed as the logs are (the run's end, Ctrl-C), its lines printed or not.
+        wait(run, check=False, on_event=(lambda event: None) if quiet else
+             common.run_printer(out, err), **options)
     except KeyboardInterrupt:
         interrupted = True
     except GpufleetError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import uuid
@@ -358,6 +359,53 @@ def test_a_host_belongs_to_one_fleet_until_released(world):
     assert result.ok, result.stdout[-3000:]
     marker = json.loads(sh(world, nofwd_host["container"], "cat " + MARKER))
     assert marker["fleet"] == OTHER
+
+
+def test_attach_reaches_a_run_on_an_ssh_fleet_through_its_jump_host(world, tmp_path):
+    """A 2-node run on the SSH fleet (reached through its jump host): gpufleet attach writes the
+    jump host, the host and the container hops, and ssh RUN / ssh RUN-1 land in the jobs."""
+    from .task_images import ensure_base_image
+    from .task_world import CPU
+
+    lab = str(world["base"] / (LAB + ".dstack.yml"))
+    run = "via-" + SUFFIX
+    task = tmp_path / "via.dstack.yml"
+    task.write_text("type: task\nname: %s\nimage: %s\nnodes: 2\nfleets: [%s]\n%s"
+                    "stop_duration: 1\ncommands: [sleep infinity]\n"
+                    % (run, ensure_base_image(world["docker"]), LAB, CPU))
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    env = dict(os.environ, HOME=str(home))
+    command = [str(BIN / "gpufleet")]
+    submitted = subprocess.run(command + ["apply", "-f", str(task), "-y", "-d", "--fleet-file",
+                                          lab], capture_output=True, text=True, env=env,
+                               timeout=900, check=False)
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    attach = subprocess.Popen(command + ["attach", run, "--no-logs", "--fleet-file", lab],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env)
+    try:
+        seen = []
+        for line in attach.stdout:
+            seen.append(line)
+            if "Press Ctrl+C to detach" in line:
+                break
+        assert "To connect to the run via SSH, use `ssh %s`." % run in "".join(seen), seen
+        ours = (world["state"] / "ssh" / "config").read_text()
+        assert "ProxyJump %s-jump-host" % run in ours, ours
+        ssh = ["ssh", "-F", str(home / ".ssh" / "config"), "-o", "BatchMode=yes"]
+        for alias, rank in ((run, "0"), (run + "-1", "1")):
+            inside = subprocess.run(ssh + [alias, "echo $DSTACK_NODE_RANK"],
+                                    capture_output=True, text=True, timeout=120, check=False)
+            assert (inside.returncode, inside.stdout.strip()) == (0, rank), inside.stderr
+        attach.send_signal(signal.SIGINT)
+        assert attach.wait(timeout=120) == 0
+    finally:
+        if attach.poll() is None:
+            attach.kill()
+        subprocess.run(command + ["stop", run, "-y", "--fleet-file", lab], env=env,
+                       capture_output=True, timeout=600, check=False)
+    assert run not in (world["state"] / "ssh" / "config").read_text()
 
 
 def test_delete_leaves_nothing_behind(world):

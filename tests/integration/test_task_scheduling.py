@@ -266,6 +266,9 @@ def interrupted_task(world, fleet, run):
     run is resubmitted (a marker in an instance volume says it ran once), then ends."""
     return ("type: task\nname: %s\nimage: %s\nnodes: 2\nfleets: [%s]\n%s"
             "volumes: [/tmp/%s:/state]\n"
+            # The job left on the surviving node stops at once for the resubmission (the
+            # default stop_duration, 5 minutes, would take most of the test's time).
+            "stop_duration: 1\n"
             "retry:\n  on_events: [interruption]\n  duration: 10m\n"
             "commands:\n"
             "  - if [ \"$DSTACK_NODE_RANK\" = 1 ]; then sleep 15; exit 0; fi\n"

@@ -22,7 +22,7 @@ import os
 from ..core.errors import GpufleetError
 from ..fleets import state
 from ..tasks import lifecycle, listing
-from ..tasks.container import RUN_LABEL, RUN_SPEC_LABEL
+from ..tasks.container import INSTANCE_LABEL, RUN_LABEL, RUN_SPEC_LABEL
 from ..tasks.errors import RunError
 from . import hosts, ports, sshconfig, tunnel
 
@@ -108,7 +108,13 @@ def attach(params, nodes, root):
     if attached not in entries:
         raise AttachError("run %s has no job %d (jobs: %s)" % (
             name, attached, ", ".join(str(n) for n in sorted(entries))))
+    # The instance each job was placed on, as its container says (a machine that two fleets
+    # describe shows the same containers under both names).
     host_of = dict((j["job_num"], j["host"]) for j in record["jobs"])
+    for num, entry in entries.items():
+        placed = entry["labels"].get(INSTANCE_LABEL)
+        if placed in nodes:
+            host_of[num] = placed
     waiting = [n for n in sorted(entries)
                if lifecycle.job_status(entries[n])[0] != lifecycle.RUNNING]
     if attached in waiting:
