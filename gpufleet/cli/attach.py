@@ -38,8 +38,33 @@ def _ports(given, err):
     return mapping
 
 
+POLL = 3.0
+
+
+def attach_when_running(run, options, pause, waits=("not running yet",), on_wait=None,
+                        **given):
+    """Attach to ``run`` (gpufleet.api.attach with ``given``), asking again every POLL seconds
+    while the refusal says the run is not up yet (one of ``waits``); ``on_wait()`` once, when
+    it first waits. ``pause(seconds)`` waits and returns True to give up (then None is
+    returned). Any other refusal is raised."""
+    from ..api import GpufleetError, attach
+
+    told = False
+    while True:
+        try:
+            return attach(run, **given, **options)
+        except GpufleetError as exc:
+            if not any(text in str(exc) for text in waits):
+                raise
+            if on_wait is not None and not told:
+                on_wait()
+                told = True
+            if pause(POLL):
+                return None
+
+
 def _attach(args, out, err) -> int:
-    from ..api import GpufleetError, attach, detach
+    from ..api import GpufleetError, detach
 
     options = {"fleet_files": common.fleet_files(args)}
     if args.remove:
@@ -54,19 +79,15 @@ def _attach(args, out, err) -> int:
         return 2
     import time
 
-    waiting = False
-    while True:
-        try:
-            attached = attach(args.run, job=args.job, ports=ports, **options)
-            break
-        except GpufleetError as exc:
-            if "not running yet" not in str(exc):
-                return common.failed(exc, err)
-            if not waiting:   # as dstack: wait while the run comes up
-                out.write(f"Attaching to {args.run}...\n")
-                out.flush()
-                waiting = True
-            time.sleep(3)
+    def waiting():   # as dstack: wait while the run comes up
+        out.write(f"Attaching to {args.run}...\n")
+        out.flush()
+
+    try:
+        attached = attach_when_running(args.run, options, lambda s: time.sleep(s) or False,
+                                       on_wait=waiting, job=args.job, ports=ports)
+    except GpufleetError as exc:
+        return common.failed(exc, err)
     print_attached(attached, out)
     return follow(args.run, attached, args, out, err, options)
 
@@ -134,8 +155,6 @@ class Background:
     """``gpufleet apply`` of a task with ports: attach once the run runs, beside the playbook
     that follows it, and detach when it ends (``remove``) or on Ctrl-C (aliases kept)."""
 
-    POLL = 3.0
-
     def __init__(self, run, out, err, options):
         import threading
 
@@ -148,21 +167,21 @@ class Background:
         self.thread.start()
 
     def _attach(self):
-        from ..api import GpufleetError, attach
+        from ..api import GpufleetError
 
-        while not self.done.is_set():
-            try:
-                self.attached = attach(self.run, **self.options)
-            except GpufleetError as exc:
-                text = str(exc)
-                if "not running yet" in text or "no run named" in text:
-                    self.done.wait(self.POLL)
-                    continue
-                if "nothing to attach to" not in text:
-                    self.err.write(f"gpufleet: cannot attach to run {self.run}: {text}\n")
-                return
-            print_attached(self.attached, self.out)
+        if self.done.is_set():
             return
+        try:
+            # The run may not have a container yet: "no run named" waits too.
+            self.attached = attach_when_running(
+                self.run, self.options, self.done.wait,
+                waits=("not running yet", "no run named"))
+        except GpufleetError as exc:
+            if "nothing to attach to" not in str(exc):
+                self.err.write(f"gpufleet: cannot attach to run {self.run}: {exc}\n")
+            return
+        if self.attached is not None:
+            print_attached(self.attached, self.out)
 
     def finish(self, remove):
         from ..api import GpufleetError, detach

@@ -16,8 +16,9 @@ and options.
 
 from __future__ import annotations
 
+from ..fleets.records import OWN_HOST_KEYS, host_key_options
+
 CONTAINER_SSH_PORT = 10022
-_NO_KEY_CHECK = [("StrictHostKeyChecking", "no"), ("UserKnownHostsFile", "/dev/null")]
 
 
 def login_user(user):
@@ -31,28 +32,18 @@ def _key(path):
     return [("IdentityFile", path), ("IdentitiesOnly", "yes")] if path else []
 
 
-def _host_policy(instance, known_hosts):
-    if instance.get("backend") == "ssh":
-        policy = [("StrictHostKeyChecking", "accept-new")]
-        if known_hosts:
-            policy.append(("UserKnownHostsFile", known_hosts))
-        return policy
-    return list(_NO_KEY_CHECK)
-
-
 def _instance_entries(alias, instance, known_hosts):
     entries = []
     options = [("HostName", instance["hostname"]), ("Port", instance.get("port") or 22),
                ("User", instance.get("user") or "root")]
     options += _key(instance.get("identity_file"))
-    options += _host_policy(instance, known_hosts)
+    options += host_key_options(instance.get("backend"), known_hosts)
     jump = instance.get("proxy_jump")
     if jump:
         entries.append(([alias + "-jump-host"], [
             ("HostName", jump["hostname"]), ("Port", jump.get("port") or 22),
-            ("User", jump.get("user") or "root")] + _key(jump.get("identity_file")) + [
-            ("StrictHostKeyChecking", "accept-new")] + (
-            [("UserKnownHostsFile", known_hosts)] if known_hosts else [])))
+            ("User", jump.get("user") or "root")] + _key(jump.get("identity_file")) +
+            host_key_options("ssh", known_hosts)))
         options.append(("ProxyJump", alias + "-jump-host"))
     options.append(("LogLevel", "ERROR"))
     entries.append(([alias + "-host"], options))
@@ -79,7 +70,7 @@ def entries(run, jobs, key_file, known_hosts=None, attached=0):
             ("HostName", job.get("address") or "localhost"),
             ("Port", CONTAINER_SSH_PORT),
             ("User", login_user(job.get("user"))),
-        ] + _key(key_file) + _NO_KEY_CHECK + [
+        ] + _key(key_file) + list(OWN_HOST_KEYS) + [
             ("ProxyJump", primary + "-host"),
             ("LogLevel", "ERROR"),
         ]))

@@ -20,6 +20,7 @@ import json
 import os
 
 from ..core.errors import GpufleetError
+from ..core.files import write_atomically
 from ..fleets import state
 from ..tasks import lifecycle, listing
 from ..tasks.container import INSTANCE_LABEL, RUN_LABEL, RUN_SPEC_LABEL
@@ -45,10 +46,7 @@ def _write_key(path, text):
     folder = os.path.dirname(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
     os.chmod(folder, 0o700)
-    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(path + ".tmp", path)
+    write_atomically(path, text, 0o600)
 
 
 def _forget(root, run):

@@ -63,10 +63,17 @@ def made_for(option, fleet_config):
     return {"run": option["run"], "idle_duration": limit}
 
 
+def own_limit_of(instance):
+    """The run whose limit ``instance`` (an instance record) keeps, or None: the fleet's
+    applies."""
+    run = instance.get("made_for_run")
+    return run if run and instance.get("idle_duration") is not None else None
+
+
 def of_instance(instance, fleet_idle):
-    """The limit that applies to ``instance`` (an instance record) of a fleet whose file says
-    ``fleet_idle``: the one it was made with for a run, else the fleet's."""
-    if instance.get("made_for_run") and instance.get("idle_duration") is not None:
+    """The limit that applies to ``instance`` of a fleet whose file says ``fleet_idle``: the
+    one it was made with for a run, else the fleet's."""
+    if own_limit_of(instance):
         return instance["idle_duration"]
     return of_fleet(fleet_idle)
 

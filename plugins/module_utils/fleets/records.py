@@ -22,9 +22,9 @@ import shlex
 from . import state
 from ..spec.naming import group_name, instance_name
 
-# Options for ssh on every connection gpufleet makes. Backend nodes are containers and VMs that
-# gpufleet itself created, with fresh host keys each time: their keys are not recorded.
-_OWN_NODE_SSH = ("-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null")
+# The host key policy of a host gpufleet itself created (a backend node, a task container): a
+# fresh host key each time, so keys are not recorded.
+OWN_HOST_KEYS = (("StrictHostKeyChecking", "no"), ("UserKnownHostsFile", "/dev/null"))
 
 
 # The node image's Python (Debian's python3); other hosts have theirs discovered.
@@ -121,13 +121,27 @@ def ssh_instances(config, name, base_dir=None):
     return records
 
 
+def host_key_options(backend, known_hosts=None):
+    """The host key policy for a host of ``backend`` as ``(option, value)`` pairs: SSH fleet
+    hosts and jump hosts (``"ssh"``) are trusted on first use and remembered in the fleet's
+    ``known_hosts``; hosts gpufleet created are not recorded (OWN_HOST_KEYS)."""
+    if backend != "ssh":
+        return list(OWN_HOST_KEYS)
+    policy = [("StrictHostKeyChecking", "accept-new")]
+    if known_hosts:
+        policy.append(("UserKnownHostsFile", known_hosts))
+    return policy
+
+
+def _options(pairs):
+    return [word for key, value in pairs for word in ("-o", "%s=%s" % (key, value))]
+
+
 def _proxy_command(jump, known_hosts):
     argv = ["ssh", "-W", "%h:%p", "-q", "-p", str(jump.get("port") or 22)]
     if jump.get("identity_file"):
         argv += ["-i", jump["identity_file"], "-o", "IdentitiesOnly=yes"]
-    argv += ["-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new"]
-    if known_hosts:
-        argv += ["-o", "UserKnownHostsFile=" + known_hosts]
+    argv += ["-o", "BatchMode=yes"] + _options(host_key_options("ssh", known_hosts))
     argv.append("%s@%s" % (jump["user"], jump["hostname"]))
     return " ".join(shlex.quote(a) for a in argv)
 
@@ -139,12 +153,7 @@ def ssh_common_args(record, known_hosts=None):
     (``known_hosts``); a jump host is reached with its own user, port and key through
     ``ProxyCommand`` (``ProxyJump`` cannot name the jump host's key).
     """
-    if record["backend"] != "ssh":
-        args = list(_OWN_NODE_SSH)
-    else:
-        args = ["-o", "StrictHostKeyChecking=accept-new"]
-        if known_hosts:
-            args += ["-o", "UserKnownHostsFile=" + known_hosts]
+    args = _options(host_key_options(record["backend"], known_hosts))
     if record.get("identity_file"):
         args += ["-o", "IdentitiesOnly=yes"]
     if record.get("proxy_jump"):

@@ -77,9 +77,8 @@ def parse_dev_environment(data, ctx):
     task_data.update(type="task", commands=["true"])
     config = parse_task(task_data, ctx)
     ide, version = dev.get("ide"), dev.get("version")
-    if version not in (None, INVALID) and ide in (None, INVALID):
-        if ide is None:
-            ctx.child("version").error("`version` requires `ide` to be set")
+    if version not in (None, INVALID) and ide is None:
+        ctx.child("version").error("`version` requires `ide` to be set")
     if ide == "windsurf" and isinstance(version, str) and not _WINDSURF_VERSION.match(version):
         ctx.child("version").error(
             "Invalid Windsurf version format: `%s`. Expected format: `version@commit` (e.g., "

@@ -40,9 +40,8 @@ def idle_since(instance, containers):
 
 def _whose(instance):
     """`` (made for run X)`` for an instance that keeps the limit it was made with for run X."""
-    run = instance.get("made_for_run")
-    return " (made for run %s)" % run if run and instance.get("idle_duration") is not None \
-        else ""
+    run = idle_limits.own_limit_of(instance)
+    return " (made for run %s)" % run if run else ""
 
 
 def plan(config, instances, containers, errors, now, claims=None, queues=None):
