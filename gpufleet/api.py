@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ._collection import CollectionNotFound, spec
+from ._collection import CollectionNotFound, ensure_importable, spec
 from . import runner
 from .runner import PlaybookResult, RunnerError
 
@@ -54,6 +54,7 @@ __all__ = [
     "fleets",
     "volumes",
     "offers",
+    "local_ide_version",
 ]
 
 
@@ -136,7 +137,7 @@ def _read(config: Config, types: Iterable[str]):
     return normalized, given
 
 
-_TASK_OPTIONS = ("name", "env", "fleets", "array")
+_TASK_OPTIONS = ("name", "env", "fleets", "array", "ide_version")
 # The configurations that are runs: tasks and dev environments.
 RUN_TYPES = ("task", "dev-environment")
 
@@ -153,24 +154,27 @@ def _check_array(array, given):
         raise GpufleetError(_problems(exc.as_dicts(), where)) from None
 
 
-def _task_overrides(normalized, given, name=None, env=None, fleets=None):
-    """``--name``/``--env``/``--fleet`` checked here with the model's own parser (the task module
-    applies them again), and the extra vars that carry them to task.yml."""
-    if not (name or env or fleets):
+def _task_overrides(normalized, given, name=None, env=None, fleets=None, ide_version=None):
+    """``--name``/``--env``/``--fleet`` (and a dev environment's ``ide_version``) checked here
+    with the model's own parser (the task module applies them again), and the extra vars that
+    carry them to task.yml."""
+    if not (name or env or fleets or ide_version):
         return {}
     model = spec()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import overrides
 
     where = given if isinstance(given, str) else "inline config"
     try:
-        overrides.apply_overrides(normalized, env=env, name=name, fleets=fleets, source=where)
+        overrides.apply_overrides(normalized, env=env, name=name, fleets=fleets, source=where,
+                                  ide_version=ide_version)
     except model.SpecError as exc:
         raise GpufleetError(_problems(exc.as_dicts(), where)) from None
     return {"gpufleet_task_name": name or None,
             "gpufleet_task_env": (dict(env) if isinstance(env, Mapping) else list(env))
             if env else None,
             "gpufleet_task_fleets": ([fleets] if isinstance(fleets, str) else list(fleets))
-            if fleets else None}
+            if fleets else None,
+            "gpufleet_task_ide_version": ide_version or None}
 
 
 def _problems(problems, where):
@@ -197,7 +201,7 @@ def validate(config: Config) -> dict:
 
 
 def plan(config: Config, delete: bool = False, name: str | None = None, env=None, fleets=None,
-         array: str | None = None, **options) -> dict:
+         array: str | None = None, ide_version: str | None = None, **options) -> dict:
     """What applying ``config`` (or, with ``delete``, deleting it) would do, changing nothing:
     the playbooks in check mode.
 
@@ -210,8 +214,9 @@ def plan(config: Config, delete: bool = False, name: str | None = None, env=None
     kinds = ("fleet", "volume") if delete else ("fleet", "task", "dev-environment", "volume")
     normalized, given = _read(config, kinds)
     kind = normalized["type"]
-    if kind not in RUN_TYPES and (name or env or fleets or array):
-        raise GpufleetError("name, env, fleets, array: only for tasks")
+    if kind not in RUN_TYPES and (name or env or fleets or array or ide_version):
+        raise GpufleetError("name, env, fleets, array, ide_version: only for tasks and dev "
+                            "environments")
     if kind == "fleet":
         result = opts.play("delete.yml" if delete else "fleet.yml", opts.extravars(fleet=given),
                            check=True)
@@ -224,7 +229,7 @@ def plan(config: Config, delete: bool = False, name: str | None = None, env=None
         _check_array(array, given)
     result = opts.play("task.yml", opts.extravars(
         task=given, gpufleet_task_array=array,
-        **_task_overrides(normalized, given, name, env, fleets)), check=True)
+        **_task_overrides(normalized, given, name, env, fleets, ide_version)), check=True)
     record = result.stats.get("gpufleet_run")
     if not record or not (record.get("plan") or record.get("waits")):
         raise _run_error(result, record, "no fleet has room for the run")
@@ -322,7 +327,7 @@ def delete_fleet(name: str, instances: Iterable[int] | None = None, check: bool 
 def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
              secrets: Mapping | None = None, image_source: str | None = None,
              name: str | None = None, env=None, fleets=None, array: str | None = None,
-             **options) -> dict:
+             ide_version: str | None = None, **options) -> dict:
     """Run a task on a fleet (one container per node, dstack's variables, MPI hostfile, SSH).
 
     ``wait``: follow the run to its end (its log lines come to ``on_event``) and return the
@@ -334,13 +339,16 @@ def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
     strings or a mapping) and ``fleets`` (fleet names) are ``dstack apply``'s ``--name``,
     ``--env`` and ``--fleet``: they win over the file's ``name``, ``env`` and ``fleets``.
     ``array`` (``"1-100%10"``, Slurm's syntax) submits one run ``<name>-<index>`` per index;
-    the record is then the array's, with ``runs``.
+    the record is then the array's, with ``runs``. ``ide_version``: a dev environment's IDE
+    version when its file sets none (:func:`local_ide_version` reads the one on this machine,
+    as ``gpufleet apply`` does).
     """
     opts = _Options(**options)
     normalized, given = _read(task, RUN_TYPES)
     if array is not None:
         _check_array(array, given)
-    variables = opts.extravars(task=given, **_task_overrides(normalized, given, name, env, fleets),
+    variables = opts.extravars(task=given, **_task_overrides(normalized, given, name, env, fleets,
+                                                             ide_version),
                                gpufleet_task_array=array, gpufleet_task_wait=bool(wait),
                                gpufleet_task_logs=bool(wait), gpufleet_run_args=run_args,
                                gpufleet_secrets=dict(secrets) if secrets else None,
@@ -475,6 +483,18 @@ def offers(config: Config, limit: int = 10, **options) -> dict:
     if found is None:
         raise _failed(result)
     return found
+
+
+def local_ide_version(ide: str) -> tuple:
+    """``(version, hint)``: the version of ``ide`` (vscode, cursor, windsurf) on this machine as
+    a dev environment's ``version`` takes it (what ``ide_version`` of :func:`run_task` wants),
+    read as dstack's CLI reads it; ``(None, hint)`` when it is not found, the hint saying how
+    to make it found; ``(None, None)`` for an IDE with nothing to find (zed)."""
+    ensure_importable()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import local_ide
+
+    version = local_ide.detect(ide)
+    return version, None if version else local_ide.hint(ide)
 
 
 def _stat(result, key):

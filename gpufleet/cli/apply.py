@@ -79,7 +79,7 @@ def _apply(args, out, err) -> int:
     if config is None:
         return 1
     if config["type"] in ("task", "dev-environment"):
-        return _apply_task(args, path, out, err)
+        return _apply_task(args, path, config, out, err)
     if args.run_name or args.env or args.fleets or args.array:
         err.write(f"{path}: --name, --env, --fleet and --array apply to tasks; this is a "
                   f"{config['type']} configuration\n")
@@ -109,14 +109,14 @@ def _apply(args, out, err) -> int:
     return 0
 
 
-def _apply_task(args, path, out, err) -> int:
+def _apply_task(args, path, config, out, err) -> int:
     if not args.vault_password_file:
-        return _run_task(args, path, out, err)
+        return _run_task(args, path, config, out, err)
     # ansible-playbook (through ansible-runner) takes it from the environment.
     before = os.environ.get("ANSIBLE_VAULT_PASSWORD_FILE")
     os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = os.path.abspath(args.vault_password_file)
     try:
-        return _run_task(args, path, out, err)
+        return _run_task(args, path, config, out, err)
     finally:
         if before is None:
             os.environ.pop("ANSIBLE_VAULT_PASSWORD_FILE", None)
@@ -124,12 +124,26 @@ def _apply_task(args, path, out, err) -> int:
             os.environ["ANSIBLE_VAULT_PASSWORD_FILE"] = before
 
 
-def _run_task(args, path, out, err) -> int:
+def _ide_version(config, err):
+    """As dstack apply: a dev environment's IDE version, when the file sets none, is the one of
+    the IDE on this machine (None, with a hint, when there is none)."""
+    from ..api import local_ide_version
+
+    ide = config.get("ide") if config.get("type") == "dev-environment" else None
+    if not ide or config.get("version"):
+        return None
+    version, hint = local_ide_version(ide)
+    if version is None and hint:
+        err.write(hint + "\n\n")
+    return version
+
+
+def _run_task(args, path, config, out, err) -> int:
     from ..api import GpufleetError, plan, run_task
 
     tables = common.run_tables()
     overrides = {"name": args.run_name, "env": args.env, "fleets": args.fleets,
-                 "array": args.array}
+                 "array": args.array, "ide_version": _ide_version(config, err)}
     try:
         err.write("Planning...\n")
         record = plan(path, fleet_files=common.fleet_files(args), **overrides)

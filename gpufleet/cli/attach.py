@@ -41,21 +41,37 @@ def _ports(given, err):
 POLL = 3.0
 
 
+# Once a run was seen waiting, how long it may be nowhere: its queue entry is gone and its
+# containers are not made yet (the pass that started it is placing it, or pulling its image).
+BETWEEN = 600.0
+
+
 def attach_when_running(run, options, pause, waits=("not running yet",), on_wait=None,
-                        **given):
+                        clock=None, **given):
     """Attach to ``run`` (gpufleet.api.attach with ``given``), asking again every POLL seconds
-    while the refusal says the run is not up yet (one of ``waits``); ``on_wait()`` once, when
-    it first waits. ``pause(seconds)`` waits and returns True to give up (then None is
-    returned). Any other refusal is raised."""
+    while the refusal says the run is not up yet (one of ``waits``), and, once it was seen
+    waiting, for up to BETWEEN seconds while it is between its queue entry and its containers
+    ("no run named"); ``on_wait()`` once, when it first waits. ``pause(seconds)`` waits and
+    returns True to give up (then None is returned). Any other refusal is raised."""
+    import time
+
     from ..api import GpufleetError, attach
 
+    clock = clock or time.monotonic
     told = False
+    missing_since = None
     while True:
         try:
             return attach(run, **given, **options)
         except GpufleetError as exc:
-            if not any(text in str(exc) for text in waits):
+            if told and "no run named" in str(exc):
+                missing_since = missing_since if missing_since is not None else clock()
+                if clock() - missing_since > BETWEEN:
+                    raise
+            elif not any(text in str(exc) for text in waits):
                 raise
+            else:
+                missing_since = None
             if on_wait is not None and not told:
                 on_wait()
                 told = True

@@ -66,6 +66,15 @@ options:
       - With O(wait), returns when every run has ended; otherwise when the last index is
         submitted (with C(%N), that is when all but N have ended). RV(runs) lists the runs.
     type: str
+  ide_version:
+    description:
+      - For a dev environment whose file sets no C(version), the version of the IDE that will
+        connect, so that its server is installed before it does. dstack's CLI reads it from
+        the submitter's IDE (C(code --version), C(cursor --version), Windsurf's
+        C(product.json)); C(gpufleet apply) does the same and passes it here.
+      - The file's own C(version) wins. Given for a task, or for a dev environment without
+        C(ide), it is an error. Windsurf takes C(version@commit).
+    type: str
   secrets:
     description:
       - Values for C(${{ secrets.NAME }}) in the task's C(env) and C(registry_auth), for example

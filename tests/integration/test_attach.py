@@ -25,14 +25,18 @@ def _home(tmp_path, config=None):
     return home
 
 
-def _env(home):
-    return dict(os.environ, HOME=str(home))
+def _env(home, path_first=None):
+    env = dict(os.environ, HOME=str(home))
+    if path_first is not None:
+        env["PATH"] = "%s:%s" % (path_first, env["PATH"])
+    return env
 
 
-def _gpufleet(home, *args):
+def _gpufleet(home, *args, path_first=None):
     command = os.path.join(os.path.dirname(sys.executable), "gpufleet")
     return subprocess.Popen([command] + list(args), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=_env(home))
+                            stderr=subprocess.STDOUT, text=True,
+                            env=_env(home, path_first))
 
 
 def _ssh(home, *args):
@@ -157,24 +161,33 @@ def test_apply_of_a_task_with_ports_attaches_until_the_run_ends(world, tmp_path)
 
 
 def test_a_dev_environment_prints_its_link_and_stops_when_nobody_uses_it(world, tmp_path):
-    """apply of a dev environment attaches and prints dstack's IDE link; init ran once, ssh NAME
-    reaches it; detached with nobody connected it stops itself after inactivity_duration:
-    the job terminated (inactivity_duration_exceeded), the run failed (job_failed)."""
+    """apply of a dev environment attaches and prints dstack's IDE link; the VS Code on the
+    submitter's machine (a `code` command in PATH) names the server the job installs, whose
+    download fails without stopping it; init ran once, ssh NAME reaches it; detached with
+    nobody connected it stops itself after inactivity_duration: the job terminated
+    (inactivity_duration_exceeded), the run failed (job_failed)."""
     import json
 
     home = _home(tmp_path)
+    ide = tmp_path / "ide"
+    ide.mkdir()
+    commit = "0" * 40   # no such build: the node's download fails, wherever it can reach
+    (ide / "code").write_text("#!/bin/sh\nprintf '1.95.3\\n%s\\nx64\\n'\n" % commit)
+    (ide / "code").chmod(0o755)
     name = "dev-" + SUFFIX
     env = tmp_path / "env.dstack.yml"
     env.write_text(
         "type: dev-environment\nname: %s\nimage: %s\nfleets: [%s]\n%s"
         "ide: vscode\ninit: [\"echo ready > /tmp/ready\"]\ninactivity_duration: 1m\n"
         "stop_duration: 1\n" % (name, world["base_image"], FLEET, CPU))
-    apply = _gpufleet(home, "apply", "-f", str(env), "-y")
+    apply = _gpufleet(home, "apply", "-f", str(env), "-y", path_first=ide)
     try:
         # The job prints the link; the attach (ssh NAME) comes once it runs: either first.
         out = _wait_line(apply, "vscode://vscode-remote/ssh-remote+%s/" % name,
                          "Press Ctrl+C to detach", seconds=300)
         assert "To open in VS Code, use link below:" in out, out
+        assert "Could not install the VS Code server %s here" % commit in out, out
+        assert "No VS Code version found" not in out, out
         ready = _ssh(home, name, "cat /tmp/ready")
         assert (ready.returncode, ready.stdout) == (0, "ready\n"), ready.stderr
         apply.send_signal(signal.SIGINT)

@@ -624,3 +624,51 @@ def test_apply_vault_password_file_reaches_the_playbooks_and_is_put_back(files, 
                "vault.txt")[0] == 0
     assert seen == [os.path.join(os.getcwd(), "vault.txt")] * 2
     assert "ANSIBLE_VAULT_PASSWORD_FILE" not in os.environ
+
+
+DEV = "type: dev-environment\nname: dev\nide: vscode\n"
+
+
+def dev_stats(status):
+    parsed, _warnings = parse_data({"type": "dev-environment", "name": "dev", "ide": "vscode"})
+    record = {"run": "dev", "status": status, "config": parsed,
+              "plan": {"fleet": "gpus", "jobs": [placed(0, "gpus-0")]}}
+    return {"gpufleet_run": record}
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_apply_a_dev_environment_passes_the_local_vscode_version_as_dstack_does(
+        files, playbooks, monkeypatch, tmp_path, installed):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if installed:
+        code = bin_dir / "code"
+        code.write_text("#!/bin/sh\nprintf '1.95.3\\nf1a4fb10\\nx64\\n'\n")
+        code.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    path = files("dev.dstack.yml", DEV)
+    playbooks.answer(stats=dev_stats("planned"))
+    playbooks.answer(stats=dev_stats("running"))
+    code, _out, err = run(playbooks, "apply", "-f", "dev.dstack.yml", "-y", "-d")
+    assert code == 0, err
+    check, real = playbooks.calls
+    assert check["extravars"]["task"] == real["extravars"]["task"] == path
+    if installed:
+        assert check["extravars"]["gpufleet_task_ide_version"] == "f1a4fb10"
+        assert real["extravars"]["gpufleet_task_ide_version"] == "f1a4fb10"
+        assert "No VS Code version found" not in err
+    else:
+        assert "gpufleet_task_ide_version" not in check["extravars"]
+        assert "No VS Code version found here (no working `code` command in PATH)" in err
+
+
+def test_apply_a_dev_environment_with_its_own_version_asks_no_ide(files, playbooks, monkeypatch,
+                                                                  tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    files("dev.dstack.yml", DEV + "version: abc\n")
+    playbooks.answer(stats=dev_stats("planned"))
+    playbooks.answer(stats=dev_stats("running"))
+    code, _out, err = run(playbooks, "apply", "-f", "dev.dstack.yml", "-y", "-d")
+    assert code == 0, err
+    assert "No VS Code version" not in err
+    assert all("gpufleet_task_ide_version" not in c["extravars"] for c in playbooks.calls)

@@ -101,3 +101,16 @@ def test_the_ide_server_install_names_its_version_and_never_fails_the_job(tmp_pa
     lines = proc.stdout.decode().splitlines()
     assert proc.returncode == 0 and lines[-1] == "next", lines
     assert lines[0].startswith("Could not install the VS Code server abc123 here")
+
+
+def test_the_task_modules_ide_version_becomes_the_servers_version():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+
+    config = entry.load_task({"config": {"type": "dev-environment", "ide": "cursor"},
+                              "ide_version": "0.42.3"})
+    assert config["version"] == "0.42.3"
+    commands = devenv.runnable(config)["commands"]
+    assert any("remote-releases/0.42.3/" in c for c in commands)
+    with pytest.raises(entry.EntryError) as caught:
+        entry.load_task({"config": {"type": "dev-environment"}, "ide_version": "0.42.3"})
+    assert "ide_version: the dev environment sets no ide" in str(caught.value)

@@ -72,3 +72,28 @@ def test_every_bad_value_is_reported_at_once():
 def test_only_tasks_take_them():
     fleet = parse_data({"type": "fleet", "name": "gpus", "nodes": 1})[0]
     assert "apply to tasks; this is a fleet configuration" in refused(fleet, name="x1")
+
+
+def dev(**fields):
+    data = {"type": "dev-environment", "ide": "vscode"}
+    data.update(fields)
+    return parse_data(data)[0]
+
+
+def test_the_local_ide_version_fills_a_dev_environment_without_one():
+    assert apply_overrides(dev(), ide_version="abc123")["version"] == "abc123"
+    # The file's own version wins, as in dstack (its CLI fills only an unset one).
+    assert apply_overrides(dev(version="f00d"), ide_version="abc123")["version"] == "f00d"
+    windsurf = dev(ide="windsurf")
+    assert apply_overrides(windsurf, ide_version="1.13.5@97d7a")["version"] == "1.13.5@97d7a"
+
+
+@pytest.mark.parametrize("config, value, message", [
+    (lambda: dev(ide="windsurf"), "1.13.5",
+     "ide_version: Invalid Windsurf version format: `1.13.5`. Expected format: `version@commit`"),
+    (lambda: dev(ide=None), "abc", "ide_version: the dev environment sets no ide"),
+    (lambda: task(), "abc", "ide_version: the IDE version is for dev environments; this is a task"),
+    (lambda: dev(), 12, "ide_version: expected the IDE's version as text, got"),
+])
+def test_an_ide_version_that_cannot_apply_is_refused(config, value, message):
+    assert message in refused(config(), ide_version=value)

@@ -145,3 +145,33 @@ def test_ps_lists_one_record_when_a_name_is_queued_on_two_hosts():
     records = [{"name": "r", "run_id": "c", "submitted": "2025-12-31T00:00:00Z", "jobs": []}]
     out = listing.with_queue(records, {"h0": [old], "h1": [new]})
     assert [(r["name"], r["run_id"], r["status"]) for r in out] == [("r", "b", "pending")]
+
+
+def test_attach_to_a_queued_run_says_it_is_not_running_yet_and_ps_finds_it(fake_hosts,
+                                                                            tmp_path):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import session
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
+
+    fleets = [fleet()]
+    _runner, cluster = fake_hosts(task(), fleets)
+    occupy(cluster, ["gpus-0", "gpus-1"])
+    config = task(name="late", retry=WAIT)
+    assert submit_detached(fake_hosts, cluster, config, fleets)["status"] == lc.RUN_PENDING
+    containers, _claims, queues, errors = runs.survey_with_queues(cluster.nodes)
+    record, mine = listing.find_run(cluster.nodes, "late", (containers, errors), queues)
+    assert (record["status"], mine) == (lc.RUN_PENDING, {})
+    try:
+        session.attach({"name": "late"}, cluster.nodes, str(tmp_path / "state"))
+    except session.AttachError as exc:
+        # gpufleet attach waits on these words, as dstack's attach waits for a run to start.
+        assert "run late is pending (queue position 1 on gpus-0)" in str(exc)
+        assert "not running yet" in str(exc)
+    else:
+        raise AssertionError("attach to a queued run did not refuse")
+    # Without its queue entry nothing has that name (what attach says once it stopped waiting).
+    try:
+        listing.find_run(cluster.nodes, "late", (containers, errors))
+    except Exception as exc:
+        assert "no run named late" in str(exc)
+    else:
+        raise AssertionError("a queued run was found among containers")

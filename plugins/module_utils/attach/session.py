@@ -85,15 +85,21 @@ def _spec(entry):
 
 def attach(params, nodes, root):
     """The module's result. ``nodes``: ``{instance name: tasks.ssh.Node}`` of the fleets."""
-    from ..tasks.runs import survey
+    from ..tasks.runs import survey_with_queues
 
     name = params["name"]
     if params.get("state") == "absent":
         return {"run": name, "changed": _forget(root, name), "aliases": [], "forwards": [],
                 "config_file": config_path(root)}
-    containers, errors = survey(nodes)
+    containers, _claims, queues, errors = survey_with_queues(nodes)
     pruned = _prune(root, containers, errors, name)
-    record, mine = listing.find_run(nodes, name, (containers, errors))
+    record, mine = listing.find_run(nodes, name, (containers, errors), queues)
+    if record["status"] == lifecycle.RUN_PENDING:
+        # Queued (or to be submitted again): dstack's attach waits for it, and so does ours.
+        where = ("queue position %s on %s" % (record.get("queue_position"), record["queued_on"])
+                 if record.get("queued_on") else "to be submitted again")
+        raise AttachError("run %s is pending (%s): it is not running yet; attach again once "
+                          "it runs" % (name, where))
     if record["status"] in (lifecycle.RUN_DONE, lifecycle.RUN_FAILED, lifecycle.RUN_TERMINATED):
         changed = _forget(root, name)
         raise AttachError("Run %s is %s: there is nothing to attach to (gpufleet logs %s shows "

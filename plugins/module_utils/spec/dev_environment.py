@@ -44,6 +44,17 @@ def parse_inactivity_duration(value, ctx):
     return grammar.parse_duration(value)
 
 
+def check_version(ide, version):
+    """``version`` for ``ide`` as dstack takes it, or Invalid saying why."""
+    if ide is None:
+        raise Invalid("`version` requires `ide` to be set")
+    if ide == "windsurf" and not _WINDSURF_VERSION.match(version):
+        raise Invalid(
+            "Invalid Windsurf version format: `%s`. Expected format: `version@commit` (e.g., "
+            "`1.106.0@8951cd3ad688e789573d7f51750d67ae4a0bea7d`)" % version)
+    return version
+
+
 def _parse_dev(data, ctx):
     found = {}
     for key in DEV_FIELDS:
@@ -77,12 +88,11 @@ def parse_dev_environment(data, ctx):
     task_data.update(type="task", commands=["true"])
     config = parse_task(task_data, ctx)
     ide, version = dev.get("ide"), dev.get("version")
-    if version not in (None, INVALID) and ide is None:
-        ctx.child("version").error("`version` requires `ide` to be set")
-    if ide == "windsurf" and isinstance(version, str) and not _WINDSURF_VERSION.match(version):
-        ctx.child("version").error(
-            "Invalid Windsurf version format: `%s`. Expected format: `version@commit` (e.g., "
-            "`1.106.0@8951cd3ad688e789573d7f51750d67ae4a0bea7d`)" % version)
+    if isinstance(version, str) and ide is not INVALID:
+        try:
+            check_version(ide, version)
+        except Invalid as exc:
+            ctx.child("version").error(str(exc))
     inactivity = dev.get("inactivity_duration")
     if inactivity not in (None, INVALID) and data.get("dstack"):
         ctx.child("inactivity_duration").error(

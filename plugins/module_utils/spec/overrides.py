@@ -3,7 +3,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What ``dstack apply`` lets the command line change in a task: ``--env NAME[=VALUE]``
 (repeatable, wins over the file's ``env``), ``--name NAME`` and ``--fleet NAME`` (repeatable,
-replaces the file's ``fleets``).
+replaces the file's ``fleets``); and for a dev environment whose file sets no ``version``, the
+version of the IDE on the submitter's machine (``ide_version``: dstack's CLI reads it from
+``code --version`` and the like, as gpufleet's does with tasks/local_ide.py).
 
 dstack sets these on the parsed configuration; so does ``apply_overrides``, checking each value
 with the same field parser the file's own value goes through, so a bad ``--name`` gets the
@@ -17,7 +19,9 @@ from __future__ import annotations
 import re
 
 from ._errors import INVALID, Ctx, Invalid, Problem, SpecError, describe, show
+from ._types import want_str
 from .common import parse_name
+from .dev_environment import check_version
 from .run_profile import parse_fleets
 from .task import parse_env_with_refs
 
@@ -49,14 +53,31 @@ def _env_entries(value):
                   % describe(value))
 
 
-def apply_overrides(config, env=None, name=None, fleets=None, source=None):
-    """``config`` (a normalized task) with the command line's values applied.
+def _ide_version(config, value):
+    """``version`` for a dev environment whose file sets none: ``value`` checked as the file's
+    ``version`` is (windsurf's ``version@commit``)."""
+    if config.get("type") != "dev-environment":
+        raise Invalid("the IDE version is for dev environments; this is a %s"
+                      % config.get("type"))
+    version = want_str(value, "the IDE's version as text")
+    if config.get("version") is not None:
+        return config["version"]  # the file's own version wins, as in dstack
+    if config.get("ide") is None:
+        raise Invalid("the dev environment sets no ide, so an IDE version means nothing; set "
+                      "ide (vscode, cursor, windsurf, zed) or leave the IDE version out")
+    return check_version(config["ide"], version)
+
+
+def apply_overrides(config, env=None, name=None, fleets=None, source=None, ide_version=None):
+    """``config`` (a normalized task or dev environment) with the command line's values
+    applied.
 
     ``env``: ``NAME=value`` / ``NAME`` strings, or a mapping; ``name``: the run name; ``fleets``:
-    fleet names or ``project/name``. Empty values change nothing. Raises SpecError (fields
-    ``--env``, ``--name``, ``--fleet``) naming ``source``.
+    fleet names or ``project/name``; ``ide_version``: a dev environment's ``version`` when its
+    file sets none. Empty values change nothing. Raises SpecError (fields ``--env``,
+    ``--name``, ``--fleet``, ``ide_version``) naming ``source``.
     """
-    if not env and not name and not fleets:
+    if not env and not name and not fleets and not ide_version:
         return config
     if config.get("type") not in OVERRIDABLE:
         raise SpecError([Problem(("type",), "--env, --name and --fleet apply to tasks; this is "
@@ -80,6 +101,10 @@ def apply_overrides(config, env=None, name=None, fleets=None, source=None):
                          [fleets] if isinstance(fleets, str) else list(fleets))
         if parsed is not INVALID:
             out["fleets"] = parsed
+    if ide_version:
+        parsed = ctx.run("ide_version", lambda v, c: _ide_version(config, v), ide_version)
+        if parsed is not INVALID:
+            out["version"] = parsed
     ctx.raise_if_failed(source)
     return out
 

@@ -35,6 +35,7 @@ TASK_SPEC = dict(
     env=dict(type="raw"),
     fleet_names=dict(type="list", elements="str", default=[]),
     array=dict(type="str"),
+    ide_version=dict(type="str"),
     secrets=dict(type="dict", default={}, no_log=True),
     wait=dict(type="bool", default=True),
     logs=dict(type="bool", default=False),
@@ -64,7 +65,7 @@ class EntryError(GpufleetError):
 
 def load_task(params):
     """The normalized task config from ``path`` or ``config`` with the command line's ``name``,
-    ``env`` and ``fleet_names`` applied (spec.overrides), or EntryError."""
+    ``env``, ``fleet_names`` and ``ide_version`` applied (spec.overrides), or EntryError."""
     from ..spec import SpecError, parse_data, parse_file
     from ..spec.overrides import apply_overrides
 
@@ -76,7 +77,8 @@ def load_task(params):
             config, _warnings = parse_data(params["config"], source="config")
         if config.get("type") in RUN_TYPES:
             config = apply_overrides(config, env=params.get("env"), name=params.get("name"),
-                                     fleets=params.get("fleet_names"), source=source)
+                                     fleets=params.get("fleet_names"), source=source,
+                                     ide_version=params.get("ide_version"))
     except SpecError as exc:
         raise EntryError(str(exc)) from exc
     if config.get("type") not in RUN_TYPES:

@@ -210,18 +210,22 @@ def list_runs(nodes, survey_result=None, instances=None):
     return records, dict((h, str(e)) for h, e in errors.items())
 
 
-def find_run(nodes, name, surveyed=None):
+def find_run(nodes, name, surveyed=None, queues=None):
     """``(record, {host: containers})`` of run ``name``, from the hosts (or from ``surveyed``,
-    what tasks.runs.survey answered); RunError if no host has it."""
+    what tasks.runs.survey answered); with ``queues`` (the survey's queue entries) a run that
+    waits in the queue is found too, with no containers. RunError if no host has it."""
     containers, errors = surveyed or survey(nodes)
     mine = dict((h, [c for c in entries if c["labels"].get(RUN_LABEL) == name])
                 for h, entries in containers.items())
     mine = dict((h, c) for h, c in mine.items() if c)
-    if not mine:
+    records = run_records(mine) if mine else []
+    if queues:
+        records = [r for r in with_queue(records, queues) if r["name"] == name]
+    if not records:
         where = "; unreachable: %s" % ", ".join(sorted(errors)) if errors else ""
         raise RunError("no run named %s on the fleets' hosts%s (gpufleet ps lists runs)"
                        % (name, where))
-    return run_records(mine)[0], mine
+    return records[0], mine
 
 
 def stop_run(nodes, name, abort=False):
