@@ -92,8 +92,8 @@ def test_the_local_ide_version_fills_a_dev_environment_without_one():
     (lambda: dev(ide="windsurf"), "1.13.5",
      "ide_version: Invalid Windsurf version format: `1.13.5`. Expected format: `version@commit`"),
     (lambda: dev(ide=None), "abc", "ide_version: the dev environment sets no ide"),
-    (lambda: task(), "abc", "ide_version: the IDE version is for dev environments; this is a task"),
-    (lambda: dev(), 12, "ide_version: expected the IDE's version as text, got"),
+    (task, "abc", "ide_version: the IDE version is for dev environments; this is a task"),
+    (dev, 12, "ide_version: expected the IDE's version as text, got"),
 ])
 def test_an_ide_version_that_cannot_apply_is_refused(config, value, message):
     assert message in refused(config(), ide_version=value)

@@ -147,8 +147,8 @@ def test_ps_lists_one_record_when_a_name_is_queued_on_two_hosts():
     assert [(r["name"], r["run_id"], r["status"]) for r in out] == [("r", "b", "pending")]
 
 
-def test_attach_to_a_queued_run_says_it_is_not_running_yet_and_ps_finds_it(fake_hosts,
-                                                                            tmp_path):
+def test_attach_to_a_queued_run_says_it_is_not_running_yet_and_ps_finds_it(
+        fake_hosts, tmp_path):
     from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import session
     from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
 
