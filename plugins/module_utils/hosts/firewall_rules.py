@@ -222,12 +222,15 @@ def _set_kind(value):
 def nft_summary(table):
     """What the table's input chain(s) let in: ``{"policy", "hook_chains", "addresses":
     {kind: [...]}, "tcp_ports", "udp_ports", "interfaces", "established", "loopback", "icmp",
-    "icmpv6", "forward_chains"}``. Only rules with one match and an accept verdict count (the
-    form the role writes); an address in a set named ``peers_v4`` counts as a peer."""
+    "icmpv6", "forward_chains", "scoped"}``. Only rules with one match and an accept verdict
+    count (the form the role writes); an address in a set named ``peers_v4`` counts as a peer.
+    ``scoped`` lists the ports open to some sources only (rules matching a source address and a
+    destination port, the form the role writes for the monitoring scrape), as ``scoped_rules``
+    makes them."""
     summary = {
         "policy": None, "input_chains": [], "forward_chains": [], "addresses": {},
         "tcp_ports": [], "udp_ports": [], "interfaces": [], "established": False,
-        "loopback": False, "icmp": False, "icmpv6": False,
+        "loopback": False, "icmp": False, "icmpv6": False, "scoped": [],
     }
     for chain_name, chain in sorted(table["chains"].items()):
         if chain.get("hook") == "forward":
@@ -237,6 +240,8 @@ def nft_summary(table):
         summary["input_chains"].append(chain_name)
         summary["policy"] = chain.get("policy") or "accept"
         for rule in chain["rules"]:
+            if rule["verdict"] == "accept" and len(rule["matches"]) == 2:
+                summary["scoped"].extend(_nft_scoped(rule["matches"], table["sets"]))
             if rule["verdict"] != "accept" or len(rule["matches"]) != 1:
                 continue
             key, op, value = rule["matches"][0]
@@ -266,7 +271,50 @@ def nft_summary(table):
         summary[key] = _unique(summary[key])
     for kind, addresses in summary["addresses"].items():
         summary["addresses"][kind] = _unique(addresses)
+    summary["scoped"] = _unique(summary["scoped"])
     return summary
+
+
+def scoped_rule(source, proto, port):
+    """One port open to one source: ``{"source", "proto", "port"}`` (the port as ``port_text``
+    gives it)."""
+    low, high = port_range(port)
+    return {"source": str(source), "proto": proto, "port": port_text(low, high)}
+
+
+def _nft_scoped(matches, sets):
+    """The scoped rules of an accept rule with two matches, a source address and a destination
+    port (in either order, sets expanded); [] for any other pair."""
+    by_key = dict((key, (op, value)) for key, op, value in matches)
+    address_keys = [key for key in by_key if key in ADDRESS_KEYS]
+    port_keys = [key for key in by_key if key in PORT_KEYS]
+    if len(address_keys) != 1 or len(port_keys) != 1:
+        return []
+    (a_op, sources), (p_op, ports) = by_key[address_keys[0]], by_key[port_keys[0]]
+    if a_op not in ("==", "in") or p_op not in ("==", "in"):
+        return []
+    protos = ["tcp", "udp"] if PORT_KEYS[port_keys[0]] == "any" else [PORT_KEYS[port_keys[0]]]
+    rules = []
+    for source in _values(sources, sets):
+        for port in _values(ports, sets):
+            for proto in protos:
+                try:
+                    rules.append(scoped_rule(source, proto, port))
+                except ValueError:
+                    continue
+    return rules
+
+
+def scoped_open(scoped, source, port, proto="tcp"):
+    """Whether ``scoped`` (a summary's ``scoped`` rules) lets every address of ``source`` reach
+    every port of ``port`` over ``proto``."""
+    low, high = port_range(port)
+    for number in range(low, high + 1):
+        allowed = [rule["source"] for rule in scoped
+                   if rule["proto"] == proto and port_open(number, [rule["port"]])]
+        if not covered(source, allowed):
+            return False
+    return True
 
 
 # --- ufw ---------------------------------------------------------------------------------------
@@ -315,14 +363,15 @@ def parse_ufw_status(text):
 def ufw_summary(status, comment_prefix="gpufleet"):
     """What ufw lets in, in the shape of ``nft_summary``. Rules commented
     ``<comment_prefix>:peer`` (``:control``) count as peers (the controller); other sources
-    allowed everything count as sources. ufw's own before-rules accept loopback, established
+    allowed everything count as sources; a port allowed from one source only is ``scoped``.
+    ufw's own before-rules accept loopback, established
     connections and ICMP."""
     incoming = status["defaults"].get("incoming")
     summary = {
         "policy": {"deny": "drop", "reject": "reject", "allow": "accept"}.get(incoming, incoming),
         "input_chains": [], "forward_chains": [], "addresses": {}, "tcp_ports": [],
         "udp_ports": [], "interfaces": [], "established": True, "loopback": True,
-        "icmp": True, "icmpv6": True,
+        "icmp": True, "icmpv6": True, "scoped": [],
     }
     for rule in status["rules"]:
         if rule["action"] != "allow" or rule["direction"] != "in":
@@ -340,7 +389,7 @@ def ufw_summary(status, comment_prefix="gpufleet"):
                 kind = {"peer": "peers", "control": "control"}.get(
                     comment.split(":", 1)[1], "sources")
             summary["addresses"].setdefault(kind, []).append(source)
-        elif source == "Anywhere" and not interface:
+        elif not interface:
             match = _UFW_PORTS.match(to)
             if not match:
                 continue
@@ -348,11 +397,15 @@ def ufw_summary(status, comment_prefix="gpufleet"):
             for part in match.group("ports").split(","):
                 low, high = port_range(part)
                 for proto in protos:
-                    summary[proto + "_ports"].append(port_text(low, high))
+                    if source == "Anywhere":
+                        summary[proto + "_ports"].append(port_text(low, high))
+                    else:
+                        summary["scoped"].append(scoped_rule(source, proto, part))
     for key in ("tcp_ports", "udp_ports", "interfaces"):
         summary[key] = _unique(summary[key])
     for kind, addresses in summary["addresses"].items():
         summary["addresses"][kind] = _unique(addresses)
+    summary["scoped"] = _unique(summary["scoped"])
     return summary
 
 
