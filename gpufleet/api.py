@@ -538,3 +538,15 @@ def _ended(result, record, waited, check):
     if not waited and record.get("failed"):
         raise _run_error(result, record, f"the run {name} did not start")
     return record
+
+
+def fleets_with_health(files: Iterable[str | os.PathLike] = (), max_age: int = 0,
+                       **options) -> list:
+    """:func:`fleets`, with the GPU health of hosts whose health is older than ``max_age``
+    seconds read again first (0: every host); ``gpufleet fleet --refresh``."""
+    opts = _Options(**options)
+    paths = [os.path.abspath(os.fspath(path)) for path in files]
+    for path in paths:
+        _read(path, ("fleet",))
+    return _stat(opts.play("list.yml", opts.extravars(
+        fleets=paths, gpufleet_health_max_age=int(max_age))), "gpufleet_fleets")

@@ -15,8 +15,9 @@ def add_fleet(commands):
         help="list and delete fleets",
         description=(
             "List fleets as dstack does: every fleet the backends hold, or the fleets of the "
-            "given files (SSH fleets are listed only from their files). Without a subcommand: "
-            "list."
+            "given files (SSH fleets are listed only from their files). An instance's STATUS "
+            "shows its GPU health when it is not healthy, e.g. idle (failure); -v says why. "
+            "Without a subcommand: list."
         ),
     )
     fleet.set_defaults(handler=_fleet)
@@ -53,17 +54,20 @@ def _list_options(parser):
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="show resources, driver and errors")
     parser.add_argument("--json", action="store_true", help="print the fleet records as JSON")
+    parser.add_argument("--refresh", action="store_true",
+                        help="read every host's GPU health now (else only health older than "
+                             "5 minutes is read again)")
 
 
 def _fleet(args, out, err) -> int:
-    from ..api import GpufleetError, fleets
+    from ..api import GpufleetError, fleets, fleets_with_health
 
     paths = [os.path.abspath(p) for p in args.files]
     for path in paths:
         if common.read_fleet(path, err) is None:
             return 1
     try:
-        records = fleets(paths)
+        records = fleets_with_health(paths, max_age=0) if args.refresh else fleets(paths)
     except GpufleetError as exc:
         return common.failed(exc, err)
     common.print_records(records, args, out, "No fleets.", common.tables().fleet_table)

@@ -16,7 +16,13 @@ description:
   - Without O(paths), finds every fleet the backends hold from their labels alone (for the
     C(local) backend, the labels of the node containers on this machine's Docker engine). SSH
     fleets live only in their files and are listed only through O(paths).
-  - Nothing is changed and no host is contacted; instance status is what the backend says.
+  - Nothing is changed and, without O(health_max_age), no host is contacted; instance status
+    is what the backend says.
+  - "With O(health_max_age), each instance carries C(health): its GPU health as the host's
+    cached facts keep it (C(status) C(healthy), C(warning) or C(failure), C(message),
+    C(source), C(incidents), C(checked_at), C(error)); hosts whose health is older than that
+    many seconds are asked again over SSH first (DCGM, else nvidia-smi's error counters and the
+    kernel log's XID lines) and the cache keeps what they say (C(docs/fleets.md#gpu-health))."
 author:
   - gpufleet maintainers (@gpufleet)
 options:
@@ -27,6 +33,12 @@ options:
     type: list
     elements: path
     default: []
+  health_max_age:
+    description:
+      - Read the GPU health of hosts whose cached health is older than this many seconds
+        (0 reads every host) and add C(health) to each instance.
+      - When unset, no host is contacted and instances carry no C(health).
+    type: int
 extends_documentation_fragment:
   - gpufleet.cluster.state
   - gpufleet.cluster.state.backend_settings
@@ -77,12 +89,14 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module impor
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import apply, records, state
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_file
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import health
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             paths=dict(type="list", elements="path", default=[]),
+            health_max_age=dict(type="int"),
             **state_options(backend_settings=True),
         ),
         supports_check_mode=True,
@@ -101,6 +115,9 @@ def main():
             fleets = apply.discover(
                 docker, root,
                 settings=state.backend_settings(root, module.params["backend_settings"]))
+        if module.params["health_max_age"] is not None:
+            fleets = health.refresh(fleets, root, max_age=module.params["health_max_age"],
+                                    check_mode=module.check_mode)
     hosts = [entry for fleet in fleets for entry in records.host_entries(fleet, root)]
     module.exit_json(changed=False, fleets=fleets, hosts=hosts)
 

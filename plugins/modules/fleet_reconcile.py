@@ -22,6 +22,11 @@ description:
   - Meant to be scheduled (an AWX schedule, cron); in check mode it only reports what it
     would do, for each instance with the reason.
   - SSH fleets are left alone; their hosts are not gpufleet's to remove.
+  - "Every host with cached facts (backend and SSH fleets) also reads its GPU health in the
+    same request (DCGM, else nvidia-smi's error counters and the kernel log's XID lines), as
+    dstack's server checks its instances: the host's cached facts keep it, C(gpufleet fleet)
+    shows it and task placement leaves out hosts whose health is C(failure)
+    (C(docs/fleets.md#gpu-health)). In check mode the health is read but not kept."
 author:
   - gpufleet maintainers (@gpufleet)
 options:
@@ -92,6 +97,11 @@ fleets:
     reasons:
       description: For each instance, why it is kept or removed.
       type: dict
+    health:
+      description:
+        - For each host asked, its GPU health (C(healthy), C(warning) or C(failure)) and the
+          worst incident's message; C(unknown) with the reason when its tools could not say.
+      type: dict
   sample:
     - name: h100
       file: /srv/fleets/h100.dstack.yml
@@ -99,6 +109,7 @@ fleets:
       create: 0
       keep: [h100-0, h100-1, h100-2]
       reasons: {h100-3: "remove: idle 3d2h >= idle_duration 3d", h100-1: "kept: busy"}
+      health: {h100-0: healthy, h100-1: "warning: GPU 3 has a page pending retirement"}
 skipped:
   description: Files that were not reconciled, with why (SSH fleets, files that no longer read).
   returned: always
@@ -123,23 +134,35 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import fleet_name
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_file
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import reconcile, runs
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
+    health,
+    reconcile,
+    runs,
+)
 
 
 def reconcile_fleet(module, path, root, settings, docker, now):
     config, _warnings = parse_file(path, "fleet")
     config = apply.resolved(config, settings, root)
     if config["fleet_type"] == "ssh":
+        # Its hosts stay, but their GPU health is read again.
+        record = apply.describe(config, path, docker, root, settings=settings)
+        health.refresh([record], root, max_age=0, now=now, check_mode=module.check_mode)
         return None, "%s: an SSH fleet; its hosts are not removed or created" % path
     if base.select(config, fleet_name(config, path)) not in base.CLOUD_BACKENDS:
         docker.ping()
     record = apply.describe(config, path, docker, root, settings=settings)
     nodes = runs.nodes_of([record], root)
-    containers, claims, queues, errors = (runs.survey_with_queues(nodes) if nodes
-                                          else ({}, {}, {}, {}))
+    # Every host with cached facts reads its GPU health in the survey's request.
+    probe = [h for h in health.due([record], root, max_age=0, now=now) if h in nodes]
+    raw = {}
+    containers, claims, queues, errors = (
+        runs.survey_with_queues(nodes, probe=probe, health=raw) if nodes
+        else ({}, {}, {}, {}))
+    said = health.from_survey(raw, record["name"], root, now, module.check_mode)
     decision = reconcile.plan(config, record["instances"], containers,
                               dict((h, str(e)) for h, e in errors.items()), now, claims, queues)
-    entry = dict(decision, name=record["name"], file=path)
+    entry = dict(decision, name=record["name"], file=path, health=health.summary(said))
     if module.check_mode:
         return entry, None
     if decision["remove"]:

@@ -17,7 +17,12 @@ import subprocess
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking, nodeside, ssh
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
+    booking,
+    healthside,
+    nodeside,
+    ssh,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import Node, NodeError
 
 
@@ -216,10 +221,11 @@ def test_call_sends_the_source_and_the_request_on_stdin():
     assert kwargs["timeout"] == 45
     assert kwargs["stdout"] == subprocess.PIPE and kwargs["stderr"] == subprocess.PIPE
     data = kwargs["input"]
-    # Split the way BOOTSTRAP splits it on the host: nodeside's source, then booking's.
+    # Split the way BOOTSTRAP splits it on the host: nodeside's source, booking's, healthside's.
     source, sep, request = data.partition(b"\n" + nodeside.SEPARATOR + b"\n")
-    assert sep and source == nodeside.source_bytes() + b"\n" + nodeside.source_bytes(
-        vars(booking))
+    assert sep and source == b"\n".join((nodeside.source_bytes(),
+                                         nodeside.source_bytes(vars(booking)),
+                                         nodeside.source_bytes(vars(healthside))))
     assert json.loads(request.decode("utf-8")) == {"op": "status", "payload": {"run": "train"}}
 
 

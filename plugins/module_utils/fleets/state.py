@@ -226,6 +226,20 @@ def facts_text(facts):
     return json.dumps(facts, indent=4, sort_keys=True, separators=(",", ": "))
 
 
+def update_facts(root, fleet, changes, check_mode=False):
+    """Merge ``{host: {key: value}}`` into the cached facts of hosts already in the cache (a
+    host not in it stays out: only an apply puts hosts there). Returns whether the file
+    changed."""
+    facts = read_facts(root, fleet)
+    merged = dict(facts)
+    for host, keys in (changes or {}).items():
+        if host in merged and keys:
+            merged[host] = dict(merged[host], **keys)
+    if merged == facts:
+        return False
+    return write_facts(root, fleet, merged, check_mode=check_mode)
+
+
 def write_facts(root, fleet, facts, check_mode=False):
     """Cache the host facts of a fleet, ``{host: facts}``, where ``read_facts`` finds them.
 

@@ -334,8 +334,37 @@ def _instance_blocks(instance):
     return None
 
 
+def instance_health(instance):
+    """``healthy``, ``warning`` or ``failure``: the instance's GPU health (its ``health``
+    record, else the ``health`` of its measured resources); None when unknown."""
+    health = instance.get("health")
+    if isinstance(health, dict):
+        return health.get("status")
+    if isinstance(health, str):
+        return health
+    resources = instance.get("resources")
+    if isinstance(resources, dict) and isinstance(resources.get("health"), str):
+        return resources["health"]
+    return None
+
+
+def health_reason(instance):
+    """Why an instance is not healthy (the worst incident's message, or why its health could
+    not be read), for the verbose table; "" when there is nothing to say."""
+    health = instance.get("health") if isinstance(instance.get("health"), dict) else {}
+    status = instance_health(instance)
+    said = []
+    if status in ("warning", "failure"):
+        said.append("health %s%s" % (status, ": " + health["message"]
+                                     if health.get("message") else ""))
+    if health.get("error"):
+        said.append("health not read: %s" % health["error"])
+    return "; ".join(said)
+
+
 def instance_status(instance, verbose=False):
-    """``idle``, ``busy``, ``2/8 busy`` (blocks), with ``(unreachable)`` when flagged, and
+    """``idle``, ``busy``, ``2/8 busy`` (blocks), with ``(unreachable)`` when flagged, else
+    ``(warning)`` or ``(failure)`` for its GPU health, as dstack shows them, and
     ``(for run X)`` on an instance made because run X needed it (with its idle limit when
     ``verbose``)."""
     status = str(instance.get("status") or "")
@@ -343,8 +372,11 @@ def instance_status(instance, verbose=False):
         total = _instance_blocks(instance)
         if total is not None and total > 1:
             status = "%s/%s busy" % (instance.get("busy_blocks") or 0, total)
+        health = instance_health(instance)
         if instance.get("unreachable"):
             status += " (unreachable)"
+        elif health in ("warning", "failure"):
+            status += " (%s)" % health
     run = instance.get("made_for_run")
     if run and status not in GONE:
         limit = instance.get("idle_duration")
@@ -389,7 +421,8 @@ def _instance_row(instance, now, verbose=False):
         "PRICE": "" if ssh else format_price(instance.get("price")),
         "STATUS": instance_status(instance, verbose),
         "CREATED": pretty_date(instance.get("created"), now),
-        "ERROR": _one_line(instance.get("error") or ""),
+        "ERROR": _one_line("; ".join(e for e in (instance.get("error"), health_reason(instance))
+                                     if e)),
     }
 
 

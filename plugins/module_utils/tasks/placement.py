@@ -388,6 +388,8 @@ def _try_fleet(fleet, jobs, config, facts, busy):
             health = fact.get("health") or "healthy"
             if health in EXCLUDED_HEALTH:
                 reason = "health %s" % health
+                if fact.get("health_message"):
+                    reason += " (%s)" % fact["health_message"]
         if reason is not None:
             rejected.append((record["name"], reason))
             continue

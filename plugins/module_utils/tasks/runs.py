@@ -32,7 +32,7 @@ from ..fleets import state
 from ..offers import catalog
 from ..volumes import attach as volumes
 from ..spec import support
-from . import claiming, code, devenv, growth, lifecycle, placement, python_env, rankplan
+from . import claiming, code, devenv, growth, health, lifecycle, placement, python_env, rankplan
 from .environment import registry_credentials, resolve_env
 from .errors import PlanError, RunError
 from .images import ensure_image
@@ -133,10 +133,14 @@ def survey(nodes):
     return containers, errors
 
 
-def survey_with_queues(nodes):
+def survey_with_queues(nodes, probe=(), health=None):
     """Every host's task containers, live claims and queue entries (tasks.booking), in one
-    request per host: ``(containers, claims, queues, errors)``, each ``{host: ...}``."""
-    answers = parallel(sorted(nodes), lambda h: nodes[h].call("status", {}))
+    request per host: ``(containers, claims, queues, errors)``, each ``{host: ...}``. The hosts
+    named in ``probe`` also read their GPUs' health in that request (tasks.healthside); what
+    they said goes into the dict ``health`` (``{host: probe}``, for tasks.health)."""
+    probe = set(probe or ())
+    answers = parallel(sorted(nodes), lambda h: nodes[h].call(
+        "status", {"health": True} if h in probe else {}))
     containers = {}
     claims = {}
     queues = {}
@@ -148,6 +152,8 @@ def survey_with_queues(nodes):
             containers[host] = answer["containers"]
             claims[host] = answer.get("claims") or []
             queues[host] = answer.get("queue") or []
+            if health is not None and host in probe and "health" in answer:
+                health[host] = answer["health"]
     return containers, claims, queues, errors
 
 
@@ -280,7 +286,7 @@ class Runner(object):
             code.Code(config["repos"][0], config_dir, self.environ)))
 
     def _place(self):
-        containers, claims, _queues, errors = survey_with_queues(self.nodes)
+        containers, claims, _queues, errors = self._survey()
         self.leftovers = sorted(h for h, entries in containers.items()
                                 if any(c["labels"].get(RUN_LABEL) == self.name for c in entries))
         for host, entries in containers.items():
@@ -310,6 +316,25 @@ class Runner(object):
         if placed.get("create"):
             raise NeedsInstances(placed["create"], placed)
         return placed
+
+    def _survey(self):
+        """The hosts' containers, claims and queues; hosts whose cached GPU health is older
+        than tasks.health.MAX_AGE read it again in the same request, and placement uses what
+        they say (the facts cache keeps it)."""
+        root = state.state_dir(self.root)
+        stale = health.due(self.fleets, root)
+        raw = {}
+        answer = survey_with_queues(self.nodes, probe=[h for h in stale if h in self.nodes],
+                                    health=raw)
+        if raw:
+            changes = health.judge_answers(raw)
+            health.store(root, dict((h, i["fleet"]) for h, i in stale.items()), changes)
+            for fleet in self.fleets:
+                facts = fleet.get("facts") or {}
+                for host, keys in changes.items():
+                    if host in facts:
+                        facts[host] = dict(facts[host], **keys)
+        return answer
 
     def _refresh_fleets(self):
         """The fleets as their backends tell them now (after one grew, or lost an instance);

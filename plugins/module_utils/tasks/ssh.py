@@ -48,12 +48,15 @@ _HOST_SOURCE = []
 
 def host_source():
     """What runs on a host for each request: tasks.nodeside, then tasks.booking (claims and the
-    queue), in one namespace. Their own sources are sent, so nothing is installed on the host and
-    a new controller version never meets an old helper."""
+    queue), then tasks.healthside (the GPU health probe), in one namespace. Their own sources are
+    sent, so nothing is installed on the host and a new controller version never meets an old
+    helper."""
     if not _HOST_SOURCE:
-        from . import booking, nodeside
+        from . import booking, healthside, nodeside
 
-        _HOST_SOURCE.append(nodeside.source_bytes() + b"\n" + nodeside.source_bytes(vars(booking)))
+        _HOST_SOURCE.append(b"\n".join((nodeside.source_bytes(),
+                                        nodeside.source_bytes(vars(booking)),
+                                        nodeside.source_bytes(vars(healthside)))))
     return _HOST_SOURCE[0]
 
 
