@@ -93,8 +93,8 @@ attributes:
     support: full
 notes:
   - Runs on the controller, or wherever Prometheus reads its target files.
-seealso:
-  - role: gpufleet.cluster.monitoring
+  - The C(gpufleet.cluster.monitoring) role runs the exporters and records their ports in
+    C(monitoring_check.exporters); C(playbooks/monitoring.yml) passes them here.
 """
 
 EXAMPLES = r"""
