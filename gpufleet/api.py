@@ -48,6 +48,7 @@ __all__ = [
     "runs",
     "status",
     "logs",
+    "metrics",
     "stop",
     "attach",
     "detach",
@@ -401,6 +402,20 @@ def logs(run: str, tail: int | None = None, **options) -> dict:
     return {"run": result.stats.get("gpufleet_run"),
             "lines": result.stats.get("gpufleet_log_lines") or [],
             "ranks": result.stats.get("gpufleet_log_ranks") or []}
+
+
+def metrics(run: str, job: int | None = None, **options) -> dict:
+    """A run's metrics over the last hour, as ``dstack metrics`` shows them: ``{"run",
+    "status", "newest", "jobs": [{"job_num", "host", "status", "cpus", "cpu_percent",
+    "memory_bytes", "memory_total_bytes", "gpus": [{"index", "util_percent", "memory_bytes",
+    "memory_total_bytes"}]}], "unreachable_hosts"}``, each series a list of ``[epoch, value]``;
+    ``job``: only that job."""
+    opts = _Options(**options)
+    result = opts.play("metrics.yml", opts.extravars(run=run, gpufleet_job=job))
+    record = result.stats.get("gpufleet_metrics")
+    if record is None or not result.ok:
+        raise _failed(result)
+    return record
 
 
 def stop(run: str, abort: bool = False, **options) -> dict:

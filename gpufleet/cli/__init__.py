@@ -14,7 +14,7 @@ import sys
 
 from .. import __version__
 from .._collection import CollectionNotFound
-from . import apply, attach, fleets, offers, runs, secrets, validate, volumes
+from . import apply, attach, fleets, metrics, offers, runs, secrets, validate, volumes
 
 # In the order ``gpufleet --help`` lists them.
 COMMANDS = (
@@ -22,6 +22,7 @@ COMMANDS = (
     apply.add_apply,
     runs.add_ps,
     runs.add_logs,
+    metrics.add_metrics,
     runs.add_stop,
     attach.add_attach,
     fleets.add_fleet,

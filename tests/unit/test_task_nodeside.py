@@ -769,3 +769,35 @@ def test_run_key_reads_the_jobs_key_and_refuses_paths(run_root):
                 {"run": "a/b", "job_num": 0}, {"run": "train", "job_num": -1}):
         with pytest.raises(nodeside.Failure, match="run_key: bad run"):
             nodeside.op_run_key(bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# metrics
+# ---------------------------------------------------------------------------------------------
+
+
+def test_metrics_answers_the_runs_containers_and_each_jobs_samples_since(docker, run_root):
+    docker.on(["ps"], stdout="aaa111\nbbb222\n")
+    docker.on(["inspect"], stdout=json.dumps([
+        inspect_entry("train-0-0", run="train", job=0),
+        inspect_entry("train-1-0", run="train", job=1),
+    ]))
+    write_state(run_root, "train", 0, metrics="\n".join([
+        "nvidia 5 5 5",                      # the tail of a block trimmed away
+        "@ 900 1.00 1 2 3 max 4 5", "nvidia 1 2 3",
+        "@ 1000 2.00 1 2 3 max 4 5", "nvidia 9 8 7",
+        "@ 1010 3.00 1 2 3 max 4 5"]) + "\n")
+
+    answer = nodeside.op_metrics({"run": "train", "since": 1000})
+
+    assert docker.calls()[0] == ["ps", "-a", "-q", "--no-trunc", "--filter",
+                                 "label=gpufleet.run=train"]
+    assert [c["name"] for c in answer["containers"]] == ["train-0-0", "train-1-0"]
+    assert answer["metrics"] == {
+        "0": "@ 1000 2.00 1 2 3 max 4 5\nnvidia 9 8 7\n@ 1010 3.00 1 2 3 max 4 5",
+        "1": ""}
+
+
+def test_metrics_refuses_a_run_name_that_is_no_name(docker, run_root):
+    with pytest.raises(nodeside.Failure, match="bad run name"):
+        nodeside.op_metrics({"run": "../etc"})

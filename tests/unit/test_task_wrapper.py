@@ -712,3 +712,61 @@ def test_a_dev_environment_with_no_ssh_connection_stops_after_its_inactivity_dur
     assert re.search(rb"gpufleet: The job was inactive for [23] seconds, exceeding the "
                      rb"inactivity_duration of 2 seconds: stopping the command", proc.stderr), \
         proc.stderr
+
+
+def fake_cgroup(root, version):
+    """A container's cgroup files as the kernel shows them, v2 (unified) or v1."""
+    if version == 2:
+        root.mkdir()
+        (root / "cpu.stat").write_text("usage_usec 5000000\nuser_usec 4000000\n"
+                                       "system_usec 1000000\n")
+        (root / "memory.current").write_text("734003200\n")
+        (root / "memory.stat").write_text("anon 600000000\nfile 100000000\n"
+                                          "inactive_file 34003200\nactive_file 1000\n")
+        (root / "memory.max").write_text("max\n")
+    else:
+        (root / "cpuacct").mkdir(parents=True)
+        (root / "memory").mkdir()
+        (root / "cpuacct" / "cpuacct.usage").write_text("5000000000\n")
+        (root / "memory" / "memory.usage_in_bytes").write_text("734003200\n")
+        (root / "memory" / "memory.stat").write_text(
+            "cache 1000\ninactive_file 5\ntotal_cache 1000\ntotal_inactive_file 34003200\n")
+        (root / "memory" / "memory.limit_in_bytes").write_text("2147483648\n")
+    return str(root)
+
+
+@pytest.mark.parametrize("version, limit", [(2, "max"), (1, "2147483648")])
+def test_metrics_are_sampled_from_the_cgroup_proc_and_nvidia_smi(tmp_path, shell, version,
+                                                                 limit):
+    proc = tmp_path / "proc"
+    proc.mkdir()
+    (proc / "uptime").write_text("12345.67 40000.00\n")
+    (proc / "meminfo").write_text("MemTotal:       16303592 kB\nMemFree:  1000 kB\n")
+    fakes = tmp_path / "fakes"
+    fakes.mkdir()
+    (fakes / "nvidia-smi").write_text(
+        "#!/bin/sh\n"
+        "[ \"$1 $2\" = '--query-gpu=utilization.gpu,memory.used,memory.total "
+        "--format=csv,noheader,nounits' ] || exit 2\n"
+        "printf '93, 71234, 81559\\n0, 3, 81559\\n'\n")
+    os.chmod(str(fakes / "nvidia-smi"), 0o755)
+    job = Job(tmp_path, {"commands": ["sleep 2"]})
+    done = job.run(shell, path="%s:%s" % (fakes, shell[1]), extra={
+        "GPUFLEET_CGROUP": fake_cgroup(tmp_path / "cgroup", version),
+        "GPUFLEET_PROC": str(proc), "GPUFLEET_METRICS_INTERVAL": "1"})
+    assert done.returncode == 0, done.stderr
+    lines = (job.state / "metrics").read_text().splitlines()
+    headers = [line.split() for line in lines if line.startswith("@ ")]
+    assert len(headers) >= 2, lines
+    for header in headers:
+        assert header[1].isdigit() and header[2] == "12345.67"
+        assert header[3:7] == ["5000000", "734003200", "34003200", limit]
+        assert header[7].isdigit() and header[8] == "16303592"
+    assert lines[1:3] == ["nvidia 93 71234 81559", "nvidia 0 3 81559"]
+
+
+def test_metrics_can_be_turned_off(tmp_path, shell):
+    job = Job(tmp_path, {"commands": ["true"]})
+    done = job.run(shell, extra={"GPUFLEET_METRICS_INTERVAL": "0"})
+    assert done.returncode == 0, done.stderr
+    assert not (job.state / "metrics").exists()

@@ -52,6 +52,8 @@ RUN_INFO_SPEC = dict(name=dict(type="str"), **FLEET_OPTIONS)
 RUN_QUEUE_SPEC = dict(**FLEET_OPTIONS)
 RUN_STOP_SPEC = dict(name=dict(type="str", required=True), abort=dict(type="bool", default=False),
                      **FLEET_OPTIONS)
+RUN_METRICS_SPEC = dict(name=dict(type="str", required=True), job=dict(type="int"),
+                        **FLEET_OPTIONS)
 RUN_LOGS_SPEC = dict(name=dict(type="str", required=True), follow=dict(type="bool", default=False),
                      tail=dict(type="int"), **FLEET_OPTIONS)
 
@@ -393,6 +395,17 @@ def _cancel_queued(nodes, record, check_mode):
         record = dict(record, status=lifecycle.RUN_TERMINATED,
                       reason=lifecycle.TERMINATED_BY_USER, queue_position=None)
     return {"run": dict(record, stopped=[]), "changed": waiting}
+
+
+def run_metrics(params):
+    """The run's metrics (tasks.metrics), as ``dstack metrics`` shows them."""
+    root, fleets = _fleets(params)
+    nodes = runs.nodes_of(fleets, root)
+    try:
+        result = listing.run_metrics(nodes, params["name"], job=params.get("job"))
+    except RunError as exc:
+        raise EntryError(str(exc)) from exc
+    return {"metrics": result, "changed": False}
 
 
 def run_logs(params, emit=None):

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Listing runs, their logs, and stopping them: from the containers' labels and state files.
+"""Listing runs, their logs and metrics, and stopping them: from the containers' labels and
+state files.
 
 A run has no record but its containers (tasks.container writes their labels), so each
 operation here asks the hosts for their task containers (tasks.runs.survey) and rebuilds the
@@ -282,6 +283,33 @@ def run_logs(nodes, name, tail=None):
             raise RunError(str(error)) from error
         lines += [(num, line) for line in out.splitlines()]
     return record, lines
+
+
+def run_metrics(nodes, name, job=None, clock=time.time):
+    """Run ``name``'s metrics (tasks.metrics.run_metrics): one ``metrics`` request per host,
+    every host at once, each answering with its containers and their jobs' last hour."""
+    from . import metrics
+
+    since = int(clock()) - metrics.WINDOW - 60   # a minute for the hosts' clocks
+    answers = parallel(sorted(nodes), lambda h: nodes[h].call(
+        "metrics", {"run": name, "since": since}))
+    containers, errors, texts = {}, {}, {}
+    for host, (answer, error) in answers.items():
+        if error is not None:
+            errors[host] = error
+            continue
+        containers[host] = answer.get("containers") or []
+        for num, text in (answer.get("metrics") or {}).items():
+            texts[(host, int(num))] = text
+    record, _mine = find_run(nodes, name, (containers, errors))
+    if job is not None and job not in [j["job_num"] for j in record["jobs"]]:
+        raise RunError("run %s has no job %d (jobs: %s)" % (
+            name, job, ", ".join(str(j["job_num"]) for j in record["jobs"])))
+    mine = dict((j["job_num"], texts.get((j["host"], j["job_num"])) or "")
+                for j in record["jobs"])
+    result = metrics.run_metrics(record, mine, job)
+    result["unreachable_hosts"] = dict((h, str(e)) for h, e in errors.items())
+    return result
 
 
 def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time):

@@ -154,6 +154,40 @@ def op_run_key(payload):
         return {"key": None}
 
 
+def _metrics_since(path, since):
+    """The samples of a job's ``state/metrics`` (tasks.wrapper) taken at ``since`` or later."""
+    try:
+        with open(path) as handle:
+            lines = handle.read().splitlines()
+    except (IOError, OSError):
+        return ""
+    kept, keep = [], False
+    for line in lines:
+        if line.startswith("@ "):
+            stamp = line.split()[1:2]
+            keep = bool(stamp) and stamp[0].isdigit() and int(stamp[0]) >= since
+        if keep:
+            kept.append(line)
+    return "\n".join(kept)
+
+
+def op_metrics(payload):
+    """A run's containers on this host (as ``status``) and, per job, the metrics its wrapper
+    sampled since ``since`` (epoch seconds): ``{"containers", "metrics": {job: text}}``."""
+    run = str(payload.get("run") or "")
+    if not _RUN_NAME.match(run):
+        raise Failure("metrics: bad run name %r" % run)
+    since = payload.get("since") or 0
+    found = op_status({"run": run})
+    metrics = {}
+    for entry in found["containers"]:
+        job = (entry.get("labels") or {}).get("gpufleet.job")
+        if job is not None and str(job).isdigit():
+            metrics[str(job)] = _metrics_since(
+                os.path.join(job_dir(run, int(job)), "state", "metrics"), since)
+    return {"containers": found["containers"], "metrics": metrics}
+
+
 def op_image_info(payload):
     """Whether the host has ``image``, and its ENTRYPOINT, CMD and WORKDIR."""
     rc, out, _err = _docker(["image", "inspect", "--format",
@@ -401,6 +435,7 @@ OPS = {
     "stop": op_stop,
     "remove": op_remove,
     "run_key": op_run_key,
+    "metrics": op_metrics,
 }
 
 

@@ -41,6 +41,7 @@ DSTACK_DIR=${DSTACK_DIR:-/dstack}
 GPUFLEET_ETC=${GPUFLEET_ETC:-/etc}
 _gf_child=
 _gf_watchdog=
+_gf_sampler=
 _gf_signalled=
 
 _gf_log() {
@@ -50,6 +51,9 @@ _gf_log() {
 _gf_finish() {
     if [ -n "$_gf_watchdog" ]; then
         kill "$_gf_watchdog" 2>/dev/null
+    fi
+    if [ -n "$_gf_sampler" ]; then
+        kill "$_gf_sampler" 2>/dev/null
     fi
     printf '%s\n' "$1" > "$GPUFLEET_STATE/exit_code" 2>/dev/null
     _gf_peers_verdict "$1"
@@ -627,6 +631,76 @@ if [ -n "$_gf_limit" ] || [ "$GPUFLEET_MULTINODE" = 1 ] || [ -n "$_gf_inactive" 
     ) &
     _gf_watchdog=$!
 fi
+
+# The metrics gpufleet metrics shows, sampled here as dstack's runner samples them in the
+# container (tasks/metrics.py reads them): every GPUFLEET_METRICS_INTERVAL seconds (10; 0 turns
+# it off) a block appended to state/metrics, a header line
+#   @ EPOCH UPTIME CPU_USEC MEMORY_BYTES INACTIVE_FILE_BYTES MEMORY_LIMIT CPUS MEMTOTAL_KB
+# from the container's cgroup (v2, else v1) and /proc, then one line per GPU: "nvidia UTIL
+# USED_MIB TOTAL_MIB" from nvidia-smi, or amd-smi's CSV lines after "amd ". The file keeps
+# its last 4000 lines (hours of samples).
+_gf_key() {
+    [ -r "$1" ] || return 0
+    while read -r _gf_k _gf_v _gf_rest; do
+        if [ "$_gf_k" = "$2" ]; then printf '%s' "$_gf_v"; return 0; fi
+    done < "$1"
+}
+_gf_sample() {
+    _gf_cg=${GPUFLEET_CGROUP:-/sys/fs/cgroup}
+    if [ -r "$_gf_cg/cpu.stat" ] && [ -r "$_gf_cg/memory.current" ]; then
+        _gf_cpu=$(_gf_key "$_gf_cg/cpu.stat" usage_usec)
+        _gf_mem=$(cat "$_gf_cg/memory.current" 2>/dev/null)
+        _gf_cache=$(_gf_key "$_gf_cg/memory.stat" inactive_file)
+        _gf_lim=$(cat "$_gf_cg/memory.max" 2>/dev/null)
+    else
+        _gf_cpu=
+        for _gf_acct in "$_gf_cg/cpuacct" "$_gf_cg/cpu,cpuacct" "$_gf_cg/cpu"; do
+            if [ -r "$_gf_acct/cpuacct.usage" ]; then
+                _gf_cpu=$(( $(cat "$_gf_acct/cpuacct.usage") / 1000 ))
+                break
+            fi
+        done
+        _gf_mem=$(cat "$_gf_cg/memory/memory.usage_in_bytes" 2>/dev/null)
+        _gf_cache=$(_gf_key "$_gf_cg/memory/memory.stat" total_inactive_file)
+        _gf_lim=$(cat "$_gf_cg/memory/memory.limit_in_bytes" 2>/dev/null)
+    fi
+    _gf_ncpu=$(nproc 2>/dev/null) || _gf_ncpu=
+    read -r _gf_up _gf_rest < "${GPUFLEET_PROC:-/proc}/uptime" 2>/dev/null || _gf_up=
+    printf '@ %s %s %s %s %s %s %s %s\n' "$(date +%s)" "${_gf_up:--}" "${_gf_cpu:--}" \
+        "${_gf_mem:--}" "${_gf_cache:--}" "${_gf_lim:--}" "${_gf_ncpu:--}" \
+        "$(_gf_key "${GPUFLEET_PROC:-/proc}/meminfo" MemTotal:)"
+    if command -v nvidia-smi > /dev/null 2>&1; then
+        nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total \
+            --format=csv,noheader,nounits 2>/dev/null |
+            while IFS=', ' read -r _gf_u _gf_m _gf_t _gf_rest; do
+                printf 'nvidia %s %s %s\n' "$_gf_u" "$_gf_m" "$_gf_t"
+            done
+    elif command -v amd-smi > /dev/null 2>&1; then
+        amd-smi monitor -vu --csv 2>/dev/null | while IFS= read -r _gf_line; do
+            printf 'amd %s\n' "$_gf_line"
+        done
+    fi
+}
+case ${GPUFLEET_METRICS_INTERVAL:-10} in
+    ''|*[!0-9]*|0) ;;
+    *)
+        (
+            trap - TERM INT
+            _gf_n=0
+            _gf_out=$GPUFLEET_STATE/metrics
+            while kill -0 "$_gf_child" 2>/dev/null; do
+                _gf_block=$(_gf_sample)
+                printf '%s\n' "$_gf_block" >> "$_gf_out" 2>/dev/null
+                _gf_n=$((_gf_n + 1))
+                if [ $((_gf_n % 50)) = 0 ] && [ "$(wc -l < "$_gf_out")" -gt 4000 ]; then
+                    tail -n 4000 "$_gf_out" > "$_gf_out.tmp" && mv -f "$_gf_out.tmp" "$_gf_out"
+                fi
+                sleep "${GPUFLEET_METRICS_INTERVAL:-10}" < /dev/null > /dev/null 2>&1
+            done
+        ) &
+        _gf_sampler=$!
+        ;;
+esac
 
 # --- 8. exit code ------------------------------------------------------------------------------
 # A trapped signal interrupts wait; wait again until the command has really ended.
