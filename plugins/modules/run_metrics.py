@@ -11,7 +11,7 @@ module: run_metrics
 short_description: CPU, memory and GPU use of every job of a task run, over the last hour
 version_added: 0.1.0
 description:
-  - Returns what C(dstack metrics) shows: per job, the CPU use, the memory working set and, per
+  - Returns what C(dstack metrics) shows. Per job, the CPU use, the memory working set and, per
     GPU, utilisation and memory, each a series over the last hour before the newest sample.
   - Each job's container samples them itself every 10 seconds, as dstack's runner does, from
     its cgroup (v2 or v1), C(nvidia-smi) or C(amd-smi), into the job's state folder on its

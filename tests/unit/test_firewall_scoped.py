@@ -117,3 +117,33 @@ def test_ufw_scrape_rules_are_scoped():
 def test_scoped_rule_refuses_what_is_not_a_port(port):
     with pytest.raises(ValueError):
         fw.scoped_rule("10.0.0.1", "tcp", port)
+
+
+def _scrape_host(table):
+    from .test_nodecheck_firewall import nft_host
+
+    return nft_host(table=table)
+
+
+def test_the_roles_check_confirms_the_scrape_rules_it_was_asked_for():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import (
+        firewall as check,
+    )
+
+    expect = {"monitoring_sources": ["10.79.7.1", "2001:db8:9::5"],
+              "monitoring_ports": ["9100", "9400"]}
+    done = check.verify(_scrape_host(_with_scrape_rules()),
+                        {"settings": {"backend": "nftables"}, "expect": expect})
+    assert done["ok"], done["problems"]
+    # A source the rules do not let in, and a port they open that was not asked for.
+    wanted = dict(expect, monitoring_sources=["10.79.7.9"], monitoring_ports=["9100"])
+    done = check.verify(_scrape_host(_with_scrape_rules()),
+                        {"settings": {"backend": "nftables"}, "expect": wanted})
+    assert not done["ok"]
+    assert "port 9100/tcp is not open to 10.79.7.9 (the monitoring scrape)" in done["problems"]
+    assert "port 9400/tcp is open to 10.79.7.1 but not expected" in done["problems"]
+    # Without the rules, the scrape is reported closed.
+    done = check.verify(_scrape_host(NFT_GPUFLEET),
+                        {"settings": {"backend": "nftables"}, "expect": expect})
+    assert "port 9400/tcp is not open to 2001:db8:9::5 (the monitoring scrape)" \
+        in done["problems"]

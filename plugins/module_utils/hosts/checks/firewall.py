@@ -16,7 +16,10 @@ first of /etc/nftables.conf and /etc/sysconfig/nftables.conf that exists), ``ufw
 
 expect: ``peers``, ``sources``, ``control`` (addresses or CIDRs that must be allowed in; when
 any of them is given, nothing else may be), ``ssh_port`` (22), ``tcp_ports``, ``udp_ports``
-(numbers or ranges that must be open; when given, no other port may be), ``trusted_interfaces``.
+(numbers or ranges that must be open; when given, no other port may be), ``trusted_interfaces``,
+``monitoring_sources`` and ``monitoring_ports`` (each port open over TCP to each of those
+addresses only, the scrape of the monitoring role's exporters; when given, no other port is
+open to some sources only).
 
 PRIVATE to gpufleet.cluster.
 """
@@ -34,6 +37,7 @@ from ..firewall_rules import (
     parse_nft_table,
     parse_ufw_status,
     port_open,
+    scoped_open,
     ufw_summary,
 )
 
@@ -112,6 +116,7 @@ def _base_facts(backend, summary=None):
         "tcp_ports": summary.get("tcp_ports", []),
         "udp_ports": summary.get("udp_ports", []),
         "trusted_interfaces": summary.get("interfaces", []),
+        "scoped": summary.get("scoped", []),
         "accepts": {
             "established": summary.get("established", False),
             "loopback": summary.get("loopback", False),
@@ -268,6 +273,28 @@ def _compare(facts, expect):
     for interface in expect.get("trusted_interfaces") or []:
         if interface not in facts["trusted_interfaces"]:
             problems.append("traffic from interface %s is not accepted" % interface)
+    if "monitoring_sources" in expect or "monitoring_ports" in expect:
+        problems.extend(_compare_scoped(facts.get("scoped") or [], expect))
+    return problems
+
+
+def _compare_scoped(scoped, expect):
+    """The monitoring scrape: each port open over TCP to each source, and no other TCP port
+    open to some sources only (UDP ones are the role's own: DHCPv6 replies)."""
+    problems = []
+    sources = [str(a) for a in expect.get("monitoring_sources") or []]
+    ports = [str(p) for p in expect.get("monitoring_ports") or []]
+    for port in ports:
+        for source in sources:
+            if not scoped_open(scoped, source, port):
+                problems.append("port %s/tcp is not open to %s (the monitoring scrape)"
+                                % (port, source))
+    for rule in scoped:
+        if rule["proto"] != "tcp":
+            continue
+        if not port_open(rule["port"], ports) or not covered(rule["source"], sources):
+            problems.append("port %s/%s is open to %s but not expected"
+                            % (rule["port"], rule["proto"], rule["source"]))
     return problems
 
 
