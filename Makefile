@@ -19,7 +19,11 @@ ANSIBLE_TEST_PYTHON := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.ver
 .PHONY: test demo demo-delete unit unit-all engine integration molecule molecule-hardware \
 	sanity release lint changelog-lint venv collection dist ee clean
 
-test: venv unit-all integration molecule sanity release lint changelog-lint
+TIERS := unit-all integration molecule sanity release lint changelog-lint
+
+# Every tier in turn; the time each took is printed at the end, pass or fail.
+test: venv
+	@scripts/test-tiers.sh $(TIERS)
 	@echo "all test tiers passed"
 
 # The main job on the local default: a 2-node local cluster fleet, the fleet table, then a
@@ -55,7 +59,7 @@ engine:
 
 # Real parts: the local backend's node image and nodes on this machine's Docker engine.
 integration: venv engine
-	$(BIN)/python -m pytest -q tests/integration
+	$(BIN)/python -m pytest -q --durations=15 tests/integration
 
 # The host roles' Molecule scenarios (extensions/molecule/*), each on its own containers, one
 # after the other; `hardware` is left out: it needs real GPU machines (molecule-hardware).
@@ -67,9 +71,14 @@ MOLECULE_ENV = PATH=$(CURDIR)/$(BIN):$$PATH \
 	collections_path; print(collections_path())')
 
 molecule: venv engine
-	@for s in $(SCENARIO); do \
+	@mkdir -p $(BUILD); : > $(BUILD)/molecule-times; \
+	for s in $(SCENARIO); do \
 		echo "== molecule scenario $$s"; \
-		$(MOLECULE_ENV) $(BIN)/molecule test -s $$s || exit 1; \
+		start=$$(date +%s); \
+		$(MOLECULE_ENV) $(BIN)/molecule test -s $$s; rc=$$?; \
+		printf '%-16s %5ds%s\n' "$$s" $$(( $$(date +%s) - start )) \
+			"$$( [ $$rc -ne 0 ] && echo '  FAILED' )" >> $(BUILD)/molecule-times; \
+		[ $$rc -eq 0 ] || exit 1; \
 	done
 
 # Every role against real machines: GPUFLEET_HARDWARE_INVENTORY names an inventory of them.
