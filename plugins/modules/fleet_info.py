@@ -23,6 +23,9 @@ description:
     C(source), C(incidents), C(checked_at), C(error)); hosts whose health is older than that
     many seconds are asked again over SSH first (DCGM, else nvidia-smi's error counters and the
     kernel log's XID lines) and the cache keeps what they say (C(docs/fleets.md#gpu-health))."
+  - "With O(health_max_age), every host that can be asked is, in one request (which also reads
+    its health when that is due): an instance that runs jobs has the status C(busy) instead of
+    C(idle), and C(busy_blocks) (the blocks its jobs take), as C(dstack fleet) shows them."
 author:
   - gpufleet maintainers (@gpufleet)
 options:
@@ -36,7 +39,8 @@ options:
   health_max_age:
     description:
       - Read the GPU health of hosts whose cached health is older than this many seconds
-        (0 reads every host) and add C(health) to each instance.
+        (0 reads every host) and add C(health) to each instance; ask every host what runs on
+        it (C(busy), C(busy_blocks)).
       - When unset, no host is contacted and instances carry no C(health).
     type: int
 extends_documentation_fragment:
@@ -117,7 +121,7 @@ def main():
                 settings=state.backend_settings(root, module.params["backend_settings"]))
         if module.params["health_max_age"] is not None:
             fleets = health.refresh(fleets, root, max_age=module.params["health_max_age"],
-                                    check_mode=module.check_mode)
+                                    check_mode=module.check_mode, occupancy=True)
     hosts = [entry for fleet in fleets for entry in records.host_entries(fleet, root)]
     module.exit_json(changed=False, fleets=fleets, hosts=hosts)
 

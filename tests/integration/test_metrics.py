@@ -75,5 +75,11 @@ def test_metrics_show_each_jobs_cpu_and_memory_and_the_busy_one_busy(world):
             ["job=0", "job=1"], shown.stdout
         one = api.metrics(name, job=1)
         assert [j["job_num"] for j in one["jobs"]] == [1]
+        # gpufleet fleet shows the run's two hosts busy, the third idle, as dstack fleet does.
+        (fleet,) = [f for f in api.fleets() if f["name"] == FLEET]
+        hosts = set(j["host"] for j in seen["jobs"])
+        assert sorted((i["name"], i["status"]) for i in fleet["instances"]) == sorted(
+            (i["name"], "busy" if i["name"] in hosts else "idle")
+            for i in fleet["instances"]), fleet["instances"]
     finally:
         api.stop(name, abort=True)

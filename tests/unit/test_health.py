@@ -384,3 +384,69 @@ def test_the_verbose_table_says_why_and_the_short_one_does_not():
                                "(double-bit) ECC error(s)")
     assert verbose[3].endswith("health warning: earlier; health not read: nvidia-smi failed "
                                "(exit status 9): no driver")
+
+
+class StatusNode:
+    """A tasks.ssh.Node that answers ``status`` as a host does: its containers and claims, and
+    the health probe when the payload asks for it."""
+
+    def __init__(self, instance, answers, asked):
+        self.name = instance["name"]
+        self.answers = answers
+        self.asked = asked
+
+    def call(self, op, payload=None, timeout=None):
+        self.asked.append((self.name, op, dict(payload or {})))
+        answer = self.answers[self.name]
+        if isinstance(answer, Exception):
+            raise answer
+        answer = dict(answer)
+        if not (payload or {}).get("health"):
+            answer.pop("health", None)
+        return answer
+
+
+def test_gpufleet_fleet_asks_every_host_what_runs_there_and_shows_busy(cached):
+    healthy = smi_probe("synthetic.h100-x8.healthy.csv")
+    running = {"name": "train-0-0", "state": "running", "exit_code": 0,
+               "labels": {"gpufleet.run": "train", "gpufleet.submission": "0",
+                          "gpufleet.job": "0", "gpufleet.blocks": "1"},
+               "files": {"running": "1", "reason": None, "exit_code": None}}
+    answers = {
+        # A claim of a run being placed: busy before its container exists.
+        "gpus-0": {"containers": [], "claims": [{"run": "next", "submission": 0, "blocks": 1,
+                                                 "gpu_ids": []}], "health": healthy},
+        "gpus-1": {"containers": [running], "claims": [], "health": healthy},
+        "gpus-2": {"containers": [dict(running, state="exited")], "claims": [],
+                   "health": healthy},
+    }
+    asked = []
+    record = _fleet_record("gpus", 3)
+    for inst in record["instances"]:
+        inst["status"] = "idle"
+    records = health.refresh([record], cached, max_age=300, now=NOW, occupancy=True,
+                             node_factory=lambda inst: StatusNode(inst, answers, asked))
+    # Every host is asked once; only those whose health is stale read it (gpus-1: 2 min old).
+    assert sorted(asked) == [("gpus-0", "status", {"health": True}),
+                             ("gpus-1", "status", {}),
+                             ("gpus-2", "status", {"health": True})]
+    by_name = dict((i["name"], i) for i in records[0]["instances"])
+    assert [(n, by_name[n]["status"], by_name[n]["busy_blocks"]) for n in sorted(by_name)] == [
+        ("gpus-0", "busy", 1), ("gpus-1", "busy", 1), ("gpus-2", "idle", 0)]
+    assert by_name["gpus-0"]["health"]["status"] == "healthy"
+    assert by_name["gpus-1"]["health"]["message"] == "earlier"   # not read again
+    # dstack's words in the table: busy, with the health's warning.
+    assert instance_status(by_name["gpus-1"]) == "busy (warning)"
+
+
+def test_a_host_that_does_not_answer_keeps_its_status(cached):
+    answers = {"gpus-0": NodeError("gpus-0", "unreachable over SSH: timed out"),
+               "gpus-1": {"containers": [], "claims": []}, "gpus-2": {"containers": []}}
+    record = _fleet_record("gpus", 3)
+    for inst in record["instances"]:
+        inst["status"] = "idle"
+    records = health.refresh([record], cached, max_age=300, now=NOW, occupancy=True,
+                             node_factory=lambda inst: StatusNode(inst, answers, []))
+    gpus0 = records[0]["instances"][0]
+    assert gpus0["status"] == "idle" and "busy_blocks" not in gpus0
+    assert "timed out" in gpus0["health_unreachable"]

@@ -26,6 +26,7 @@ import datetime
 from ..core.times import parse_time
 from ..fleets import state
 from ..hosts import health as judging
+from .claiming import busy_map
 from .ssh import Node
 from .supervisor import parallel
 
@@ -116,23 +117,60 @@ def due(records, root, max_age=MAX_AGE, now=None):
 
 
 def refresh(records, root, max_age=MAX_AGE, now=None, connect_timeout=10, node_factory=None,
-            check_mode=False):
+            check_mode=False, occupancy=False):
     """Ask the hosts whose health is stale, keep what they say (not in ``check_mode``), and
     return copies of the fleet ``records`` whose instances carry ``health`` (of_fact) and,
     where a host could not be asked, ``health_unreachable`` (the reason).
-    ``node_factory(instance)`` makes the tasks.ssh.Node to ask (tests give a stand-in)."""
+    ``node_factory(instance)`` makes the tasks.ssh.Node to ask (tests give a stand-in).
+
+    With ``occupancy`` (``gpufleet fleet``), every host that can be asked is, in one ``status``
+    request that reads the health too where it is stale, and an instance that runs jobs is
+    ``busy`` with its ``busy_blocks``, as dstack shows it (with_busy)."""
     root = state.state_dir(root)
     asked = due(records, root, max_age, now)
+    targets = due(records, root, 0, now) if occupancy else asked
     make = node_factory or (lambda inst: Node(inst, root=root, connect_timeout=connect_timeout))
-    nodes = dict((name, make(inst)) for name, inst in asked.items())
-    answers = parallel(sorted(nodes), lambda host: nodes[host].call(
-        "health", {}, timeout=PROBE_TIMEOUT))
-    raw = dict((h, a["health"]) for h, (a, e) in answers.items() if e is None)
+    nodes = dict((name, make(inst)) for name, inst in targets.items())
+
+    def ask(host):
+        if occupancy:
+            return nodes[host].call("status", {"health": True} if host in asked else {},
+                                    timeout=PROBE_TIMEOUT)
+        return nodes[host].call("health", {}, timeout=PROBE_TIMEOUT)
+
+    answers = parallel(sorted(nodes), ask)
+    raw = dict((h, a["health"]) for h, (a, e) in answers.items()
+               if e is None and a.get("health") is not None)
     unreachable = dict((h, str(e)) for h, (_a, e) in answers.items() if e is not None)
     changes = judge_answers(raw, now)
     store(root, dict((h, i["fleet"]) for h, i in asked.items()), changes, check_mode)
     # In check mode nothing was written: the records show what was read all the same.
-    return annotate(records, root, unreachable, changes if check_mode else None)
+    result = annotate(records, root, unreachable, changes if check_mode else None)
+    if occupancy:
+        answered = dict((h, a) for h, (a, e) in answers.items() if e is None)
+        result = with_busy(result, busy_map(
+            dict((h, a.get("containers") or []) for h, a in answered.items()),
+            dict((h, a.get("claims") or []) for h, a in answered.items())), answered)
+    return result
+
+
+def with_busy(records, busy, answered):
+    """Copies of the fleet records where each instance whose host ``answered`` carries
+    ``busy_blocks`` and, when it runs anything (blocks or GPUs taken: claiming.busy_map's
+    ``busy``), the status ``busy`` instead of ``idle``."""
+    result = []
+    for record in records:
+        instances = []
+        for instance in record.get("instances") or []:
+            if instance.get("name") in answered:
+                taken = busy.get(instance["name"]) or {}
+                instance = dict(instance, busy_blocks=int(taken.get("blocks") or 0))
+                if instance.get("status") == "idle" and (taken.get("blocks")
+                                                         or taken.get("gpu_ids")):
+                    instance["status"] = "busy"
+            instances.append(instance)
+        result.append(dict(record, instances=instances))
+    return result
 
 
 def from_survey(raw, fleet, root, now=None, check_mode=False):
