@@ -85,7 +85,7 @@ def test_a_jobs_series_are_dstacks_over_the_window():
 
 def test_gpus_the_job_has_but_no_tool_reports_show_as_no_data_with_their_memory():
     series = metrics.job_metrics(metrics.parse(header(1000, "1.00", 0)),
-                                 gpus=[{"memory_mib": 81920}, {"memory_mib": 81920}])
+                                 {"cpus": 16, "gpu_count": 2, "gpu_memory_mib": 81920})
     assert [(g["index"], g["util_percent"], g["memory_total_bytes"]) for g in series["gpus"]] \
         == [(0, [], 81920 * MIB), (1, [], 81920 * MIB)]
 
@@ -115,7 +115,7 @@ def test_sparklines_are_on_a_fixed_scale_and_end_with_the_newest_value():
 
 
 def test_the_table_charts_every_job_and_gpu_with_a_time_axis():
-    stamps = list(range(1000, 1000 + 10 * 30, 10))
+    stamps = list(range(1000, 1000 + 10 * 360, 10))   # an hour: the whole width
     job0 = {"job_num": 0, "cpu_percent": [[t, 33] for t in stamps],
             "memory_bytes": [[t, 579 * GIB] for t in stamps],
             "memory_total_bytes": 960 * GIB,
@@ -134,6 +134,39 @@ def test_the_table_charts_every_job_and_gpu_with_a_time_axis():
     assert lines[4].split() == ["job=1", "cpu", "no", "data", "no", "data"]
     assert lines[-1].strip().endswith("now")
     assert u"\u2504" in lines[-1]
+
+
+def test_cpu_is_a_share_of_the_cpus_the_job_was_given_not_of_the_host():
+    # A 16-CPU block on a 128-CPU host, all 16 busy: 100%, as dstack shows it.
+    samples = metrics.parse("\n".join([header(1000, "500.00", 0, cpus=128),
+                                       header(1010, "510.00", 160000000, cpus=128)]))
+    assert metrics.job_metrics(samples, {"cpus": 16})["cpu_percent"] == [[1010, 100.0]]
+    assert metrics.job_metrics(samples, {"cpus": 16})["cpus"] == 16
+    # Resources an earlier version labelled as text: the CPUs the container sees.
+    assert metrics.job_metrics(samples, "cpu=16 mem=64GB")["cpu_percent"] == [[1010, 12.5]]
+
+
+def test_a_run_as_listing_builds_it_charts_gpus_no_sample_reported():
+    """A record as tasks.listing.run_records makes it: ``gpus`` the label's ids, ``resources``
+    the resources label's data."""
+    record = {"name": "train", "status": "running", "jobs": [
+        {"job_num": 0, "host": "gpus-0", "status": "running", "gpus": ["0", "1"],
+         "resources": {"cpus": 8, "memory_mib": 65536, "disk_mib": 100, "gpu_count": 2,
+                       "gpu_name": "H100", "gpu_vendor": "nvidia", "gpu_memory_mib": 81920}}]}
+    result = metrics.run_metrics(record, {0: ""})
+    (job,) = result["jobs"]
+    assert [(g["index"], g["util_percent"], g["memory_total_bytes"]) for g in job["gpus"]] == [
+        (0, [], 81920 * MIB), (1, [], 81920 * MIB)]
+    lines = metrics_table.metrics_lines(result, columns=80)
+    assert [line.split()[0] for line in lines[1:]] == ["job=0", "gpu=0", "gpu=1"]
+    assert lines[2].split()[1:] == ["no", "data", "no", "data"]
+
+
+def test_a_bad_header_takes_its_gpu_lines_with_it():
+    text = "\n".join([header(1000, "1.00", 0), "nvidia 1 2 3",
+                      "@ 1010 2.00 5 6 7 max 4", "nvidia 9 9 9"])   # MemTotal missing
+    (sample,) = metrics.parse(text)
+    assert sample["gpus"] == [{"util": 1.0, "used_mib": 2.0, "total_mib": 3.0}]
 
 
 def test_a_job_that_started_later_starts_later_on_the_chart():

@@ -788,7 +788,9 @@ def test_metrics_answers_the_runs_containers_and_each_jobs_samples_since(docker,
         "@ 1000 2.00 1 2 3 max 4 5", "nvidia 9 8 7",
         "@ 1010 3.00 1 2 3 max 4 5"]) + "\n")
 
-    answer = nodeside.op_metrics({"run": "train", "since": 1000})
+    # The window is counted back from each file's newest sample (1010), not from now: a job
+    # that ended long ago keeps its last samples.
+    answer = nodeside.op_metrics({"run": "train", "window": 10})
 
     assert docker.calls()[0] == ["ps", "-a", "-q", "--no-trunc", "--filter",
                                  "label=gpufleet.run=train"]
@@ -801,3 +803,19 @@ def test_metrics_answers_the_runs_containers_and_each_jobs_samples_since(docker,
 def test_metrics_refuses_a_run_name_that_is_no_name(docker, run_root):
     with pytest.raises(nodeside.Failure, match="bad run name"):
         nodeside.op_metrics({"run": "../etc"})
+
+
+def test_metrics_reads_only_a_regular_file(docker, run_root, tmp_path):
+    docker.on(["ps"], stdout="aaa111\nbbb222\n")
+    docker.on(["inspect"], stdout=json.dumps([
+        inspect_entry("train-0-0", run="train", job=0),
+        inspect_entry("train-1-0", run="train", job=1),
+    ]))
+    secret = tmp_path / "elsewhere"
+    secret.write_text("@ 1000 1.00 1 2 3 max 4 5\n")
+    folder = write_state(run_root, "train", 0)
+    os.symlink(str(secret), str(folder / "metrics"))      # a link the container made
+    folder = write_state(run_root, "train", 1)
+    os.mkfifo(str(folder / "metrics"))                    # a FIFO would block a plain read
+    answer = nodeside.op_metrics({"run": "train"})
+    assert answer["metrics"] == {"0": "", "1": ""}

@@ -765,8 +765,27 @@ def test_metrics_are_sampled_from_the_cgroup_proc_and_nvidia_smi(tmp_path, shell
     assert lines[1:3] == ["nvidia 93 71234 81559", "nvidia 0 3 81559"]
 
 
-def test_metrics_can_be_turned_off(tmp_path, shell):
-    job = Job(tmp_path, {"commands": ["true"]})
-    done = job.run(shell, extra={"GPUFLEET_METRICS_INTERVAL": "0"})
+@pytest.mark.parametrize("interval", ["0", "00"])
+def test_metrics_can_be_turned_off(tmp_path, shell, interval):
+    # Long enough for a sampler to write (the test above: one sample at once, then each second).
+    job = Job(tmp_path, {"commands": ["sleep 2"]})
+    done = job.run(shell, extra={"GPUFLEET_METRICS_INTERVAL": interval})
     assert done.returncode == 0, done.stderr
     assert not (job.state / "metrics").exists()
+
+
+def test_metrics_read_nvidia_smi_fields_it_cannot_give_and_ignore_the_jobs_omp_threads(
+        tmp_path, shell):
+    fakes = tmp_path / "fakes"
+    fakes.mkdir()
+    (fakes / "nvidia-smi").write_text(
+        "#!/bin/sh\nprintf '[Not Supported], 1234, 81559\\n'\n")
+    os.chmod(str(fakes / "nvidia-smi"), 0o755)
+    job = Job(tmp_path, {"commands": ["sleep 1"], "env": ["OMP_NUM_THREADS=64"]})
+    done = job.run(shell, path="%s:%s" % (fakes, shell[1]),
+                   extra={"GPUFLEET_METRICS_INTERVAL": "01"})
+    assert done.returncode == 0, done.stderr
+    lines = (job.state / "metrics").read_text().splitlines()
+    assert lines[1] == "nvidia [NotSupported] 1234 81559"
+    header = lines[0].split()
+    assert header[7] != "64" and header[7].isdigit() and len(header) == 9, header

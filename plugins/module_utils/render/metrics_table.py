@@ -6,8 +6,9 @@
 Per job a ``cpu`` row and a ``gpu=N`` row per GPU, each with a sparkline of utilisation and one
 of memory over the last hour (height is the peak in the cell, on a fixed 0-100% scale, the last
 cell is the newest sample and its value is printed beside it; memory reads ``used/total``),
-then a time axis under them: ``now`` while the jobs are still reporting, else when the window
-ended. A job is labelled ``job=N``; a job with no sample yet reads ``no data``. What dstack
+then a time axis under them, from the window's start (an hour before the newest sample) to
+``now`` while the jobs are still reporting, else when the window ended; a job younger than the
+window starts where it started. A job is labelled ``job=N``; a job with no sample yet reads ``no data``. What dstack
 shows with colour (the mean in the cell) is left out here: these are the table's lines, for a
 terminal or a playbook's output alike.
 """
@@ -25,6 +26,8 @@ LIVE = 30
 MIN_WIDTH, MAX_WIDTH = 10, 80
 # What is not a sparkline on a row: the kind column, both numbers and the padding.
 FIXED = 30
+# The span every chart is drawn against: dstack keeps a running job's last hour.
+WINDOW = 3600
 
 
 def spark_width(columns, label_width=0):
@@ -125,7 +128,9 @@ def metrics_lines(record, columns=100, now=None):
     labels = ["job=%d" % j["job_num"] for j in jobs]
     width = spark_width(columns, max([len(x) for x in labels] or [0]))
     stamps = [t for j in jobs for s in _series_of(j) for t, _v in s]
-    window = (min(stamps), max(stamps)) if stamps else None
+    # As dstack: every job against the hour before the newest sample (or longer, when a job
+    # reaches back further), so a young job is drawn at the right, where it started.
+    window = (min(stamps + [max(stamps) - WINDOW]), max(stamps)) if stamps else None
     rows = [("", "", "UTILIZATION", "MEMORY")]
     drawn = 0
     for num, job in enumerate(jobs):

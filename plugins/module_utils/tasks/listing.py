@@ -285,14 +285,15 @@ def run_logs(nodes, name, tail=None):
     return record, lines
 
 
-def run_metrics(nodes, name, job=None, clock=time.time):
+def run_metrics(nodes, name, job=None):
     """Run ``name``'s metrics (tasks.metrics.run_metrics): one ``metrics`` request per host,
     every host at once, each answering with its containers and their jobs' last hour."""
     from . import metrics
 
-    since = int(clock()) - metrics.WINDOW - 60   # a minute for the hosts' clocks
+    # Each host cuts each job's file at an hour before that job's newest sample (a job that
+    # ended keeps its last hour); tasks.metrics cuts again at the run's newest.
     answers = parallel(sorted(nodes), lambda h: nodes[h].call(
-        "metrics", {"run": name, "since": since}))
+        "metrics", {"run": name, "window": metrics.WINDOW}))
     containers, errors, texts = {}, {}, {}
     for host, (answer, error) in answers.items():
         if error is not None:

@@ -53,9 +53,10 @@ def parse(text):
     being written, a tool that printed something else)."""
     samples = []
     amd = []
+    current = [False]   # whether the last header was read: its GPU lines belong to it
 
     def close():
-        if samples and amd:
+        if samples and amd and current[0]:
             samples[-1]["gpus"] = _amd_rows(amd)
         del amd[:]
 
@@ -63,7 +64,8 @@ def parse(text):
         if line.startswith("@ "):
             close()
             fields = line.split()[1:]
-            if len(fields) < 8 or not fields[0].isdigit():
+            current[0] = len(fields) >= 8 and fields[0].isdigit()
+            if not current[0]:
                 continue
             values = [_number(f) for f in fields[:8]]
             limit = values[5]
@@ -75,7 +77,7 @@ def parse(text):
                             "inactive_file": values[4], "limit": limit,
                             "cpus": int(values[6]) if values[6] else None,
                             "memtotal": memtotal, "gpus": []})
-        elif not samples:
+        elif not samples or not current[0]:
             continue
         elif line.startswith("nvidia "):
             util, used, total = (line.split()[1:4] + [None] * 3)[:3]
@@ -95,22 +97,26 @@ def _elapsed(prev, last):
     return last["epoch"] - prev["epoch"]
 
 
-def cpu_percent(prev, last):
-    """CPU use between two samples, in percent of the CPUs the container sees (dstack's
-    ``cpu_usage_percent`` divided by the CPU count, as its CLI shows it); None when unknown."""
+def cpu_percent(prev, last, cpus=None):
+    """CPU use between two samples in percent of ``cpus`` CPUs (dstack's ``cpu_usage_percent``,
+    100 per busy CPU, divided by the CPUs the job was given, as its CLI shows it; without
+    ``cpus``, those the container sees); None when unknown."""
     if prev.get("cpu_usec") is None or last.get("cpu_usec") is None:
         return None
     seconds = _elapsed(prev, last)
     if seconds <= 0 or last["cpu_usec"] < prev["cpu_usec"]:
         return None
     percent = (last["cpu_usec"] - prev["cpu_usec"]) / (seconds * 1e6) * 100
-    return round(percent / (last.get("cpus") or 1), 1)
+    return round(percent / (cpus or last.get("cpus") or 1), 1)
 
 
-def job_metrics(samples, gpus=None, since=None):
+def job_metrics(samples, resources=None, since=None):
     """dstack's series for one job from its samples (those at ``since`` or later): each a list
-    of ``[epoch, value]``. ``gpus``: the GPUs the job was given (``memory_mib``), for totals
-    when the tool gives none."""
+    of ``[epoch, value]``. ``resources``: what the job was given (tasks.container.resources_of:
+    ``cpus`` for the CPU share, ``gpu_count`` and ``gpu_memory_mib`` for GPUs no tool
+    reported)."""
+    resources = resources if isinstance(resources, dict) else {}
+    cpus = resources.get("cpus") if isinstance(resources.get("cpus"), int) else None
     if since is not None:
         keep = [s for s in samples if s["epoch"] >= since]
         # One sample before the window gives the first CPU value in it.
@@ -121,7 +127,7 @@ def job_metrics(samples, gpus=None, since=None):
     for index, sample in enumerate(samples):
         stamp = sample["epoch"]
         if index:
-            value = cpu_percent(samples[index - 1], sample)
+            value = cpu_percent(samples[index - 1], sample, cpus)
             if value is not None:
                 cpu.append([stamp, value])
         if since is not None and stamp < since:
@@ -139,17 +145,18 @@ def job_metrics(samples, gpus=None, since=None):
                 devices[num]["memory_bytes"].append([stamp, int(gpu["used_mib"] * MIB)])
             if gpu.get("total_mib"):
                 devices[num]["memory_total_bytes"] = int(gpu["total_mib"] * MIB)
-    given = list(gpus or [])
-    while len(devices) < len(given):   # GPUs the job has that no sample showed (no tool)
+    count = resources.get("gpu_count") if isinstance(resources.get("gpu_count"), int) else 0
+    while len(devices) < count:   # GPUs the job has that no sample showed (no tool)
         devices.append({"index": len(devices), "util_percent": [], "memory_bytes": [],
                         "memory_total_bytes": None})
-    for num, device in enumerate(devices):
-        if device["memory_total_bytes"] is None and num < len(given) \
-                and given[num].get("memory_mib"):
-            device["memory_total_bytes"] = int(given[num]["memory_mib"] * MIB)
+    per_gpu = resources.get("gpu_memory_mib")
+    for device in devices:
+        if device["memory_total_bytes"] is None and isinstance(per_gpu, (int, float)) \
+                and per_gpu > 0:
+            device["memory_total_bytes"] = int(per_gpu * MIB)
     return {"cpu_percent": cpu, "memory_bytes": memory,
             "memory_total_bytes": int(total) if total else None,
-            "cpus": samples[-1].get("cpus") if samples else None, "gpus": devices}
+            "cpus": cpus or (samples[-1].get("cpus") if samples else None), "gpus": devices}
 
 
 def newest(texts_samples):
@@ -170,7 +177,7 @@ def run_metrics(record, texts, job=None):
         num = entry["job_num"]
         if job is not None and num != job:
             continue
-        series = job_metrics(samples.get(num) or [], entry.get("gpus"), since)
+        series = job_metrics(samples.get(num) or [], entry.get("resources"), since)
         jobs.append(dict(series, job_num=num, host=entry.get("host"),
                          status=entry.get("status")))
     return {"run": record.get("name"), "status": record.get("status"), "jobs": jobs,

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -154,13 +155,39 @@ def op_run_key(payload):
         return {"key": None}
 
 
-def _metrics_since(path, since):
-    """The samples of a job's ``state/metrics`` (tasks.wrapper) taken at ``since`` or later."""
+# The most of a job's metrics file read in one request (its wrapper keeps far less).
+METRICS_READ_MAX = 8 * 1024 * 1024
+
+
+def _metrics_window(path, window):
+    """The samples of a job's ``state/metrics`` (tasks.wrapper) taken within ``window``
+    seconds of its newest one. The file lies in a folder the container writes: only a regular
+    file is read (no link, no FIFO), and at most METRICS_READ_MAX bytes of its end."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        with open(path) as handle:
-            lines = handle.read().splitlines()
-    except (IOError, OSError):
+        fd = os.open(path, flags)
+    except OSError:
         return ""
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return ""
+        if info.st_size > METRICS_READ_MAX:
+            os.lseek(fd, info.st_size - METRICS_READ_MAX, os.SEEK_SET)
+        data = b""
+        while len(data) < METRICS_READ_MAX:
+            chunk = os.read(fd, 1024 * 1024)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        os.close(fd)
+    lines = data.decode("utf-8", "replace").splitlines()
+    stamps = [int(line.split()[1]) for line in lines
+              if line.startswith("@ ") and line.split()[1:2] and line.split()[1].isdigit()]
+    if not stamps:
+        return ""
+    since = max(stamps) - window
     kept, keep = [], False
     for line in lines:
         if line.startswith("@ "):
@@ -173,18 +200,19 @@ def _metrics_since(path, since):
 
 def op_metrics(payload):
     """A run's containers on this host (as ``status``) and, per job, the metrics its wrapper
-    sampled since ``since`` (epoch seconds): ``{"containers", "metrics": {job: text}}``."""
+    sampled within ``window`` seconds of its newest sample: ``{"containers", "metrics": {job:
+    text}}``. A job that ended keeps its last window (its newest samples are old)."""
     run = str(payload.get("run") or "")
     if not _RUN_NAME.match(run):
         raise Failure("metrics: bad run name %r" % run)
-    since = payload.get("since") or 0
+    window = int(payload.get("window") or 3600)
     found = op_status({"run": run})
     metrics = {}
     for entry in found["containers"]:
         job = (entry.get("labels") or {}).get("gpufleet.job")
         if job is not None and str(job).isdigit():
-            metrics[str(job)] = _metrics_since(
-                os.path.join(job_dir(run, int(job)), "state", "metrics"), since)
+            metrics[str(job)] = _metrics_window(
+                os.path.join(job_dir(run, int(job)), "state", "metrics"), window)
     return {"containers": found["containers"], "metrics": metrics}
 
 

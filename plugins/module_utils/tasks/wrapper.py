@@ -638,7 +638,7 @@ fi
 #   @ EPOCH UPTIME CPU_USEC MEMORY_BYTES INACTIVE_FILE_BYTES MEMORY_LIMIT CPUS MEMTOTAL_KB
 # from the container's cgroup (v2, else v1) and /proc, then one line per GPU: "nvidia UTIL
 # USED_MIB TOTAL_MIB" from nvidia-smi, or amd-smi's CSV lines after "amd ". The file keeps
-# its last 4000 lines (hours of samples).
+# a little over an hour of samples.
 _gf_key() {
     [ -r "$1" ] || return 0
     while read -r _gf_k _gf_v _gf_rest; do
@@ -664,16 +664,18 @@ _gf_sample() {
         _gf_cache=$(_gf_key "$_gf_cg/memory/memory.stat" total_inactive_file)
         _gf_lim=$(cat "$_gf_cg/memory/memory.limit_in_bytes" 2>/dev/null)
     fi
-    _gf_ncpu=$(nproc 2>/dev/null) || _gf_ncpu=
+    # GNU nproc would answer the job's OMP_NUM_THREADS instead.
+    _gf_ncpu=$(unset OMP_NUM_THREADS OMP_THREAD_LIMIT; nproc 2>/dev/null) || _gf_ncpu=
     read -r _gf_up _gf_rest < "${GPUFLEET_PROC:-/proc}/uptime" 2>/dev/null || _gf_up=
+    _gf_mt=$(_gf_key "${GPUFLEET_PROC:-/proc}/meminfo" MemTotal:)
     printf '@ %s %s %s %s %s %s %s %s\n' "$(date +%s)" "${_gf_up:--}" "${_gf_cpu:--}" \
-        "${_gf_mem:--}" "${_gf_cache:--}" "${_gf_lim:--}" "${_gf_ncpu:--}" \
-        "$(_gf_key "${GPUFLEET_PROC:-/proc}/meminfo" MemTotal:)"
+        "${_gf_mem:--}" "${_gf_cache:--}" "${_gf_lim:--}" "${_gf_ncpu:--}" "${_gf_mt:--}"
     if command -v nvidia-smi > /dev/null 2>&1; then
+        # "[Not Supported]" has a space: spaces go, fields are split on commas.
         nvidia-smi --query-gpu=utilization.gpu,memory.used,memory.total \
-            --format=csv,noheader,nounits 2>/dev/null |
-            while IFS=', ' read -r _gf_u _gf_m _gf_t _gf_rest; do
-                printf 'nvidia %s %s %s\n' "$_gf_u" "$_gf_m" "$_gf_t"
+            --format=csv,noheader,nounits 2>/dev/null | tr -d ' ' |
+            while IFS=, read -r _gf_u _gf_m _gf_t _gf_rest; do
+                printf 'nvidia %s %s %s\n' "${_gf_u:--}" "${_gf_m:--}" "${_gf_t:--}"
             done
     elif command -v amd-smi > /dev/null 2>&1; then
         amd-smi monitor -vu --csv 2>/dev/null | while IFS= read -r _gf_line; do
@@ -681,21 +683,30 @@ _gf_sample() {
         done
     fi
 }
-case ${GPUFLEET_METRICS_INTERVAL:-10} in
-    ''|*[!0-9]*|0) ;;
+# The interval without leading zeros ("08" is no octal here; "00" is off).
+_gf_every=${GPUFLEET_METRICS_INTERVAL:-10}
+while [ "${_gf_every#0}" != "$_gf_every" ]; do _gf_every=${_gf_every#0}; done
+case $_gf_every in
+    ''|*[!0-9]*) ;;
     *)
         (
             trap - TERM INT
             _gf_n=0
             _gf_out=$GPUFLEET_STATE/metrics
+            # An hour and a little of samples, whatever a sample's size (one line per GPU).
+            _gf_keep=$((3600 / _gf_every + 40))
             while kill -0 "$_gf_child" 2>/dev/null; do
                 _gf_block=$(_gf_sample)
                 printf '%s\n' "$_gf_block" >> "$_gf_out" 2>/dev/null
                 _gf_n=$((_gf_n + 1))
-                if [ $((_gf_n % 50)) = 0 ] && [ "$(wc -l < "$_gf_out")" -gt 4000 ]; then
-                    tail -n 4000 "$_gf_out" > "$_gf_out.tmp" && mv -f "$_gf_out.tmp" "$_gf_out"
+                if [ $((_gf_n % 50)) = 0 ]; then
+                    _gf_cap=$(( _gf_keep * $(printf '%s\n' "$_gf_block" | wc -l) ))
+                    if [ "$(wc -l < "$_gf_out")" -gt "$_gf_cap" ]; then
+                        tail -n "$_gf_cap" "$_gf_out" > "$_gf_out.tmp" &&
+                            mv -f "$_gf_out.tmp" "$_gf_out"
+                    fi
                 fi
-                sleep "${GPUFLEET_METRICS_INTERVAL:-10}" < /dev/null > /dev/null 2>&1
+                sleep "$_gf_every" < /dev/null > /dev/null 2>&1
             done
         ) &
         _gf_sampler=$!
