@@ -132,25 +132,25 @@ def refresh(records, root, max_age=MAX_AGE, now=None, connect_timeout=10, node_f
     make = node_factory or (lambda inst: Node(inst, root=root, connect_timeout=connect_timeout))
     nodes = dict((name, make(inst)) for name, inst in targets.items())
 
-    def ask(host):
-        if occupancy:
-            return nodes[host].call("status", {"health": True} if host in asked else {},
-                                    timeout=PROBE_TIMEOUT)
-        return nodes[host].call("health", {}, timeout=PROBE_TIMEOUT)
+    raw = {}
+    if occupancy:
+        # The survey every command makes (tasks.runs), with the health where it is due.
+        from .runs import survey_with_queues
 
-    answers = parallel(sorted(nodes), ask)
-    raw = dict((h, a["health"]) for h, (a, e) in answers.items()
-               if e is None and a.get("health") is not None)
-    unreachable = dict((h, str(e)) for h, (_a, e) in answers.items() if e is not None)
+        containers, claims, _queues, errors = survey_with_queues(
+            nodes, probe=asked, health=raw, timeout=PROBE_TIMEOUT)
+    else:
+        answers = parallel(sorted(nodes), lambda host: nodes[host].call(
+            "health", {}, timeout=PROBE_TIMEOUT))
+        raw.update((h, a["health"]) for h, (a, e) in answers.items() if e is None)
+        errors = dict((h, e) for h, (_a, e) in answers.items() if e is not None)
+    unreachable = dict((h, str(e)) for h, e in errors.items())
     changes = judge_answers(raw, now)
     store(root, dict((h, i["fleet"]) for h, i in asked.items()), changes, check_mode)
     # In check mode nothing was written: the records show what was read all the same.
     result = annotate(records, root, unreachable, changes if check_mode else None)
     if occupancy:
-        answered = dict((h, a) for h, (a, e) in answers.items() if e is None)
-        result = with_busy(result, busy_map(
-            dict((h, a.get("containers") or []) for h, a in answered.items()),
-            dict((h, a.get("claims") or []) for h, a in answered.items())), answered)
+        result = with_busy(result, busy_map(containers, claims), containers)
     return result
 
 

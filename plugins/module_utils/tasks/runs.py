@@ -133,14 +133,16 @@ def survey(nodes):
     return containers, errors
 
 
-def survey_with_queues(nodes, probe=(), health=None):
+def survey_with_queues(nodes, probe=(), health=None, timeout=None):
     """Every host's task containers, live claims and queue entries (tasks.booking), in one
     request per host: ``(containers, claims, queues, errors)``, each ``{host: ...}``. The hosts
     named in ``probe`` also read their GPUs' health in that request (tasks.healthside); what
-    they said goes into the dict ``health`` (``{host: probe}``, for tasks.health)."""
+    they said goes into the dict ``health`` (``{host: probe}``, for tasks.health). ``timeout``:
+    how long a host may take (the request's default when None)."""
     probe = set(probe or ())
+    limit = {} if timeout is None else {"timeout": timeout}
     answers = parallel(sorted(nodes), lambda h: nodes[h].call(
-        "status", {"health": True} if h in probe else {}))
+        "status", {"health": True} if h in probe else {}, **limit))
     containers = {}
     claims = {}
     queues = {}
