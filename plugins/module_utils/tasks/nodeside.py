@@ -183,19 +183,18 @@ def _metrics_window(path, window):
     finally:
         os.close(fd)
     lines = data.decode("utf-8", "replace").splitlines()
-    stamps = [int(line.split()[1]) for line in lines
-              if line.startswith("@ ") and line.split()[1:2] and line.split()[1].isdigit()]
+    # Each line with the epoch of the sample it belongs to (None: before any readable header).
+    stamped, epoch = [], None
+    for line in lines:
+        if line.startswith("@ "):
+            field = line.split()[1:2]
+            epoch = int(field[0]) if field and field[0].isdigit() else None
+        stamped.append((epoch, line))
+    stamps = [e for e, _line in stamped if e is not None]
     if not stamps:
         return ""
     since = max(stamps) - window
-    kept, keep = [], False
-    for line in lines:
-        if line.startswith("@ "):
-            stamp = line.split()[1:2]
-            keep = bool(stamp) and stamp[0].isdigit() and int(stamp[0]) >= since
-        if keep:
-            kept.append(line)
-    return "\n".join(kept)
+    return "\n".join(line for e, line in stamped if e is not None and e >= since)
 
 
 def op_metrics(payload):
