@@ -457,9 +457,12 @@ def detach(run: str, remove: bool = False, **options) -> dict:
     return result.stats.get("gpufleet_attach") or {}
 
 
-def fleets(files: Iterable[str | os.PathLike] = (), **options) -> list:
+def fleets(files: Iterable[str | os.PathLike] = (), health_max_age: int | None = None,
+           **options) -> list:
     """Fleet records as ``gpufleet fleet`` lists them: every fleet the backends hold, or the
-    fleets of the fleet ``files`` (SSH fleets are listed only from their files)."""
+    fleets of the fleet ``files`` (SSH fleets are listed only from their files).
+    ``health_max_age``: read the GPU health of hosts whose health is older than that many
+    seconds (list.yml's default when None)."""
     opts = _Options(**options)
     paths = []
     for path in files:
@@ -467,11 +470,10 @@ def fleets(files: Iterable[str | os.PathLike] = (), **options) -> list:
             raise GpufleetError("fleets() lists fleet files; %r is not a path" % (path,))
         _read(path, ("fleet",))
         paths.append(os.path.abspath(os.fspath(path)))
-    result = opts.play("list.yml", opts.extravars(fleets=paths))
-    records = result.stats.get("gpufleet_fleets")
-    if records is None:
-        raise _failed(result)
-    return records
+    result = opts.play("list.yml", opts.extravars(
+        fleets=paths,
+        gpufleet_health_max_age=None if health_max_age is None else int(health_max_age)))
+    return _stat(result, "gpufleet_fleets")
 
 
 def volumes(**options) -> list:
@@ -559,9 +561,4 @@ def fleets_with_health(files: Iterable[str | os.PathLike] = (), max_age: int = 0
                        **options) -> list:
     """:func:`fleets`, with the GPU health of hosts whose health is older than ``max_age``
     seconds read again first (0: every host); ``gpufleet fleet --refresh``."""
-    opts = _Options(**options)
-    paths = [os.path.abspath(os.fspath(path)) for path in files]
-    for path in paths:
-        _read(path, ("fleet",))
-    return _stat(opts.play("list.yml", opts.extravars(
-        fleets=paths, gpufleet_health_max_age=int(max_age))), "gpufleet_fleets")
+    return fleets(files, health_max_age=max_age, **options)
