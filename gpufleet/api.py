@@ -358,11 +358,14 @@ def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
     return _ended(result, result.stats.get("gpufleet_run"), wait, check)
 
 
-def wait(run: str, check: bool = True, **options) -> dict:
-    """Follow a run until it ends (its log lines come to ``on_event``); returns its record,
-    or raises GpufleetError when it did not end ``done`` and ``check`` is true."""
+def wait(run: str, check: bool = True, job: int | None = None, since: str | None = None,
+         **options) -> dict:
+    """Follow a run until it ends (its log lines come to ``on_event``; only ``job``'s, without
+    the rank prefix, when given; from ``since`` as logs() takes it); returns its record, or
+    raises GpufleetError when it did not end ``done`` and ``check`` is true."""
     opts = _Options(**options)
-    result = opts.play("logs.yml", opts.extravars(run=run, gpufleet_follow=True))
+    result = opts.play("logs.yml", opts.extravars(run=run, gpufleet_follow=True,
+                                                  gpufleet_job=job, gpufleet_since=since))
     record = result.stats.get("gpufleet_run")
     if record is None or not result.ok:
         raise _failed(result, record)
@@ -392,11 +395,18 @@ def status(run: str | None = None, **options) -> list | dict:
     raise GpufleetError(f"no run named {run}")
 
 
-def logs(run: str, tail: int | None = None, **options) -> dict:
-    """A run's logs: ``{"run": record, "lines": ["[run-rank] line", ...], "ranks":
-    [{"rank": 0, "lines": [...]}, ...]}``; ``tail`` keeps each job's last lines."""
+def logs(run: str, tail: int | None = None, job: int | None = None, since: str | None = None,
+         stream: bool = False, **options) -> dict:
+    """A run's logs, as its hosts keep them (also after its containers are gone): ``{"run":
+    record, "lines": ["[run-rank] line", ...], "ranks": [{"rank": 0, "lines": [...]}, ...]}``.
+    ``tail`` keeps each job's last lines; ``job`` only that job's (its lines unprefixed, as
+    ``dstack logs --job``); ``since`` a duration back from now (``10m``) or an RFC 3339 time
+    with its offset. With ``stream``, the lines come to ``on_event`` as they are read, a page
+    at a time, and ``lines`` is empty: what the gpufleet command does for any size of output."""
     opts = _Options(**options)
-    result = opts.play("logs.yml", opts.extravars(run=run, gpufleet_tail=tail))
+    result = opts.play("logs.yml", opts.extravars(
+        run=run, gpufleet_tail=tail, gpufleet_job=job, gpufleet_since=since,
+        gpufleet_stream=True if stream else None))
     if not result.ok:
         raise _failed(result)
     return {"run": result.stats.get("gpufleet_run"),

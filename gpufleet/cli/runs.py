@@ -21,10 +21,15 @@ def add_logs(commands):
     logs = commands.add_parser(
         "logs", help="show a run's logs",
         description="Show the logs of every job of a run, each line prefixed with the run "
-                    "and rank.")
+                    "and rank, as the hosts keep them (also after the containers are gone).")
     logs.add_argument("run", metavar="RUN", help="the run's name")
     logs.add_argument("-f", "--follow", action="store_true",
                       help="keep streaming new lines until the run ends")
+    logs.add_argument("--job", type=int, metavar="N",
+                      help="only job N's output, without the rank prefix (as dstack logs)")
+    logs.add_argument("--since", metavar="WHEN",
+                      help="only output printed since then: a duration (10s, 5m, 1d) or an "
+                           "RFC 3339 time with its offset (2026-09-24T15:30:00Z)")
     common.fleet_file_option(logs, "an SSH fleet's file (repeatable)")
     logs.set_defaults(handler=_logs)
 
@@ -59,14 +64,14 @@ def _logs(args, out, err) -> int:
 
     try:
         if args.follow:
-            wait(args.run, check=False, fleet_files=common.fleet_files(args),
-                 on_event=common.run_printer(out, err))
+            wait(args.run, check=False, job=args.job, since=args.since,
+                 fleet_files=common.fleet_files(args), on_event=common.run_printer(out, err))
             return 0
-        found = logs(args.run, fleet_files=common.fleet_files(args))
+        # Streamed: the lines come as the hosts' pages are read, whatever the run printed.
+        logs(args.run, job=args.job, since=args.since, stream=True,
+             fleet_files=common.fleet_files(args), on_event=common.run_printer(out, err))
     except GpufleetError as exc:
         return common.failed(exc, err)
-    for line in found["lines"]:
-        out.write(line + "\n")
     return 0
 
 

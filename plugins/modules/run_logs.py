@@ -11,8 +11,13 @@ module: run_logs
 short_description: The logs of every job of a task run, prefixed with the run and rank
 version_added: 0.1.0
 description:
-  - Returns the output of each job's container of the run's latest submission, in rank order,
-    each line prefixed C([<run>-<rank>]).
+  - Returns the output of each job of the run's latest submission, in rank order, each line
+    prefixed C([<run>-<rank>]), as the job's host keeps it beside the job's state (the last
+    100 MB by default, E(GPUFLEET_LOGS_MAX_MB) in the task's C(env)). It is there after the
+    container is gone, for a job whose container could not be made (its error), and for any
+    controller with the fleet.
+  - With O(stream), through the action plugin, the lines are shown as they are read, a page at
+    a time, and not returned, so a run that printed gigabytes costs no memory.
   - With O(follow), through the action plugin, lines are shown as they come from every node
     until the run ends.
 author:
@@ -29,6 +34,24 @@ options:
   tail:
     description: Only the last lines of each job.
     type: int
+  job:
+    description:
+      - Only this job's output (its job number, as C(dstack logs --job)), without the
+        C([<run>-<rank>]) prefix.
+    type: int
+  since:
+    description:
+      - Only output printed since then, as C(dstack logs --since) takes it - a duration back
+        from now (C(10s), C(5m), C(1d)) or an RFC 3339 time with its offset
+        (C(2026-09-24T15:30:00Z)).
+      - A host notes once a second how much a job has printed, so a line printed up to a
+        second earlier may come too.
+    type: str
+  stream:
+    description:
+      - Show the lines as they are read instead of returning them (action plugin only).
+    type: bool
+    default: false
 extends_documentation_fragment:
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.info_module
@@ -46,18 +69,26 @@ EXAMPLES = r"""
     name: train
     tail: 100
   register: logs
+
+- name: Job 1's output of the last ten minutes, unprefixed
+  gpufleet.cluster.run_logs:
+    name: train
+    job: 1
+    since: 10m
+  register: job1
 """
 
 RETURN = r"""
 lines:
-  description: The log lines of every job, rank by rank (empty with O(follow)).
+  description: The log lines of every job, rank by rank (empty with O(follow) or O(stream);
+    unprefixed with O(job)).
   returned: success
   type: list
   elements: str
   sample: ["[train-0] epoch 1", "[train-1] epoch 1"]
 ranks:
-  description: The same lines by rank, without the prefix (empty with O(follow)); ranks that
-    printed nothing are left out.
+  description: The same lines by rank, without the prefix (empty with O(follow) or
+    O(stream)); ranks that printed nothing are left out.
   returned: success
   type: list
   elements: dict

@@ -434,18 +434,34 @@ def test_ps_a_playbook_that_cannot_start_exits_2(playbooks):
 # logs
 
 
-def test_logs_prints_the_published_lines(playbooks):
-    lines = ["[train-0] step 1", "[train-1] step 1", "[train-0] done"]
+def test_logs_streams_the_lines_the_hosts_kept(playbooks):
     playbooks.answer(stats={"gpufleet_run": run_record("train", "done"),
-                            "gpufleet_log_lines": lines},
-                     events=[verbose("never shown\n")])
+                            "gpufleet_log_lines": []},
+                     events=[verbose("[train-0] step 1\n[train-0] done\n"),
+                             {"event": "runner_on_ok", "stdout": "ok: [localhost]"},
+                             verbose("[train-1] step 1\n")])
     code, out, err = run(playbooks, "logs", "train")
     assert code == 0
-    assert out.splitlines() == lines
+    assert out == "[train-0] step 1\n[train-0] done\n[train-1] step 1\n"
     assert err == ""
     (call,) = playbooks.calls
-    assert call["playbook"] == "logs.yml" and call["streamed"] is False
-    assert call["extravars"] == {"run": "train"}
+    assert call["playbook"] == "logs.yml" and call["streamed"] is True
+    assert call["extravars"] == {"run": "train", "gpufleet_stream": True}
+
+
+def test_logs_passes_job_and_since_on(playbooks):
+    playbooks.answer(stats={"gpufleet_run": run_record("train", "done"),
+                            "gpufleet_log_lines": []}, events=[verbose("step 1\n")])
+    code, out, _err = run(playbooks, "logs", "train", "--job", "1", "--since", "10m")
+    assert (code, out) == (0, "step 1\n")
+    assert playbooks.calls[0]["extravars"] == {"run": "train", "gpufleet_stream": True,
+                                               "gpufleet_job": 1, "gpufleet_since": "10m"}
+    playbooks.answer(stats={"gpufleet_run": run_record("train", "done"),
+                            "gpufleet_log_lines": []})
+    code, _out, _err = run(playbooks, "logs", "-f", "train", "--job", "0")
+    assert code == 0
+    assert playbooks.calls[1]["extravars"] == {"run": "train", "gpufleet_follow": True,
+                                               "gpufleet_job": 0}
 
 
 def test_logs_of_a_run_without_lines_prints_nothing(playbooks):

@@ -20,6 +20,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import sta
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     booking,
     healthside,
+    logside,
     nodeside,
     ssh,
 )
@@ -221,11 +222,13 @@ def test_call_sends_the_source_and_the_request_on_stdin():
     assert kwargs["timeout"] == 45
     assert kwargs["stdout"] == subprocess.PIPE and kwargs["stderr"] == subprocess.PIPE
     data = kwargs["input"]
-    # Split the way BOOTSTRAP splits it on the host: nodeside's source, booking's, healthside's.
+    # Split the way BOOTSTRAP splits it on the host: nodeside's source, then booking's,
+    # healthside's and logside's.
     source, sep, request = data.partition(b"\n" + nodeside.SEPARATOR + b"\n")
     assert sep and source == b"\n".join((nodeside.source_bytes(),
                                          nodeside.source_bytes(vars(booking)),
-                                         nodeside.source_bytes(vars(healthside))))
+                                         nodeside.source_bytes(vars(healthside)),
+                                         nodeside.source_bytes(vars(logside))))
     assert json.loads(request.decode("utf-8")) == {"op": "status", "payload": {"run": "train"}}
 
 

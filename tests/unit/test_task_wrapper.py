@@ -6,6 +6,7 @@ temporary folder (GPUFLEET_DIR, DSTACK_DIR, GPUFLEET_ETC, HOME) and runs ``job.s
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import shutil
@@ -18,7 +19,12 @@ import time
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import environment as plan_env
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import rankplan, wrapper
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
+    logside,
+    nodeside,
+    rankplan,
+    wrapper,
+)
 
 RUN = {"name": "wrap", "id": "run-1", "submission": 0, "submitted_at": "2026-08-01T10:00:00Z"}
 KEY = {"private": "PRIVATE KEY TEXT\n", "public": "ssh-rsa AAAAB3 dstack_job\n"}
@@ -789,3 +795,73 @@ def test_metrics_read_nvidia_smi_fields_it_cannot_give_and_ignore_the_jobs_omp_t
     assert lines[1] == "nvidia [NotSupported] 1234 81559"
     header = lines[0].split()
     assert header[7] != "64" and header[7].isdigit() and len(header) == 9, header
+
+
+# --- the job's output, kept beside its state (tasks.joblogs reads it) ---------------------------
+
+def _idx(path):
+    return [tuple(int(x) for x in line.split()) for line in path.read_text().splitlines()]
+
+
+def test_output_goes_to_docker_and_to_the_state_folder(tmp_path, shell):
+    job = Job(tmp_path, {"commands": ["echo to-stdout", "echo to-stderr >&2",
+                                      "printf 'no newline'"]})
+    done = job.run(shell)
+    assert done.returncode == 0, done.stderr
+    # docker still gets each stream on its own
+    assert done.stdout == b"to-stdout\nno newline"
+    assert b"to-stderr" in done.stderr and b"to-stdout" not in done.stderr
+    kept = (job.state / "output.log").read_bytes()
+    assert sorted(kept.replace(b"no newline", b"no newline\n").splitlines()) == [
+        b"no newline", b"to-stderr", b"to-stdout"]
+    entries = _idx(job.state / "output.idx")
+    assert entries[0][1] == 0 and entries[-1][1] == len(kept), entries
+    assert [e[0] for e in entries] == sorted(e[0] for e in entries)
+    assert (job.state / "output.base").read_text().strip() == "0"
+
+
+def test_setup_failures_are_kept_too(tmp_path, shell):
+    job = Job(tmp_path, {"user": "ghost", "commands": ["touch ran"]})
+    done = job.run(shell)
+    assert done.returncode == 1
+    assert b"ghost" in (job.state / "output.log").read_bytes()
+    assert b"ghost" in done.stderr
+
+
+def test_output_rotates_at_half_the_cap_and_offsets_count_every_byte(tmp_path, shell):
+    # 1 MB cap: output.log is copied to output.log.1 and emptied past 512 KiB. Each burst is
+    # followed by a pause, so that no write races the rotation.
+    burst = "i=0; while [ $i -lt 700 ]; do printf '%%01023d\\n' %d; i=$((i+1)); done"
+    job = Job(tmp_path, {"commands": [burst % 1, "sleep 3", burst % 2, "sleep 3", "echo last"]})
+    done = job.run(shell, extra={"GPUFLEET_LOGS_MAX_MB": "1"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    total = 2 * 700 * 1024 + 5
+    base = int((job.state / "output.base").read_text())
+    current = (job.state / "output.log").read_bytes()
+    previous = (job.state / "output.log.1").read_bytes()
+    assert base == 2 * 700 * 1024 and current == b"last\n"
+    assert previous == (("%01023d\n" % 2) * 700).encode()
+    assert base + len(current) == total
+    entries = _idx(job.state / "output.idx")
+    assert entries[0][1] == base and entries[-1][1] == total
+    assert _idx(job.state / "output.idx.1")[0][1] == 700 * 1024
+
+
+def test_the_host_reads_what_the_wrapper_kept(tmp_path, monkeypatch):
+    # The host side (tasks.logside) on the very files a wrapper wrote, rotation included.
+    burst = "i=0; while [ $i -lt 700 ]; do printf '%%01023d\\n' %d; i=$((i+1)); done"
+    job = Job(tmp_path, {"commands": [burst % 1, "sleep 2", burst % 2, "echo last"]})
+    done = job.run((["/bin/sh"], os.environ.get("PATH", "/usr/bin:/bin")),
+                   extra={"GPUFLEET_LOGS_MAX_MB": "1"})
+    assert done.returncode == 0
+    monkeypatch.setattr(nodeside, "RUN_ROOT", str(tmp_path / "runs"))
+    (tmp_path / "runs" / "wrap" / "0").mkdir(parents=True)
+    os.symlink(str(job.state), str(tmp_path / "runs" / "wrap" / "0" / "state"))
+    whole = logside.read_job("wrap", 0, limit=8 << 20)
+    data = base64.b64decode(whole["data"])
+    # One rotation (in the pause): output.log.1 holds the first burst, output.log the rest.
+    assert (job.state / "output.log.1").stat().st_size == 700 * 1024
+    assert data == (("%01023d\n" % 1) * 700 + ("%01023d\n" % 2) * 700 + "last\n").encode()
+    assert whole["first"] == 0 and whole["next"] == whole["end"] == 1400 * 1024 + 5
+    last = base64.b64decode(logside.read_job("wrap", 0, tail=2)["data"])
+    assert last == ("%01023d\nlast\n" % 2).encode()

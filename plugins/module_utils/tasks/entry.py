@@ -12,6 +12,7 @@ functions; only the way events are shown differs.
 from __future__ import annotations
 
 import os
+import time
 
 from ..backends.docker_cli import Docker
 from ..core.errors import GpufleetError
@@ -55,7 +56,10 @@ RUN_STOP_SPEC = dict(name=dict(type="str", required=True), abort=dict(type="bool
 RUN_METRICS_SPEC = dict(name=dict(type="str", required=True), job=dict(type="int"),
                         **FLEET_OPTIONS)
 RUN_LOGS_SPEC = dict(name=dict(type="str", required=True), follow=dict(type="bool", default=False),
-                     tail=dict(type="int"), **FLEET_OPTIONS)
+                     tail=dict(type="int"), job=dict(type="int"), since=dict(type="str"),
+                     stream=dict(type="bool", default=False), **FLEET_OPTIONS)
+# How much output one event carries when logs are streamed (lines are never split).
+STREAM_BATCH = 65536
 
 FINISHED = (lifecycle.RUN_DONE, lifecycle.RUN_FAILED, lifecycle.RUN_TERMINATED)
 RUN_TYPES = ("task", "dev-environment")
@@ -141,7 +145,11 @@ def event_line(event):
     kind = event.get("kind")
     run = event.get("run") or "run"
     if kind == "log":
-        return "[%s-%d] %s" % (run, event["rank"], event["line"])
+        lines = event["lines"] if "lines" in event else [event["line"]]
+        if event.get("raw"):
+            return "\n".join(lines)
+        prefix = "[%s-%d] " % (run, event["rank"])
+        return "\n".join(prefix + line for line in lines)
     if kind == "job":
         text = "%s job %d on %s: %s" % (run, event["job_num"], event["host"], event["status"])
         if event.get("exit_code") not in (None, 0):
@@ -409,19 +417,53 @@ def run_metrics(params):
 
 
 def run_logs(params, emit=None):
+    """A run's output (tasks.joblogs): its lines, or with ``stream`` (and ``emit``) passed on
+    in batches as they are read; with ``follow``, streamed until the run ends."""
+    from . import joblogs
+
     root, fleets = _fleets(params)
     nodes = runs.nodes_of(fleets, root)
+    name, job = params["name"], params.get("job")
+    since = None
+    if params.get("since"):
+        try:
+            since = joblogs.parse_since(params["since"], time.time())
+        except joblogs.LogsError as exc:
+            raise EntryError(str(exc)) from exc
+    empty = {"lines": [], "ranks": [], "changed": False}
     try:
         if params.get("follow") and emit is not None:
-            record = listing.follow_logs(nodes, params["name"],
-                                         lambda e: emit(dict(e, run=params["name"])))
-            return {"run": record, "lines": [], "ranks": [], "changed": False}
-        record, lines = listing.run_logs(nodes, params["name"], tail=params.get("tail"))
+            record = listing.follow_logs(nodes, name, lambda e: emit(dict(e, run=name)),
+                                         job=job, since=since)
+            return dict(empty, run=record)
+        record, lines = listing.run_logs(nodes, name, tail=params.get("tail"), job=job,
+                                         since=since)
+        if params.get("stream") and emit is not None:
+            _stream(lines, lambda rank, batch: emit({
+                "kind": "log", "run": name, "rank": rank, "lines": batch,
+                "raw": job is not None}))
+            return dict(empty, run=record)
+        lines = list(lines)
     except RunError as exc:
         raise EntryError(str(exc)) from exc
     ranks = {}
     for rank, line in lines:
         ranks.setdefault(rank, []).append(line)
-    return {"run": record, "changed": False,
-            "lines": ["[%s-%d] %s" % (params["name"], rank, line) for rank, line in lines],
+    prefixed = [line if job is not None else "[%s-%d] %s" % (name, rank, line)
+                for rank, line in lines]
+    return {"run": record, "changed": False, "lines": prefixed,
             "ranks": [{"rank": rank, "lines": ranks[rank]} for rank in sorted(ranks)]}
+
+
+def _stream(lines, send):
+    """Pass ``(rank, line)`` on in batches of about STREAM_BATCH bytes, one rank each."""
+    batch, size, current = [], 0, None
+    for rank, line in lines:
+        if batch and (rank != current or size >= STREAM_BATCH):
+            send(current, batch)
+            batch, size = [], 0
+        current = rank
+        batch.append(line)
+        size += len(line) + 1
+    if batch:
+        send(current, batch)

@@ -23,6 +23,8 @@ FAILED = "failed"
 DONE = "done"
 FINISHED = (TERMINATED, ABORTED, FAILED, DONE)
 ALIVE = (PROVISIONING, RUNNING, TERMINATING)
+# What tasks.nodeside's status says of a job whose folder is there and its container is not.
+CONTAINER_ABSENT = ("gone", "never-created")
 
 # Termination reasons (dstack's JobTerminationReason, lower case).
 CONTAINER_EXITED_WITH_ERROR = "container_exited_with_error"
@@ -84,6 +86,12 @@ def job_status(entry):
     files = entry.get("files") or {}
     reason = files.get("reason")
     state = entry.get("state")
+    if entry.get("setup_error"):
+        # Its container could not be created (tasks.nodeside's start).
+        return FAILED, EXECUTOR_ERROR, None
+    if state == "gone" and not files.get("exit_code") and reason not in STOP_REASONS:
+        # Its container was removed under it, by someone else (docker rm).
+        return TERMINATED, TERMINATED_BY_USER, None
     if state in ("created", "restarting"):
         return PROVISIONING, None, None
     if state in ("running", "paused", "removing"):

@@ -103,7 +103,9 @@ def run_records(containers, errors=None, instances=None):
         jobs += lost
         jobs.sort(key=lambda j: j["job_num"])
         records.append({
-            "message": next((j["message"] for j in lost if j.get("message")), None),
+            # Why a job never ran (its container could not be made) or its host is lost.
+            "message": next((m for m in [e.get("setup_error") for e in entries] +
+                             [j.get("message") for j in lost] if m), None),
             "name": name,
             "type": spec.get("type") or "task",
             "run_id": labels.get("gpufleet.run-id"),
@@ -260,29 +262,30 @@ def stop_run(nodes, name, abort=False):
     return after
 
 
-def run_logs(nodes, name, tail=None):
-    """The logs of every job of run ``name``'s latest submission: ``[(rank, line), ...]``
-    in rank order."""
+def run_logs(nodes, name, tail=None, job=None, since=None):
+    """The output of every job of run ``name``'s latest submission (or of ``job``) as its
+    hosts keep it (tasks.joblogs): ``(record, [(rank, line), ...])`` in rank order, lines
+    read lazily (the second item is an iterator)."""
+    from . import joblogs
+
     record, _mine = find_run(nodes, name)
-    lines = []
+    try:
+        found = joblogs.lines(nodes, record, job=job, since=since, tail=tail)
+        first = next(found, None)   # a missing job or a silent host is an error now
+    except joblogs.LogsError as exc:
+        raise RunError(str(exc)) from exc
 
-    def fetch(job):
-        node = nodes[job["host"]]
-        command = "%sdocker logs %s%s 2>&1" % (
-            node.sudo, "--tail %d " % tail if tail else "", job["container"])
-        rc, out, err = node.run(command, timeout=120)
-        if rc != 0:
-            raise NodeError(job["host"], "docker logs failed: %s" % err.strip())
-        return out
+    def rest():
+        if first is None:
+            return
+        yield first
+        try:
+            for item in found:
+                yield item
+        except joblogs.LogsError as exc:
+            raise RunError(str(exc)) from exc
 
-    jobs = dict((j["job_num"], j) for j in record["jobs"])
-    results = parallel(sorted(jobs), lambda num: fetch(jobs[num]))
-    for num in sorted(jobs):
-        out, error = results[num]
-        if error is not None:
-            raise RunError(str(error)) from error
-        lines += [(num, line) for line in out.splitlines()]
-    return record, lines
+    return record, rest()
 
 
 def run_metrics(nodes, name, job=None):
@@ -313,8 +316,10 @@ def run_metrics(nodes, name, job=None):
     return result
 
 
-def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time):
-    """Attach to run ``name``: stream its logs (``emit({"kind": "log", "rank", "line"})``) and
+def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time, job=None,
+                since=None):
+    """Attach to run ``name``: stream its logs (``emit({"kind": "log", "rank", "lines"})``;
+    only ``job``'s, unprefixed, when given; from ``since``, epoch seconds) and
     supervise it as the runner does (a failed job stops the others, master-done, a stop asked
     meanwhile) until it ends; return the final run record.
 
@@ -331,8 +336,12 @@ def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time):
              "stop_duration": spec.get("stop_duration") or 0} for j in record["jobs"]]
     policy = {"startup_order": spec.get("startup_order"),
               "stop_criteria": spec.get("stop_criteria"), "retry": None}
+    if job is not None and job not in [j["job_num"] for j in jobs]:
+        raise RunError("run %s has no job %d (jobs: %s)" % (
+            name, job, ", ".join(str(j["job_num"]) for j in jobs)))
     watch = Watch(jobs, dict((j["host"], nodes[j["host"]]) for j in jobs), policy, emit,
-                  clock=clock, sleep=sleep, poll=poll, follow_logs=True)
+                  clock=clock, sleep=sleep, poll=poll,
+                  follow_logs={"job": job, "since": since, "raw": job is not None})
     watch.started.update(j["job_num"] for j in jobs)
     watch.watch()
     return find_run(nodes, name)[0]

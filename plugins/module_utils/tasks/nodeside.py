@@ -125,7 +125,80 @@ def op_status(payload):
             if labels.get(RUN_LABEL) and labels.get("gpufleet.job") is not None:
                 entry["files"] = _read_state(labels[RUN_LABEL], labels["gpufleet.job"])
             containers.append(entry)
+    containers += _folder_jobs(payload.get("run"), set(c["name"] for c in containers))
     return {"containers": containers}
+
+
+def _folder_jobs(run, names):
+    """Jobs whose container is not there while their folder is: the container could not be
+    created (``state/setup_error``), or it was removed by hand. ``record.json`` (written by
+    ``start``) gives their name and labels; their state folder says how they ended. A folder
+    that has neither ``created`` nor ``setup_error`` is a start under way, and left out."""
+    runs = [run] if run else _listdir(RUN_ROOT)
+    found = []
+    for name in runs:
+        if not _RUN_NAME.match(name or ""):
+            continue
+        for job in _listdir(os.path.join(RUN_ROOT, name)):
+            if not job.isdigit():
+                continue
+            folder = job_dir(name, int(job))
+            record = _json_file(os.path.join(folder, "record.json"))
+            if not record or record.get("container") in names:
+                continue
+            setup_error = _small_file(os.path.join(folder, "state", "setup_error"))
+            created = os.path.join(folder, "created")
+            if setup_error is None and not os.path.exists(created):
+                continue
+            moments = [m for m in (_mtime(os.path.join(folder, "state", n))
+                                   for n in ("exit_code", "reason", "setup_error")) if m]
+            found.append({
+                "name": record.get("container"), "labels": record.get("labels") or {},
+                "state": "gone" if setup_error is None else "never-created",
+                "exit_code": None, "oom_killed": False, "started_at": _mtime(created),
+                "finished_at": max(moments) if moments else None, "error": setup_error,
+                "address": None, "files": _read_state(name, int(job)),
+                "setup_error": setup_error})
+    return found
+
+
+def _listdir(path):
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+def _mtime(path):
+    """A file's modification time as Docker writes times (RFC 3339, UTC), or None."""
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.stat(path).st_mtime))
+    except OSError:
+        return None
+
+
+def _small_file(path, limit=65536):
+    """The text of a regular file of the job folder (no link followed), or None."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit).decode("utf-8", "replace").strip()
+    finally:
+        os.close(fd)
+
+
+def _json_file(path):
+    text = _small_file(path)
+    try:
+        value = json.loads(text) if text else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _address(item):
@@ -321,6 +394,12 @@ def op_start(payload):
     mountpoint = os.path.join(folder, "job", "state")
     if not os.path.isdir(mountpoint):
         os.makedirs(mountpoint, 0o755)
+    # What status reports of this job if its container is never made or goes away.
+    labels = dict(value.split("=", 1) for flag, value in zip(job["docker_args"],
+                                                             job["docker_args"][1:])
+                  if flag == "--label" and "=" in value)
+    _write(os.path.join(folder, "record.json"),
+           json.dumps({"container": name, "labels": labels}).encode("utf-8"), 0o644)
     args = ["run", "-d"] + list(job["docker_args"])
     args += ["-v", "%s:/gpufleet:ro" % os.path.join(folder, "job"),
              "-v", "%s:/gpufleet/state" % os.path.join(folder, "state")]
@@ -336,7 +415,11 @@ def op_start(payload):
         if "is already in use" in err:
             return {"started": False, "exists": True}
         _docker(["rm", "-f", name], check=False)
-        raise Failure("could not start container %s: %s" % (name, err.strip()[-1500:]))
+        message = "could not start container %s: %s" % (name, err.strip()[-1500:])
+        _write(os.path.join(folder, "state", "setup_error"),
+               (message + "\n").encode("utf-8"), 0o644)
+        raise Failure(message)
+    _write(os.path.join(folder, "created"), (out.strip() + "\n").encode("utf-8"), 0o644)
     return {"started": True, "id": out.strip()}
 
 

@@ -68,13 +68,23 @@ def observe(nodes, run, submission=None):
 
 
 class LogFollower(object):
-    """``docker logs -f`` of one job, each line passed on with the job's rank."""
+    """One job's output, passed on a chunk at a time as ``{"kind": "log", "rank", "lines"}``
+    (whole lines only, so a job printing fast costs one event per chunk, not per line):
+    ``docker logs -f`` while its container is there, else what its host kept (tasks.joblogs).
 
-    def __init__(self, node, container, rank, emit):
+    ``options``: ``since`` (epoch seconds) and ``raw`` (the lines go out unprefixed, for one
+    job's output alone).
+    """
+
+    CHUNK = 65536
+
+    def __init__(self, node, container, rank, emit, options=None, kept=None):
         self.node = node
         self.container = container
         self.rank = rank
         self.emit = emit
+        self.options = options or {}
+        self.kept = kept
         self.thread = threading.Thread(target=self._run, name="logs-%s" % container)
         self.thread.daemon = True
         self.proc = None
@@ -83,18 +93,40 @@ class LogFollower(object):
         self.thread.start()
         return self
 
+    def _pass_on(self, lines):
+        if lines:
+            self.emit({"kind": "log", "rank": self.rank, "lines": lines,
+                       "raw": bool(self.options.get("raw"))})
+
     def _run(self):
         import subprocess
 
-        command = self.node.sudo + "docker logs -f " + self.container + " 2>&1"
+        from .joblogs import Lines, LogsError
+
+        lines = Lines()
+        if self.kept is not None:
+            try:
+                for data in self.kept():
+                    self._pass_on(lines.feed(data))
+            except LogsError as exc:
+                self._pass_on(["gpufleet: %s" % exc])
+            self._pass_on(lines.close())
+            return
+        since = self.options.get("since")
+        command = "%sdocker logs -f %s%s 2>&1" % (
+            self.node.sudo, "--since %d " % int(since) if since is not None else "",
+            self.container)
         try:
             self.proc = self.node.popen(command, stdout=subprocess.PIPE,
                                         stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         except OSError:
             return
-        for raw in iter(self.proc.stdout.readline, b""):
-            self.emit({"kind": "log", "rank": self.rank,
-                       "line": raw.decode("utf-8", "replace").rstrip("\n")})
+        while True:
+            data = self.proc.stdout.read1(self.CHUNK)
+            if not data:
+                break
+            self._pass_on(lines.feed(data))
+        self._pass_on(lines.close())
         self.proc.wait()
 
     def join(self, timeout=5.0):
@@ -108,7 +140,8 @@ class Watch(object):
 
     ``jobs``: the job specs of the submission (tasks.rankplan.build_jobs), by job number;
     ``nodes``: ``{host: tasks.ssh.Node}``; ``policy``: startup_order, stop_criteria, retry;
-    ``emit(event)``: called with each change (see ``run``).
+    ``emit(event)``: called with each change (see ``run``); ``follow_logs``: pass the jobs'
+    output on too (True, or ``{"job": N or None, "since": epoch or None, "raw": bool}``).
     """
 
     def __init__(self, jobs, nodes, policy, emit, clock=time.time, sleep=time.sleep,
@@ -232,10 +265,30 @@ class Watch(object):
             statuses[num] = lifecycle.job_status(entry)
             if entry is not None:
                 self.started.add(num)
-                if self.follow_logs and num not in self.followers:
-                    self.followers[num] = LogFollower(
-                        self.nodes[host], job["container"], num, self.emit).start()
+                if self._follows(num) and num not in self.followers:
+                    self.followers[num] = self._follower(num, entry)
         return statuses
+
+    def _follows(self, num):
+        if not self.follow_logs:
+            return False
+        only = self.follow_logs.get("job") if isinstance(self.follow_logs, dict) else None
+        return only is None or only == num
+
+    def _follower(self, num, entry):
+        """A job's log follower: its container's output, or what its host kept of a job whose
+        container is gone or was never made."""
+        job = self.jobs[num]
+        options = self.follow_logs if isinstance(self.follow_logs, dict) else {}
+        kept = None
+        if entry.get("state") in lifecycle.CONTAINER_ABSENT:
+            from . import joblogs
+
+            record = {"name": self.run, "jobs": [job]}
+            kept = lambda: (data for _n, data in joblogs.pages(  # noqa: E731
+                {job["host"]: self.nodes[job["host"]]}, record, since=options.get("since")))
+        return LogFollower(self.nodes[job["host"]], job["container"], num, self.emit,
+                           options, kept).start()
 
     def _report(self, statuses):
         for num, status in sorted(statuses.items()):

@@ -55,6 +55,7 @@ _gf_finish() {
     if [ -n "$_gf_sampler" ]; then
         kill "$_gf_sampler" 2>/dev/null
     fi
+    _gf_drain
     printf '%s\n' "$1" > "$GPUFLEET_STATE/exit_code" 2>/dev/null
     _gf_peers_verdict "$1"
     exit "$1"
@@ -132,10 +133,122 @@ trap _gf_forward INT
 
 mkdir -p "$GPUFLEET_STATE" 2>/dev/null
 
+# --- 0. the job's output, kept on the host ----------------------------------------------------
+# Everything the job prints, this wrapper's own messages included, goes to the container's
+# output (docker logs) and to state/output.log, which lives on the host beside the job's state,
+# so gpufleet logs reads it after the container is gone (tasks/joblogs.py). Standard output and
+# standard error each pass through a tee (docker keeps them apart); both append to one file.
+# The keeper (below) copies output.log to output.log.1 and empties it once it passes half of
+# GPUFLEET_LOGS_MAX_MB (100), and notes "EPOCH OFFSET" lines in output.idx for --since: OFFSET
+# counts every byte written since the job began, output.base holds the offset where
+# output.log begins. Images without tee or mkfifo keep only docker's copy.
+_gf_tee_out=
+_gf_tee_err=
+_gf_keeper=
+_gf_capture() {
+    command -v tee > /dev/null 2>&1 && command -v mkfifo > /dev/null 2>&1 || return 0
+    mkdir -p "$DSTACK_DIR" 2>/dev/null
+    _gf_log_file=$GPUFLEET_STATE/output.log
+    : >> "$_gf_log_file" 2>/dev/null || return 0
+    for _gf_s in out err; do
+        _gf_fifo=$DSTACK_DIR/.output-$_gf_s.$$
+        rm -f "$_gf_fifo"
+        mkfifo -m 600 "$_gf_fifo" 2>/dev/null || return 0
+        # Both ends are opened here, before the FIFO's name goes: fd 9 holds the pipe open
+        # both ways, so that neither open waits for the other; tee gets its end as fd 8.
+        exec 9<> "$_gf_fifo"
+        exec 8< "$_gf_fifo"
+        if [ "$_gf_s" = out ]; then
+            tee -a "$_gf_log_file" <&8 8<&- 9>&- &
+            _gf_tee_out=$!
+            exec > "$_gf_fifo"
+        else
+            tee -a "$_gf_log_file" <&8 >&2 8<&- 9>&- &
+            _gf_tee_err=$!
+            exec 2> "$_gf_fifo"
+        fi
+        exec 8<&- 9>&-
+        rm -f "$_gf_fifo"
+    done
+    printf '0\n' > "$GPUFLEET_STATE/output.base"
+    printf '%s 0\n' "$(date +%s)" > "$GPUFLEET_STATE/output.idx"
+}
+
+# _gf_size FILE: its size in bytes (empty when it cannot be read).
+_gf_size() {
+    set -- $(ls -ln "$1" 2>/dev/null)
+    printf '%s' "$5"
+}
+
+_gf_keep_output() {
+    _gf_cap=${GPUFLEET_LOGS_MAX_MB:-100}
+    while [ "${_gf_cap#0}" != "$_gf_cap" ]; do _gf_cap=${_gf_cap#0}; done
+    case $_gf_cap in
+        ''|*[!0-9]*) _gf_cap=100 ;;
+    esac
+    _gf_half=$(( _gf_cap * 524288 ))
+    _gf_lf=$GPUFLEET_STATE/output.log
+    _gf_base=0
+    _gf_then=$(date +%s)
+    _gf_total=0
+    while :; do
+        sleep 1 < /dev/null > /dev/null 2>&1
+        _gf_now=$(date +%s)
+        _gf_sz=$(_gf_size "$_gf_lf")
+        [ -n "$_gf_sz" ] || continue
+        if [ $(( _gf_base + _gf_sz )) != "$_gf_total" ]; then
+            # What was written by the last tick was written before it; the rest after.
+            printf '%s %s\n' "$_gf_then" "$_gf_total" >> "$GPUFLEET_STATE/output.idx"
+            _gf_total=$(( _gf_base + _gf_sz ))
+        fi
+        _gf_then=$_gf_now
+        if [ "$_gf_sz" -gt "$_gf_half" ]; then
+            cp "$_gf_lf" "$_gf_lf.1.tmp" 2>/dev/null && mv -f "$_gf_lf.1.tmp" "$_gf_lf.1" &&
+                _gf_copied=$(_gf_size "$_gf_lf.1") && : > "$_gf_lf" || continue
+            # Lines written between the copy and the truncation are lost (as with logrotate's
+            # copytruncate): the window is the time between two system calls.
+            _gf_base=$(( _gf_base + _gf_copied ))
+            printf '%s\n' "$_gf_base" > "$GPUFLEET_STATE/output.base"
+            mv -f "$GPUFLEET_STATE/output.idx" "$GPUFLEET_STATE/output.idx.1"
+            printf '%s %s\n' "$_gf_now" "$_gf_base" > "$GPUFLEET_STATE/output.idx"
+            _gf_total=$_gf_base
+        fi
+    done
+}
+
+# At the end: let both tees write what is still in their pipes (at most 2 seconds, in case a
+# process the job left behind holds a pipe open), then note where the output ended.
+_gf_drain() {
+    [ -n "$_gf_tee_out$_gf_tee_err" ] || return 0
+    if [ -n "$_gf_keeper" ]; then
+        kill "$_gf_keeper" 2>/dev/null
+        wait "$_gf_keeper" 2>/dev/null
+    fi
+    exec > /dev/null 2>&1
+    ( sleep 2; kill $_gf_tee_out $_gf_tee_err ) > /dev/null 2>&1 &
+    _gf_timer=$!
+    for _gf_t in $_gf_tee_out $_gf_tee_err; do
+        wait "$_gf_t" 2>/dev/null
+    done
+    kill "$_gf_timer" 2>/dev/null
+    _gf_tee_out=
+    _gf_tee_err=
+    read -r _gf_b < "$GPUFLEET_STATE/output.base" 2>/dev/null || _gf_b=0
+    _gf_sz=$(_gf_size "$GPUFLEET_STATE/output.log")
+    printf '%s %s\n' "$(date +%s)" "$(( _gf_b + ${_gf_sz:-0} ))" \
+        >> "$GPUFLEET_STATE/output.idx" 2>/dev/null
+}
+
+_gf_capture
+
 # --- 1. environment ----------------------------------------------------------------------------
 [ -r "$GPUFLEET_DIR/env.sh" ] ||
     _gf_fail "$GPUFLEET_DIR/env.sh is missing: the job folder is not mounted"
 . "$GPUFLEET_DIR/env.sh" || _gf_fail "cannot read $GPUFLEET_DIR/env.sh"
+if [ -n "$_gf_tee_out" ]; then
+    ( trap - TERM INT; _gf_keep_output ) > /dev/null 2>&1 &
+    _gf_keeper=$!
+fi
 
 # _gf_passwd NAME_OR_UID: sets _gf_pw_name _gf_pw_uid _gf_pw_gid _gf_pw_home from passwd.
 _gf_passwd() {
@@ -708,7 +821,7 @@ case $_gf_every in
                 fi
                 sleep "$_gf_every" < /dev/null > /dev/null 2>&1
             done
-        ) &
+        ) > /dev/null 2>&1 &
         _gf_sampler=$!
         ;;
 esac
