@@ -83,16 +83,19 @@ class _Options:
     """What every call may be told: ``state_dir`` (else $GPUFLEET_STATE_DIR...),
     ``backend_settings`` (the cloud backends' settings for apply, plan, delete and fleets; the
     task commands read ``backends.yml`` in the state dir), ``fleet_files`` (SSH fleets' files
-    the task commands may use), ``on_event`` and ``private_data_dir`` (where ansible-runner
-    keeps its files; a temporary directory by default)."""
+    the task commands may use), ``on_event``, ``output`` (a writable file such as sys.stdout:
+    a run's log lines and its jobs' changes are written there as they come, instead of coming
+    to ``on_event``, so that no size of output is held in memory) and ``private_data_dir``
+    (where ansible-runner keeps its files; a temporary directory by default)."""
 
     def __init__(self, state_dir=None, backend_settings=None, fleet_files=(), on_event=None,
-                 private_data_dir=None):
+                 private_data_dir=None, output=None):
         self.state_dir = os.path.abspath(os.path.expanduser(state_dir)) if state_dir else None
         self.backend_settings = backend_settings
         self.fleet_files = [os.path.abspath(os.fspath(p)) for p in fleet_files or ()]
         self.on_event = on_event
         self.private_data_dir = private_data_dir
+        self.output = output
 
     def extravars(self, **given):
         variables = {k: v for k, v in given.items() if v is not None}
@@ -108,7 +111,8 @@ class _Options:
         try:
             return runner.run_playbook(playbook, variables, check=check,
                                        on_event=on_event or self.on_event,
-                                       private_data_dir=self.private_data_dir)
+                                       private_data_dir=self.private_data_dir,
+                                       **({"output": self.output} if self.output else {}))
         except (RunnerError, CollectionNotFound) as exc:
             raise GpufleetError(str(exc)) from None
 
@@ -401,8 +405,9 @@ def logs(run: str, tail: int | None = None, job: int | None = None, since: str |
     record, "lines": ["[run-rank] line", ...], "ranks": [{"rank": 0, "lines": [...]}, ...]}``.
     ``tail`` keeps each job's last lines; ``job`` only that job's (its lines unprefixed, as
     ``dstack logs --job``); ``since`` a duration back from now (``10m``) or an RFC 3339 time
-    with its offset. With ``stream``, the lines come to ``on_event`` as they are read, a page
-    at a time, and ``lines`` is empty: what the gpufleet command does for any size of output."""
+    with its offset. With ``stream``, the lines are shown as they are read, a page at a time
+    (to ``output`` when given, else to ``on_event``), and ``lines`` is empty: what the
+    gpufleet command does for any size of output."""
     opts = _Options(**options)
     result = opts.play("logs.yml", opts.extravars(
         run=run, gpufleet_tail=tail, gpufleet_job=job, gpufleet_since=since,

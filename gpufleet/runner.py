@@ -15,11 +15,14 @@ vars mean what the user meant), against ``localhost`` unless an inventory is giv
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import os
+import select
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,7 +50,8 @@ class PlaybookResult:
     failed, timeout, canceled. ``stats``: the custom stats published with set_stats
     (``per_host: false``, the default). ``failures``: ``{"host", "task", "msg"}`` per task
     failure or unreachable host that ended that host's play: errors with ``ignore_errors`` and
-    failures a ``rescue`` handled are left out. ``stdout``: the output ansible-playbook printed.
+    failures a ``rescue`` handled are left out. ``stdout``: the output ansible-playbook printed
+    (its last 4 MiB: the end, where errors are).
     """
 
     rc: int
@@ -255,6 +259,7 @@ def run_playbook(
     quiet: bool = True,
     private_data_dir: str | os.PathLike | None = None,
     timeout: int | None = None,
+    output=None,
 ) -> PlaybookResult:
     """Run a playbook of the collection (``"fleet.yml"``) or at a path, and wait for it.
 
@@ -263,7 +268,11 @@ def run_playbook(
     called with each ansible-runner event as it comes (see ``progress_printer``); ``quiet=False``
     also prints ansible-playbook's output; ``private_data_dir`` keeps ansible-runner's files
     (artifacts, events) there, otherwise a temporary directory is used and removed; ``timeout``
-    stops the run after that many seconds (status ``timeout``).
+    stops the run after that many seconds (status ``timeout``). ``output`` (a writable file,
+    such as sys.stdout): the task runner's lines (a run's logs and its jobs' changes) are
+    written there as they come, through a pipe whose path the playbook gets as
+    ``gpufleet_output_path``, instead of as events: ansible-runner holds everything a
+    playbook prints until it ends, and a run's logs may be gigabytes.
 
     Raises RunnerError when the playbook cannot be started at all; a playbook that fails gives
     a result with a non-zero ``rc``.
@@ -282,6 +291,9 @@ def run_playbook(
     data_dir = tempfile.mkdtemp(prefix="gpufleet-run-") if temporary else str(private_data_dir)
     os.makedirs(data_dir, exist_ok=True)
     collector = _Collector(on_event)
+    pump = _Pump(output) if output is not None else None
+    if pump is not None:
+        extravars = dict(extravars or {}, gpufleet_output_path=pump.path)
     try:
         runner = ansible_runner.run(
             private_data_dir=data_dir,
@@ -296,7 +308,11 @@ def run_playbook(
             quiet=quiet,
             timeout=timeout,
         )
-        stdout = runner.stdout.read() if runner.stdout else ""
+        try:
+            with runner.stdout as handle:   # the property opens the file each time
+                stdout = _tail(handle)
+        except ansible_runner.exceptions.AnsibleRunnerException:
+            stdout = ""
         return PlaybookResult(
             rc=runner.rc if runner.rc is not None else -1,
             status=str(runner.status),
@@ -305,8 +321,83 @@ def run_playbook(
             stdout=stdout,
         )
     finally:
+        if pump is not None:
+            pump.close()
         if temporary:
             shutil.rmtree(data_dir, ignore_errors=True)
+
+
+class _Pump:
+    """A FIFO in a private folder, copied to ``out`` by a thread while a playbook runs.
+
+    This process holds the FIFO open both ways, so the playbook's writer never waits to open
+    it and the reader never sees an end before the writer came; once the playbook has ended,
+    what is left in the pipe is read and the pump stops.
+    """
+
+    def __init__(self, out):
+        self.out = out
+        self.folder = tempfile.mkdtemp(prefix="gpufleet-out-")
+        self.path = os.path.join(self.folder, "output")
+        os.mkfifo(self.path, 0o600)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_NONBLOCK)
+        self.done = threading.Event()
+        self.binary = getattr(out, "buffer", None)
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.thread = threading.Thread(target=self._copy, name="gpufleet-output", daemon=True)
+        self.thread.start()
+
+    def _write(self, data):
+        if self.binary is not None:
+            self.binary.write(data)
+            self.binary.flush()
+        else:
+            self.out.write(self.decoder.decode(data, final=not data))
+            self.out.flush()
+
+    def _copy(self):
+        while True:
+            ready, _w, _x = select.select([self.fd], [], [], 0.2)
+            if ready:
+                try:
+                    data = os.read(self.fd, 65536)
+                except BlockingIOError:
+                    continue
+                if data:
+                    try:
+                        self._write(data)
+                    except (OSError, ValueError):
+                        pass   # the reader went away (a closed pipe): drain, print nothing
+                    continue
+            if self.done.is_set():
+                break
+
+    def close(self):
+        self.done.set()
+        self.thread.join()
+        os.close(self.fd)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+# The most of ansible-playbook's output a result keeps: the end, where errors are. A playbook
+# that streams a run's logs prints all of them, and they must not be held in memory.
+STDOUT_KEPT = 4 * 1024 * 1024
+
+
+def _tail(handle) -> str:
+    """The last STDOUT_KEPT characters or so of ansible-runner's stdout file."""
+    try:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        if size > STDOUT_KEPT:
+            # A text file seeks only to tell() cookies; reread from the byte offset instead.
+            with open(handle.name, "rb") as raw:
+                raw.seek(size - STDOUT_KEPT)
+                return raw.read().decode("utf-8", "replace")
+        handle.seek(0)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return handle.read()
 
 
 def _indent_message(msg: str, indent: str) -> str:

@@ -180,9 +180,11 @@ def _run_task(args, path, config, out, err) -> int:
         try:
             if attaching is not None:
                 attaching.start()
+            # Attached, the run's lines come through a pipe (output), however many they are.
             record = run_task(path, wait=not args.detach, check=False,
                               fleet_files=common.fleet_files(args), **overrides,
-                              on_event=common.run_printer(out, err))
+                              on_event=common.run_printer(out, err),
+                              **({} if args.detach else {"output": out}))
         except KeyboardInterrupt:
             return _detached(record, attaching, err)
         except GpufleetError as exc:

@@ -64,11 +64,11 @@ def _logs(args, out, err) -> int:
 
     try:
         if args.follow:
-            wait(args.run, check=False, job=args.job, since=args.since,
+            wait(args.run, check=False, job=args.job, since=args.since, output=out,
                  fleet_files=common.fleet_files(args), on_event=common.run_printer(out, err))
             return 0
         # Streamed: the lines come as the hosts' pages are read, whatever the run printed.
-        logs(args.run, job=args.job, since=args.since, stream=True,
+        logs(args.run, job=args.job, since=args.since, stream=True, output=out,
              fleet_files=common.fleet_files(args), on_event=common.run_printer(out, err))
     except GpufleetError as exc:
         return common.failed(exc, err)

@@ -21,7 +21,7 @@ class ActionModule(ActionBase):
         _validation, params = self.validate_argument_spec(argument_spec=entry.RUN_LOGS_SPEC)
         params = entry.expand_paths(params)
         try:
-            result.update(entry.run_logs(params, emit=printer()))
+            result.update(entry.run_logs(params, emit=printer(params.get("output_path"))))
         except entry.EntryError as exc:
             result.update(failed=True, msg=str(exc))
         return result

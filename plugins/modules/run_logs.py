@@ -52,6 +52,13 @@ options:
       - Show the lines as they are read instead of returning them (action plugin only).
     type: bool
     default: false
+  output_path:
+    description:
+      - A file or FIFO the lines the action plugin would show (log lines and the jobs' changes) are appended to
+        instead. C(gpufleet.runner.run_playbook(output=...)) passes a FIFO here, so that
+        ansible-runner, which holds all that a playbook prints until it ends, never holds a
+        run's logs.
+    type: path
 extends_documentation_fragment:
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.info_module

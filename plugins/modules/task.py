@@ -66,6 +66,13 @@ options:
       - With O(wait), returns when every run has ended; otherwise when the last index is
         submitted (with C(%N), that is when all but N have ended). RV(runs) lists the runs.
     type: str
+  output_path:
+    description:
+      - A file or FIFO the lines the action plugin would show (with O(logs), the log lines and the jobs' changes) are appended to
+        instead. C(gpufleet.runner.run_playbook(output=...)) passes a FIFO here, so that
+        ansible-runner, which holds all that a playbook prints until it ends, never holds a
+        run's logs.
+    type: path
   ide_version:
     description:
       - For a dev environment whose file sets no C(version), the version of the IDE that will

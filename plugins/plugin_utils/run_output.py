@@ -14,15 +14,32 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entr
 display = Display()
 
 
-def printer():
+def printer(output_path=None):
     """An ``emit`` callback that shows one line per event, one event at a time (events come
-    from several threads: one per node and one per followed log)."""
+    from several threads: one per node and one per followed log). With ``output_path`` (a
+    file or FIFO), the lines are appended there instead of shown; if it cannot be written
+    (its reader went away), they are dropped."""
     lock = threading.Lock()
+    sink = {"handle": None, "broken": False}
+
+    def write(line):
+        if sink["broken"]:
+            return
+        try:
+            if sink["handle"] is None:
+                sink["handle"] = open(output_path, "ab")
+            sink["handle"].write(line.encode("utf-8", "replace") + b"\n")
+            sink["handle"].flush()
+        except (IOError, OSError):
+            sink["broken"] = True
 
     def emit(event):
         line = entry.event_line(event)
         if line is not None:
             with lock:
-                display.display(line)
+                if output_path:
+                    write(line)
+                else:
+                    display.display(line)
 
     return emit

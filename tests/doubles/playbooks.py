@@ -21,8 +21,11 @@ class FakePlaybooks:
         self.out = None          # main()'s stdout, to see what was printed during a run
         self.snapshots = []      # stdout after each event handed to the callback
 
-    def answer(self, rc=0, status=None, stats=None, failures=(), events=(), raises=None):
-        self.answers.append((list(events), raises, PlaybookResult(
+    def answer(self, rc=0, status=None, stats=None, failures=(), events=(), raises=None,
+               output=""):
+        """``output``: what the playbook writes to the caller's ``output`` file (the task
+        runner's lines when run_playbook is given one)."""
+        self.answers.append((list(events), raises, output, PlaybookResult(
             rc=rc, status=status or ("successful" if rc == 0 else "failed"),
             stats=dict(stats or {}), failures=list(failures), stdout="")))
 
@@ -31,9 +34,12 @@ class FakePlaybooks:
                            "check": check, "streamed": on_event is not None,
                            "kwargs": kwargs})
         assert self.answers, "unexpected playbook run: %s %r" % (playbook, extravars)
-        events, raises, result = self.answers.pop(0)
+        events, raises, output, result = self.answers.pop(0)
         if raises is not None:
             raise raises
+        if output:
+            assert kwargs.get("output") is not None, "%s wrote output to no file" % playbook
+            kwargs["output"].write(output)
         if on_event is not None:
             for event in events:
                 on_event(event)

@@ -434,18 +434,19 @@ def test_ps_a_playbook_that_cannot_start_exits_2(playbooks):
 # logs
 
 
-def test_logs_streams_the_lines_the_hosts_kept(playbooks):
+def test_logs_streams_the_lines_the_hosts_kept_through_the_output_pipe(playbooks):
     playbooks.answer(stats={"gpufleet_run": run_record("train", "done"),
                             "gpufleet_log_lines": []},
-                     events=[verbose("[train-0] step 1\n[train-0] done\n"),
-                             {"event": "runner_on_ok", "stdout": "ok: [localhost]"},
-                             verbose("[train-1] step 1\n")])
+                     output="[train-0] step 1\n[train-0] done\n[train-1] step 1\n",
+                     events=[{"event": "runner_on_ok", "stdout": "ok: [localhost]"},
+                             {"event": "warning", "stdout": "[WARNING]: a warning\n"}])
     code, out, err = run(playbooks, "logs", "train")
     assert code == 0
     assert out == "[train-0] step 1\n[train-0] done\n[train-1] step 1\n"
-    assert err == ""
+    assert err == "[WARNING]: a warning\n"
     (call,) = playbooks.calls
     assert call["playbook"] == "logs.yml" and call["streamed"] is True
+    assert call["kwargs"]["output"] is playbooks.out
     assert call["extravars"] == {"run": "train", "gpufleet_stream": True}
 
 
@@ -481,6 +482,7 @@ def test_logs_follow_streams_the_lines_as_they_come(playbooks):
     assert out == "[train-0] step 1\n[train-1] step 1\n[train-0] step 2\n"
     assert playbooks.snapshots[0] == "[train-0] step 1\n"
     (call,) = playbooks.calls
+    assert call["kwargs"]["output"] is playbooks.out
     assert call["streamed"] is True
     assert call["extravars"] == {"gpufleet_fleet_files": ["/f/gpus.yml"], "run": "train",
                                  "gpufleet_follow": True}

@@ -160,6 +160,44 @@ def test_playbook_errors_come_back_as_lines(tmp_path):
     assert "couldn't resolve module/action 'no.such.module'" in progress.getvalue()
 
 
+@pytest.mark.parametrize("binary", [True, False])
+def test_output_comes_through_a_pipe_and_is_not_kept(tmp_path, monkeypatch, binary):
+    # What the playbook writes to gpufleet_output_path reaches ``output`` as it comes, the
+    # result keeps none of it, and ansible-runner's stdout never sees it.
+    playbook = tmp_path / "writes.yml"
+    playbook.write_text(textwrap.dedent("""\
+        - hosts: localhost
+          gather_facts: false
+          tasks:
+            - name: Write three megabytes and a last line
+              ansible.builtin.shell: >-
+                head -c 3000000 /dev/zero | tr '\\0' x > {{ gpufleet_output_path }};
+                printf '\\nlast line\\n' >> {{ gpufleet_output_path }}
+              changed_when: false
+        """))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="utf-8") if binary else io.StringIO()
+    result = runner.run_playbook(playbook, output=out)
+    assert result.ok, result.stdout[-2000:]
+    text = raw.getvalue().decode() if binary else out.getvalue()
+    assert text == "x" * 3000000 + "\nlast line\n"
+    assert "xxxxxxxxxx" not in result.stdout
+    # The pipe's private folder is gone.
+    assert not [p for p in os.listdir(str(scratch)) if p.startswith("gpufleet-out-")]
+
+
+def test_the_result_keeps_only_the_end_of_a_long_output(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "STDOUT_KEPT", 100)
+    handle = tmp_path / "stdout"
+    handle.write_text("a" * 500 + "ERROR! the end\n")
+    with open(handle) as opened:
+        kept = runner._tail(opened)
+    assert kept.endswith("ERROR! the end\n") and len(kept) == 100
+
+
 # ---------------------------------------------------------------------------------------------
 # Finding playbooks, environment, inventory
 # ---------------------------------------------------------------------------------------------

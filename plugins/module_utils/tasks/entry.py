@@ -40,6 +40,7 @@ TASK_SPEC = dict(
     secrets=dict(type="dict", default={}, no_log=True),
     wait=dict(type="bool", default=True),
     logs=dict(type="bool", default=False),
+    output_path=dict(type="path"),
     image_source=dict(type="str", default="auto", choices=list(images.IMAGE_SOURCES)),
     run_args=dict(type="list", elements="str", default=[]),
     poll_interval=dict(type="float", default=1.0),
@@ -57,7 +58,8 @@ RUN_METRICS_SPEC = dict(name=dict(type="str", required=True), job=dict(type="int
                         **FLEET_OPTIONS)
 RUN_LOGS_SPEC = dict(name=dict(type="str", required=True), follow=dict(type="bool", default=False),
                      tail=dict(type="int"), job=dict(type="int"), since=dict(type="str"),
-                     stream=dict(type="bool", default=False), **FLEET_OPTIONS)
+                     stream=dict(type="bool", default=False), output_path=dict(type="path"),
+                     **FLEET_OPTIONS)
 # How much output one event carries when logs are streamed (lines are never split).
 STREAM_BATCH = 65536
 

@@ -17,7 +17,7 @@ page per job: ``{"run", "jobs": [N, ...] or null, "from": {N: offset}, "since": 
 "tail": lines, "limit": bytes}`` answers per job ``{"data": base64, "start", "next", "end",
 "first", "skipped", "setup_error", "source"}``; ``next == end`` means nothing more is kept now.
 A job started by a wrapper that kept no file (an image without tee) is read from ``docker
-logs``, once, up to the limit.
+logs``, once: its last PAGE_MAX bytes.
 """
 
 import base64
@@ -189,7 +189,7 @@ def read_job(run, num, since=None, tail=None, start=None, limit=PAGE, container=
         if not output.kept:
             data = None
             if start is None and container and setup_error is None:
-                data = _docker_logs(container, since, tail, limit)
+                data = _docker_logs(container, since, tail, PAGE_MAX)
             data = data or b""
             answer.update(source="docker" if data else "none", start=0, next=len(data),
                           end=len(data), first=0, data=base64.b64encode(data).decode("ascii"))

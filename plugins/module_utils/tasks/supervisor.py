@@ -88,12 +88,14 @@ class LogFollower(object):
         self.thread = threading.Thread(target=self._run, name="logs-%s" % container)
         self.thread.daemon = True
         self.proc = None
+        self.received = 0
 
     def start(self):
         self.thread.start()
         return self
 
     def _pass_on(self, lines):
+        self.received += 1
         if lines:
             self.emit({"kind": "log", "rank": self.rank, "lines": lines,
                        "raw": bool(self.options.get("raw"))})
@@ -129,8 +131,16 @@ class LogFollower(object):
         self._pass_on(lines.close())
         self.proc.wait()
 
-    def join(self, timeout=5.0):
-        self.thread.join(timeout)
+    def join(self, timeout=5.0, clock=time.monotonic):
+        """Wait for the job's last lines: as long as they keep coming, and ``timeout``
+        seconds more (a ``docker logs -f`` that hangs is then stopped)."""
+        seen, since = self.received, clock()
+        while self.thread.is_alive():
+            self.thread.join(0.25)
+            if self.received != seen:
+                seen, since = self.received, clock()
+            elif clock() - since >= timeout:
+                break
         if self.thread.is_alive() and self.proc is not None:
             self.proc.terminate()
 
@@ -276,12 +286,15 @@ class Watch(object):
         return only is None or only == num
 
     def _follower(self, num, entry):
-        """A job's log follower: its container's output, or what its host kept of a job whose
-        container is gone or was never made."""
+        """A job's log follower: its container's output while it runs, else what its host
+        kept."""
         job = self.jobs[num]
         options = self.follow_logs if isinstance(self.follow_logs, dict) else {}
         kept = None
-        if entry.get("state") in lifecycle.CONTAINER_ABSENT:
+        # A job that ended is read from what its host kept: all of it, at the speed of a file
+        # rather than of docker logs, and also when its container is gone.
+        if (entry.get("state") in lifecycle.CONTAINER_ABSENT
+                or lifecycle.job_status(entry)[0] in lifecycle.FINISHED):
             from . import joblogs
 
             record = {"name": self.run, "jobs": [job]}
