@@ -190,6 +190,23 @@ def test_start_records_the_job_then_its_container_or_why_it_could_not_be_made(
     assert not (folder / "created").exists()
 
 
+def test_a_job_whose_image_could_not_be_brought_is_recorded_failed(run_root, docker):
+    docker.on(["ps"], stdout="")
+    (run_root / "train" / "0" / "state").mkdir(parents=True)
+    (run_root / "train" / "0" / "state" / "exit_code").write_text("0\n")   # an earlier run
+    nodeside.op_record_failure({"run": "train", "job_num": 0, "container": "train-0-0",
+                                "labels": {"gpufleet.run": "train", "gpufleet.job": 0},
+                                "error": "image x could not be pulled"})
+    (found,) = nodeside.op_status({"run": "train"})["containers"]
+    assert found["name"] == "train-0-0" and found["state"] == "never-created"
+    assert found["labels"] == {"gpufleet.run": "train", "gpufleet.job": "0"}
+    assert found["setup_error"] == "image x could not be pulled"
+    assert found["files"]["exit_code"] is None
+    assert lifecycle.job_status(found)[:2] == (lifecycle.FAILED, lifecycle.EXECUTOR_ERROR)
+    with pytest.raises(nodeside.Failure, match="bad run"):
+        nodeside.op_record_failure({"run": "../x", "job_num": 0})
+
+
 # ---------------------------------------------------------------------------------------------
 # the controller's reader
 

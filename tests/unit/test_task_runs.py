@@ -26,6 +26,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking, claiming
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.errors import RunError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 
 RUN_LABEL = supervisor.RUN_LABEL
@@ -601,6 +602,29 @@ def test_a_failed_run_result_says_which_job_failed(fake_hosts):
         (lc.TERMINATED, lc.TERMINATED_BY_SERVER, 143),
         (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 7)]
     assert result["jobs"][1]["internal_ip"] == "10.1.0.3"
+
+
+def test_an_image_that_cannot_be_brought_leaves_the_run_failed_on_its_hosts(fake_hosts,
+                                                                            monkeypatch):
+    runner, cluster = fake_hosts(task(nodes=2), [fleet()])
+    recorded = []
+    for node in cluster.nodes.values():
+        node.op_record_failure = lambda payload, node=node: recorded.append(
+            (node.name, payload)) or {"recorded": True}
+
+    def no_image(image, nodes, hosts, **kwargs):
+        raise RunError("image nope:1 could not be pulled on gpus-0 (manifest unknown)")
+
+    monkeypatch.setattr(runs, "ensure_image", no_image)
+    with pytest.raises(RunError, match="could not be pulled"):
+        runner.run()
+    assert sorted((h, p["job_num"], p["container"]) for h, p in recorded) == [
+        ("gpus-0", 0, "train-0-0"), ("gpus-1", 1, "train-1-0")]
+    payload = recorded[0][1]
+    assert "could not be pulled" in payload["error"]
+    assert payload["labels"][RUN_LABEL] == "train" and payload["labels"][JOB_LABEL] in "01"
+    assert not cluster.ops("start")
+    assert all(not node.claims for node in cluster.nodes.values())   # released
 
 
 def competitor(cluster):

@@ -262,7 +262,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
         rank0 = next((j for j in last.jobs if j["job_num"] == 0), None)
         if rank0 is not None:
             try:
-                result["log_tail"] = runs.log_tail(last.nodes[rank0["host"]], rank0["container"])
+                result["log_tail"] = runs.log_tail(last.nodes[rank0["host"]], rank0)
             except NodeError:
                 result["log_tail"] = []
     return result, failed

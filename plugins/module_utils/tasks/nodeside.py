@@ -423,6 +423,24 @@ def op_start(payload):
     return {"started": True, "id": out.strip()}
 
 
+def op_record_failure(payload):
+    """Leave a job that could not be set up (its image could not be brought) as its folder:
+    ``record.json`` and ``state/setup_error``, which status reports (``never-created``)."""
+    run, num = str(payload.get("run") or ""), payload.get("job_num")
+    if not _RUN_NAME.match(run) or not isinstance(num, int) or num < 0:
+        raise Failure("record_failure: bad run %r or job %r" % (run, num))
+    folder = job_dir(run, num)
+    if os.path.isdir(folder):
+        shutil.rmtree(folder)
+    _write(os.path.join(folder, "record.json"), json.dumps({
+        "container": str(payload.get("container") or ""),
+        "labels": dict((str(k), str(v)) for k, v in (payload.get("labels") or {}).items())
+    }).encode("utf-8"), 0o644)
+    _write(os.path.join(folder, "state", "setup_error"),
+           (str(payload.get("error") or "setup failed") + "\n").encode("utf-8"), 0o644)
+    return {"recorded": True}
+
+
 def op_stop(payload):
     """Stop containers: the reason is recorded first (unless one is), then ``docker stop``
     (TERM, then KILL after ``timeout`` seconds)."""
@@ -544,6 +562,7 @@ OPS = {
     "start": op_start,
     "stop": op_stop,
     "remove": op_remove,
+    "record_failure": op_record_failure,
     "run_key": op_run_key,
     "metrics": op_metrics,
 }

@@ -471,6 +471,9 @@ class Runner(object):
         try:
             info = ensure_image(image, nodes, sorted(set(hosts)), docker=self.docker,
                                 source=source, auth=auth, emit=self.emit)
+        except RunError as exc:
+            self._record_setup_failure(number, placed, str(exc))
+            raise
         finally:
             if shipping is not None:
                 repo = shipped.result()
@@ -500,6 +503,26 @@ class Runner(object):
             # that lapsed during a long pull is only used if nobody took the host meanwhile.
             job["claim"] = claiming.claim_of(where, run, number, by=self.by)
         return Submission(number, _inline_files(jobs, self.files_data), nodes, placed)
+
+    def _record_setup_failure(self, number, placed, message):
+        """Leave a run whose image could not be brought on its hosts as a failed run, as
+        dstack's ps shows one (its jobs' folders, with the error: tasks.nodeside's
+        ``record_failure``), so that ps, logs and the next apply of the name see it."""
+        from .container import container_name, labels_of
+
+        run = {"name": self.name, "id": self.run_id, "submission": number,
+               "submitted_at": self.submitted_at, "array": self.array}
+
+        jobs = dict((j["job_num"], j) for j in placed["jobs"])
+
+        def record(num):
+            job = jobs[num]
+            return self.nodes[job["host"]].call("record_failure", {
+                "run": self.name, "job_num": job["job_num"],
+                "container": container_name(self.name, job["job_num"]), "error": message,
+                "labels": labels_of(self.config, run, placed["jobs"], job)})
+
+        parallel(sorted(jobs), record)   # at best: the run failed whatever this gives
 
     def _attach_volumes(self, placed, run, nodes):
         """Attach and mount the jobs' network volumes on their hosts (volumes/attach.py)."""
@@ -776,7 +799,13 @@ def failure_message(decision, submission):
     return "job %d on %s exited with code %s" % (num, job["host"], code)
 
 
-def log_tail(node, container, lines=20):
-    rc, out, _err = node.run("%sdocker logs --tail %d %s 2>&1" % (node.sudo, lines, container),
-                             timeout=30)
-    return out.splitlines()[-lines:] if rc == 0 else []
+def log_tail(node, job, lines=20):
+    """The last ``lines`` lines of a job's output, as its host keeps it (tasks.joblogs)."""
+    from . import joblogs
+
+    record = {"name": job["run"], "jobs": [dict(job, host=node.name)]}
+    try:
+        found = [line for _num, line in joblogs.lines({node.name: node}, record, tail=lines)]
+    except joblogs.LogsError:
+        return []
+    return found[-lines:]
