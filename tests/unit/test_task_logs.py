@@ -157,11 +157,11 @@ def test_status_reports_jobs_whose_container_is_gone_or_never_made(run_root, doc
     by_name = dict((c["name"], c) for c in found)
     assert sorted(by_name) == ["train-0", "train-1"]
     assert by_name["train-0"]["state"] == "gone"
-    assert lifecycle.job_status(by_name["train-0"]) == (lifecycle.FAILED,
-                                                       lifecycle.CONTAINER_EXITED_WITH_ERROR, 3)
+    assert lifecycle.job_status(by_name["train-0"]) == (
+        lifecycle.FAILED, lifecycle.CONTAINER_EXITED_WITH_ERROR, 3)
     assert by_name["train-1"]["state"] == "never-created"
-    assert lifecycle.job_status(by_name["train-1"]) == (lifecycle.FAILED,
-                                                       lifecycle.EXECUTOR_ERROR, None)
+    assert lifecycle.job_status(by_name["train-1"]) == (
+        lifecycle.FAILED, lifecycle.EXECUTOR_ERROR, None)
     assert by_name["train-1"]["labels"]["gpufleet.job"] == "1"
     assert nodeside.op_status({"run": "starting"})["containers"] == []
 

@@ -97,8 +97,8 @@ def pages(nodes, record, job=None, since=None, tail=None):
 
     def first(host):
         if host not in nodes:
-            raise LogsError("host %s of run %s is not in any fleet given" % (host,
-                                                                         record["name"]))
+            raise LogsError("host %s of run %s is not in any fleet given"
+                            % (host, record["name"]))
         return nodes[host].call("logs", _request(record["name"], by_host[host], containers,
                                                  since, tail, FIRST_PAGE))["jobs"]
 

@@ -20,7 +20,6 @@ from . import lifecycle
 from .container import RESOURCES_LABEL, RUN_SPEC_LABEL
 from .errors import RunError
 from .runs import survey
-from .ssh import NodeError
 from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch, parallel
 
 
@@ -280,8 +279,7 @@ def run_logs(nodes, name, tail=None, job=None, since=None):
             return
         yield first
         try:
-            for item in found:
-                yield item
+            yield from found
         except joblogs.LogsError as exc:
             raise RunError(str(exc)) from exc
 

@@ -298,8 +298,13 @@ class Watch(object):
             from . import joblogs
 
             record = {"name": self.run, "jobs": [job]}
-            kept = lambda: (data for _n, data in joblogs.pages(  # noqa: E731
-                {job["host"]: self.nodes[job["host"]]}, record, since=options.get("since")))
+
+            def read_kept():
+                for _num, data in joblogs.pages({job["host"]: self.nodes[job["host"]]}, record,
+                                                since=options.get("since")):
+                    yield data
+
+            kept = read_kept
         return LogFollower(self.nodes[job["host"]], job["container"], num, self.emit,
                            options, kept).start()
 
