@@ -147,6 +147,29 @@ def test_ps_lists_one_record_when_a_name_is_queued_on_two_hosts():
     assert [(r["name"], r["run_id"], r["status"]) for r in out] == [("r", "b", "pending")]
 
 
+def test_logs_of_a_queued_run_are_empty_and_follow_waits_for_its_wait_to_end(fake_hosts):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
+
+    fleets = [fleet()]
+    _runner, cluster = fake_hosts(task(), fleets)
+    occupy(cluster, ["gpus-0", "gpus-1"])
+    config = task(name="late", retry=WAIT)
+    assert submit_detached(fake_hosts, cluster, config, fleets)["status"] == lc.RUN_PENDING
+    record, lines = listing.run_logs(cluster.nodes, "late")
+    assert (record["status"], list(lines)) == (lc.RUN_PENDING, [])
+    said, naps = [], []
+
+    def nap(seconds):   # the user stops it while follow waits
+        naps.append(seconds)
+        cluster.nodes["gpus-0"].queue["late"].update(state="terminated",
+                                                     reason=lc.TERMINATED_BY_USER)
+
+    ended = listing.follow_logs(cluster.nodes, "late", said.append, sleep=nap)
+    assert ended["status"] == lc.RUN_TERMINATED and naps == [listing.QUEUE_POLL]
+    assert [e["message"] for e in said] == [
+        "pending (queue position 1 on gpus-0): waiting for it to start"]
+
+
 def test_attach_to_a_queued_run_says_it_is_not_running_yet_and_ps_finds_it(
         fake_hosts, tmp_path):
     from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import session

@@ -266,8 +266,11 @@ def run_logs(nodes, name, tail=None, job=None, since=None):
     hosts keep it (tasks.joblogs): ``(record, [(rank, line), ...])`` in rank order, lines
     read lazily (the second item is an iterator)."""
     from . import joblogs
+    from .runs import survey_with_queues
 
-    record, _mine = find_run(nodes, name)
+    containers, _claims, queues, errors = survey_with_queues(nodes)
+    # A run waiting in the queue has printed nothing yet: its logs are empty, as in dstack.
+    record, _mine = find_run(nodes, name, (containers, errors), queues)
     try:
         found = joblogs.lines(nodes, record, job=job, since=since, tail=tail)
         first = next(found, None)   # a missing job or a silent host is an error now
@@ -314,6 +317,27 @@ def run_metrics(nodes, name, job=None):
     return result
 
 
+QUEUE_POLL = 5.0
+
+
+def _started(nodes, name, emit, sleep):
+    """``find_run`` of a run that may still wait in the queue: until its containers are made
+    (or its wait ends), say where it waits once and look again every QUEUE_POLL seconds."""
+    from .runs import survey_with_queues
+
+    said = False
+    while True:
+        containers, _claims, queues, errors = survey_with_queues(nodes)
+        record, mine = find_run(nodes, name, (containers, errors), queues)
+        if mine or record.get("status") != lifecycle.RUN_PENDING:
+            return record, mine
+        if not said:
+            emit({"kind": "info", "message": "pending (queue position %s on %s): waiting for "
+                  "it to start" % (record.get("queue_position") or "?", record.get("queued_on"))})
+            said = True
+        sleep(QUEUE_POLL)
+
+
 def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time, job=None,
                 since=None):
     """Attach to run ``name``: stream its logs (``emit({"kind": "log", "rank", "lines"})``;
@@ -325,7 +349,9 @@ def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time, 
     others to stop over the run's SSH); retry cannot resubmit from here, so a failure ends the
     run failed.
     """
-    record, mine = find_run(nodes, name)
+    record, mine = _started(nodes, name, emit, sleep)
+    if not mine:
+        return record   # its wait in the queue ended before it started
     latest = [c for entries in mine.values() for c in entries
               if _submission_of(c) == record["submission"]]
     spec = _spec(latest[0]["labels"])
