@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import io
 import os
-import select
+import selectors
 import shutil
 import sys
 import tempfile
@@ -351,26 +352,35 @@ class _Pump:
         if self.binary is not None:
             self.binary.write(data)
             self.binary.flush()
+        elif isinstance(self.out, (io.RawIOBase, io.BufferedIOBase)):
+            self.out.write(data)
+            self.out.flush()
         else:
-            self.out.write(self.decoder.decode(data, final=not data))
+            self.out.write(self.decoder.decode(data))
             self.out.flush()
 
     def _copy(self):
-        while True:
-            ready, _w, _x = select.select([self.fd], [], [], 0.2)
-            if ready:
-                try:
-                    data = os.read(self.fd, 65536)
-                except BlockingIOError:
-                    continue
-                if data:
+        watch = selectors.DefaultSelector()   # poll/epoll: any descriptor number
+        watch.register(self.fd, selectors.EVENT_READ)
+        writing = True
+        try:
+            while True:
+                if watch.select(0.2):
                     try:
-                        self._write(data)
-                    except (OSError, ValueError):
-                        pass   # the reader went away (a closed pipe): drain, print nothing
-                    continue
-            if self.done.is_set():
-                break
+                        data = os.read(self.fd, 65536)
+                    except BlockingIOError:
+                        continue
+                    if data:
+                        if writing:
+                            try:
+                                self._write(data)
+                            except Exception:  # noqa: BLE001  # whatever out does, drain on
+                                writing = False
+                        continue
+                if self.done.is_set():
+                    break
+        finally:
+            watch.close()
 
     def close(self):
         self.done.set()

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 from ansible.utils.display import Display
@@ -27,7 +28,11 @@ def printer(output_path=None):
             return
         try:
             if sink["handle"] is None:
-                sink["handle"] = open(output_path, "ab")
+                # Not blocking: a FIFO nobody reads any more is an error here, not a hang.
+                fd = os.open(output_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK,
+                             0o600)
+                os.set_blocking(fd, True)
+                sink["handle"] = os.fdopen(fd, "ab")
             sink["handle"].write(line.encode("utf-8", "replace") + b"\n")
             sink["handle"].flush()
         except (IOError, OSError):

@@ -189,6 +189,31 @@ def test_output_comes_through_a_pipe_and_is_not_kept(tmp_path, monkeypatch, bina
     assert not [p for p in os.listdir(str(scratch)) if p.startswith("gpufleet-out-")]
 
 
+def test_the_printer_drops_lines_when_nobody_reads_its_fifo(tmp_path):
+    from ansible_collections.gpufleet.cluster.plugins.plugin_utils import run_output
+
+    fifo = tmp_path / "output"
+    os.mkfifo(str(fifo))
+    emit = run_output.printer(str(fifo))
+    emit({"kind": "info", "run": "train", "message": "hello"})   # no hang, no error
+    emit({"kind": "info", "run": "train", "message": "again"})
+    plain = tmp_path / "plain"
+    emit = run_output.printer(str(plain))
+    emit({"kind": "log", "run": "train", "rank": 0, "lines": ["a", "b"]})
+    assert plain.read_text() == "[train-0] a\n[train-0] b\n"
+
+
+def test_the_pump_writes_bytes_to_a_binary_file_and_text_to_a_text_one(tmp_path):
+    for out, read in ((io.BytesIO(), lambda o: o.getvalue().decode()),
+                      (io.StringIO(), lambda o: o.getvalue())):
+        pump = runner._Pump(out)
+        with open(pump.path, "wb") as writer:
+            writer.write("héllo\n".encode())
+        pump.close()
+        assert read(out) == "héllo\n"
+        assert not os.path.exists(pump.folder)
+
+
 def test_the_result_keeps_only_the_end_of_a_long_output(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "STDOUT_KEPT", 100)
     handle = tmp_path / "stdout"

@@ -136,6 +136,47 @@ def test_only_regular_files_are_read(run_root, tmp_path):
     assert page("train", 0)["data"] == b""
 
 
+def test_a_copy_that_does_not_match_its_base_is_waited_for_then_left_out(run_root, monkeypatch):
+    # The keeper emptied output.log and wrote the new bases, but output.log.1 is still the old
+    # copy (it was killed there, or a reader came in between): the copy is not trusted.
+    monkeypatch.setattr(logside, "ATTEMPTS", 3)
+    naps = []
+    monkeypatch.setattr(logside.time, "sleep", naps.append)
+    folder = job_folder(run_root, "train", 0, previous=b"old copy\n", current=b"new\n")
+    (folder / "state" / "output.base").write_text("100 300\n")
+    answer = page("train", 0)
+    assert answer["data"] == b"new\n" and answer["first"] == 300 and len(naps) == 2
+
+
+def test_a_rotation_during_a_read_makes_it_read_again(run_root, monkeypatch):
+    folder = job_folder(run_root, "train", 0, current=b"before\n")
+    (folder / "state" / "output.base").write_text("0 0\n")
+    real = logside._page
+    calls = []
+
+    def rotating(output, *args):
+        answer = real(output, *args)
+        if not calls:   # the keeper rotates while the first read is under way
+            (folder / "state" / "output.log.1").write_bytes(b"before\n")
+            (folder / "state" / "output.log").write_bytes(b"after\n")
+            (folder / "state" / "output.base").write_text("0 7\n")
+        calls.append(answer)
+        return answer
+
+    monkeypatch.setattr(logside, "_page", rotating)
+    monkeypatch.setattr(logside.time, "sleep", lambda s: None)
+    answer = logside.read_job("train", 0)
+    assert base64.b64decode(answer["data"]) == b"before\nafter\n" and len(calls) == 2
+
+
+def test_status_fails_when_docker_cannot_say_what_runs(run_root, docker):
+    docker.on(["ps"], stdout="abc\n")
+    docker.on(["inspect"], stderr="Cannot connect to the Docker daemon", rc=1)
+    job_folder(run_root, "train", 0)
+    with pytest.raises(nodeside.Failure, match="docker inspect failed"):
+        nodeside.op_status({})
+
+
 def test_logs_refuse_a_name_that_is_no_run_name(run_root):
     with pytest.raises(nodeside.Failure):
         logside.op_logs({"run": "../etc"})
@@ -244,6 +285,24 @@ def test_lines_come_rank_by_rank_page_by_page(run_root, monkeypatch):
     assert [op for op, _p in nodes["gpu-1"].calls] == ["logs", "logs"]
     total = len(b"r0 a\n" + "r0 é\nr0 end".encode())   # 17 bytes: 4, then 3 at a time
     assert len(nodes["gpu-0"].calls) == 1 + -(-(total - 4) // 3)
+
+
+def test_a_job_still_printing_is_read_up_to_where_it_was_when_asked(run_root, monkeypatch):
+    monkeypatch.setattr(joblogs, "FIRST_PAGE", 4)
+    monkeypatch.setattr(joblogs, "PAGE", 4)
+    folder = job_folder(run_root, "train", 0, current=b"one\ntwo\n")
+    node = LocalNode()
+    real = node.call
+
+    def printing(op, payload, timeout=None):
+        answer = real(op, payload, timeout)
+        with open(str(folder / "state" / "output.log"), "ab") as handle:
+            handle.write(b"more\n")   # the job goes on printing after each answer
+        return answer
+
+    node.call = printing
+    assert list(joblogs.lines({"gpu-0": node}, record((0, "gpu-0")))) == [
+        (0, "one"), (0, "two")]
 
 
 def test_one_job_and_a_job_that_never_started(run_root):

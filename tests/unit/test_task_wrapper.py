@@ -817,7 +817,9 @@ def test_output_goes_to_docker_and_to_the_state_folder(tmp_path, shell):
     entries = _idx(job.state / "output.idx")
     assert entries[0][1] == 0 and entries[-1][1] == len(kept), entries
     assert [e[0] for e in entries] == sorted(e[0] for e in entries)
-    assert (job.state / "output.base").read_text().strip() == "0"
+    assert (job.state / "output.base").read_text().strip() == "0 0"
+    # Only root reads what a job printed.
+    assert stat.S_IMODE((job.state / "output.log").stat().st_mode) == 0o600
 
 
 def test_setup_failures_are_kept_too(tmp_path, shell):
@@ -836,7 +838,8 @@ def test_output_rotates_at_half_the_cap_and_offsets_count_every_byte(tmp_path, s
     done = job.run(shell, extra={"GPUFLEET_LOGS_MAX_MB": "1"})
     assert done.returncode == 0, done.stderr[-2000:]
     total = 2 * 700 * 1024 + 5
-    base = int((job.state / "output.base").read_text())
+    first, base = [int(f) for f in (job.state / "output.base").read_text().split()]
+    assert first == 700 * 1024
     current = (job.state / "output.log").read_bytes()
     previous = (job.state / "output.log.1").read_bytes()
     assert base == 2 * 700 * 1024 and current == b"last\n"
@@ -845,6 +848,18 @@ def test_output_rotates_at_half_the_cap_and_offsets_count_every_byte(tmp_path, s
     entries = _idx(job.state / "output.idx")
     assert entries[0][1] == base and entries[-1][1] == total
     assert _idx(job.state / "output.idx.1")[0][1] == 700 * 1024
+
+
+def test_since_skips_what_was_printed_before_a_quiet_spell(tmp_path, shell, monkeypatch):
+    job = Job(tmp_path, {"commands": ["echo early", "sleep 3", "echo late"]})
+    done = job.run(shell)
+    assert done.returncode == 0, done.stderr
+    began = int(job.read_state("running"))
+    monkeypatch.setattr(nodeside, "RUN_ROOT", str(tmp_path / "runs"))
+    (tmp_path / "runs" / "wrap" / "0").mkdir(parents=True)
+    os.symlink(str(job.state), str(tmp_path / "runs" / "wrap" / "0" / "state"))
+    page = logside.read_job("wrap", 0, since=began + 2)
+    assert base64.b64decode(page["data"]) == b"late\n", _idx(job.state / "output.idx")
 
 
 def test_the_host_reads_what_the_wrapper_kept(tmp_path, monkeypatch):
@@ -859,9 +874,12 @@ def test_the_host_reads_what_the_wrapper_kept(tmp_path, monkeypatch):
     os.symlink(str(job.state), str(tmp_path / "runs" / "wrap" / "0" / "state"))
     whole = logside.read_job("wrap", 0, limit=8 << 20)
     data = base64.b64decode(whole["data"])
-    # One rotation (in the pause): output.log.1 holds the first burst, output.log the rest.
-    assert (job.state / "output.log.1").stat().st_size == 700 * 1024
-    assert data == (("%01023d\n" % 1) * 700 + ("%01023d\n" % 2) * 700 + "last\n").encode()
-    assert whole["first"] == 0 and whole["next"] == whole["end"] == 1400 * 1024 + 5
+    # However many rotations the load allowed, what is kept is the end of all that was
+    # printed, at the offsets it was printed at.
+    printed = (("%01023d\n" % 1) * 700 + ("%01023d\n" % 2) * 700 + "last\n").encode()
+    assert (job.state / "output.log.1").exists()
+    assert data.endswith(b"last\n") and whole["first"] >= 700 * 1024
+    assert data == printed[whole["first"]:]
+    assert whole["next"] == whole["end"] == len(printed)
     last = base64.b64decode(logside.read_job("wrap", 0, tail=2)["data"])
     assert last == ("%01023d\nlast\n" % 2).encode()

@@ -112,14 +112,19 @@ def pages(nodes, record, job=None, since=None, tail=None):
         page = answers[host].get(str(num))
         if page is not None and page.get("setup_error"):
             yield num, ("gpufleet: %s\n" % page["setup_error"]).encode("utf-8")
+        # What the job had printed when it was first asked: a job still printing is not
+        # chased (gpufleet logs -f follows it).
+        stop_at = page.get("end") if page is not None else None
         while page is not None:
             data = base64.b64decode(page.get("data") or "")
+            if stop_at is not None and page.get("start") is not None:
+                data = data[:max(0, stop_at - page["start"])]
             if page.get("skipped"):
                 yield num, ("gpufleet: %d bytes of output were rotated away while they were "
                             "read\n" % page["skipped"]).encode("utf-8")
             if data:
                 yield num, data
-            if not data or page["next"] >= page["end"]:
+            if not data or page["next"] >= min(page["end"], stop_at):
                 break
             try:
                 page = nodes[host].call("logs", _request(

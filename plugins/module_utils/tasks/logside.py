@@ -23,6 +23,7 @@ logs``, once: its last PAGE_MAX bytes.
 import base64
 import os
 import stat
+import time
 
 try:  # imported as part of the collection (tests, the controller)
     from .booking import BOOK_OPS
@@ -33,6 +34,8 @@ except ImportError:  # on a host: the other sources run first in this namespace
 PAGE = 1024 * 1024
 PAGE_MAX = 8 * 1024 * 1024
 INDEX_MAX = 32 * 1024 * 1024
+# How many times a read that met a rotation is tried (0.05 s apart) before it is answered.
+ATTEMPTS = 20
 
 
 def _open_regular(path):
@@ -49,37 +52,52 @@ def _open_regular(path):
     return fd
 
 
-def _int_file(path, default):
-    fd = _open_regular(path)
+def _base_text(state):
+    """``output.base`` as written ("BASE1 BASE"; an older wrapper wrote "BASE"), or ""."""
+    fd = _open_regular(os.path.join(state, "output.base"))
     if fd is None:
-        return default
+        return ""
     try:
-        text = os.read(fd, 64).decode("ascii", "replace").strip()
+        return os.read(fd, 128).decode("ascii", "replace").strip()
     finally:
         os.close(fd)
-    return int(text) if text.isdigit() else default
 
 
 class Output(object):
-    """A job's kept output: ``output.log.1`` then ``output.log``, addressed by offset."""
+    """A job's kept output: ``output.log.1`` then ``output.log``, addressed by offset.
 
-    def __init__(self, state):
+    ``consistent`` is False while the wrapper's keeper is between emptying ``output.log`` and
+    putting its copy in place (or was killed there): ``output.log.1`` is then not the size its
+    base says, and is left out if that lasts."""
+
+    def __init__(self, state, trust_previous=False):
         self.state = state
         self.fds = []
-        base = _int_file(os.path.join(state, "output.base"), 0)
+        self.stamp = _base_text(state)
+        fields = self.stamp.split()
+        numbers = [int(f) for f in fields if f.isdigit()] if len(fields) in (1, 2) else []
+        base = numbers[-1] if len(numbers) == len(fields) and numbers else 0
+        base1 = numbers[0] if len(numbers) == 2 else None
         current = _open_regular(os.path.join(state, "output.log"))
         self.kept = current is not None
+        self.consistent = True
         previous = _open_regular(os.path.join(state, "output.log.1"))
         if previous is not None:
             size = os.fstat(previous).st_size
-            if size <= base:
-                self.fds.append((base - size, size, previous))
-            else:  # a copy caught before its base was written: not to be trusted
+            start = base - size if base1 is None else base1
+            if start >= 0 and start + size == base:
+                self.fds.append((start, size, previous))
+            else:
                 os.close(previous)
+                self.consistent = trust_previous
         if current is not None:
             self.fds.append((base, os.fstat(current).st_size, current))
-        self.first = self.fds[0][0] if self.fds else 0
+        self.first = self.fds[0][0] if self.fds else base
         self.end = base + (self.fds[-1][1] if current is not None else 0)
+
+    def changed(self):
+        """Whether a rotation happened since this was opened (what was read may be wrong)."""
+        return _base_text(self.state) != self.stamp
 
     def close(self):
         for _start, _size, fd in self.fds:
@@ -182,36 +200,46 @@ def read_job(run, num, since=None, tail=None, start=None, limit=PAGE, container=
             setup_error = os.read(fd, 65536).decode("utf-8", "replace").strip() or None
         finally:
             os.close(fd)
-    output = Output(state)
-    try:
-        answer = {"setup_error": setup_error, "first": output.first, "end": output.end,
-                  "skipped": 0, "source": "file"}
-        if not output.kept:
-            data = None
-            if start is None and container and setup_error is None:
-                data = _docker_logs(container, since, tail, PAGE_MAX)
-            data = data or b""
-            answer.update(source="docker" if data else "none", start=0, next=len(data),
-                          end=len(data), first=0, data=base64.b64encode(data).decode("ascii"))
-            return answer
-        if start is not None:
-            if start < output.first:
-                answer["skipped"] = output.first - start
-            begin = max(start, output.first)
-        elif tail:
-            begin = output.tail_start(int(tail))
-            if since is not None:
-                begin = max(begin, output.since_start(since))
-        elif since is not None:
-            begin = output.since_start(since)
-        else:
-            begin = output.first
-        data = output.read(begin, limit)
-        answer.update(start=begin, next=begin + len(data),
-                      data=base64.b64encode(data).decode("ascii"))
+    for attempt in range(ATTEMPTS):
+        output = Output(state, trust_previous=attempt == ATTEMPTS - 1)
+        try:
+            answer = _page(output, setup_error, since, tail, start, limit, container)
+            if output.consistent and not output.changed():
+                return answer
+        finally:
+            output.close()
+        time.sleep(0.05)   # a rotation under way: it takes a few milliseconds
+    return answer
+
+
+def _page(output, setup_error, since, tail, start, limit, container):
+    """One page read from ``output`` (see read_job)."""
+    answer = {"setup_error": setup_error, "first": output.first, "end": output.end,
+              "skipped": 0, "source": "file"}
+    if not output.kept:
+        data = None
+        if start is None and container and setup_error is None:
+            data = _docker_logs(container, since, tail, PAGE_MAX)
+        data = data or b""
+        answer.update(source="docker" if data else "none", start=0, next=len(data),
+                      end=len(data), first=0, data=base64.b64encode(data).decode("ascii"))
         return answer
-    finally:
-        output.close()
+    if start is not None:
+        if start < output.first:
+            answer["skipped"] = output.first - start
+        begin = max(start, output.first)
+    elif tail:
+        begin = output.tail_start(int(tail))
+        if since is not None:
+            begin = max(begin, output.since_start(since))
+    elif since is not None:
+        begin = output.since_start(since)
+    else:
+        begin = output.first
+    data = output.read(begin, limit)
+    answer.update(start=begin, next=begin + len(data),
+                  data=base64.b64encode(data).decode("ascii"))
+    return answer
 
 
 def op_logs(payload):

@@ -106,6 +106,9 @@ def op_status(payload):
     containers = []
     if ids:
         rc, out, err = _docker(["inspect"] + ids, check=False)
+        if rc != 0 and not out.strip():
+            # Without the containers' states, a job folder would look like a removed job.
+            raise Failure("docker inspect failed (exit %d): %s" % (rc, err.strip()[-1500:]))
         data = json.loads(out or "[]") if out.strip() else []
         for item in data:
             labels = (item.get("Config") or {}).get("Labels") or {}

@@ -131,9 +131,12 @@ class LogFollower(object):
         self._pass_on(lines.close())
         self.proc.wait()
 
-    def join(self, timeout=5.0, clock=time.monotonic):
+    def join(self, timeout=None, clock=time.monotonic, stop=True):
         """Wait for the job's last lines: as long as they keep coming, and ``timeout``
-        seconds more (a ``docker logs -f`` that hangs is then stopped)."""
+        seconds more (5 for ``docker logs -f``, which is then stopped if ``stop``; a page of
+        kept output may take a request's time)."""
+        if timeout is None:
+            timeout = 5.0 if self.kept is None else 120.0
         seen, since = self.received, clock()
         while self.thread.is_alive():
             self.thread.join(0.25)
@@ -141,8 +144,13 @@ class LogFollower(object):
                 seen, since = self.received, clock()
             elif clock() - since >= timeout:
                 break
-        if self.thread.is_alive() and self.proc is not None:
+        if stop and self.thread.is_alive() and self.proc is not None:
             self.proc.terminate()
+
+    def wait_briefly(self, seconds=5.0):
+        """Give the job's last lines a moment (they come before its end is said, as a rule),
+        without holding up the run's supervision behind a long backlog."""
+        self.thread.join(seconds)
 
 
 class Watch(object):
@@ -312,7 +320,7 @@ class Watch(object):
         for num, status in sorted(statuses.items()):
             if self.statuses.get(num) != status:
                 if status[0] in lifecycle.FINISHED and num in self.followers:
-                    self.followers[num].join()  # a job's last lines before its end
+                    self.followers[num].wait_briefly()  # its last lines before its end
                 job = self.jobs[num]
                 event = {"kind": "job", "job_num": num, "host": job["host"],
                          "status": status[0], "reason": status[1], "exit_code": status[2]}
