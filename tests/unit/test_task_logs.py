@@ -356,3 +356,36 @@ def test_log_events_print_prefixed_or_raw():
     assert entry.event_line(event) == "[train-1] a\n[train-1] b"
     assert entry.event_line(dict(event, raw=True)) == "a\nb"
     assert entry.event_line({"kind": "log", "run": "t", "rank": 0, "line": "x"}) == "[t-0] x"
+
+
+def test_a_jobs_end_is_said_after_its_last_lines_without_holding_up_the_run():
+    import threading
+
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import supervisor
+
+    said = []
+    release = threading.Event()
+
+    class SlowFollower(object):
+        """A job's backlog of lines that takes longer than a moment."""
+
+        def __init__(self):
+            self.thread = threading.Thread(target=release.wait)
+            self.thread.start()
+
+        def wait_briefly(self, seconds=5.0):
+            self.thread.join(0.01)
+
+        def join(self):
+            self.thread.join()
+
+    jobs = [{"job_num": 0, "host": "gpu-0", "container": "t-0-0", "run": "t", "submission": 0}]
+    watch = supervisor.Watch(jobs, {}, {"startup_order": None, "stop_criteria": None,
+                                        "retry": None}, said.append)
+    watch.followers[0] = SlowFollower()
+    watch._report({0: (lifecycle.DONE, None, 0)})
+    assert said == [] and 0 in watch.deferred     # its lines are still coming
+    release.set()
+    watch.followers[0].join()
+    watch._say_deferred()
+    assert [(e["job_num"], e["status"]) for e in said] == [(0, lifecycle.DONE)]

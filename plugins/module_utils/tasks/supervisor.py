@@ -186,6 +186,7 @@ class Watch(object):
         self.started = set()
         self.stopping = {}
         self.followers = {}
+        self.deferred = {}   # job ends said once their lines have all come
         # The runner has said each job is pulling; a job not created yet says nothing new.
         self.statuses = dict((n, (lifecycle.SUBMITTED, None, None)) for n in self.jobs)
         self.run_status = lifecycle.RUN_SUBMITTED
@@ -319,25 +320,42 @@ class Watch(object):
     def _report(self, statuses):
         for num, status in sorted(statuses.items()):
             if self.statuses.get(num) != status:
-                if status[0] in lifecycle.FINISHED and num in self.followers:
-                    self.followers[num].wait_briefly()  # its last lines before its end
                 job = self.jobs[num]
                 event = {"kind": "job", "job_num": num, "host": job["host"],
                          "status": status[0], "reason": status[1], "exit_code": status[2]}
                 if num in self.messages:
                     event["message"] = self.messages[num]
+                follower = self.followers.get(num)
+                if status[0] in lifecycle.FINISHED and follower is not None:
+                    # A job's end is said after its last lines. A long backlog of them does
+                    # not hold up the run's supervision: the end waits for them instead.
+                    follower.wait_briefly()
+                    if follower.thread.is_alive():
+                        self.deferred[num] = event
+                        continue
+                self.deferred.pop(num, None)
                 self.emit(event)
         self.statuses = statuses
+
+    def _say_deferred(self, every=False):
+        """The ends of jobs whose lines have all come now (``every``: all of them, after the
+        followers were joined)."""
+        for num in sorted(self.deferred):
+            follower = self.followers.get(num)
+            if every or follower is None or not follower.thread.is_alive():
+                self.emit(self.deferred.pop(num))
 
     def run_once(self):
         statuses = self._look()
         self._report(statuses)
+        self._say_deferred()
         decision = lifecycle.decide(self.policy, statuses, now=self.clock(),
                                     retry_since=self.retry_since)
         if decision.final or decision.resubmit:
             # Every line a job printed is shown before the run's end is.
             for follower in self.followers.values():
                 follower.join()
+            self._say_deferred(every=True)
             self.followers = {}
         if decision.status != self.run_status and not decision.resubmit:
             self.run_status = decision.status
