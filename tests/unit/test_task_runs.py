@@ -627,6 +627,17 @@ def test_an_image_that_cannot_be_brought_leaves_the_run_failed_on_its_hosts(fake
     assert all(not node.claims for node in cluster.nodes.values())   # released
 
 
+def test_a_survey_handed_back_serves_the_first_placement_only(fake_hosts):
+    runner, cluster = fake_hosts(task(), [fleet(count=1)], program=lambda job: (1, 0))
+    runner.reuse_survey(runner.survey())
+    asked = len(cluster.log)
+    result = runner.run()
+    assert result["status"] == lc.RUN_DONE
+    ops = [op for _host, op, _payload in cluster.log[asked:]]
+    assert ops.index("claim") < ops.index("status")   # placed on the survey handed back
+    assert runner._fresh_survey is None
+
+
 def competitor(cluster):
     """Another submitter claiming a host whole, between a survey and this runner's claim."""
     def claim(node):

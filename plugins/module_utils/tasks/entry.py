@@ -219,8 +219,12 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
                                  check_mode, config_dir)
         runner = make_runner(config)
         if not check_mode:
-            # Runs already waiting go first, in priority order (tasks.queue).
-            drive_queue(fleets, root, emit)
+            # Runs already waiting go first, in priority order (tasks.queue). One look at the
+            # hosts serves the pass and, when there was no queue to act on, the placement.
+            survey = runner.survey()
+            report = drive_queue(fleets, root, emit, survey=survey)
+            if not queue_entries(survey) and not any(report.values()):
+                runner.reuse_survey(survey)
         if check_mode:
             try:
                 try:
@@ -308,6 +312,13 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
         result["warnings"] = ignored_fields(config)
     return result, result["status"] != lifecycle.RUN_DONE and (
         params["wait"] or result["status"] == lifecycle.RUN_FAILED)
+
+
+def queue_entries(survey):
+    """The queue entries a survey (runs.survey_with_queues) found."""
+    from . import queue
+
+    return queue.entries_of(survey[2])
 
 
 def drive_queue(fleets, root, emit=None, survey=None, check_mode=False):

@@ -319,10 +319,22 @@ class Runner(object):
             raise NeedsInstances(placed["create"], placed)
         return placed
 
+    def survey(self):
+        """What the next placement will use (see _survey); ``reuse_survey`` hands it back."""
+        return self._survey()
+
+    def reuse_survey(self, answer):
+        """Let the first placement use ``answer`` (a survey nothing acted on since) instead of
+        asking every host again."""
+        self._fresh_survey = answer
+
     def _survey(self):
         """The hosts' containers, claims and queues; hosts whose cached GPU health is older
         than tasks.health.MAX_AGE read it again in the same request, and placement uses what
         they say (the facts cache keeps it)."""
+        fresh, self._fresh_survey = getattr(self, "_fresh_survey", None), None
+        if fresh is not None:
+            return fresh
         root = state.state_dir(self.root)
         stale = health.due(self.fleets, root)
         raw = {}
