@@ -9,6 +9,8 @@ alternately in the same run (so the ratio holds on a noisy machine):
   ``nodes: N`` task whose command sleeps; the clock stops when the playbook returns, which it does
   once every job's container is started (placement, the run key, the image check on each node,
   the job files, ``docker run``);
+- user path: ``gpufleet apply -y -d -f <file>``, as a user types it: the planning play, the
+  submission's play, the command's own start; the clock stops when the command returns;
 - baseline: one ``ssh node docker run -d --network host IMAGE sleep`` per node, all at once,
   with the same key and options but a fresh connection each (no multiplexing), as someone would
   script it; the clock stops when the last ``ssh`` returns.
@@ -104,6 +106,15 @@ def runner(task_path, env):
     return took
 
 
+def user_path(task_path, env):
+    start = time.monotonic()
+    proc = run([str(BIN / "gpufleet"), "apply", "-y", "-d", "-f", task_path], env)
+    took = time.monotonic() - start
+    if proc.returncode != 0:
+        raise RuntimeError("gpufleet apply failed:\n" + proc.stdout[-2000:] + proc.stderr[-2000:])
+    return took
+
+
 def noop(work, env):
     play = work / "noop.yml"
     if not play.exists():
@@ -155,26 +166,30 @@ def main():
         baseline(instances[:max(sizes)], image)
         clean(instances)
         for size in sizes:
-            ours, theirs = [], []
+            ours, users, theirs = [], [], []
             for _round in range(args.rounds):
                 ours.append(runner(tasks[size], env))
+                clean(instances)
+                users.append(user_path(tasks[size], env))
                 clean(instances)
                 theirs.append(baseline(instances[:size], image))
                 clean(instances)
                 noops.append(noop(work, env))
-            results[size] = (statistics.median(theirs), statistics.median(ours))
+            results[size] = (statistics.median(theirs), statistics.median(ours),
+                             statistics.median(users))
     finally:
         playbook("delete.yml", env, "fleet=" + str(fleet))
     print("machine: %s, %d CPUs, load %s, Python %s"
           % (platform.node(), os.cpu_count(), os.getloadavg()[0], platform.python_version()))
     empty = statistics.median(noops)
     print("ansible-playbook with a no-op play: %.2f s (median of %d)" % (empty, len(noops)))
-    print("%5s  %12s  %12s  %6s  %16s" % ("nodes", "baseline (s)", "runner (s)", "ratio",
-                                          "runner - no-op"))
+    print("%5s  %12s  %12s  %6s  %16s  %14s  %6s" % (
+        "nodes", "baseline (s)", "runner (s)", "ratio", "runner - no-op", "apply -y -d (s)",
+        "ratio"))
     for size in sizes:
-        base, ours = results[size]
-        row = (size, base, ours, ours / base, ours - empty)
-        print("%5d  %12.2f  %12.2f  %5.2fx  %14.2f s" % row)
+        base, ours, users = results[size]
+        row = (size, base, ours, ours / base, ours - empty, users, users / base)
+        print("%5d  %12.2f  %12.2f  %5.2fx  %14.2f s  %14.2f  %5.2fx" % row)
 
 
 if __name__ == "__main__":

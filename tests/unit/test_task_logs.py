@@ -305,6 +305,13 @@ def test_a_job_still_printing_is_read_up_to_where_it_was_when_asked(run_root, mo
         (0, "one"), (0, "two")]
 
 
+def test_a_job_seen_under_two_names_of_its_machine_is_read_once(run_root):
+    job_folder(run_root, "train", 0, current=b"zero\n")
+    nodes = {"gpu-0": LocalNode(), "lab-0": LocalNode()}
+    both = record((0, "gpu-0"), (0, "lab-0"))
+    assert list(joblogs.lines(nodes, both)) == [(0, "zero")]
+
+
 def test_one_job_and_a_job_that_never_started(run_root):
     job_folder(run_root, "train", 0, current=b"zero\n")
     job_folder(run_root, "train", 1, current=None, setup_error="could not start container "

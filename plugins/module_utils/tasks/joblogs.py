@@ -86,7 +86,12 @@ def pages(nodes, record, job=None, since=None, tail=None):
     """``(job_num, bytes)`` pages of the run's output: every job of ``record``'s submission in
     rank order (only ``job`` when given), and a job whose container could not be made says why
     (``gpufleet: ...``). Raises LogsError when a job's host does not answer."""
-    jobs = [j for j in record["jobs"] if job is None or j["job_num"] == job]
+    jobs, seen = [], set()
+    for item in record["jobs"]:
+        # A machine two fleets describe shows its containers under both names: once each.
+        if item["job_num"] not in seen and (job is None or item["job_num"] == job):
+            seen.add(item["job_num"])
+            jobs.append(item)
     if job is not None and not jobs:
         raise LogsError("run %s has no job %d (jobs: %s)" % (
             record["name"], job, ", ".join(str(j["job_num"]) for j in record["jobs"])))
