@@ -145,6 +145,8 @@ def _folder_jobs(run, names):
         for job in _listdir(os.path.join(RUN_ROOT, name)):
             if not job.isdigit():
                 continue
+            if "%s-%s-0" % (name, job) in names:
+                continue   # its container is there (the name tasks.container gives it)
             folder = job_dir(name, int(job))
             record = _json_file(os.path.join(folder, "record.json"))
             if not record or record.get("container") in names:
