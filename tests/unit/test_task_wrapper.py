@@ -130,10 +130,18 @@ class Job(object):
         return shell[0] + [str(self.dir / "job.sh")]
 
     def run(self, shell, path=None, extra=None, timeout=60):
-        return subprocess.run(
+        # In a session of its own: a wrapper that hangs takes its job's processes with it.
+        proc = subprocess.Popen(
             self.argv(shell), env=self.env(path or shell[1], extra), cwd=str(self.workdir),
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout, check=False,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
         )
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise
+        return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
     def start(self, shell, path=None, extra=None):
         return subprocess.Popen(
