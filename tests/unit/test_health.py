@@ -97,6 +97,21 @@ def test_a_healthy_h100_host_and_a_gpu_without_ecc_are_healthy():
     assert judging.judge(smi_probe("synthetic.rtx4090.no-ecc.csv"))["status"] == "healthy"
 
 
+def test_a_real_h200_reads_healthy_from_nvidia_smi():
+    # Captured on a lent H200 machine (fixtures/health/README.md).
+    judged = judging.judge(smi_probe("captured.h200.healthy.csv",
+                                     "captured.h200.remapped-rows.csv"))
+    assert (judged["status"], judged["incidents"], judged["error"]) == ("healthy", [], None)
+
+
+def test_a_real_h200_metrics_sample_parses():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import metrics
+
+    (block,) = metrics.parse(sample("captured.h200.metrics-sample.txt"))
+    assert block["gpus"] == [{"util": 0.0, "used_mib": 0.0, "total_mib": 143771.0}]
+    assert block["cpus"] == 16 and block["cpu_usec"] is None
+
+
 def test_row_remapping_pending_warns_and_failed_fails():
     judged = judging.judge(smi_probe("synthetic.h100-x8.healthy.csv",
                                      "synthetic.h100-x8.remapped-rows.pending-and-failed.csv"))
