@@ -22,23 +22,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 
-from .test_task_nodeside import FakeDocker
-
-
-@pytest.fixture
-def run_root(tmp_path, monkeypatch):
-    root = tmp_path / "runs"
-    root.mkdir()
-    monkeypatch.setattr(nodeside, "RUN_ROOT", str(root))
-    return root
-
-
-@pytest.fixture
-def docker(tmp_path, monkeypatch):
-    fake = FakeDocker(tmp_path)
-    for key, value in fake.env().items():
-        monkeypatch.setenv(key, value)
-    return fake
+# The node side's own fixtures: RUN_ROOT in a temporary folder, a fake docker on PATH.
+from .test_task_nodeside import docker, run_root  # noqa: F401  pylint: disable=unused-import
 
 
 def job_folder(root, run, num, previous=None, current=b"", base=None, index=(), index1=(),

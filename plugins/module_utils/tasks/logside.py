@@ -22,12 +22,12 @@ logs``, once: its last PAGE_MAX bytes.
 
 import base64
 import os
-import stat
 import time
 
 try:  # imported as part of the collection (tests, the controller)
     from .booking import BOOK_OPS
-    from .nodeside import Failure, _RUN_NAME, _docker, _json_file, _listdir, job_dir
+    from .nodeside import (Failure, _RUN_NAME, _docker, _json_file, _listdir, _open_regular,
+                           _small_file, job_dir)
 except ImportError:  # on a host: the other sources run first in this namespace
     pass
 
@@ -38,29 +38,9 @@ INDEX_MAX = 32 * 1024 * 1024
 ATTEMPTS = 20
 
 
-def _open_regular(path):
-    """A read-only descriptor of a regular file of the job folder, which the container writes
-    (no link followed, no FIFO opened), or None."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    return fd
-
-
 def _base_text(state):
     """``output.base`` as written ("BASE1 BASE"; an older wrapper wrote "BASE"), or ""."""
-    fd = _open_regular(os.path.join(state, "output.base"))
-    if fd is None:
-        return ""
-    try:
-        return os.read(fd, 128).decode("ascii", "replace").strip()
-    finally:
-        os.close(fd)
+    return _small_file(os.path.join(state, "output.base"), 128) or ""
 
 
 class Output(object):
@@ -192,14 +172,7 @@ def read_job(run, num, since=None, tail=None, start=None, limit=PAGE, container=
     """One page of job ``num``'s output (see the module's docstring)."""
     folder = job_dir(run, num)
     state = os.path.join(folder, "state")
-    setup = os.path.join(state, "setup_error")
-    fd = _open_regular(setup)
-    setup_error = None
-    if fd is not None:
-        try:
-            setup_error = os.read(fd, 65536).decode("utf-8", "replace").strip() or None
-        finally:
-            os.close(fd)
+    setup_error = _small_file(os.path.join(state, "setup_error")) or None
     for attempt in range(ATTEMPTS):
         output = Output(state, trust_previous=attempt == ATTEMPTS - 1)
         try:

@@ -182,16 +182,26 @@ def _mtime(path):
         return None
 
 
-def _small_file(path, limit=65536):
-    """The text of a regular file of the job folder (no link followed), or None."""
+def _open_regular(path):
+    """A read-only descriptor of a regular file of a job folder, which the container writes
+    (no link followed, no FIFO opened), or None."""
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags)
     except OSError:
         return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def _small_file(path, limit=65536):
+    """The text of a regular file of the job folder (no link followed), or None."""
+    fd = _open_regular(path)
+    if fd is None:
+        return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
         return os.read(fd, limit).decode("utf-8", "replace").strip()
     finally:
         os.close(fd)
@@ -241,15 +251,11 @@ def _metrics_window(path, window):
     """The samples of a job's ``state/metrics`` (tasks.wrapper) taken within ``window``
     seconds of its newest one. The file lies in a folder the container writes: only a regular
     file is read (no link, no FIFO), and at most METRICS_READ_MAX bytes of its end."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
+    fd = _open_regular(path)
+    if fd is None:
         return ""
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return ""
         if info.st_size > METRICS_READ_MAX:
             os.lseek(fd, info.st_size - METRICS_READ_MAX, os.SEEK_SET)
         data = b""
