@@ -11,6 +11,8 @@ from __future__ import annotations
 import inspect
 import json
 
+import os
+
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.inventory import fleet as inventory_plugin
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import (
@@ -147,8 +149,35 @@ def test_an_unsupported_list_gives_the_same_message_on_every_path(tmp_path):
 def test_the_registry_names_each_backend_once():
     assert base.BACKENDS == {"local": local.Local, "aws": aws.Aws, "gcp": gcp.Gcp}
     assert base.CLOUD_BACKENDS == ("aws", "gcp")
+    assert base.CLOUD_BACKENDS == tuple(n for n, cls in base.BACKENDS.items()
+                                        if issubclass(cls, interface.CloudBackend))
     for name, cls in base.BACKENDS.items():
         assert cls.name == name and issubclass(cls, interface.Backend)
+    assert "azure" not in base.BACKENDS
+    with pytest.raises(KeyError):
+        base.BACKENDS["azure"]
+
+
+def test_a_task_submission_does_not_import_the_cloud_sdks():
+    """boto3 and google-auth cost a fifth of a second to import: a run on a local or SSH fleet
+    (the task module's own imports, then a local client) never loads them."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from gpufleet._collection import ensure_importable\n"
+            "ensure_importable()\n"
+            "from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry\n"
+            "from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base\n"
+            "base.client('local', docker=object())\n"
+            "print(sorted(m for m in ('boto3', 'botocore', 'google.auth') if m in sys.modules))\n"
+            "base.BACKENDS['aws']\n"
+            "print('boto3' in sys.modules)\n")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                          text=True, check=False, env=dict(os.environ, PYTHONPATH=root))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[:2] == ["[]", "True"]
 
 
 @pytest.mark.parametrize("cls", [local.Local, aws.Aws, gcp.Gcp])

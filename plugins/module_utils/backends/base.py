@@ -17,10 +17,13 @@ for where it was built. The contract the clients keep is interface.py's (re-expo
 
 from __future__ import annotations
 
-from .aws import Aws
+try:
+    from collections.abc import Mapping
+except ImportError:  # pragma: no cover - Python 2's name
+    from collections import Mapping
+
 from ..core.errors import GpufleetError
 from .errors import BackendError, UnsupportedBackend
-from .gcp import Gcp
 from .interface import Backend, CloudBackend
 from .local import Local
 
@@ -28,8 +31,42 @@ from .local import Local
 __all__ = ("BACKENDS", "CLOUD_BACKENDS", "POLICY_SETTINGS", "Backend", "CloudBackend", "client",
            "configured", "default_backends", "select", "settings_section")
 
-BACKENDS = {"local": Local, "aws": Aws, "gcp": Gcp}
-CLOUD_BACKENDS = tuple(name for name, cls in BACKENDS.items() if issubclass(cls, CloudBackend))
+
+def _cloud_class(name):
+    # Imported when first asked for: boto3 and google-auth take a fifth of a second to import,
+    # which every task submission and command on a local or SSH fleet would pay for nothing.
+    if name == "aws":
+        from .aws import Aws
+        return Aws
+    from .gcp import Gcp
+    return Gcp
+
+
+class _Registry(Mapping):
+    """The backends by name (``local``, ``aws``, ``gcp``), each its client class."""
+
+    _names = ("local", "aws", "gcp")
+
+    def __init__(self):
+        self._loaded = {"local": Local}
+
+    def __getitem__(self, name):
+        if name not in self._names:
+            raise KeyError(name)
+        if name not in self._loaded:
+            self._loaded[name] = _cloud_class(name)
+        return self._loaded[name]
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self):
+        return len(self._names)
+
+
+BACKENDS = _Registry()
+# Those whose class is a CloudBackend (tests/unit/test_backends_base.py checks it).
+CLOUD_BACKENDS = ("aws", "gcp")
 # Read by the fleet's retry policy (fleets/cloud.py), not by the client.
 POLICY_SETTINGS = ("retry_delays",)
 
