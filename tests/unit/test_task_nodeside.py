@@ -74,6 +74,9 @@ class FakeDocker(object):
             "PATH": str(self.bin_dir) + os.pathsep + os.environ.get("PATH", ""),
             "FAKE_DOCKER_LOG": str(self.log),
             "FAKE_DOCKER_RULES": str(self.rules_file),
+            # No engine socket there: the helper (in this process or one it starts) uses the
+            # fake CLI, not this machine's Docker Engine API.
+            "DOCKER_HOST": "unix://" + str(self.bin_dir / "no-engine.sock"),
         }
 
 
@@ -82,6 +85,8 @@ def docker(tmp_path, monkeypatch):
     fake = FakeDocker(tmp_path)
     for key, value in fake.env().items():
         monkeypatch.setenv(key, value)
+    # The fake is a CLI: the Engine API's socket (nodeside._engine) is not used.
+    monkeypatch.setattr(nodeside, "_ENGINE", {"socket": None})
     return fake
 
 
@@ -213,6 +218,7 @@ def test_docker_missing_from_the_host(tmp_path, monkeypatch, run_root):
     empty = tmp_path / "empty"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.setattr(nodeside, "_ENGINE", {"socket": None})   # and no engine socket
 
     with pytest.raises(nodeside.Failure, match="docker is not installed"):
         nodeside.op_status({})
@@ -727,7 +733,8 @@ def test_bootstrap_status_through_the_sent_source(docker):
 def test_bootstrap_answers_a_failure_as_an_error(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    env = dict(os.environ, PATH=str(empty))
+    # No docker command, and no engine socket either.
+    env = dict(os.environ, PATH=str(empty), DOCKER_HOST="unix://" + str(empty / "none.sock"))
 
     proc = bootstrap(b'{"op": "status", "payload": {}}', env)
 

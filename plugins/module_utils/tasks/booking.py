@@ -26,7 +26,7 @@ import os
 import time
 
 try:  # imported as part of the collection (tests, the controller)
-    from .nodeside import Failure, op_remove, op_start, op_status
+    from .nodeside import Failure, op_image_info, op_remove, op_start, op_status
 except ImportError:  # on a host: nodeside's source runs first in the same namespace
     pass
 
@@ -230,9 +230,21 @@ def _claim_locked(payload, now):
 
 def op_claim(payload):
     """Claim a share of this host for a run, or say who holds it. Claiming again with the same
-    run id renews the lease (and moves the claim to a new submission)."""
+    run id renews the lease (and moves the claim to a new submission).
+
+    What the submission needs next from the host comes with the answer, so that it costs no
+    request of its own: with ``replace``, a granted claim also removes what an earlier run of
+    the same name left here (its containers and folders: the new run takes the name, as
+    dstack's apply does); with ``image``, the answer's ``image`` is that image's
+    ``image_info``. Both happen after the lock is let go: the claim already keeps the host."""
     with _Lock():
-        return _claim_locked(payload, time.time())
+        answer = _claim_locked(payload, time.time())
+    if answer["claimed"]:
+        if payload.get("replace"):
+            answer["replaced"] = op_remove({"run": payload["run"]})["removed"]
+        if payload.get("image"):
+            answer["image"] = op_image_info({"image": payload["image"]})
+    return answer
 
 
 def _drop_claim(run, drop):

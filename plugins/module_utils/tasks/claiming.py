@@ -74,17 +74,22 @@ def claim_of(job, run, submission, by=None, lease=CLAIM_LEASE):
     }
 
 
-def claim_hosts(nodes, placed, run, submission, by=None):
+def claim_hosts(nodes, placed, run, submission, by=None, extras=None, answers=None):
     """Claim every host of ``placed`` for ``run``; ClaimRefused (after releasing what was
-    granted) when one is taken. Returns ``{host: claim}``."""
+    granted) when one is taken. Returns ``{host: claim}``.
+
+    ``extras`` (``{host: {...}}``) go with a host's request: tasks.booking's ``replace`` and
+    ``image``; each granted host's answer is put in ``answers`` (a dict), when given."""
     claims = dict((job["host"], claim_of(job, run, submission, by)) for job in placed["jobs"])
     hosts = sorted(claims)
     asked = []
 
     def claim(host):
-        answer = nodes[host].call("claim", claims[host])
+        answer = nodes[host].call("claim", dict(claims[host], **(extras or {}).get(host, {})))
         if not answer.get("claimed"):
             raise ClaimRefused(host, answer.get("reason") or "refused")
+        if answers is not None:
+            answers[host] = answer
         return host
 
     def attempt(group):

@@ -60,14 +60,21 @@ def push_image(docker, image, nodes, hosts):
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def ensure_image(image, nodes, hosts, docker=None, source="auto", auth=None, emit=None):
+def ensure_image(image, nodes, hosts, docker=None, source="auto", auth=None, emit=None,
+                 known=None):
     """Make ``image`` present on ``hosts``: kept, pulled there, or pushed from the controller.
 
     Returns ``{host: image_info}`` (ENTRYPOINT, CMD, WORKDIR as the host sees the image).
-    ``auth`` (registry credentials) is used for the pull only and never shown.
+    ``auth`` (registry credentials) is used for the pull only and never shown. ``known``:
+    ``{host: image_info}`` already asked (with the claims); only the other hosts are asked.
     """
     emit = emit or (lambda event: None)
-    info = _checked(parallel(hosts, lambda h: nodes[h].call("image_info", {"image": image})))
+    known = dict((h, v) for h, v in (known or {}).items() if h in hosts and v)
+    asking = [h for h in hosts if h not in known]
+    info = dict(known)
+    if asking:
+        info.update(_checked(parallel(asking, lambda h: nodes[h].call("image_info",
+                                                                      {"image": image}))))
     missing = [h for h in hosts if not info[h]["present"]]
     if not missing:
         return info
