@@ -67,7 +67,8 @@ class ActionModule(ActionBase):
         try:
             params = with_stored_secrets(
                 params, lambda path: secret_store.read_with_loader(path, self._loader))
-            answer, failed = entry.submit(params, emit=printer(params.get("output_path")),
+            answer, failed = entry.submit(params, emit=printer(params.get("output_path"),
+                                                               params.get("path")),
                                           check_mode=bool(self._task.check_mode))
         except (entry.EntryError, secret_store.SecretStoreError) as exc:
             result.update(failed=True, msg=str(exc))

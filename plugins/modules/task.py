@@ -104,6 +104,14 @@ options:
         the action plugin only).
     type: bool
     default: false
+  show_plan:
+    description:
+      - Show where the run goes, once it is placed, as the table C(gpufleet apply) shows
+        before it submits (the configuration, the fleet and each job's host), through the
+        action plugin only. C(gpufleet apply -y) sets it instead of running a planning play
+        first.
+    type: bool
+    default: false
   image_source:
     description:
       - How the image reaches the hosts. V(auto) uses it where present, pulls it elsewhere and

@@ -10,16 +10,18 @@ import threading
 
 from ansible.utils.display import Display
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
 
 display = Display()
 
 
-def printer(output_path=None):
+def printer(output_path=None, source=None):
     """An ``emit`` callback that shows one line per event, one event at a time (events come
     from several threads: one per node and one per followed log). With ``output_path`` (a
     file or FIFO), the lines are appended there instead of shown; if it cannot be written
-    (its reader went away), they are dropped."""
+    (its reader went away), they are dropped. A ``plan`` event (the task's ``show_plan``) is
+    the table ``gpufleet apply`` shows before submitting, for the task file ``source``."""
     lock = threading.Lock()
     sink = {"handle": None, "broken": False}
 
@@ -39,7 +41,11 @@ def printer(output_path=None):
             sink["broken"] = True
 
     def emit(event):
-        line = entry.event_line(event)
+        if event.get("kind") == "plan":
+            line = "\n".join(run_table.run_plan_lines(event["config"], event["plan"],
+                                                      source) + [""])
+        else:
+            line = entry.event_line(event)
         if line is not None:
             with lock:
                 if output_path:

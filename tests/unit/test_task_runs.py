@@ -135,7 +135,16 @@ class FakeNode:
         if why:
             return {"claimed": False, "reason": why}
         self.claims = others + [claim]
-        return {"claimed": True, "claim": claim}
+        answer = {"claimed": True, "claim": claim}
+        # What booking.op_claim does besides: clear the run's leftovers, say the image.
+        if payload.get("replace"):
+            gone = [c["name"] for c in self.containers
+                    if c["labels"].get(RUN_LABEL) == payload["run"]]
+            self.containers = [c for c in self.containers if c["name"] not in gone]
+            answer["replaced"] = gone
+        if payload.get("image"):
+            answer["image"] = self.op_image_info({"image": payload["image"]})
+        return answer
 
     # The queue, kept as booking keeps it (entries by run name), without files.
     def op_enqueue(self, payload):
@@ -487,6 +496,7 @@ def fake_hosts(monkeypatch, tmp_path):
 
         def ensure_image(image, nodes, hosts, **kwargs):
             images.append((image, sorted(hosts)))
+            runner.known = kwargs.get("known")
             return {h: {"present": True, "entrypoint": None, "cmd": None, "working_dir": None}
                     for h in hosts}
 
@@ -586,9 +596,30 @@ def test_a_finished_run_of_the_same_name_is_replaced(fake_hosts):
         running=STARTED, exit_code=0))
     result = runner.run()
     assert result["status"] == lc.RUN_DONE and result["submissions"] == 1
-    assert [h for h, _p in cluster.ops("remove")] == ["gpus-0"]
+    # Its host's claim cleared it and said whether the image is there: no requests of their own.
+    [(host, claim)] = cluster.ops("claim")
+    assert (host, claim["replace"], claim["image"]) == (
+        "gpus-0", True, "dstackai/base:0.15-base-ubuntu24.04")
+    assert cluster.ops("remove") == [] and cluster.ops("image_info") == []
     assert len(cluster.ops("start")) == 1
     assert runner.images == [("dstackai/base:0.15-base-ubuntu24.04", ["gpus-0"])]
+    assert runner.known == {"gpus-0": {"present": True, "entrypoint": None, "cmd": None,
+                                       "working_dir": None}}
+
+
+def test_a_finished_run_of_the_same_name_on_a_host_it_no_longer_uses_is_removed(fake_hosts):
+    runner, cluster = fake_hosts(task(), [fleet(count=2)], program=lambda job: (1, 0))
+    # The earlier run of the name is on gpus-1; gpus-0 is busy with another, ended, run that
+    # leaves it free: the new run is placed on gpus-0 (name order) and gpus-1 is cleared.
+    cluster.nodes["gpus-1"].containers.append(container(
+        "train-0-0", {RUN_LABEL: "train", JOB_LABEL: "0", SUB_LABEL: "0"}, state="exited",
+        running=STARTED, exit_code=0))
+    result = runner.run()
+    assert result["status"] == lc.RUN_DONE
+    assert [(h, c["replace"]) for h, c in cluster.ops("claim")] == [("gpus-0", False)]
+    assert [(h, p["run"], p["keep"]) for h, p in cluster.ops("remove")] == [
+        ("gpus-1", "train", runner.run_id)]
+    assert not any(c["name"] == "train-0-0" for c in cluster.nodes["gpus-1"].containers)
 
 
 def test_a_failed_run_result_says_which_job_failed(fake_hosts):

@@ -45,6 +45,7 @@ TASK_SPEC = dict(
     run_args=dict(type="list", elements="str", default=[]),
     poll_interval=dict(type="float", default=1.0),
     create=dict(type="bool", default=True),
+    show_plan=dict(type="bool", default=False),
     **FLEET_OPTIONS
 )
 TASK_MUTUALLY_EXCLUSIVE = [("path", "config")]
@@ -168,7 +169,7 @@ def event_line(event):
         return text
     if kind == "info":
         return "%s: %s" % (run, event["message"])
-    return None
+    return None   # "plan" too: its table is the printer's (plugin_utils.run_output)
 
 
 def ignored_fields(config):
@@ -218,7 +219,9 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             return _submit_array(config, array_spec, make_runner, fleets, root, params, emit,
                                  check_mode, config_dir)
         runner = make_runner(config)
+        runner.announce_plan = bool(params.get("show_plan"))
         if not check_mode:
+            runner.make_key_early()   # ready by the time the run is placed
             # Runs already waiting go first, in priority order (tasks.queue). One look at the
             # hosts serves the pass and, when there was no queue to act on, the placement.
             survey = runner.survey()

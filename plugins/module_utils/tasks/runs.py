@@ -164,12 +164,14 @@ def survey_with_queues(nodes, probe=(), health=None, timeout=None):
 
 
 def run_key():
-    """One RSA key pair per run for SSH between its containers (dstack.md §4.10)."""
+    """One RSA key pair per run for SSH between its containers (dstack.md §4.10), 2048 bits as
+    dstack's server makes it (its utils.crypto): a 3072-bit key takes ssh-keygen five times
+    as long, most of a second on a small controller, for a key that lives as long as the run."""
     folder = tempfile.mkdtemp(prefix="gpufleet-runkey-")
     try:
         path = os.path.join(folder, "dstack_job")
         proc = subprocess.run(
-            ["ssh-keygen", "-q", "-t", "rsa", "-b", "3072", "-N", "", "-C", "dstack_job",
+            ["ssh-keygen", "-q", "-t", "rsa", "-b", "2048", "-N", "", "-C", "dstack_job",
              "-f", path], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
         if proc.returncode != 0:
             raise RunError("ssh-keygen failed on the controller: %s"
@@ -181,6 +183,18 @@ def run_key():
                        "(install openssh-client): %s" % exc) from exc
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+class _KeyMaker(object):
+    """run_key() in a thread of its own, started at once; ``result()`` waits for it."""
+
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(max_workers=1)
+        self._future = self._pool.submit(run_key)
+        self._pool.shutdown(wait=False)
+
+    def result(self):
+        return self._future.result()
 
 
 def _inline_files(jobs, files_data=None):
@@ -236,6 +250,8 @@ class Runner(object):
                  sleep=time.sleep, run_args=(), rng=random, local_image=None,
                  config_dir=None, array=None, code_=None, files_data=None, create=False,
                  grower=None, grow_first=False):
+        # What the plan shows (a dev environment as one), before devenv.runnable.
+        self.shown_config = config
         # A dev environment runs as a one-node task with dstack's commands (tasks.devenv).
         config = devenv.runnable(config)
         self.config = config
@@ -281,11 +297,28 @@ class Runner(object):
         self._regions = {}
         self.submissions = []
         self.leftovers = []
+        self._claimed = {}   # the answers of the last granted claims, by host
         self.env = resolve_env(config, self.secrets, self.environ)
         # A job array's runs share one Code (one pack of the tree); a lone run owns its own.
         self._owns_code = code_ is None
         self.code = code_ if code_ is not None else (None if not config.get("repos") else (
             code.Code(config["repos"][0], config_dir, self.environ)))
+        self._key = None
+        # Say the first placement as a "plan" event (what gpufleet apply -y prints instead
+        # of asking a planning play first): entry.submit sets it for show_plan.
+        self.announce_plan = False
+
+    def make_key_early(self):
+        """Start making the run's SSH key now (ssh-keygen takes a moment), so that it is ready
+        by the time the run is placed: entry.submit calls it before the first look at the
+        hosts. Without it, the key is made while the image is brought."""
+        if self._key is None:
+            self._key = _KeyMaker()
+
+    def _take_key(self):
+        """The run's key (a new one for each submission: a resubmission gets a fresh key)."""
+        maker, self._key = self._key or _KeyMaker(), None
+        return maker
 
     def _place(self):
         containers, claims, _queues, errors = self._survey()
@@ -382,8 +415,19 @@ class Runner(object):
             if attempt:
                 self.sleep(self.rng.uniform(0.05, 0.4) * attempt)
             placed = self._place()
+            # A granted claim also clears an earlier run of this name off its host and says
+            # whether the host has the image (tasks.booking): no requests of their own.
             try:
-                claiming.claim_hosts(self.nodes, placed, run, number, by=self.by)
+                image = self.image_and_python(placed)[0]
+            except PlanError as exc:
+                raise RunError(str(exc)) from exc
+            extras = dict((job["host"], {"image": image,
+                                         "replace": job["host"] in self.leftovers})
+                          for job in placed["jobs"])
+            self._claimed = {}
+            try:
+                claiming.claim_hosts(self.nodes, placed, run, number, by=self.by,
+                                     extras=extras, answers=self._claimed)
             except claiming.ClaimRefused as exc:
                 refused = exc
                 continue
@@ -396,6 +440,10 @@ class Runner(object):
             "no capacity for task %s: its hosts were taken by other runs while it was placed "
             "(last: %s); submit it again, or add retry: {on_events: [no-capacity]}"
             % (self.name, refused), [str(refused)])
+
+    def _announce(self, placed):
+        if self.announce_plan:
+            self.emit({"kind": "plan", "plan": placed, "config": self.shown_config})
 
     def _volume_clients(self):
         """Clients of the cloud backends the fleets' hosts are on, made once."""
@@ -463,10 +511,16 @@ class Runner(object):
         # A finished run of the same name is replaced, as dstack does on apply.
         # The run key is made meanwhile (ssh-keygen takes a moment): the nodes log in to each
         # other with it, and gpufleet attach to any of them.
-        key_maker = ThreadPoolExecutor(max_workers=1)
-        key_future = key_maker.submit(run_key)
-        parallel(self.leftovers, lambda h: self.nodes[h].call(
-            "remove", {"run": self.name, "keep": self.run_id}))
+        key_maker = self._take_key()
+        # What an earlier run of this name left on hosts this one does not use goes too (those
+        # it uses were cleared by their claims), while the image is brought.
+        elsewhere = [h for h in self.leftovers
+                     if "replaced" not in self._claimed.get(h, {})]
+        clearing = None
+        if elsewhere:
+            clearing = ThreadPoolExecutor(max_workers=1)
+            cleared = clearing.submit(parallel, elsewhere, lambda h: self.nodes[h].call(
+                "remove", {"run": self.name, "keep": self.run_id}))
         auth = registry_credentials(self.config, self.env, self.secrets)
         for job in placed["jobs"]:
             self.emit({"kind": "job", "job_num": job["job_num"], "host": job["host"],
@@ -480,9 +534,10 @@ class Runner(object):
             shipping = ThreadPoolExecutor(max_workers=1)
             shipped = shipping.submit(self.code.ship, nodes, sorted(set(hosts)), self.emit,
                                       self.secrets)
+        known = dict((h, a.get("image")) for h, a in self._claimed.items())
         try:
             info = ensure_image(image, nodes, sorted(set(hosts)), docker=self.docker,
-                                source=source, auth=auth, emit=self.emit)
+                                source=source, auth=auth, emit=self.emit, known=known)
         except RunError as exc:
             self._record_setup_failure(number, placed, str(exc))
             raise
@@ -490,12 +545,14 @@ class Runner(object):
             if shipping is not None:
                 repo = shipped.result()
                 shipping.shutdown()
+            if clearing is not None:
+                cleared.result()   # at best, as before: a host that did not answer keeps them
+                clearing.shutdown()
         first = info[hosts[0]]
         image_cmd = None
         if first.get("entrypoint") or first.get("cmd"):
             image_cmd = list(first.get("entrypoint") or []) + list(first.get("cmd") or [])
-        key = key_future.result()
-        key_maker.shutdown()
+        key = key_maker.result()
         run = {"name": self.name, "id": self.run_id, "submission": number,
                "submitted_at": self.submitted_at, "array": self.array}
         self._attach_volumes(placed, run, nodes)
@@ -572,6 +629,8 @@ class Runner(object):
                 break
             except NeedsInstances as exc:
                 if not here or grown:
+                    if number == 0 and not here:
+                        self._announce(exc.plan)   # the playbook grows the fleet next
                     raise
                 try:
                     self.grower(exc.create)   # the fleet playbook, then a new look at fleets
@@ -590,6 +649,8 @@ class Runner(object):
                            "message": "no capacity, retrying in %d s: %s" % (delay, exc)})
                 attempt += 1
                 self.sleep(delay)
+        if number == 0:
+            self._announce(placed)
         try:
             submission = self._prepare(number, placed)
         except BaseException:
