@@ -255,7 +255,7 @@ def apply(config: Config, roles: Iterable[str] = (), **options) -> dict:
         if roles:
             raise GpufleetError("roles: only for fleets")
         return run_task(given, **options)
-    task_only = {"wait", "run_args", "secrets", "check", "image_source",
+    task_only = {"wait", "run_args", "secrets", "check", "image_source", "show_plan",
                  *_TASK_OPTIONS} & set(options)
     if task_only:
         raise GpufleetError(f"{', '.join(sorted(task_only))}: only for tasks")
@@ -332,7 +332,7 @@ def delete_fleet(name: str, instances: Iterable[int] | None = None, check: bool 
 def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
              secrets: Mapping | None = None, image_source: str | None = None,
              name: str | None = None, env=None, fleets=None, array: str | None = None,
-             ide_version: str | None = None, **options) -> dict:
+             ide_version: str | None = None, show_plan: bool = False, **options) -> dict:
     """Run a task on a fleet (one container per node, dstack's variables, MPI hostfile, SSH).
 
     ``wait``: follow the run to its end (its log lines come to ``on_event``) and return the
@@ -346,7 +346,9 @@ def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
     ``array`` (``"1-100%10"``, Slurm's syntax) submits one run ``<name>-<index>`` per index;
     the record is then the array's, with ``runs``. ``ide_version``: a dev environment's IDE
     version when its file sets none (:func:`local_ide_version` reads the one on this machine,
-    as ``gpufleet apply`` does).
+    as ``gpufleet apply`` does). ``show_plan``: once the run is placed, its plan table (what
+    :func:`plan` returns, as ``gpufleet apply`` prints it) comes to ``on_event`` (or
+    ``output``) before the run's own lines, without a planning pass of its own.
     """
     opts = _Options(**options)
     normalized, given = _read(task, RUN_TYPES)
@@ -357,7 +359,8 @@ def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
                                gpufleet_task_array=array, gpufleet_task_wait=bool(wait),
                                gpufleet_task_logs=bool(wait), gpufleet_run_args=run_args,
                                gpufleet_secrets=dict(secrets) if secrets else None,
-                               gpufleet_image_source=image_source)
+                               gpufleet_image_source=image_source,
+                               gpufleet_task_show_plan=True if show_plan else None)
     result = opts.play("task.yml", variables)
     return _ended(result, result.stats.get("gpufleet_run"), wait, check)
 

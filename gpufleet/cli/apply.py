@@ -139,31 +139,23 @@ def _ide_version(config, err):
 
 
 def _run_task(args, path, config, out, err) -> int:
-    from ..api import GpufleetError, plan, run_task
+    from ..api import GpufleetError, run_task
 
-    tables = common.run_tables()
     overrides = {"name": args.run_name, "env": args.env, "fleets": args.fleets,
                  "array": args.array, "ide_version": _ide_version(config, err)}
+    # With -y nothing waits for an answer, so no planning pass runs first: the submission
+    # prints the same plan once the run is placed (show_plan). A job array is still planned
+    # first (its plan is the first run's, with the array's summary).
+    quick = args.yes and not args.array
     try:
-        err.write("Planning...\n")
-        record = plan(path, fleet_files=common.fleet_files(args), **overrides)
-        if record.get("plan"):
-            for line in tables.run_plan_lines(record["config"], record["plan"], path):
-                out.write(line + "\n")
+        if quick:
+            record = {"run": args.run_name or config.get("name") or _random_name(),
+                      "config": config}
         else:
-            out.write(f"No fleet has room for it now ({record.get('waits')}).\n"
-                      "Its retry policy lets it wait: submitted, it waits in the queue and "
-                      "starts when capacity frees up.\n")
-        out.write("\n")
-        what = f"the run {record['run']}"
-        if record.get("runs"):
-            out.write(f"Job array {record['run']}: {len(record['runs'])} runs, "
-                      f"{record['runs'][0]} to {record['runs'][-1]} (the plan is the first's)\n")
-            what = f"the {len(record['runs'])} runs of the job array {record['run']}"
-        if not common.confirm(f"Submit {what}?", args, out, err):
-            out.write("Nothing was submitted.\n")
-            return 1
-        # A task without a name got a random one in the plan: the run gets that one.
+            record = _plan_and_ask(args, path, overrides, out, err)
+            if record is None:
+                return 1
+        # A task without a name gets a random one here or in the plan: the run gets that one.
         if not record["config"].get("name"):
             overrides["name"] = record["run"]
         attaching = None
@@ -183,7 +175,7 @@ def _run_task(args, path, config, out, err) -> int:
             # Attached, the run's lines come through a pipe (output), however many they are.
             record = run_task(path, wait=not args.detach, check=False,
                               fleet_files=common.fleet_files(args), **overrides,
-                              on_event=common.run_printer(out, err),
+                              show_plan=quick, on_event=common.run_printer(out, err),
                               **({} if args.detach else {"output": out}))
         except KeyboardInterrupt:
             return _detached(record, attaching, err)
@@ -217,6 +209,43 @@ def _run_task(args, path, config, out, err) -> int:
     out.write(f"Run {record['run']} {status}" +
               (f": {record['message']}" if record.get("message") else "") + "\n")
     return 0 if status == "done" else 1
+
+
+def _plan_and_ask(args, path, overrides, out, err):
+    """The planning pass (task.yml in check mode), its table, and the question; the plan's
+    record, or None when the answer is no."""
+    from ..api import plan
+
+    tables = common.run_tables()
+    err.write("Planning...\n")
+    record = plan(path, fleet_files=common.fleet_files(args), **overrides)
+    if record.get("plan"):
+        for line in tables.run_plan_lines(record["config"], record["plan"], path):
+            out.write(line + "\n")
+    else:
+        out.write(f"No fleet has room for it now ({record.get('waits')}).\n"
+                  "Its retry policy lets it wait: submitted, it waits in the queue and "
+                  "starts when capacity frees up.\n")
+    out.write("\n")
+    what = f"the run {record['run']}"
+    if record.get("runs"):
+        out.write(f"Job array {record['run']}: {len(record['runs'])} runs, "
+                  f"{record['runs'][0]} to {record['runs'][-1]} (the plan is the first's)\n")
+        what = f"the {len(record['runs'])} runs of the job array {record['run']}"
+    if not common.confirm(f"Submit {what}?", args, out, err):
+        out.write("Nothing was submitted.\n")
+        return None
+    return record
+
+
+def _random_name():
+    """A run name as the task runner makes one for a task without a name (dstack's kind)."""
+    common.spec()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.rankplan import (
+        random_run_name,
+    )
+
+    return random_run_name()
 
 
 def _detached(record, attaching, err) -> int:

@@ -80,7 +80,10 @@ def failed(exc, err) -> int:
             err.write(f"gpufleet: {failure['host']}: {failure['task']}: {failure['msg']}\n")
     else:
         err.write(f"gpufleet: {exc}\n")
-    return 2 if exc.result is None else 1
+    from ..direct import CommandError
+
+    # An operation that ran and failed (a playbook's, or one answered in this process) is 1.
+    return 2 if exc.result is None and not isinstance(exc, CommandError) else 1
 
 
 def print_records(records, args, out, empty, table):
@@ -100,7 +103,8 @@ def run_printer(out, err):
     the rank-prefixed logs), and errors; not the playbook's task names."""
     def on_event(event):
         if event.get("event") in ("verbose", "error", "warning"):
-            text = (event.get("stdout") or "").rstrip("\n")
+            # Lines of one event come joined with the pty's CRLF.
+            text = (event.get("stdout") or "").replace("\r\n", "\n").rstrip("\n")
             if text.strip():
                 stream = out if event.get("event") == "verbose" else err
                 stream.write(text + "\n")

@@ -47,7 +47,8 @@ def add_stop(commands):
 
 
 def _ps(args, out, err) -> int:
-    from ..api import GpufleetError, runs
+    from ..api import GpufleetError
+    from ..direct import runs   # the same functions as ps.yml's modules, in this process
 
     try:
         found = runs(fleet_files=common.fleet_files(args))
@@ -60,7 +61,8 @@ def _ps(args, out, err) -> int:
 
 
 def _logs(args, out, err) -> int:
-    from ..api import GpufleetError, logs, wait
+    from ..api import GpufleetError, wait
+    from ..direct import logs   # the same function as logs.yml's module, in this process
 
     try:
         if args.follow:
@@ -68,15 +70,16 @@ def _logs(args, out, err) -> int:
                  fleet_files=common.fleet_files(args), on_event=common.run_printer(out, err))
             return 0
         # Streamed: the lines come as the hosts' pages are read, whatever the run printed.
-        logs(args.run, job=args.job, since=args.since, stream=True, output=out,
-             fleet_files=common.fleet_files(args), on_event=common.run_printer(out, err))
+        logs(args.run, out, job=args.job, since=args.since,
+             fleet_files=common.fleet_files(args))
     except GpufleetError as exc:
         return common.failed(exc, err)
     return 0
 
 
 def _stop(args, out, err) -> int:
-    from ..api import GpufleetError, stop
+    from ..api import GpufleetError
+    from ..direct import stop   # the same functions as stop.yml's modules, in this process
 
     if not common.confirm(f"Stop the run {args.run}?", args, out, err):
         out.write("Nothing was stopped.\n")

@@ -77,3 +77,37 @@ def run_cli(playbooks, *argv):
     code = cli.main(list(argv), out=out, err=err)
     assert "Traceback" not in out.getvalue() + err.getvalue()
     return code, out.getvalue(), err.getvalue()
+
+
+class FakeDirect:
+    """Stands in for gpufleet.direct's ``runs``, ``logs`` and ``stop`` (the commands answered
+    in the command's own process): one answer per call, in order; each call is recorded as
+    ``(function, args, kwargs)``. An answer is a value, or an exception to raise; for ``logs``
+    it may also carry the lines written to the command's output."""
+
+    def __init__(self):
+        self.answers = []
+        self.calls = []
+
+    def answer(self, value=None, raises=None, lines=""):
+        self.answers.append((value, raises, lines))
+
+    def install(self, monkeypatch):
+        from gpufleet import direct
+
+        for name in ("runs", "logs", "stop"):
+            monkeypatch.setattr(direct, name, self._function(name))
+        return self
+
+    def _function(self, name):
+        def call(*args, **kwargs):
+            self.calls.append((name, args, copy.deepcopy(kwargs)))
+            assert self.answers, "unexpected direct %s%r %r" % (name, args, kwargs)
+            value, raises, lines = self.answers.pop(0)
+            if raises is not None:
+                raise raises
+            if name == "logs" and lines:
+                args[1].write(lines)   # logs(run, out, ...)
+            return value
+
+        return call

@@ -7,6 +7,10 @@
 vars, check mode, whether a callback was given), hands the callback ansible-runner-like events,
 and answers with a PlaybookResult carrying what the playbooks publish with set_stats
 (gpufleet_run, gpufleet_runs, gpufleet_unreachable, gpufleet_log_lines).
+
+``apply -f TASK`` asks after a planning play (task.yml in check mode), as does ``--array`` with
+-y; with -y alone there is only the submission, with ``gpufleet_task_show_plan``, and the plan
+table comes from it (the task action's printer) once the run is placed.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 
 from gpufleet import cli, runner
+from gpufleet.cli import apply as apply_cli
+from gpufleet.direct import CommandError
 from gpufleet.runner import RunnerError
-from tests.doubles.playbooks import FakePlaybooks, Stdin, run_cli
+from tests.doubles.playbooks import FakeDirect, FakePlaybooks, Stdin, run_cli
 
 TASK = """\
 type: task
@@ -58,6 +64,13 @@ def playbooks(monkeypatch):
     fake = FakePlaybooks()
     monkeypatch.setattr(runner, "run_playbook", fake)
     return fake
+
+
+@pytest.fixture(autouse=True)
+def direct(monkeypatch):
+    """ps, logs and stop answered without the fleets of this machine: a test that expects
+    none of them fails on a call (gpufleet.direct would reach the real hosts)."""
+    return FakeDirect().install(monkeypatch)
 
 
 @pytest.fixture
@@ -133,8 +146,39 @@ def plan_lines(path):
     return runtable.run_plan_lines(config(), plan(), path)
 
 
+def plan_event(path):
+    """The plan table of a run submitted with show_plan (apply -y), as the real play hands it
+    over: the task action's printer (plugin_utils.run_output) shows run_plan_lines and a blank
+    line in one display call, which ansible-runner delivers as one verbose event, its lines
+    joined by the pty's CRLF and its end stripped (the blank line with it)."""
+    return verbose("\r\n".join(plan_lines(path)))
+
+
+def printed_plan(path, tmp_path):
+    """What the task action's printer writes for the same plan to the output pipe (an attached
+    apply): the real printer, into a file."""
+    from ansible_collections.gpufleet.cluster.plugins.plugin_utils import run_output
+
+    target = tmp_path / "printed-plan"
+    run_output.printer(str(target), path)({"kind": "plan", "plan": plan(), "config": config()})
+    return target.read_text(encoding="utf-8")
+
+
+@pytest.fixture
+def random_name(monkeypatch):
+    """The name apply -y draws for a task without one: fixed, and each draw counted."""
+    drawn = []
+
+    def draw():
+        drawn.append("brave-otter-7")
+        return "brave-otter-7"
+
+    monkeypatch.setattr(apply_cli, "_random_name", draw)
+    return drawn
+
+
 # ---------------------------------------------------------------------------------------------
-# apply -f TASK: the plan, the question
+# apply -f TASK: the plan, the question (without -y: task.yml in check mode first)
 
 
 def test_apply_without_yes_and_without_terminal_shows_the_plan_and_submits_nothing(
@@ -174,18 +218,37 @@ def test_apply_asks_on_a_terminal_and_no_means_nothing_submitted(files, playbook
 
 @pytest.mark.parametrize("answer", ["y\n", "YES\n", " yes \n"])
 def test_apply_asks_on_a_terminal_and_yes_submits(files, playbooks, stdin, answer):
-    files("task.dstack.yml", TASK)
+    path = files("task.dstack.yml", TASK)
     stdin.tty, stdin.answer = True, answer
     playbooks.answer(stats=planned_stats())
-    playbooks.answer(stats=ended_stats())
-    code, out, _err = run(playbooks, "apply", "-f", "task.dstack.yml")
+    playbooks.answer(stats=ended_stats(), events=[verbose("train: done\n")])
+    code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml")
     assert code == 0
-    assert "Submit the run train? [y/n] " in out
+    assert out.splitlines() == plan_lines(path) + [
+        "", "Submit the run train? [y/n] train: done", "Run train done"]
+    assert err == "Planning...\n"
     assert [c["check"] for c in playbooks.calls] == [True, False]
+    # The plan was shown before the question: the submission does not show it again.
+    assert playbooks.calls[1]["extravars"] == {"task": path, "gpufleet_task_wait": True,
+                                               "gpufleet_task_logs": True}
+
+
+def test_apply_asking_with_no_room_now_says_the_run_would_wait(files, playbooks, stdin):
+    files("task.dstack.yml", TASK)
+    stats = planned_stats()
+    stats["gpufleet_run"].update(plan=None, waits="no fleet has 2 hosts with gpu=H100:8 free")
+    playbooks.answer(stats=stats)
+    code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml")
+    assert code == 1
+    assert out.splitlines() == [
+        "No fleet has room for it now (no fleet has 2 hosts with gpu=H100:8 free).",
+        "Its retry policy lets it wait: submitted, it waits in the queue and starts when "
+        "capacity frees up.", "", "Nothing was submitted."]
+    assert err == "Planning...\n" + NO_TERMINAL
 
 
 # ---------------------------------------------------------------------------------------------
-# apply -f TASK -y: the run
+# apply -f TASK -y: the run alone, its plan shown once it is placed (show_plan)
 
 
 def test_apply_yes_submits_with_the_files_and_streams_the_run_in_order(
@@ -193,6 +256,7 @@ def test_apply_yes_submits_with_the_files_and_streams_the_run_in_order(
     path = files("task.dstack.yml", TASK)
     fleet = os.path.join(os.getcwd(), "gpus.dstack.yml")
     events = [
+        plan_event(path),
         verbose("train job 0 on gpus-0: running\n"),
         {"event": "runner_on_ok", "stdout": "ok: [localhost]",
          "event_data": {"host": "localhost", "res": {"changed": True}}},
@@ -203,47 +267,60 @@ def test_apply_yes_submits_with_the_files_and_streams_the_run_in_order(
         verbose("[train-1] step 1\n"),
         verbose("train: done\n"),
     ]
-    playbooks.answer(stats=planned_stats())
     playbooks.answer(stats=ended_stats("done"), events=events)
     code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y",
                          "--fleet-file", "gpus.dstack.yml", "--fleet-file", "/abs/other.yml")
     assert code == 0
     assert stdin.reads == 0
-    check, real = playbooks.calls
-    assert check["check"] is True and check["streamed"] is False
-    assert check["extravars"] == {"task": path,
-                                  "gpufleet_fleet_files": [fleet, "/abs/other.yml"]}
+    # No planning play: the submission alone, asked to show its plan.
+    (real,) = playbooks.calls
     assert real["playbook"] == "task.yml"
     assert real["check"] is False and real["streamed"] is True
+    assert real["kwargs"]["output"] is playbooks.out
     assert real["extravars"] == {"task": path, "gpufleet_fleet_files": [fleet, "/abs/other.yml"],
-                                 "gpufleet_task_wait": True, "gpufleet_task_logs": True}
+                                 "gpufleet_task_wait": True, "gpufleet_task_logs": True,
+                                 "gpufleet_task_show_plan": True}
     streamed = ["train job 0 on gpus-0: running", "train job 1 on gpus-1: running",
                 "[train-0] step 1", "[train-1] step 1", "train: done"]
-    assert out.splitlines() == plan_lines(path) + [""] + streamed + ["Run train done"]
-    assert err == "Planning...\n"
-    # every line is out while the playbook still runs, not after it
-    plan_text = "\n".join(plan_lines(path)) + "\n\n"
-    assert playbooks.snapshots[0] == plan_text + streamed[0] + "\n"
-    assert playbooks.snapshots[3] == plan_text + "\n".join(streamed[:3]) + "\n"
+    # The plan's lines (its CRLF made plain newlines, its inner blank line kept), then the run's.
+    assert out.splitlines() == plan_lines(path) + streamed + ["Run train done"]
+    assert "\r" not in out
+    assert err == ""
+    # every line is out while the playbook still runs, not after it; the plan first
+    plan_text = "\n".join(plan_lines(path)) + "\n"
+    assert playbooks.snapshots[0] == plan_text
+    assert playbooks.snapshots[1] == plan_text + streamed[0] + "\n"
+    assert playbooks.snapshots[4] == plan_text + "\n".join(streamed[:3]) + "\n"
+
+
+def test_apply_yes_attached_the_plan_comes_through_the_output_pipe_then_a_blank_line(
+        files, playbooks, tmp_path):
+    path = files("task.dstack.yml", TASK)
+    playbooks.answer(stats=ended_stats("done"),
+                     output=printed_plan(path, tmp_path) + "[train-0] step 1\n")
+    code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y")
+    assert code == 0
+    assert out.splitlines() == plan_lines(path) + ["", "[train-0] step 1", "Run train done"]
+    assert err == ""
+    assert playbooks.calls[0]["extravars"]["gpufleet_task_show_plan"] is True
 
 
 def test_apply_streams_errors_and_warnings_to_stderr(files, playbooks):
-    files("task.dstack.yml", TASK)
-    playbooks.answer(stats=planned_stats())
+    path = files("task.dstack.yml", TASK)
     playbooks.answer(stats=ended_stats("done"), events=[
+        plan_event(path),
         {"event": "warning", "stdout": "[WARNING]: something odd\n"},
         verbose("train: done\n"),
         {"event": "error", "stdout": "ERROR! not quite\n"},
     ])
     code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y")
     assert code == 0
-    assert err == "Planning...\n[WARNING]: something odd\nERROR! not quite\n"
-    assert out.splitlines()[-2:] == ["train: done", "Run train done"]
+    assert err == "[WARNING]: something odd\nERROR! not quite\n"
+    assert out.splitlines() == plan_lines(path) + ["train: done", "Run train done"]
 
 
 def test_apply_a_failed_run_exits_1_with_its_message(files, playbooks):
     files("task.dstack.yml", TASK)
-    playbooks.answer(stats=planned_stats())
     message = "job 1 on gpus-1 exited with code 3"
     playbooks.answer(
         rc=2, stats=ended_stats("failed", message, log_tail=["Traceback?", "boom"],
@@ -255,71 +332,97 @@ def test_apply_a_failed_run_exits_1_with_its_message(files, playbooks):
     assert code == 1
     assert out.splitlines()[-2:] == ["train job 1 on gpus-1: failed (exit code 3)",
                                      "Run train failed: " + message]
-    assert err == "Planning...\n"
+    assert err == ""
+    assert [c["check"] for c in playbooks.calls] == [False]
 
 
 @pytest.mark.parametrize("status", ["terminated", "failed"])
 def test_apply_a_run_that_did_not_end_done_exits_1(files, playbooks, status):
     files("task.dstack.yml", TASK)
-    playbooks.answer(stats=planned_stats())
     playbooks.answer(rc=2, stats=ended_stats(status))
     code, out, _err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y")
     assert code == 1
     assert out.splitlines()[-1] == "Run train %s" % status
+    assert len(playbooks.calls) == 1
 
 
 def test_apply_detach_does_not_wait_and_says_how_to_follow(files, playbooks):
     path = files("task.dstack.yml", TASK)
-    playbooks.answer(stats=planned_stats())
     playbooks.answer(stats=ended_stats("running", reason=None),
-                     events=[verbose("train job 0 on gpus-0: running\n")])
+                     events=[plan_event(path), verbose("train job 0 on gpus-0: running\n")])
     code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-d")
     assert code == 0
-    real = playbooks.calls[1]
+    (real,) = playbooks.calls
+    assert real["check"] is False
     assert real["extravars"] == {"task": path, "gpufleet_task_wait": False,
-                                 "gpufleet_task_logs": False}
-    assert out.splitlines()[-2:] == [
+                                 "gpufleet_task_logs": False, "gpufleet_task_show_plan": True}
+    # Detached, nothing goes through the output pipe: the lines are events.
+    assert "output" not in real["kwargs"]
+    assert out.splitlines() == plan_lines(path) + [
         "train job 0 on gpus-0: running",
         "Run train submitted; follow it with gpufleet logs -f train"]
-    assert err == "Planning...\n"
+    assert err == ""
 
 
 def test_apply_detach_of_a_failed_submission_exits_1(files, playbooks):
     files("task.dstack.yml", TASK)
-    playbooks.answer(stats=planned_stats())
     playbooks.answer(rc=2, stats=ended_stats("failed", "job 0 could not start", failed=True))
-    code, _out, _err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-d")
+    code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-d")
     assert code == 1
+    assert err == "Run train failed: job 0 could not start\n"
+    assert out == ""
+    assert len(playbooks.calls) == 1
 
 
 # ---------------------------------------------------------------------------------------------
 # apply -f TASK: what goes wrong before or around the run
 
 
-def test_apply_no_capacity_reports_the_message_and_submits_nothing(files, playbooks):
+def no_capacity_record():
+    return {"run": "train", "status": "failed", "reason": "failed_to_start_due_to_no_capacity",
+            "message": "no fleet has 2 hosts with gpu=H100:8 free", "plan": None,
+            "failed": True, "msg": NO_CAPACITY}
+
+
+def test_apply_yes_no_capacity_the_run_fails_with_the_message_and_no_plan(files, playbooks):
     files("task.dstack.yml", TASK)
-    record = {"run": "train", "status": "failed", "reason": "failed_to_start_due_to_no_capacity",
-              "message": "no fleet has 2 hosts with gpu=H100:8 free", "plan": None,
-              "failed": True, "msg": NO_CAPACITY}
-    playbooks.answer(rc=2, stats={"gpufleet_run": record}, failures=[
+    playbooks.answer(rc=2, stats={"gpufleet_run": no_capacity_record()}, failures=[
         {"host": "localhost", "task": "Fail when the run did not end done", "msg": NO_CAPACITY}])
     code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y")
     assert code == 1
+    # Never placed, so no plan: only the run's end.
+    assert out == "Run train failed: no fleet has 2 hosts with gpu=H100:8 free\n"
+    assert err == ""
+    assert len(playbooks.calls) == 1 and playbooks.calls[0]["check"] is False
+
+
+def test_apply_asking_no_capacity_reports_the_message_and_submits_nothing(
+        files, playbooks, stdin):
+    files("task.dstack.yml", TASK)
+    stdin.tty, stdin.answer = True, "y\n"
+    playbooks.answer(rc=2, stats={"gpufleet_run": no_capacity_record()}, failures=[
+        {"host": "localhost", "task": "Fail when the run did not end done", "msg": NO_CAPACITY}])
+    code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml")
+    assert code == 1
     assert out == ""
     assert err == "Planning...\ngpufleet: %s\n" % NO_CAPACITY
+    assert stdin.reads == 0
     assert len(playbooks.calls) == 1 and playbooks.calls[0]["check"] is True
 
 
-def test_apply_check_error_without_a_record_reports_the_failed_task(files, playbooks):
+@pytest.mark.parametrize("argv, planning, check", [(["-y"], "", False),
+                                                   ([], "Planning...\n", True)])
+def test_apply_check_error_without_a_record_reports_the_failed_task(
+        files, playbooks, argv, planning, check):
     files("task.dstack.yml", TASK)
     playbooks.answer(rc=2, failures=[{"host": "localhost", "task": "Check the input",
                                       "msg": "Pass the task with -e task=FILE"}])
-    code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y")
+    code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml", *argv)
     assert code == 1
     assert out == ""
-    assert err == ("Planning...\ngpufleet: localhost: Check the input: "
+    assert err == (planning + "gpufleet: localhost: Check the input: "
                    "Pass the task with -e task=FILE\n")
-    assert len(playbooks.calls) == 1
+    assert [c["check"] for c in playbooks.calls] == [check]
 
 
 def test_apply_an_invalid_task_file_names_the_field_and_runs_nothing(files, playbooks):
@@ -331,38 +434,44 @@ def test_apply_an_invalid_task_file_names_the_field_and_runs_nothing(files, play
     assert playbooks.calls == []
 
 
-@pytest.mark.parametrize("failing_call", [0, 1])
-def test_apply_a_playbook_that_cannot_start_exits_2(files, playbooks, failing_call):
+@pytest.mark.parametrize("argv, planned, checks", [
+    (["-y"], False, [False]),          # the submission itself cannot start
+    ([], False, [True]),               # asking: the planning play cannot start
+    ([], True, [True, False]),         # asking: planned, then the submission cannot start
+])
+def test_apply_a_playbook_that_cannot_start_exits_2(files, playbooks, stdin, argv, planned,
+                                                    checks):
     files("task.dstack.yml", TASK)
-    if failing_call == 1:
+    stdin.tty, stdin.answer = True, "y\n"
+    if planned:
         playbooks.answer(stats=planned_stats())
     playbooks.answer(raises=RunnerError("ansible-playbook not found next to python"))
-    code, _out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y")
+    code, _out, err = run(playbooks, "apply", "-f", "task.dstack.yml", *argv)
     assert code == 2
     assert err.endswith("gpufleet: ansible-playbook not found next to python\n")
-    assert len(playbooks.calls) == failing_call + 1
+    assert [c["check"] for c in playbooks.calls] == checks
 
 
 @pytest.mark.parametrize("detach", [False, True])
 def test_apply_an_error_of_the_real_run_is_reported_not_raised(files, playbooks, detach):
     files("task.dstack.yml", TASK)
     msg = "image python:3.11 could not be pulled on gpus-0: manifest unknown"
-    playbooks.answer(stats=planned_stats())
     playbooks.answer(rc=2, stats={"gpufleet_run": {"failed": True, "msg": msg}}, failures=[
         {"host": "localhost", "task": "Fail when the run did not end done", "msg": msg}])
     argv = ["apply", "-f", "task.dstack.yml", "-y"] + (["-d"] if detach else [])
     code, _out, err = run(playbooks, *argv)
     assert code == 1
     assert msg in err
+    assert [c["check"] for c in playbooks.calls] == [False]
 
 
 # ---------------------------------------------------------------------------------------------
-# ps
+# ps: answered in the command's process (gpufleet.direct), never by a playbook
 
 
-def test_ps_prints_the_table_of_the_published_runs(files, playbooks):
+def test_ps_prints_the_table_of_the_runs(files, playbooks, direct):
     runs = [run_record("train", "running"), run_record("dist", "failed", jobs=2)]
-    playbooks.answer(stats={"gpufleet_runs": runs, "gpufleet_unreachable": {}})
+    direct.answer({"runs": runs, "unreachable": {}})
     code, out, err = run(playbooks, "ps", "--fleet-file", "gpus.dstack.yml")
     assert code == 0
     assert err == ""
@@ -370,15 +479,14 @@ def test_ps_prints_the_table_of_the_published_runs(files, playbooks):
     assert lines == runtable.run_table(runs)
     assert lines[0].split() == ["NAME", "BACKEND", "GPU", "PRICE", "STATUS", "SUBMITTED"]
     assert [line.split()[0] for line in lines[1:]] == ["train", "dist", "job=0", "job=1"]
-    (call,) = playbooks.calls
-    assert call["playbook"] == "ps.yml" and call["check"] is False
-    assert call["extravars"] == {
-        "gpufleet_fleet_files": [os.path.join(os.getcwd(), "gpus.dstack.yml")]}
+    assert direct.calls == [("runs", (), {
+        "fleet_files": [os.path.join(os.getcwd(), "gpus.dstack.yml")]})]
+    assert playbooks.calls == []
 
 
-def test_ps_verbose_shows_resources_and_errors(playbooks):
+def test_ps_verbose_shows_resources_and_errors(playbooks, direct):
     runs = [run_record("train", "running")]
-    playbooks.answer(stats={"gpufleet_runs": runs})
+    direct.answer({"runs": runs, "unreachable": {}})
     code, out, _err = run(playbooks, "ps", "-v")
     assert code == 0
     assert out.splitlines() == runtable.run_table(runs, verbose=True)
@@ -386,24 +494,24 @@ def test_ps_verbose_shows_resources_and_errors(playbooks):
     assert "cpu=16 mem=256GB" in out
 
 
-def test_ps_json_dumps_the_records(playbooks):
+def test_ps_json_dumps_the_records(playbooks, direct):
     runs = [run_record("train", "running"), run_record("dist", "done", jobs=2)]
-    playbooks.answer(stats={"gpufleet_runs": runs, "gpufleet_unreachable": {}})
+    direct.answer({"runs": runs, "unreachable": {}})
     code, out, _err = run(playbooks, "ps", "--json")
     assert code == 0
     assert json.loads(out) == runs
 
 
 @pytest.mark.parametrize("argv, text", [([], "No runs.\n"), (["--json"], "[]\n")])
-def test_ps_without_runs(playbooks, argv, text):
-    playbooks.answer(stats={"gpufleet_runs": [], "gpufleet_unreachable": {}})
+def test_ps_without_runs(playbooks, direct, argv, text):
+    direct.answer({"runs": [], "unreachable": {}})
     code, out, err = run(playbooks, "ps", *argv)
     assert (code, out, err) == (0, text, "")
 
 
-def test_ps_reports_unreachable_hosts_on_stderr_and_lists_the_others(playbooks):
+def test_ps_reports_unreachable_hosts_on_stderr_and_lists_the_others(playbooks, direct):
     runs = [run_record("train", "running")]
-    playbooks.answer(stats={"gpufleet_runs": runs, "gpufleet_unreachable": {
+    direct.answer({"runs": runs, "unreachable": {
         "gpus-3": "ssh: connect to host 10.0.0.3 port 22: Connection refused",
         "gpus-2": "ssh: timed out"}})
     code, out, err = run(playbooks, "ps")
@@ -414,64 +522,49 @@ def test_ps_reports_unreachable_hosts_on_stderr_and_lists_the_others(playbooks):
         "gpufleet: gpus-3: ssh: connect to host 10.0.0.3 port 22: Connection refused"]
 
 
-def test_ps_a_failed_playbook_exits_1_with_the_failure(playbooks):
-    playbooks.answer(rc=2, failures=[{"host": "localhost", "task": "Ask the hosts for their runs",
-                                      "msg": "gpus.dstack.yml: no such file"}])
+def test_ps_a_failed_listing_exits_1_with_its_message(playbooks, direct):
+    direct.answer(raises=CommandError("gpus.dstack.yml: no such file"))
     code, out, err = run(playbooks, "ps")
-    assert code == 1
-    assert out == ""
-    assert err == "gpufleet: localhost: Ask the hosts for their runs: gpus.dstack.yml: " \
-                  "no such file\n"
-
-
-def test_ps_a_playbook_that_cannot_start_exits_2(playbooks):
-    playbooks.answer(raises=RunnerError("no playbook named ps.yml"))
-    code, out, err = run(playbooks, "ps")
-    assert (code, out, err) == (2, "", "gpufleet: no playbook named ps.yml\n")
+    assert (code, out, err) == (1, "", "gpufleet: gpus.dstack.yml: no such file\n")
 
 
 # ---------------------------------------------------------------------------------------------
-# logs
+# logs: answered in the command's process; -f follows through logs.yml
 
 
-def test_logs_streams_the_lines_the_hosts_kept_through_the_output_pipe(playbooks):
-    playbooks.answer(stats={"gpufleet_run": run_record("train", "done"),
-                            "gpufleet_log_lines": []},
-                     output="[train-0] step 1\n[train-0] done\n[train-1] step 1\n",
-                     events=[{"event": "runner_on_ok", "stdout": "ok: [localhost]"},
-                             {"event": "warning", "stdout": "[WARNING]: a warning\n"}])
+def test_logs_streams_the_lines_the_hosts_kept(playbooks, direct):
+    direct.answer(run_record("train", "done"),
+                  lines="[train-0] step 1\n[train-0] done\n[train-1] step 1\n")
     code, out, err = run(playbooks, "logs", "train")
-    assert code == 0
+    assert (code, err) == (0, "")
     assert out == "[train-0] step 1\n[train-0] done\n[train-1] step 1\n"
-    assert err == "[WARNING]: a warning\n"
-    (call,) = playbooks.calls
-    assert call["playbook"] == "logs.yml" and call["streamed"] is True
-    assert call["kwargs"]["output"] is playbooks.out
-    assert call["extravars"] == {"run": "train", "gpufleet_stream": True}
+    [(name, args, kwargs)] = direct.calls
+    assert (name, args[0], args[1] is playbooks.out) == ("logs", "train", True)
+    assert kwargs == {"job": None, "since": None, "fleet_files": []}
+    assert playbooks.calls == []
 
 
-def test_logs_passes_job_and_since_on(playbooks):
-    playbooks.answer(stats={"gpufleet_run": run_record("train", "done"),
-                            "gpufleet_log_lines": []}, events=[verbose("step 1\n")])
-    code, out, _err = run(playbooks, "logs", "train", "--job", "1", "--since", "10m")
+def test_logs_passes_job_and_since_on(playbooks, direct):
+    direct.answer(run_record("train", "done"), lines="step 1\n")
+    code, out, _err = run(playbooks, "logs", "train", "--job", "1", "--since", "10m",
+                          "--fleet-file", "/f/gpus.yml")
     assert (code, out) == (0, "step 1\n")
-    assert playbooks.calls[0]["extravars"] == {"run": "train", "gpufleet_stream": True,
-                                               "gpufleet_job": 1, "gpufleet_since": "10m"}
+    assert direct.calls[0][2] == {"job": 1, "since": "10m", "fleet_files": ["/f/gpus.yml"]}
     playbooks.answer(stats={"gpufleet_run": run_record("train", "done"),
                             "gpufleet_log_lines": []})
     code, _out, _err = run(playbooks, "logs", "-f", "train", "--job", "0")
     assert code == 0
-    assert playbooks.calls[1]["extravars"] == {"run": "train", "gpufleet_follow": True,
+    assert playbooks.calls[0]["extravars"] == {"run": "train", "gpufleet_follow": True,
                                                "gpufleet_job": 0}
+    assert len(direct.calls) == 1
 
 
-def test_logs_of_a_run_without_lines_prints_nothing(playbooks):
-    playbooks.answer(stats={"gpufleet_run": run_record("train", "pending"),
-                            "gpufleet_log_lines": []})
+def test_logs_of_a_run_without_lines_prints_nothing(playbooks, direct):
+    direct.answer(run_record("train", "pending"))
     assert run(playbooks, "logs", "train") == (0, "", "")
 
 
-def test_logs_follow_streams_the_lines_as_they_come(playbooks):
+def test_logs_follow_streams_the_lines_as_they_come(playbooks, direct):
     playbooks.answer(stats={"gpufleet_run": run_record("train", "done"),
                             "gpufleet_log_lines": []},
                      events=[verbose("[train-0] step 1\n"), verbose("[train-1] step 1\n"),
@@ -486,106 +579,183 @@ def test_logs_follow_streams_the_lines_as_they_come(playbooks):
     assert call["streamed"] is True
     assert call["extravars"] == {"gpufleet_fleet_files": ["/f/gpus.yml"], "run": "train",
                                  "gpufleet_follow": True}
+    assert direct.calls == []
 
 
-def test_logs_of_an_unknown_run_exits_1_with_the_failure(playbooks):
+def test_logs_of_an_unknown_run_exits_1_with_the_failure(playbooks, direct):
     msg = "no run named nope on the fleets' hosts (gpufleet ps lists runs)"
-    playbooks.answer(rc=2, failures=[{"host": "localhost", "task": "Fetch the logs",
-                                      "msg": msg}])
+    direct.answer(raises=CommandError(msg))
     code, out, err = run(playbooks, "logs", "nope")
-    assert code == 1
-    assert out == ""
-    assert err == "gpufleet: localhost: Fetch the logs: %s\n" % msg
+    assert (code, out, err) == (1, "", "gpufleet: %s\n" % msg)
 
 
-def test_logs_a_playbook_that_cannot_start_exits_2(playbooks):
+def test_logs_follow_a_playbook_that_cannot_start_exits_2(playbooks, direct):
     playbooks.answer(raises=RunnerError("no playbook named logs.yml"))
-    assert run(playbooks, "logs", "train")[::2] == (2, "gpufleet: no playbook named logs.yml\n")
+    assert run(playbooks, "logs", "-f", "train")[::2] == (
+        2, "gpufleet: no playbook named logs.yml\n")
 
 
 # ---------------------------------------------------------------------------------------------
-# stop
+# stop: answered in the command's process
 
 
-def test_stop_without_yes_and_without_terminal_stops_nothing(playbooks, stdin):
+def test_stop_without_yes_and_without_terminal_stops_nothing(playbooks, direct, stdin):
     code, out, err = run(playbooks, "stop", "train")
     assert code == 1
     assert out == "Nothing was stopped.\n"
     assert err == NO_TERMINAL
     assert stdin.reads == 0
-    assert playbooks.calls == []
+    assert direct.calls == [] and playbooks.calls == []
 
 
-def test_stop_asks_on_a_terminal(playbooks, stdin):
+def test_stop_asks_on_a_terminal(playbooks, direct, stdin):
     stdin.tty, stdin.answer = True, "no\n"
     code, out, _err = run(playbooks, "stop", "train")
     assert code == 1
     assert out == "Stop the run train? [y/n] Nothing was stopped.\n"
-    assert playbooks.calls == []
+    assert direct.calls == []
 
 
 @pytest.mark.parametrize("argv, abort", [([], False), (["-x"], True), (["--abort"], True)])
-def test_stop_yes_stops_the_run(playbooks, argv, abort):
-    playbooks.answer(stats={"gpufleet_run": dict(run_record("train", "terminated"),
-                                                 stopped=["gpus-0"])})
+def test_stop_yes_stops_the_run(playbooks, direct, argv, abort):
+    direct.answer(dict(run_record("train", "terminated"), stopped=["gpus-0"]))
     code, out, err = run(playbooks, "stop", "train", "-y", *argv)
-    assert code == 0
-    assert out == "Run train terminated.\n"
-    assert err == ""
-    (call,) = playbooks.calls
-    assert call["playbook"] == "stop.yml" and call["check"] is False
-    assert call["extravars"] == {"run": "train", "gpufleet_abort": abort}
+    assert (code, out, err) == (0, "Run train terminated.\n", "")
+    assert direct.calls == [("stop", ("train",), {"abort": abort, "fleet_files": []})]
+    assert playbooks.calls == []
 
 
-def test_stop_of_an_unknown_run_exits_1_with_the_failure(playbooks):
-    msg = "no run named nope on the fleets' hosts (gpufleet ps lists runs)"
-    playbooks.answer(rc=2, failures=[{"host": "localhost", "task": "Stop every job of the run",
-                                      "msg": msg}])
+def test_stop_of_a_job_array_says_how_many_runs_and_containers(playbooks, direct):
+    direct.answer({"name": "sweep", "array": "sweep", "runs": ["sweep-1", "sweep-2"],
+                   "stopped": ["sweep-1-0-0", "sweep-2-0-0", "sweep-2-1-0"]})
+    code, out, _err = run(playbooks, "stop", "sweep", "-y")
+    assert (code, out) == (0, "Job array sweep: 3 containers of 2 runs stopped.\n")
+
+
+def test_stop_of_an_unknown_run_exits_1_with_the_failure(playbooks, direct):
+    msg = "no run or job array named nope on the fleets' hosts (gpufleet ps lists runs)"
+    direct.answer(raises=CommandError(msg))
     code, out, err = run(playbooks, "stop", "nope", "-y")
-    assert code == 1
-    assert out == ""
-    assert err == "gpufleet: localhost: Stop every job of the run: %s\n" % msg
-
-
-def test_stop_a_playbook_that_cannot_start_exits_2(playbooks):
-    playbooks.answer(raises=RunnerError("no playbook named stop.yml"))
-    code, out, err = run(playbooks, "stop", "train", "-y")
-    assert (code, out, err) == (2, "", "gpufleet: no playbook named stop.yml\n")
+    assert (code, out, err) == (1, "", "gpufleet: %s\n" % msg)
 
 
 # ---------------------------------------------------------------------------------------------
 # apply -f TASK with dstack's --name, --env and --fleet
 
 
-def test_apply_name_env_and_fleet_reach_the_plan_and_the_run(files, playbooks):
+GIVEN = {"gpufleet_task_name": "hp-3", "gpufleet_task_env": ["CONFIG_ID=3", "HF_HOME"],
+         "gpufleet_task_fleets": ["gpus", "team/big"]}
+OVERRIDES = ["-n", "hp-3", "--env", "CONFIG_ID=3", "-e", "HF_HOME", "--fleet", "gpus",
+             "--fleet", "team/big"]
+
+
+def test_apply_yes_name_env_and_fleet_reach_the_run(files, playbooks, random_name):
     path = files("task.dstack.yml", TASK)
+    playbooks.answer(stats=ended_stats("done"))
+    code, _out, _err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", *OVERRIDES)
+    assert code == 0
+    (real,) = playbooks.calls
+    assert real["extravars"] == dict(GIVEN, task=path, gpufleet_task_wait=True,
+                                     gpufleet_task_logs=True, gpufleet_task_show_plan=True)
+    assert random_name == []   # --name names it
+
+
+def test_apply_asking_name_env_and_fleet_reach_the_plan_and_the_run(files, playbooks, stdin):
+    path = files("task.dstack.yml", TASK)
+    stdin.tty, stdin.answer = True, "y\n"
     playbooks.answer(stats=planned_stats())
     playbooks.answer(stats=ended_stats("done"))
-    code, _out, _err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-n", "hp-3",
-                           "--env", "CONFIG_ID=3", "-e", "HF_HOME", "--fleet", "gpus",
-                           "--fleet", "team/big")
+    code, _out, _err = run(playbooks, "apply", "-f", "task.dstack.yml", *OVERRIDES)
     assert code == 0
-    given = {"task": path, "gpufleet_task_name": "hp-3",
-             "gpufleet_task_env": ["CONFIG_ID=3", "HF_HOME"],
-             "gpufleet_task_fleets": ["gpus", "team/big"]}
     check, real = playbooks.calls
-    assert check["extravars"] == given
-    assert real["extravars"] == dict(given, gpufleet_task_wait=True, gpufleet_task_logs=True)
+    assert check["extravars"] == dict(GIVEN, task=path)
+    assert real["extravars"] == dict(GIVEN, task=path, gpufleet_task_wait=True,
+                                     gpufleet_task_logs=True)
 
 
-def test_apply_a_task_without_a_name_runs_under_the_name_the_plan_showed(files, playbooks):
+def test_apply_yes_a_task_without_a_name_runs_under_the_name_drawn_here(
+        files, playbooks, random_name):
     path = files("task.dstack.yml", TASK.replace("name: train\n", ""))
+    record = ended_stats("running", reason=None)
+    record["gpufleet_run"]["run"] = "brave-otter-7"
+    playbooks.answer(stats=record)
+    code, out, _err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-d")
+    assert code == 0
+    assert random_name == ["brave-otter-7"]   # drawn once, with no planning play to draw it
+    (real,) = playbooks.calls
+    assert real["check"] is False
+    assert real["extravars"] == {"task": path, "gpufleet_task_name": "brave-otter-7",
+                                 "gpufleet_task_wait": False, "gpufleet_task_logs": False,
+                                 "gpufleet_task_show_plan": True}
+    assert out.splitlines()[-1] == ("Run brave-otter-7 submitted; follow it with gpufleet logs "
+                                    "-f brave-otter-7")
+
+
+def test_apply_yes_a_named_task_draws_no_name(files, playbooks, random_name):
+    files("task.dstack.yml", TASK)
+    playbooks.answer(stats=ended_stats("done"))
+    assert run(playbooks, "apply", "-f", "task.dstack.yml", "-y")[0] == 0
+    assert random_name == []
+    assert "gpufleet_task_name" not in playbooks.calls[0]["extravars"]
+
+
+def test_apply_draws_a_run_name_as_the_task_runner_does():
+    import random
+
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import rankplan
+
+    state = random.getstate()
+    try:
+        random.seed(20240611)
+        drawn = apply_cli._random_name()
+        random.seed(20240611)
+        assert drawn == rankplan.random_run_name()
+    finally:
+        random.setstate(state)
+    assert rankplan.run_name({"name": drawn}) == drawn   # a valid run name
+
+
+def test_apply_asking_a_task_without_a_name_runs_under_the_name_the_plan_showed(
+        files, playbooks, stdin, random_name):
+    path = files("task.dstack.yml", TASK.replace("name: train\n", ""))
+    stdin.tty, stdin.answer = True, "y\n"
     stats = planned_stats()
-    stats["gpufleet_run"]["run"] = "brave-otter-7"
+    stats["gpufleet_run"]["run"] = "calm-heron-3"
     stats["gpufleet_run"]["config"]["name"] = None
     playbooks.answer(stats=stats)
     playbooks.answer(stats=ended_stats("done"))
-    code, out, _err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-d")
+    code, out, _err = run(playbooks, "apply", "-f", "task.dstack.yml", "-d")
     assert code == 0
+    assert "Submit the run calm-heron-3? [y/n] " in out
     check, real = playbooks.calls
     assert "gpufleet_task_name" not in check["extravars"]
-    assert real["extravars"]["gpufleet_task_name"] == "brave-otter-7"
+    assert real["extravars"]["gpufleet_task_name"] == "calm-heron-3"
     assert real["extravars"]["task"] == path
+    assert "gpufleet_task_show_plan" not in real["extravars"]
+    assert random_name == []   # the plan's name, not one drawn here
+
+
+def test_apply_yes_array_is_still_planned_first(files, playbooks, random_name):
+    path = files("task.dstack.yml", TASK)
+    runs = ["train-1", "train-2", "train-3"]
+    stats = planned_stats()
+    stats["gpufleet_run"].update(array="train", runs=runs)
+    playbooks.answer(stats=stats)
+    playbooks.answer(stats={"gpufleet_run": {
+        "run": "train", "array": "train", "status": "done",
+        "runs": [{"run": name, "status": "done"} for name in runs]}})
+    code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "--array", "1-3")
+    assert code == 0
+    assert err == "Planning...\n"
+    assert out.splitlines() == plan_lines(path) + [
+        "", "Job array train: 3 runs, train-1 to train-3 (the plan is the first's)",
+        "train-1 done", "train-2 done", "train-3 done", "Job array train done: 3 done"]
+    check, real = playbooks.calls
+    assert (check["check"], real["check"]) == (True, False)
+    assert check["extravars"] == {"task": path, "gpufleet_task_array": "1-3"}
+    assert real["extravars"] == {"task": path, "gpufleet_task_array": "1-3",
+                                 "gpufleet_task_wait": True, "gpufleet_task_logs": True}
+    assert random_name == []
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -624,8 +794,24 @@ def test_options_are_never_abbreviated(playbooks, argv, capsys):
     assert playbooks.calls == []
 
 
-def test_apply_vault_password_file_reaches_the_playbooks_and_is_put_back(files, playbooks,
-                                                                         monkeypatch):
+# How a submission is reached: -y (the submission alone) or asking on a terminal (the planning
+# play, then the submission).
+FLOWS = {"yes": (["-y"], [False]), "asking": ([], [True, False])}
+
+
+def in_flow(flow, stdin, playbooks, planned, submitted):
+    """The arguments for ``flow``, with the answers its playbooks give."""
+    argv, checks = FLOWS[flow]
+    if flow == "asking":
+        stdin.tty, stdin.answer = True, "y\n"
+        playbooks.answer(stats=planned)
+    playbooks.answer(stats=submitted)
+    return argv, checks
+
+
+@pytest.mark.parametrize("flow", sorted(FLOWS))
+def test_apply_vault_password_file_reaches_the_playbooks_and_is_put_back(
+        files, playbooks, monkeypatch, stdin, flow):
     files("task.dstack.yml", TASK)
     monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
     seen = []
@@ -636,11 +822,11 @@ def test_apply_vault_password_file_reaches_the_playbooks_and_is_put_back(files, 
         return original(*args, **kwargs)
 
     monkeypatch.setattr(runner, "run_playbook", spy)
-    playbooks.answer(stats=planned_stats())
-    playbooks.answer(stats=ended_stats("done"))
-    assert run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "--vault-password-file",
+    argv, checks = in_flow(flow, stdin, playbooks, planned_stats(), ended_stats("done"))
+    assert run(playbooks, "apply", "-f", "task.dstack.yml", *argv, "--vault-password-file",
                "vault.txt")[0] == 0
-    assert seen == [os.path.join(os.getcwd(), "vault.txt")] * 2
+    assert [c["check"] for c in playbooks.calls] == checks
+    assert seen == [os.path.join(os.getcwd(), "vault.txt")] * len(checks)
     assert "ANSIBLE_VAULT_PASSWORD_FILE" not in os.environ
 
 
@@ -654,9 +840,10 @@ def dev_stats(status):
     return {"gpufleet_run": record}
 
 
+@pytest.mark.parametrize("flow", sorted(FLOWS))
 @pytest.mark.parametrize("installed", [True, False])
 def test_apply_a_dev_environment_passes_the_local_vscode_version_as_dstack_does(
-        files, playbooks, monkeypatch, tmp_path, installed):
+        files, playbooks, monkeypatch, tmp_path, stdin, installed, flow):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     if installed:
@@ -665,28 +852,34 @@ def test_apply_a_dev_environment_passes_the_local_vscode_version_as_dstack_does(
         code.chmod(0o755)
     monkeypatch.setenv("PATH", str(bin_dir))
     path = files("dev.dstack.yml", DEV)
-    playbooks.answer(stats=dev_stats("planned"))
-    playbooks.answer(stats=dev_stats("running"))
-    code, _out, err = run(playbooks, "apply", "-f", "dev.dstack.yml", "-y", "-d")
+    argv, checks = in_flow(flow, stdin, playbooks, dev_stats("planned"), dev_stats("running"))
+    code, _out, err = run(playbooks, "apply", "-f", "dev.dstack.yml", *argv, "-d")
     assert code == 0, err
-    check, real = playbooks.calls
-    assert check["extravars"]["task"] == real["extravars"]["task"] == path
+    assert [c["check"] for c in playbooks.calls] == checks
+    for call in playbooks.calls:   # the plan (when asking) and the run
+        assert call["extravars"]["task"] == path
+        if installed:
+            assert call["extravars"]["gpufleet_task_ide_version"] == "f1a4fb10"
+        else:
+            assert "gpufleet_task_ide_version" not in call["extravars"]
+    assert playbooks.calls[-1]["extravars"].get("gpufleet_task_show_plan") is (
+        True if flow == "yes" else None)
     if installed:
-        assert check["extravars"]["gpufleet_task_ide_version"] == "f1a4fb10"
-        assert real["extravars"]["gpufleet_task_ide_version"] == "f1a4fb10"
         assert "No VS Code version found" not in err
     else:
-        assert "gpufleet_task_ide_version" not in check["extravars"]
-        assert "No VS Code version found here (no working `code` command in PATH)" in err
+        # Said once, however many playbooks run.
+        assert err.count("No VS Code version found here (no working `code` command in "
+                         "PATH)") == 1
 
 
-def test_apply_a_dev_environment_with_its_own_version_asks_no_ide(files, playbooks, monkeypatch,
-                                                                  tmp_path):
+@pytest.mark.parametrize("flow", sorted(FLOWS))
+def test_apply_a_dev_environment_with_its_own_version_asks_no_ide(
+        files, playbooks, monkeypatch, tmp_path, stdin, flow):
     monkeypatch.setenv("PATH", str(tmp_path))
     files("dev.dstack.yml", DEV + "version: abc\n")
-    playbooks.answer(stats=dev_stats("planned"))
-    playbooks.answer(stats=dev_stats("running"))
-    code, _out, err = run(playbooks, "apply", "-f", "dev.dstack.yml", "-y", "-d")
+    argv, checks = in_flow(flow, stdin, playbooks, dev_stats("planned"), dev_stats("running"))
+    code, _out, err = run(playbooks, "apply", "-f", "dev.dstack.yml", *argv, "-d")
     assert code == 0, err
     assert "No VS Code version" not in err
+    assert [c["check"] for c in playbooks.calls] == checks
     assert all("gpufleet_task_ide_version" not in c["extravars"] for c in playbooks.calls)

@@ -1,0 +1,94 @@
+"""``gpufleet ps``, ``gpufleet logs`` (not followed) and ``gpufleet stop``, answered in this
+process.
+
+A command a person types to look at a run should answer in about the time one request to
+each host takes. Through a playbook it also pays for ansible-playbook's start, ansible-runner
+and a module process: more than the request itself on a small controller. So these three
+commands call the very functions their modules call (``tasks.entry``'s ``run_info``,
+``run_queue``, ``run_logs`` and ``run_stop``, and the attach session's removal), with the
+parameters the modules would get: the same code, the same answers, the same errors. The
+playbooks (playbooks/ps.yml, logs.yml, stop.yml) stay what Ansible users, AWX job templates
+and gpufleet.api run; everything that changes a run's life (apply, the queue's growth of a
+fleet) still goes through them.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ._collection import spec
+from .api import GpufleetError
+
+
+class CommandError(GpufleetError):
+    """An operation that ran and failed (exit 1, as a failed playbook's)."""
+
+
+def _entry():
+    spec()  # makes the collection importable
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+
+    return entry
+
+
+def _params(argument_spec, fleet_files=(), state_dir=None, **given):
+    """A module's parameters: the spec's defaults, then what is given (paths made absolute,
+    as the module's ``path`` options are)."""
+    params = dict((key, value.get("default")) for key, value in argument_spec.items())
+    params.update((k, v) for k, v in given.items() if v is not None)
+    params["fleets"] = [os.path.abspath(os.path.expanduser(p)) for p in fleet_files or ()]
+    params["state_dir"] = state_dir
+    return params
+
+
+def _call(function, *args, **kwargs):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import (
+        GpufleetError as ModuleError,
+    )
+
+    try:
+        return function(*args, **kwargs)
+    except ModuleError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def runs(fleet_files=(), state_dir=None) -> dict:
+    """What playbooks/ps.yml publishes: ``{"runs": [...], "unreachable": {host: error}}``;
+    when something in the queue is due, the pass over it runs first, as there."""
+    entry = _entry()
+    params = _params(entry.RUN_INFO_SPEC, fleet_files, state_dir)
+    found = _call(entry.run_info, params)
+    if found.get("queue_due"):
+        found = _call(entry.run_queue, _params(entry.RUN_QUEUE_SPEC, fleet_files, state_dir))
+    return {"runs": found["runs"], "unreachable": found.get("unreachable_hosts") or {}}
+
+
+def logs(run, out, job=None, since=None, fleet_files=(), state_dir=None) -> dict:
+    """A run's logs written to ``out`` as they are read (what ``gpufleet logs`` prints
+    through logs.yml with ``stream``); returns the run's record."""
+    entry = _entry()
+    params = _params(entry.RUN_LOGS_SPEC, fleet_files, state_dir, name=run, job=job,
+                     since=since, stream=True)
+
+    def emit(event):
+        line = entry.event_line(event)
+        if line is not None:
+            out.write(line + "\n")
+
+    answer = _call(entry.run_logs, params, emit=emit)
+    out.flush()
+    return answer.get("run")
+
+
+def stop(run, abort=False, fleet_files=(), state_dir=None) -> dict:
+    """What playbooks/stop.yml does: every job of the run stopped, the queue moved on, the
+    run's SSH aliases on this controller removed; returns the run's record."""
+    entry = _entry()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import session
+
+    answer = _call(entry.run_stop, _params(entry.RUN_STOP_SPEC, fleet_files, state_dir,
+                                           name=run, abort=bool(abort)))
+    _call(session.attach_entry, {"name": run, "state": "absent", "state_dir": state_dir,
+                                 "fleets": [], "ssh_config": "~/.ssh/config",
+                                 "include": True, "job": 0, "forward": False, "ports": None})
+    return answer["run"]

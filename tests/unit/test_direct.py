@@ -1,0 +1,111 @@
+"""gpufleet.direct: ps, logs and stop answered in the command's process by the functions the
+modules call (tasks.entry), with the parameters the modules would get."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import session
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+
+from gpufleet import direct
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """The entry functions replaced by recorders; ``calls.answers[name]`` is what they give
+    back (an exception is raised)."""
+    class Calls(list):
+        answers = {}
+
+    made = Calls()
+
+    def fake(name):
+        def function(params, **kwargs):
+            made.append((name, dict(params), kwargs))
+            answer = made.answers[name]
+            if isinstance(answer, Exception):
+                raise answer
+            return answer(params, **kwargs) if callable(answer) else answer
+        return function
+
+    for name in ("run_info", "run_queue", "run_logs", "run_stop"):
+        monkeypatch.setattr(entry, name, fake(name))
+    monkeypatch.setattr(session, "attach_entry", fake("attach_entry"))
+    return made
+
+
+def test_runs_asks_run_info_with_the_modules_defaults(calls, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    calls.answers["run_info"] = {"runs": [{"name": "a"}], "unreachable_hosts": {"h": "down"},
+                                 "queue_due": False}
+    found = direct.runs(fleet_files=["f.yml", "~/g.yml"], state_dir="/s")
+    assert found == {"runs": [{"name": "a"}], "unreachable": {"h": "down"}}
+    [(name, params, _kw)] = calls
+    assert name == "run_info"
+    assert params == {"name": None, "fleets": [str(tmp_path / "f.yml"),
+                                               os.path.expanduser("~/g.yml")],
+                      "state_dir": "/s"}
+
+
+def test_runs_moves_the_queue_first_when_something_is_due_as_ps_yml_does(calls):
+    calls.answers["run_info"] = {"runs": [{"name": "old"}], "unreachable_hosts": {},
+                                 "queue_due": True}
+    calls.answers["run_queue"] = {"runs": [{"name": "started"}], "unreachable_hosts": {},
+                                  "report": {"started": ["started"]}, "changed": True}
+    assert direct.runs() == {"runs": [{"name": "started"}], "unreachable": {}}
+    assert [c[0] for c in calls] == ["run_info", "run_queue"]
+    assert calls[1][1] == {"fleets": [], "state_dir": None}
+
+
+def test_logs_streams_every_batch_to_the_output_and_returns_the_record(calls):
+    def answer(params, emit=None):
+        emit({"kind": "log", "run": "train", "rank": 0, "lines": ["a", "b"], "raw": False})
+        emit({"kind": "log", "run": "train", "rank": 1, "lines": ["c"], "raw": False})
+        return {"run": {"name": "train", "status": "done"}, "lines": [], "ranks": []}
+
+    calls.answers["run_logs"] = answer
+    out = io.StringIO()
+    record = direct.logs("train", out, job=None, since="5m")
+    assert record == {"name": "train", "status": "done"}
+    assert out.getvalue() == "[train-0] a\n[train-0] b\n[train-1] c\n"
+    params = calls[0][1]
+    assert (params["name"], params["since"], params["stream"], params["follow"]) == (
+        "train", "5m", True, False)
+    assert params["job"] is None and params["tail"] is None
+
+
+def test_logs_of_one_job_are_unprefixed(calls):
+    def answer(params, emit=None):
+        emit({"kind": "log", "run": "train", "rank": 1, "lines": ["x"], "raw": True})
+        return {"run": {}, "lines": [], "ranks": []}
+
+    calls.answers["run_logs"] = answer
+    out = io.StringIO()
+    direct.logs("train", out, job=1)
+    assert out.getvalue() == "x\n"
+    assert calls[0][1]["job"] == 1
+
+
+def test_stop_stops_then_forgets_the_runs_ssh_aliases_as_stop_yml_does(calls):
+    calls.answers["run_stop"] = {"run": {"name": "train", "status": "terminated",
+                                         "stopped": ["a"]}, "changed": True}
+    calls.answers["attach_entry"] = {"run": "train", "changed": False}
+    record = direct.stop("train", abort=True, state_dir="/s")
+    assert record["status"] == "terminated"
+    assert [c[0] for c in calls] == ["run_stop", "attach_entry"]
+    assert calls[0][1] == {"name": "train", "abort": True, "fleets": [], "state_dir": "/s"}
+    assert (calls[1][1]["name"], calls[1][1]["state"], calls[1][1]["state_dir"]) == (
+        "train", "absent", "/s")
+
+
+@pytest.mark.parametrize("function, args, name", [
+    (direct.runs, (), "run_info"), (direct.stop, ("nope",), "run_stop"),
+    (direct.logs, ("nope", io.StringIO()), "run_logs")])
+def test_an_error_of_the_operation_is_a_command_error_with_its_message(
+        calls, function, args, name):
+    calls.answers[name] = entry.EntryError("no run named nope on the fleets' hosts")
+    with pytest.raises(direct.CommandError, match="no run named nope on the fleets' hosts"):
+        function(*args)
