@@ -382,7 +382,8 @@ def run_stop(params, check_mode=False):
     root, fleets = _fleets(params)
     nodes = runs.nodes_of(fleets, root)
     try:
-        records, _errors = listing.list_runs(nodes)
+        found = runs.survey_with_queues(nodes)   # one look at every host serves all below
+        records, _errors = listing.list_runs(nodes, found)
         record = next((r for r in records if r["name"] == params["name"]), None)
         if record is not None and record.get("queued_on") and not record.get("jobs"):
             return _cancel_queued(nodes, record, check_mode)
@@ -401,8 +402,10 @@ def run_stop(params, check_mode=False):
         if check_mode:
             alive = [j for j in record["jobs"] if j["status"] in lifecycle.ALIVE]
             return {"run": record, "changed": bool(alive)}
-        record = listing.stop_run(nodes, params["name"], abort=params["abort"])
-        drive_queue(fleets, root)   # what waited for these hosts may start now
+        record = listing.stop_run(nodes, params["name"], abort=params["abort"],
+                                  surveyed=(found[0], found[3]))
+        if queue_entries(found):
+            drive_queue(fleets, root)   # what waited for these hosts may start now
     except (RunError, NodeError) as exc:
         raise EntryError(str(exc)) from exc
     return {"run": record, "changed": bool(record.get("stopped"))}

@@ -230,12 +230,13 @@ def find_run(nodes, name, surveyed=None, queues=None):
     return records[0], mine
 
 
-def stop_run(nodes, name, abort=False):
+def stop_run(nodes, name, abort=False, surveyed=None):
     """Stop every live job of run ``name`` (``terminated_by_user``); return the run record.
 
     A graceful stop gives each job stop_duration seconds after TERM; ``abort`` kills at once.
+    ``surveyed``: what tasks.runs.survey answered a moment ago, instead of asking again.
     """
-    record, mine = find_run(nodes, name)
+    record, mine = find_run(nodes, name, surveyed)
 
     def stop(host):
         jobs = [c for c in mine[host]
@@ -256,7 +257,8 @@ def stop_run(nodes, name, abort=False):
         if error is not None:
             raise RunError(str(error)) from error
         stopped += value
-    after, _mine = find_run(nodes, name)
+    # The record as it is now: only the run's own hosts are asked.
+    after, _mine = find_run(dict((h, nodes[h]) for h in mine), name)
     after["stopped"] = sorted(stopped)
     return after
 
