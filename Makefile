@@ -19,9 +19,13 @@ ANSIBLE_TEST_PYTHON := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.ver
 .PHONY: test demo demo-delete unit unit-all engine integration molecule molecule-hardware \
 	sanity release lint changelog-lint venv collection dist ee clean
 
-TIERS := unit-all integration molecule sanity release lint changelog-lint
+# Every tier, in two lanes side by side (scripts/test-tiers.sh): the tiers that need the Docker
+# engine one after the other, and beside them, under nice 19 so that they only take the CPU
+# time the containers leave idle (the engine's tests keep their timing), the tiers that need
+# none. Each tier's output is printed whole when it ends, and the time each took at the end,
+# pass or fail. A lane is tiers joined by commas: TIERS=unit-all,lint runs just those two.
+TIERS := molecule,integration nice:unit-all,sanity,release,lint,changelog-lint
 
-# Every tier in turn; the time each took is printed at the end, pass or fail.
 test: venv
 	@scripts/test-tiers.sh $(TIERS)
 	@echo "all test tiers passed"
@@ -61,25 +65,51 @@ engine:
 integration: venv engine
 	$(BIN)/python -m pytest -q --durations=15 tests/integration
 
-# The host roles' Molecule scenarios (extensions/molecule/*), each on its own containers, one
-# after the other; `hardware` is left out: it needs real GPU machines (molecule-hardware).
+# The host roles' Molecule scenarios (extensions/molecule/*), each on its own containers,
+# network and HTTP server, MOLECULE_JOBS of them at a time (2: a scenario spends much of its
+# time waiting on its containers); `hardware` is left out: it needs real GPU machines
+# (molecule-hardware). With more than one at a time, each scenario's output is printed whole
+# when it ends (build/molecule/SCENARIO.log). Every scenario runs, also after one failed.
 MOLECULE_SCENARIOS := $(filter-out hardware resources,$(notdir $(patsubst %/,%,$(dir \
 	$(wildcard extensions/molecule/*/molecule.yml)))))
 SCENARIO ?= $(MOLECULE_SCENARIOS)
+MOLECULE_JOBS ?= 2
 MOLECULE_ENV = PATH=$(CURDIR)/$(BIN):$$PATH \
 	ANSIBLE_COLLECTIONS_PATH=$$($(BIN)/python -c 'from gpufleet._collection import \
 	collections_path; print(collections_path())')
+# One scenario ($$1), its time appended to build/molecule-times; exit 1 when it failed.
+define MOLECULE_ONE
+s=$$1; log=$(BUILD)/molecule/$$s.log; start=$$(date +%s); \
+if [ $(MOLECULE_JOBS) -le 1 ]; then \
+	echo "== molecule scenario $$s"; \
+	molecule test -s "$$s" 2>&1 | tee "$$log"; rc=$${PIPESTATUS[0]}; \
+else \
+	echo "== molecule scenario $$s started"; \
+	molecule test -s "$$s" > "$$log" 2>&1; rc=$$?; \
+fi; \
+seconds=$$(( $$(date +%s) - start )); \
+{ \
+	flock 9; \
+	if [ $(MOLECULE_JOBS) -gt 1 ]; then \
+		echo "== molecule scenario $$s: output"; cat "$$log"; \
+	fi; \
+	echo "== molecule scenario $$s $$([ $$rc -eq 0 ] && echo passed || echo FAILED) in $${seconds}s"; \
+	printf "%-16s %5ds%s\n" "$$s" "$$seconds" "$$([ $$rc -ne 0 ] && echo "  FAILED")" \
+		>> $(BUILD)/molecule-times; \
+} 9> $(BUILD)/molecule/.lock; \
+[ $$rc -eq 0 ]
+endef
 
+# The Debian 12 test image is built (or found) once, before scenarios that each ask for it run
+# side by side.
 molecule: venv engine
-	@mkdir -p $(BUILD); : > $(BUILD)/molecule-times; \
-	for s in $(SCENARIO); do \
-		echo "== molecule scenario $$s"; \
-		start=$$(date +%s); \
-		$(MOLECULE_ENV) $(BIN)/molecule test -s $$s; rc=$$?; \
-		printf '%-16s %5ds%s\n' "$$s" $$(( $$(date +%s) - start )) \
-			"$$( [ $$rc -ne 0 ] && echo '  FAILED' )" >> $(BUILD)/molecule-times; \
-		[ $$rc -eq 0 ] || exit 1; \
-	done
+	@mkdir -p $(BUILD)/molecule; : > $(BUILD)/molecule-times; \
+	export $(MOLECULE_ENV); \
+	image=$$($(BIN)/python tests/molecule/image.py) || exit 1; echo "== molecule image $$image"; \
+	printf '%s\n' $(SCENARIO) | xargs -P $(MOLECULE_JOBS) -I{} bash -c '$(MOLECULE_ONE)' _ {}; \
+	rc=$$?; sort -o $(BUILD)/molecule-times $(BUILD)/molecule-times; \
+	[ $$rc -eq 0 ] || { echo "molecule: failed: $$(grep FAILED $(BUILD)/molecule-times \
+		| cut -d' ' -f1 | tr '\n' ' ')"; exit 1; }
 
 # Every role against real machines: GPUFLEET_HARDWARE_INVENTORY names an inventory of them.
 molecule-hardware: venv

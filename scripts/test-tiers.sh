@@ -1,24 +1,93 @@
 #!/usr/bin/env bash
-# make test: every tier in turn, stopping at the first that fails, then how long each took
+# make test: the test tiers in lanes that run at the same time, then how long each tier took
 # (also when one failed, so that the end of a CI log says where the time went).
-# usage: scripts/test-tiers.sh TIER...   (make targets)
+#
+# usage: scripts/test-tiers.sh LANE...
+#   LANE   make targets joined by commas, run one after another (a lane stops at its first
+#          failure); the lanes run side by side. A lane written nice:TIERS runs under nice 19,
+#          so it only takes the CPU time the other lanes leave idle (their tests keep their
+#          timing). scripts/test-tiers.sh unit-all lint runs them one after the other.
+#
+# Each tier's output goes to build/tiers/TIER.log and is printed whole when the tier ends, one
+# tier at a time, so that lanes do not interleave their lines. The exit status is 0 when every
+# tier passed.
 set -uo pipefail
-times=()
-status=0
-rm -f build/molecule-times
-for tier in "$@"; do
-    start=$(date +%s)
-    make --no-print-directory "$tier"
-    status=$?
-    times+=("$(printf '%-16s %5ds' "$tier" $(( $(date +%s) - start )))$( \
-        [ "$status" -ne 0 ] && printf '  FAILED')")
-    [ "$status" -ne 0 ] && break
+cd "$(dirname "$0")/.."
+LOGS=build/tiers
+PRINT_LOCK=$LOGS/.print
+
+# One lane (run by the main script, in a process group of its own): its tiers in turn.
+if [ "${1:-}" = --lane ]; then
+    IFS=, read -r -a tiers <<< "$2"
+    for tier in "${tiers[@]}"; do
+        start=$(date +%s)
+        { flock 9; echo "== $tier started ($(date +%T))"; } 9>"$PRINT_LOCK"
+        make --no-print-directory "$tier" > "$LOGS/$tier.log" 2>&1 < /dev/null
+        status=$?
+        seconds=$(( $(date +%s) - start ))
+        echo "$status $seconds" > "$LOGS/$tier.status"
+        word=passed; [ "$status" -ne 0 ] && word="FAILED (exit $status)"
+        {
+            flock 9
+            echo "== $tier: output"
+            cat "$LOGS/$tier.log"
+            echo "== $tier $word in ${seconds}s"
+        } 9>"$PRINT_LOCK"
+        [ "$status" -ne 0 ] && exit "$status"
+    done
+    exit 0
+fi
+
+if [ $# -eq 0 ]; then
+    echo "usage: $0 LANE... (a lane: make targets joined by commas, nice:TIERS for nice 19)" >&2
+    exit 2
+fi
+mkdir -p "$LOGS"
+rm -f build/molecule-times "$LOGS"/*.log "$LOGS"/*.status
+: > "$PRINT_LOCK"
+
+begin=$(date +%s)
+pids=()
+all=()
+for lane in "$@"; do
+    prefix=()
+    case $lane in
+        nice:*) lane=${lane#nice:}; prefix=(nice -n 19) ;;
+    esac
+    IFS=, read -r -a tiers <<< "$lane"
+    all+=("${tiers[@]}")
+    # setsid: the lane is a process group of its own, so that an interrupt can end all of it.
+    setsid "${prefix[@]}" "$0" --lane "$lane" &
+    pids+=($!)
 done
+
+stop_lanes() {
+    for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done
+}
+trap 'stop_lanes; interrupted=1' INT TERM
+interrupted=0
+for pid in "${pids[@]}"; do
+    # wait returns early when a trapped signal arrives: wait again for the lane to be gone.
+    while ! wait "$pid" && kill -0 "$pid" 2>/dev/null; do :; done
+done
+
+status=0
 echo
 echo "== test tiers (seconds)"
-printf '%s\n' "${times[@]}"
+for tier in "${all[@]}"; do
+    if [ -f "$LOGS/$tier.status" ]; then
+        read -r rc seconds < "$LOGS/$tier.status"
+        printf '%-16s %5ds%s\n' "$tier" "$seconds" "$([ "$rc" -ne 0 ] && printf '  FAILED')"
+        [ "$rc" -ne 0 ] && status=1
+    else
+        printf '%-16s %6s\n' "$tier" "-"   # not run: an earlier tier of its lane failed
+        status=1
+    fi
+done
+printf '%-16s %5ds  (wall time, %d lanes side by side)\n' "all" $(( $(date +%s) - begin )) "$#"
 if [ -s build/molecule-times ]; then
     echo "== molecule scenarios (seconds)"
     cat build/molecule-times
 fi
+[ "$interrupted" -eq 1 ] && exit 130
 exit "$status"
