@@ -3,14 +3,14 @@
 # (also when one failed, so that the end of a CI log says where the time went).
 #
 # usage: scripts/test-tiers.sh LANE...
-#   LANE   make targets joined by commas, run one after another (a lane stops at its first
-#          failure); the lanes run side by side. A lane written nice:TIERS runs under nice 19,
-#          so it only takes the CPU time the other lanes leave idle (their tests keep their
-#          timing). scripts/test-tiers.sh unit-all lint runs them one after the other.
+#   LANE   make targets joined by commas, run one after another; the lanes run side by side.
+#          A lane written nice:TIERS runs under nice 19, so it only takes the CPU time the
+#          other lanes leave idle (their tests keep their timing).
+#          scripts/test-tiers.sh unit-all,lint runs those two, one after the other.
 #
 # Each tier's output goes to build/tiers/TIER.log and is printed whole when the tier ends, one
-# tier at a time, so that lanes do not interleave their lines. The exit status is 0 when every
-# tier passed.
+# tier at a time, so that lanes do not interleave their lines. Every tier runs, also after one
+# failed (the lanes run at the same time anyway); the exit status is 0 when every tier passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS=build/tiers
@@ -19,6 +19,7 @@ PRINT_LOCK=$LOGS/.print
 # One lane (run by the main script, in a process group of its own): its tiers in turn.
 if [ "${1:-}" = --lane ]; then
     IFS=, read -r -a tiers <<< "$2"
+    failed=0
     for tier in "${tiers[@]}"; do
         start=$(date +%s)
         { flock 9; echo "== $tier started ($(date +%T))"; } 9>"$PRINT_LOCK"
@@ -33,9 +34,9 @@ if [ "${1:-}" = --lane ]; then
             cat "$LOGS/$tier.log"
             echo "== $tier $word in ${seconds}s"
         } 9>"$PRINT_LOCK"
-        [ "$status" -ne 0 ] && exit "$status"
+        [ "$status" -ne 0 ] && failed=1
     done
-    exit 0
+    exit "$failed"
 fi
 
 if [ $# -eq 0 ]; then
@@ -80,7 +81,7 @@ for tier in "${all[@]}"; do
         printf '%-16s %5ds%s\n' "$tier" "$seconds" "$([ "$rc" -ne 0 ] && printf '  FAILED')"
         [ "$rc" -ne 0 ] && status=1
     else
-        printf '%-16s %6s\n' "$tier" "-"   # not run: an earlier tier of its lane failed
+        printf '%-16s %6s  (interrupted)\n' "$tier" "-"
         status=1
     fi
 done
