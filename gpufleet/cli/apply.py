@@ -206,8 +206,11 @@ def _run_task(args, path, config, out, err) -> int:
                   f"{record['run']}\n")
         return 0 if not record.get("failed") else 1
     status = record.get("status")
-    out.write(f"Run {record['run']} {status}" +
-              (f": {record['message']}" if record.get("message") else "") + "\n")
+    # A run that never got a job started (no capacity, a submission refused) is an error of
+    # the submission: stderr, as when the plan said so before asking.
+    stream = err if status != "done" and not record.get("jobs") else out
+    stream.write(f"Run {record['run']} {status}" +
+                 (f": {record['message']}" if record.get("message") else "") + "\n")
     return 0 if status == "done" else 1
 
 

@@ -390,9 +390,9 @@ def test_apply_yes_no_capacity_the_run_fails_with_the_message_and_no_plan(files,
         {"host": "localhost", "task": "Fail when the run did not end done", "msg": NO_CAPACITY}])
     code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y")
     assert code == 1
-    # Never placed, so no plan: only the run's end.
-    assert out == "Run train failed: no fleet has 2 hosts with gpu=H100:8 free\n"
-    assert err == ""
+    # Never placed, so no plan; no job ever started: the end is an error, on stderr.
+    assert out == ""
+    assert err == "Run train failed: no fleet has 2 hosts with gpu=H100:8 free\n"
     assert len(playbooks.calls) == 1 and playbooks.calls[0]["check"] is False
 
 
