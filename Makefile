@@ -74,13 +74,15 @@ MOLECULE_SCENARIOS := $(filter-out hardware resources,$(notdir $(patsubst %/,%,$
 	$(wildcard extensions/molecule/*/molecule.yml)))))
 SCENARIO ?= $(MOLECULE_SCENARIOS)
 MOLECULE_JOBS ?= 2
+# One scenario (SCENARIO=docker) streams its output as it goes.
+molecule_jobs = $(if $(word 2,$(SCENARIO)),$(MOLECULE_JOBS),1)
 MOLECULE_ENV = PATH=$(CURDIR)/$(BIN):$$PATH \
 	ANSIBLE_COLLECTIONS_PATH=$$($(BIN)/python -c 'from gpufleet._collection import \
 	collections_path; print(collections_path())')
 # One scenario ($$1), its time appended to build/molecule-times; exit 1 when it failed.
 define MOLECULE_ONE
 s=$$1; log=$(BUILD)/molecule/$$s.log; start=$$(date +%s); \
-if [ $(MOLECULE_JOBS) -le 1 ]; then \
+if [ $(molecule_jobs) -le 1 ]; then \
 	echo "== molecule scenario $$s"; \
 	molecule test -s "$$s" 2>&1 | tee "$$log"; rc=$${PIPESTATUS[0]}; \
 else \
@@ -90,7 +92,7 @@ fi; \
 seconds=$$(( $$(date +%s) - start )); \
 { \
 	flock 9; \
-	if [ $(MOLECULE_JOBS) -gt 1 ]; then \
+	if [ $(molecule_jobs) -gt 1 ]; then \
 		echo "== molecule scenario $$s: output"; cat "$$log"; \
 	fi; \
 	echo "== molecule scenario $$s $$([ $$rc -eq 0 ] && echo passed || echo FAILED) in $${seconds}s"; \
@@ -106,7 +108,7 @@ molecule: venv engine
 	@mkdir -p $(BUILD)/molecule; : > $(BUILD)/molecule-times; \
 	export $(MOLECULE_ENV); \
 	image=$$($(BIN)/python tests/molecule/image.py) || exit 1; echo "== molecule image $$image"; \
-	printf '%s\n' $(SCENARIO) | xargs -P $(MOLECULE_JOBS) -I{} bash -c '$(MOLECULE_ONE)' _ {}; \
+	printf '%s\n' $(SCENARIO) | xargs -P $(molecule_jobs) -I{} bash -c '$(MOLECULE_ONE)' _ {}; \
 	rc=$$?; sort -o $(BUILD)/molecule-times $(BUILD)/molecule-times; \
 	[ $$rc -eq 0 ] || { echo "molecule: failed: $$(grep FAILED $(BUILD)/molecule-times \
 		| cut -d' ' -f1 | tr '\n' ' ')"; exit 1; }
