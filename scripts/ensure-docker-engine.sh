@@ -33,6 +33,15 @@ if [ "$(id -u)" -eq 0 ] && [ "$(cat /proc/sys/fs/inotify/max_user_instances 2>/d
     sysctl -qw fs.inotify.max_user_instances=1024 || true
 fi
 
+# Local nodes reach each other over one bridge, each from its own network namespace, and the
+# kernel counts every namespace's ARP entries against one limit (gc_thresh3, 1024 by default):
+# a cluster fleet of N nodes takes about N x N of them, so past about 25 nodes the table
+# overflows ("neighbor table overflow" in dmesg) and nodes stop reaching each other.
+if [ "$(id -u)" -eq 0 ] && [ "$(cat /proc/sys/net/ipv4/neigh/default/gc_thresh3 2>/dev/null || echo 8192)" -lt 8192 ]; then
+    sysctl -qw net.ipv4.neigh.default.gc_thresh1=2048 net.ipv4.neigh.default.gc_thresh2=4096 \
+        net.ipv4.neigh.default.gc_thresh3=8192 || true
+fi
+
 if docker info >/dev/null 2>&1; then
     exit 0
 fi

@@ -729,7 +729,7 @@ def test_peers_are_tried_at_the_same_time():
         time.sleep(0.2)
         with lock:
             state["now"] -= 1
-        raise TimeoutError("timed out")
+        raise ConnectionRefusedError(111, "Connection refused")   # not tried again
 
     peers = [{"name": "n%d" % i, "address": "10.0.1.%d" % i} for i in range(64)]
     started = time.monotonic()
@@ -738,7 +738,34 @@ def test_peers_are_tried_at_the_same_time():
     assert elapsed < 0.8, "64 peers took %.2f s: not tried at once" % elapsed
     assert state["most"] == 64
     assert [p["name"] for p in result["peers"]] == ["n%d" % i for i in range(64)]
-    assert all(p["error"] == "timed out after 0.2 s" for p in result["peers"])
+    assert all(p["error"] == "connection refused" for p in result["peers"])
+
+
+def test_a_peer_lost_in_the_burst_is_tried_again_before_it_is_unreachable():
+    """Timeouts and missing routes get a second try (a few at a time); refusals do not."""
+    tries = {}
+    lock = threading.Lock()
+
+    def connect(address, port, timeout):
+        with lock:
+            tries[address] = tries.get(address, 0) + 1
+            count = tries[address]
+        if address == "10.0.0.1" and count == 1:
+            raise TimeoutError("timed out")          # lost once: reachable on the retry
+        if address == "10.0.0.2" and count == 1:
+            raise OSError(113, "No route to host")  # no ARP answer in the burst
+        if address == "10.0.0.3":
+            raise TimeoutError("timed out")          # down: unreachable after two tries
+        if address == "10.0.0.4":
+            raise ConnectionRefusedError(111, "Connection refused")
+
+    peers = [{"name": "n%d" % i, "address": "10.0.0.%d" % i} for i in range(5)]
+    result = run(peers_host(connect), checks=["peers"], peers=peers, peer_timeout=0.1)
+    assert [(p["name"], p["reachable"], p["error"]) for p in result["peers"]] == [
+        ("n0", True, None), ("n1", True, None), ("n2", True, None),
+        ("n3", False, "timed out after 0.1 s"), ("n4", False, "connection refused")]
+    assert tries == {"10.0.0.0": 1, "10.0.0.1": 2, "10.0.0.2": 2, "10.0.0.3": 2,
+                     "10.0.0.4": 1}
 
 
 def test_peers_join_the_default_checks_only_when_given(listener):

@@ -56,6 +56,8 @@ GPU_VENDORS = ("nvidia", "amd", "intel", "tenstorrent", "none")
 DEFAULT_PEER_PORT = 22
 DEFAULT_PEER_TIMEOUT = 5
 MAX_PEER_THREADS = 64
+# Peers tried a second time (probe_peers) are tried this many at a time.
+RETRY_PEER_THREADS = 8
 
 # How much of a command's error output a message quotes.
 ERROR_LIMIT = 200
@@ -468,12 +470,28 @@ def probe_peer(host, peer, timeout):
 
 
 def probe_peers(host, peers, timeout):
-    """Every peer probed at once (one thread each, up to MAX_PEER_THREADS), in input order."""
+    """Every peer probed at once (one thread each, up to MAX_PEER_THREADS), in input order.
+
+    A peer that timed out or had no route is tried once more, a few at a time, before it is
+    called unreachable: when every node of a large fleet checks every other at the same moment
+    (N x N connections, and as many ARP requests at once), a SYN or an ARP answer lost in the
+    burst is not a broken network. A refusal or a name that does not resolve is not retried."""
     if not peers:
         return []
     workers = min(MAX_PEER_THREADS, len(peers))
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return list(pool.map(lambda peer: probe_peer(host, peer, timeout), peers))
+        probed = list(pool.map(lambda peer: probe_peer(host, peer, timeout), peers))
+    again = [i for i, p in enumerate(probed) if not p["reachable"] and _transient(p["error"])]
+    if again:
+        with ThreadPoolExecutor(max_workers=min(RETRY_PEER_THREADS, len(again))) as pool:
+            retried = list(pool.map(lambda i: probe_peer(host, peers[i], timeout), again))
+        for index, result in zip(again, retried):
+            probed[index] = result
+    return probed
+
+
+def _transient(error):
+    return error.startswith("timed out") or "No route to host" in error
 
 
 def check_peers(probed):
