@@ -63,7 +63,7 @@ def _handler(engine):
             path = "/" + "/".join(parts[2:])
             if method == "GET" and path == "/containers/json":
                 wanted = json.loads(query["filters"][0])["label"][0]
-                key, _, value = wanted.partition("=")
+                key, value = (wanted.split("=", 1) + [""])[:2]
                 found = [{"Id": cid} for cid, c in sorted(engine.containers.items())
                          if key in c["Config"]["Labels"] and (
                              not value or c["Config"]["Labels"][key] == value)]
@@ -165,8 +165,8 @@ def test_remove_and_start_use_the_engine_for_what_it_answers(engine, run_root):
     assert nodeside.op_start({"job": job}) == {"started": False, "exists": True}
 
 
-def test_a_claim_clears_the_earlier_run_and_answers_the_image(engine, run_root, monkeypatch,
-                                                             tmp_path):
+def test_a_claim_clears_the_earlier_run_and_answers_the_image(
+        engine, run_root, monkeypatch, tmp_path):
     monkeypatch.setattr(booking, "BOOK_ROOT", str(tmp_path / "book"))
     engine.containers["c1"] = inspect_entry("train-0-0", run="train", job=0, status="exited")
     write_state(run_root, "train", 0, exit_code="0\n")
@@ -190,8 +190,8 @@ def test_a_claim_clears_the_earlier_run_and_answers_the_image(engine, run_root, 
     assert "c2" in engine.containers
 
 
-def test_an_engine_that_refuses_the_api_version_leaves_it_to_the_cli(engine, docker,
-                                                                      run_root):
+def test_an_engine_that_refuses_the_api_version_leaves_it_to_the_cli(
+        engine, docker, run_root):
     engine.refuse_version = True
     docker.on(["ps"], stdout="")
 

@@ -17,11 +17,6 @@ for where it was built. The contract the clients keep is interface.py's (re-expo
 
 from __future__ import annotations
 
-try:
-    from collections.abc import Mapping
-except ImportError:  # pragma: no cover - Python 2's name
-    from collections import Mapping
-
 from ..core.errors import GpufleetError
 from .errors import BackendError, UnsupportedBackend
 from .interface import Backend, CloudBackend
@@ -42,8 +37,9 @@ def _cloud_class(name):
     return Gcp
 
 
-class _Registry(Mapping):
-    """The backends by name (``local``, ``aws``, ``gcp``), each its client class."""
+class _Registry(object):
+    """The backends by name (``local``, ``aws``, ``gcp``), each its client class: a read-only
+    mapping whose cloud entries are imported when first read."""
 
     _names = ("local", "aws", "gcp")
 
@@ -57,11 +53,28 @@ class _Registry(Mapping):
             self._loaded[name] = _cloud_class(name)
         return self._loaded[name]
 
+    def __contains__(self, name):
+        return name in self._names
+
     def __iter__(self):
         return iter(self._names)
 
     def __len__(self):
         return len(self._names)
+
+    def keys(self):
+        return list(self._names)
+
+    def items(self):
+        return [(name, self[name]) for name in self._names]
+
+    def __eq__(self, other):
+        return dict(self.items()) == dict(other.items()) if hasattr(other, "items") else False
+
+    def __ne__(self, other):
+        return not self == other
+
+    __hash__ = None
 
 
 BACKENDS = _Registry()

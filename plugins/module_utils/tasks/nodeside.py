@@ -105,8 +105,10 @@ def _engine_socket():
 
 def _choose_socket():
     host = os.environ.get("DOCKER_HOST") or ""
-    path = host[len("unix://"):] if host.startswith("unix://") else (None if host else
-                                                                      DOCKER_SOCKET)
+    if host.startswith("unix://"):
+        path = host[len("unix://"):]
+    else:
+        path = None if host else DOCKER_SOCKET   # tcp:// or ssh://: the CLI's business
     if not path or os.environ.get("DOCKER_CONTEXT"):
         return None
     config = os.path.join(os.environ.get("DOCKER_CONFIG") or os.path.expanduser("~/.docker"),
