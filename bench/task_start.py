@@ -20,7 +20,13 @@ ansible-playbook takes to run a play that does nothing (one ``debug`` task on lo
 measured too: the runner's own cost is its time less that. The fleet is deleted at the end,
 whatever happens.
 
-    .venv/bin/python bench/task_start.py [--rounds 3] [--sizes 2,4,8]
+Growth: with more than two sizes, the cost of each node added beyond the smallest size is the
+slope of a least-squares line through the medians, for the runner and for the baseline; the
+target is the runner's slope at most 1.2 times the baseline's. ``--plot FILE`` draws both
+(and the user path) against the number of nodes into a PNG (needs matplotlib: pip install -e
+'.[bench]').
+
+    .venv/bin/python bench/task_start.py [--rounds 3] [--sizes 2,4,8] [--plot bench/task_start.png]
 """
 
 from __future__ import annotations
@@ -132,6 +138,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes", default="2,4,8")
+    parser.add_argument("--plot", metavar="PNG", help="draw the medians against the nodes")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0:
@@ -190,6 +197,48 @@ def main():
         base, ours, users = results[size]
         row = (size, base, ours, ours / base, ours - empty, users, users / base)
         print("%5d  %12.2f  %12.2f  %5.2fx  %14.2f s  %14.2f  %5.2fx" % row)
+    if len(sizes) > 2:
+        slopes = [slope(sizes, [results[n][i] for n in sizes]) for i in range(3)]
+        print("per added node: baseline %.3f s, runner %.3f s (%.2fx), apply -y -d %.3f s "
+              "(%.2fx); target: runner <= 1.2x" % (slopes[0], slopes[1], slopes[1] / slopes[0],
+                                                   slopes[2], slopes[2] / slopes[0]))
+    if args.plot:
+        draw(args.plot, sizes, results, empty)
+
+
+def slope(xs, ys):
+    """The least-squares slope of ys against xs."""
+    mx, my = statistics.mean(xs), statistics.mean(ys)
+    return (sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+            / sum((x - mx) ** 2 for x in xs))
+
+
+def draw(path, sizes, results, empty):
+    try:
+        import matplotlib
+    except ImportError:
+        print("no plot: matplotlib is missing (pip install -e '.[bench]')")
+        return
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axes = pyplot.subplots(figsize=(7, 4.5))
+    for index, label, style in ((0, "baseline: parallel ssh docker run", "o-"),
+                                (1, "runner: ansible-playbook task.yml", "s-"),
+                                (2, "user path: gpufleet apply -y -d", "^-")):
+        axes.plot(sizes, [results[n][index] for n in sizes], style, label=label)
+    axes.axhline(empty, color="grey", linestyle=":", label="ansible-playbook, no-op play")
+    axes.set_xlabel("nodes")
+    axes.set_ylabel("seconds until every container is started (median)")
+    axes.set_xticks(sizes)
+    axes.set_ylim(bottom=0)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    axes.set_title("Task start on local nodes, %s, %d CPUs" % (platform.node(), os.cpu_count()),
+                   fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    print("plot: %s" % path)
 
 
 if __name__ == "__main__":
