@@ -1,0 +1,152 @@
+"""How fast do the commands a person types about a running run answer, and how soon does a
+run stop once one of its ranks fails?
+
+An 8-node local fleet (``placement: cluster``) is brought up once; the task image is put on
+every node by one untimed run. Then, on an 8-node run of ``sleep``, started with ``gpufleet
+apply -y -d``:
+
+- ``gpufleet ps`` and ``gpufleet logs RUN``: the command's wall time (target: 0.5 s and
+  0.7 s); for scale, one parallel round of ``ssh node docker ps`` (a fresh connection each,
+  as task_start.py's baseline) is timed in the same round;
+- ``gpufleet stop -y RUN``: its wall time against "the stop itself", a baseline of the same
+  containers stopped with one parallel round of ``ssh node docker stop`` on a second start of
+  the run (target: the command at most 1 s more than the baseline);
+- attached failure: ``gpufleet apply -y`` of a 2-node task whose rank 1 exits 3 after 2 s
+  while rank 0 sleeps; the time from rank 1's container ending to rank 0's (Docker's
+  ``FinishedAt`` of both; target 3 s).
+
+Each measure is taken ``--rounds`` times, alternately, and the medians are printed. The fleet
+is deleted at the end, whatever happens.
+
+    .venv/bin/python bench/run_commands.py [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import task_start  # noqa: E402  (the same fleet, helpers and environment)
+from task_start import BIN, Docker, apply, node_docker, playbook, run, ssh_argv  # noqa: E402
+
+FLEET = "benchcmd"
+NODES = 8
+
+
+def gpufleet(env, *argv, check=True):
+    start = time.monotonic()
+    proc = run([str(BIN / "gpufleet")] + list(argv), env)
+    took = time.monotonic() - start
+    if check and proc.returncode != 0:
+        raise RuntimeError("gpufleet %s failed:\n%s%s" % (" ".join(argv), proc.stdout[-2000:],
+                                                          proc.stderr[-2000:]))
+    return took
+
+
+def clean(instances):
+    for inst in instances:
+        ids = node_docker(inst["container"], "ps", "-aq", "--filter",
+                          "label=gpufleet.run").stdout.split()
+        if ids:
+            node_docker(inst["container"], "rm", "-f", *ids)
+
+
+def parallel_ssh(instances, command):
+    def one(inst):
+        subprocess.run(ssh_argv(inst, command(inst)), capture_output=True, check=False)
+
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(instances)) as pool:
+        list(pool.map(one, instances))
+    return time.monotonic() - start
+
+
+def finished_at(inst, container):
+    text = node_docker(inst["container"], "inspect", "-f", "{{.State.FinishedAt}}",
+                       container).stdout.strip()
+    # Docker writes nanoseconds; Python reads microseconds.
+    head, _, frac = text.rstrip("Z").partition(".")
+    stamp = datetime.datetime.strptime(head, "%Y-%m-%dT%H:%M:%S")
+    return stamp.timestamp() + float("0." + (frac or "0"))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    if subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0:
+        subprocess.run(["make", "-C", str(task_start.ROOT), "engine"], check=True)
+    work = Path(tempfile.mkdtemp(prefix="gpufleet-bench-"))
+    env = dict(os.environ, GPUFLEET_STATE_DIR=str(work / "state"),
+               ANSIBLE_COLLECTIONS_PATH=str(task_start.collections_path()), ANSIBLE_NOCOLOR="1",
+               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
+    os.environ["GPUFLEET_STATE_DIR"] = env["GPUFLEET_STATE_DIR"]
+    fleet = work / "fleet.dstack.yml"
+    fleet.write_text("type: fleet\nname: %s\nnodes: %d\nplacement: cluster\nbackends: [local]\n"
+                     % (FLEET, NODES))
+    resources = "resources:\n  cpu: 1..\n  memory: 1GB..\n  disk: 1GB..\n"
+    task = work / "cmd.dstack.yml"
+    task.write_text("type: task\nname: cmdbench\nnodes: %d\n%scommands:\n"
+                    "  - echo started on $DSTACK_NODE_RANK\n  - sleep 600\n" % (NODES, resources))
+    failing = work / "fail.dstack.yml"
+    failing.write_text("type: task\nname: failbench\nnodes: 2\n%scommands:\n"
+                       "  - if [ \"$DSTACK_NODE_RANK\" = 1 ]; then sleep 2; exit 3; fi\n"
+                       "  - sleep 600\n" % resources)
+    times = dict((k, []) for k in ("ps", "logs", "ssh docker ps", "stop", "ssh docker stop",
+                                   "failure to last stop"))
+    try:
+        proc = playbook("fleet.yml", env, "fleet=" + str(fleet))
+        if proc.returncode != 0:
+            raise RuntimeError("fleet.yml failed:\n" + proc.stdout[-3000:])
+        record = apply.discover(Docker(), work / "state")
+        instances = next(f for f in record if f["name"] == FLEET)["instances"]
+        gpufleet(env, "apply", "-y", "-d", "-f", str(task))   # untimed: the image goes out
+        gpufleet(env, "stop", "-y", "cmdbench")
+        clean(instances)
+        for _round in range(args.rounds):
+            gpufleet(env, "apply", "-y", "-d", "-f", str(task))
+            times["ps"].append(gpufleet(env, "ps"))
+            times["logs"].append(gpufleet(env, "logs", "cmdbench"))
+            times["ssh docker ps"].append(parallel_ssh(instances, lambda i: "docker ps -a"))
+            times["stop"].append(gpufleet(env, "stop", "-y", "cmdbench"))
+            clean(instances)
+            gpufleet(env, "apply", "-y", "-d", "-f", str(task))
+            times["ssh docker stop"].append(parallel_ssh(
+                instances, lambda i: "docker stop $(docker ps -q --filter label=gpufleet.run)"))
+            clean(instances)
+            gpufleet(env, "apply", "-y", "-f", str(failing), check=False)
+            by_name = dict((i["name"], i) for i in instances)
+            ends = {}
+            for rank in (0, 1):
+                for inst in by_name.values():
+                    names = node_docker(inst["container"], "ps", "-a", "--format",
+                                        "{{.Names}}").stdout.split()
+                    if "failbench-%d-0" % rank in names:
+                        ends[rank] = finished_at(inst, "failbench-%d-0" % rank)
+            times["failure to last stop"].append(ends[0] - ends[1])
+            clean(instances)
+    finally:
+        playbook("delete.yml", env, "fleet=" + str(fleet))
+    print("machine: %s, %d CPUs, load %s, Python %s"
+          % (platform.node(), os.cpu_count(), os.getloadavg()[0], platform.python_version()))
+    print("%-22s %10s %10s %10s" % ("measure (%d rounds)" % args.rounds, "median", "min", "max"))
+    for key, values in times.items():
+        print("%-22s %9.2fs %9.2fs %9.2fs" % (key, statistics.median(values), min(values),
+                                               max(values)))
+    over = statistics.median(times["stop"]) - statistics.median(times["ssh docker stop"])
+    print("stop over the stop itself: %.2f s (target <= 1 s); ps target 0.5 s, logs 0.7 s, "
+          "failure to last stop 3 s" % over)
+
+
+if __name__ == "__main__":
+    main()
