@@ -75,7 +75,7 @@ def finished_at(inst, container):
     text = node_docker(inst["container"], "inspect", "-f", "{{.State.FinishedAt}}",
                        container).stdout.strip()
     # Docker writes nanoseconds; Python reads microseconds.
-    head, _, frac = text.rstrip("Z").partition(".")
+    head, frac = (text.rstrip("Z").split(".", 1) + [""])[:2]
     stamp = datetime.datetime.strptime(head, "%Y-%m-%dT%H:%M:%S")
     return stamp.timestamp() + float("0." + (frac or "0"))
 
@@ -141,8 +141,8 @@ def main():
           % (platform.node(), os.cpu_count(), os.getloadavg()[0], platform.python_version()))
     print("%-22s %10s %10s %10s" % ("measure (%d rounds)" % args.rounds, "median", "min", "max"))
     for key, values in times.items():
-        print("%-22s %9.2fs %9.2fs %9.2fs" % (key, statistics.median(values), min(values),
-                                               max(values)))
+        row = (key, statistics.median(values), min(values), max(values))
+        print("%-22s %9.2fs %9.2fs %9.2fs" % row)
     over = statistics.median(times["stop"]) - statistics.median(times["ssh docker stop"])
     print("stop over the stop itself: %.2f s (target <= 1 s); ps target 0.5 s, logs 0.7 s, "
           "failure to last stop 3 s" % over)
