@@ -11,6 +11,7 @@
 # Each tier's output goes to build/tiers/TIER.log and is printed whole when the tier ends, one
 # tier at a time, so that lanes do not interleave their lines. Every tier runs, also after one
 # failed (the lanes run at the same time anyway); the exit status is 0 when every tier passed.
+# Every TIERS_HEARTBEAT seconds (300) a line says which tiers are still running.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 LOGS=build/tiers
@@ -62,6 +63,18 @@ for lane in "$@"; do
     pids+=($!)
 done
 
+# A tier's output comes whole when it ends, so a long one (integration) is silent for many
+# minutes: say every 5 minutes which tiers are still running, for CI logs and the people
+# watching them.
+(
+    while sleep "${TIERS_HEARTBEAT:-300}"; do
+        running=$(for t in "${all[@]}"; do [ -f "$LOGS/$t.log" ] && [ ! -f "$LOGS/$t.status" ] \
+            && printf '%s ' "$t"; done)
+        { flock 9; echo "== $(date +%T) still running: ${running:-(starting)}"; } 9>"$PRINT_LOCK"
+    done
+) &
+heartbeat=$!
+
 stop_lanes() {
     for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done
 }
@@ -72,6 +85,8 @@ for pid in "${pids[@]}"; do
     while ! wait "$pid" && kill -0 "$pid" 2>/dev/null; do :; done
 done
 
+kill "$heartbeat" 2>/dev/null
+wait "$heartbeat" 2>/dev/null
 status=0
 echo
 echo "== test tiers (seconds)"
