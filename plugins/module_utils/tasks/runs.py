@@ -185,13 +185,14 @@ def run_key():
         shutil.rmtree(folder, ignore_errors=True)
 
 
-class _KeyMaker(object):
-    """run_key() in a thread of its own, started at once; ``result()`` waits for it."""
+class _Background(object):
+    """``function(*args)`` in a thread of its own, started at once; ``result()`` waits for it
+    (and raises what it raised)."""
 
-    def __init__(self):
-        self._pool = ThreadPoolExecutor(max_workers=1)
-        self._future = self._pool.submit(run_key)
-        self._pool.shutdown(wait=False)
+    def __init__(self, function, *args):
+        pool = ThreadPoolExecutor(max_workers=1)
+        self._future = pool.submit(function, *args)
+        pool.shutdown(wait=False)
 
     def result(self):
         return self._future.result()
@@ -313,11 +314,11 @@ class Runner(object):
         by the time the run is placed: entry.submit calls it before the first look at the
         hosts. Without it, the key is made while the image is brought."""
         if self._key is None:
-            self._key = _KeyMaker()
+            self._key = _Background(run_key)
 
     def _take_key(self):
         """The run's key (a new one for each submission: a resubmission gets a fresh key)."""
-        maker, self._key = self._key or _KeyMaker(), None
+        maker, self._key = self._key or _Background(run_key), None
         return maker
 
     def _place(self):
@@ -518,8 +519,7 @@ class Runner(object):
                      if "replaced" not in self._claimed.get(h, {})]
         clearing = None
         if elsewhere:
-            clearing = ThreadPoolExecutor(max_workers=1)
-            cleared = clearing.submit(parallel, elsewhere, lambda h: self.nodes[h].call(
+            clearing = _Background(parallel, elsewhere, lambda h: self.nodes[h].call(
                 "remove", {"run": self.name, "keep": self.run_id}))
         auth = registry_credentials(self.config, self.env, self.secrets)
         for job in placed["jobs"]:
@@ -531,9 +531,8 @@ class Runner(object):
         shipping = repo = None
         if self.code is not None:
             # The code travels while the image is brought: both go over the same connections.
-            shipping = ThreadPoolExecutor(max_workers=1)
-            shipped = shipping.submit(self.code.ship, nodes, sorted(set(hosts)), self.emit,
-                                      self.secrets)
+            shipping = _Background(self.code.ship, nodes, sorted(set(hosts)), self.emit,
+                                   self.secrets)
         known = dict((h, a.get("image")) for h, a in self._claimed.items())
         try:
             info = ensure_image(image, nodes, sorted(set(hosts)), docker=self.docker,
@@ -543,11 +542,9 @@ class Runner(object):
             raise
         finally:
             if shipping is not None:
-                repo = shipped.result()
-                shipping.shutdown()
+                repo = shipping.result()
             if clearing is not None:
-                cleared.result()   # at best, as before: a host that did not answer keeps them
-                clearing.shutdown()
+                clearing.result()   # at best, as before: a host that did not answer keeps them
         first = info[hosts[0]]
         image_cmd = None
         if first.get("entrypoint") or first.get("cmd"):
