@@ -147,7 +147,8 @@ def test_an_unsupported_list_gives_the_same_message_on_every_path(tmp_path):
 # --- the registry and the contract -----------------------------------------------------------
 
 def test_the_registry_names_each_backend_once():
-    assert base.BACKENDS == {"local": local.Local, "aws": aws.Aws, "gcp": gcp.Gcp}
+    assert dict(base.BACKENDS.items()) == {"local": local.Local, "aws": aws.Aws, "gcp": gcp.Gcp}
+    assert list(base.BACKENDS) == list(base.BACKENDS.keys()) == ["local", "aws", "gcp"]
     assert base.CLOUD_BACKENDS == ("aws", "gcp")
     assert base.CLOUD_BACKENDS == tuple(n for n, cls in base.BACKENDS.items()
                                         if issubclass(cls, interface.CloudBackend))

@@ -68,14 +68,6 @@ class _Registry(object):
     def items(self):
         return [(name, self[name]) for name in self._names]
 
-    def __eq__(self, other):
-        return dict(self.items()) == dict(other.items()) if hasattr(other, "items") else False
-
-    def __ne__(self, other):
-        return not self == other
-
-    __hash__ = None
-
 
 BACKENDS = _Registry()
 # Those whose class is a CloudBackend (tests/unit/test_backends_base.py checks it).
