@@ -32,13 +32,22 @@ def _entry():
 
 
 def _params(argument_spec, fleet_files=(), state_dir=None, **given):
-    """A module's parameters: the spec's defaults, then what is given (paths made absolute,
-    as the module's ``path`` options are)."""
+    """A module's parameters: the spec's defaults, then what is given, with ``path`` options
+    expanded and made absolute as a module's are."""
     params = dict((key, value.get("default")) for key, value in argument_spec.items())
     params.update((k, v) for k, v in given.items() if v is not None)
-    params["fleets"] = [os.path.abspath(os.path.expanduser(p)) for p in fleet_files or ()]
+    params["fleets"] = list(fleet_files or ())
     params["state_dir"] = state_dir
+    for key, value in argument_spec.items():
+        if value.get("type") == "path" and isinstance(params.get(key), str):
+            params[key] = _path(params[key])
+        elif value.get("elements") == "path" and params.get(key):
+            params[key] = [_path(p) for p in params[key]]
     return params
+
+
+def _path(path):
+    return os.path.abspath(os.path.expanduser(path))
 
 
 def _call(function, *args, **kwargs):
@@ -88,7 +97,6 @@ def stop(run, abort=False, fleet_files=(), state_dir=None) -> dict:
 
     answer = _call(entry.run_stop, _params(entry.RUN_STOP_SPEC, fleet_files, state_dir,
                                            name=run, abort=bool(abort)))
-    _call(session.attach_entry, {"name": run, "state": "absent", "state_dir": state_dir,
-                                 "fleets": [], "ssh_config": "~/.ssh/config",
-                                 "include": True, "job": 0, "forward": False, "ports": None})
+    _call(session.attach_entry, _params(session.ATTACH_SPEC, (), state_dir, name=run,
+                                        state="absent"))
     return answer["run"]

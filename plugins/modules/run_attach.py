@@ -138,25 +138,11 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import session
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
-    state_options,
 )
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            name=dict(type="str", required=True),
-            job=dict(type="int", default=0),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
-            forward=dict(type="bool", default=False),
-            ports=dict(type="dict"),
-            ssh_config=dict(type="path", default="~/.ssh/config"),
-            include=dict(type="bool", default=True),
-            fleets=dict(type="list", elements="path", default=[]),
-            **state_options()
-        ),
-        supports_check_mode=False,
-    )
+    module = AnsibleModule(argument_spec=session.ATTACH_SPEC, supports_check_mode=False)
     params = dict(module.params)
     if params["ports"]:
         try:

@@ -21,6 +21,7 @@ import os
 
 from ..core.errors import GpufleetError
 from ..core.files import write_atomically
+from ..core.module import state_options
 from ..fleets import state
 from ..tasks import lifecycle, listing
 from ..tasks.container import INSTANCE_LABEL, RUN_LABEL, RUN_SPEC_LABEL
@@ -28,6 +29,20 @@ from ..tasks.errors import RunError
 from . import hosts, ports, sshconfig, tunnel
 
 DEFAULT_USER_CONFIG = "~/.ssh/config"
+
+# The run_attach module's options (its DOCUMENTATION describes them), also what gpufleet stop
+# passes when it forgets a run's aliases in its own process (gpufleet/direct.py).
+ATTACH_SPEC = dict(
+    name=dict(type="str", required=True),
+    job=dict(type="int", default=0),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    forward=dict(type="bool", default=False),
+    ports=dict(type="dict"),
+    ssh_config=dict(type="path", default=DEFAULT_USER_CONFIG),
+    include=dict(type="bool", default=True),
+    fleets=dict(type="list", elements="path", default=[]),
+    **state_options()
+)
 
 
 class AttachError(GpufleetError):
