@@ -37,7 +37,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import task_start  # noqa: E402  (the same fleet, helpers and environment)
-from task_start import BIN, Docker, apply, node_docker, playbook, run, ssh_argv  # noqa: E402
+from task_start import (  # noqa: E402
+    BIN, clean, fleet_instances, node_docker, playbook, run, ssh_argv,
+)
 
 FLEET = "benchcmd"
 NODES = 8
@@ -51,14 +53,6 @@ def gpufleet(env, *argv, check=True):
         raise RuntimeError("gpufleet %s failed:\n%s%s" % (" ".join(argv), proc.stdout[-2000:],
                                                           proc.stderr[-2000:]))
     return took
-
-
-def clean(instances):
-    for inst in instances:
-        ids = node_docker(inst["container"], "ps", "-aq", "--filter",
-                          "label=gpufleet.run").stdout.split()
-        if ids:
-            node_docker(inst["container"], "rm", "-f", *ids)
 
 
 def parallel_ssh(instances, command):
@@ -105,11 +99,7 @@ def main():
     times = dict((k, []) for k in ("ps", "logs", "ssh docker ps", "stop", "ssh docker stop",
                                    "failure to last stop"))
     try:
-        proc = playbook("fleet.yml", env, "fleet=" + str(fleet))
-        if proc.returncode != 0:
-            raise RuntimeError("fleet.yml failed:\n" + proc.stdout[-3000:])
-        record = apply.discover(Docker(), work / "state")
-        instances = next(f for f in record if f["name"] == FLEET)["instances"]
+        instances = fleet_instances(env, work, fleet, FLEET)
         gpufleet(env, "apply", "-y", "-d", "-f", str(task))   # untimed: the image goes out
         gpufleet(env, "stop", "-y", "cmdbench")
         clean(instances)

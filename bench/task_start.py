@@ -72,6 +72,15 @@ def node_docker(container, *args):
                           capture_output=True, text=True, check=False)
 
 
+def fleet_instances(env, work, fleet, name):
+    """Apply the fleet file ``fleet`` with playbooks/fleet.yml; its instance records."""
+    proc = playbook("fleet.yml", env, "fleet=" + str(fleet))
+    if proc.returncode != 0:
+        raise RuntimeError("fleet.yml failed:\n" + proc.stdout[-3000:])
+    record = apply.discover(Docker(), work / "state")
+    return next(f for f in record if f["name"] == name)["instances"]
+
+
 def clean(instances):
     for inst in instances:
         ids = node_docker(inst["container"], "ps", "-aq", "--filter", "label=bench").stdout.split()
@@ -155,11 +164,7 @@ def main():
     results = {}
     noops = []
     try:
-        proc = playbook("fleet.yml", env, "fleet=" + str(fleet))
-        if proc.returncode != 0:
-            raise RuntimeError("fleet.yml failed:\n" + proc.stdout[-3000:])
-        record = apply.discover(Docker(), work / "state")
-        instances = next(f for f in record if f["name"] == FLEET)["instances"]
+        instances = fleet_instances(env, work, fleet, FLEET)
         tasks = {}
         for size in sizes:
             path = work / ("bench%d.dstack.yml" % size)
