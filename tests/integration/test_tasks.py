@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from gpufleet import cli
 from gpufleet.runner import run_playbook
@@ -140,6 +141,17 @@ def test_stop_ps_and_logs_from_the_command_line(world, capsys):
     runs = json.loads(capsys.readouterr().out)
     mine = next(r for r in runs if r["name"] == name)
     assert mine["status"] in ("provisioning", "running")
+    # Stop once both commands have printed, so the logs afterwards must still hold those lines
+    # (a stop that lands earlier is another test's matter: the run ends before its command).
+    started = ["[%s-%d] started %d" % (name, rank, rank) for rank in (0, 1)]
+    deadline = time.time() + 120
+    while True:
+        assert cli.main(["logs", name]) == 0
+        printed = capsys.readouterr().out.splitlines()
+        if all(line in printed for line in started):
+            break
+        assert time.time() < deadline, "the commands never printed: %s" % printed
+        time.sleep(1)
     assert cli.main(["stop", "-y", name]) == 0
     capsys.readouterr()
     assert cli.main(["ps"]) == 0
@@ -150,7 +162,7 @@ def test_stop_ps_and_logs_from_the_command_line(world, capsys):
     assert any(line.strip().startswith("job=1") for line in table)
     assert cli.main(["logs", name]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert "[%s-0] started 0" % name in out and "[%s-1] started 1" % name in out
+    assert all(line in out for line in started), out
 
 
 def test_a_task_on_an_ssh_fleet_found_through_its_remembered_file(world):

@@ -680,6 +680,7 @@ else
         "handles); install util-linux in the image, or drop user to run as the image's user"
 fi
 if [ -n "$_gf_signalled" ]; then
+    _gf_log "stopped as the command started"
     kill -TERM "$_gf_child" 2>/dev/null
 fi
 
