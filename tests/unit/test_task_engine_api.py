@@ -244,3 +244,62 @@ def test_without_docker_host_the_default_socket_is_the_one(monkeypatch, tmp_path
         assert nodeside._choose_socket() == str(sock)
     finally:
         server.server_close()
+
+
+def _raw_engine(path, response):
+    """A one-shot server on Unix socket ``path`` that reads a request and sends ``response``
+    (bytes) whole; returns the list the request is put into."""
+    import socket
+
+    asked = []
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+
+    def serve():
+        conn, _addr = listener.accept()
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += conn.recv(4096)
+        asked.append(data)
+        conn.sendall(response)
+        conn.close()
+        listener.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return asked
+
+
+def _use_socket(monkeypatch, tmp_path, path):
+    monkeypatch.setenv("DOCKER_HOST", "unix://" + path)
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "dockercfg"))
+    monkeypatch.setattr(nodeside, "_ENGINE", {})
+
+
+def test_a_chunked_answer_is_put_together(monkeypatch, tmp_path):
+    """An engine may answer in chunks: the body is their concatenation, whatever the split."""
+    path = str(tmp_path / "chunked.sock")
+    body = json.dumps([{"Id": "abc"}, {"Id": "d\u00e9f"}]).encode("utf-8")
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (body[:7], body[7:]))
+    asked = _raw_engine(path, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                              b"Transfer-Encoding: chunked\r\n\r\n" + chunked + b"0\r\n\r\n")
+    _use_socket(monkeypatch, tmp_path, path)
+
+    assert nodeside._container_ids("gpufleet.run=a b") == ["abc", "d\u00e9f"]
+    request_line = asked[0].split(b"\r\n")[0].decode("ascii")
+    method, url, version = request_line.split(" ")
+    assert (method, version) == ("GET", "HTTP/1.0")
+    path_part, query = url.split("?")
+    assert path_part == "/v1.24/containers/json"
+    assert parse_qs(query) == {"all": ["1"], "filters": ['{"label": ["gpufleet.run=a b"]}']}
+
+
+def test_a_broken_answer_leaves_the_rest_of_the_request_to_the_cli(monkeypatch, tmp_path):
+    path = str(tmp_path / "broken.sock")
+    _raw_engine(path, b"this is not HTTP\r\n\r\n")
+    _use_socket(monkeypatch, tmp_path, path)
+
+    with pytest.raises(nodeside._EngineUnavailable):
+        nodeside._engine("GET", "/containers/json")
+    assert nodeside._ENGINE["socket"] is None   # the CLI from now on in this request

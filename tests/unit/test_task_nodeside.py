@@ -730,6 +730,75 @@ def test_bootstrap_status_through_the_sent_source(docker):
     assert docker.calls()[0][-1] == "label=gpufleet.run=zz-no-such-run"
 
 
+def cached_call(cache, source, request, digest="0123456789abcdef01234567", env=None):
+    """The bootstrap as a host runs it (``python3 -S -c BOOTSTRAP DIGEST``), caching in
+    ``cache``."""
+    data = source + b"\n" + nodeside.SEPARATOR + b"\n" + request
+    proc = subprocess.run([sys.executable, "-S", "-c", nodeside.bootstrap(str(cache)), digest],
+                          input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          env=env, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def swap_code(path, answer):
+    """Put in the cache file a compiled helper that answers ``answer`` whatever it is asked."""
+    import marshal
+
+    code = compile("import json, sys\ndef serve(r):\n    sys.stdout.write(json.dumps(%r))\n"
+                   % (answer,), "swapped", "exec")
+    path.write_bytes(marshal.dumps(code))
+
+
+SERVE_OP = b"import json, sys\ndef serve(r):\n    sys.stdout.write(json.dumps({'op': 'sent'}))\n"
+
+
+def test_the_compiled_helper_is_kept_and_used_for_the_next_request(tmp_path):
+    cache = tmp_path / "var" / "helper"
+
+    assert cached_call(cache, SERVE_OP, b"{}") == {"op": "sent"}
+
+    (kept,) = cache.iterdir()
+    assert kept.name == "0123456789abcdef01234567." + sys.implementation.cache_tag
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    swap_code(kept, {"op": "cached"})
+    # The next request with the same digest runs what the cache holds, not the source sent.
+    assert cached_call(cache, SERVE_OP, b"{}") == {"op": "cached"}
+    # Another digest (another controller version) compiles its own and drops the old one.
+    assert cached_call(cache, SERVE_OP, b"{}", digest="f" * 24) == {"op": "sent"}
+    assert [p.name for p in cache.iterdir()] == ["f" * 24 + "." + sys.implementation.cache_tag]
+
+
+@pytest.mark.parametrize("spoil", ["writable file", "writable folder", "garbage", "bad digest"])
+def test_a_cache_that_cannot_be_trusted_is_compiled_anew(tmp_path, spoil):
+    cache = tmp_path / "helper"
+    cached_call(cache, SERVE_OP, b"{}")
+    (kept,) = cache.iterdir()
+    swap_code(kept, {"op": "cached"})
+    digest = "0123456789abcdef01234567"
+    if spoil == "writable file":
+        kept.chmod(0o666)
+    elif spoil == "writable folder":
+        cache.chmod(0o777)
+    elif spoil == "garbage":
+        kept.write_bytes(b"not marshal data")
+    else:
+        digest = "../" + digest[3:]
+
+    assert cached_call(cache, SERVE_OP, b"{}", digest=digest) == {"op": "sent"}
+
+
+def test_the_real_helper_answers_through_the_cache(docker, tmp_path):
+    docker.on(["image", "inspect"], stdout='["/e"]\tnull\t""\n')
+    request = json.dumps({"op": "image_info", "payload": {"image": "alpine"}}).encode("utf-8")
+    cache = tmp_path / "helper"
+    env = dict(os.environ, **docker.env())
+    first = cached_call(cache, nodeside.source_bytes(), request, env=env)
+    assert [p.name[:24] for p in cache.iterdir()] == ["0123456789abcdef01234567"]
+    assert cached_call(cache, nodeside.source_bytes(), request, env=env) == first
+    assert first["present"] is True
+
+
 def test_bootstrap_answers_a_failure_as_an_error(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()

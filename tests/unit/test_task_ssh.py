@@ -201,7 +201,8 @@ def test_sudo_for_login_users_other_than_root(user, prefix):
     node.call("status")
 
     command = runner.calls[0][0][-1]
-    assert command == prefix + "python3 -c " + shlex.quote(nodeside.BOOTSTRAP)
+    assert command == "%spython3 -S -c %s %s" % (prefix, shlex.quote(nodeside.BOOTSTRAP),
+                                                 ssh.host_source_digest())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,7 +219,8 @@ def test_call_sends_the_source_and_the_request_on_stdin():
     assert result == {"containers": []}
     ((argv, kwargs),) = runner.calls
     assert argv[-2] == "--"
-    assert shlex.split(argv[-1]) == ["sudo", "-n", "python3", "-c", nodeside.BOOTSTRAP]
+    assert shlex.split(argv[-1]) == ["sudo", "-n", "python3", "-S", "-c", nodeside.BOOTSTRAP,
+                                     ssh.host_source_digest()]
     assert kwargs["timeout"] == 45
     assert kwargs["stdout"] == subprocess.PIPE and kwargs["stderr"] == subprocess.PIPE
     data = kwargs["input"]
@@ -331,7 +333,7 @@ def test_call_that_crashed_on_the_host_shows_the_end_of_stderr():
 def test_call_that_got_no_answer_in_time():
     runner = FakeRunner(subprocess.TimeoutExpired(["ssh"], 5))
 
-    with pytest.raises(NodeError, match="no answer within 5 s to: sudo -n python3 -c"):
+    with pytest.raises(NodeError, match="no answer within 5 s to: the status request$"):
         Node(ssh_instance(), runner=runner).call("status", timeout=5)
 
 
@@ -423,3 +425,29 @@ def test_close_without_ssh_is_quiet(monkeypatch):
     monkeypatch.setattr(ssh.subprocess, "run", missing)
 
     assert Node(local_instance()).close() is None
+
+
+def test_the_source_and_its_digest_are_the_same_in_every_thread(monkeypatch):
+    """Many first requests at once (a survey) fill the cache together: every one sends the
+    whole source and a digest of it, never one in place of the other."""
+    import hashlib
+    import threading
+
+    monkeypatch.setattr(ssh, "_HOST_SOURCE", {})
+    barrier = threading.Barrier(16)
+    seen = []
+
+    def first_request():
+        barrier.wait()
+        seen.append((ssh.host_source(), ssh.host_source_digest()))
+
+    threads = [threading.Thread(target=first_request) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    source = nodeside.source_bytes()
+    assert len(seen) == 16
+    for sent, digest in seen:
+        assert sent.startswith(source) and len(sent) > len(source)
+        assert digest == hashlib.sha256(sent).hexdigest()[:24]

@@ -4,8 +4,9 @@
 """What the task runner does on a fleet host, as root: one short Python process per request.
 
 The controller sends this file's source and a JSON request on the standard input of
-``python3 -c BOOTSTRAP`` (see tasks.ssh.Node.call); nothing is installed and nothing keeps
-running on the host besides the run's containers. It uses the standard library only and runs on
+``python3 -S -c BOOTSTRAP`` (see tasks.ssh.Node.call); nothing is installed and nothing keeps
+running on the host besides the run's containers (the host keeps the compiled source in
+HELPER_CACHE, see bootstrap). It uses the standard library only and runs on
 the Python 3.6+ that any Ansible-managed host has. Every answer is one JSON line.
 
 The run's state lives with the containers: their labels say which run, job and submission they
@@ -28,14 +29,63 @@ RUN_ROOT = "/var/lib/gpufleet/runs"
 NETWORK_VOLUMES_ROOT = "/mnt/disks/dstack-volumes"
 RUN_LABEL = "gpufleet.run"
 SEPARATOR = b"#--gpufleet-request--"
-BOOTSTRAP = (
-    "import sys\n"
-    "d = sys.stdin.buffer.read()\n"
-    "s, _, r = d.partition(b'\\n#--gpufleet-request--\\n')\n"
-    "g = {'__name__': 'gpufleet_node'}\n"
-    "exec(compile(s, 'gpufleet_node', 'exec'), g)\n"
-    "g['serve'](r)\n"
-)
+# Where a host keeps the helper compiled, one file per helper source and Python (see bootstrap).
+HELPER_CACHE = "/var/lib/gpufleet/helper"
+
+
+def bootstrap(cache=HELPER_CACHE):
+    """The program ``python3 -S -c`` runs on a host for every request (tasks.ssh.Node.call).
+
+    stdin holds the helper's source, the separator line and the request. Compiling the ~60 KB
+    source costs about as much as the request itself, so the controller also passes a digest
+    of the source as the first argument, and the code object is kept in ``cache`` (marshal,
+    one file per digest and Python). It is read only from a folder and a file owned by the
+    user it runs as and writable by nobody else; anything odd about the cache (missing,
+    foreign, unreadable, another Python) falls back to compiling, so the cache can never
+    change what runs, only how soon.
+    """
+    return (
+        "import sys\n"
+        "d = sys.stdin.buffer.read()\n"
+        "s, _, r = d.partition(b'\\n#--gpufleet-request--\\n')\n"
+        "c = p = None\n"
+        "try:\n"
+        "    import os, marshal\n"
+        "    k = sys.argv[1] if len(sys.argv) > 1 else ''\n"
+        "    t = sys.implementation.cache_tag\n"
+        "    if t and len(k) == 24 and not k.strip('0123456789abcdef'):\n"
+        "        f = %r\n"
+        "        p = os.path.join(f, k + '.' + t)\n"
+        "        def mine(x):\n"
+        "            st = os.lstat(x)\n"
+        "            return st.st_uid == os.geteuid() and not st.st_mode & 0o022\n"
+        "        if os.path.isfile(p) and mine(f) and mine(p):\n"
+        "            with open(p, 'rb') as h:\n"
+        "                c = marshal.load(h)\n"
+        "except Exception:\n"
+        "    c = None\n"
+        "if c is None:\n"
+        "    c = compile(s, 'gpufleet_node', 'exec')\n"
+        "    try:\n"
+        "        if p:\n"
+        "            os.makedirs(f, 0o700, exist_ok=True)\n"
+        "            if mine(f):\n"
+        "                for n in os.listdir(f):\n"
+        "                    if n != os.path.basename(p):\n"
+        "                        os.unlink(os.path.join(f, n))\n"
+        "                w = '%%s.%%d' %% (p, os.getpid())\n"
+        "                with open(w, 'wb') as h:\n"
+        "                    marshal.dump(c, h)\n"
+        "                os.replace(w, p)\n"
+        "    except Exception:\n"
+        "        pass\n"
+        "g = {'__name__': 'gpufleet_node'}\n"
+        "exec(c, g)\n"
+        "g['serve'](r)\n"
+    ) % cache
+
+
+BOOTSTRAP = bootstrap()
 STATE_FILES = ("running", "reason", "exit_code")
 # Host features a container gets when the host has them (dstack.md §4.9).
 CONDITIONAL = {
@@ -129,26 +179,31 @@ def _choose_socket():
 
 def _engine(method, path, query=None, ok=(200,)):
     """``(status, JSON body)`` of an Engine API request; a status outside ``ok`` and 404 is a
-    Failure. _EngineUnavailable when the socket cannot be used (then the CLI is)."""
-    import http.client
+    Failure. _EngineUnavailable when the socket cannot be used (then the CLI is).
+
+    One HTTP/1.0 request per connection, read to its end: http.client would cost more to
+    import (its email and ssl modules) than the request takes."""
     import socket
-    from urllib.parse import quote, urlencode
 
     where = _engine_socket()
     if not where:
         raise _EngineUnavailable()
-    url = ENGINE_API + quote(path, safe="/:@=") + ("?" + urlencode(query) if query else "")
+    url = ENGINE_API + _quote(path, "/:@=") + (
+        "?" + "&".join("%s=%s" % (_quote(k), _quote(v)) for k, v in sorted(query.items()))
+        if query else "")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(120)
         sock.connect(where)
-        conn = http.client.HTTPConnection("localhost")
-        conn.sock = sock
-        conn.request(method, url)
-        response = conn.getresponse()
-        body = response.read()
-        status = response.status
-    except (OSError, http.client.HTTPException):
+        sock.sendall(("%s %s HTTP/1.0\r\nHost: docker\r\n\r\n" % (method, url)).encode("ascii"))
+        parts = []
+        while True:
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                break
+            parts.append(chunk)
+        status, body = _http_response(b"".join(parts))
+    except (OSError, ValueError):
         _ENGINE["socket"] = None   # the CLI from now on, in this request
         raise _EngineUnavailable()
     finally:
@@ -165,6 +220,38 @@ def _engine(method, path, query=None, ok=(200,)):
             method, path, status, (value or {}).get("message") if isinstance(value, dict)
             else body[:500]))
     return status, value
+
+
+def _quote(text, safe=""):
+    """Percent-encoding of ``text`` (UTF-8) for a URL, ``safe`` characters kept."""
+    keep = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~"
+               + safe.encode("ascii"))
+    return "".join(chr(b) if b in keep else "%%%02X" % b for b in str(text).encode("utf-8"))
+
+
+def _http_response(data):
+    """``(status, body)`` of a whole HTTP/1.x response; ValueError when it is not one."""
+    head, sep, body = data.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    fields = lines[0].split(None, 2)
+    if not sep or len(fields) < 2 or not fields[0].startswith(b"HTTP/"):
+        raise ValueError("not an HTTP response")
+    status = int(fields[1])
+    headers = dict((k.strip().lower(), v.strip()) for k, _, v in
+                   (line.partition(b":") for line in lines[1:]))
+    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
+        whole = []
+        while True:
+            size_line, _, body = body.partition(b"\r\n")
+            size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                break
+            whole.append(body[:size])
+            body = body[size + 2:]
+        body = b"".join(whole)
+    elif b"content-length" in headers:
+        body = body[:int(headers[b"content-length"])]
+    return status, body
 
 
 def _inspect_all(ids):

@@ -43,23 +43,42 @@ def control_dir():
     return _CONTROL_DIR
 
 
-_HOST_SOURCE = []
+# Computed once per process; threads may race to fill it, each with the same value (a dict
+# entry is set whole, so a reader never sees a half-made one).
+_HOST_SOURCE = {}
 
 
 def host_source():
     """What runs on a host for each request: tasks.nodeside, then tasks.booking (claims and the
     queue), then tasks.healthside (the GPU health probe) and tasks.logside (the kept output), in
-    one namespace. Their own sources are
-    sent, so nothing is installed on the host and a new controller version never meets an old
-    helper."""
-    if not _HOST_SOURCE:
+    one namespace. Their own sources are sent, so nothing is installed on the host and a new
+    controller version never meets an old helper."""
+    if "source" not in _HOST_SOURCE:
         from . import booking, healthside, logside, nodeside
 
-        _HOST_SOURCE.append(b"\n".join((nodeside.source_bytes(),
-                                        nodeside.source_bytes(vars(booking)),
-                                        nodeside.source_bytes(vars(healthside)),
-                                        nodeside.source_bytes(vars(logside)))))
-    return _HOST_SOURCE[0]
+        _HOST_SOURCE["source"] = b"\n".join((nodeside.source_bytes(),
+                                              nodeside.source_bytes(vars(booking)),
+                                              nodeside.source_bytes(vars(healthside)),
+                                              nodeside.source_bytes(vars(logside))))
+    return _HOST_SOURCE["source"]
+
+
+def host_source_digest():
+    """What the host keeps the compiled helper under (tasks.nodeside.bootstrap): 24 hex digits
+    of the source's SHA-256."""
+    if "digest" not in _HOST_SOURCE:
+        _HOST_SOURCE["digest"] = hashlib.sha256(host_source()).hexdigest()[:24]
+    return _HOST_SOURCE["digest"]
+
+
+def helper_command(sudo=""):
+    """The command line a request runs on a host: the bootstrap under ``python3 -S`` (the
+    helper needs the standard library only, so site's start-up work is skipped), with the
+    source's digest as its argument."""
+    from . import nodeside
+
+    return "%spython3 -S -c %s %s" % (sudo, shlex.quote(nodeside.BOOTSTRAP),
+                                      host_source_digest())
 
 
 class Node(object):
@@ -113,8 +132,9 @@ class Node(object):
     def argv(self, command):
         return self.base_argv() + ["--", command]
 
-    def run(self, command, data=None, timeout=None):
+    def run(self, command, data=None, timeout=None, what=None):
         """Run ``command`` (a shell line on the host); return ``(rc, stdout, stderr)`` as text.
+        ``what`` names it in the message of a timeout (the command's start by default).
 
         rc 255 is OpenSSH's own failure (host unreachable, key refused...).
         """
@@ -124,7 +144,8 @@ class Node(object):
                 timeout=timeout, check=False,
             )
         except subprocess.TimeoutExpired:
-            raise NodeError(self.name, "no answer within %s s to: %s" % (timeout, command[:200]))
+            raise NodeError(self.name, "no answer within %s s to: %s"
+                            % (timeout, what or command[:200]))
         except OSError as exc:
             raise NodeError(self.name, "cannot run ssh on the controller: %s" % exc) from exc
         out = proc.stdout.decode("utf-8", "replace") if isinstance(proc.stdout, bytes) else (
@@ -156,8 +177,8 @@ class Node(object):
 
         request = json.dumps({"op": op, "payload": payload or {}}).encode("utf-8")
         data = host_source() + b"\n" + nodeside.SEPARATOR + b"\n" + request
-        command = self.sudo + "python3 -c " + shlex.quote(nodeside.BOOTSTRAP)
-        rc, out, err = self.run(command, data=data, timeout=timeout)
+        rc, out, err = self.run(helper_command(self.sudo), data=data, timeout=timeout,
+                                what="the %s request" % op)
         if rc == 255:
             raise NodeError(self.name, "unreachable over SSH: %s" % (err.strip() or "no answer"))
         try:
