@@ -381,3 +381,57 @@ def test_a_jobs_end_is_said_after_its_last_lines_without_holding_up_the_run():
     watch.followers[0].join()
     watch._say_deferred()
     assert [(e["job_num"], e["status"]) for e in said] == [(0, lifecycle.DONE)]
+
+
+class HostNode(object):
+    """A host whose every operation runs here as the host runs it (nodeside, booking,
+    healthside and logside in their order: BOOK_OPS), with the fake docker on PATH."""
+
+    def __init__(self):
+        self.calls = []
+
+    def call(self, op, payload=None, timeout=None):
+        from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking
+
+        self.calls.append(op)
+        ops = dict(nodeside.OPS, **booking.BOOK_OPS)
+        return json.loads(json.dumps(ops[op](payload or {})))
+
+
+def test_logs_find_the_run_and_read_its_first_pages_in_one_request_per_host(
+        run_root, docker, monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
+
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking
+
+    monkeypatch.setattr(booking, "BOOK_ROOT", str(run_root.parent / "book"))
+    monkeypatch.setattr(joblogs, "FIRST_PAGE", 8)
+    monkeypatch.setattr(joblogs, "PAGE", 8)
+    docker.on(["ps"], stdout="")   # the containers are gone; their folders stay
+    job_folder(run_root, "train", 0, current=b"zero\n")
+    job_folder(run_root, "train", 1, current=b"one is longer than a page\n")
+    job_folder(run_root, "other", 0, current=b"not this run\n")
+    node = HostNode()
+
+    record, lines = listing.run_logs({"gpu-0": node}, "train")
+
+    assert list(lines) == [(0, "zero"), (1, "one is longer than a page")]
+    assert record["name"] == "train"
+    # The survey brought every first page: only job 1's further pages were asked after it.
+    assert node.calls == ["status"] + ["logs"] * 3
+
+
+def test_a_survey_asked_for_logs_answers_them_beside_the_status(run_root, docker, monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking
+
+    monkeypatch.setattr(booking, "BOOK_ROOT", str(run_root.parent / "book"))
+    docker.on(["ps"], stdout="")
+    job_folder(run_root, "train", 0, current=b"zero\n")
+    asked = joblogs.first_request("train", since=None, tail=None)
+
+    plain = booking.BOOK_OPS["status"]({})
+    both = booking.BOOK_OPS["status"]({"logs": asked})
+
+    assert "logs" not in plain and both["containers"] == plain["containers"]
+    assert base64.b64decode(both["logs"]["0"]["data"]) == b"zero\n"
+    assert list(joblogs.first_request("train", job=3)["jobs"]) == [3]

@@ -22,7 +22,7 @@ import os
 import subprocess
 
 try:  # imported as part of the collection (tests, the controller)
-    from .booking import BOOK_OPS, op_status_booked
+    from .booking import BOOK_OPS
 except ImportError:  # on a host: nodeside's and booking's sources run first in this namespace
     pass
 
@@ -110,8 +110,11 @@ def op_health(_payload):
     return {"health": probe_health()}
 
 
+_STATUS_BEFORE_HEALTH = BOOK_OPS["status"]
+
+
 def op_status_health(payload):
-    answer = op_status_booked(payload)
+    answer = _STATUS_BEFORE_HEALTH(payload)
     if payload.get("health"):
         answer["health"] = probe_health()
     return answer

@@ -71,7 +71,8 @@ class Lines(object):
 
 def _request(run, nums, containers, since, tail, limit, starts=None):
     payload = {"run": run, "jobs": nums, "limit": limit,
-               "containers": dict((str(n), containers[n]) for n in nums)}
+               "containers": dict((str(n), containers[n]) for n in nums or ()
+                                  if n in containers)}
     if starts:
         payload["from"] = dict((str(n), v) for n, v in starts.items())
     else:
@@ -82,10 +83,18 @@ def _request(run, nums, containers, since, tail, limit, starts=None):
     return payload
 
 
-def pages(nodes, record, job=None, since=None, tail=None):
+def first_request(run, job=None, since=None, tail=None):
+    """The ``logs`` request for the first pages of every job of ``run`` a host keeps (only
+    ``job``'s when given), sent with the survey (tasks.runs.survey_with_queues)."""
+    return _request(run, None if job is None else [job], {}, since, tail, FIRST_PAGE)
+
+
+def pages(nodes, record, job=None, since=None, tail=None, firsts=None):
     """``(job_num, bytes)`` pages of the run's output: every job of ``record``'s submission in
     rank order (only ``job`` when given), and a job whose container could not be made says why
-    (``gpufleet: ...``). Raises LogsError when a job's host does not answer."""
+    (``gpufleet: ...``). Raises LogsError when a job's host does not answer. ``firsts``:
+    ``{host: {job: page}}`` already answered to first_request; only the other hosts are asked
+    for their first pages."""
     jobs, seen = [], set()
     for item in record["jobs"]:
         # A machine two fleets describe shows its containers under both names: once each.
@@ -101,6 +110,8 @@ def pages(nodes, record, job=None, since=None, tail=None):
         by_host.setdefault(item["host"], []).append(item["job_num"])
 
     def first(host):
+        if host in (firsts or {}):
+            return firsts[host]
         if host not in nodes:
             raise LogsError("host %s of run %s is not in any fleet given"
                             % (host, record["name"]))
@@ -139,11 +150,11 @@ def pages(nodes, record, job=None, since=None, tail=None):
                 raise LogsError(str(exc)) from exc
 
 
-def lines(nodes, record, job=None, since=None, tail=None):
+def lines(nodes, record, job=None, since=None, tail=None, firsts=None):
     """``(job_num, line)`` of the run's output, as pages() reads it."""
     decoders = {}
     current = None
-    for num, data in pages(nodes, record, job=job, since=since, tail=tail):
+    for num, data in pages(nodes, record, job=job, since=since, tail=tail, firsts=firsts):
         if num != current and current is not None:
             for line in decoders.pop(current).close():
                 yield current, line

@@ -270,11 +270,15 @@ def run_logs(nodes, name, tail=None, job=None, since=None):
     from . import joblogs
     from .runs import survey_with_queues
 
-    containers, _claims, queues, errors = survey_with_queues(nodes)
+    # One request per host finds the run and brings its jobs' first pages (tasks.logside).
+    firsts = {}
+    containers, _claims, queues, errors = survey_with_queues(
+        nodes, logs=joblogs.first_request(name, job=job, since=since, tail=tail),
+        pages=firsts)
     # A run waiting in the queue has printed nothing yet: its logs are empty, as in dstack.
     record, _mine = find_run(nodes, name, (containers, errors), queues)
     try:
-        found = joblogs.lines(nodes, record, job=job, since=since, tail=tail)
+        found = joblogs.lines(nodes, record, job=job, since=since, tail=tail, firsts=firsts)
         first = next(found, None)   # a missing job or a silent host is an error now
     except joblogs.LogsError as exc:
         raise RunError(str(exc)) from exc

@@ -237,6 +237,19 @@ def op_logs(payload):
     return {"jobs": jobs}
 
 
+_STATUS_BEFORE_LOGS = BOOK_OPS["status"]
+
+
+def op_status_logs(payload):
+    """The host's status, and with ``logs`` (an op_logs request) the first pages of that run's
+    jobs here as well: ``gpufleet logs`` finds the run and reads its output in one request."""
+    answer = _STATUS_BEFORE_LOGS(payload)
+    if payload.get("logs"):
+        answer["logs"] = op_logs(payload["logs"])["jobs"]
+    return answer
+
+
 BOOK_OPS.update({
     "logs": op_logs,
+    "status": op_status_logs,
 })

@@ -133,16 +133,24 @@ def survey(nodes):
     return containers, errors
 
 
-def survey_with_queues(nodes, probe=(), health=None, timeout=None):
+def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pages=None):
     """Every host's task containers, live claims and queue entries (tasks.booking), in one
     request per host: ``(containers, claims, queues, errors)``, each ``{host: ...}``. The hosts
     named in ``probe`` also read their GPUs' health in that request (tasks.healthside); what
-    they said goes into the dict ``health`` (``{host: probe}``, for tasks.health). ``timeout``:
-    how long a host may take (the request's default when None)."""
+    they said goes into the dict ``health`` (``{host: probe}``, for tasks.health). With
+    ``logs`` (a request of tasks.logside's ``logs``), every host also answers the first pages
+    of that run's jobs it keeps, into the dict ``pages`` (``{host: {job: page}}``, for
+    tasks.joblogs). ``timeout``: how long a host may take (the request's default when None)."""
     probe = set(probe or ())
     limit = {} if timeout is None else {"timeout": timeout}
-    answers = parallel(sorted(nodes), lambda h: nodes[h].call(
-        "status", {"health": True} if h in probe else {}, **limit))
+
+    def payload(host):
+        asked = {"health": True} if host in probe else {}
+        if logs:
+            asked["logs"] = logs
+        return asked
+
+    answers = parallel(sorted(nodes), lambda h: nodes[h].call("status", payload(h), **limit))
     containers = {}
     claims = {}
     queues = {}
@@ -156,6 +164,8 @@ def survey_with_queues(nodes, probe=(), health=None, timeout=None):
             queues[host] = answer.get("queue") or []
             if health is not None and host in probe and "health" in answer:
                 health[host] = answer["health"]
+            if pages is not None and logs and "logs" in answer:
+                pages[host] = answer["logs"]
     return containers, claims, queues, errors
 
 
