@@ -15,6 +15,7 @@ import ast
 import re
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -353,8 +354,16 @@ def test_the_task_modules_docs_match_its_argument_spec():
 
 
 @pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="no ssh-keygen here")
-def test_run_key_is_a_2048_bit_rsa_key_pair(tmp_path):
+@pytest.mark.parametrize("maker", ["cryptography", "ssh-keygen"])
+def test_run_key_is_a_2048_bit_rsa_key_pair(tmp_path, monkeypatch, maker):
+    if maker == "ssh-keygen":
+        # As on a controller without the cryptography package.
+        monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives", None)
+    spawned = []
+    real = runs._run_key_by_ssh_keygen
+    monkeypatch.setattr(runs, "_run_key_by_ssh_keygen", lambda: spawned.append(1) or real())
     key = runs.run_key()
+    assert spawned == ([1] if maker == "ssh-keygen" else [])
     assert key["private"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
     assert re.match(r"ssh-rsa \S+ dstack_job\s*$", key["public"])
     for name, text in (("id.pub", key["public"]), ("id", key["private"])):

@@ -175,8 +175,25 @@ def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pa
 
 def run_key():
     """One RSA key pair per run for SSH between its containers (dstack.md §4.10), 2048 bits as
-    dstack's server makes it (its utils.crypto): a 3072-bit key takes ssh-keygen five times
-    as long, most of a second on a small controller, for a key that lives as long as the run."""
+    dstack's server makes it (its utils.crypto).
+
+    Made in this process with the ``cryptography`` package (which ansible-core itself needs)
+    when it imports: ssh-keygen spends 0.06-0.4 s on the same key, in a process of its own,
+    and the run's first start waits for it. Without the package, ssh-keygen makes it."""
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+    except ImportError:
+        return _run_key_by_ssh_keygen()
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                serialization.NoEncryption()).decode("ascii")
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                           serialization.PublicFormat.OpenSSH).decode("ascii")
+    return {"private": private, "public": public + " dstack_job\n"}
+
+
+def _run_key_by_ssh_keygen():
     folder = tempfile.mkdtemp(prefix="gpufleet-runkey-")
     try:
         path = os.path.join(folder, "dstack_job")
@@ -190,7 +207,7 @@ def run_key():
             return {"private": private.read(), "public": public.read()}
     except OSError as exc:
         raise RunError("cannot make the run's SSH key: ssh-keygen is needed on the controller "
-                       "(install openssh-client): %s" % exc) from exc
+                       "(install openssh-client, or the cryptography package): %s" % exc) from exc
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
