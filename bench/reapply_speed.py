@@ -109,6 +109,8 @@ def main(argv=None):
             ANSIBLE_LOCALHOST_WARNING="0",
             ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
         )
+        # As installed: with bytecode (see task_start.bench_env).
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         apply_cmd = [str(BIN / "ansible-playbook"), str(ROOT / "playbooks" / "fleet.yml"),
                      "-e", "fleet=" + str(fleet)]
         setup_cmd = [str(BIN / "ansible"), "-i", str(fleet), "all", "-m", "ansible.builtin.setup"]

@@ -81,10 +81,7 @@ def main():
     if subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0:
         subprocess.run(["make", "-C", str(task_start.ROOT), "engine"], check=True)
     work = Path(tempfile.mkdtemp(prefix="gpufleet-bench-"))
-    env = dict(os.environ, GPUFLEET_STATE_DIR=str(work / "state"),
-               ANSIBLE_COLLECTIONS_PATH=str(task_start.collections_path()), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_LOCALHOST_WARNING="0", ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
-    os.environ["GPUFLEET_STATE_DIR"] = env["GPUFLEET_STATE_DIR"]
+    env = task_start.bench_env(work)
     fleet = work / "fleet.dstack.yml"
     fleet.write_text("type: fleet\nname: %s\nnodes: %d\nplacement: cluster\nbackends: [local]\n"
                      % (FLEET, NODES))
