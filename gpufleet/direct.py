@@ -1,15 +1,17 @@
-"""``gpufleet ps``, ``gpufleet logs`` (not followed) and ``gpufleet stop``, answered in this
-process.
+"""``gpufleet ps``, ``gpufleet logs`` (not followed), ``gpufleet stop`` and the detached
+``gpufleet apply -y -d`` of a task, answered in this process.
 
 A command a person types to look at a run should answer in about the time one request to
 each host takes. Through a playbook it also pays for ansible-playbook's start, ansible-runner
 and a module process: more than the request itself on a small controller. So these three
 commands call the very functions their modules call (``tasks.entry``'s ``run_info``,
-``run_queue``, ``run_logs`` and ``run_stop``, and the attach session's removal), with the
-parameters the modules would get: the same code, the same answers, the same errors. The
-playbooks (playbooks/ps.yml, logs.yml, stop.yml) stay what Ansible users, AWX job templates
-and gpufleet.api run; everything that changes a run's life (apply, the queue's growth of a
-fleet) still goes through them.
+``run_queue``, ``run_logs``, ``run_stop`` and ``submit``, and the attach session's removal),
+with the parameters the modules would get: the same code, the same answers, the same errors.
+The playbooks (playbooks/ps.yml, logs.yml, stop.yml, task.yml) stay what Ansible users, AWX
+job templates and gpufleet.api run. A submission goes through task.yml whenever the playbook
+does more than the task action's call: when the task takes secrets from the controller's
+store (decrypted with the play's vault password), when a fleet must grow for it
+(playbooks/fleet.yml), for job arrays, and for runs the command stays attached to.
 """
 
 from __future__ import annotations
@@ -100,3 +102,44 @@ def stop(run, abort=False, fleet_files=(), state_dir=None) -> dict:
     _call(session.attach_entry, _params(session.ATTACH_SPEC, (), state_dir, name=run,
                                         state="absent"))
     return answer["run"]
+
+
+def submit(path, out, err, fleet_files=(), state_dir=None, name=None, env=None, fleets=None,
+           ide_version=None, show_plan=True):
+    """A detached submission of the task file ``path`` (``gpufleet apply -y -d``): what
+    task.yml's task action does, its lines (the plan table with ``show_plan``, each job's
+    start) written to ``out`` and its warnings to ``err``. Returns the run's record as
+    task.yml publishes it (``failed`` and ``msg`` set when the run could not start), or None
+    when task.yml must submit it: the task needs secrets from the store, or a fleet must grow
+    first (nothing was started then)."""
+    import threading
+
+    entry = _entry()
+    from ansible_collections.gpufleet.cluster.plugins.plugin_utils.run_output import event_text
+
+    params = _params(entry.TASK_SPEC, fleet_files, state_dir, path=path, name=name, env=env,
+                     fleet_names=list(fleets or []), ide_version=ide_version, wait=False,
+                     logs=False, show_plan=bool(show_plan))
+    names, optional = entry.stored_secret_names(params)
+    if names or optional:
+        return None
+    lock = threading.Lock()
+
+    def emit(event):   # from several threads: one line at a time
+        text = event_text(event, path)
+        if text is not None:
+            with lock:
+                out.write(text + "\n")
+                out.flush()
+
+    answer, failed = _call(entry.submit, params, emit=emit)
+    if answer.get("grow"):
+        # Placed on instances the fleet does not have yet: nothing started, no plan shown
+        # (tasks.runs announces a plan only on what exists).
+        return None
+    for warning in answer.pop("warnings", None) or []:
+        err.write("[WARNING]: %s\n" % warning)
+    answer.pop("changed", None)
+    if failed:
+        answer.update(failed=True, msg=entry.failure_summary(answer))
+    return answer

@@ -169,6 +169,16 @@ def _run_task(args, path, config, out, err) -> int:
                 return 1
             attaching = attach_cli.Background(record["run"], out, err,
                                               {"fleet_files": common.fleet_files(args)})
+        if quick and args.detach:
+            # Nothing to follow: the submission runs in this process, as ps and stop do
+            # (gpufleet.direct), unless task.yml must do more than submit (None).
+            from .. import direct
+
+            submitted = direct.submit(
+                path, out, err, fleet_files=common.fleet_files(args), name=overrides["name"],
+                env=args.env, fleets=args.fleets, ide_version=overrides["ide_version"])
+            if submitted is not None:
+                return _submitted(submitted, out, err)
         try:
             if attaching is not None:
                 attaching.start()
@@ -193,18 +203,7 @@ def _run_task(args, path, config, out, err) -> int:
     if record.get("runs") is not None:
         return _array_summary(record, args, out)
     if args.detach:
-        if record.get("status") == "failed":
-            err.write(f"Run {record['run']} failed" +
-                      (f": {record['message']}" if record.get("message") else "") + "\n")
-            return 1
-        if record.get("status") == "pending":
-            out.write(f"Run {record['run']} is {record.get('message') or 'waiting'}; it starts "
-                      "when capacity frees up and a gpufleet command, a run's end or the "
-                      "reconcile schedule moves the queue (gpufleet ps shows it)\n")
-            return 0
-        out.write(f"Run {record['run']} submitted; follow it with gpufleet logs -f "
-                  f"{record['run']}\n")
-        return 0 if not record.get("failed") else 1
+        return _submitted(record, out, err)
     status = record.get("status")
     # A run that never got a job started (no capacity, a submission refused) is an error of
     # the submission: stderr, as when the plan said so before asking.
@@ -212,6 +211,22 @@ def _run_task(args, path, config, out, err) -> int:
     stream.write(f"Run {record['run']} {status}" +
                  (f": {record['message']}" if record.get("message") else "") + "\n")
     return 0 if status == "done" else 1
+
+
+def _submitted(record, out, err) -> int:
+    """What a detached submission ends with: where the run is, and the exit status."""
+    if record.get("status") == "failed":
+        err.write(f"Run {record['run']} failed" +
+                  (f": {record['message']}" if record.get("message") else "") + "\n")
+        return 1
+    if record.get("status") == "pending":
+        out.write(f"Run {record['run']} is {record.get('message') or 'waiting'}; it starts "
+                  "when capacity frees up and a gpufleet command, a run's end or the "
+                  "reconcile schedule moves the queue (gpufleet ps shows it)\n")
+        return 0
+    out.write(f"Run {record['run']} submitted; follow it with gpufleet logs -f "
+              f"{record['run']}\n")
+    return 0 if not record.get("failed") else 1
 
 
 def _plan_and_ask(args, path, overrides, out, err):

@@ -20,16 +20,9 @@ from ansible_collections.gpufleet.cluster.plugins.plugin_utils.run_output import
 
 def with_stored_secrets(params, read_store):
     """``params`` with ``secrets`` completed from the store, when the task references names the
-    option lacks. ``read_store(path)`` returns the store's mapping. A task file that does not
-    load is left for ``entry.submit`` to report."""
-    given = params.get("secrets") or {}
-    try:
-        config = entry.load_task(params)
-    except entry.EntryError:
-        return params
-    names = secret_store.needed_names(config, given)
-    # A remote repo's credential (tasks.code): taken when the store has it, never required.
-    optional = [n for n in repo_credential_names(config) if given.get(n) is None]
+    option lacks (entry.stored_secret_names). ``read_store(path)`` returns the store's
+    mapping. A task file that does not load is left for ``entry.submit`` to report."""
+    names, optional = entry.stored_secret_names(params)
     if not names and not optional:
         return params
     try:
@@ -38,18 +31,8 @@ def with_stored_secrets(params, read_store):
         if names:
             raise
         return params   # a public repo needs no credential, nor the vault password
-    return dict(params, secrets=secret_store.merge(given, stored, names + optional))
-
-
-def repo_credential_names(config):
-    """The secrets a remote repo may be cloned with (tasks.code.CREDENTIAL_SECRETS)."""
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.code import (
-        CREDENTIAL_SECRETS,
-    )
-
-    if any(repo.get("url") for repo in config.get("repos") or []):
-        return list(CREDENTIAL_SECRETS)
-    return []
+    return dict(params, secrets=secret_store.merge(params.get("secrets"), stored,
+                                                   names + optional))
 
 
 class ActionModule(ActionBase):

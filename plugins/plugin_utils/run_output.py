@@ -8,20 +8,24 @@ from __future__ import annotations
 import os
 import threading
 
-from ansible.utils.display import Display
-
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
 
-display = Display()
+
+def event_text(event, source=None):
+    """What is shown for a runner event (None: nothing): a ``plan`` event (the task's
+    ``show_plan``) is the table ``gpufleet apply`` shows before submitting, for the task file
+    ``source``, and a blank line; any other event is tasks.entry.event_line's line."""
+    if event.get("kind") == "plan":
+        return "\n".join(run_table.run_plan_lines(event["config"], event["plan"], source) + [""])
+    return entry.event_line(event)
 
 
 def printer(output_path=None, source=None):
     """An ``emit`` callback that shows one line per event, one event at a time (events come
     from several threads: one per node and one per followed log). With ``output_path`` (a
     file or FIFO), the lines are appended there instead of shown; if it cannot be written
-    (its reader went away), they are dropped. A ``plan`` event (the task's ``show_plan``) is
-    the table ``gpufleet apply`` shows before submitting, for the task file ``source``."""
+    (its reader went away), they are dropped. Each event is shown as event_text shows it."""
     lock = threading.Lock()
     sink = {"handle": None, "broken": False}
 
@@ -40,12 +44,14 @@ def printer(output_path=None, source=None):
         except (IOError, OSError):
             sink["broken"] = True
 
+    display = None
+    if not output_path:
+        from ansible.utils.display import Display
+
+        display = Display()
+
     def emit(event):
-        if event.get("kind") == "plan":
-            line = "\n".join(run_table.run_plan_lines(event["config"], event["plan"],
-                                                      source) + [""])
-        else:
-            line = entry.event_line(event)
+        line = event_text(event, source)
         if line is not None:
             with lock:
                 if output_path:

@@ -34,7 +34,6 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.files import
     write_atomically,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import interpolation
 
 FILE_NAME = "secrets.yml"
 MODE = 0o600
@@ -287,38 +286,6 @@ class SecretStore(object):
 
 # ---------------------------------------------------------------------------------------------
 # What a task needs from the store
-
-
-def _secret_texts(config):
-    """The texts of the task whose ``${{ secrets.NAME }}`` are filled when it is submitted:
-    env values and registry_auth's username and password."""
-    env = config.get("env")
-    if isinstance(env, dict):
-        for value in env.values():
-            if isinstance(value, str):
-                yield value
-    auth = config.get("registry_auth")
-    if isinstance(auth, dict):
-        for key in ("username", "password"):
-            if isinstance(auth.get(key), str):
-                yield auth[key]
-
-
-def needed_names(config, given):
-    """The secret names the task references that ``given`` (the ``secrets`` option) does not
-    provide, in order of first use. Malformed references are left to the runner to report."""
-    given = given or {}
-    names = []
-    for text in _secret_texts(config):
-        try:
-            refs = list(interpolation.references(text))
-        except interpolation.InterpolationError:
-            continue
-        for ref in refs:
-            namespace, _dot, key = ref.partition(".")
-            if namespace == "secrets" and key and given.get(key) is None and key not in names:
-                names.append(key)
-    return names
 
 
 def merge(given, stored, names):

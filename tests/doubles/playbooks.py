@@ -80,10 +80,12 @@ def run_cli(playbooks, *argv):
 
 
 class FakeDirect:
-    """Stands in for gpufleet.direct's ``runs``, ``logs`` and ``stop`` (the commands answered
-    in the command's own process): one answer per call, in order; each call is recorded as
-    ``(function, args, kwargs)``. An answer is a value, or an exception to raise; for ``logs``
-    it may also carry the lines written to the command's output."""
+    """Stands in for gpufleet.direct's ``runs``, ``logs``, ``stop`` and ``submit`` (the
+    commands answered in the command's own process): one answer per call, in order; each call
+    is recorded as ``(function, args, kwargs)``. An answer is a value, or an exception to
+    raise; for ``logs`` and ``submit`` it may also carry the lines written to the command's
+    output. ``submit`` with no answer queued gives None: task.yml submits the run (the fake
+    playbooks answer), as for a task that needs the secrets store or a fleet's growth."""
 
     def __init__(self):
         self.answers = []
@@ -95,19 +97,21 @@ class FakeDirect:
     def install(self, monkeypatch):
         from gpufleet import direct
 
-        for name in ("runs", "logs", "stop"):
+        for name in ("runs", "logs", "stop", "submit"):
             monkeypatch.setattr(direct, name, self._function(name))
         return self
 
     def _function(self, name):
         def call(*args, **kwargs):
             self.calls.append((name, args, copy.deepcopy(kwargs)))
+            if name == "submit" and not self.answers:
+                return None
             assert self.answers, "unexpected direct %s%r %r" % (name, args, kwargs)
             value, raises, lines = self.answers.pop(0)
             if raises is not None:
                 raise raises
-            if name == "logs" and lines:
-                args[1].write(lines)   # logs(run, out, ...)
+            if name in ("logs", "submit") and lines:
+                args[1].write(lines)   # logs(run, out, ...), submit(path, out, ...)
             return value
 
         return call

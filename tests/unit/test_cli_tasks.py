@@ -346,12 +346,63 @@ def test_apply_a_run_that_did_not_end_done_exits_1(files, playbooks, status):
     assert len(playbooks.calls) == 1
 
 
-def test_apply_detach_does_not_wait_and_says_how_to_follow(files, playbooks):
+def test_apply_yes_detach_submits_in_this_process(files, playbooks, direct):
+    """Nothing to follow: the task action's call runs in the command (gpufleet.direct), its
+    plan and job lines on stdout, and no playbook runs."""
+    path = files("task.dstack.yml", TASK)
+    direct.answer({"run": "train", "status": "running"},
+                  lines="\n".join(plan_lines(path) + ["", "train job 0 on gpus-0: running\n"]))
+    code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-d",
+                         "--name", "train", "-e", "A=1", "--fleet", "gpus")
+    assert (code, err) == (0, "")
+    assert playbooks.calls == []
+    [(name, args, kwargs)] = direct.calls
+    assert name == "submit" and args[0] == path
+    assert {k: kwargs[k] for k in ("name", "env", "fleets", "ide_version")} == {
+        "name": "train", "env": ["A=1"], "fleets": ["gpus"], "ide_version": None}
+    assert out.splitlines() == plan_lines(path) + [
+        "", "train job 0 on gpus-0: running",
+        "Run train submitted; follow it with gpufleet logs -f train"]
+
+
+@pytest.mark.parametrize("answer, code, said", [
+    ({"run": "train", "status": "failed", "message": "job 0 could not start", "failed": True},
+     1, "Run train failed: job 0 could not start\n"),
+    (None, 1, "gpufleet: no fleets found: apply a fleet first\n"),
+])
+def test_apply_yes_detach_in_this_process_that_fails_exits_1(files, playbooks, direct, answer,
+                                                              code, said):
+    from gpufleet.direct import CommandError
+
+    files("task.dstack.yml", TASK)
+    if answer is None:
+        direct.answer(raises=CommandError("no fleets found: apply a fleet first"))
+    else:
+        direct.answer(answer)
+    got, out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-d")
+    assert (got, out, err) == (code, "", said)
+    assert playbooks.calls == []
+
+
+def test_apply_yes_detach_in_this_process_gets_the_name_drawn_here(files, playbooks, direct,
+                                                                  random_name):
+    files("task.dstack.yml", TASK.replace("name: train\n", ""))
+    direct.answer({"run": "brave-otter-7", "status": "running"})
+    code, out, _err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-d")
+    assert code == 0 and random_name == ["brave-otter-7"]
+    assert direct.calls[0][2]["name"] == "brave-otter-7"
+    assert out == "Run brave-otter-7 submitted; follow it with gpufleet logs -f brave-otter-7\n"
+
+
+def test_apply_detach_does_not_wait_and_says_how_to_follow(files, playbooks, direct):
+    """When task.yml must submit (the fake direct.submit answers None, as for stored secrets
+    or a fleet that grows), the detached run goes through the playbook as before."""
     path = files("task.dstack.yml", TASK)
     playbooks.answer(stats=ended_stats("running", reason=None),
                      events=[plan_event(path), verbose("train job 0 on gpus-0: running\n")])
     code, out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-d")
     assert code == 0
+    assert [c[0] for c in direct.calls] == ["submit"]
     (real,) = playbooks.calls
     assert real["check"] is False
     assert real["extravars"] == {"task": path, "gpufleet_task_wait": False,
@@ -843,7 +894,7 @@ def dev_stats(status):
 @pytest.mark.parametrize("flow", sorted(FLOWS))
 @pytest.mark.parametrize("installed", [True, False])
 def test_apply_a_dev_environment_passes_the_local_vscode_version_as_dstack_does(
-        files, playbooks, monkeypatch, tmp_path, stdin, installed, flow):
+        files, playbooks, direct, monkeypatch, tmp_path, stdin, installed, flow):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     if installed:
@@ -864,6 +915,9 @@ def test_apply_a_dev_environment_passes_the_local_vscode_version_as_dstack_does(
             assert "gpufleet_task_ide_version" not in call["extravars"]
     assert playbooks.calls[-1]["extravars"].get("gpufleet_task_show_plan") is (
         True if flow == "yes" else None)
+    # -y -d tries the submission in this process first, with the same version.
+    assert [kw["ide_version"] for _n, _a, kw in direct.calls] == (
+        ["f1a4fb10" if installed else None] if flow == "yes" else [])
     if installed:
         assert "No VS Code version found" not in err
     else:

@@ -31,7 +31,7 @@ def calls(monkeypatch):
             return answer(params, **kwargs) if callable(answer) else answer
         return function
 
-    for name in ("run_info", "run_queue", "run_logs", "run_stop"):
+    for name in ("run_info", "run_queue", "run_logs", "run_stop", "submit"):
         monkeypatch.setattr(entry, name, fake(name))
     monkeypatch.setattr(session, "attach_entry", fake("attach_entry"))
     return made
@@ -109,3 +109,84 @@ def test_an_error_of_the_operation_is_a_command_error_with_its_message(
     calls.answers[name] = entry.EntryError("no run named nope on the fleets' hosts")
     with pytest.raises(direct.CommandError, match="no run named nope on the fleets' hosts"):
         function(*args)
+
+
+# ---------------------------------------------------------------------------------------------
+# submit: gpufleet apply -y -d
+
+
+TASK = "type: task\nname: train\nnodes: 2\ncommands:\n  - python train.py\n"
+
+
+def a_plan():
+    return {"fleet": "gpus", "create": [], "jobs": [
+        {"job_num": n, "host": "gpus-%d" % n, "fleet": "gpus", "instance": "gpus-%d" % n,
+         "backend": "local", "resources": {"cpu": 2, "memory_mib": 4096, "gpus": []},
+         "price": 0.0, "spot": False} for n in (0, 1)]}
+
+
+def test_submit_is_the_task_actions_call_with_its_lines_on_the_output(calls, tmp_path,
+                                                                         monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "task.dstack.yml").write_text(TASK)
+    config, _warnings = parse_data({"type": "task", "name": "train", "nodes": 2,
+                                    "commands": ["python train.py"]})
+
+    def answer(params, emit=None):
+        emit({"kind": "plan", "plan": a_plan(), "config": config})
+        emit({"kind": "job", "run": "train", "job_num": 0, "host": "gpus-0",
+              "status": "provisioning"})
+        return {"run": "train", "status": "running", "changed": True,
+                "warnings": ["spot_policy: not acted on"]}, False
+
+    calls.answers["submit"] = answer
+    out, err = io.StringIO(), io.StringIO()
+    record = direct.submit("task.dstack.yml", out, err, fleet_files=["f.yml"], name="t2",
+                           env=["A=1"], fleets=["gpus"], ide_version=None)
+    assert record == {"run": "train", "status": "running"}
+    [(name, params, _kw)] = calls
+    assert name == "submit"
+    assert (params["path"], params["name"], params["env"], params["fleet_names"]) == (
+        str(tmp_path / "task.dstack.yml"), "t2", ["A=1"], ["gpus"])
+    assert params["fleets"] == [str(tmp_path / "f.yml")]
+    assert (params["wait"], params["logs"], params["show_plan"]) == (False, False, True)
+    assert params["image_source"] == "auto" and params["secrets"] == {}
+    plan = run_table.run_plan_lines(config, a_plan(), "task.dstack.yml")
+    assert out.getvalue().splitlines() == plan + ["", "train job 0 on gpus-0: provisioning"]
+    assert err.getvalue() == "[WARNING]: spot_policy: not acted on\n"
+
+
+def test_submit_that_could_not_start_is_failed_with_the_modules_message(calls):
+    calls.answers["submit"] = ({"run": "train", "status": "failed", "reason": "no_capacity",
+                                "message": "no host fits", "changed": False}, True)
+    record = direct.submit("t.yml", io.StringIO(), io.StringIO())
+    assert record["failed"] is True
+    assert record["msg"] == "run train failed (no_capacity): no host fits"
+
+
+def test_submit_leaves_a_fleet_that_must_grow_to_the_playbook(calls):
+    calls.answers["submit"] = ({"run": "train", "status": "pending", "grow": [{"num": 2}],
+                                "message": "needs 1 more; the fleet grows first",
+                                "changed": False}, False)
+    out = io.StringIO()
+    assert direct.submit("t.yml", out, io.StringIO()) is None
+    assert out.getvalue() == ""
+
+
+def test_submit_leaves_secrets_from_the_store_to_the_playbook(calls, tmp_path, monkeypatch):
+    """The store is decrypted with the play's vault secrets: task.yml's action does that."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.yml").write_text(TASK + "env:\n  HF_TOKEN: ${{ secrets.HF_TOKEN }}\n")
+    assert direct.submit("t.yml", io.StringIO(), io.StringIO()) is None
+    (tmp_path / "r.yml").write_text(TASK + "repos:\n  - https://github.com/org/repo.git\n")
+    assert direct.submit("r.yml", io.StringIO(), io.StringIO()) is None
+    assert calls == []   # nothing submitted here
+
+
+def test_submit_errors_are_command_errors(calls):
+    calls.answers["submit"] = entry.EntryError("no fleets found: apply a fleet first")
+    with pytest.raises(direct.CommandError, match="no fleets found"):
+        direct.submit("t.yml", io.StringIO(), io.StringIO())

@@ -253,18 +253,18 @@ def test_needed_names_are_the_secrets_env_and_registry_auth_use_that_are_not_giv
                        "D", "E=$${{ secrets.ESCAPED }}"],
                   registry_auth={"username": "${{ secrets.REG_USER }}",
                                  "password": "${{ secrets.HF_TOKEN }}"})
-    assert secret_store.needed_names(config, {}) == ["HF_TOKEN", "OTHER", "REG_USER"]
-    assert secret_store.needed_names(config, {"HF_TOKEN": "given"}) == ["OTHER", "REG_USER"]
+    assert environment.needed_secret_names(config, {}) == ["HF_TOKEN", "OTHER", "REG_USER"]
+    assert environment.needed_secret_names(config, {"HF_TOKEN": "given"}) == ["OTHER", "REG_USER"]
     # a null in gpufleet_secrets is no value (the runner calls it missing)
-    assert secret_store.needed_names(config, {"OTHER": None}) == ["HF_TOKEN", "OTHER",
+    assert environment.needed_secret_names(config, {"OTHER": None}) == ["HF_TOKEN", "OTHER",
                                                                   "REG_USER"]
 
 
 def test_a_task_without_secrets_needs_none():
-    assert secret_store.needed_names(task(env={"A": "1"}), {}) == []
-    assert secret_store.needed_names(task(), {}) == []
+    assert environment.needed_secret_names(task(env={"A": "1"}), {}) == []
+    assert environment.needed_secret_names(task(), {}) == []
     # commands keep their ${{ secrets.X }} as written: nothing is filled there
-    assert secret_store.needed_names(task(commands=["echo ${{ secrets.X }}"]), {}) == []
+    assert environment.needed_secret_names(task(commands=["echo ${{ secrets.X }}"]), {}) == []
 
 
 def test_merge_puts_the_store_under_the_option_and_takes_only_the_needed_names():

@@ -96,7 +96,10 @@ def test_the_printer_shows_a_plan_in_one_display_call(monkeypatch):
     """One call: ansible-runner hands one display call over as one event (its lines joined by
     the pty's CRLF), so the table's inner blank line is not an event of its own, dropped."""
     shown = []
-    monkeypatch.setattr(run_output.display, "display", lambda msg, **kw: shown.append(msg))
+    from ansible.utils.display import Display
+
+    # Display is one object per process: the printer's is this one.
+    monkeypatch.setattr(Display(), "display", lambda msg, **kw: shown.append(msg))
     config = task(nodes=2)
     emit = run_output.printer(None, "/w/task.dstack.yml")
     emit({"kind": "plan", "plan": a_plan(), "config": config})

@@ -97,6 +97,26 @@ def load_task(params):
     return config
 
 
+def stored_secret_names(params):
+    """The secrets a submission of ``params`` takes from the controller's secrets store
+    (``gpufleet secret set``) when the ``secrets`` option lacks them: ``(needed, optional)``,
+    the names the task references and the credentials a remote repo may be cloned with
+    (tasks.code.CREDENTIAL_SECRETS). Both empty when the task does not load (submit says
+    why)."""
+    from .code import CREDENTIAL_SECRETS
+    from .environment import needed_secret_names
+
+    given = params.get("secrets") or {}
+    try:
+        config = load_task(params)
+    except EntryError:
+        return [], []
+    optional = []
+    if any(repo.get("url") for repo in config.get("repos") or []):
+        optional = [n for n in CREDENTIAL_SECRETS if given.get(n) is None]
+    return needed_secret_names(config, given), optional
+
+
 def _fleets(params):
     root = state.state_dir(params.get("state_dir"))
     try:
