@@ -199,11 +199,14 @@ def test_a_task_on_an_ssh_fleet_found_through_its_remembered_file(world):
 
 
 def test_a_sweep_with_dstack_apply_options_name_env_and_fleet(world, capsys, monkeypatch):
-    """The migration guide's sweep, as written: one file, ``apply -d --name hp-$i --env
-    CONFIG_ID=$i``; ``--env`` wins over the file, a bare ``--env NAME`` takes the submitter's
-    value, ``--fleet`` picks the fleet, and every run is in ps and has its own logs."""
+    """The guide's sweep (docs/tasks.md), as written: one file with retry on no-capacity,
+    ``apply -d --name hp-$i --env CONFIG_ID=$i`` five times on a fleet of three hosts;
+    ``--env`` wins over the file, a bare ``--env NAME`` takes the submitter's value, ``--fleet``
+    picks the fleet, the runs that do not fit wait in the queue and start as ``ps`` moves it,
+    and every run is in ps and has its own logs."""
     path = task_file(world, "sweep", (
         "type: task\nimage: %s\n%senv:\n  - CONFIG_ID=none\n  - FROM_FILE=kept\n"
+        "retry:\n  on_events: [no-capacity]\n  duration: 10m\n"
         "commands:\n  - echo config=$CONFIG_ID file=$FROM_FILE shell=$FROM_SHELL\n"
         % (world["base_image"], CPU)))
     monkeypatch.setenv("FROM_SHELL", "submitter")
@@ -212,9 +215,15 @@ def test_a_sweep_with_dstack_apply_options_name_env_and_fleet(world, capsys, mon
         assert cli.main(["apply", "-f", path, "-y", "-d", "--name", name, "--env",
                          "CONFIG_ID=%d" % i, "-e", "FROM_SHELL", "--fleet", FLEET]) == 0
     capsys.readouterr()
-    assert cli.main(["ps", "--json"]) == 0
-    listed = dict((r["name"], r) for r in json.loads(capsys.readouterr().out))
-    assert set(names) <= set(listed)
+    deadline = time.time() + 180
+    while True:
+        assert cli.main(["ps", "--json"]) == 0   # each look moves the queue when it is due
+        listed = dict((r["name"], r) for r in json.loads(capsys.readouterr().out))
+        assert set(names) <= set(listed)
+        if all(listed[n]["status"] == "done" for n in names):
+            break
+        assert time.time() < deadline, [(n, listed[n]["status"]) for n in names]
+        time.sleep(2)
     assert all(listed[n]["fleet"] == FLEET for n in names)
     for i, name in enumerate(names):
         assert run_playbook("logs.yml", {"run": name, "gpufleet_follow": True}).ok
