@@ -71,32 +71,18 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
-    state_options,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
-    records,
-    state,
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.facts_cache import (
+    SPEC,
+    cache_facts,
 )
-
-
-def cache_facts(fleet, root, check_mode=False):
-    """Write the cache for a fleet record; returns (changed, path, facts)."""
-    name = fleet.get("name")
-    if not name or not isinstance(name, str):
-        raise state.StateError("fleet: the fleet record has no name")
-    facts = records.ready_facts(fleet)
-    changed = state.write_facts(root, name, facts, check_mode=check_mode)
-    return changed, state.facts_path(root, name), facts
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            fleet=dict(type="dict", required=True),
-            **state_options(),
-        ),
-        supports_check_mode=True,
-    )
+    # What runs is the action plugin of the same name (plugins/action/fleet_facts_cache.py),
+    # in the controller's process: this is the same work for a direct module call.
+    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
     root = state.state_dir(module.params["state_dir"])
     with fail_json_on_error(module):
         changed, path, facts = cache_facts(module.params["fleet"], root, module.check_mode)

@@ -110,3 +110,41 @@ def test_through_ansible(tmp_path):
     again = module_runner.adhoc_result(module_runner.run_adhoc(
         tmp_path, "gpufleet.cluster.fleet_facts_cache", args))
     assert again["changed"] is False
+
+
+def run_action(monkeypatch, args, check_mode=False):
+    """The action plugin that runs for the task (in the controller's process), with Ansible's
+    part (the task's arguments checked against the spec) done by Ansible's own validator."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+    from ansible.plugins.action import ActionBase
+    from ansible_collections.gpufleet.cluster.plugins.action import (
+        fleet_facts_cache as action_plugin,
+    )
+    from types import SimpleNamespace
+
+    def validate(self, argument_spec=None, **_kwargs):
+        checked = ArgumentSpecValidator(argument_spec).validate(self._task.args)
+        assert checked.error_messages == []
+        return checked, checked.validated_parameters
+
+    monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
+    monkeypatch.setattr(action_plugin.ActionModule, "validate_argument_spec", validate)
+    action = action_plugin.ActionModule.__new__(action_plugin.ActionModule)
+    action._task = SimpleNamespace(check_mode=check_mode, args=args)
+    return action.run(task_vars={})
+
+
+def test_the_action_plugin_writes_what_the_module_writes(tmp_path, monkeypatch):
+    by_module, by_action = str(tmp_path / "m"), str(tmp_path / "a")
+    _code, module_result = run_module({"fleet": FLEET, "state_dir": by_module})
+
+    planned = run_action(monkeypatch, {"fleet": FLEET, "state_dir": by_action}, check_mode=True)
+    assert planned["changed"] is True and not os.path.exists(planned["path"])
+    result = run_action(monkeypatch, {"fleet": FLEET, "state_dir": by_action})
+
+    assert (result["changed"], result["facts"]) == (True, module_result["facts"])
+    assert cached(by_action) == cached(by_module)
+    assert stat.S_IMODE(os.stat(result["path"]).st_mode) == 0o600
+    assert run_action(monkeypatch, {"fleet": FLEET, "state_dir": by_action})["changed"] is False
+    nameless = run_action(monkeypatch, {"fleet": {"instances": []}, "state_dir": by_action})
+    assert nameless["failed"] is True and "no name" in nameless["msg"]
