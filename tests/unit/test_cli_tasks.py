@@ -371,7 +371,7 @@ def test_apply_yes_detach_submits_in_this_process(files, playbooks, direct):
     (None, 1, "gpufleet: no fleets found: apply a fleet first\n"),
 ])
 def test_apply_yes_detach_in_this_process_that_fails_exits_1(files, playbooks, direct, answer,
-                                                              code, said):
+                                                             code, said):
     from gpufleet.direct import CommandError
 
     files("task.dstack.yml", TASK)
@@ -385,7 +385,7 @@ def test_apply_yes_detach_in_this_process_that_fails_exits_1(files, playbooks, d
 
 
 def test_apply_yes_detach_in_this_process_gets_the_name_drawn_here(files, playbooks, direct,
-                                                                  random_name):
+                                                                   random_name):
     files("task.dstack.yml", TASK.replace("name: train\n", ""))
     direct.answer({"run": "brave-otter-7", "status": "running"})
     code, out, _err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-d")

@@ -126,7 +126,7 @@ def a_plan():
 
 
 def test_submit_is_the_task_actions_call_with_its_lines_on_the_output(calls, tmp_path,
-                                                                         monkeypatch):
+                                                                      monkeypatch):
     from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table
     from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 

@@ -256,8 +256,8 @@ def test_needed_names_are_the_secrets_env_and_registry_auth_use_that_are_not_giv
     assert environment.needed_secret_names(config, {}) == ["HF_TOKEN", "OTHER", "REG_USER"]
     assert environment.needed_secret_names(config, {"HF_TOKEN": "given"}) == ["OTHER", "REG_USER"]
     # a null in gpufleet_secrets is no value (the runner calls it missing)
-    assert environment.needed_secret_names(config, {"OTHER": None}) == ["HF_TOKEN", "OTHER",
-                                                                  "REG_USER"]
+    assert environment.needed_secret_names(config, {"OTHER": None}) == [
+        "HF_TOKEN", "OTHER", "REG_USER"]
 
 
 def test_a_task_without_secrets_needs_none():

@@ -441,7 +441,7 @@ def test_the_source_and_its_digest_are_the_same_in_every_thread(monkeypatch):
         barrier.wait()
         seen.append((ssh.host_source(), ssh.host_source_digest()))
 
-    threads = [threading.Thread(target=first_request) for _ in range(16)]
+    threads = [threading.Thread(target=first_request) for _number in range(16)]
     for thread in threads:
         thread.start()
     for thread in threads:

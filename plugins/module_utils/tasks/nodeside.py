@@ -237,12 +237,12 @@ def _http_response(data):
     if not sep or len(fields) < 2 or not fields[0].startswith(b"HTTP/"):
         raise ValueError("not an HTTP response")
     status = int(fields[1])
-    headers = dict((k.strip().lower(), v.strip()) for k, _, v in
+    headers = dict((k.strip().lower(), v.strip()) for k, _colon, v in
                    (line.partition(b":") for line in lines[1:]))
     if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
         whole = []
         while True:
-            size_line, _, body = body.partition(b"\r\n")
+            size_line, _crlf, body = body.partition(b"\r\n")
             size = int(size_line.split(b";")[0].strip() or b"0", 16)
             if size == 0:
                 break

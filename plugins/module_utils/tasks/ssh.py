@@ -57,9 +57,9 @@ def host_source():
         from . import booking, healthside, logside, nodeside
 
         _HOST_SOURCE["source"] = b"\n".join((nodeside.source_bytes(),
-                                              nodeside.source_bytes(vars(booking)),
-                                              nodeside.source_bytes(vars(healthside)),
-                                              nodeside.source_bytes(vars(logside))))
+                                             nodeside.source_bytes(vars(booking)),
+                                             nodeside.source_bytes(vars(healthside)),
+                                             nodeside.source_bytes(vars(logside))))
     return _HOST_SOURCE["source"]
 
 
