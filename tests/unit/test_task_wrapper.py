@@ -589,6 +589,9 @@ def test_a_failing_job_asks_the_other_nodes_to_stop(tmp_path, shell):
     assert [c.split(" -l ")[1].split()[1] for c in calls] == ["10.1.0.2", "10.1.0.4"]
     for call in calls:
         assert "-p 10022" in call and "-i %s" % (job.dir / "ssh" / "dstack_job") in call
+        # Bounded even when a peer goes silent after connecting.
+        assert "-o ConnectTimeout=4" in call and "-o ServerAliveInterval=2" in call
+        assert "-o ServerAliveCountMax=3" in call
     assert (job.dstack / "run" / "stop").read_text() == "terminated_by_server\n"
     # Said in the state folder, not in the job's output.
     assert job.read_state("peers.log") == (

@@ -96,7 +96,10 @@ _gf_tell_peers() {
     _gf_pids=
     for _gf_ip in $DSTACK_NODES_IPS; do
         if [ "$_gf_i" != "$DSTACK_NODE_RANK" ]; then
+            # A peer that vanishes once connected (its node lost) must not hold this job's
+            # end for the kernel's TCP timeout: the connection gives up after ~6 silent s.
             ssh -q -n -o BatchMode=yes -o ConnectTimeout=4 -o StrictHostKeyChecking=no \
+                -o ServerAliveInterval=2 -o ServerAliveCountMax=3 \
                 -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes \
                 -i "$GPUFLEET_DIR/ssh/dstack_job" -p 10022 -l "${_gf_login:-root}" "$_gf_ip" \
                 "printf '%s\n' $1 > $DSTACK_DIR/run/stop" > /dev/null 2>&1 &
