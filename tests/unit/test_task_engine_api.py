@@ -96,6 +96,14 @@ def _handler(engine):
     return Handler
 
 
+def _use_socket(monkeypatch, tmp_path, path):
+    """The helper's engine is the Unix socket ``path`` (no context, no cached choice)."""
+    monkeypatch.setenv("DOCKER_HOST", "unix://" + path)
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "dockercfg"))
+    monkeypatch.setattr(nodeside, "_ENGINE", {})
+
+
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
@@ -110,10 +118,7 @@ def engine(tmp_path, monkeypatch):
     empty = tmp_path / "nobin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))   # no docker command: only the socket answers
-    monkeypatch.setenv("DOCKER_HOST", "unix://" + path)
-    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "dockercfg"))
-    monkeypatch.setattr(nodeside, "_ENGINE", {})
+    _use_socket(monkeypatch, tmp_path, path)
     yield state
     server.shutdown()
     server.server_close()
@@ -268,13 +273,6 @@ def _raw_engine(path, response):
 
     threading.Thread(target=serve, daemon=True).start()
     return asked
-
-
-def _use_socket(monkeypatch, tmp_path, path):
-    monkeypatch.setenv("DOCKER_HOST", "unix://" + path)
-    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
-    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "dockercfg"))
-    monkeypatch.setattr(nodeside, "_ENGINE", {})
 
 
 def test_a_chunked_answer_is_put_together(monkeypatch, tmp_path):
