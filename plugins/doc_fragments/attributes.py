@@ -56,3 +56,14 @@ attributes:
     membership:
       - gpufleet.cluster.gpufleet
 """
+
+    # For modules that have an action plugin (plugins/action/).
+    ACTION_PLUGIN = r"""
+options: {}
+attributes:
+  action:
+    description:
+      - Has an action plugin, which runs on the controller before (or, where the module says
+        so, instead of) the module.
+    support: full
+"""

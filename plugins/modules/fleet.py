@@ -151,7 +151,15 @@ extends_documentation_fragment:
   - gpufleet.cluster.state.backend_settings
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.action_group
+  - gpufleet.cluster.attributes.action_plugin
 attributes:
+  action:
+    support: full
+    details:
+      - Where the module would run on the controller anyway (a local connection, no
+        C(become), the controller's own Python, no C(environment)), the action plugin does
+        its work in the controller's process, without sending the module; anywhere else the
+        module runs.
   check_mode:
     support: full
     details:
@@ -346,151 +354,27 @@ release_hosts:
   elements: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
-    state_options,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base, local
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
-from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
-    apply,
-    idle,
-    lookup,
-    records,
-    state,
-)
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import fleet_name
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
-    HAS_YAML,
-    parse_data,
-    parse_file,
-)
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
-    lifecycle,
-    listing,
-    runs,
-)
-
-
-def runs_alive(record, root):
-    """``{instance name: {run names}}``: the runs with a job still alive on each instance of
-    the fleet record, asked of its hosts as ``gpufleet ps`` asks them (a host that does not
-    answer counts as idle, after a short wait: a deleted host should not hold up the delete)."""
-    nodes = runs.nodes_of([record], root, connect_timeout=5)
-    if not nodes:
-        return {}
-    found, _unreachable = listing.list_runs(nodes)
-    using = {}
-    for run in found:
-        for job in run["jobs"]:
-            if job["status"] in lifecycle.ALIVE:
-                using.setdefault(job["host"], set()).add(run["name"])
-    return using
-
-
-def delete(module, config, path, docker, root, settings):
-    """state=absent: the whole fleet, or only O(instances); refused while in use when asked.
-    Returns the module's result."""
-    params = module.params
-    nums = params["instances"]
-    current = None
-    if nums is not None or params["refuse_busy"]:
-        current = apply.describe(config, path, docker, root, settings=settings)
-        lookup.refuse_in_use(current, runs_alive(current, root), nums)
-    if nums is not None:
-        record, changed = lookup.delete_instances(config, nums, path, docker, root,
-                                                  module.check_mode, settings, current=current)
-        released = [i for i in record["instances"] if i["name"] in record["plan"]["release"]]
-    else:
-        record, changed = apply.delete(config, path, docker, root, module.check_mode,
-                                       settings=settings)
-        released = record["instances"] if config["fleet_type"] == "ssh" else []
-    release_vars = None
-    if config["fleet_type"] == "ssh":
-        release_vars = records.release_hostvars(config, record["name"], path, root)
-    return dict(changed=changed, fleet=record, hosts=[], removed=record["removed"],
-                state_dir=root, release_vars=release_vars,
-                release_hosts=records.host_entries(dict(record, instances=released), root))
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import converge
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path"),
-            config=dict(type="dict"),
-            name=dict(type="str"),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
-            instances=dict(type="list", elements="int"),
-            refuse_busy=dict(type="bool", default=False),
-            at_least=dict(type="int"),
-            made_for=dict(type="dict", options=dict(
-                run=dict(type="str", required=True),
-                idle_duration=dict(type="raw"),
-            )),
-            image=dict(type="str"),
-            mirror=dict(type="str", default=local.DEFAULT_MIRROR),
-            **state_options(backend_settings=True),
-        ),
-        mutually_exclusive=[("path", "config", "name")],
-        required_one_of=[("path", "config", "name")],
-        required_if=[("state", "present", ("path", "config"), True)],
+        argument_spec=converge.SPEC,
+        mutually_exclusive=converge.MUTUALLY_EXCLUSIVE,
+        required_one_of=converge.REQUIRED_ONE_OF,
+        required_if=converge.REQUIRED_IF,
         supports_check_mode=True,
     )
-    params = module.params
-    path = params["path"]
-    docker = Docker()
-    root = state.state_dir(params["state_dir"])
-    if params["state"] == "present" and params["instances"] is not None:
-        module.fail_json(msg="instances: only with state=absent (the instances to delete)")
-
-    def build_image(check_mode):
-        return local.ensure_node_image(docker, mirror=params["mirror"], check_mode=check_mode)[0]
-
     with fail_json_on_error(module):
-        if params["name"] is not None:
-            config, path = lookup.find(params["name"], docker, root, state.backend_settings(
-                root, params["backend_settings"]))
-            warnings = []
-        elif path is None:
-            config, warnings = parse_data(params["config"], "inline config", "fleet")
-        else:
-            if not HAS_YAML:
-                module.fail_json(msg=missing_required_lib("PyYAML"))
-            config, warnings = parse_file(path, "fleet")
-        for warning in warnings:
-            module.warn("%s: %s" % (path or "inline config", warning))
-        if path is None and params["config"] is not None:
-            relative = records.relative_keys(config)
-            if relative:
-                module.fail_json(msg="inline config: an inline fleet has no directory to take "
-                                     "relative key paths from; give absolute paths (%s)"
-                                     % "; ".join(relative))
-            if params["state"] == "present" and not module.check_mode:
-                path = state.save_inline(root, fleet_name(config, None), params["config"])
-        settings = state.backend_settings(root, params["backend_settings"])
-        config = apply.at_least(apply.resolved(config, settings, root), params["at_least"])
-        cloud_fleet = (config["fleet_type"] == "backend" and base.select(
-            config, fleet_name(config, path)) in base.CLOUD_BACKENDS)
-        if config["fleet_type"] == "backend" and not cloud_fleet:
-            docker.ping()
-        if params["state"] == "absent":
-            result = delete(module, config, path, docker, root, settings)
-            module.exit_json(**result)
-        record, changed = apply.apply(
-            config, path, docker, root, module.check_mode, image=params["image"],
-            build_image=build_image, settings=settings,
-            made_for=idle.made_for(params["made_for"], config),
-        )
-        if not module.check_mode:
-            state.ensure_fleet_dir(root, record["name"])
-    hosts = records.host_entries(record, root)
-    release_vars = None
-    if config["fleet_type"] == "ssh":
-        release_vars = records.release_hostvars(config, record["name"], path, root)
-    module.exit_json(changed=changed, fleet=record, hosts=hosts, state_dir=root,
-                     release_vars=release_vars)
+        result = converge.converge(module.params, listing.runs_alive, module.check_mode,
+                                   warn=module.warn)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,13 @@ extends_documentation_fragment:
   - gpufleet.cluster.state
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.action_group
+  - gpufleet.cluster.attributes.action_plugin
 attributes:
+  action:
+    support: full
+    details:
+      - The cache is the controller's, so the action plugin writes it in the controller's
+        process; the module is never sent.
   check_mode:
     support: full
     details:

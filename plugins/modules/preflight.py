@@ -81,6 +81,19 @@ options:
       - The O(peers[].name) of this host. That entry is left out, so the same O(peers) list can
         be passed to every host.
     type: str
+  connect_timeout:
+    description:
+      - Seconds to keep trying to reach the host before the checks run, trying again every
+        second, as M(ansible.builtin.wait_for_connection) does, for a host just made whose
+        sshd may not answer yet. The checks run in the same request as the first successful
+        connection.
+      - A host still unreachable when the time is up B(fails) (it is not marked unreachable),
+        with RV(reached) false and the last connection error in RV(msg), so that a block's
+        C(rescue) can report it.
+      - V(0) tries once; an unreachable host is then unreachable as for any module.
+      - Handled by the module's action plugin, on the controller.
+    type: float
+    default: 0
   peer_timeout:
     description:
       - Seconds to wait for each connection to a peer. The peers are tried at the same time,
@@ -91,7 +104,13 @@ extends_documentation_fragment:
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.info_module
   - gpufleet.cluster.attributes.action_group
+  - gpufleet.cluster.attributes.action_plugin
 attributes:
+  action:
+    support: full
+    details:
+      - The action plugin tries the host until O(connect_timeout) and then runs the module
+        on it.
   platform:
     description: The target systems the module runs on.
     support: full
@@ -193,8 +212,17 @@ peers:
   sample:
     - {name: node-1, address: 10.0.0.6, port: 22, reachable: true, error: null}
     - {name: node-2, address: 10.0.0.7, port: 22, reachable: false, error: timed out after 5 s}
+reached:
+  description:
+    - Whether the host was reached. V(false) only with O(connect_timeout), when the host did
+      not answer in time; nothing was checked then.
+  returned: always
+  type: bool
+  sample: true
 msg:
-  description: On failure, C(preflight failed:) and the messages of the failed checks.
+  description:
+    - On failure, C(preflight failed:) and the messages of the failed checks, or why the host
+      was not reached.
   returned: failure
   type: str
 """
@@ -232,6 +260,9 @@ def main():
             ),
             self_name=dict(type="str"),
             peer_timeout=dict(type="float", default=DEFAULT_PEER_TIMEOUT),
+            # Handled by the action plugin (plugins/action/preflight.py), which does not pass
+            # it on; accepted here so that the module's options are the documented ones.
+            connect_timeout=dict(type="float", default=0),
         ),
         supports_check_mode=True,
     )

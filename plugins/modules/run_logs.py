@@ -63,8 +63,15 @@ extends_documentation_fragment:
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.info_module
   - gpufleet.cluster.attributes.action_group
+  - gpufleet.cluster.attributes.action_plugin
   - gpufleet.cluster.run_fleets
   - gpufleet.cluster.state
+attributes:
+  action:
+    support: full
+    details:
+      - The logs are read from the controller by the action plugin, in its own process; the
+        module is never sent.
 seealso:
   - module: gpufleet.cluster.task
   - module: gpufleet.cluster.run_info

@@ -145,9 +145,15 @@ options:
 extends_documentation_fragment:
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.action_group
+  - gpufleet.cluster.attributes.action_plugin
   - gpufleet.cluster.run_fleets
   - gpufleet.cluster.state
 attributes:
+  action:
+    support: full
+    details:
+      - The run is driven from the controller by the action plugin, in its own process; the
+        module is never sent.
   check_mode:
     support: full
     details:

@@ -21,6 +21,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     lookup,
     state,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 
 from .plugins.modules import module_runner
@@ -210,19 +211,19 @@ def test_the_runs_alive_on_a_fleet_come_from_its_hosts_task_containers(monkeypat
                 {"name": "eval", "jobs": [job("web-1", "terminating")]},
                 {"name": "old", "jobs": [job("web-0", "failed")]}], {"web-2": "unreachable"}
 
-    monkeypatch.setattr(fleet_module.listing, "list_runs", list_runs)
+    monkeypatch.setattr(listing, "list_runs", list_runs)
     fleet = {"name": "web", "instances": [
         {"name": "web-%d" % n, "num": n, "fleet": "web", "backend": "local", "hostname": ip,
          "port": 22, "user": "gpufleet", "identity_file": None, "proxy_jump": None}
         for n, ip in ((0, "172.20.0.2"), (1, "172.20.0.3"), (2, "172.20.0.4"), (3, None))]}
-    assert fleet_module.runs_alive(fleet, root) == {"web-0": {"train"}, "web-1": {"eval"}}
+    assert listing.runs_alive(fleet, root) == {"web-0": {"train"}, "web-1": {"eval"}}
     assert asked == [["web-0", "web-1", "web-2"]]  # an instance without an address is not asked
-    assert fleet_module.runs_alive({"name": "web", "instances": []}, root) == {}
+    assert listing.runs_alive({"name": "web", "instances": []}, root) == {}
 
 
 def test_the_module_releases_ssh_hosts_of_a_fleet_named(tmp_path, root, monkeypatch):
     remember(tmp_path, root, SSH_FLEET)
-    monkeypatch.setattr(fleet_module, "runs_alive", lambda fleet, _root: {})
+    monkeypatch.setattr(listing, "runs_alive", lambda fleet, _root: {})
     state.write_facts(root, "onprem", {"onprem-2": {"cpus": 8}})
     code, result = run({"name": "onprem", "state": "absent", "instances": [2],
                         "state_dir": root})
@@ -254,7 +255,7 @@ def test_the_module_refuses_busy_instances(tmp_path, root, monkeypatch):
         asked.append(fleet["name"])
         return {"onprem-1": {"train"}}
 
-    monkeypatch.setattr(fleet_module, "runs_alive", alive)
+    monkeypatch.setattr(listing, "runs_alive", alive)
     code, result = run({"name": "onprem", "state": "absent", "instances": [1],
                         "state_dir": root})
     assert code == 1 and result["msg"].startswith(

@@ -19,7 +19,7 @@ import time
 from . import lifecycle
 from .container import RESOURCES_LABEL, RUN_SPEC_LABEL
 from .errors import RunError
-from .runs import survey
+from .runs import nodes_of, survey
 from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch, parallel
 
 
@@ -375,3 +375,19 @@ def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time, 
     watch.started.update(j["job_num"] for j in jobs)
     watch.watch()
     return find_run(nodes, name)[0]
+
+
+def runs_alive(record, root):
+    """``{instance name: {run names}}``: the runs with a job still alive on each instance of
+    the fleet record, asked of its hosts as ``gpufleet ps`` asks them (a host that does not
+    answer counts as idle, after a short wait: a deleted host should not hold up the delete)."""
+    nodes = nodes_of([record], root, connect_timeout=5)
+    if not nodes:
+        return {}
+    found, _unreachable = list_runs(nodes)
+    using = {}
+    for run in found:
+        for job in run["jobs"]:
+            if job["status"] in lifecycle.ALIVE:
+                using.setdefault(job["host"], set()).add(run["name"])
+    return using

@@ -1,0 +1,55 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin for gpufleet.cluster.fleet: where the module would run on the controller
+anyway (playbooks/fleet.yml's first play: a local connection, no become, the controller's
+Python), its work (fleets.converge) is done in this process, without a module payload, which
+cost most of a no-change apply's second. Anywhere else the module runs as usual."""
+
+from __future__ import annotations
+
+import json
+import traceback
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import GpufleetError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import INTERNAL_ERROR
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import converge
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils.in_controller import why_not
+
+MODULE = "gpufleet.cluster.fleet"
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        if why_not(self, task_vars) is not None:
+            result.update(self._execute_module(module_name=MODULE, module_args=self._task.args,
+                                               task_vars=task_vars))
+            return result
+        _validation, params = self.validate_argument_spec(
+            argument_spec=converge.SPEC,
+            mutually_exclusive=converge.MUTUALLY_EXCLUSIVE,
+            required_one_of=converge.REQUIRED_ONE_OF,
+            required_if=converge.REQUIRED_IF,
+        )
+        warnings = []
+        try:
+            answer = converge.converge(params, listing.runs_alive, bool(self._task.check_mode),
+                                       warn=warnings.append)
+        except GpufleetError as exc:
+            result.update(failed=True, msg=str(exc))
+            return result
+        except Exception as exc:  # pylint: disable=broad-exception-caught
+            result.update(failed=True, msg=INTERNAL_ERROR % ("gpufleet", exc),
+                          exception=traceback.format_exc())
+            return result
+        # What the module would have returned: JSON types only (lists, not tuples or sets).
+        result.update(json.loads(json.dumps(answer)))
+        if warnings:
+            result["warnings"] = warnings
+        return result

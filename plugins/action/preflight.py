@@ -1,0 +1,64 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action plugin for gpufleet.cluster.preflight: with ``connect_timeout``, the host is tried
+until it answers (a host just made, whose sshd is not up yet) and then checked, in the same
+request: what ansible.builtin.wait_for_connection followed by the module did in two. A host
+still unreachable when the time is up *fails* with ``reached: false`` and the last connection
+error, so that a play's ``rescue`` can report it (an unreachable host skips ``rescue``).
+Without it the module runs once, as any module does."""
+
+from __future__ import annotations
+
+import time
+
+from ansible.errors import AnsibleConnectionFailure
+from ansible.plugins.action import ActionBase
+
+MODULE = "gpufleet.cluster.preflight"
+RETRY_SLEEP = 1.0
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+
+    # Seconds between tries; tests make it shorter.
+    retry_sleep = RETRY_SLEEP
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        args = dict(self._task.args)
+        timeout = args.pop("connect_timeout", None) or 0
+        try:
+            timeout = float(timeout)
+        except (TypeError, ValueError):
+            result.update(failed=True, msg="connect_timeout: %r is not a number of seconds "
+                                           "(give e.g. 60, or 0 to try once)" % (timeout,))
+            return result
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                answer = self._execute_module(module_name=MODULE, module_args=args,
+                                              task_vars=task_vars)
+                break
+            except AnsibleConnectionFailure as exc:
+                if timeout <= 0:
+                    raise
+                if time.monotonic() + self.retry_sleep >= deadline:
+                    result.update(failed=True, reached=False,
+                                  msg="no answer over SSH within %g s: %s"
+                                      % (timeout, str(exc).strip()))
+                    return result
+                self._retry_pause()
+        result.update(answer)
+        result["reached"] = True
+        return result
+
+    def _retry_pause(self):
+        """Wait a moment and drop the connection (a stale multiplexed SSH master would fail
+        the next try as it failed this one)."""
+        time.sleep(self.retry_sleep)
+        try:
+            self._connection.reset()
+        except (AttributeError, AnsibleConnectionFailure):
+            pass

@@ -1,0 +1,95 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""gpufleet.cluster.fleet's action plugin: where the module would run on the controller, the
+fleet is converged in the controller's process with the module's own result, messages and
+warnings; anywhere else the module is sent."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpufleet.cluster.plugins.action import fleet as fleet_action
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import converge, state
+from ansible_collections.gpufleet.cluster.plugins.modules import fleet as fleet_module
+
+from ..modules import module_runner
+
+OWN = {"ansible_python_interpreter": __import__("sys").executable}
+FLEET = """\
+type: fleet
+name: onprem
+placement: any
+placement: any
+ssh_config:
+  user: ubuntu
+  identity_file: /keys/id_ed25519
+  hosts: [10.0.0.1, 10.0.0.2]
+"""
+
+
+@pytest.fixture
+def path(tmp_path):
+    fleet = tmp_path / "onprem.dstack.yml"
+    fleet.write_text(FLEET)
+    return str(fleet)
+
+
+def without_state_dir(result, root):
+    """A result with its state dir (which differs between the two runs) named ROOT."""
+    import json
+
+    return json.loads(json.dumps(result).replace(root, "ROOT"))
+
+
+@pytest.mark.parametrize("check_mode", [True, False])
+def test_in_process_the_result_is_the_modules(make_action, path, tmp_path, check_mode):
+    by_module, by_action = str(tmp_path / "m"), str(tmp_path / "a")
+    code, expected = module_runner.run_module(
+        fleet_module.main, {"path": path, "state_dir": by_module,
+                            "_ansible_check_mode": check_mode})
+    assert code == 0, expected
+    action = make_action(fleet_action, {"path": path, "state_dir": by_action},
+                         check_mode=check_mode)
+    result = action.run(task_vars=OWN)
+    assert action.sent == []   # nothing was sent anywhere
+    # ansible-core 2.19 wraps a module's warnings (and keeps those of earlier modules run in
+    # this process); Ansible wraps an action plugin's plain strings the same way.
+    warned = [w["event"]["msg"] if isinstance(w, dict) else w for w in expected.pop("warnings")]
+    assert result.pop("warnings") == [w for w in warned if w.startswith(path)]
+    assert [w for w in warned if w.startswith(path)] == [
+        path + ": the key 'placement' is given twice in one mapping (again at line 4); the last "
+        "one is used"]
+    expected.pop("invocation", None)
+    assert without_state_dir(result, by_action) == without_state_dir(expected, by_module)
+    assert [h["name"] for h in result["hosts"]] == ["onprem-0", "onprem-1"]
+    assert bool(state.remembered_files(by_action)) is not check_mode
+
+
+def test_in_process_a_refusal_is_the_modules_message(make_action, path, tmp_path):
+    args = {"path": path, "state_dir": str(tmp_path / "s"), "instances": [1]}
+    _code, expected = module_runner.run_module(fleet_module.main, dict(args))
+    result = make_action(fleet_action, dict(args)).run(task_vars=OWN)
+    assert result["failed"] is True and result["msg"] == expected["msg"]
+    assert result["msg"].startswith("instances: only with state=absent")
+
+
+def test_in_process_a_bug_is_reported_not_raised(make_action, path, tmp_path, monkeypatch):
+    def broken(*_args, **_kwargs):
+        raise KeyError("hosts")
+
+    monkeypatch.setattr(converge.apply, "apply", broken)
+    result = make_action(fleet_action, {"path": path, "state_dir": str(tmp_path / "s")}).run(
+        task_vars=OWN)
+    assert result["failed"] is True
+    assert result["msg"] == "internal error in gpufleet (please report it): 'hosts'"
+    assert "KeyError" in result["exception"]
+
+
+def test_elsewhere_the_module_is_sent_with_the_task_arguments(make_action, path):
+    args = {"path": path, "at_least": 2}
+    answer = {"changed": False, "fleet": {"name": "onprem"}, "hosts": []}
+    for kwargs in ({"become": True}, {"transport": "ssh"}):
+        action = make_action(fleet_action, dict(args), sent=answer, **kwargs)
+        assert action.run(task_vars=OWN) == answer
+        assert action.sent == [("gpufleet.cluster.fleet", args)]
