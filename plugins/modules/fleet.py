@@ -338,6 +338,19 @@ release_vars:
       null for backend fleets.
   returned: success
   type: dict
+last_peers:
+  description:
+    - The instances that were ready at the fleet's last apply, each as a peer for
+      M(gpufleet.cluster.preflight) (C(name), C(address), C(port)), at the internal IP
+      measured then (from the facts cache in the state dir).
+    - C(playbooks/fleet.yml) has each node of a C(placement) V(cluster) fleet try them in its
+      first request, so that a no-change apply need not ask again.
+  returned: when state is present
+  type: list
+  elements: dict
+  sample:
+    - {name: my-fleet-0, address: 10.0.0.5, port: 22}
+    - {name: my-fleet-1, address: 10.0.0.6, port: 22}
 removed:
   description:
     - With O(state=absent), the containers, volumes, networks and local files removed.

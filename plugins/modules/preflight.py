@@ -59,6 +59,9 @@ options:
       - "The other nodes of the fleet, which this host must reach when the fleet has
         C(placement: cluster)."
       - Giving peers adds V(peers) to the default checks.
+      - When O(checks) is given and leaves V(peers) out, the peers are still tried and
+        reported in RV(peers), but not judged (P(gpufleet.cluster.peers_reached#filter) can
+        tell later whether they were all reached).
     type: list
     elements: dict
     default: []
@@ -205,7 +208,7 @@ docker:
 peers:
   description:
     - Every peer tried (C(name), C(address), C(port)), whether it was C(reachable) and the
-      C(error) when not. Empty when the V(peers) check did not run.
+      C(error) when not. Empty when no peers were given.
   returned: always
   type: list
   elements: dict

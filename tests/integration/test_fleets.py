@@ -339,6 +339,25 @@ def test_a_host_belongs_to_one_fleet_until_released(world):
     proc = ansible_playbook(world, "fleet.yml", lab)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert all(c["changed"] == 0 for c in recap(proc.stdout).values()), recap(proc.stdout)
+    # Its first request to each node reached the others where the first apply measured them,
+    # so no node was asked again for its peers ...
+    peers_task = proc.stdout.split("TASK [Reach every other node of the cluster", 1)[1]
+    peers_task = re.split(r"\n(?:TASK|PLAY) \[", peers_task, maxsplit=1)[0]
+    assert sorted(re.findall(r"^(\w+): \[([^\]]+)\]", peers_task, re.M)) == [
+        ("skipping", LAB + "-%d" % n) for n in range(3)], peers_task
+    # ... but once one node cannot reach another, a re-apply does ask, and says which.
+    block = ("iptables %s OUTPUT -p tcp -d " + nofwd_host["hostname"]
+             + " --dport 22 -j REJECT --reject-with tcp-reset")
+    sh(world, sudo_host["container"], block % "-I")
+    try:
+        result, record = apply(lab)
+    finally:
+        sh(world, sudo_host["container"], block % "-D")
+    assert not result.ok
+    states = by_name(record)
+    assert [states[LAB + "-%d" % n]["status"] for n in range(3)] == ["idle", "failed", "idle"]
+    assert "cannot reach %s-2 at %s:22 (connection refused)" % (
+        LAB, nofwd_host["hostname"]) in states[LAB + "-1"]["error"], states[LAB + "-1"]["error"]
 
     # Another fleet cannot take a host the first one holds.
     other = write_fleet(world, OTHER, ssh_fleet_text(world, OTHER, [nofwd_host["hostname"]],

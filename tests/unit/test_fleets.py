@@ -171,6 +171,20 @@ def test_ssh_hostvars_reach_the_host_through_its_jump_host(tmp_path):
     assert jump[-1] == "jump@head.example.com"
 
 
+def test_each_route_to_a_host_has_its_own_multiplexed_connection(tmp_path):
+    """Ansible names a ControlPersist socket by address, port and user: an SSH fleet over a
+    local fleet's nodes (the same addresses, through a jump host) would use the local fleet's
+    direct connection while it stays open."""
+    instance = records.ssh_instances(parsed(SSH_FLEET), "onprem", "/srv/fleets")[1]
+    path = records.hostvars(instance, str(tmp_path))["ansible_control_path"]
+    assert path.startswith("%(directory)s/gpufleet-") and len(path) < 50
+    assert records.hostvars(instance, str(tmp_path))["ansible_control_path"] == path
+    others = [dict(instance, proxy_jump=None), dict(instance, identity_file="/other/key"),
+              dict(instance, fleet="lab"), dict(instance, backend="local")]
+    paths = [records.hostvars(other, str(tmp_path))["ansible_control_path"] for other in others]
+    assert len(set(paths + [path])) == len(others) + 1
+
+
 def test_local_hostvars_do_not_record_host_keys():
     record = dict(records.ssh_instances(parsed(SSH_FLEET), "onprem")[0], backend="local")
     variables = records.hostvars(record)
@@ -190,7 +204,7 @@ def test_release_hostvars_use_the_fleet_level_settings(tmp_path):
     assert variables["ansible_user"] == "ubuntu"
     assert variables["ansible_ssh_private_key_file"] == "/srv/fleets/keys/id_ed25519"
     assert "ProxyCommand=" in variables["ansible_ssh_common_args"]
-    assert "ansible_host" not in variables
+    assert "ansible_host" not in variables and "ansible_control_path" not in variables
 
 
 def test_spec_gpu_vendor():
@@ -328,6 +342,35 @@ def test_ready_facts_keep_the_measured_idle_instances():
     ]}
     assert records.ready_facts(fleet) == {"demo-0": {"cpus": 2}}
     assert records.ready_facts({"name": "demo", "instances": []}) == {}
+
+
+def test_last_peers_are_the_instances_measured_at_the_last_apply():
+    fleet = {"name": "demo", "instances": [
+        {"name": "demo-0", "port": 22}, {"name": "demo-1", "port": 2222},
+        {"name": "demo-2", "port": 22}, {"name": "demo-3"}]}
+    facts = {"demo-0": {"internal_ip": "10.0.0.5"}, "demo-1": {"internal_ip": "10.0.0.6"},
+             "demo-2": {"cpus": 2}, "demo-3": {"internal_ip": "10.0.0.8"},
+             "gone-9": {"internal_ip": "10.0.0.9"}}
+    assert records.last_peers(fleet, facts) == [
+        {"name": "demo-0", "address": "10.0.0.5", "port": 22},
+        {"name": "demo-1", "address": "10.0.0.6", "port": 2222},
+        {"name": "demo-3", "address": "10.0.0.8", "port": 22}]
+    assert records.last_peers(fleet, {}) == []
+
+
+def test_the_peers_reached_filter_wraps_preflight_and_names_bad_input():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.gpufleet.cluster.plugins.filter.peers_reached import FilterModule
+
+    reached = FilterModule().filters()["peers_reached"]
+    probed = [{"name": "b", "address": "10.0.0.6", "port": 22, "reachable": True}]
+    assert reached(probed, [{"name": "a", "address": "10.0.0.5"},
+                            {"name": "b", "address": "10.0.0.6"}], "a") is True
+    assert reached(probed, [{"name": "c", "address": "10.0.0.7"}], "a") is False
+    with pytest.raises(AnsibleFilterError, match="expects the peers a preflight returned"):
+        reached(None, [])
+    with pytest.raises(AnsibleFilterError, match=r"peers_reached: peers\[0\]: address"):
+        reached(probed, [{"name": "c"}])
 
 
 # --- host entries: the fleet module and the inventory plugin agree ------------------------------

@@ -777,6 +777,39 @@ def test_peers_join_the_default_checks_only_when_given(listener):
     assert result["ok"] is True
 
 
+def test_peers_left_out_of_the_checks_are_tried_and_reported_not_judged(listener, closed_port):
+    """What playbooks/fleet.yml's first request does with the last apply's addresses."""
+    peers = [{"name": "me", "address": "127.0.0.1", "port": listener},
+             {"name": "up", "address": "127.0.0.1", "port": listener},
+             {"name": "down", "address": "127.0.0.1", "port": closed_port}]
+    result = run(peers_host(), checks=["sudo"], peers=peers, self_name="me")
+    assert [c["name"] for c in result["checks"]] == ["sudo"]
+    assert result["ok"] is True   # an unreachable peer fails nothing here
+    assert [(p["name"], p["reachable"]) for p in result["peers"]] == [("up", True),
+                                                                      ("down", False)]
+
+
+def test_peers_reached_tells_whether_a_peers_check_would_pass_without_asking_again():
+    probed = [{"name": "n-1", "address": "10.0.0.6", "port": 22, "reachable": True},
+              {"name": "n-2", "address": "10.0.0.7", "port": 22, "reachable": True},
+              {"name": "n-3", "address": "10.0.0.8", "port": 22, "reachable": False}]
+    ready = [{"name": "n-0", "address": "10.0.0.5"},   # this host: left out
+             {"name": "n-1", "address": "10.0.0.6"}, {"name": "n-2", "address": "10.0.0.7"}]
+    assert preflight.peers_reached(probed, ready, "n-0") is True
+    # A ready node that was not reached, was not tried, or moved: ask again.
+    assert preflight.peers_reached(probed, ready + [{"address": "10.0.0.8"}], "n-0") is False
+    assert preflight.peers_reached(probed, ready + [{"address": "10.0.0.9"}], "n-0") is False
+    moved = [dict(p, address="10.0.1.6") if p["name"] == "n-1" else p for p in ready]
+    assert preflight.peers_reached(probed, moved, "n-0") is False
+    assert preflight.peers_reached(probed, [{"address": "10.0.0.6", "port": 2222}]) is False
+    # Without this host among them, it is not left out.
+    assert preflight.peers_reached(probed, ready) is False
+    # No other ready node: the check would pass with nothing to reach.
+    assert preflight.peers_reached([], [{"name": "n-0", "address": "10.0.0.5"}], "n-0") is True
+    with pytest.raises(preflight.PreflightError, match="address is required"):
+        preflight.peers_reached(probed, [{"name": "n-1"}])
+
+
 @pytest.mark.parametrize("peers", [[], [{"name": "me", "address": "10.0.0.5"}]])
 def test_peers_check_with_no_other_node_passes(peers):
     result = run(peers_host(), checks=["peers"], peers=peers, self_name="me")

@@ -132,4 +132,5 @@ def converge(params, runs_alive, check_mode=False, warn=None, docker=None):
     if config["fleet_type"] == "ssh":
         release_vars = records.release_hostvars(config, record["name"], path, root)
     return dict(changed=changed, fleet=record, hosts=records.host_entries(record, root),
-                state_dir=root, release_vars=release_vars)
+                state_dir=root, release_vars=release_vars,
+                last_peers=records.last_peers(record, state.read_facts(root, record["name"])))

@@ -16,6 +16,7 @@ whichever way it reaches a play.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shlex
 
@@ -161,14 +162,27 @@ def ssh_common_args(record, known_hosts=None):
     return " ".join(shlex.quote(a) for a in args)
 
 
+def control_path(record, common_args):
+    """The ``ansible_control_path`` of an instance: Ansible keys its multiplexed SSH connections
+    by address, port and user alone, so two fleets that reach one address differently (a jump
+    host, another key or known_hosts) would share a connection, and the second would run over
+    the first one's route. The route is part of this path."""
+    route = "\0".join(str(part) for part in (
+        record["hostname"], record["port"], record["user"], record.get("identity_file"),
+        common_args))
+    return "%(directory)s/gpufleet-" + hashlib.sha256(route.encode("utf-8")).hexdigest()[:16]
+
+
 def hostvars(record, root=None):
     """Host variables for an instance record. ``root`` is the state dir (for known_hosts)."""
     known_hosts = state.known_hosts_path(root, record["fleet"]) if root else None
+    common_args = ssh_common_args(record, known_hosts)
     variables = {
         "ansible_host": record["hostname"],
         "ansible_port": record["port"],
         "ansible_user": record["user"],
-        "ansible_ssh_common_args": ssh_common_args(record, known_hosts),
+        "ansible_ssh_common_args": common_args,
+        "ansible_control_path": control_path(record, common_args),
         "gpufleet_fleet": record["fleet"],
         "gpufleet_instance": record["name"],
         "gpufleet_instance_num": record["num"],
@@ -233,6 +247,19 @@ def host_entries(fleet, root=None):
     return [host_entry(i, root, vendor) for i in fleet["instances"] if i.get("hostname")]
 
 
+def last_peers(fleet, facts):
+    """The peers (``{name, address, port}``, as preflight takes them) of a fleet record's
+    instances that were ready at the last apply, at the internal IP measured then (``facts``:
+    the facts cache, ``{instance name: facts}``)."""
+    peers = []
+    for inst in fleet.get("instances") or []:
+        address = (facts.get(inst.get("name")) or {}).get("internal_ip")
+        if address and isinstance(address, str):
+            peers.append({"name": inst["name"], "address": address,
+                          "port": int(inst.get("port") or 22)})
+    return peers
+
+
 def ready_facts(fleet):
     """``{instance name: resources}`` for the instances of a fleet record that are ready (status
     ``idle``) and were measured: what the facts cache keeps (``state.write_facts``)."""
@@ -271,4 +298,4 @@ def release_hostvars(config, name, path=None, root=None):
     }
     variables = hostvars(record, root)
     return dict((k, v) for k, v in variables.items()
-                if k.startswith("ansible_") and k != "ansible_host")
+                if k.startswith("ansible_") and k not in ("ansible_host", "ansible_control_path"))

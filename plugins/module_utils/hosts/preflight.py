@@ -547,7 +547,8 @@ def run_preflight(
     check needs it and the host is not checked as root; a check that needs sudo is ``skipped``
     when sudo failed. ``gpu_vendor`` (one of GPU_VENDORS) replaces detection from device paths.
     ``peers`` ({name, address, port}) are reached over TCP within ``peer_timeout`` seconds, all
-    at once, except the one named ``self_name``.
+    at once, except the one named ``self_name``; when ``checks`` leaves ``peers`` out, they are
+    tried and reported but not judged.
     """
     if gpu_vendor is not None and gpu_vendor not in GPU_VENDORS:
         raise PreflightError(
@@ -589,12 +590,26 @@ def run_preflight(
         elif name == PEERS:
             probed = probe_peers(host, peer_list, float(peer_timeout))
             results.append(check_peers(probed))
+    if peer_list and PEERS not in chosen:
+        # Peers given while the chosen checks leave the check out: tried and reported only.
+        probed = probe_peers(host, peer_list, float(peer_timeout))
     return {
         "ok": all(r["status"] == OK for r in results),
         "checks": results,
         "docker": docker,
         "peers": probed,
     }
+
+
+def peers_reached(probed, wanted, self_name=None):
+    """Whether ``probed`` (a preflight's ``peers``) shows every peer of ``wanted`` but the one
+    named ``self_name`` reached at its address and port: then a peers check of ``wanted``
+    would pass now, and need not be made again. A peer not tried there, or tried elsewhere,
+    counts as not reached."""
+    reached = set((p.get("address"), p.get("port")) for p in probed or ()
+                  if isinstance(p, dict) and p.get("reachable") is True)
+    return all((peer["address"], peer["port"]) in reached
+               for peer in normalize_peers(wanted, self_name))
 
 
 def failure_message(result):

@@ -36,10 +36,14 @@ def path(tmp_path):
 
 
 def without_state_dir(result, root):
-    """A result with its state dir (which differs between the two runs) named ROOT."""
+    """A result with its state dir (which differs between the two runs) named ROOT, and
+    without the hosts' control paths (a digest of a route that names the state dir)."""
     import json
 
-    return json.loads(json.dumps(result).replace(root, "ROOT"))
+    result = json.loads(json.dumps(result).replace(root, "ROOT"))
+    for host in result.get("hosts") or []:
+        assert host["vars"].pop("ansible_control_path").startswith("%(directory)s/gpufleet-")
+    return result
 
 
 @pytest.mark.parametrize("check_mode", [True, False])
@@ -64,6 +68,14 @@ def test_in_process_the_result_is_the_modules(make_action, path, tmp_path, check
     assert without_state_dir(result, by_action) == without_state_dir(expected, by_module)
     assert [h["name"] for h in result["hosts"]] == ["onprem-0", "onprem-1"]
     assert bool(state.remembered_files(by_action)) is not check_mode
+    assert result["last_peers"] == []   # never applied: no facts measured
+
+
+def test_the_last_peers_come_from_the_facts_cache(make_action, path, tmp_path):
+    root = str(tmp_path / "s")
+    state.write_facts(root, "onprem", {"onprem-1": {"internal_ip": "192.168.0.2"}})
+    result = make_action(fleet_action, {"path": path, "state_dir": root}).run(task_vars=OWN)
+    assert result["last_peers"] == [{"name": "onprem-1", "address": "192.168.0.2", "port": 22}]
 
 
 def test_in_process_a_refusal_is_the_modules_message(make_action, path, tmp_path):
