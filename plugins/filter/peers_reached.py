@@ -14,10 +14,10 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import pref
 def peers_reached(probed, wanted, self_name=None):
     """Whether a preflight's ``peers`` show every peer of ``wanted`` reached."""
     if not isinstance(probed, list) or not isinstance(wanted, list):
+        kinds = (type(probed).__name__, type(wanted).__name__)
         raise AnsibleFilterError(
             "peers_reached: expects the peers a preflight returned and a list of peers "
-            "({name, address, port}), got %s and %s" % (type(probed).__name__,
-                                                         type(wanted).__name__))
+            "({name, address, port}), got %s and %s" % kinds)
     try:
         return preflight.peers_reached(probed, wanted, self_name)
     except preflight.PreflightError as exc:
