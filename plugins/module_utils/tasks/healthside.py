@@ -19,7 +19,6 @@ is parsed or judged here: hosts.health does that on the controller, where it is 
 """
 
 import os
-import subprocess
 
 try:  # imported as part of the collection (tests, the controller)
     from .booking import BOOK_OPS
@@ -48,6 +47,8 @@ def _which(name):
 
 def _tool(argv):
     """``{"argv", "rc", "out", "err"}`` of a command; rc None when it did not finish."""
+    import subprocess   # here, not at the top: the host helper runs that for every request
+
     found = {"argv": [os.path.basename(argv[0])] + list(argv[1:])}
     try:
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

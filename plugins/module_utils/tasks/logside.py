@@ -20,7 +20,6 @@ A job started by a wrapper that kept no file (an image without tee) is read from
 logs``, once: its last PAGE_MAX bytes.
 """
 
-import base64
 import os
 import time
 
@@ -187,6 +186,8 @@ def read_job(run, num, since=None, tail=None, start=None, limit=PAGE, container=
 
 def _page(output, setup_error, since, tail, start, limit, container):
     """One page read from ``output`` (see read_job)."""
+    import base64   # here, not at the top: the host helper runs that for every request
+
     answer = {"setup_error": setup_error, "first": output.first, "end": output.end,
               "skipped": 0, "source": "file"}
     if not output.kept:
