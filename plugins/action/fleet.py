@@ -24,12 +24,15 @@ MODULE = "gpufleet.cluster.fleet"
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = True   # sent as a module (in_controller.why_not), as any module is
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         if why_not(self, task_vars) is not None:
+            wrap_async = self._task.async_val and not self._connection.has_native_async
             result.update(self._execute_module(module_name=MODULE, module_args=self._task.args,
-                                               task_vars=task_vars))
+                                               task_vars=task_vars, wrap_async=wrap_async))
             return result
         _validation, params = self.validate_argument_spec(
             argument_spec=converge.SPEC,
@@ -37,6 +40,9 @@ class ActionModule(ActionBase):
             required_one_of=converge.REQUIRED_ONE_OF,
             required_if=converge.REQUIRED_IF,
         )
+        # What the module would have been given: JSON types only (ansible-core 2.19 hands an
+        # action plugin its own tagged str and dict types, which PyYAML cannot write).
+        params = json.loads(json.dumps(params))
         warnings = []
         try:
             answer = converge.converge(params, listing.runs_alive, bool(self._task.check_mode),

@@ -21,6 +21,8 @@ RETRY_SLEEP = 1.0
 
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = True
 
     # Seconds between tries; tests make it shorter.
     retry_sleep = RETRY_SLEEP
@@ -38,8 +40,9 @@ class ActionModule(ActionBase):
         deadline = time.monotonic() + timeout
         while True:
             try:
-                answer = self._execute_module(module_name=MODULE, module_args=args,
-                                              task_vars=task_vars)
+                answer = self._execute_module(
+                    module_name=MODULE, module_args=args, task_vars=task_vars,
+                    wrap_async=self._task.async_val and not self._connection.has_native_async)
                 break
             except AnsibleConnectionFailure as exc:
                 if timeout <= 0:

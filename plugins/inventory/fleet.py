@@ -28,7 +28,8 @@ description:
     underscores."
   - "Host variables: C(ansible_host), C(ansible_port), C(ansible_user),
     C(ansible_ssh_private_key_file), C(ansible_ssh_common_args) (with the jump host as a
-    C(ProxyCommand)), and C(gpufleet_fleet), C(gpufleet_instance), C(gpufleet_instance_num),
+    C(ProxyCommand)), C(ansible_control_path) (one multiplexed SSH connection per route to
+    the host), and C(gpufleet_fleet), C(gpufleet_instance), C(gpufleet_instance_num),
     C(gpufleet_backend), C(gpufleet_region), C(gpufleet_instance_type), C(gpufleet_price),
     C(gpufleet_spot), C(gpufleet_internal_ip), C(gpufleet_network), C(gpufleet_blocks),
     C(gpufleet_placement), C(gpufleet_proxy_jump), C(gpufleet_created); C(gpufleet_host) holds

@@ -293,6 +293,8 @@ hosts:
         - C(ansible_ssh_private_key_file) (the fleet's key, or the SSH fleet's C(identity_file)).
         - C(ansible_ssh_common_args) (the host key policy and, for SSH fleets with a jump host,
           a C(ProxyCommand) through it with the jump host's own user, port and key).
+        - C(ansible_control_path) (the host's own multiplexed SSH connection, named after its
+          whole route, so that two fleets reaching one address differently never share one).
         - C(ansible_python_interpreter) (local nodes only, the node image's Python).
         - "C(gpufleet_fleet), C(gpufleet_instance), C(gpufleet_instance_num): the fleet, the
           instance name and its number."
@@ -311,6 +313,7 @@ hosts:
         ansible_ssh_private_key_file: /home/me/.local/share/gpufleet/fleets/demo/id_ed25519
         ansible_ssh_common_args: >-
           -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes
+        ansible_control_path: "%(directory)s/gf-3f2a9c81d0e4"
         ansible_python_interpreter: /usr/bin/python3
         gpufleet_fleet: demo
         gpufleet_instance: demo-0

@@ -87,9 +87,12 @@ options:
   connect_timeout:
     description:
       - Seconds to keep trying to reach the host before the checks run, trying again every
-        second, as M(ansible.builtin.wait_for_connection) does, for a host just made whose
-        sshd may not answer yet. The checks run in the same request as the first successful
-        connection.
+        second, for a host just made whose sshd may not answer yet. A try fails, and is made
+        again, when the SSH connection fails (refused, timed out, authentication) or no
+        temporary directory can be made for the module (a login user not set up yet). The
+        checks run in the same request as the first successful connection.
+      - Unlike M(ansible.builtin.wait_for_connection), a host that answers but cannot run the
+        module (no Python) fails at once.
       - A host still unreachable when the time is up B(fails) (it is not marked unreachable),
         with RV(reached) false and the last connection error in RV(msg), so that a block's
         C(rescue) can report it.

@@ -33,7 +33,12 @@ def why_not(action, task_vars):
         return "the task runs asynchronously"
     if any(action._task.environment or ()):
         return "the task sets environment variables"
-    interpreter = (task_vars or {}).get("ansible_python_interpreter")
+    host_vars = task_vars or {}
+    if action._task.delegate_to:
+        # The connection is the delegated host's, and so is the Python the module would get.
+        host_vars = (host_vars.get("ansible_delegated_vars") or {}).get(
+            action._task.delegate_to) or {}
+    interpreter = host_vars.get("ansible_python_interpreter")
     if interpreter is not None:
         interpreter = action._templar.template(interpreter)
     if not _same_python(interpreter):

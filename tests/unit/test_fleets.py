@@ -177,7 +177,7 @@ def test_each_route_to_a_host_has_its_own_multiplexed_connection(tmp_path):
     direct connection while it stays open."""
     instance = records.ssh_instances(parsed(SSH_FLEET), "onprem", "/srv/fleets")[1]
     path = records.hostvars(instance, str(tmp_path))["ansible_control_path"]
-    assert path.startswith("%(directory)s/gpufleet-") and len(path) < 50
+    assert path.startswith("%(directory)s/gf-") and len(path) == len("%(directory)s/gf-") + 12
     assert records.hostvars(instance, str(tmp_path))["ansible_control_path"] == path
     others = [dict(instance, proxy_jump=None), dict(instance, identity_file="/other/key"),
               dict(instance, fleet="lab"), dict(instance, backend="local")]

@@ -902,3 +902,17 @@ def test_sshd_output_without_the_setting_counts_as_unreadable():
         "cannot read sshd's effective settings (sshd -T -C: printed no allowtcpforwarding line, "
         "sshd -T: printed no allowtcpforwarding line)"
     )
+
+
+def test_fleet_yml_first_request_runs_the_default_checks():
+    """playbooks/fleet.yml names its first request's checks (so that the last apply's peers
+    are tried, not judged): they must stay preflight's defaults."""
+    import pathlib
+
+    import yaml
+
+    play = yaml.safe_load((pathlib.Path(__file__).parents[2] / "playbooks" / "fleet.yml")
+                          .read_text())[1]
+    block = play["tasks"][0]["block"]
+    first = [t for t in block if "gpufleet.cluster.preflight" in t][0]
+    assert first["gpufleet.cluster.preflight"]["checks"] == preflight.select_checks(None, [])

@@ -170,7 +170,9 @@ def control_path(record, common_args):
     route = "\0".join(str(part) for part in (
         record["hostname"], record["port"], record["user"], record.get("identity_file"),
         common_args))
-    return "%(directory)s/gpufleet-" + hashlib.sha256(route.encode("utf-8")).hexdigest()[:16]
+    # Short: a Unix socket's path has a limit of about 100 bytes, and ssh adds a suffix while
+    # it makes one.
+    return "%(directory)s/gf-" + hashlib.sha256(route.encode("utf-8")).hexdigest()[:12]
 
 
 def hostvars(record, root=None):

@@ -32,12 +32,13 @@ def make_action(monkeypatch):
     monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
 
     def make(plugin, args, transport="local", become=False, check_mode=False, environment=(),
-             async_val=0, sent=None):
+             async_val=0, sent=None, delegate_to=None):
         monkeypatch.setattr(plugin.ActionModule, "validate_argument_spec", validate)
         action = plugin.ActionModule.__new__(plugin.ActionModule)
         action._task = SimpleNamespace(check_mode=check_mode, args=args, async_val=async_val,
-                                       environment=list(environment))
-        action._connection = SimpleNamespace(transport=transport, resets=0)
+                                       environment=list(environment), delegate_to=delegate_to)
+        action._connection = SimpleNamespace(transport=transport, resets=0,
+                                             has_native_async=False)
 
         def reset():
             action._connection.resets += 1
@@ -46,8 +47,10 @@ def make_action(monkeypatch):
         action._templar = Templar()
         action.sent = []
 
-        def execute_module(module_name=None, module_args=None, task_vars=None):
+        def execute_module(module_name=None, module_args=None, task_vars=None,
+                           wrap_async=False):
             action.sent.append((module_name, dict(module_args)))
+            action.wrapped = wrap_async
             answer = sent(len(action.sent)) if callable(sent) else sent
             if isinstance(answer, Exception):
                 raise answer

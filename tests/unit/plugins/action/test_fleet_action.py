@@ -42,7 +42,7 @@ def without_state_dir(result, root):
 
     result = json.loads(json.dumps(result).replace(root, "ROOT"))
     for host in result.get("hosts") or []:
-        assert host["vars"].pop("ansible_control_path").startswith("%(directory)s/gpufleet-")
+        assert host["vars"].pop("ansible_control_path").startswith("%(directory)s/gf-")
     return result
 
 
@@ -101,7 +101,32 @@ def test_in_process_a_bug_is_reported_not_raised(make_action, path, tmp_path, mo
 def test_elsewhere_the_module_is_sent_with_the_task_arguments(make_action, path):
     args = {"path": path, "at_least": 2}
     answer = {"changed": False, "fleet": {"name": "onprem"}, "hosts": []}
-    for kwargs in ({"become": True}, {"transport": "ssh"}):
+    for kwargs in ({"become": True}, {"transport": "ssh"}, {"async_val": 600}):
         action = make_action(fleet_action, dict(args), sent=answer, **kwargs)
         assert action.run(task_vars=OWN) == answer
         assert action.sent == [("gpufleet.cluster.fleet", args)]
+        # A task with async: runs the module under Ansible's async wrapper, as before.
+        assert bool(action.wrapped) is ("async_val" in kwargs)
+    assert fleet_action.ActionModule._supports_async is True
+
+
+class Tagged(str):
+    """What ansible-core 2.19 hands an action plugin for a templated string: a str subclass."""
+
+
+class TaggedDict(dict):
+    """... and for a mapping from extra vars."""
+
+
+def test_an_inline_fleet_from_extra_vars_is_kept_as_plain_yaml(make_action, tmp_path):
+    root = str(tmp_path / "s")
+    config = TaggedDict(type=Tagged("fleet"), name=Tagged("inline"), ssh_config=TaggedDict(
+        user=Tagged("ubuntu"), identity_file=Tagged("/keys/id"), hosts=[Tagged("10.0.0.9")]))
+    result = make_action(fleet_action, {"config": config, "state_dir": root}).run(task_vars=OWN)
+    assert "failed" not in result, result
+    assert [h["name"] for h in result["hosts"]] == ["inline-0"]
+    saved = state.remembered_files(root)
+    assert list(saved) == ["inline"]
+    with open(saved["inline"]) as handle:
+        text = handle.read()
+    assert "ubuntu" in text and "!!python" not in text

@@ -46,3 +46,14 @@ def test_anything_else_sends_the_module(make_action):
     assert "/usr/bin/python3.6" in other and sys.executable in other
     # Left to interpreter discovery, the module may get a Python with other libraries.
     assert "None" in why_not(make_action(fleet_action, {}), {})
+
+
+def test_a_delegated_task_goes_by_the_delegated_hosts_python(make_action):
+    """Delegated, the connection and the interpreter are the delegated host's."""
+    own = {"ansible_python_interpreter": "/usr/bin/python3.6",
+           "ansible_delegated_vars": {"localhost": OWN}}
+    assert why_not(make_action(fleet_action, {}, delegate_to="localhost"), own) is None
+    other = dict(OWN, ansible_delegated_vars={"localhost": {
+        "ansible_python_interpreter": "/opt/py/bin/python"}})
+    assert "/opt/py/bin/python" in why_not(
+        make_action(fleet_action, {}, delegate_to="localhost"), other)
