@@ -9,15 +9,15 @@ cost most of a no-change apply's second. Anywhere else the module runs as usual.
 from __future__ import annotations
 
 import json
-import traceback
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import GpufleetError
-from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import INTERNAL_ERROR
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import converge
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
-from ansible_collections.gpufleet.cluster.plugins.plugin_utils.in_controller import why_not
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils.in_controller import (
+    answer,
+    why_not,
+)
 
 MODULE = "gpufleet.cluster.fleet"
 
@@ -44,18 +44,9 @@ class ActionModule(ActionBase):
         # action plugin its own tagged str and dict types, which PyYAML cannot write).
         params = json.loads(json.dumps(params))
         warnings = []
-        try:
-            answer = converge.converge(params, listing.runs_alive, bool(self._task.check_mode),
-                                       warn=warnings.append)
-        except GpufleetError as exc:
-            result.update(failed=True, msg=str(exc))
-            return result
-        except Exception as exc:  # pylint: disable=broad-exception-caught
-            result.update(failed=True, msg=INTERNAL_ERROR % ("gpufleet", exc),
-                          exception=traceback.format_exc())
-            return result
-        # What the module would have returned: JSON types only (lists, not tuples or sets).
-        result.update(json.loads(json.dumps(answer)))
+        answer(result, lambda: converge.converge(params, listing.runs_alive,
+                                                 bool(self._task.check_mode),
+                                                 warn=warnings.append))
         if warnings:
             result["warnings"] = warnings
         return result

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import GpufleetError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.facts_cache import (
     SPEC,
     cache_facts,
 )
+from ansible_collections.gpufleet.cluster.plugins.plugin_utils.in_controller import answer
 
 
 class ActionModule(ActionBase):
@@ -24,12 +24,10 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         _validation, params = self.validate_argument_spec(argument_spec=SPEC)
-        try:
-            root = state.state_dir(params["state_dir"])
-            changed, path, facts = cache_facts(params["fleet"], root,
-                                               bool(self._task.check_mode))
-        except GpufleetError as exc:
-            result.update(failed=True, msg=str(exc))
-            return result
-        result.update(changed=changed, path=path, facts=facts)
-        return result
+
+        def write():
+            changed, path, facts = cache_facts(params["fleet"], state.state_dir(
+                params["state_dir"]), bool(self._task.check_mode))
+            return dict(changed=changed, path=path, facts=facts)
+
+        return answer(result, write)

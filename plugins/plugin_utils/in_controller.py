@@ -8,8 +8,16 @@ second on every call) is saved; anywhere else the module runs as usual."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import traceback
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import GpufleetError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
+    INTERNAL_ERROR,
+    failure,
+)
 
 
 def _same_python(interpreter):
@@ -45,3 +53,19 @@ def why_not(action, task_vars):
         return "the task's Python (%s) is not the controller's (%s)" % (
             interpreter, sys.executable)
     return None
+
+
+def answer(result, work, what="gpufleet"):
+    """``result`` (an action's) updated with what the module would have returned for the work
+    ``work()`` does here: its answer in JSON types (lists, not tuples or sets), or the failure
+    core.module.fail_json_on_error would have made of the error it raised. Returns ``result``."""
+    try:
+        done = work()
+    except GpufleetError as exc:
+        result.update(failure(exc), failed=True)
+    except Exception as exc:  # pylint: disable=broad-exception-caught
+        result.update(failed=True, msg=INTERNAL_ERROR % (what, exc),
+                      exception=traceback.format_exc())
+    else:
+        result.update(json.loads(json.dumps(done)))
+    return result

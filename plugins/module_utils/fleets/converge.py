@@ -60,12 +60,16 @@ def delete(params, config, path, docker, root, settings, check_mode, runs_alive)
         record, changed = apply.delete(config, path, docker, root, check_mode,
                                        settings=settings)
         released = record["instances"] if config["fleet_type"] == "ssh" else []
-    release_vars = None
-    if config["fleet_type"] == "ssh":
-        release_vars = records.release_hostvars(config, record["name"], path, root)
     return dict(changed=changed, fleet=record, hosts=[], removed=record["removed"],
-                state_dir=root, release_vars=release_vars,
+                state_dir=root, release_vars=_release_vars(config, record, path, root),
                 release_hosts=records.host_entries(dict(record, instances=released), root))
+
+
+def _release_vars(config, record, path, root):
+    """An SSH fleet's connection variables for the hosts that left it; None for others."""
+    if config["fleet_type"] != "ssh":
+        return None
+    return records.release_hostvars(config, record["name"], path, root)
 
 
 def _config(params, root, docker):
@@ -128,9 +132,6 @@ def converge(params, runs_alive, check_mode=False, warn=None, docker=None):
     )
     if not check_mode:
         state.ensure_fleet_dir(root, record["name"])
-    release_vars = None
-    if config["fleet_type"] == "ssh":
-        release_vars = records.release_hostvars(config, record["name"], path, root)
     return dict(changed=changed, fleet=record, hosts=records.host_entries(record, root),
-                state_dir=root, release_vars=release_vars,
+                state_dir=root, release_vars=_release_vars(config, record, path, root),
                 last_peers=records.last_peers(record, state.read_facts(root, record["name"])))

@@ -57,3 +57,26 @@ def test_a_delegated_task_goes_by_the_delegated_hosts_python(make_action):
         "ansible_python_interpreter": "/opt/py/bin/python"}})
     assert "/opt/py/bin/python" in why_not(
         make_action(fleet_action, {}, delegate_to="localhost"), other)
+
+
+def test_an_answer_made_here_is_what_the_module_would_have_returned():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import (
+        GpufleetError,
+    )
+    from ansible_collections.gpufleet.cluster.plugins.plugin_utils.in_controller import answer
+
+    assert answer({"seen": 1}, lambda: {"changed": True, "hosts": ("a", "b")}) == {
+        "seen": 1, "changed": True, "hosts": ["a", "b"]}   # JSON types, as a module's
+
+    def refused():
+        raise GpufleetError("fleet: no name")
+
+    assert answer({}, refused) == {"failed": True, "msg": "fleet: no name"}
+
+    def broken():
+        raise KeyError("hosts")
+
+    result = answer({}, broken, what="gpufleet facts cache")
+    assert result["failed"] is True
+    assert result["msg"] == "internal error in gpufleet facts cache (please report it): 'hosts'"
+    assert "KeyError" in result["exception"]
