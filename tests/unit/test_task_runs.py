@@ -24,7 +24,11 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     runs,
     supervisor,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking, claiming
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
+    booking,
+    claiming,
+    indexside,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.errors import RunError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
@@ -65,6 +69,9 @@ class FakeNode:
         self.claims = []
         self.queue = {}
         self.before_claim = None  # a competitor acting between a survey and a claim
+        # The run index it keeps as a record host (tasks.indexside's rules, without files):
+        # {fleet: {"entries": {run: {host: noted}}, "completed": time or None}}.
+        self.index = {}
 
     def call(self, op, payload=None, timeout=120):
         payload = payload or {}
@@ -83,7 +90,26 @@ class FakeNode:
             answer["claims"] = [c for c in self.claims
                                 if booking.claim_live(c, by_sub, self.cluster.now)]
             answer["queue"] = [booking.summary(e) for e in self.queue.values()]
+        if payload.get("index"):
+            kept = self.index.get(payload["index"]["fleet"]) or {}
+            answer["index"] = indexside.view(kept.get("entries") or {}, kept.get("completed"),
+                                             payload["index"]["run"], self.cluster.now)
         return answer
+
+    def op_note(self, payload):
+        kept = self.index.setdefault(payload["fleet"], {"entries": {}, "completed": None})
+        kept["entries"][payload["run"]] = indexside.noted(
+            kept["entries"].get(payload["run"]), payload["hosts"], self.cluster.now)
+        return {"noted": sorted(kept["entries"][payload["run"]])}
+
+    def op_reindex(self, payload):
+        kept = self.index.setdefault(payload["fleet"], {"entries": {}, "completed": None})
+        kept["entries"] = indexside.rewritten(kept["entries"], payload["runs"],
+                                              payload["alive"], payload["answered"],
+                                              self.cluster.now)
+        if payload["complete"]:
+            kept["completed"] = self.cluster.now
+        return {"reindexed": True}
 
     def op_start(self, payload):
         job = payload["job"]

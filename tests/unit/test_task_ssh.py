@@ -20,6 +20,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import sta
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     booking,
     healthside,
+    indexside,
     logside,
     nodeside,
     ssh,
@@ -225,12 +226,13 @@ def test_call_sends_the_source_and_the_request_on_stdin():
     assert kwargs["stdout"] == subprocess.PIPE and kwargs["stderr"] == subprocess.PIPE
     data = kwargs["input"]
     # Split the way BOOTSTRAP splits it on the host: nodeside's source, then booking's,
-    # healthside's and logside's.
+    # healthside's, logside's and indexside's.
     source, sep, request = data.partition(b"\n" + nodeside.SEPARATOR + b"\n")
     assert sep and source == b"\n".join((nodeside.source_bytes(),
                                          nodeside.source_bytes(vars(booking)),
                                          nodeside.source_bytes(vars(healthside)),
-                                         nodeside.source_bytes(vars(logside))))
+                                         nodeside.source_bytes(vars(logside)),
+                                         nodeside.source_bytes(vars(indexside))))
     assert json.loads(request.decode("utf-8")) == {"op": "status", "payload": {"run": "train"}}
 
 

@@ -109,8 +109,13 @@ def _remove(path):
 # Claims
 
 
+def book_path(*parts):
+    """A path under BOOK_ROOT (read when called: tests point it elsewhere)."""
+    return os.path.join(BOOK_ROOT, *parts)
+
+
 def _claims_dir():
-    return os.path.join(BOOK_ROOT, "claims")
+    return book_path("claims")
 
 
 def _claim_path(run):

@@ -32,7 +32,8 @@ from ..fleets import state
 from ..offers import catalog
 from ..volumes import attach as volumes
 from ..spec import support
-from . import claiming, code, devenv, growth, health, lifecycle, placement, python_env, rankplan
+from . import (claiming, code, devenv, growth, health, lifecycle, placement, python_env, rankplan,
+               runindex)
 from .environment import registry_credentials, resolve_env
 from .errors import PlanError, RunError
 from .images import ensure_image
@@ -133,14 +134,17 @@ def survey(nodes):
     return containers, errors
 
 
-def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pages=None):
+def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pages=None,
+                       index=None, indexes=None):
     """Every host's task containers, live claims and queue entries (tasks.booking), in one
     request per host: ``(containers, claims, queues, errors)``, each ``{host: ...}``. The hosts
     named in ``probe`` also read their GPUs' health in that request (tasks.healthside); what
     they said goes into the dict ``health`` (``{host: probe}``, for tasks.health). With
     ``logs`` (a request of tasks.logside's ``logs``), every host also answers the first pages
     of that run's jobs it keeps, into the dict ``pages`` (``{host: {job: page}}``, for
-    tasks.joblogs). ``timeout``: how long a host may take (the request's default when None)."""
+    tasks.joblogs). ``index`` (``{host: {"fleet", "run"}}``) asks those hosts for the run index
+    (tasks.indexside); their answers go into the dict ``indexes``. ``timeout``: how long a host
+    may take (the request's default when None)."""
     probe = set(probe or ())
     limit = {} if timeout is None else {"timeout": timeout}
 
@@ -148,6 +152,8 @@ def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pa
         asked = {"health": True} if host in probe else {}
         if logs:
             asked["logs"] = logs
+        if index and host in index:
+            asked["index"] = index[host]
         return asked
 
     answers = parallel(sorted(nodes), lambda h: nodes[h].call("status", payload(h), **limit))
@@ -166,6 +172,8 @@ def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pa
                 health[host] = answer["health"]
             if pages is not None and logs and "logs" in answer:
                 pages[host] = answer["logs"]
+            if indexes is not None and "index" in answer:
+                indexes[host] = answer["index"]
     return containers, claims, queues, errors
 
 
@@ -348,8 +356,9 @@ class Runner(object):
         maker, self._key = self._key or _Background(run_key), None
         return maker
 
-    def _place(self):
-        containers, claims, _queues, errors = self._survey()
+    def _place(self, whole=False):
+        containers, claims, _queues, errors = self._survey(whole)
+        self._answered = set(containers)
         self.leftovers = sorted(h for h, entries in containers.items()
                                 if any(c["labels"].get(RUN_LABEL) == self.name for c in entries))
         for host, entries in containers.items():
@@ -389,15 +398,21 @@ class Runner(object):
         asking every host again."""
         self._fresh_survey = answer
 
-    def _survey(self):
-        """The hosts' containers, claims and queues; hosts whose cached GPU health is older
-        than tasks.health.MAX_AGE read it again in the same request, and placement uses what
-        they say (the facts cache keeps it)."""
+    def _survey(self, whole=False):
+        """The hosts' containers, claims and queues: of the hosts the run index says this
+        placement needs when it can be trusted (tasks.runindex), else of every host (``whole``
+        asks for that). In a whole survey, hosts whose cached GPU health is older than
+        tasks.health.MAX_AGE read it again in the same request, and placement uses what they
+        say (the facts cache keeps it); the run index is rewritten from it meanwhile."""
         fresh, self._fresh_survey = getattr(self, "_fresh_survey", None), None
         if fresh is not None:
             return fresh
         root = state.state_dir(self.root)
         stale = health.due(self.fleets, root)
+        if not whole and not stale:
+            answer = runindex.partial(self.nodes, self.fleets, self.name, survey_with_queues)
+            if answer is not None:
+                return answer
         raw = {}
         answer = survey_with_queues(self.nodes, probe=[h for h in stale if h in self.nodes],
                                     health=raw)
@@ -409,7 +424,23 @@ class Runner(object):
                 for host, keys in changes.items():
                     if host in facts:
                         facts[host] = dict(facts[host], **keys)
+        self._reindex(answer)
         return answer
+
+    def _reindex(self, answer):
+        """Rewrite the run index of every fleet from a whole survey, while the placement goes
+        on (``_settle`` waits for it); a record host that does not answer keeps its index,
+        which then ages until it is not trusted."""
+        requests = runindex.reindex_requests(self.fleets, self.nodes, answer)
+        self._settle()
+        if requests:
+            self._reindexing = _Background(parallel, sorted(requests), lambda h: self.nodes[
+                h].call("reindex", requests[h]))
+
+    def _settle(self):
+        pending, self._reindexing = getattr(self, "_reindexing", None), None
+        if pending is not None:
+            pending.result()   # parallel keeps each host's failure in its answer
 
     def _refresh_fleets(self):
         """The fleets as their backends tell them now (after one grew, or lost an instance);
@@ -442,7 +473,12 @@ class Runner(object):
         for attempt in range(CLAIM_ATTEMPTS):
             if attempt:
                 self.sleep(self.rng.uniform(0.05, 0.4) * attempt)
-            placed = self._place()
+            # The first try trusts the run index; after a refused claim, every host is asked.
+            placed = self._place(whole=attempt > 0)
+            noting = runindex.note_request(self.fleets, placed, self.name, self._answered)
+            if noting is not None:
+                # Noted before any container exists, while the hosts are claimed.
+                noting = _Background(self.nodes[noting[0]].call, "note", noting[1])
             # A granted claim also clears an earlier run of this name off its host and says
             # whether the host has the image (tasks.booking): no requests of their own.
             try:
@@ -463,6 +499,18 @@ class Runner(object):
                 # A host that stopped answering meanwhile: the next survey leaves it out.
                 refused = claiming.ClaimRefused(exc.host, exc.detail)
                 continue
+            finally:
+                self._settle()
+            if noting is not None:
+                try:
+                    noting.result()
+                except NodeError as exc:
+                    # Not noted, the run would be invisible to the next placements: let the
+                    # hosts go and try again (a whole survey, which does not need the note).
+                    claiming.release_hosts(self.nodes, [j["host"] for j in placed["jobs"]],
+                                           run)
+                    refused = claiming.ClaimRefused(exc.host, exc.detail)
+                    continue
             return placed
         raise placement.NoHostFits(
             "no capacity for task %s: its hosts were taken by other runs while it was placed "

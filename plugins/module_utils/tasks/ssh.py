@@ -50,16 +50,17 @@ _HOST_SOURCE = {}
 
 def host_source():
     """What runs on a host for each request: tasks.nodeside, then tasks.booking (claims and the
-    queue), then tasks.healthside (the GPU health probe) and tasks.logside (the kept output), in
-    one namespace. Their own sources are sent, so nothing is installed on the host and a new
+    queue), then tasks.healthside (the GPU health probe), tasks.logside (the kept output) and
+    tasks.indexside (the run index), in one namespace. Their own sources are sent, so nothing is installed on the host and a new
     controller version never meets an old helper."""
     if "source" not in _HOST_SOURCE:
-        from . import booking, healthside, logside, nodeside
+        from . import booking, healthside, indexside, logside, nodeside
 
         _HOST_SOURCE["source"] = b"\n".join((nodeside.source_bytes(),
                                              nodeside.source_bytes(vars(booking)),
                                              nodeside.source_bytes(vars(healthside)),
-                                             nodeside.source_bytes(vars(logside))))
+                                             nodeside.source_bytes(vars(logside)),
+                                             nodeside.source_bytes(vars(indexside))))
     return _HOST_SOURCE["source"]
 
 

@@ -1,0 +1,174 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The run index, on a fleet's record host: on which of the fleet's hosts each run name has, or
+may have, containers and claims.
+
+This file travels to the hosts after tasks.nodeside and tasks.booking (tasks.ssh.host_source)
+and runs in their namespace, so it uses the standard library only and the Python 3.6+ of any
+Ansible-managed host. The controller's side, and why the index exists, is tasks.runindex: with
+it, a placement asks the record host, the hosts the index names for the run's name, and the
+hosts it picks (whose claims guard their capacity), instead of every host of every fleet.
+
+On the host, under ``BOOK_ROOT/index/<fleet>/``:
+
+- ``<run>.json``: ``{"run", "hosts": {instance: when noted}, "alive": [instances]}``: every
+  host where the run has containers (any state) or a claim, and those where it may be alive
+  (a live container or claim at the last whole survey, or noted since);
+- ``complete`` (no ``.json``: it is not an entry): ``{"at": when}``, the last time a
+  controller rewrote the index from an answer of every host of the fleet. The index is
+  trusted only for a while after that (tasks.runindex.MAX_AGE): what happened while this host
+  could not be reached is then corrected by the next whole survey.
+
+Operations (every write holds booking's lock):
+
+- ``status`` with ``{"index": {"fleet": F, "run": R}}`` answers as before and adds
+  ``index``: ``{"age": seconds since complete or null, "hosts": [R's hosts], "busy": [hosts
+  where any run may be alive]}``;
+- ``note`` ``{"fleet", "run", "hosts"}``: add hosts to a run's entry, alive (a submission,
+  before it claims them);
+- ``reindex`` ``{"fleet", "runs": {run: [hosts]}, "alive": {run: [hosts]}, "answered":
+  [hosts], "complete"}``: one whole survey's view. Every entry becomes the hosts that survey
+  found its run on, plus the hosts it did not hear from and those noted in the last
+  ``NOTE_MARGIN`` seconds (a submission between its note and its claims, which that survey
+  could not see yet); the same for where it is alive. With ``complete`` (every host of the
+  fleet answered), the index is trusted from now on.
+"""
+
+import os
+import time
+
+try:  # imported as part of the collection (tests, the controller)
+    from .booking import BOOK_OPS, _Lock, _name, _read_all, _remove, _write_json, book_path
+except ImportError:  # on a host: nodeside's and booking's sources run first in this namespace
+    pass
+
+NOTE_MARGIN = 120
+COMPLETE = "complete"
+
+
+def _fleet_dir(fleet):
+    return book_path("index", _name(fleet))
+
+
+def _entries(fleet):
+    """``{run: {"hosts": {host: noted}, "alive": [hosts]}}`` of a fleet's index."""
+    found = {}
+    for value in _read_all(_fleet_dir(fleet)):
+        run = value.get("run")
+        hosts = value.get("hosts")
+        if run and isinstance(hosts, dict):
+            found[run] = {"hosts": hosts, "alive": list(value.get("alive") or [])}
+    return found
+
+
+def _write_entry(fleet, run, entry):
+    path = os.path.join(_fleet_dir(fleet), _name(run) + ".json")
+    if entry and entry.get("hosts"):
+        _write_json(path, {"run": run, "hosts": entry["hosts"],
+                           "alive": sorted(entry.get("alive") or [])})
+    else:
+        _remove(path)
+
+
+def _completed_at(fleet):
+    try:
+        import json
+
+        with open(os.path.join(_fleet_dir(fleet), COMPLETE)) as handle:
+            return float(json.load(handle)["at"])
+    except (IOError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def view(entries, completed, run, now):
+    """An index's answer for ``run``: ``entries`` as ``_entries`` reads them, ``completed``
+    the time of its last complete rewrite (or None)."""
+    busy = set()
+    for entry in entries.values():
+        busy.update(entry.get("alive") or ())
+    return {"age": None if completed is None else max(0.0, now - completed),
+            "hosts": sorted((entries.get(run) or {}).get("hosts") or {}),
+            "busy": sorted(busy)}
+
+
+def noted(entry, hosts, now):
+    """A run's entry with ``hosts`` added, alive."""
+    entry = entry or {}
+    found = dict(entry.get("hosts") or {})
+    alive = set(entry.get("alive") or ())
+    for host in hosts or ():
+        found[str(host)] = now
+        alive.add(str(host))
+    return {"hosts": found, "alive": sorted(alive)}
+
+
+def rewritten(entries, found, alive, answered, now):
+    """Every entry as one whole survey leaves it: ``found`` is ``{run: hosts it is on}``,
+    ``alive`` ``{run: hosts where it is alive}``, ``answered`` the hosts that answered. A host
+    the survey did not see stays when it did not answer or was noted within NOTE_MARGIN. Runs
+    left with no host are dropped."""
+    answered = set(answered or ())
+    result = {}
+    for run in set(entries) | set(found):
+        old = entries.get(run) or {}
+        hosts = old.get("hosts") or {}
+
+        def kept(host):
+            return host not in answered or now - float(hosts.get(host) or 0) < NOTE_MARGIN
+
+        new = dict((host, when) for host, when in hosts.items() if kept(host))
+        for host in found.get(run) or ():
+            new[host] = hosts.get(host, now)
+        living = set(h for h in old.get("alive") or () if h in new and kept(h))
+        living.update(h for h in (alive or {}).get(run) or () if h in new)
+        if new:
+            result[run] = {"hosts": new, "alive": sorted(living)}
+    return result
+
+
+def index_view(fleet, run, now=None):
+    """What a survey reads (without the lock: a snapshot, like live_claims)."""
+    return view(_entries(fleet), _completed_at(fleet), _name(run),
+                time.time() if now is None else now)
+
+
+def op_note(payload):
+    fleet, run = payload["fleet"], _name(payload["run"])
+    with _Lock():
+        entry = noted(_entries(fleet).get(run), payload.get("hosts"), time.time())
+        _write_entry(fleet, run, entry)
+    return {"noted": sorted(entry["hosts"])}
+
+
+def op_reindex(payload):
+    fleet = payload["fleet"]
+    found = dict((_name(run), hosts) for run, hosts in (payload.get("runs") or {}).items())
+    with _Lock():
+        now = time.time()
+        entries = _entries(fleet)
+        result = rewritten(entries, found, payload.get("alive"), payload.get("answered"), now)
+        for run in set(entries) | set(result):
+            if entries.get(run) != result.get(run):
+                _write_entry(fleet, run, result.get(run))
+        if payload.get("complete"):
+            _write_json(os.path.join(_fleet_dir(fleet), COMPLETE), {"at": now})
+    return {"reindexed": True}
+
+
+_STATUS_BEFORE_INDEX = BOOK_OPS["status"]
+
+
+def op_status_index(payload):
+    answer = _STATUS_BEFORE_INDEX(payload)
+    asked = payload.get("index")
+    if asked:
+        answer["index"] = index_view(asked["fleet"], asked["run"])
+    return answer
+
+
+BOOK_OPS.update({
+    "status": op_status_index,
+    "note": op_note,
+    "reindex": op_reindex,
+})

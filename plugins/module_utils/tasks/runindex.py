@@ -1,0 +1,157 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Placing a run without asking every host: the run index kept on each fleet's record host.
+
+A placement needs three things from the hosts: which are busy, whether a run of the same name is
+alive (dstack refuses it), and where such a run left containers (the new run clears them). The
+first is guarded anyway: every host a placement picks is claimed under that host's lock
+(tasks.booking), and a host that is taken refuses the claim. The other two need a record of
+where each run name is, because those hosts may be any of the fleet's. That record is the run
+index (tasks.indexside), kept on the fleet's record host: its ready instance with the lowest
+number, the host that also keeps the fleet's queue.
+
+So a submission asks (``partial``):
+
+1. the record host of every fleet, for its own containers, claims and queue, for the hosts
+   where the run's name has containers, and for the hosts where any run may be alive;
+2. those hosts, when there are any;
+
+and then claims the hosts placement picks, trusting that the others are free (a refused claim
+makes the next try ask every host). Before it claims, it notes its hosts in the index
+(``note_request``). A fleet whose hosts are mostly busy is asked almost whole, in two round
+trips instead of one: the index pays where a fleet is large and its runs are few or small.
+
+Every host is still asked (the whole survey, as before) when the index cannot be trusted:
+
+- a fleet's record host did not answer, or its index was not rewritten from a whole survey in
+  the last ``MAX_AGE`` seconds (a new fleet, a host that was down, a controller of an older
+  gpufleet);
+- the queue holds runs that wait or may be resubmitted (tasks.queue must see every host);
+- some host's GPU health is due to be read again (tasks.health, the same age), or a claim was
+  refused.
+
+A whole survey rewrites the index of every fleet whose hosts all answered (``reindex_requests``),
+so the index is never older than one health period on a fleet in use. Pure Python: the caller
+sends the requests (tasks.runs).
+"""
+
+from __future__ import annotations
+
+from .booking import ALIVE_STATES
+from .health import MAX_AGE as HEALTH_MAX_AGE
+from .supervisor import RUN_LABEL
+
+# How long a rewritten index is trusted: the health period, so that one whole survey serves
+# both.
+MAX_AGE = HEALTH_MAX_AGE
+READY = ("idle", "busy")
+# The queue states a pass acts on (tasks.queue.WAITING); ended entries are only shown.
+WAITING = ("pending", "active")
+
+
+def fleet_hosts(fleet, nodes):
+    """The fleet's instances that a survey would ask (those with an address)."""
+    return [i["name"] for i in fleet.get("instances") or [] if i.get("name") in nodes]
+
+
+def record_host(fleet):
+    """The instance that keeps the fleet's run index: its ready instance with an address and
+    the lowest number (tasks.queue.queue_host's choice when every host answers), or None."""
+    for inst in sorted(fleet.get("instances") or [], key=lambda i: i.get("num") or 0):
+        if inst.get("hostname") and inst.get("status") in READY:
+            return inst["name"]
+    return None
+
+
+def index_requests(fleets, nodes, run):
+    """``{record host: {"fleet", "run"}}`` for every fleet with hosts, or None when a fleet with
+    hosts has no record host (nothing can be trusted about it)."""
+    asked = {}
+    for fleet in fleets:
+        if not fleet_hosts(fleet, nodes):
+            continue
+        host = record_host(fleet)
+        if host is None or host not in nodes or host in asked:
+            return None
+        asked[host] = {"fleet": fleet["name"], "run": run}
+    return asked
+
+
+def trusted(view, max_age=MAX_AGE):
+    """Whether an index's answer (tasks.indexside.index_view) may stand for its fleet."""
+    age = (view or {}).get("age")
+    return age is not None and age <= max_age
+
+
+def waiting(queues):
+    """Whether a queue the survey read holds an entry that a pass acts on."""
+    return any(entry.get("state") in WAITING for found in queues.values() for entry in found)
+
+
+def merge(first, second):
+    """Two surveys of different hosts as one ``(containers, claims, queues, errors)``."""
+    return tuple(dict(a, **b) for a, b in zip(first, second))
+
+
+def partial(nodes, fleets, run, ask):
+    """The survey a placement of ``run`` needs when every fleet's index can be trusted, else
+    None (ask every host). ``ask(nodes, index=None, indexes=None)`` is
+    tasks.runs.survey_with_queues. Hosts it leaves out are in none of the four dicts."""
+    requests = index_requests(fleets, nodes, run)
+    if requests is None:
+        return None
+    views = {}
+    answer = ask(dict((h, nodes[h]) for h in requests), index=requests, indexes=views)
+    if answer[3] or waiting(answer[2]) or not all(trusted(views.get(h)) for h in requests):
+        return None
+    named = sorted(set(h for view in views.values()
+                       for h in list(view.get("hosts") or ()) + list(view.get("busy") or ())
+                       if h in nodes) - set(requests))
+    if named:
+        answer = merge(answer, ask(dict((h, nodes[h]) for h in named)))
+    return answer
+
+
+def reindex_requests(fleets, nodes, survey):
+    """``{record host: reindex request}`` from a whole survey, for every fleet whose record
+    host answered; ``complete`` when all of the fleet's hosts did."""
+    containers, claims, _queues, _errors = survey
+    requests = {}
+    for fleet in fleets:
+        hosts = fleet_hosts(fleet, nodes)
+        host = record_host(fleet)
+        if not hosts or host not in containers:
+            continue
+        runs = {}
+        alive = {}
+        for name in hosts:
+            for entry in containers.get(name) or []:
+                label = (entry.get("labels") or {}).get(RUN_LABEL)
+                if label:
+                    runs.setdefault(label, set()).add(name)
+                    if entry.get("state") in ALIVE_STATES:
+                        alive.setdefault(label, set()).add(name)
+            for claim in claims.get(name) or []:   # the survey's claims are the live ones
+                if claim.get("run"):
+                    runs.setdefault(claim["run"], set()).add(name)
+                    alive.setdefault(claim["run"], set()).add(name)
+        answered = [h for h in hosts if h in containers]
+        requests[host] = {"fleet": fleet["name"],
+                          "runs": dict((r, sorted(h)) for r, h in sorted(runs.items())),
+                          "alive": dict((r, sorted(h)) for r, h in sorted(alive.items())),
+                          "answered": answered, "complete": len(answered) == len(hosts)}
+    return requests
+
+
+def note_request(fleets, placed, run, answered):
+    """``(record host, note request)`` for the hosts of a placement, or None when its fleet's
+    record host did not answer the survey the placement used (``answered``: the hosts that
+    did). That index then misses the run until the next whole survey rewrites it, at most
+    MAX_AGE later: the gap docs/tasks.md names."""
+    fleet = next((f for f in fleets if f.get("name") == placed.get("fleet")), None)
+    host = record_host(fleet) if fleet is not None else None
+    if host is None or host not in answered:
+        return None
+    return host, {"fleet": fleet["name"], "run": run,
+                  "hosts": sorted(set(job["host"] for job in placed["jobs"]))}

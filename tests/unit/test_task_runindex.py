@@ -1,0 +1,295 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The run index (tasks.runindex on the controller, tasks.indexside on the record host): a
+placement asks only the hosts it needs while the index can be trusted, and every host when it
+cannot; what it skips never double-books a host, hides a live run of the same name, or leaves
+an old run's containers behind.
+
+The Runner tests use the fake hosts of test_task_runs, several runners sharing one cluster (one
+controller after another). The host-side tests use the real files under a temporary BOOK_ROOT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
+    booking,
+    indexside,
+    runindex,
+    runs,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
+
+from .test_task_runs import (
+    JOB_LABEL,
+    RUN_LABEL,
+    STARTED,
+    SUB_LABEL,
+    Cluster,
+    container,
+    fleet,
+    task,
+)
+
+
+@pytest.fixture
+def shared(monkeypatch, tmp_path):
+    """``(cluster, submit)``: one fake cluster of ``fleet(count=6)``; ``submit(config)`` runs a
+    new Runner (a new submission, as from another ``gpufleet apply``) to its end and returns
+    ``(result, ops)``, the requests it sent as ``[(host, op)]``."""
+    monkeypatch.setenv("GPUFLEET_STATE_DIR", str(tmp_path / "state"))
+    fleets = [fleet(count=6)]
+    cluster = Cluster([i["name"] for i in fleets[0]["instances"]], program=lambda job: (None, None))
+    monkeypatch.setattr(runs, "Node", lambda instance, root=None, connect_timeout=20: (
+        cluster.nodes[instance["name"]]))
+    monkeypatch.setattr(runs, "run_key", lambda: {"private": "PRIVATE", "public": "PUBLIC"})
+    monkeypatch.setattr(runs, "ensure_image", lambda image, nodes, hosts, **kw: dict(
+        (h, {"present": True, "entrypoint": None, "cmd": None, "working_dir": None})
+        for h in hosts))
+
+    def submit(config):
+        before = len(cluster.log)
+        runner = runs.Runner(config, fleets, emit=cluster.emit, clock=cluster.clock,
+                             sleep=cluster.sleep, poll=1.0, environ={})
+        result = runner.run(wait=False)
+        return result, [(h, op) for h, op, _p in cluster.log[before:]]
+
+    return cluster, submit
+
+
+def statuses(ops):
+    return sorted(h for h, op in ops if op == "status")
+
+
+def alive(run, job=0):
+    return container("%s-%d-0" % (run, job), {RUN_LABEL: run, JOB_LABEL: str(job), SUB_LABEL: "0",
+                                               "gpufleet.blocks": "1"},
+                     state="running", running=STARTED)
+
+
+def test_a_placement_asks_the_record_host_and_the_hosts_it_claims_once_the_index_is_whole(
+        shared):
+    cluster, submit = shared
+    first, ops = submit(task(name="ra", nodes=2))
+    assert first["status"] == "submitted"
+    # No index yet: the record host said so, then every host was asked, and the record host
+    # got the whole fleet's view.
+    assert statuses(ops) == ["gpus-0"] + ["gpus-%d" % n for n in range(6)]
+    assert sorted((h, op) for h, op in ops if op in ("reindex", "note")) == [
+        ("gpus-0", "note"), ("gpus-0", "reindex")]   # both on their way while it claims
+    index = cluster.nodes["gpus-0"].index["gpus"]
+    assert index["completed"] == cluster.now
+    assert index["entries"]["ra"] == {"hosts": {"gpus-0": cluster.now, "gpus-1": cluster.now},
+                                     "alive": ["gpus-0", "gpus-1"]}
+
+    second, ops = submit(task(name="rb", nodes=2))
+    assert second["status"] == "submitted"
+    # The record host, then gpus-1, where its index says a may be alive; nothing else. b goes
+    # to the first two free hosts, whose claims are granted at the first try.
+    assert statuses(ops) == ["gpus-0", "gpus-1"]
+    assert [h for h, op in ops if op == "claim"] == ["gpus-2", "gpus-3"]
+    assert [j["host"] for j in second["jobs"]] == ["gpus-2", "gpus-3"]
+    assert "reindex" not in [op for _h, op in ops]
+    entries = cluster.nodes["gpus-0"].index["gpus"]["entries"]
+    assert sorted(entries["rb"]["hosts"]) == ["gpus-2", "gpus-3"]
+
+    third, ops = submit(task(name="rc", nodes=2))
+    assert [j["host"] for j in third["jobs"]] == ["gpus-4", "gpus-5"]
+    assert statuses(ops) == ["gpus-0", "gpus-1", "gpus-2", "gpus-3"]
+    # With every host taken, the next run learns it from the five it asks, and fails without
+    # claiming anything.
+    fourth, ops = submit(task(name="rd"))
+    assert fourth["reason"] == lc.NO_CAPACITY
+    assert statuses(ops) == ["gpus-%d" % n for n in range(6)]
+    assert "claim" not in [op for _h, op in ops]
+
+
+def test_the_index_tells_a_live_run_of_the_same_name_on_a_host_not_otherwise_asked(shared):
+    cluster, submit = shared
+    submit(task(name="warm"))   # a whole survey writes the index
+    cluster.nodes["gpus-4"].containers.append(alive("ra"))
+    cluster.nodes["gpus-0"].op_note({"fleet": "gpus", "run": "ra", "hosts": ["gpus-4"]})
+    with pytest.raises(runs.RunError) as info:
+        submit(task(name="ra"))
+    assert "run ra is already running (on gpus-4)" in str(info.value)
+    # The record host, then the host its index names for a: no other host was asked.
+    ops = cluster.log[-2:]
+    assert [(h, op) for h, op, _p in ops] == [("gpus-0", "status"), ("gpus-4", "status")]
+    assert ops[0][2]["index"] == {"fleet": "gpus", "run": "ra"}
+
+
+def test_an_old_run_of_the_same_name_is_cleared_from_a_host_the_index_names(shared):
+    cluster, submit = shared
+    submit(task(name="warm"))
+    cluster.nodes["gpus-5"].containers.append(container(
+        "ra-0-0", {RUN_LABEL: "ra", JOB_LABEL: "0", SUB_LABEL: "0"}, state="exited",
+        running=STARTED, exit_code=0))
+    cluster.nodes["gpus-0"].op_note({"fleet": "gpus", "run": "ra", "hosts": ["gpus-5"]})
+    result, ops = submit(task(name="ra"))
+    assert result["status"] == "submitted"
+    assert [j["host"] for j in result["jobs"]] != ["gpus-5"]
+    assert ("gpus-5", "remove") in ops
+    assert cluster.nodes["gpus-5"].containers == []
+    assert statuses(ops) == ["gpus-0", "gpus-5"]
+
+
+def test_a_host_busy_behind_the_index_refuses_the_claim_and_the_next_try_asks_every_host(
+        shared):
+    cluster, submit = shared
+    submit(task(name="warm"))   # placed on gpus-0
+    cluster.nodes["gpus-1"].containers.append(alive("hand"))   # started without a note
+    result, ops = submit(task(name="rb"))
+    assert result["status"] == "submitted"
+    assert [j["host"] for j in result["jobs"]] == ["gpus-2"]
+    claims = [h for h, op in ops if op == "claim"]
+    assert claims == ["gpus-1", "gpus-2"]
+    # The first look asked the record host only; after the refusal, every host.
+    assert ops[0] == ("gpus-0", "status")
+    assert statuses(ops) == ["gpus-0"] + ["gpus-%d" % n for n in range(6)]
+    assert [c["run"] for c in cluster.nodes["gpus-1"].claims] == []
+
+
+@pytest.mark.parametrize("why", ["old", "queue", "record host down", "never whole"])
+def test_every_host_is_asked_when_the_index_cannot_be_trusted(shared, why):
+    cluster, submit = shared
+    submit(task(name="warm"))
+    record = cluster.nodes["gpus-0"]
+    if why == "old":
+        cluster.now += runindex.MAX_AGE + 1
+    elif why == "queue":
+        record.queue["waits"] = {"run": "waits", "run_id": "w", "state": "pending",
+                                 "priority": 0, "submitted_epoch": 1}
+    elif why == "record host down":
+        record.down = True
+    else:
+        record.index["gpus"]["completed"] = None
+    result, ops = submit(task(name="rb"))
+    assert result["status"] == "submitted"
+    assert statuses(ops)[-6:] == ["gpus-%d" % n for n in range(6)]
+    if why == "record host down":
+        # No index to note in: the run goes on without it, and not on the silent host.
+        assert ("gpus-0", "note") not in ops
+        assert [j["host"] for j in result["jobs"]] == ["gpus-1"]
+
+
+def test_an_ended_queue_entry_does_not_stop_the_index_from_serving(shared):
+    cluster, submit = shared
+    submit(task(name="warm"))
+    cluster.nodes["gpus-0"].queue["gone"] = {"run": "gone", "run_id": "g", "state": "failed",
+                                             "priority": 0, "submitted_epoch": 1}
+    _result, ops = submit(task(name="rb"))
+    assert statuses(ops) == ["gpus-0"]
+
+
+def test_a_note_that_fails_lets_the_hosts_go_and_the_run_is_placed_after_a_whole_survey(
+        shared, monkeypatch):
+    cluster, submit = shared
+    submit(task(name="warm"))
+    record = cluster.nodes["gpus-0"]
+    real = record.op_note
+    calls = []
+
+    def note_once_down(payload):
+        calls.append(payload["run"])
+        if len(calls) == 1:
+            raise runs.NodeError("gpus-0", "unreachable over SSH: Connection timed out")
+        return real(payload)
+
+    monkeypatch.setattr(record, "op_note", note_once_down)
+    result, ops = submit(task(name="rb"))
+    assert result["status"] == "submitted"
+    host = result["jobs"][0]["host"]
+    assert ("gpus-1", "release") in ops
+    assert calls == ["rb", "rb"]
+    assert host in record.index["gpus"]["entries"]["rb"]["hosts"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The controller's pure pieces
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_record_host_is_the_ready_instance_with_the_lowest_number():
+    record = fleet(count=3)
+    record["instances"][0]["status"] = "provisioning"
+    record["instances"].reverse()
+    assert runindex.record_host(record) == "gpus-1"
+    for inst in record["instances"]:
+        inst["status"] = "terminated"
+    assert runindex.record_host(record) is None
+    nodes = dict((i["name"], None) for i in record["instances"])
+    assert runindex.index_requests([record], nodes, "a") is None
+
+
+def test_a_whole_survey_becomes_one_reindex_per_fleet_whose_record_host_answered():
+    fleets = [fleet("x", 3), fleet("y", 2)]
+    nodes = dict((i["name"], None) for f in fleets for i in f["instances"])
+    containers = {"x-0": [alive("a")], "x-1": [], "y-1": [alive("b")]}
+    claims = {"x-0": [], "x-1": [{"run": "c"}], "y-1": []}
+    requests = runindex.reindex_requests(fleets, nodes, (containers, claims, {}, {"x-2": "down"}))
+    # y's record host (y-0) did not answer: nothing to write there.
+    assert requests == {"x-0": {"fleet": "x", "runs": {"a": ["x-0"], "c": ["x-1"]},
+                                "alive": {"a": ["x-0"], "c": ["x-1"]},
+                                "answered": ["x-0", "x-1"], "complete": False}}
+
+
+# ---------------------------------------------------------------------------------------------
+# On the record host: the files
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def book(tmp_path, monkeypatch):
+    monkeypatch.setattr(booking, "BOOK_ROOT", str(tmp_path / "book"))
+    return tmp_path / "book"
+
+
+def test_notes_and_a_whole_rewrite_on_the_record_host(book, monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(indexside.time, "time", lambda: now[0])
+    assert indexside.index_view("gpus", "a") == {"age": None, "hosts": [], "busy": []}
+    indexside.op_note({"fleet": "gpus", "run": "a", "hosts": ["gpus-1", "gpus-2"]})
+    now[0] += indexside.NOTE_MARGIN + 1
+    indexside.op_note({"fleet": "gpus", "run": "b", "hosts": ["gpus-3"]})
+    # One whole survey: a is on gpus-2 only now, and ended; d lives on gpus-0; b was noted a
+    # moment ago (its claims are on the way); gpus-4 did not answer, so what the index said of
+    # it stays.
+    indexside.op_note({"fleet": "gpus", "run": "c", "hosts": ["gpus-4"]})
+    now[0] += 1
+    indexside.op_reindex({"fleet": "gpus", "runs": {"a": ["gpus-2"], "d": ["gpus-0"]},
+                          "alive": {"d": ["gpus-0"]},
+                          "answered": ["gpus-0", "gpus-1", "gpus-2", "gpus-3"],
+                          "complete": True})
+    assert indexside.index_view("gpus", "a") == {"age": 0.0, "hosts": ["gpus-2"],
+                                                 "busy": ["gpus-0", "gpus-3", "gpus-4"]}
+    assert indexside.index_view("gpus", "b")["hosts"] == ["gpus-3"]
+    assert indexside.index_view("gpus", "c")["hosts"] == ["gpus-4"]
+    assert indexside.index_view("gpus", "d")["hosts"] == ["gpus-0"]
+    now[0] += 30
+    assert indexside.index_view("gpus", "a")["age"] == 30.0
+    # Later, with every host answering and nothing found, the entries go.
+    now[0] += indexside.NOTE_MARGIN
+    indexside.op_reindex({"fleet": "gpus", "runs": {}, "complete": False,
+                          "answered": ["gpus-%d" % n for n in range(5)]})
+    assert sorted(os.listdir(str(book / "index" / "gpus"))) == ["complete"]
+    assert json.loads((book / "index" / "gpus" / "complete").read_text())["at"] == 1000.0 + (
+        indexside.NOTE_MARGIN + 2)
+    assert oct(os.stat(str(book / "index" / "gpus" / "complete")).st_mode & 0o777) == "0o600"
+
+
+def test_a_fleet_or_run_name_that_is_not_a_name_is_refused_on_the_host(book):
+    with pytest.raises(Exception) as info:
+        indexside.op_note({"fleet": "../etc", "run": "a", "hosts": []})
+    assert "not a run name" in str(info.value)
+
+
+def test_the_survey_carries_the_index_request_and_its_answer(book, monkeypatch):
+    indexside.op_note({"fleet": "gpus", "run": "a", "hosts": ["gpus-1"]})
+    monkeypatch.setattr(indexside, "_STATUS_BEFORE_INDEX", lambda payload: {"containers": []})
+    answer = booking.BOOK_OPS["status"]({"index": {"fleet": "gpus", "run": "a"}})
+    assert answer["index"] == {"age": None, "hosts": ["gpus-1"], "busy": ["gpus-1"]}
+    assert "index" not in booking.BOOK_OPS["status"]({})
