@@ -108,6 +108,24 @@ def test_a_placement_asks_the_record_host_and_the_hosts_it_claims_once_the_index
     assert "claim" not in [op for _h, op in ops]
 
 
+def test_hosts_whose_runs_ended_stop_being_asked_after_the_next_submission(shared):
+    cluster, submit = shared
+    submit(task(name="ra", nodes=3))   # gpus-0, 1 and 2
+    for node in cluster.nodes.values():
+        for box in node.containers:
+            box["state"] = "exited"
+        node.claims = []
+    cluster.now += indexside.IDLE_MARGIN
+    result, ops = submit(task(name="rb"))
+    # Still sent to the three hosts where ra was alive; they say it ended, and rb's note says so.
+    assert statuses(ops) == ["gpus-0", "gpus-1", "gpus-2"]
+    assert [j["host"] for j in result["jobs"]] == ["gpus-0"]
+    note = [p for h, p in cluster.ops("note") if p["run"] == "rb"][0]
+    assert note["idle"] == ["gpus-1", "gpus-2"]
+    _result, ops = submit(task(name="rc"))
+    assert statuses(ops) == ["gpus-0"]
+
+
 def test_the_index_tells_a_live_run_of_the_same_name_on_a_host_not_otherwise_asked(shared):
     cluster, submit = shared
     submit(task(name="warm"))   # a whole survey writes the index
@@ -279,6 +297,21 @@ def test_notes_and_a_whole_rewrite_on_the_record_host(book, monkeypatch):
     assert json.loads((book / "index" / "gpus" / "complete").read_text())["at"] == 1000.0 + (
         indexside.NOTE_MARGIN + 2)
     assert oct(os.stat(str(book / "index" / "gpus" / "complete")).st_mode & 0o777) == "0o600"
+
+
+def test_a_note_takes_idle_hosts_off_every_run_but_not_a_fresh_note(book, monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(indexside.time, "time", lambda: now[0])
+    indexside.op_note({"fleet": "gpus", "run": "a", "hosts": ["gpus-1", "gpus-2"]})
+    now[0] += indexside.IDLE_MARGIN
+    indexside.op_note({"fleet": "gpus", "run": "b", "hosts": ["gpus-3"]})
+    now[0] += 1
+    indexside.op_note({"fleet": "gpus", "run": "c", "hosts": ["gpus-4"],
+                       "idle": ["gpus-1", "gpus-2", "gpus-3"]})
+    # a ended on 1 and 2 (its containers stay, for the next run of its name to clear); b was
+    # noted a second ago, after the look that found gpus-3 idle.
+    assert indexside.index_view("gpus", "a") == {"age": None, "hosts": ["gpus-1", "gpus-2"],
+                                                 "busy": ["gpus-3", "gpus-4"]}
 
 
 def test_a_fleet_or_run_name_that_is_not_a_name_is_refused_on_the_host(book):

@@ -98,9 +98,9 @@ class FakeNode:
 
     def op_note(self, payload):
         kept = self.index.setdefault(payload["fleet"], {"entries": {}, "completed": None})
-        kept["entries"][payload["run"]] = indexside.noted(
-            kept["entries"].get(payload["run"]), payload["hosts"], self.cluster.now)
-        return {"noted": sorted(kept["entries"][payload["run"]])}
+        kept["entries"].update(indexside.noted(kept["entries"], payload["run"], payload["hosts"],
+                                               payload.get("idle"), self.cluster.now))
+        return {"noted": sorted(kept["entries"][payload["run"]]["hosts"])}
 
     def op_reindex(self, payload):
         kept = self.index.setdefault(payload["fleet"], {"entries": {}, "completed": None})

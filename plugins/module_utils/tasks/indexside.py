@@ -25,8 +25,9 @@ Operations (every write holds booking's lock):
 - ``status`` with ``{"index": {"fleet": F, "run": R}}`` answers as before and adds
   ``index``: ``{"age": seconds since complete or null, "hosts": [R's hosts], "busy": [hosts
   where any run may be alive]}``;
-- ``note`` ``{"fleet", "run", "hosts"}``: add hosts to a run's entry, alive (a submission,
-  before it claims them);
+- ``note`` ``{"fleet", "run", "hosts", "idle"}``: add hosts to a run's entry, alive (a
+  submission, before it claims them), and no longer count as alive the hosts where that
+  submission found nothing alive (``idle``);
 - ``reindex`` ``{"fleet", "runs": {run: [hosts]}, "alive": {run: [hosts]}, "answered":
   [hosts], "complete"}``: one whole survey's view. Every entry becomes the hosts that survey
   found its run on, plus the hosts it did not hear from and those noted in the last
@@ -44,6 +45,10 @@ except ImportError:  # on a host: nodeside's and booking's sources run first in 
     pass
 
 NOTE_MARGIN = 120
+# A note's ``idle`` hosts only say where submitters need not look (a host taken meanwhile
+# refuses the claim anyway), so a short margin serves: the time between a submitter's look and
+# its note.
+IDLE_MARGIN = 10
 COMPLETE = "complete"
 
 
@@ -92,15 +97,26 @@ def view(entries, completed, run, now):
             "busy": sorted(busy)}
 
 
-def noted(entry, hosts, now):
-    """A run's entry with ``hosts`` added, alive."""
-    entry = entry or {}
+def noted(entries, run, hosts, idle, now):
+    """Every entry after a note: ``run`` has ``hosts`` added, alive; the hosts in ``idle`` (the
+    submitter found nothing alive and no claim there) are no longer alive for any run, unless
+    they were noted within IDLE_MARGIN (a submission the submitter's look came too early for).
+    Returns the entries that changed."""
+    idle = set(idle or ())
+    changed = {}
+    for name, entry in entries.items():
+        alive = [h for h in entry.get("alive") or () if h not in idle
+                 or now - float((entry.get("hosts") or {}).get(h) or 0) < IDLE_MARGIN]
+        if alive != list(entry.get("alive") or ()):
+            changed[name] = {"hosts": entry["hosts"], "alive": alive}
+    entry = changed.get(run) or entries.get(run) or {}
     found = dict(entry.get("hosts") or {})
     alive = set(entry.get("alive") or ())
     for host in hosts or ():
         found[str(host)] = now
         alive.add(str(host))
-    return {"hosts": found, "alive": sorted(alive)}
+    changed[run] = {"hosts": found, "alive": sorted(alive)}
+    return changed
 
 
 def rewritten(entries, found, alive, answered, now):
@@ -136,9 +152,11 @@ def index_view(fleet, run, now=None):
 def op_note(payload):
     fleet, run = payload["fleet"], _name(payload["run"])
     with _Lock():
-        entry = noted(_entries(fleet).get(run), payload.get("hosts"), time.time())
-        _write_entry(fleet, run, entry)
-    return {"noted": sorted(entry["hosts"])}
+        changed = noted(_entries(fleet), run, payload.get("hosts"), payload.get("idle"),
+                        time.time())
+        for name, entry in changed.items():
+            _write_entry(fleet, name, entry)
+    return {"noted": sorted(changed[run]["hosts"])}
 
 
 def op_reindex(payload):

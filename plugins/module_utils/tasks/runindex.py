@@ -144,14 +144,24 @@ def reindex_requests(fleets, nodes, survey):
     return requests
 
 
-def note_request(fleets, placed, run, answered):
+def idle_hosts(hosts, survey):
+    """Of ``hosts``, those the survey found with no alive task container and no live claim."""
+    containers, claims = survey[0], survey[1]
+    return [h for h in hosts if h in containers and not claims.get(h) and not any(
+        c.get("state") in ALIVE_STATES for c in containers[h])]
+
+
+def note_request(fleets, placed, run, survey):
     """``(record host, note request)`` for the hosts of a placement, or None when its fleet's
-    record host did not answer the survey the placement used (``answered``: the hosts that
-    did). That index then misses the run until the next whole survey rewrites it, at most
-    MAX_AGE later: the gap docs/tasks.md names."""
+    record host did not answer the survey the placement used. That index then misses the run
+    until the next whole survey rewrites it, at most MAX_AGE later (docs/concepts.md names the
+    gap). The request also names the fleet's hosts the survey found idle, so that the index
+    stops sending submitters to hosts whose runs ended."""
     fleet = next((f for f in fleets if f.get("name") == placed.get("fleet")), None)
     host = record_host(fleet) if fleet is not None else None
-    if host is None or host not in answered:
+    if host is None or host not in survey[0]:
         return None
-    return host, {"fleet": fleet["name"], "run": run,
-                  "hosts": sorted(set(job["host"] for job in placed["jobs"]))}
+    hosts = sorted(set(job["host"] for job in placed["jobs"]))
+    idle = [h for h in idle_hosts(sorted(survey[0]), survey) if h not in hosts and any(
+        i.get("name") == h for i in fleet.get("instances") or [])]
+    return host, {"fleet": fleet["name"], "run": run, "hosts": hosts, "idle": idle}

@@ -358,7 +358,7 @@ class Runner(object):
 
     def _place(self, whole=False):
         containers, claims, _queues, errors = self._survey(whole)
-        self._answered = set(containers)
+        self._surveyed = (containers, claims)
         self.leftovers = sorted(h for h, entries in containers.items()
                                 if any(c["labels"].get(RUN_LABEL) == self.name for c in entries))
         for host, entries in containers.items():
@@ -475,7 +475,7 @@ class Runner(object):
                 self.sleep(self.rng.uniform(0.05, 0.4) * attempt)
             # The first try trusts the run index; after a refused claim, every host is asked.
             placed = self._place(whole=attempt > 0)
-            noting = runindex.note_request(self.fleets, placed, self.name, self._answered)
+            noting = runindex.note_request(self.fleets, placed, self.name, self._surveyed)
             if noting is not None:
                 # Noted before any container exists, while the hosts are claimed.
                 noting = _Background(self.nodes[noting[0]].call, "note", noting[1])
