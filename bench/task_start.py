@@ -82,12 +82,17 @@ def fleet_instances(env, work, fleet, name):
 
 
 def clean(instances):
+    """Remove what a round started, and the runs' claims: their runs ended (a claim outlives
+    a container removed behind gpufleet's back until its lease runs out)."""
     for inst in instances:
         ids = node_docker(inst["container"], "ps", "-aq", "--filter", "label=bench").stdout.split()
         ids += node_docker(inst["container"], "ps", "-aq", "--filter",
                            "label=gpufleet.run").stdout.split()
         if ids:
             node_docker(inst["container"], "rm", "-f", *ids)
+            subprocess.run(["docker", "exec", inst["container"], "sh", "-c",
+                            "rm -f /var/lib/gpufleet/book/claims/*.json"],
+                           capture_output=True, check=False)
 
 
 def ssh_argv(inst, command):
