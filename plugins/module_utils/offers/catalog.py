@@ -27,9 +27,23 @@ import os
 import pprint
 
 from ..core.errors import GpufleetError
-from . import _catalog_aws, _catalog_gcp
 
-SHIPPED = {"aws": _catalog_aws, "gcp": _catalog_gcp}
+def _shipped_aws():
+    from . import _catalog_aws
+
+    return _catalog_aws.CATALOG
+
+
+def _shipped_gcp():
+    from . import _catalog_gcp
+
+    return _catalog_gcp.CATALOG
+
+
+# The catalogs shipped with the collection, by backend. Each is about 100 KB of Python, imported
+# when that catalog is read rather than by every command (plain imports, so that Ansible still
+# packs them with a module that uses them).
+SHIPPED = {"aws": _shipped_aws, "gcp": _shipped_gcp}
 BACKENDS = tuple(sorted(SHIPPED))
 ARCHES = ("x86", "arm")
 GPU_VENDORS = ("nvidia", "amd", "intel", "tenstorrent")
@@ -138,7 +152,7 @@ def shipped(backend):
     if backend not in SHIPPED:
         raise CatalogError("no catalog for backend %s (catalogs: %s)"
                            % (backend, ", ".join(BACKENDS)))
-    return check(copy.deepcopy(SHIPPED[backend].CATALOG), backend,
+    return check(copy.deepcopy(SHIPPED[backend]()), backend,
                  "the shipped %s catalog" % backend)
 
 

@@ -25,7 +25,6 @@ import datetime
 
 from ..core.times import parse_time
 from ..fleets import state
-from ..hosts import health as judging
 from .claiming import busy_map
 from .ssh import Node
 from .supervisor import parallel
@@ -83,6 +82,8 @@ def of_fact(fact):
 def judge_answers(raw, now=None):
     """``{host: changes}`` for the facts cache from the hosts' raw probes ``{host: probe}``."""
     checked_at = stamp(now)
+    from ..hosts import health as judging   # its parsers only load when there is a probe
+
     return dict((host, fact_changes(judging.judge(probe, checked_at)))
                 for host, probe in raw.items())
 
