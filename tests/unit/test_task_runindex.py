@@ -194,6 +194,22 @@ def test_every_host_is_asked_when_the_index_cannot_be_trusted(shared, why):
         assert [j["host"] for j in result["jobs"]] == ["gpus-1"]
 
 
+def test_the_runner_says_whether_its_look_was_whole(shared, monkeypatch):
+    """entry.submit passes over the queue only after a look at every host: a partial look
+    shows a run's jobs in part, and a pass would stop the jobs it cannot see."""
+    cluster, submit = shared
+    runner = runs.Runner(task(name="rb"), [fleet(count=6)], emit=cluster.emit,
+                         clock=cluster.clock, sleep=cluster.sleep, environ={})
+    runner.survey()
+    assert runner.surveyed_whole is True   # no index yet
+    submit(task(name="warm"))
+    runner.survey()
+    assert runner.surveyed_whole is False
+    cluster.nodes["gpus-0"].down = True
+    runner.survey()
+    assert runner.surveyed_whole is True
+
+
 def test_an_ended_queue_entry_does_not_stop_the_index_from_serving(shared):
     cluster, submit = shared
     submit(task(name="warm"))

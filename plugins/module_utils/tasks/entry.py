@@ -245,7 +245,11 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             # Runs already waiting go first, in priority order (tasks.queue). One look at the
             # hosts serves the pass and, when there was no queue to act on, the placement.
             survey = runner.survey()
-            report = drive_queue(fleets, root, emit, survey=survey)
+            # A look at part of the hosts (tasks.runindex) found no run waiting, and shows
+            # runs only in part: a pass would judge them on what it cannot see. The next look
+            # at every host passes over the queue.
+            report = drive_queue(fleets, root, emit, survey=survey) if (
+                runner.surveyed_whole) else {}
             if not queue_entries(survey) and not any(report.values()):
                 runner.reuse_survey(survey)
         if check_mode:

@@ -333,8 +333,10 @@ class QueuePass(object):
                     and job["status"] in lifecycle.ALIVE:
                 by_host.setdefault((job["host"], stops[num]), []).append(
                     {"run": record["name"], "job_num": num, "container": job["container"]})
-        for (where, reason), jobs in sorted(by_host.items()):
-            self._call(where, "stop", {"reason": reason, "timeout": 10, "jobs": jobs})
+        # Every host at once: a run of 32 nodes is not stopped one host after another.
+        parallel(sorted(by_host), lambda key: self._call(key[0], "stop", {
+            "reason": key[1], "timeout": 10, "jobs": by_host[key]}))
+        for _key, jobs in sorted(by_host.items()):
             self.report["stopped"] += [j["container"] for j in jobs]
 
     # -- small helpers ------------------------------------------------------------------------

@@ -334,6 +334,7 @@ class Runner(object):
         self.submissions = []
         self.leftovers = []
         self._claimed = {}   # the answers of the last granted claims, by host
+        self.surveyed_whole = True   # whether the last survey asked every host
         self.env = resolve_env(config, self.secrets, self.environ)
         # A job array's runs share one Code (one pack of the tree); a lone run owns its own.
         self._owns_code = code_ is None
@@ -390,7 +391,8 @@ class Runner(object):
         return placed
 
     def survey(self):
-        """What the next placement will use (see _survey); ``reuse_survey`` hands it back."""
+        """What the next placement will use (see _survey); ``reuse_survey`` hands it back.
+        ``surveyed_whole`` then says whether every host was asked."""
         return self._survey()
 
     def reuse_survey(self, answer):
@@ -409,9 +411,11 @@ class Runner(object):
             return fresh
         root = state.state_dir(self.root)
         stale = health.due(self.fleets, root)
+        self.surveyed_whole = True
         if not whole and not stale:
             answer = runindex.partial(self.nodes, self.fleets, self.name, survey_with_queues)
             if answer is not None:
+                self.surveyed_whole = False
                 return answer
         raw = {}
         answer = survey_with_queues(self.nodes, probe=[h for h in stale if h in self.nodes],
