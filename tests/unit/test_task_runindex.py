@@ -66,9 +66,8 @@ def statuses(ops):
 
 
 def alive(run, job=0):
-    return container("%s-%d-0" % (run, job), {RUN_LABEL: run, JOB_LABEL: str(job), SUB_LABEL: "0",
-                                               "gpufleet.blocks": "1"},
-                     state="running", running=STARTED)
+    labels = {RUN_LABEL: run, JOB_LABEL: str(job), SUB_LABEL: "0", "gpufleet.blocks": "1"}
+    return container("%s-%d-0" % (run, job), labels, state="running", running=STARTED)
 
 
 def test_a_placement_asks_the_record_host_and_the_hosts_it_claims_once_the_index_is_whole(
@@ -83,8 +82,8 @@ def test_a_placement_asks_the_record_host_and_the_hosts_it_claims_once_the_index
         ("gpus-0", "note"), ("gpus-0", "reindex")]   # both on their way while it claims
     index = cluster.nodes["gpus-0"].index["gpus"]
     assert index["completed"] == cluster.now
-    assert index["entries"]["ra"] == {"hosts": {"gpus-0": cluster.now, "gpus-1": cluster.now},
-                                     "alive": ["gpus-0", "gpus-1"]}
+    assert index["entries"]["ra"] == {
+        "hosts": {"gpus-0": cluster.now, "gpus-1": cluster.now}, "alive": ["gpus-0", "gpus-1"]}
 
     second, ops = submit(task(name="rb", nodes=2))
     assert second["status"] == "submitted"

@@ -28,6 +28,7 @@ import pprint
 
 from ..core.errors import GpufleetError
 
+
 def _shipped_aws():
     from . import _catalog_aws
 
