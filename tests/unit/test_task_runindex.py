@@ -81,7 +81,7 @@ def test_a_placement_asks_the_record_host_and_the_hosts_it_claims_once_the_index
     assert sorted((h, op) for h, op in ops if op in ("reindex", "note")) == [
         ("gpus-0", "note"), ("gpus-0", "reindex")]   # both on their way while it claims
     index = cluster.nodes["gpus-0"].index["gpus"]
-    assert index["completed"] == cluster.now
+    assert cluster.now - 1 < index["completed"] <= cluster.now   # when that survey began
     assert index["entries"]["ra"] == {
         "hosts": {"gpus-0": cluster.now, "gpus-1": cluster.now}, "alive": ["gpus-0", "gpus-1"]}
 
@@ -241,13 +241,55 @@ def test_a_note_that_fails_lets_the_hosts_go_and_the_run_is_placed_after_a_whole
     assert host in record.index["gpus"]["entries"]["rb"]["hosts"]
 
 
+def test_a_note_that_always_fails_does_not_stop_a_run_placed_on_a_whole_look(shared,
+                                                                              monkeypatch):
+    cluster, submit = shared
+    submit(task(name="warm"))
+
+    def down(payload):
+        raise runs.NodeError("gpus-0", "No space left on device")
+
+    monkeypatch.setattr(cluster.nodes["gpus-0"], "op_note", down)
+    result, ops = submit(task(name="rb"))
+    assert result["status"] == "submitted"
+    assert [op for _h, op in ops].count("note") == 2   # partial, released; whole, went on
+
+
+def test_a_plan_in_check_mode_asks_every_host_and_writes_nothing(shared):
+    cluster, submit = shared
+    submit(task(name="warm"))
+    before = len(cluster.log)
+    runner = runs.Runner(task(name="rb"), [fleet(count=6)], emit=cluster.emit,
+                         clock=cluster.clock, sleep=cluster.sleep, environ={})
+    runner.read_only = True
+    placed = runner._place()
+    assert [j["host"] for j in placed["jobs"]] == ["gpus-1"]
+    ops = [(h, op) for h, op, _p in cluster.log[before:]]
+    assert statuses(ops) == ["gpus-%d" % n for n in range(6)]
+    assert set(op for _h, op in ops) == {"status"}
+
+
+def test_a_waiting_entry_on_a_host_the_index_names_means_every_host_is_asked(shared):
+    cluster, submit = shared
+    submit(task(name="warm"))
+    cluster.nodes["gpus-0"].op_note({"fleet": "gpus", "run": "rb", "hosts": ["gpus-3"]})
+    cluster.nodes["gpus-3"].queue["waits"] = {"run": "waits", "run_id": "w",
+                                              "state": "pending", "priority": 0,
+                                              "submitted_epoch": 1}
+    _result, ops = submit(task(name="rb"))
+    # The record host and gpus-3, whose queue holds a waiting run; then every host.
+    assert statuses(ops) == sorted(["gpus-0", "gpus-3"] + ["gpus-%d" % n for n in range(6)])
+
+
 # ---------------------------------------------------------------------------------------------
 # The controller's pure pieces
 # ---------------------------------------------------------------------------------------------
 
 
-def test_the_record_host_is_the_ready_instance_with_the_lowest_number():
+def test_the_record_host_is_the_lowest_numbered_instance_its_backend_does_not_call_gone():
     record = fleet(count=3)
+    for inst in record["instances"]:
+        inst["backend"] = "local"
     record["instances"][0]["status"] = "provisioning"
     record["instances"].reverse()
     assert runindex.record_host(record) == "gpus-1"
@@ -256,6 +298,11 @@ def test_the_record_host_is_the_ready_instance_with_the_lowest_number():
     assert runindex.record_host(record) is None
     nodes = dict((i["name"], None) for i in record["instances"])
     assert runindex.index_requests([record], nodes, "a") is None
+    # An SSH fleet's status depends on what this controller measured: not used, so that every
+    # controller picks the same host.
+    ssh = fleet(count=2)
+    ssh["instances"][0]["status"] = "pending"
+    assert runindex.record_host(ssh) == "gpus-0"
 
 
 def test_a_whole_survey_becomes_one_reindex_per_fleet_whose_record_host_answered():
@@ -267,7 +314,8 @@ def test_a_whole_survey_becomes_one_reindex_per_fleet_whose_record_host_answered
     # y's record host (y-0) did not answer: nothing to write there.
     assert requests == {"x-0": {"fleet": "x", "runs": {"a": ["x-0"], "c": ["x-1"]},
                                 "alive": {"a": ["x-0"], "c": ["x-1"]},
-                                "answered": ["x-0", "x-1"], "complete": False}}
+                                "answered": ["x-0", "x-1"], "members": ["x-0", "x-1", "x-2"],
+                                "age": 0.0, "complete": False}}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,6 +375,27 @@ def test_a_note_takes_idle_hosts_off_every_run_but_not_a_fresh_note(book, monkey
     # noted a second ago, after the look that found gpus-3 idle.
     assert indexside.index_view("gpus", "a") == {"age": None, "hosts": ["gpus-1", "gpus-2"],
                                                  "busy": ["gpus-3", "gpus-4"]}
+
+
+def test_a_rewrite_from_a_slow_survey_keeps_what_was_noted_after_it_began(book,
+                                                                         monkeypatch):
+    now = [1000.0]
+    monkeypatch.setattr(indexside.time, "time", lambda: now[0])
+    indexside.op_note({"fleet": "gpus", "run": "a", "hosts": ["gpus-1"]})
+    # A survey began at 1000 and took 200 s; it saw gpus-1 before a's claim landed there.
+    now[0] += 200
+    indexside.op_reindex({"fleet": "gpus", "runs": {}, "alive": {}, "answered": ["gpus-1"],
+                          "members": ["gpus-0", "gpus-1"], "age": 200, "complete": True})
+    view = indexside.index_view("gpus", "a")
+    assert view == {"age": 200.0, "hosts": ["gpus-1"], "busy": ["gpus-1"]}
+    # A host that left the fleet goes from every entry.
+    indexside.op_note({"fleet": "gpus", "run": "b", "hosts": ["gpus-9"]})
+    indexside.op_reindex({"fleet": "gpus", "runs": {}, "alive": {}, "answered": [],
+                          "members": ["gpus-0", "gpus-1"], "age": 0, "complete": False})
+    assert indexside.index_view("gpus", "b")["hosts"] == []
+    # A marker from the future (the clock went back) is not trusted.
+    now[0] -= 300
+    assert indexside.index_view("gpus", "a")["age"] is None
 
 
 def test_a_fleet_or_run_name_that_is_not_a_name_is_refused_on_the_host(book):

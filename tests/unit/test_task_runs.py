@@ -104,11 +104,12 @@ class FakeNode:
 
     def op_reindex(self, payload):
         kept = self.index.setdefault(payload["fleet"], {"entries": {}, "completed": None})
+        begun = self.cluster.now - payload["age"]
         kept["entries"] = indexside.rewritten(kept["entries"], payload["runs"],
                                               payload["alive"], payload["answered"],
-                                              self.cluster.now)
+                                              self.cluster.now, begun, set(payload["members"]))
         if payload["complete"]:
-            kept["completed"] = self.cluster.now
+            kept["completed"] = begun
         return {"reindexed": True}
 
     def op_start(self, payload):
@@ -642,7 +643,8 @@ def test_a_finished_run_of_the_same_name_on_a_host_it_no_longer_uses_is_removed(
         running=STARTED, exit_code=0))
     result = runner.run()
     assert result["status"] == lc.RUN_DONE
-    assert [(h, c["replace"]) for h, c in cluster.ops("claim")] == [("gpus-0", False)]
+    # Every claim clears the name's leftovers on its host, seen or not (tasks.runindex).
+    assert [(h, c["replace"]) for h, c in cluster.ops("claim")] == [("gpus-0", True)]
     assert [(h, p["run"], p["keep"]) for h, p in cluster.ops("remove")] == [
         ("gpus-1", "train", runner.run_id)]
     assert not any(c["name"] == "train-0-0" for c in cluster.nodes["gpus-1"].containers)

@@ -240,6 +240,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
                                  check_mode, config_dir)
         runner = make_runner(config)
         runner.announce_plan = bool(params.get("show_plan"))
+        runner.read_only = bool(check_mode)
         if not check_mode:
             runner.make_key_early()   # ready by the time the run is placed
             # Runs already waiting go first, in priority order (tasks.queue). One look at the
@@ -248,8 +249,8 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             # A look at part of the hosts (tasks.runindex) found no run waiting, and shows
             # runs only in part: a pass would judge them on what it cannot see. The next look
             # at every host passes over the queue.
-            report = drive_queue(fleets, root, emit, survey=survey) if (
-                runner.surveyed_whole) else {}
+            report = drive_queue(fleets, root, emit, survey=survey) if getattr(
+                runner, "surveyed_whole", True) else {}
             if not queue_entries(survey) and not any(report.values()):
                 runner.reuse_survey(survey)
         if check_mode:
@@ -312,6 +313,7 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
     first = array_spec["indices"][0]
     if check_mode:
         runner = make_runner(dict(config, name=batch.names[first]), batch.info(first))
+        runner.read_only = True
         try:
             placed = runner._place()
             runner.image_and_python(placed)

@@ -29,11 +29,12 @@ Operations (every write holds booking's lock):
   submission, before it claims them), and no longer count as alive the hosts where that
   submission found nothing alive (``idle``);
 - ``reindex`` ``{"fleet", "runs": {run: [hosts]}, "alive": {run: [hosts]}, "answered":
-  [hosts], "complete"}``: one whole survey's view. Every entry becomes the hosts that survey
-  found its run on, plus the hosts it did not hear from and those noted in the last
-  ``NOTE_MARGIN`` seconds (a submission between its note and its claims, which that survey
-  could not see yet); the same for where it is alive. With ``complete`` (every host of the
-  fleet answered), the index is trusted from now on.
+  [hosts], "members": [hosts], "age": seconds since the survey began, "complete"}``: one whole
+  survey's view. Every entry becomes the hosts that survey found its run on, plus the hosts it
+  did not hear from and those noted since ``NOTE_MARGIN`` seconds before the survey began (a
+  submission between its note and its claims, which that survey could not see); the same for
+  where it is alive. Hosts that left the fleet go. With ``complete`` (every host of the fleet
+  answered), the index is trusted from the survey's start on.
 """
 
 import os
@@ -92,7 +93,8 @@ def view(entries, completed, run, now):
     busy = set()
     for entry in entries.values():
         busy.update(entry.get("alive") or ())
-    return {"age": None if completed is None else max(0.0, now - completed),
+    # A marker from the future (the host's clock went back) is not trusted.
+    return {"age": None if completed is None or completed > now else now - completed,
             "hosts": sorted((entries.get(run) or {}).get("hosts") or {}),
             "busy": sorted(busy)}
 
@@ -119,19 +121,24 @@ def noted(entries, run, hosts, idle, now):
     return changed
 
 
-def rewritten(entries, found, alive, answered, now):
+def rewritten(entries, found, alive, answered, now, begun=None, members=None):
     """Every entry as one whole survey leaves it: ``found`` is ``{run: hosts it is on}``,
-    ``alive`` ``{run: hosts where it is alive}``, ``answered`` the hosts that answered. A host
-    the survey did not see stays when it did not answer or was noted within NOTE_MARGIN. Runs
-    left with no host are dropped."""
+    ``alive`` ``{run: hosts where it is alive}``, ``answered`` the hosts that answered,
+    ``begun`` when the survey began (``now`` if not said). A host the survey did not see stays
+    when it did not answer or was noted since NOTE_MARGIN before the survey began; a host that
+    is no longer one of the fleet's ``members`` (when given) goes. Runs left with no host are
+    dropped."""
     answered = set(answered or ())
+    begun = now if begun is None else begun
     result = {}
     for run in set(entries) | set(found):
         old = entries.get(run) or {}
         hosts = old.get("hosts") or {}
 
         def kept(host):
-            return host not in answered or now - float(hosts.get(host) or 0) < NOTE_MARGIN
+            if members is not None and host not in members:
+                return False
+            return host not in answered or float(hosts.get(host) or 0) > begun - NOTE_MARGIN
 
         new = dict((host, when) for host, when in hosts.items() if kept(host))
         for host in found.get(run) or ():
@@ -165,12 +172,16 @@ def op_reindex(payload):
     with _Lock():
         now = time.time()
         entries = _entries(fleet)
-        result = rewritten(entries, found, payload.get("alive"), payload.get("answered"), now)
+        begun = now - max(0.0, float(payload.get("age") or 0))
+        members = payload.get("members")
+        result = rewritten(entries, found, payload.get("alive"), payload.get("answered"), now,
+                           begun, None if members is None else set(members))
         for run in set(entries) | set(result):
             if entries.get(run) != result.get(run):
                 _write_entry(fleet, run, result.get(run))
         if payload.get("complete"):
-            _write_json(os.path.join(_fleet_dir(fleet), COMPLETE), {"at": now})
+            # Dated from the survey's start: what came after it is only known from notes.
+            _write_json(os.path.join(_fleet_dir(fleet), COMPLETE), {"at": begun})
     return {"reindexed": True}
 
 

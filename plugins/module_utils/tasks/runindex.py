@@ -8,8 +8,8 @@ alive (dstack refuses it), and where such a run left containers (the new run cle
 first is guarded anyway: every host a placement picks is claimed under that host's lock
 (tasks.booking), and a host that is taken refuses the claim. The other two need a record of
 where each run name is, because those hosts may be any of the fleet's. That record is the run
-index (tasks.indexside), kept on the fleet's record host: its ready instance with the lowest
-number, the host that also keeps the fleet's queue.
+index (tasks.indexside), kept on the fleet's record host (``record_host``), the host that also
+keeps the fleet's queue while it answers.
 
 So a submission asks (``partial``):
 
@@ -18,9 +18,10 @@ So a submission asks (``partial``):
 2. those hosts, when there are any;
 
 and then claims the hosts placement picks, trusting that the others are free (a refused claim
-makes the next try ask every host). Before it claims, it notes its hosts in the index
-(``note_request``). A fleet whose hosts are mostly busy is asked almost whole, in two round
-trips instead of one: the index pays where a fleet is large and its runs are few or small.
+makes the next try ask every host). While it claims, it notes its hosts in the index
+(``note_request``), before any container starts. A fleet whose hosts are mostly busy is asked
+almost whole, in two round trips instead of one: the index pays where a fleet is large and its
+runs are few or small.
 
 Every host is still asked (the whole survey, as before) when the index cannot be trusted:
 
@@ -31,21 +32,25 @@ Every host is still asked (the whole survey, as before) when the index cannot be
 - some host's GPU health is due to be read again (tasks.health, the same age), or a claim was
   refused.
 
-A whole survey rewrites the index of every fleet whose hosts all answered (``reindex_requests``),
-so the index is never older than one health period on a fleet in use. Pure Python: the caller
-sends the requests (tasks.runs).
+A whole survey rewrites the index of every fleet whose record host answered, and marks it whole
+when all of the fleet's hosts did (``reindex_requests``), so the index is trusted at most one
+health period after a look at every host. Check mode always asks every host and writes nothing.
+Pure Python: the caller sends the requests (tasks.runs).
 """
 
 from __future__ import annotations
 
-from .booking import ALIVE_STATES
+from .booking import ALIVE_STATES, _SAFE as NAME_CHARS
 from .health import MAX_AGE as HEALTH_MAX_AGE
 from .supervisor import RUN_LABEL
 
 # How long a rewritten index is trusted: the health period, so that one whole survey serves
 # both.
 MAX_AGE = HEALTH_MAX_AGE
-READY = ("idle", "busy")
+# Instances whose backend says they are not there (the same for every controller). An SSH
+# fleet's instances are "idle" only on a controller that measured them, so their status does
+# not choose the record host: every controller must pick the same one.
+GONE = ("pending", "provisioning", "terminating", "terminated", "stopped", "failed")
 # The queue states a pass acts on (tasks.queue.WAITING); ended entries are only shown.
 WAITING = ("pending", "active")
 
@@ -56,10 +61,12 @@ def fleet_hosts(fleet, nodes):
 
 
 def record_host(fleet):
-    """The instance that keeps the fleet's run index: its ready instance with an address and
-    the lowest number (tasks.queue.queue_host's choice when every host answers), or None."""
+    """The instance that keeps the fleet's run index: its instance with an address and the
+    lowest number that its backend does not call gone, or None. Every controller picks the
+    same one (it is tasks.queue.queue_host's choice when every host is ready and answers)."""
     for inst in sorted(fleet.get("instances") or [], key=lambda i: i.get("num") or 0):
-        if inst.get("hostname") and inst.get("status") in READY:
+        if inst.get("hostname") and (inst.get("backend") == "ssh"
+                                     or inst.get("status") not in GONE):
             return inst["name"]
     return None
 
@@ -110,12 +117,19 @@ def partial(nodes, fleets, run, ask):
                        if h in nodes) - set(requests))
     if named:
         answer = merge(answer, ask(dict((h, nodes[h]) for h in named)))
+        if waiting(answer[2]):
+            return None
     return answer
 
 
-def reindex_requests(fleets, nodes, survey):
+def _name_ok(run):
+    return bool(run) and not run.startswith(".") and all(c in NAME_CHARS for c in run.lower())
+
+
+def reindex_requests(fleets, nodes, survey, age=0.0):
     """``{record host: reindex request}`` from a whole survey, for every fleet whose record
-    host answered; ``complete`` when all of the fleet's hosts did."""
+    host answered; ``complete`` when all of the fleet's hosts did. ``age``: seconds since the
+    survey began (the host keeps what was noted since, and dates ``complete`` from then)."""
     containers, claims, _queues, _errors = survey
     requests = {}
     for fleet in fleets:
@@ -128,19 +142,20 @@ def reindex_requests(fleets, nodes, survey):
         for name in hosts:
             for entry in containers.get(name) or []:
                 label = (entry.get("labels") or {}).get(RUN_LABEL)
-                if label:
+                if _name_ok(label):   # a label gpufleet did not write is not a run
                     runs.setdefault(label, set()).add(name)
                     if entry.get("state") in ALIVE_STATES:
                         alive.setdefault(label, set()).add(name)
             for claim in claims.get(name) or []:   # the survey's claims are the live ones
-                if claim.get("run"):
+                if _name_ok(claim.get("run")):
                     runs.setdefault(claim["run"], set()).add(name)
                     alive.setdefault(claim["run"], set()).add(name)
         answered = [h for h in hosts if h in containers]
         requests[host] = {"fleet": fleet["name"],
                           "runs": dict((r, sorted(h)) for r, h in sorted(runs.items())),
                           "alive": dict((r, sorted(h)) for r, h in sorted(alive.items())),
-                          "answered": answered, "complete": len(answered) == len(hosts)}
+                          "answered": answered, "members": hosts, "age": age,
+                          "complete": len(answered) == len(hosts)}
     return requests
 
 

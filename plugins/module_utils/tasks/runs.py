@@ -44,6 +44,8 @@ NO_CAPACITY_BACKOFF = (5, 10, 20, 40, 60)
 # A placement whose hosts were claimed by another submitter meanwhile is made again, at most
 # this many times, after a short random pause.
 CLAIM_ATTEMPTS = 6
+# How long a whole survey's rewrite of a run index may hold the placement up.
+REINDEX_TIMEOUT = 10
 # A host that stops answering is looked up in its backend at most this often (seconds).
 JUDGE_EVERY = 5
 
@@ -335,6 +337,9 @@ class Runner(object):
         self.leftovers = []
         self._claimed = {}   # the answers of the last granted claims, by host
         self.surveyed_whole = True   # whether the last survey asked every host
+        # Check mode: every host is asked (a plan must not take a host it did not ask as free)
+        # and nothing is written to the hosts.
+        self.read_only = False
         self.env = resolve_env(config, self.secrets, self.environ)
         # A job array's runs share one Code (one pack of the tree); a lone run owns its own.
         self._owns_code = code_ is None
@@ -412,12 +417,13 @@ class Runner(object):
         root = state.state_dir(self.root)
         stale = health.due(self.fleets, root)
         self.surveyed_whole = True
-        if not whole and not stale:
+        if not whole and not stale and not self.read_only:
             answer = runindex.partial(self.nodes, self.fleets, self.name, survey_with_queues)
             if answer is not None:
                 self.surveyed_whole = False
                 return answer
         raw = {}
+        begun = time.monotonic()
         answer = survey_with_queues(self.nodes, probe=[h for h in stale if h in self.nodes],
                                     health=raw)
         if raw:
@@ -428,18 +434,20 @@ class Runner(object):
                 for host, keys in changes.items():
                     if host in facts:
                         facts[host] = dict(facts[host], **keys)
-        self._reindex(answer)
+        if not self.read_only:
+            self._reindex(answer, time.monotonic() - begun)
         return answer
 
-    def _reindex(self, answer):
-        """Rewrite the run index of every fleet from a whole survey, while the placement goes
-        on (``_settle`` waits for it); a record host that does not answer keeps its index,
-        which then ages until it is not trusted."""
-        requests = runindex.reindex_requests(self.fleets, self.nodes, answer)
+    def _reindex(self, answer, age):
+        """Rewrite the run index of every fleet from a whole survey that began ``age`` seconds
+        ago, while the placement goes on (``_settle`` waits for it, REINDEX_TIMEOUT at most);
+        a record host that does not answer keeps its index, which then ages until it is not
+        trusted."""
+        requests = runindex.reindex_requests(self.fleets, self.nodes, answer, age)
         self._settle()
         if requests:
             self._reindexing = _Background(parallel, sorted(requests), lambda h: self.nodes[
-                h].call("reindex", requests[h]))
+                h].call("reindex", requests[h], timeout=REINDEX_TIMEOUT))
 
     def _settle(self):
         pending, self._reindexing = getattr(self, "_reindexing", None), None
@@ -489,8 +497,9 @@ class Runner(object):
                 image = self.image_and_python(placed)[0]
             except PlanError as exc:
                 raise RunError(str(exc)) from exc
-            extras = dict((job["host"], {"image": image,
-                                         "replace": job["host"] in self.leftovers})
+            # Every claimed host clears an earlier run of this name, not only those the
+            # survey saw it on: a look at part of the hosts may have missed one.
+            extras = dict((job["host"], {"image": image, "replace": True})
                           for job in placed["jobs"])
             self._claimed = {}
             try:
@@ -509,12 +518,15 @@ class Runner(object):
                 try:
                     noting.result()
                 except NodeError as exc:
-                    # Not noted, the run would be invisible to the next placements: let the
-                    # hosts go and try again (a whole survey, which does not need the note).
-                    claiming.release_hosts(self.nodes, [j["host"] for j in placed["jobs"]],
-                                           run)
-                    refused = claiming.ClaimRefused(exc.host, exc.detail)
-                    continue
+                    if not self.surveyed_whole:
+                        # Placed on a partial look, and not noted: let the hosts go and try
+                        # again on a look at every host.
+                        claiming.release_hosts(self.nodes, [j["host"] for j in placed["jobs"]],
+                                               run)
+                        refused = claiming.ClaimRefused(exc.host, exc.detail)
+                        continue
+                    # Placed on a look at every host: the run goes on, and the index misses it
+                    # until a whole survey rewrites it (docs/concepts.md, the run index).
             return placed
         raise placement.NoHostFits(
             "no capacity for task %s: its hosts were taken by other runs while it was placed "

@@ -51,8 +51,8 @@ _HOST_SOURCE = {}
 def host_source():
     """What runs on a host for each request: tasks.nodeside, then tasks.booking (claims and the
     queue), then tasks.healthside (the GPU health probe), tasks.logside (the kept output) and
-    tasks.indexside (the run index), in one namespace. Their own sources are sent, so nothing is installed on the host and a new
-    controller version never meets an old helper."""
+    tasks.indexside (the run index), in one namespace. Their own sources are sent, so nothing
+    is installed on the host and a new controller version never meets an old helper."""
     if "source" not in _HOST_SOURCE:
         from . import booking, healthside, indexside, logside, nodeside
 
