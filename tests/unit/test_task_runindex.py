@@ -241,8 +241,7 @@ def test_a_note_that_fails_lets_the_hosts_go_and_the_run_is_placed_after_a_whole
     assert host in record.index["gpus"]["entries"]["rb"]["hosts"]
 
 
-def test_a_note_that_always_fails_does_not_stop_a_run_placed_on_a_whole_look(shared,
-                                                                              monkeypatch):
+def test_a_note_that_always_fails_does_not_stop_a_run_on_a_whole_look(shared, monkeypatch):
     cluster, submit = shared
     submit(task(name="warm"))
 
@@ -377,8 +376,7 @@ def test_a_note_takes_idle_hosts_off_every_run_but_not_a_fresh_note(book, monkey
                                                  "busy": ["gpus-3", "gpus-4"]}
 
 
-def test_a_rewrite_from_a_slow_survey_keeps_what_was_noted_after_it_began(book,
-                                                                         monkeypatch):
+def test_a_rewrite_from_a_slow_survey_keeps_what_was_noted_since_it_began(book, monkeypatch):
     now = [1000.0]
     monkeypatch.setattr(indexside.time, "time", lambda: now[0])
     indexside.op_note({"fleet": "gpus", "run": "a", "hosts": ["gpus-1"]})
