@@ -19,6 +19,7 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     booking,
     indexside,
+    queue,
     runindex,
     runs,
 )
@@ -302,6 +303,10 @@ def test_the_record_host_is_the_lowest_numbered_instance_its_backend_does_not_ca
     ssh = fleet(count=2)
     ssh["instances"][0]["status"] = "pending"
     assert runindex.record_host(ssh) == "gpus-0"
+
+
+def test_the_waiting_states_are_the_queues():
+    assert runindex.WAITING == queue.WAITING
 
 
 def test_a_whole_survey_becomes_one_reindex_per_fleet_whose_record_host_answered():

@@ -64,9 +64,14 @@ def _folder(path):
     return path
 
 
+def is_run_name(run):
+    """Whether ``run`` may name a file in the booking folder."""
+    return bool(run) and not run.startswith(".") and all(c in _SAFE for c in run.lower())
+
+
 def _name(run):
     run = str(run or "")
-    if not run or run.startswith(".") or any(c not in _SAFE for c in run.lower()):
+    if not is_run_name(run):
         raise Failure("not a run name: %r" % (run,))
     return run
 

@@ -40,7 +40,7 @@ Pure Python: the caller sends the requests (tasks.runs).
 
 from __future__ import annotations
 
-from .booking import ALIVE_STATES, _SAFE as NAME_CHARS
+from .booking import ALIVE_STATES, is_run_name
 from .health import MAX_AGE as HEALTH_MAX_AGE
 from .supervisor import RUN_LABEL
 
@@ -51,7 +51,8 @@ MAX_AGE = HEALTH_MAX_AGE
 # fleet's instances are "idle" only on a controller that measured them, so their status does
 # not choose the record host: every controller must pick the same one.
 GONE = ("pending", "provisioning", "terminating", "terminated", "stopped", "failed")
-# The queue states a pass acts on (tasks.queue.WAITING); ended entries are only shown.
+# The queue states a pass acts on: tasks.queue.WAITING, which cannot be imported here (queue
+# imports the runner, which imports this); a test holds the two together.
 WAITING = ("pending", "active")
 
 
@@ -122,10 +123,6 @@ def partial(nodes, fleets, run, ask):
     return answer
 
 
-def _name_ok(run):
-    return bool(run) and not run.startswith(".") and all(c in NAME_CHARS for c in run.lower())
-
-
 def reindex_requests(fleets, nodes, survey, age=0.0):
     """``{record host: reindex request}`` from a whole survey, for every fleet whose record
     host answered; ``complete`` when all of the fleet's hosts did. ``age``: seconds since the
@@ -142,12 +139,12 @@ def reindex_requests(fleets, nodes, survey, age=0.0):
         for name in hosts:
             for entry in containers.get(name) or []:
                 label = (entry.get("labels") or {}).get(RUN_LABEL)
-                if _name_ok(label):   # a label gpufleet did not write is not a run
+                if is_run_name(label):   # a label gpufleet did not write is not a run
                     runs.setdefault(label, set()).add(name)
                     if entry.get("state") in ALIVE_STATES:
                         alive.setdefault(label, set()).add(name)
             for claim in claims.get(name) or []:   # the survey's claims are the live ones
-                if _name_ok(claim.get("run")):
+                if is_run_name(claim.get("run")):
                     runs.setdefault(claim["run"], set()).add(name)
                     alive.setdefault(claim["run"], set()).add(name)
         answered = [h for h in hosts if h in containers]
@@ -177,6 +174,6 @@ def note_request(fleets, placed, run, survey):
     if host is None or host not in survey[0]:
         return None
     hosts = sorted(set(job["host"] for job in placed["jobs"]))
-    idle = [h for h in idle_hosts(sorted(survey[0]), survey) if h not in hosts and any(
-        i.get("name") == h for i in fleet.get("instances") or [])]
+    idle = [h for h in idle_hosts(sorted(fleet_hosts(fleet, survey[0])), survey)
+            if h not in hosts]
     return host, {"fleet": fleet["name"], "run": run, "hosts": hosts, "idle": idle}
