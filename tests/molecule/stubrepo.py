@@ -48,6 +48,8 @@ package can install the key the way the real one does.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import gzip
 import hashlib
 import io
@@ -63,6 +65,10 @@ import yaml
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpufleet" / "molecule"
 KEY_UID = "gpufleet molecule stub repositories <molecule@gpufleet.invalid>"
+# Scenarios run side by side, and on a fresh machine two of them would make the key and fetch
+# the same .debs at once (gpg then fails on a keyring the other just replaced): whatever reads
+# or fills the cache holds its lock. Held per process, so nested uses do not wait on themselves.
+_LOCK = {"depth": 0, "file": None}
 
 
 class StubError(Exception):
@@ -77,15 +83,33 @@ def _run(argv, **kwargs):
     return proc.stdout
 
 
+@contextlib.contextmanager
+def cache_lock():
+    """The cache to this process alone until the block ends (other builds wait)."""
+    if _LOCK["depth"] == 0:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        _LOCK["file"] = open(CACHE / ".lock", "w")
+        fcntl.flock(_LOCK["file"], fcntl.LOCK_EX)
+    _LOCK["depth"] += 1
+    try:
+        yield
+    finally:
+        _LOCK["depth"] -= 1
+        if _LOCK["depth"] == 0:
+            _LOCK["file"].close()
+            _LOCK["file"] = None
+
+
 def gnupg_home():
     """A GnuPG home with the signing key, made once and kept in the cache."""
     home = CACHE / "gnupg"
-    if not (home / "ready").exists():
-        shutil.rmtree(home, ignore_errors=True)
-        home.mkdir(parents=True, mode=0o700)
-        _run(["gpg", "--batch", "--homedir", str(home), "--passphrase", "",
-              "--quick-generate-key", KEY_UID, "rsa3072", "sign", "never"])
-        (home / "ready").write_text("")
+    with cache_lock():
+        if not (home / "ready").exists():
+            shutil.rmtree(home, ignore_errors=True)
+            home.mkdir(parents=True, mode=0o700)
+            _run(["gpg", "--batch", "--homedir", str(home), "--passphrase", "",
+                  "--quick-generate-key", KEY_UID, "rsa3072", "sign", "never"])
+            (home / "ready").write_text("")
     return home
 
 
@@ -93,20 +117,23 @@ def public_key(armor=True):
     argv = ["gpg", "--batch", "--homedir", str(gnupg_home()), "--export"]
     if armor:
         argv.append("--armor")
-    return _run(argv + [KEY_UID])
+    with cache_lock():
+        return _run(argv + [KEY_UID])
 
 
 def debian_deb(name):
     """Debian's .deb of ``name`` for this machine's mirror, downloaded once into the cache."""
     cache = CACHE / "debs"
-    cache.mkdir(parents=True, exist_ok=True)
-    found = sorted(cache.glob("%s_*.deb" % name))
-    if not found:
-        try:
-            _run(["apt-get", "download", name], cwd=str(cache))
-        except StubError as exc:
-            raise StubError("%s (run `apt-get update` if the package lists are empty)" % exc)
+    with cache_lock():
+        cache.mkdir(parents=True, exist_ok=True)
         found = sorted(cache.glob("%s_*.deb" % name))
+        if not found:
+            try:
+                _run(["apt-get", "download", name], cwd=str(cache))
+            except StubError as exc:
+                raise StubError("%s (run `apt-get update` if the package lists are empty)"
+                                % exc)
+            found = sorted(cache.glob("%s_*.deb" % name))
     if not found:
         raise StubError("apt-get download %s left no .deb in %s" % (name, cache))
     return found[-1]
@@ -213,10 +240,11 @@ def _release(index_files, suite=None, components=None, arch="amd64"):
 def _sign(release_path):
     home = str(gnupg_home())
     base = ["gpg", "--batch", "--yes", "--homedir", home, "--local-user", KEY_UID]
-    _run(base + ["--clearsign", "-o", str(release_path.parent / "InRelease"),
-                 str(release_path)])
-    _run(base + ["--armor", "--detach-sign", "-o", str(release_path) + ".gpg",
-                 str(release_path)])
+    with cache_lock():
+        _run(base + ["--clearsign", "-o", str(release_path.parent / "InRelease"),
+                     str(release_path)])
+        _run(base + ["--armor", "--detach-sign", "-o", str(release_path) + ".gpg",
+                     str(release_path)])
 
 
 def _each_version(packages):
