@@ -946,3 +946,52 @@ def test_a_fleets_bare_env_names_come_from_the_controller():
     runner = runs.Runner(config, fleets, environ={})
     with pytest.raises(runs.RunError, match="fleet lab: env.HTTP_PROXY has no value"):
         runner.fleet_env("lab")
+
+
+def test_the_local_engine_is_listed_once_for_fleet_files_and_discovered_fleets(tmp_path):
+    """A command reads every fleet: the files it remembers and what the backends hold. Local
+    fleets of both come from one listing of the engine (a docker call costs ~20 ms)."""
+    import json
+
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import (
+        Docker,
+    )
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
+
+    def node(fleet, num):
+        return {"Id": "%s%d" % (fleet, num), "Name": "/%s-%d" % (fleet, num),
+                "State": {"Status": "running"},
+                "Config": {"Labels": {local.FLEET_LABEL: fleet, local.INSTANCE_LABEL: str(num),
+                                      local.CREATED_LABEL: "2026-11-26T00:00:00Z"}},
+                "NetworkSettings": {"Networks": {"gpufleet-" + fleet: {
+                    "IPAddress": "10.9.%d.%d" % (len(fleet), num + 2)}}}}
+
+    nodes = [node("lab", 0), node("lab", 1), node("spare", 0)]
+    calls = []
+
+    def runner(argv, stdin=None):
+        calls.append(argv[1:])
+        if argv[1] == "ps":
+            return 0, "\n".join(n["Id"] for n in nodes).encode(), b""
+        if argv[1] == "inspect":
+            return 0, json.dumps([n for n in nodes if n["Id"] in argv[2:]]).encode(), b""
+        return 1, b"", b"unexpected"
+
+    root = str(tmp_path / "state")
+    fleet = tmp_path / "lab.dstack.yml"
+    fleet.write_text("type: fleet\nname: lab\nnodes: 2\nplacement: cluster\nbackends: [local]\n")
+    state.remember_file(root, "lab", str(fleet))
+    found = runs.collect_fleets((), docker=Docker("docker", runner), root=root)
+    assert sorted(f["name"] for f in found) == ["lab", "spare"]
+    lab = next(f for f in found if f["name"] == "lab")
+    assert lab.get("file") == str(fleet)   # described from its file, not only its labels
+    assert sorted(i["name"] for i in lab["instances"]) == ["lab-0", "lab-1"]
+    assert [c[0] for c in calls] == ["ps", "inspect"]
+    # A file given alone (no discovery) still asks for its own fleet.
+    calls[:] = []
+    only = runs.collect_fleets((str(fleet),), docker=Docker("docker", runner), root=root,
+                               discover=False)
+    assert [f["name"] for f in only] == ["lab"]
+    assert [c[0] for c in calls] == ["ps", "inspect"]
+    assert "label=%s=lab" % local.FLEET_LABEL in calls[0]

@@ -60,8 +60,9 @@ def _names(fleet, nums):
     return [instance_name(fleet, n) for n in nums]
 
 
-def describe(config, path=None, docker=None, root=None, settings=None):
-    """The fleet record as it is now, without changing anything."""
+def describe(config, path=None, docker=None, root=None, settings=None, local_nodes=None):
+    """The fleet record as it is now, without changing anything. ``local_nodes`` is the local
+    engine's ``{fleet: nodes}`` when the caller listed it already (see ``local_fleet_nodes``)."""
     config = resolved(config, settings, root)
     name = fleet_name(config, path)
     record = fleet_record(config, name, path)
@@ -82,18 +83,28 @@ def describe(config, path=None, docker=None, root=None, settings=None):
             record["status"] = "terminated"
         return record
     nodes = base.client(backend, docker=docker)
+    placed = (nodes.fleet_instances(name) if local_nodes is None
+              else local_nodes.get(name) or [])
     _set_instances(record, nodes.records(
-        nodes.fleet_instances(name), name, state.key_path(root, name), config.get("blocks", 1)
+        placed, name, state.key_path(root, name), config.get("blocks", 1)
     ))
     if not record["instances"]:
         record["status"] = "terminated"
     return record
 
 
-def discover(docker, root=None, settings=None):
+def local_fleet_nodes(docker):
+    """The local engine's nodes of every fleet, ``{fleet: nodes}``, listed once for a caller
+    that both describes fleet files and discovers fleets (``describe``/``discover``'s
+    ``local_nodes``). Raises DockerError when the engine does not answer."""
+    return base.client("local", docker=docker).all_fleet_instances()
+
+
+def discover(docker, root=None, settings=None, local_nodes=None):
     """Every fleet the backends hold, from their labels and tags alone (no files): fleet
     records. Cloud fleets are looked for in the backends that ``settings`` configure; without
-    a Docker engine (``docker`` None) local fleets are not."""
+    a Docker engine (``docker`` None) local fleets are not. ``local_nodes``: the engine's
+    nodes when listed already (``local_fleet_nodes``)."""
     root = state.state_dir(root)
     found = []
     try:
@@ -107,7 +118,7 @@ def discover(docker, root=None, settings=None):
     if docker is None:
         return found
     nodes = base.client("local", docker=docker)
-    by_fleet = nodes.all_fleet_instances()
+    by_fleet = nodes.all_fleet_instances() if local_nodes is None else local_nodes
     for name in sorted(by_fleet):
         spec = local.spec_from_nodes(by_fleet[name]) or {}
         config = dict(spec, fleet_type="backend", ssh_config=None)

@@ -54,7 +54,7 @@ JUDGE_EVERY = 5
 # Fleets and hosts
 
 
-def _describe_file(path, docker, root):
+def _describe_file(path, docker, root, local_nodes=None):
     from ..spec import SpecError, parse_file
 
     try:
@@ -66,7 +66,8 @@ def _describe_file(path, docker, root):
                        % (path, config.get("type")))
     try:
         return fleet_apply.describe(config, path, docker, root,
-                                    settings=state.backend_settings(root))
+                                    settings=state.backend_settings(root),
+                                    local_nodes=local_nodes)
     except (fleet_apply.ApplyError, DockerError, state.StateError) as exc:
         raise RunError(str(exc)) from exc
 
@@ -84,12 +85,20 @@ def collect_fleets(paths=(), docker=None, root=None, discover=True):
     seen = set()
     given = [os.path.abspath(p) for p in paths or ()]
     remembered = []
+    # The local engine is asked once for the nodes of every fleet: the files' local fleets
+    # and the discovered ones are read from that one answer (two docker calls, not two per
+    # fleet file and two more). Without an answer each file asks on its own, as it says why.
+    local_nodes = None
     if discover:
         remembered = [p for p in state.remembered_files(root).values()
                       if os.path.abspath(p) not in given]
+        try:
+            local_nodes = None if docker is None else fleet_apply.local_fleet_nodes(docker)
+        except DockerError:
+            local_nodes = None
     for path in given + remembered:
         try:
-            record = _describe_file(path, docker, root)
+            record = _describe_file(path, docker, root, local_nodes)
         except RunError:
             if path in given:
                 raise
@@ -102,7 +111,8 @@ def collect_fleets(paths=(), docker=None, root=None, discover=True):
         try:
             settings = state.backend_settings(root)
             try:
-                held = fleet_apply.discover(docker, root, settings=settings)
+                held = fleet_apply.discover(docker, root, settings=settings,
+                                            local_nodes=local_nodes)
             except DockerError:
                 held = fleet_apply.discover(None, root, settings=settings)  # no local fleets
         except (fleet_apply.ApplyError, state.StateError) as exc:
