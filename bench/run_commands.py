@@ -6,8 +6,12 @@ every node by one untimed run. Then, on an 8-node run of ``sleep``, started with
 apply -y -d``:
 
 - ``gpufleet ps`` and ``gpufleet logs RUN``: the command's wall time (target: 0.5 s and
-  0.7 s); for scale, one parallel round of ``ssh node docker ps`` (a fresh connection each,
-  as task_start.py's baseline) is timed in the same round;
+  0.7 s), twice: right after the start, while the eight containers set up (dstack's default
+  image makes a virtual environment in each, ``uv venv --seed``, about a CPU-second apiece,
+  all on this VM's cores), and again once every rank's command has started (what a fleet
+  of separate machines sees: each node sets up on its own CPUs); for scale, one parallel
+  round of ``ssh node docker ps`` (a fresh connection each, as task_start.py's baseline) is
+  timed in the same round;
 - ``gpufleet stop -y RUN``: its wall time against "the stop itself", a baseline of the same
   containers stopped with one parallel round of ``ssh node docker stop`` on a second start of
   the run (target: the command at most 1 s more than the baseline);
@@ -55,6 +59,38 @@ def gpufleet(env, *argv, check=True):
     return took
 
 
+def stop_watched(env, instances, run, after=20):
+    """``gpufleet stop -y run``, timed; if it has not returned after ``after`` seconds, what
+    is still running of the run on each node is printed (a stop that once waited out the whole
+    stop_duration, cause unknown: this is to catch it in the act)."""
+    import threading
+
+    done = threading.Event()
+
+    def watch():
+        if done.wait(after):
+            return
+        print("stop of %s still going after %d s; what runs of it:" % (run, after))
+        for inst in instances:
+            names = node_docker(inst["container"], "ps", "--format", "{{.Names}}").stdout.split()
+            for name in names:
+                if name.startswith(run + "-"):
+                    top = node_docker(inst["container"], "top", name, "-o", "pid,stat,etime,args")
+                    state = subprocess.run(
+                        ["docker", "exec", inst["container"], "sh", "-c",
+                         "grep -H . /var/lib/gpufleet/runs/%s/*/state/* 2>/dev/null | "
+                         "grep -v output" % run], capture_output=True, text=True, check=False)
+                    print("--- %s %s\n%s%s" % (inst["name"], name, top.stdout, state.stdout))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        return gpufleet(env, "stop", "-y", run)
+    finally:
+        done.set()
+        watcher.join()
+
+
 def parallel_ssh(instances, command):
     def one(inst):
         subprocess.run(ssh_argv(inst, command(inst)), capture_output=True, check=False)
@@ -63,6 +99,24 @@ def parallel_ssh(instances, command):
     with ThreadPoolExecutor(max_workers=len(instances)) as pool:
         list(pool.map(one, instances))
     return time.monotonic() - start
+
+
+def commands_started(instances, run, limit=120):
+    """Wait (untimed) until every rank of ``run`` printed its "started on" line: the
+    containers' setup is over."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        seen = 0
+        for inst in instances:
+            names = node_docker(inst["container"], "ps", "--format", "{{.Names}}").stdout.split()
+            for name in names:
+                if name.startswith(run + "-"):
+                    out = node_docker(inst["container"], "logs", name)
+                    seen += "started on" in out.stdout + out.stderr
+        if seen >= NODES:
+            return
+        time.sleep(0.5)
+    raise RuntimeError("the ranks of %s did not all start within %d s" % (run, limit))
 
 
 def finished_at(inst, container):
@@ -93,8 +147,9 @@ def main():
     failing.write_text("type: task\nname: failbench\nnodes: 2\n%scommands:\n"
                        "  - if [ \"$DSTACK_NODE_RANK\" = 1 ]; then sleep 2; exit 3; fi\n"
                        "  - sleep 600\n" % resources)
-    times = dict((k, []) for k in ("ps", "logs", "ssh docker ps", "stop", "ssh docker stop",
-                                   "failure to last stop"))
+    times = dict((k, []) for k in ("ps", "logs", "ps, commands started",
+                                   "logs, commands started", "ssh docker ps", "stop",
+                                   "ssh docker stop", "failure to last stop"))
     try:
         instances = fleet_instances(env, work, fleet, FLEET)
         gpufleet(env, "apply", "-y", "-d", "-f", str(task))   # untimed: the image goes out
@@ -104,8 +159,11 @@ def main():
             gpufleet(env, "apply", "-y", "-d", "-f", str(task))
             times["ps"].append(gpufleet(env, "ps"))
             times["logs"].append(gpufleet(env, "logs", "cmdbench"))
+            commands_started(instances, "cmdbench")
+            times["ps, commands started"].append(gpufleet(env, "ps"))
+            times["logs, commands started"].append(gpufleet(env, "logs", "cmdbench"))
             times["ssh docker ps"].append(parallel_ssh(instances, lambda i: "docker ps -a"))
-            times["stop"].append(gpufleet(env, "stop", "-y", "cmdbench"))
+            times["stop"].append(stop_watched(env, instances, "cmdbench"))
             clean(instances)
             gpufleet(env, "apply", "-y", "-d", "-f", str(task))
             times["ssh docker stop"].append(parallel_ssh(
@@ -133,6 +191,8 @@ def main():
     over = statistics.median(times["stop"]) - statistics.median(times["ssh docker stop"])
     print("stop over the stop itself: %.2f s (target <= 1 s); ps target 0.5 s, logs 0.7 s, "
           "failure to last stop 3 s" % over)
+    print("(ps and logs: right after the start, while the containers set up on this VM's "
+          "cores; \"commands started\": once every rank's command runs)")
 
 
 if __name__ == "__main__":
