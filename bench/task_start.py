@@ -11,6 +11,11 @@ alternately in the same run (so the ratio holds on a noisy machine):
   the job files, ``docker run``);
 - user path: ``gpufleet apply -y -d -f <file>``, as a user types it: the planning play, the
   submission's play, the command's own start; the clock stops when the command returns;
+- user path, image named: the same with ``image:`` set to the task image. A task without
+  ``image`` gets dstack's default-image setup, ``uv venv --seed`` before its commands (about a
+  CPU-second per container, here on cores all nodes share, while later nodes still start); a
+  task that names its image runs just its commands, as the baseline's containers do, so this
+  one compares like with like;
 - baseline: one ``ssh node docker run -d --network host IMAGE sleep`` per node, all at once,
   with the same key and options but a fresh connection each (no multiplexing), as someone would
   script it; the clock stops when the last ``ssh`` returns.
@@ -182,47 +187,56 @@ def main():
     try:
         instances = fleet_instances(env, work, fleet, FLEET)
         tasks = {}
+        named_tasks = {}
         for size in sizes:
             path = work / ("bench%d.dstack.yml" % size)
             path.write_text("type: task\nname: bench%d\nnodes: %d\nresources:\n  cpu: 1..\n"
                             "  memory: 1GB..\n  disk: 1GB..\ncommands:\n  - sleep 600\n"
                             % (size, size))
             tasks[size] = str(path)
+            named = work / ("bench%d-image.dstack.yml" % size)
+            named.write_text(path.read_text().replace("commands:", "image: %s\ncommands:"
+                                                      % image))
+            named_tasks[size] = str(named)
         # Untimed: the image goes to every node, connections and caches warm up.
         runner(tasks[max(sizes)], env)
         clean(instances)
         baseline(instances[:max(sizes)], image)
         clean(instances)
         for size in sizes:
-            ours, users, theirs = [], [], []
+            ours, users, named, theirs = [], [], [], []
             for _round in range(args.rounds):
                 ours.append(runner(tasks[size], env))
                 clean(instances)
                 users.append(user_path(tasks[size], env))
                 clean(instances)
+                named.append(user_path(named_tasks[size], env))
+                clean(instances)
                 theirs.append(baseline(instances[:size], image))
                 clean(instances)
                 noops.append(noop(work, env))
             results[size] = (statistics.median(theirs), statistics.median(ours),
-                             statistics.median(users))
+                             statistics.median(users), statistics.median(named))
     finally:
         playbook("delete.yml", env, "fleet=" + str(fleet))
     print("machine: %s, %d CPUs, load %s, Python %s"
           % (platform.node(), os.cpu_count(), os.getloadavg()[0], platform.python_version()))
     empty = statistics.median(noops)
     print("ansible-playbook with a no-op play: %.2f s (median of %d)" % (empty, len(noops)))
-    print("%5s  %12s  %12s  %6s  %16s  %14s  %6s" % (
+    print("%5s  %12s  %12s  %6s  %16s  %14s  %6s  %14s  %6s" % (
         "nodes", "baseline (s)", "runner (s)", "ratio", "runner - no-op", "apply -y -d (s)",
-        "ratio"))
+        "ratio", "image named (s)", "ratio"))
     for size in sizes:
-        base, ours, users = results[size]
-        row = (size, base, ours, ours / base, ours - empty, users, users / base)
-        print("%5d  %12.2f  %12.2f  %5.2fx  %14.2f s  %14.2f  %5.2fx" % row)
+        base, ours, users, named = results[size]
+        row = (size, base, ours, ours / base, ours - empty, users, users / base, named,
+               named / base)
+        print("%5d  %12.2f  %12.2f  %5.2fx  %14.2f s  %14.2f  %5.2fx  %14.2f  %5.2fx" % row)
     if len(sizes) > 2:
-        slopes = [slope(sizes, [results[n][i] for n in sizes]) for i in range(3)]
+        slopes = [slope(sizes, [results[n][i] for n in sizes]) for i in range(4)]
         print("per added node: baseline %.3f s, runner %.3f s (%.2fx), apply -y -d %.3f s "
-              "(%.2fx); target: runner <= 1.2x" % (slopes[0], slopes[1], slopes[1] / slopes[0],
-                                                   slopes[2], slopes[2] / slopes[0]))
+              "(%.2fx), image named %.3f s (%.2fx); target: runner <= 1.2x"
+              % (slopes[0], slopes[1], slopes[1] / slopes[0], slopes[2],
+                 slopes[2] / slopes[0], slopes[3], slopes[3] / slopes[0]))
     if args.plot:
         draw(args.plot, sizes, results, empty)
 
@@ -246,7 +260,8 @@ def draw(path, sizes, results, empty):
     figure, axes = pyplot.subplots(figsize=(7, 4.5))
     for index, label, style in ((0, "baseline: parallel ssh docker run", "o-"),
                                 (1, "runner: ansible-playbook task.yml", "s-"),
-                                (2, "user path: gpufleet apply -y -d", "^-")):
+                                (2, "user path: gpufleet apply -y -d", "^-"),
+                                (3, "user path, image named (no venv setup)", "v--")):
         axes.plot(sizes, [results[n][index] for n in sizes], style, label=label)
     axes.axhline(empty, color="grey", linestyle=":", label="ansible-playbook, no-op play")
     axes.set_xlabel("nodes")
