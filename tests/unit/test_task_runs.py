@@ -995,3 +995,11 @@ def test_the_local_engine_is_listed_once_for_fleet_files_and_discovered_fleets(t
     assert [f["name"] for f in only] == ["lab"]
     assert [c[0] for c in calls] == ["ps", "inspect"]
     assert "label=%s=lab" % local.FLEET_LABEL in calls[0]
+    # An engine that does not answer: the remembered local fleet is passed over, nothing
+    # local is discovered, and no error comes out.
+
+    def down(argv, stdin=None):
+        calls.append(argv[1:])
+        return 1, b"", b"Cannot connect to the Docker daemon"
+
+    assert runs.collect_fleets((), docker=Docker("docker", down), root=root) == []

@@ -257,6 +257,7 @@ class FakeRunner:
         self.calls = []
         self.submissions = []
         self.announce_plan = None   # entry.submit must set it, True or False
+        self.surveyed_whole = True   # the survey below stands for a look at every host
         FakeRunner.made.append(self)
 
     def make_key_early(self):

@@ -117,8 +117,8 @@ def discover(docker, root=None, settings=None, local_nodes=None):
         found.append(_set_instances(fleet_record(config, name), instances))
     if docker is None:
         return found
+    by_fleet = local_fleet_nodes(docker) if local_nodes is None else local_nodes
     nodes = base.client("local", docker=docker)
-    by_fleet = nodes.all_fleet_instances() if local_nodes is None else local_nodes
     for name in sorted(by_fleet):
         spec = local.spec_from_nodes(by_fleet[name]) or {}
         config = dict(spec, fleet_type="backend", ssh_config=None)

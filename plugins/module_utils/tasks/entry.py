@@ -249,8 +249,8 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             # A look at part of the hosts (tasks.runindex) found no run waiting, and shows
             # runs only in part: a pass would judge them on what it cannot see. The next look
             # at every host passes over the queue.
-            report = drive_queue(fleets, root, emit, survey=survey) if getattr(
-                runner, "surveyed_whole", True) else {}
+            report = (drive_queue(fleets, root, emit, survey=survey)
+                      if runner.surveyed_whole else {})
             if not queue_entries(survey) and not any(report.values()):
                 runner.reuse_survey(survey)
         if check_mode:

@@ -87,15 +87,17 @@ def collect_fleets(paths=(), docker=None, root=None, discover=True):
     remembered = []
     # The local engine is asked once for the nodes of every fleet: the files' local fleets
     # and the discovered ones are read from that one answer (two docker calls, not two per
-    # fleet file and two more). Without an answer each file asks on its own, as it says why.
+    # fleet file and two more). Without an answer each file asks on its own, as it says why,
+    # and no local fleet is discovered.
     local_nodes = None
     if discover:
         remembered = [p for p in state.remembered_files(root).values()
                       if os.path.abspath(p) not in given]
-        try:
-            local_nodes = None if docker is None else fleet_apply.local_fleet_nodes(docker)
-        except DockerError:
-            local_nodes = None
+        if docker is not None:
+            try:
+                local_nodes = fleet_apply.local_fleet_nodes(docker)
+            except DockerError:
+                pass
     for path in given + remembered:
         try:
             record = _describe_file(path, docker, root, local_nodes)
@@ -110,11 +112,8 @@ def collect_fleets(paths=(), docker=None, root=None, discover=True):
     if discover:
         try:
             settings = state.backend_settings(root)
-            try:
-                held = fleet_apply.discover(docker, root, settings=settings,
-                                            local_nodes=local_nodes)
-            except DockerError:
-                held = fleet_apply.discover(None, root, settings=settings)  # no local fleets
+            held = fleet_apply.discover(None if local_nodes is None else docker, root,
+                                        settings=settings, local_nodes=local_nodes)
         except (fleet_apply.ApplyError, state.StateError) as exc:
             raise RunError(str(exc)) from exc
         for record in held:
