@@ -65,10 +65,6 @@ import yaml
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpufleet" / "molecule"
 KEY_UID = "gpufleet molecule stub repositories <molecule@gpufleet.invalid>"
-# Scenarios run side by side, and on a fresh machine two of them would make the key and fetch
-# the same .debs at once (gpg then fails on a keyring the other just replaced): whatever reads
-# or fills the cache holds its lock. Held per process, so nested uses do not wait on themselves.
-_LOCK = {"depth": 0, "file": None}
 
 
 class StubError(Exception):
@@ -85,19 +81,14 @@ def _run(argv, **kwargs):
 
 @contextlib.contextmanager
 def cache_lock():
-    """The cache to this process alone until the block ends (other builds wait)."""
-    if _LOCK["depth"] == 0:
-        CACHE.mkdir(parents=True, exist_ok=True)
-        _LOCK["file"] = open(CACHE / ".lock", "w")
-        fcntl.flock(_LOCK["file"], fcntl.LOCK_EX)
-    _LOCK["depth"] += 1
-    try:
+    """The cache to this process alone until the block ends (other builds wait). Scenarios run
+    side by side, and on a fresh machine two of them would make the key and fetch the same
+    .debs at once (gpg then fails on a keyring the other just replaced), so whatever fills the
+    cache holds it. Not the whole build: building Docker's stubs takes a minute."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
         yield
-    finally:
-        _LOCK["depth"] -= 1
-        if _LOCK["depth"] == 0:
-            _LOCK["file"].close()
-            _LOCK["file"] = None
 
 
 def gnupg_home():
@@ -117,8 +108,7 @@ def public_key(armor=True):
     argv = ["gpg", "--batch", "--homedir", str(gnupg_home()), "--export"]
     if armor:
         argv.append("--armor")
-    with cache_lock():
-        return _run(argv + [KEY_UID])
+    return _run(argv + [KEY_UID])
 
 
 def debian_deb(name):
@@ -240,11 +230,10 @@ def _release(index_files, suite=None, components=None, arch="amd64"):
 def _sign(release_path):
     home = str(gnupg_home())
     base = ["gpg", "--batch", "--yes", "--homedir", home, "--local-user", KEY_UID]
-    with cache_lock():
-        _run(base + ["--clearsign", "-o", str(release_path.parent / "InRelease"),
-                     str(release_path)])
-        _run(base + ["--armor", "--detach-sign", "-o", str(release_path) + ".gpg",
-                     str(release_path)])
+    _run(base + ["--clearsign", "-o", str(release_path.parent / "InRelease"),
+                 str(release_path)])
+    _run(base + ["--armor", "--detach-sign", "-o", str(release_path) + ".gpg",
+                 str(release_path)])
 
 
 def _each_version(packages):
