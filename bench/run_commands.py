@@ -59,6 +59,16 @@ def gpufleet(env, *argv, check=True):
     return took
 
 
+def run_containers(instances, run, ended_too=False):
+    """``(instance, container name)`` of each container of ``run`` on the nodes (running ones,
+    or all with ``ended_too``)."""
+    for inst in instances:
+        argv = ["ps"] + (["-a"] if ended_too else []) + ["--format", "{{.Names}}"]
+        for name in node_docker(inst["container"], *argv).stdout.split():
+            if name.startswith(run + "-"):
+                yield inst, name
+
+
 def stop_watched(env, instances, run, after=20):
     """``gpufleet stop -y run``, timed; if it has not returned after ``after`` seconds, what
     is still running of the run on each node is printed (a stop that once waited out the whole
@@ -71,16 +81,13 @@ def stop_watched(env, instances, run, after=20):
         if done.wait(after):
             return
         print("stop of %s still going after %d s; what runs of it:" % (run, after))
-        for inst in instances:
-            names = node_docker(inst["container"], "ps", "--format", "{{.Names}}").stdout.split()
-            for name in names:
-                if name.startswith(run + "-"):
-                    top = node_docker(inst["container"], "top", name, "-o", "pid,stat,etime,args")
-                    state = subprocess.run(
-                        ["docker", "exec", inst["container"], "sh", "-c",
-                         "grep -H . /var/lib/gpufleet/runs/%s/*/state/* 2>/dev/null | "
-                         "grep -v output" % run], capture_output=True, text=True, check=False)
-                    print("--- %s %s\n%s%s" % (inst["name"], name, top.stdout, state.stdout))
+        for inst, name in run_containers(instances, run):
+            top = node_docker(inst["container"], "top", name, "-o", "pid,stat,etime,args")
+            state = subprocess.run(
+                ["docker", "exec", inst["container"], "sh", "-c",
+                 "grep -H . /var/lib/gpufleet/runs/%s/*/state/* 2>/dev/null | "
+                 "grep -v output" % run], capture_output=True, text=True, check=False)
+            print("--- %s %s\n%s%s" % (inst["name"], name, top.stdout, state.stdout))
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
@@ -107,12 +114,9 @@ def commands_started(instances, run, limit=120):
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         seen = 0
-        for inst in instances:
-            names = node_docker(inst["container"], "ps", "--format", "{{.Names}}").stdout.split()
-            for name in names:
-                if name.startswith(run + "-"):
-                    out = node_docker(inst["container"], "logs", name)
-                    seen += "started on" in out.stdout + out.stderr
+        for inst, name in run_containers(instances, run):
+            out = node_docker(inst["container"], "logs", name)
+            seen += "started on" in out.stdout + out.stderr
         if seen >= NODES:
             return
         time.sleep(0.5)
@@ -170,14 +174,11 @@ def main():
                 instances, lambda i: "docker stop $(docker ps -q --filter label=gpufleet.run)"))
             clean(instances)
             gpufleet(env, "apply", "-y", "-f", str(failing), check=False)
-            by_name = dict((i["name"], i) for i in instances)
             ends = {}
-            for rank in (0, 1):
-                for inst in by_name.values():
-                    names = node_docker(inst["container"], "ps", "-a", "--format",
-                                        "{{.Names}}").stdout.split()
-                    if "failbench-%d-0" % rank in names:
-                        ends[rank] = finished_at(inst, "failbench-%d-0" % rank)
+            for inst, name in run_containers(instances, "failbench", ended_too=True):
+                for rank in (0, 1):
+                    if name == "failbench-%d-0" % rank:
+                        ends[rank] = finished_at(inst, name)
             times["failure to last stop"].append(ends[0] - ends[1])
             clean(instances)
     finally:
