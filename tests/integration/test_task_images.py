@@ -106,7 +106,10 @@ def test_mpirun_allreduce_of_ranks(docker, container):
 def test_sshd_accepts_its_configuration_once_host_keys_exist(docker, container):
     keys = run_in(docker, container, "sh", "-c", "ls /etc/ssh | grep -c '^ssh_host_' || true")
     assert keys.strip() == "0"  # none baked in: each container makes its own
-    run_in(docker, container, "ssh-keygen", "-A")
+    # The two host keys the job wrapper makes (no RSA key): sshd starts with them alone.
+    for kind in ("ecdsa", "ed25519"):
+        run_in(docker, container, "ssh-keygen", "-q", "-t", kind, "-N", "",
+               "-f", "/etc/ssh/ssh_host_%s_key" % kind)
     run_in(docker, container, "/usr/sbin/sshd", "-t")
     assert run_in(docker, container, "sh", "-c", "command -v ssh").strip() == "/usr/bin/ssh"
 

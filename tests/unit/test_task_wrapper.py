@@ -326,6 +326,21 @@ def test_sigterm_reaches_the_command(tmp_path, shell):
     assert not (job.state / "reason").exists()
 
 
+# ssh-keygen as the wrapper calls it: each call logged, the file named by -f made (with -A: an
+# Ed25519 key where the host keys go), and a key type in $FAKE_REFUSE refused, as an old
+# ssh-keygen refuses one it does not know.
+FAKE_KEYGEN = """printf '%s\\n' "$*" >> "$FAKE_LOG/ssh-keygen.log"
+while [ $# -gt 0 ]; do
+    case $1 in
+        -t) case " ${FAKE_REFUSE-} " in *" $2 "*) exit 1 ;; esac ;;
+        -f) : > "$2" ;;
+        -A) mkdir -p "$GPUFLEET_ETC/ssh"; : > "$GPUFLEET_ETC/ssh/ssh_host_ed25519_key" ;;
+    esac
+    shift
+done
+"""
+
+
 def test_ssh_files_and_sshd_for_multinode(tmp_path, shell):
     job = Job(tmp_path, {"commands": ["true"]}, nodes=2, rank=1)
     ssh_dir = job.home / ".ssh"
@@ -337,9 +352,7 @@ def test_ssh_files_and_sshd_for_multinode(tmp_path, shell):
     fakes.mkdir()
     for name, text in (
         ("sshd", 'printf "%s\\n" "$*" >> "$FAKE_LOG/sshd.log"\n'),
-        ("ssh-keygen", 'printf "%s\\n" "$*" > "$FAKE_LOG/ssh-keygen"\n'
-                       'mkdir -p "$GPUFLEET_ETC/ssh"\n'
-                       ': > "$GPUFLEET_ETC/ssh/ssh_host_ed25519_key"\n'),
+        ("ssh-keygen", FAKE_KEYGEN),
     ):
         (fakes / name).write_text("#!/bin/sh\n" + text)
         os.chmod(str(fakes / name), 0o755)
@@ -354,7 +367,12 @@ def test_ssh_files_and_sshd_for_multinode(tmp_path, shell):
     assert (ssh_dir / "config").read_text() == expected
     assert (job.dstack / "ssh" / "authorized_keys").read_text() == KEY["public"]
 
-    assert (fakes / "ssh-keygen").read_text().strip() == "-A"
+    # An ECDSA and an Ed25519 host key, as dstack's runner makes: no RSA key, which costs a
+    # few hundred CPU milliseconds per node.
+    etc_ssh = job.etc / "ssh"
+    assert (fakes / "ssh-keygen.log").read_text().splitlines() == [
+        "-q -t %s -N  -f %s/ssh_host_%s_key" % (kind, etc_ssh, kind) for kind in ("ecdsa",
+                                                                                   "ed25519")]
     config_path = job.dstack / "ssh" / "sshd_config"
     (started,) = (fakes / "sshd.log").read_text().splitlines()
     assert started.split()[:2] == ["-f", str(config_path)]
@@ -367,8 +385,10 @@ def test_ssh_files_and_sshd_for_multinode(tmp_path, shell):
                  "ClientAliveInterval 30",
                  "AuthorizedKeysFile %s .ssh/authorized_keys"
                  % (job.dstack / "ssh" / "authorized_keys"),
-                 "HostKey %s" % (job.etc / "ssh" / "ssh_host_ed25519_key")):
+                 "HostKey %s" % (etc_ssh / "ssh_host_ecdsa_key"),
+                 "HostKey %s" % (etc_ssh / "ssh_host_ed25519_key")):
         assert line in sshd_config
+    assert not [line for line in sshd_config if "rsa" in line]
     assert (job.etc / "pam.d" / "sshd").read_text() == "session optional pam_loginuid.so\n"
     assert "export GPUFLEET_MULTINODE='1'" in (job.dstack / "profile").read_text()
     assert (job.dstack / "mpi" / "hostfile").read_text() == "10.1.0.2\n10.1.0.3\n"
@@ -653,8 +673,7 @@ def _fake_sshd(tmp_path, check_rc=0):
     (fakes / "sshd").write_text(
         '#!/bin/sh\nprintf "%%s\\n" "$*" >> "$FAKE_LOG/sshd.log"\n'
         'case $1 in -t) exit %d ;; esac\n' % check_rc)
-    (fakes / "ssh-keygen").write_text('#!/bin/sh\nmkdir -p "$GPUFLEET_ETC/ssh"\n'
-                                      ': > "$GPUFLEET_ETC/ssh/ssh_host_ed25519_key"\n')
+    (fakes / "ssh-keygen").write_text("#!/bin/sh\n" + FAKE_KEYGEN)
     for name in ("sshd", "ssh-keygen"):
         os.chmod(str(fakes / name), 0o755)
     return fakes
@@ -670,6 +689,32 @@ def test_a_single_node_run_with_a_key_starts_the_images_sshd_for_attach(tmp_path
         "-f %s" % (job.dstack / "ssh" / "sshd_config"))
     # Nothing of the multi-node client side: no key or config in the user's home.
     assert not (job.home / ".ssh").exists()
+
+
+def test_an_ssh_keygen_without_ecdsa_or_ed25519_falls_back_to_making_every_host_key(
+        tmp_path, shell):
+    job = Job(tmp_path, {"commands": ["true"]}, key=True)
+    fakes = _fake_sshd(tmp_path)
+    proc = job.run(shell, path="%s:%s" % (fakes, shell[1]),
+                   extra={"FAKE_LOG": str(fakes), "FAKE_REFUSE": "ecdsa ed25519"})
+    assert proc.returncode == 0, proc.stderr
+    calls = (fakes / "ssh-keygen.log").read_text().splitlines()
+    assert [c.split()[2] for c in calls[:2]] == ["ecdsa", "ed25519"]
+    assert calls[2:] == ["-A"]
+    assert "HostKey %s" % (job.etc / "ssh" / "ssh_host_ed25519_key") in (
+        job.dstack / "ssh" / "sshd_config").read_text().splitlines()
+
+
+def test_host_keys_the_image_has_are_kept(tmp_path, shell):
+    job = Job(tmp_path, {"commands": ["true"]}, key=True)
+    (job.etc / "ssh").mkdir()
+    (job.etc / "ssh" / "ssh_host_rsa_key").write_text("baked in")
+    fakes = _fake_sshd(tmp_path)
+    proc = job.run(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
+    assert proc.returncode == 0, proc.stderr
+    assert not (fakes / "ssh-keygen.log").exists()
+    assert "HostKey %s" % (job.etc / "ssh" / "ssh_host_rsa_key") in (
+        job.dstack / "ssh" / "sshd_config").read_text().splitlines()
 
 
 def test_the_session_script_reads_the_profile_then_runs_what_was_asked(tmp_path, shell):

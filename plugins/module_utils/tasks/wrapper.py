@@ -561,8 +561,19 @@ _gf_sshd_start() {
     fi
     set -- "$GPUFLEET_ETC"/ssh/ssh_host_*_key
     if [ ! -e "$1" ]; then
-        ssh-keygen -A > /dev/null 2>&1 ||
-            _gf_log "warning: ssh-keygen -A failed: sshd may not start"
+        # Host keys of the two types every OpenSSH since 6.5 reads, as dstack's runner makes:
+        # an RSA key (what "ssh-keygen -A" also makes) costs a few hundred CPU milliseconds, on
+        # every node of every run. "-A" remains for an ssh-keygen too old for ed25519.
+        mkdir -p "$GPUFLEET_ETC/ssh" 2>/dev/null
+        for _gf_type in ecdsa ed25519; do
+            ssh-keygen -q -t "$_gf_type" -N '' \
+                -f "$GPUFLEET_ETC/ssh/ssh_host_${_gf_type}_key" < /dev/null > /dev/null 2>&1
+        done
+        set -- "$GPUFLEET_ETC"/ssh/ssh_host_*_key
+        if [ ! -e "$1" ]; then
+            ssh-keygen -A > /dev/null 2>&1 ||
+                _gf_log "warning: ssh-keygen -A failed: sshd may not start"
+        fi
     fi
     # sshd's privilege separation folder (Debian: /run/sshd).
     _gf_root=${GPUFLEET_ETC%/etc}
