@@ -118,6 +118,32 @@ def test_start_claims_first_and_refuses_when_the_host_was_taken(docker, book):
     assert not any(c[:1] == ["run"] for c in docker.calls())
 
 
+@pytest.mark.parametrize("owner", ["old", "new"])
+def test_a_start_that_replaces_clears_an_earlier_run_of_the_name_but_never_its_own(
+        docker, book, tmp_path, monkeypatch, owner):
+    """A host the controller took as free without asking it clears the old run of the name
+    in the start, after the claim: an old run's container and folders go; a container of this
+    very submission (the start asked again) stays."""
+    box = inspect_entry("a-0-0", run="a", job=0, status="exited")
+    box["Config"]["Labels"]["gpufleet.run-id"] = owner
+    containers(docker, box)
+    old_folder = tmp_path / "runs" / "a" / "3" / "state"
+    old_folder.mkdir(parents=True)
+    started = []
+    monkeypatch.setattr(booking, "op_start", lambda payload: started.append(
+        (payload["job"]["container"], [c[:1] for c in docker.calls()])) or {"started": True})
+    job = {"run": "a", "job_num": 0, "container": "a-0-0", "files": {}, "docker_args": [],
+           "image": "img", "claim": dict(claim("a", run_id="new"), replace=True)}
+    assert booking.op_start_booked({"job": job}) == {"started": True}
+    removed = ["rm", "-f", "a-0-0"] in docker.calls()
+    assert removed is (owner == "old")
+    assert old_folder.exists() is (owner == "new")
+    assert [name for name, _calls in started] == ["a-0-0"]
+    if removed:
+        assert ["rm"] in started[0][1]   # cleared before the start
+    assert json.loads((book / "claims" / "a.json").read_text())["run_id"] == "new"
+
+
 def test_remove_drops_the_runs_claim_but_keeps_a_new_submitters(docker, book):
     containers(docker)
     assert booking.op_claim(claim("a", run_id="new"))["claimed"]

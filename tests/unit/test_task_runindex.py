@@ -52,10 +52,12 @@ def shared(monkeypatch, tmp_path):
         (h, {"present": True, "entrypoint": None, "cmd": None, "working_dir": None})
         for h in hosts))
 
-    def submit(config):
+    def submit(config, queue_first=None):
         before = len(cluster.log)
         runner = runs.Runner(config, fleets, emit=cluster.emit, clock=cluster.clock,
                              sleep=cluster.sleep, poll=1.0, environ={})
+        if queue_first is not None:
+            runner.queue_first = lambda: queue_first(runner)
         result = runner.run(wait=False)
         return result, [(h, op) for h, op, _p in cluster.log[before:]]
 
@@ -121,8 +123,24 @@ def test_hosts_whose_runs_ended_stop_being_asked_after_the_next_submission(share
     assert statuses(ops) == ["gpus-0", "gpus-1", "gpus-2"]
     assert [j["host"] for j in result["jobs"]] == ["gpus-0"]
     note = [p for h, p in cluster.ops("note") if p["run"] == "rb"][0]
-    assert note["idle"] == ["gpus-1", "gpus-2"]
+    assert note["idle"] == ["gpus-0", "gpus-1", "gpus-2"]
     _result, ops = submit(task(name="rc"))
+    assert statuses(ops) == ["gpus-0"]
+
+
+def test_a_run_placed_where_an_ended_run_was_noted_takes_that_mark_off(shared):
+    cluster, submit = shared
+    submit(task(name="ra", nodes=3))   # gpus-0, 1 and 2
+    _ended(cluster, "ra")
+    cluster.now += indexside.IDLE_MARGIN
+    _result, ops = submit(task(name="rb", nodes=3))
+    assert statuses(ops) == ["gpus-0", "gpus-1", "gpus-2"]   # where ra may have been alive
+    entries = cluster.nodes["gpus-0"].index["gpus"]["entries"]
+    assert entries["ra"]["alive"] == [] and entries["rb"]["alive"] == [
+        "gpus-0", "gpus-1", "gpus-2"]
+    # rb's hosts are named for rb alone now: applied again once it ended, it asks none of them.
+    _ended(cluster, "rb")
+    _result, ops = submit(task(name="rb", nodes=3))
     assert statuses(ops) == ["gpus-0"]
 
 
@@ -273,12 +291,120 @@ def test_a_waiting_entry_on_a_host_the_index_names_means_every_host_is_asked(sha
     cluster, submit = shared
     submit(task(name="warm"))
     cluster.nodes["gpus-0"].op_note({"fleet": "gpus", "run": "rb", "hosts": ["gpus-3"]})
+    cluster.nodes["gpus-0"].op_note({"fleet": "gpus", "run": "other", "hosts": ["gpus-3"]})
     cluster.nodes["gpus-3"].queue["waits"] = {"run": "waits", "run_id": "w",
                                               "state": "pending", "priority": 0,
                                               "submitted_epoch": 1}
     _result, ops = submit(task(name="rb"))
-    # The record host and gpus-3, whose queue holds a waiting run; then every host.
+    # The record host and gpus-3 (where the index says another run may be alive), whose queue
+    # holds a waiting run; then every host.
     assert statuses(ops) == sorted(["gpus-0", "gpus-3"] + ["gpus-%d" % n for n in range(6)])
+
+
+def _ended(cluster, run):
+    """Every container of ``run`` exited, its claims gone with them."""
+    for node in cluster.nodes.values():
+        for box in node.containers:
+            if box["labels"][RUN_LABEL] == run:
+                box["state"] = "exited"
+
+
+def test_a_run_applied_again_takes_the_hosts_of_its_ended_run_as_free_without_asking_them(
+        shared):
+    """The usual re-apply: the index names the hosts of the ended run for its name alone, so
+    they are not asked; their claims show they are free, and each start clears the old run's
+    container before it starts the new one."""
+    cluster, submit = shared
+    submit(task(name="ra", nodes=3))   # gpus-0, 1 and 2, after a whole survey
+    _ended(cluster, "ra")
+    result, ops = submit(task(name="ra", nodes=3))
+    assert result["status"] == "submitted"
+    assert [j["host"] for j in result["jobs"]] == ["gpus-0", "gpus-1", "gpus-2"]
+    assert statuses(ops) == ["gpus-0"]   # the record host alone
+    claims = [(h, p) for h, op, p in cluster.log if op == "claim"][-3:]
+    # No claim clears anything: the old run is cleared by the starts.
+    assert [(h, p.get("replace")) for h, p in claims] == [
+        ("gpus-0", False), ("gpus-1", False), ("gpus-2", False)]
+    starts = [(h, p["job"]["claim"].get("replace")) for h, op, p in cluster.log
+              if op == "start"]
+    assert starts[-3:] == [("gpus-0", True), ("gpus-1", True), ("gpus-2", True)]
+    assert "remove" not in [op for _h, op in ops]
+    for host in ("gpus-0", "gpus-1", "gpus-2"):
+        (box,) = cluster.nodes[host].containers
+        assert box["labels"]["gpufleet.run-id"] == str(result["run_id"])
+        assert box["state"] != "exited"
+
+
+def test_a_host_taken_as_free_where_the_name_is_still_alive_refuses_and_nothing_is_cleared(
+        shared):
+    cluster, submit = shared
+    first, _ops = submit(task(name="ra", nodes=3))
+    # Two of the old run's nodes ended; the third still runs.
+    for host in ("gpus-0", "gpus-1"):
+        for box in cluster.nodes[host].containers:
+            box["state"] = "exited"
+    with pytest.raises(runs.RunError) as info:
+        submit(task(name="ra", nodes=3))
+    assert "run ra is already running (on gpus-2)" in str(info.value)
+    # The claim of gpus-2 was refused, the others let go, and the ended nodes of the live run
+    # kept what they left (a claim that clears at once would have removed gpus-0's).
+    for host in ("gpus-0", "gpus-1", "gpus-2"):
+        (box,) = cluster.nodes[host].containers
+        assert box["labels"]["gpufleet.run-id"] == str(first["run_id"])
+    assert not [c for node in cluster.nodes.values() for c in node.claims
+                if c.get("run_id") != first["run_id"]]
+
+
+def test_a_host_taken_as_free_but_not_placed_on_is_asked_before_any_claim(shared):
+    cluster, submit = shared
+    submit(task(name="ra", nodes=3))   # gpus-0, 1 and 2
+    _ended(cluster, "ra")
+    # gpus-2 still runs a (the index does not know it: started by hand, say): the next ra is
+    # smaller and goes elsewhere; gpus-2 is asked once the placement leaves it out.
+    cluster.nodes["gpus-2"].containers = [alive("ra", job=2)]
+    with pytest.raises(runs.RunError) as info:
+        submit(task(name="ra", nodes=2))
+    assert "run ra is already running (on gpus-2)" in str(info.value)
+    ops = [(h, op) for h, op, _p in cluster.log[-2:]]
+    assert ops == [("gpus-0", "status"), ("gpus-2", "status")]
+    # Ended there, it is cleared by a request of its own, after the claims.
+    cluster.nodes["gpus-2"].containers[0]["state"] = "exited"
+    result, ops = submit(task(name="ra", nodes=2))
+    assert result["status"] == "submitted"
+    assert ops.index(("gpus-2", "remove")) > ops.index(("gpus-1", "claim"))
+    assert cluster.nodes["gpus-2"].containers == []
+
+
+@pytest.mark.parametrize("placed_on", [True, False])
+def test_runs_waiting_on_a_host_taken_as_free_go_first(shared, placed_on):
+    """A host the index names for the run's name alone is not asked, so its queue is read with
+    its claim (or, not placed on, when it is asked): runs waiting there go first, as if the
+    first look had seen them, and the run is placed after them."""
+    cluster, submit = shared
+    submit(task(name="ra", nodes=3))   # gpus-0, 1 and 2
+    _ended(cluster, "ra")
+    cluster.nodes["gpus-2"].queue["waits"] = {"run": "waits", "run_id": "w",
+                                              "state": "pending", "priority": 0,
+                                              "submitted_epoch": 1}
+    passes = []
+
+    def queue_first(runner):
+        # As tasks.entry: a look at every host, and the waiting run goes (here: dequeued).
+        runner.survey(whole=True)
+        passes.append(runner.surveyed_whole)
+        cluster.nodes["gpus-2"].queue.clear()
+
+    result, ops = submit(task(name="ra", nodes=3 if placed_on else 2), queue_first=queue_first)
+    assert result["status"] == "submitted"
+    assert passes == [True]
+    if placed_on:
+        # Its claim said so: the claims were let go before the pass.
+        assert [h for h, op in ops if op == "release"] == ["gpus-0", "gpus-1", "gpus-2"]
+        assert ops.index(("gpus-2", "claim")) < ops.index(("gpus-2", "release"))
+    else:
+        assert "claim" not in [op for h, op in ops[:ops.index(("gpus-2", "status"))]]
+        assert "release" not in [op for _h, op in ops]
+    assert sorted(set(statuses(ops))) == ["gpus-%d" % n for n in range(6)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,7 +462,8 @@ def book(tmp_path, monkeypatch):
 def test_notes_and_a_whole_rewrite_on_the_record_host(book, monkeypatch):
     now = [1000.0]
     monkeypatch.setattr(indexside.time, "time", lambda: now[0])
-    assert indexside.index_view("gpus", "a") == {"age": None, "hosts": [], "busy": []}
+    assert indexside.index_view("gpus", "a") == {"age": None, "hosts": [], "busy": [],
+                                                 "others": []}
     indexside.op_note({"fleet": "gpus", "run": "a", "hosts": ["gpus-1", "gpus-2"]})
     now[0] += indexside.NOTE_MARGIN + 1
     indexside.op_note({"fleet": "gpus", "run": "b", "hosts": ["gpus-3"]})
@@ -350,7 +477,10 @@ def test_notes_and_a_whole_rewrite_on_the_record_host(book, monkeypatch):
                           "answered": ["gpus-0", "gpus-1", "gpus-2", "gpus-3"],
                           "complete": True})
     assert indexside.index_view("gpus", "a") == {"age": 0.0, "hosts": ["gpus-2"],
-                                                 "busy": ["gpus-0", "gpus-3", "gpus-4"]}
+                                                 "busy": ["gpus-0", "gpus-3", "gpus-4"],
+                                                 "others": ["gpus-0", "gpus-3", "gpus-4"]}
+    # Where a run other than the one asked about may be alive: not where only d is.
+    assert indexside.index_view("gpus", "d")["others"] == ["gpus-3", "gpus-4"]
     assert indexside.index_view("gpus", "b")["hosts"] == ["gpus-3"]
     assert indexside.index_view("gpus", "c")["hosts"] == ["gpus-4"]
     assert indexside.index_view("gpus", "d")["hosts"] == ["gpus-0"]
@@ -378,7 +508,8 @@ def test_a_note_takes_idle_hosts_off_every_run_but_not_a_fresh_note(book, monkey
     # a ended on 1 and 2 (its containers stay, for the next run of its name to clear); b was
     # noted a second ago, after the look that found gpus-3 idle.
     assert indexside.index_view("gpus", "a") == {"age": None, "hosts": ["gpus-1", "gpus-2"],
-                                                 "busy": ["gpus-3", "gpus-4"]}
+                                                 "busy": ["gpus-3", "gpus-4"],
+                                                 "others": ["gpus-3", "gpus-4"]}
 
 
 def test_a_rewrite_from_a_slow_survey_keeps_what_was_noted_since_it_began(book, monkeypatch):
@@ -390,7 +521,7 @@ def test_a_rewrite_from_a_slow_survey_keeps_what_was_noted_since_it_began(book, 
     indexside.op_reindex({"fleet": "gpus", "runs": {}, "alive": {}, "answered": ["gpus-1"],
                           "members": ["gpus-0", "gpus-1"], "age": 200, "complete": True})
     view = indexside.index_view("gpus", "a")
-    assert view == {"age": 200.0, "hosts": ["gpus-1"], "busy": ["gpus-1"]}
+    assert view == {"age": 200.0, "hosts": ["gpus-1"], "busy": ["gpus-1"], "others": []}
     # A host that left the fleet goes from every entry.
     indexside.op_note({"fleet": "gpus", "run": "b", "hosts": ["gpus-9"]})
     indexside.op_reindex({"fleet": "gpus", "runs": {}, "alive": {}, "answered": [],
@@ -411,5 +542,6 @@ def test_the_survey_carries_the_index_request_and_its_answer(book, monkeypatch):
     indexside.op_note({"fleet": "gpus", "run": "a", "hosts": ["gpus-1"]})
     monkeypatch.setattr(indexside, "_STATUS_BEFORE_INDEX", lambda payload: {"containers": []})
     answer = booking.BOOK_OPS["status"]({"index": {"fleet": "gpus", "run": "a"}})
-    assert answer["index"] == {"age": None, "hosts": ["gpus-1"], "busy": ["gpus-1"]}
+    assert answer["index"] == {"age": None, "hosts": ["gpus-1"], "busy": ["gpus-1"],
+                               "others": []}
     assert "index" not in booking.BOOK_OPS["status"]({})

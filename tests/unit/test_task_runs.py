@@ -113,15 +113,24 @@ class FakeNode:
         return {"reindexed": True}
 
     def op_start(self, payload):
+        # As booking.op_start_booked: the claim under the lock, the clearing of an earlier run
+        # of the name when the claim says "replace", then nodeside's start.
         job = payload["job"]
         if self.fail_start:
             raise NodeError(self.name, self.fail_start)
-        if any(c["name"] == job["container"] for c in self.containers):
-            return {"started": False, "exists": True}
-        if job.get("claim"):
-            answer = self.op_claim(job["claim"])
+        claim = job.get("claim")
+        if claim:
+            answer = self.op_claim(dict(claim, replace=False, image=None, queue=False))
             if not answer["claimed"]:
                 raise NodeError(self.name, "taken meanwhile: " + answer["reason"])
+            mine = (str(claim["run_id"]), str(claim["submission"]))
+            if claim.get("replace") and not any(
+                    (c["labels"].get("gpufleet.run-id"), c["labels"].get(SUB_LABEL)) == mine
+                    for c in self.containers):
+                self.containers = [c for c in self.containers
+                                   if c["labels"].get(RUN_LABEL) != claim["run"]]
+        if any(c["name"] == job["container"] for c in self.containers):
+            return {"started": False, "exists": True}
         self.cluster.started.append((self.name, job["job_num"], self.cluster.snapshot()))
         self.containers.append(container(job["container"], job["labels"]))
         self.left[job["container"]] = self.cluster.program(job)
@@ -171,6 +180,8 @@ class FakeNode:
             answer["replaced"] = gone
         if payload.get("image"):
             answer["image"] = self.op_image_info({"image": payload["image"]})
+        if payload.get("queue"):
+            answer["queue"] = [booking.summary(e) for e in self.queue.values()]
         return answer
 
     # The queue, kept as booking keeps it (entries by run name), without files.

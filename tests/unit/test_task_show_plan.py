@@ -258,13 +258,14 @@ class FakeRunner:
         self.submissions = []
         self.announce_plan = None   # entry.submit must set it, True or False
         self.surveyed_whole = True   # the survey below stands for a look at every host
+        self.queue_first = None   # entry.submit sets it when runs that wait go first
         FakeRunner.made.append(self)
 
     def make_key_early(self):
         self.calls.append("make_key_early")
 
-    def survey(self):
-        self.calls.append("survey")
+    def survey(self, whole=False):
+        self.calls.append("survey whole" if whole else "survey")
         return ({}, {}, {}, {})
 
     def reuse_survey(self, survey):
@@ -310,12 +311,17 @@ def test_submit_announces_the_plan_as_show_plan_says_and_makes_the_key_first(
     runner, result, failed = submitted(**given)
     assert (result["status"], failed) == (lc.RUN_DONE, False)
     assert runner.calls == ["make_key_early", "survey", "reuse_survey", ("run", announced)]
+    # What the runner calls when a host it took as free unasked keeps runs that wait: a look
+    # at every host, which serves the pass over the queue and then the placement.
+    runner.queue_first()
+    assert runner.calls[4:] == ["survey whole", "reuse_survey"]
 
 
 def test_submit_in_check_mode_makes_no_key(submitted):
     runner, result, _failed = submitted(check_mode=True, show_plan=True)
     assert result["status"] == "planned" and result["plan"] == a_plan()
     assert runner.calls == ["place"]
+    assert runner.queue_first is None
 
 
 def _task_options():

@@ -246,7 +246,9 @@ def op_claim(payload):
     request of its own: with ``replace``, a granted claim also removes what an earlier run of
     the same name left here (its containers and folders: the new run takes the name, as
     dstack's apply does); with ``image``, the answer's ``image`` is that image's
-    ``image_info``. Both happen after the lock is let go: the claim already keeps the host."""
+    ``image_info``; with ``queue``, the answer's ``queue`` is this host's queue
+    (``queue_summaries``). They happen after the lock is let go: the claim already keeps the
+    host."""
     with _Lock():
         answer = _claim_locked(payload, time.time())
     if answer["claimed"]:
@@ -254,6 +256,8 @@ def op_claim(payload):
             answer["replaced"] = op_remove({"run": payload["run"]})["removed"]
         if payload.get("image"):
             answer["image"] = op_image_info({"image": payload["image"]})
+        if payload.get("queue"):
+            answer["queue"] = queue_summaries()
     return answer
 
 
@@ -440,7 +444,23 @@ def op_status_booked(payload):
     return answer
 
 
+def _replace_earlier(claim):
+    """Remove what an earlier run of the claim's name left on this host (its containers and
+    folders), unless this submission's container is already here (a start asked again).
+    Only after the claim is granted, which shows that no run of that name is alive here."""
+    mine = (str(claim.get("run_id") or ""), str(claim.get("submission") or 0))
+    for entry in op_status({"run": claim["run"]})["containers"]:
+        labels = entry.get("labels") or {}
+        if (labels.get("gpufleet.run-id"), str(labels.get("gpufleet.submission") or 0)) == mine:
+            return []
+    return op_remove({"run": claim["run"]})["removed"]
+
+
 def op_start_booked(payload):
+    """Claim (or renew the claim) under the lock, then start. With the claim's ``replace``, an
+    earlier run of the name is cleared first: on a host the controller took as free without
+    asking it (tasks.runs), the clearing waits for the start, when every host of the
+    placement has granted its claim and so shown that no run of that name is alive on it."""
     claim = payload["job"].get("claim")
     if claim:
         with _Lock():
@@ -448,6 +468,8 @@ def op_start_booked(payload):
         if not answer["claimed"]:
             raise Failure("cannot start %s: this host was taken meanwhile: %s"
                           % (payload["job"]["container"], answer["reason"]))
+        if claim.get("replace"):
+            _replace_earlier(claim)
     try:
         return op_start(payload)
     except Failure:

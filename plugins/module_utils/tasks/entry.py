@@ -243,16 +243,8 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
         runner.read_only = bool(check_mode)
         if not check_mode:
             runner.make_key_early()   # ready by the time the run is placed
-            # Runs already waiting go first, in priority order (tasks.queue). One look at the
-            # hosts serves the pass and, when there was no queue to act on, the placement.
-            survey = runner.survey()
-            # A look at part of the hosts (tasks.runindex) found no run waiting, and shows
-            # runs only in part: a pass would judge them on what it cannot see. The next look
-            # at every host passes over the queue.
-            report = (drive_queue(fleets, root, emit, survey=survey)
-                      if runner.surveyed_whole else {})
-            if not queue_entries(survey) and not any(report.values()):
-                runner.reuse_survey(survey)
+            runner.queue_first = lambda: _queue_first(runner, fleets, root, emit, whole=True)
+            _queue_first(runner, fleets, root, emit)
         if check_mode:
             try:
                 try:
@@ -341,6 +333,19 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
         result["warnings"] = ignored_fields(config)
     return result, result["status"] != lifecycle.RUN_DONE and (
         params["wait"] or result["status"] == lifecycle.RUN_FAILED)
+
+
+def _queue_first(runner, fleets, root, emit, whole=False):
+    """Runs already waiting go first, in priority order (tasks.queue). One look at the hosts
+    serves the pass and, when there was no queue to act on, the placement."""
+    survey = runner.survey(whole)
+    # A look at part of the hosts (tasks.runindex) found no run waiting, and shows runs only
+    # in part: a pass would judge them on what it cannot see. The next look at every host
+    # passes over the queue.
+    report = (drive_queue(fleets, root, emit, survey=survey)
+              if runner.surveyed_whole else {})
+    if not queue_entries(survey) and not any(report.values()):
+        runner.reuse_survey(survey)
 
 
 def queue_entries(survey):

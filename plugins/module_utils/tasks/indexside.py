@@ -24,7 +24,7 @@ Operations (every write holds booking's lock):
 
 - ``status`` with ``{"index": {"fleet": F, "run": R}}`` answers as before and adds
   ``index``: ``{"age": seconds since complete or null, "hosts": [R's hosts], "busy": [hosts
-  where any run may be alive]}``;
+  where any run may be alive], "others": [hosts where a run other than R may be alive]}``;
 - ``note`` ``{"fleet", "run", "hosts", "idle"}``: add hosts to a run's entry, alive (a
   submission, before it claims them), and no longer count as alive the hosts where that
   submission found nothing alive (``idle``);
@@ -91,12 +91,15 @@ def view(entries, completed, run, now):
     """An index's answer for ``run``: ``entries`` as ``_entries`` reads them, ``completed``
     the time of its last complete rewrite (or None)."""
     busy = set()
-    for entry in entries.values():
+    others = set()
+    for name, entry in entries.items():
         busy.update(entry.get("alive") or ())
+        if name != run:
+            others.update(entry.get("alive") or ())
     # A marker from the future (the host's clock went back) is not trusted.
     return {"age": None if completed is None or completed > now else now - completed,
             "hosts": sorted((entries.get(run) or {}).get("hosts") or {}),
-            "busy": sorted(busy)}
+            "busy": sorted(busy), "others": sorted(others)}
 
 
 def noted(entries, run, hosts, idle, now):

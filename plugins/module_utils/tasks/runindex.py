@@ -15,7 +15,9 @@ So a submission asks (``partial``):
 
 1. the record host of every fleet, for its own containers, claims and queue, for the hosts
    where the run's name has containers, and for the hosts where any run may be alive;
-2. those hosts, when there are any;
+2. the hosts where another run may be alive, when there are any (those named for the run's
+   own name alone are taken as free: tasks.runs asks the ones it does not place on, and the
+   claims of the others check them);
 
 and then claims the hosts placement picks, trusting that the others are free (a refused claim
 makes the next try ask every host). While it claims, it notes its hosts in the index
@@ -102,10 +104,17 @@ def merge(first, second):
     return tuple(dict(a, **b) for a, b in zip(first, second))
 
 
-def partial(nodes, fleets, run, ask):
+def partial(nodes, fleets, run, ask, assumed=None):
     """The survey a placement of ``run`` needs when every fleet's index can be trusted, else
     None (ask every host). ``ask(nodes, index=None, indexes=None)`` is
-    tasks.runs.survey_with_queues. Hosts it leaves out are in none of the four dicts."""
+    tasks.runs.survey_with_queues. Hosts it leaves out are in none of the four dicts.
+
+    With ``assumed`` (a set), the hosts that the index names for ``run`` alone (where only an
+    earlier run of this name may be alive) are not asked but added to ``assumed``: the caller
+    takes them as free, and must ask those it does not place on, and have the claims of those
+    it places on check that no run of this name is alive there (tasks.runs). That is the
+    common re-apply of a task whose run ended, whose hosts would otherwise each be asked
+    only to find them idle."""
     requests = index_requests(fleets, nodes, run)
     if requests is None:
         return None
@@ -113,9 +122,12 @@ def partial(nodes, fleets, run, ask):
     answer = ask(dict((h, nodes[h]) for h in requests), index=requests, indexes=views)
     if answer[3] or waiting(answer[2]) or not all(trusted(views.get(h)) for h in requests):
         return None
-    named = sorted(set(h for view in views.values()
-                       for h in list(view.get("hosts") or ()) + list(view.get("busy") or ())
-                       if h in nodes) - set(requests))
+    own = set(h for view in views.values() for h in view.get("hosts") or () if h in nodes)
+    others = set(h for view in views.values() for h in view.get("others") or () if h in nodes)
+    if assumed is not None:
+        assumed.update(own - others - set(requests))
+        own = set()
+    named = sorted((own | others) - set(requests))
     if named:
         answer = merge(answer, ask(dict((h, nodes[h]) for h in named)))
         if waiting(answer[2]):
@@ -168,12 +180,12 @@ def note_request(fleets, placed, run, survey):
     record host did not answer the survey the placement used. That index then misses the run
     until the next whole survey rewrites it, at most MAX_AGE later (docs/concepts.md names the
     gap). The request also names the fleet's hosts the survey found idle, so that the index
-    stops sending submitters to hosts whose runs ended."""
+    stops sending submitters to hosts whose runs ended: those of the placement too (the note
+    makes them alive for ``run`` alone; an earlier run noted there is no longer)."""
     fleet = next((f for f in fleets if f.get("name") == placed.get("fleet")), None)
     host = record_host(fleet) if fleet is not None else None
     if host is None or host not in survey[0]:
         return None
     hosts = sorted(set(job["host"] for job in placed["jobs"]))
-    idle = [h for h in idle_hosts(sorted(fleet_hosts(fleet, survey[0])), survey)
-            if h not in hosts]
+    idle = idle_hosts(sorted(fleet_hosts(fleet, survey[0])), survey)
     return host, {"fleet": fleet["name"], "run": run, "hosts": hosts, "idle": idle}

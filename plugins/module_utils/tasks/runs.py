@@ -345,6 +345,15 @@ class Runner(object):
         self.submissions = []
         self.leftovers = []
         self._claimed = {}   # the answers of the last granted claims, by host
+        # Hosts the last survey took as free without asking them (tasks.runindex.partial):
+        # the index names them for this run's name alone.
+        self._assumed = set()
+        # How the caller lets runs that wait go first (tasks.entry), or None: then a claim on
+        # such a host also reads its queue, and when it holds runs that wait, this is called
+        # before the run is placed again.
+        self.queue_first = None
+        self._late_queues = {}
+        self._replace_at_start = False
         self.surveyed_whole = True   # whether the last survey asked every host
         # Check mode: every host is asked (a plan must not take a host it did not ask as free)
         # and nothing is written to the hosts.
@@ -374,6 +383,25 @@ class Runner(object):
     def _place(self, whole=False):
         containers, claims, _queues, errors = self._survey(whole)
         self._surveyed = (containers, claims)
+        self._own_leftovers(containers)
+        placed = self._placement(containers, claims, errors)
+        # Hosts taken as free without asking them: those placed on check in their claims that
+        # no run of this name is alive there, and clear what it left when they start; the
+        # others are asked now, before any claim clears anything.
+        unplaced = sorted(self._assumed - set(job["host"] for job in placed["jobs"]))
+        self._late_queues = {}
+        if unplaced:
+            more = survey_with_queues(dict((h, self.nodes[h]) for h in unplaced))
+            self._assumed -= set(unplaced)
+            self._late_queues = more[2]
+            containers, claims = runindex.merge((containers, claims, {}, {}), more)[:2]
+            self._surveyed = (containers, claims)
+            self._own_leftovers(containers)
+        return placed
+
+    def _own_leftovers(self, containers):
+        """Note the hosts where this run's name left containers, or refuse the run when one of
+        them is alive (dstack refuses a run name that is running)."""
         self.leftovers = sorted(h for h, entries in containers.items()
                                 if any(c["labels"].get(RUN_LABEL) == self.name for c in entries))
         for host, entries in containers.items():
@@ -382,6 +410,8 @@ class Runner(object):
                 raise RunError(
                     "run %s is already running (on %s): stop it first (gpufleet stop %s), or "
                     "give this task another name" % (self.name, host, self.name))
+
+    def _placement(self, containers, claims, errors):
         fleets = []
         for fleet in self.fleets:
             fleet = dict(fleet)
@@ -404,10 +434,10 @@ class Runner(object):
             raise NeedsInstances(placed["create"], placed)
         return placed
 
-    def survey(self):
+    def survey(self, whole=False):
         """What the next placement will use (see _survey); ``reuse_survey`` hands it back.
         ``surveyed_whole`` then says whether every host was asked."""
-        return self._survey()
+        return self._survey(whole)
 
     def reuse_survey(self, answer):
         """Let the first placement use ``answer`` (a survey nothing acted on since) instead of
@@ -426,10 +456,14 @@ class Runner(object):
         root = state.state_dir(self.root)
         stale = health.due(self.fleets, root)
         self.surveyed_whole = True
+        self._assumed = set()
         if not whole and not stale and not self.read_only:
-            answer = runindex.partial(self.nodes, self.fleets, self.name, survey_with_queues)
+            assumed = set()
+            answer = runindex.partial(self.nodes, self.fleets, self.name, survey_with_queues,
+                                      assumed=assumed)
             if answer is not None:
                 self.surveyed_whole = False
+                self._assumed = assumed
                 return answer
         raw = {}
         begun = time.monotonic()
@@ -496,6 +530,11 @@ class Runner(object):
                 self.sleep(self.rng.uniform(0.05, 0.4) * attempt)
             # The first try trusts the run index; after a refused claim, every host is asked.
             placed = self._place(whole=attempt > 0)
+            if self._queues_wait(self._late_queues):
+                refused = claiming.ClaimRefused(min(h for h in self._late_queues
+                                                    if self._late_queues[h]),
+                                                "runs wait in its queue")
+                continue
             noting = runindex.note_request(self.fleets, placed, self.name, self._surveyed)
             if noting is not None:
                 # Noted before any container exists, while the hosts are claimed.
@@ -507,9 +546,17 @@ class Runner(object):
             except PlanError as exc:
                 raise RunError(str(exc)) from exc
             # Every claimed host clears an earlier run of this name, not only those the
-            # survey saw it on: a look at part of the hosts may have missed one.
-            extras = dict((job["host"], {"image": image, "replace": True})
+            # survey saw it on: a look at part of the hosts may have missed one. When hosts
+            # were taken as free without asking them, that waits for the starts: only once
+            # every claim is granted is it known that no run of this name is alive on them.
+            # Such a host also says whether its queue holds runs that wait (queue_first).
+            assumed = set(job["host"] for job in placed["jobs"]) & self._assumed
+            self._replace_at_start = bool(assumed)
+            extras = dict((job["host"], {"image": image, "replace": not assumed})
                           for job in placed["jobs"])
+            if self.queue_first is not None:
+                for host in assumed:
+                    extras[host]["queue"] = True
             self._claimed = {}
             try:
                 claiming.claim_hosts(self.nodes, placed, run, number, by=self.by,
@@ -523,6 +570,19 @@ class Runner(object):
                 continue
             finally:
                 self._settle()
+            queues = dict((h, self._claimed[h].get("queue") or []) for h in assumed
+                          if h in self._claimed)
+            if self.queue_first is not None and runindex.waiting(queues):
+                claiming.release_hosts(self.nodes, [j["host"] for j in placed["jobs"]], run)
+                if noting is not None:
+                    try:
+                        noting.result()
+                    except NodeError:
+                        pass   # a note only adds hosts where the run may be: harmless
+                self.queue_first()
+                refused = claiming.ClaimRefused(min(h for h in queues if queues[h]),
+                                                "runs wait in its queue")
+                continue
             if noting is not None:
                 try:
                     noting.result()
@@ -541,6 +601,15 @@ class Runner(object):
             "no capacity for task %s: its hosts were taken by other runs while it was placed "
             "(last: %s); submit it again, or add retry: {on_events: [no-capacity]}"
             % (self.name, refused), [str(refused)])
+
+    def _queues_wait(self, queues):
+        """When ``queues`` (of hosts the first look took as free without asking them) hold
+        runs that wait and the caller lets them go first (``queue_first``), let them (it looks
+        at every host): as they would have, had the first look seen them. Whether it did."""
+        if self.queue_first is None or not runindex.waiting(queues):
+            return False
+        self.queue_first()
+        return True
 
     def _announce(self, placed):
         if self.announce_plan:
@@ -614,9 +683,9 @@ class Runner(object):
         # other with it, and gpufleet attach to any of them.
         key_maker = self._take_key()
         # What an earlier run of this name left on hosts this one does not use goes too (those
-        # it uses were cleared by their claims), while the image is brought.
-        elsewhere = [h for h in self.leftovers
-                     if "replaced" not in self._claimed.get(h, {})]
+        # it uses were cleared by their claims, or are by their starts), while the image is
+        # brought.
+        elsewhere = [h for h in self.leftovers if h not in hosts]
         clearing = None
         if elsewhere:
             clearing = _Background(parallel, elsewhere, lambda h: self.nodes[h].call(
@@ -668,6 +737,8 @@ class Runner(object):
             # The start renews the claim under the host's lock (tasks.booking), so a claim
             # that lapsed during a long pull is only used if nobody took the host meanwhile.
             job["claim"] = claiming.claim_of(where, run, number, by=self.by)
+            if self._replace_at_start:
+                job["claim"]["replace"] = True
         return Submission(number, _inline_files(jobs, self.files_data), nodes, placed)
 
     def _record_setup_failure(self, number, placed, message):
