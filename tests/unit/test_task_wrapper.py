@@ -180,11 +180,13 @@ def tools_bin(folder, names, fakes=None):
 
 
 MULTI = "first line\nit's a \"quoted\" $VALUE\n"
+# No single quote (written without sed), but what a shell would expand, and trailing newlines.
+ODD = "a\\b $HOME `id` \"q\"\n\n"
 
 
 def test_environment_profile_hostfile_and_exit_code(tmp_path, shell):
     job = Job(tmp_path, {
-        "env": {"MULTI": MULTI, "PLAIN": "x", "TRICK": "x\nFAKE_NAME=1"},
+        "env": {"MULTI": MULTI, "ODD": ODD, "PLAIN": "x", "TRICK": "x\nFAKE_NAME=1"},
         "commands": [
             "printf '%s' \"$MULTI\" > multi.out",
             "printf '%s|%s|%s|%s' \"$DSTACK_NODE_RANK\" \"$DSTACK_WORKING_DIR\" "
@@ -213,11 +215,11 @@ def test_environment_profile_hostfile_and_exit_code(tmp_path, shell):
     mode = stat.S_IMODE(os.stat(str(job.dstack / "profile")).st_mode)
     assert mode == 0o600  # it holds the environment, secrets included
     seen = subprocess.run(
-        ["/bin/sh", "-c", '. "$1"; printf "%s|%s" "$MULTI" "$(pwd)"', "sh",
+        ["/bin/sh", "-c", '. "$1"; printf "%s|%s|%s" "$MULTI" "$ODD" "$(pwd)"', "sh",
          str(job.dstack / "profile")],
         cwd="/", stdout=subprocess.PIPE, check=True,
     ).stdout.decode()
-    assert seen == "%s|%s" % (MULTI, workdir)
+    assert seen == "%s|%s|%s" % (MULTI, ODD, workdir)
 
     source_line = '[ -r "{0}/profile" ] && . "{0}/profile"'.format(job.dstack)
     assert (job.etc / "profile").read_text() == source_line + "\n"

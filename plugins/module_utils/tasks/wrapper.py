@@ -401,8 +401,13 @@ _gf_profile() {
         case " HOSTNAME USER HOME SHELL SHLVL PWD OLDPWD _ " in *" $_gf_v "*) continue ;; esac
         eval "[ \"\${$_gf_v+set}\" = set ]" || continue
         eval "_gf_val=\$$_gf_v"
-        _gf_q=$(printf '%sX' "$_gf_val" | sed "s/'/'\\\\''/g")
-        printf "export %s='%s'\n" "$_gf_v" "${_gf_q%X}"
+        # Only a value with a single quote costs a sed: a fork and an exec per variable were
+        # a large part of a job's start-up CPU.
+        case $_gf_val in
+            *"'"*) _gf_q=$(printf '%sX' "$_gf_val" | sed "s/'/'\\\\''/g"); _gf_q=${_gf_q%X} ;;
+            *) _gf_q=$_gf_val ;;
+        esac
+        printf "export %s='%s'\n" "$_gf_v" "$_gf_q"
     done
     printf 'cd "$DSTACK_WORKING_DIR"\n'
 }
