@@ -530,10 +530,9 @@ class Runner(object):
                 self.sleep(self.rng.uniform(0.05, 0.4) * attempt)
             # The first try trusts the run index; after a refused claim, every host is asked.
             placed = self._place(whole=attempt > 0)
-            if self._queues_wait(self._late_queues):
-                refused = claiming.ClaimRefused(min(h for h in self._late_queues
-                                                    if self._late_queues[h]),
-                                                "runs wait in its queue")
+            waiting = self._queues_wait(self._late_queues)
+            if waiting is not None:
+                refused = waiting
                 continue
             noting = runindex.note_request(self.fleets, placed, self.name, self._surveyed)
             if noting is not None:
@@ -570,18 +569,11 @@ class Runner(object):
                 continue
             finally:
                 self._settle()
-            queues = dict((h, self._claimed[h].get("queue") or []) for h in assumed
-                          if h in self._claimed)
-            if self.queue_first is not None and runindex.waiting(queues):
-                claiming.release_hosts(self.nodes, [j["host"] for j in placed["jobs"]], run)
-                if noting is not None:
-                    try:
-                        noting.result()
-                    except NodeError:
-                        pass   # a note only adds hosts where the run may be: harmless
-                self.queue_first()
-                refused = claiming.ClaimRefused(min(h for h in queues if queues[h]),
-                                                "runs wait in its queue")
+            waiting = self._queues_wait(dict((h, self._claimed[h].get("queue") or [])
+                                             for h in assumed if h in self._claimed),
+                                        placed, noting)
+            if waiting is not None:
+                refused = waiting
                 continue
             if noting is not None:
                 try:
@@ -602,14 +594,25 @@ class Runner(object):
             "(last: %s); submit it again, or add retry: {on_events: [no-capacity]}"
             % (self.name, refused), [str(refused)])
 
-    def _queues_wait(self, queues):
+    def _queues_wait(self, queues, claimed=None, noting=None):
         """When ``queues`` (of hosts the first look took as free without asking them) hold
-        runs that wait and the caller lets them go first (``queue_first``), let them (it looks
-        at every host): as they would have, had the first look seen them. Whether it did."""
+        runs that wait and the caller lets them go first (``queue_first``), let them, as they
+        would have gone had the first look seen them: the hosts of ``claimed`` (a placement
+        whose claims were granted) are let go first. Then the ClaimRefused that makes the
+        next try look at every host; else None."""
         if self.queue_first is None or not runindex.waiting(queues):
-            return False
+            return None
+        if claimed is not None:
+            claiming.release_hosts(self.nodes, [j["host"] for j in claimed["jobs"]],
+                                   {"name": self.name, "id": self.run_id})
+        if noting is not None:
+            try:
+                noting.result()
+            except NodeError:
+                pass   # a note only adds hosts where the run may be: harmless
         self.queue_first()
-        return True
+        return claiming.ClaimRefused(min(h for h in queues if queues[h]),
+                                     "runs wait in its queue")
 
     def _announce(self, placed):
         if self.announce_plan:
