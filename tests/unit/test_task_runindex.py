@@ -355,6 +355,26 @@ def test_a_host_taken_as_free_where_the_name_is_still_alive_refuses_and_nothing_
                 if c.get("run_id") != first["run_id"]]
 
 
+def test_an_image_that_cannot_be_brought_clears_the_ended_run_before_recording_the_failure(
+        shared, monkeypatch):
+    cluster, submit = shared
+    submit(task(name="ra", nodes=2))   # gpus-0 and 1
+    _ended(cluster, "ra")
+
+    def no_image(image, nodes, hosts, **kw):
+        raise runs.RunError("image nope: not found")
+
+    monkeypatch.setattr(runs, "ensure_image", no_image)
+    with pytest.raises(runs.RunError):
+        submit(task(name="ra", nodes=2))
+    # gpus-1 was taken as free unasked, so its claim cleared nothing; the failure's record
+    # comes after the ended run's containers went, on both hosts.
+    ops = [(h, op) for h, op, _p in cluster.log]
+    for host in ("gpus-0", "gpus-1"):
+        assert ops.index((host, "remove")) < ops.index((host, "record_failure"))
+        assert cluster.nodes[host].containers == []
+
+
 def test_a_host_taken_as_free_but_not_placed_on_is_asked_before_any_claim(shared):
     cluster, submit = shared
     submit(task(name="ra", nodes=3))   # gpus-0, 1 and 2

@@ -157,6 +157,9 @@ class FakeNode:
                        if c["run"] != payload["run"] or c.get("run_id") == payload.get("keep")]
         return {"removed": gone}
 
+    def op_record_failure(self, payload):
+        return {"recorded": True}
+
     def op_image_info(self, payload):
         return {"present": True, "entrypoint": None, "cmd": None, "working_dir": None}
 

@@ -757,6 +757,10 @@ class Runner(object):
 
         def record(num):
             job = jobs[num]
+            if self._replace_at_start:
+                # The earlier run of the name was to go with the start, which will not come:
+                # it goes now, so that this failure is what ps shows of the name.
+                self.nodes[job["host"]].call("remove", {"run": self.name, "keep": self.run_id})
             return self.nodes[job["host"]].call("record_failure", {
                 "run": self.name, "job_num": job["job_num"],
                 "container": container_name(self.name, job["job_num"]), "error": message,
