@@ -39,11 +39,16 @@ NODE_PACKAGES = (
     "docker.io", "iptables",
 )
 
-# First process of a node: per-node SSH host keys, the fleet's key for the login user, the
-# node's own dockerd (overlay2 when /var/lib/docker is a volume, vfs otherwise), then sshd.
+# First process of a node: per-node SSH host keys (ECDSA and Ed25519, as a job container's: an
+# RSA key costs a few hundred CPU milliseconds on every node made), the fleet's key for the login
+# user, the node's own dockerd (overlay2 when /var/lib/docker is a volume, vfs otherwise), then
+# sshd.
 NODE_INIT = """#!/bin/sh
 set -e
-ssh-keygen -A >/dev/null
+for type in ecdsa ed25519; do
+  key=/etc/ssh/ssh_host_${type}_key
+  [ -e "$key" ] || ssh-keygen -q -t "$type" -N '' -f "$key"
+done
 mkdir -p /run/sshd /home/gpufleet/.ssh
 if [ -n "$GPUFLEET_AUTHORIZED_KEY" ]; then
   printf '%s\\n' "$GPUFLEET_AUTHORIZED_KEY" > /home/gpufleet/.ssh/authorized_keys
@@ -57,6 +62,8 @@ nohup dockerd --storage-driver="$driver" >/var/log/dockerd.log 2>&1 &
 exec /usr/sbin/sshd -D -e
 """
 SSHD_CONFIG = (
+    "HostKey /etc/ssh/ssh_host_ecdsa_key\n"
+    "HostKey /etc/ssh/ssh_host_ed25519_key\n"
     "PasswordAuthentication no\n"
     "PermitRootLogin no\n"
     "AllowTcpForwarding yes\n"
