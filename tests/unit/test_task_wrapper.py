@@ -372,9 +372,9 @@ def test_ssh_files_and_sshd_for_multinode(tmp_path, shell):
     # An ECDSA and an Ed25519 host key, as dstack's runner makes: no RSA key, which costs a
     # few hundred CPU milliseconds per node.
     etc_ssh = job.etc / "ssh"
+    kinds = ("ecdsa", "ed25519")
     assert (fakes / "ssh-keygen.log").read_text().splitlines() == [
-        "-q -t %s -N  -f %s/ssh_host_%s_key" % (kind, etc_ssh, kind) for kind in ("ecdsa",
-                                                                                   "ed25519")]
+        "-q -t %s -N  -f %s/ssh_host_%s_key" % (kind, etc_ssh, kind) for kind in kinds]
     config_path = job.dstack / "ssh" / "sshd_config"
     (started,) = (fakes / "sshd.log").read_text().splitlines()
     assert started.split()[:2] == ["-f", str(config_path)]
