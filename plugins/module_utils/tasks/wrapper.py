@@ -186,7 +186,9 @@ _gf_size() {
 }
 
 # The keeper: once a second, a note of how much was written (when it grew: the moment before
-# and now), and the rotation. A TERM lets it finish the second it is in (see _gf_drain).
+# and now), and the rotation. A TERM cuts its sleep short (a trapped signal ends a wait at
+# once), then it makes its last note and stops (see _gf_drain): a job's end used to wait out
+# the rest of the keeper's second, up to a second on every job.
 _gf_keep_output() {
     umask 077
     _gf_quit=
@@ -207,7 +209,8 @@ _gf_keep_output() {
     _gf_total=0
     _gf_was=0
     while [ -z "$_gf_quit" ]; do
-        sleep 1 < /dev/null > /dev/null 2>&1
+        sleep 1 < /dev/null > /dev/null 2>&1 &
+        wait $! || kill $! 2>/dev/null
         _gf_now=$(date +%s)
         _gf_sz=$(_gf_size "$_gf_lf")
         [ -n "$_gf_sz" ] || continue
@@ -241,7 +244,7 @@ _gf_keep_output() {
     done
 }
 
-# At the end: stop the keeper between two seconds, let both tees write what is still in their
+# At the end: stop the keeper (it makes its last note first), let both tees write what is still in their
 # pipes (at most 2 seconds, in case a process the job left behind holds a pipe open), then note
 # where the output ended. Signals no longer interrupt this.
 _gf_drain() {
