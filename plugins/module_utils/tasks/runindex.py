@@ -124,10 +124,12 @@ def partial(nodes, fleets, run, ask, assumed=None):
         return None
     own = set(h for view in views.values() for h in view.get("hosts") or () if h in nodes)
     others = set(h for view in views.values() for h in view.get("others") or () if h in nodes)
-    if assumed is not None:
+    if assumed is None:
+        named = own | others
+    else:
+        named = others
         assumed.update(own - others - set(requests))
-        own = set()
-    named = sorted((own | others) - set(requests))
+    named = sorted(named - set(requests))
     if named:
         answer = merge(answer, ask(dict((h, nodes[h]) for h in named)))
         if waiting(answer[2]):

@@ -346,14 +346,14 @@ class Runner(object):
         self.leftovers = []
         self._claimed = {}   # the answers of the last granted claims, by host
         # Hosts the last survey took as free without asking them (tasks.runindex.partial):
-        # the index names them for this run's name alone.
+        # the index names them for this run's name alone. Once placed, only those the run is
+        # placed on stay (_place asks the others); their starts clear the name's earlier run.
         self._assumed = set()
         # How the caller lets runs that wait go first (tasks.entry), or None: then a claim on
         # such a host also reads its queue, and when it holds runs that wait, this is called
         # before the run is placed again.
         self.queue_first = None
         self._late_queues = {}
-        self._replace_at_start = False
         self.surveyed_whole = True   # whether the last survey asked every host
         # Check mode: every host is asked (a plan must not take a host it did not ask as free)
         # and nothing is written to the hosts.
@@ -549,8 +549,7 @@ class Runner(object):
             # were taken as free without asking them, that waits for the starts: only once
             # every claim is granted is it known that no run of this name is alive on them.
             # Such a host also says whether its queue holds runs that wait (queue_first).
-            assumed = set(job["host"] for job in placed["jobs"]) & self._assumed
-            self._replace_at_start = bool(assumed)
+            assumed = sorted(self._assumed)   # hosts of this placement (see _place)
             extras = dict((job["host"], {"image": image, "replace": not assumed})
                           for job in placed["jobs"])
             if self.queue_first is not None:
@@ -740,7 +739,7 @@ class Runner(object):
             # The start renews the claim under the host's lock (tasks.booking), so a claim
             # that lapsed during a long pull is only used if nobody took the host meanwhile.
             job["claim"] = claiming.claim_of(where, run, number, by=self.by)
-            if self._replace_at_start:
+            if self._assumed:   # the claims cleared nothing: each start clears its host
                 job["claim"]["replace"] = True
         return Submission(number, _inline_files(jobs, self.files_data), nodes, placed)
 
@@ -757,7 +756,7 @@ class Runner(object):
 
         def record(num):
             job = jobs[num]
-            if self._replace_at_start:
+            if self._assumed:
                 # The earlier run of the name was to go with the start, which will not come:
                 # it goes now, so that this failure is what ps shows of the name.
                 self.nodes[job["host"]].call("remove", {"run": self.name, "keep": self.run_id})

@@ -244,9 +244,9 @@ _gf_keep_output() {
     done
 }
 
-# At the end: stop the keeper (it makes its last note first), let both tees write what is still in their
-# pipes (at most 2 seconds, in case a process the job left behind holds a pipe open), then note
-# where the output ended. Signals no longer interrupt this.
+# At the end: stop the keeper (it makes its last note first), let both tees write what is still
+# in their pipes (at most 2 seconds, in case a process the job left behind holds a pipe open),
+# then note where the output ended. Signals no longer interrupt this.
 _gf_drain() {
     [ -n "$_gf_tee_out$_gf_tee_err" ] || return 0
     trap '' TERM INT
