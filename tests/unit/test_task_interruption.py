@@ -44,6 +44,19 @@ def test_the_backend_says_whether_a_silent_host_was_interrupted(instance, silent
         assert found[1].startswith("host h: ")
 
 
+@pytest.mark.parametrize("instance, is_gone", [
+    (None, True),
+    (record("terminated", spot=True), True),
+    (record("stopped", backend="local"), True),
+    (record("idle", spot=True), False),       # silent, but it runs: it may answer again
+    (record("idle"), False),
+    (record("idle", backend="ssh"), False),
+    ({"backend": "ssh"}, False),              # its fleet could not be described
+])
+def test_only_an_instance_its_backend_no_longer_runs_is_gone(instance, is_gone):
+    assert interruption.gone(instance) is is_gone
+
+
 def test_the_retry_events_of_the_reasons():
     assert lc.retry_event(INTERRUPTED) == lc.EVENT_INTERRUPTION
     assert lc.retry_event(lc.INSTANCE_UNREACHABLE) == lc.EVENT_ERROR
@@ -64,10 +77,13 @@ def test_an_attached_run_whose_host_goes_is_resubmitted_on_interruption(fake_hos
         (None, None) if job["submission"] == 0 else (2, 0)))
     monkeypatch.setattr(runs, "collect_fleets", lambda *a, **k: gone(fleets, "gpus-1"))
 
+    killed_at = []
+
     def kill(c):
         if len(c.sleeps) == 3:
             c.nodes["gpus-1"].down = True
             c.nodes["gpus-1"].containers = []
+            killed_at.append(len(c.log))
 
     cluster.hook = kill
     result = runner.run()
@@ -76,6 +92,9 @@ def test_an_attached_run_whose_host_goes_is_resubmitted_on_interruption(fake_hos
     lost = [e for e in cluster.job_events(1) if e["status"] == lc.FAILED]
     assert lost[0]["reason"] == INTERRUPTED
     assert lost[0]["message"] == "host gpus-1: the instance is gone (its backend no longer has it)"
+    # Once its instance is known gone, the host is not asked again (each request would wait out
+    # SSH's connect timeout): not by the watch that stops rank 0, nor by the resubmission.
+    assert [op for host, op, _p in cluster.log[killed_at[0]:] if host == "gpus-1"] == ["status"]
 
 
 def test_without_retry_the_run_fails_naming_the_host(fake_hosts, monkeypatch):
@@ -83,13 +102,17 @@ def test_without_retry_the_run_fails_naming_the_host(fake_hosts, monkeypatch):
     runner, cluster = fake_hosts(task(nodes=2), fleets)
     monkeypatch.setattr(runs, "collect_fleets", lambda *a, **k: gone(fleets, "gpus-1"))
 
+    killed_at = []
+
     def kill(c):
         if len(c.sleeps) == 3:
             c.nodes["gpus-1"].down = True
+            killed_at.append(len(c.log))
 
     cluster.hook = kill
     result = runner.run()
     assert (result["status"], result["reason"]) == (lc.RUN_FAILED, "job_failed")
+    assert [op for host, op, _p in cluster.log[killed_at[0]:] if host == "gpus-1"] == ["status"]
     assert result["message"] == "job 1: host gpus-1 was interrupted (the instance went away)"
     assert [(j["job_num"], j["status"], j["reason"]) for j in result["jobs"]] == [
         (0, lc.TERMINATED, lc.TERMINATED_BY_SERVER), (1, lc.FAILED, INTERRUPTED)]

@@ -30,6 +30,15 @@ def instance_map(fleets):
     return dict((inst["name"], inst) for fleet in fleets for inst in fleet.get("instances") or [])
 
 
+def gone(record):
+    """Whether the backend says the instance of a host that does not answer is gone for good
+    (``record``: its fresh instance record, None when the backend has no such instance). Such a
+    host is not asked again: a request to it only waits out SSH's connect timeout."""
+    if (record or {}).get("backend") == "ssh":
+        return False
+    return record is None or record.get("status") in GONE_STATUSES
+
+
 def judge(host, record, unreachable_for):
     """``(reason, message)`` of a job whose host ``host`` does not answer, or None while it may
     still come back. ``record`` is the host's fresh instance record (None: the backend has no

@@ -336,6 +336,9 @@ class Runner(object):
         self._judged_at = None
         self._instances = {}
         self._described = set()
+        # Hosts whose backend said their instance is gone (tasks.interruption.gone): the watch
+        # and the resubmission no longer ask them.
+        self.gone_hosts = set()
         refused = support.refusals(config)   # the verdict gpufleet validate reports too
         if refused:
             raise RunError("; ".join(str(p) for p in refused))
@@ -875,6 +878,8 @@ class Runner(object):
         if record is None and fleet not in self._described:
             # Its fleet could not be described now: no verdict of "gone" from that.
             record = {"backend": "ssh"}
+        if interruption.gone(record):
+            self.gone_hosts.add(host)
         return interruption.judge(host, record, silent_for)
 
     def _wait_ended(self, host):
@@ -1005,7 +1010,7 @@ class Runner(object):
             watch = Watch(submission.jobs, submission.nodes, self.policy(), self.emit,
                           clock=self.clock, sleep=self.sleep, poll=self.poll,
                           follow_logs=self.follow_logs, stop_event=stop_event,
-                          judge=self.judge)
+                          judge=self.judge, gone=self.gone_hosts)
             if not wait:
                 return self.launch(submission, watch)
             decision = watch.watch()
@@ -1015,8 +1020,10 @@ class Runner(object):
             self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
                        "message": "resubmitting all jobs (retry on %s)"
                        % lifecycle.retry_event(decision.failed_job[1])})
-            parallel(sorted(submission.nodes), lambda h: submission.nodes[h].call(
-                "remove", {"run": self.name}))
+            # A host whose instance is gone has nothing to remove, and would only make the
+            # request wait out SSH's connect timeout.
+            parallel(sorted(set(submission.nodes) - self.gone_hosts),
+                     lambda h: submission.nodes[h].call("remove", {"run": self.name}))
             try:
                 self._refresh_fleets()   # an instance may have gone (interruption)
             except RunError:

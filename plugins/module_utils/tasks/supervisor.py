@@ -164,7 +164,7 @@ class Watch(object):
 
     def __init__(self, jobs, nodes, policy, emit, clock=time.time, sleep=time.sleep,
                  poll=1.0, follow_logs=False, retry_since=None, stop_event=None,
-                 unreachable_grace=60.0, judge=None):
+                 unreachable_grace=60.0, judge=None, gone=None):
         self.jobs = dict((j["job_num"], j) for j in jobs)
         self.nodes = nodes
         self.policy = policy
@@ -179,6 +179,9 @@ class Watch(object):
         # judge(host, seconds silent) -> (reason, message) or None (tasks.interruption): what
         # the host's backend says of a host that does not answer.
         self.judge = judge
+        # Hosts whose instance the backend said is gone (filled by the judge): once each of
+        # their jobs has ended, they are not asked again.
+        self.gone = gone if gone is not None else set()
         self.messages = {}
         first = jobs[0]
         self.run = first["run"]
@@ -251,11 +254,16 @@ class Watch(object):
             # Nothing of this submission was started yet (the runner cleared any leftovers of
             # the run): every job is waiting, no host needs asking.
             return dict(self.statuses)
-        found, errors = observe(self.nodes, self.run, self.submission)
+        asked = dict((host, node) for host, node in self.nodes.items()
+                     if not self._done_with(host))
+        found, errors = observe(asked, self.run, self.submission)
         now = self.clock()
         statuses = {}
         for num, job in sorted(self.jobs.items()):
             host = job["host"]
+            if host not in asked:
+                statuses[num] = self.statuses[num]
+                continue
             if host in errors:
                 since = self.unreachable_since.setdefault(host, now)
                 previous = self.statuses.get(num, (lifecycle.SUBMITTED, None, None))
@@ -287,6 +295,12 @@ class Watch(object):
                 if self._follows(num) and num not in self.followers:
                     self.followers[num] = self._follower(num, entry)
         return statuses
+
+    def _done_with(self, host):
+        """Whether ``host`` is gone and every job of this submission on it has ended."""
+        return host in self.gone and all(
+            self.statuses.get(num, (None,))[0] in lifecycle.FINISHED
+            for num, job in self.jobs.items() if job["host"] == host)
 
     def _follows(self, num):
         if not self.follow_logs:
