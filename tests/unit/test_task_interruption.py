@@ -97,6 +97,49 @@ def test_an_attached_run_whose_host_goes_is_resubmitted_on_interruption(fake_hos
     assert [op for host, op, _p in cluster.log[killed_at[0]:] if host == "gpus-1"] == ["status"]
 
 
+def test_a_host_name_that_comes_back_is_a_new_instance_and_is_asked(fake_hosts, monkeypatch):
+    """gpus-1 goes; the fleet makes an instance of the same name again, and the resubmission
+    runs on it. When gpus-0 goes next, the second resubmission clears gpus-1 as any live host
+    (the fleet makes gpus-0 again too, and the third submission ends done)."""
+    fleets = [fleet()]
+    config = task(nodes=2, retry={"on_events": ["interruption"], "duration": "1h"})
+    runner, cluster = fake_hosts(config, fleets, program=lambda job: (
+        (None, None) if job["submission"] < 2 else (2, 0)))
+    lost, marks = [], []
+
+    def described(*_a, **_k):
+        """The fleets as the backend tells them: without the host that is down."""
+        down = [h for h in lost if cluster.nodes[h].down]
+        return gone(fleets, down[0]) if down else copy.deepcopy(fleets)
+
+    def kill(c, host):
+        c.nodes[host].down = True
+        c.nodes[host].containers = []
+        lost.append(host)
+        marks.append(len(c.log))
+
+    def refresh():   # the fleet makes an instance of the lost one's name again: a bare host
+        for host in lost:
+            if cluster.nodes[host].down:
+                cluster.nodes[host] = test_task_runs.FakeNode(host, cluster)
+        runner.fleets = described()
+        runner.nodes = runs.nodes_of(runner.fleets)
+
+    def hook(c):
+        if len(c.sleeps) == 3:
+            kill(c, "gpus-1")
+        elif lost == ["gpus-1"] and len(c.sleeps) > 8:
+            kill(c, "gpus-0")
+
+    monkeypatch.setattr(runs, "collect_fleets", described)
+    monkeypatch.setattr(runner, "_refresh_fleets", refresh)
+    cluster.hook = hook
+    result = runner.run()
+    assert (result["status"], result["submissions"]) == (lc.RUN_DONE, 3), result["message"]
+    after = [op for host, op, _p in cluster.log[marks[1]:] if host == "gpus-1"]
+    assert "remove" in after, after
+
+
 def test_without_retry_the_run_fails_naming_the_host(fake_hosts, monkeypatch):
     fleets = [fleet()]
     runner, cluster = fake_hosts(task(nodes=2), fleets)

@@ -1024,6 +1024,9 @@ class Runner(object):
             # request wait out SSH's connect timeout.
             parallel(sorted(set(submission.nodes) - self.gone_hosts),
                      lambda h: submission.nodes[h].call("remove", {"run": self.name}))
+            # The fleets are described again below: a name that comes back (a fleet that grew
+            # anew) is a new instance, asked like any other.
+            self.gone_hosts.clear()
             try:
                 self._refresh_fleets()   # an instance may have gone (interruption)
             except RunError:
