@@ -6,6 +6,7 @@ user's own ~/.ssh/config is unchanged but for the one Include line."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -178,8 +179,9 @@ def test_a_dev_environment_prints_its_link_and_stops_when_nobody_uses_it(world, 
     env = tmp_path / "env.dstack.yml"
     env.write_text(
         "type: dev-environment\nname: %s\nimage: %s\nfleets: [%s]\n%s"
-        "ide: vscode\ninit: [\"echo ready > /tmp/ready\"]\ninactivity_duration: 1m\n"
+        "ide: vscode\ninit: [\"echo ready > /tmp/ready\"]\ninactivity_duration: 30s\n"
         "stop_duration: 1\n" % (name, world["base_image"], FLEET, CPU))
+    applied_at = time.time()
     apply = _gpufleet(home, "apply", "-f", str(env), "-y", path_first=ide)
     try:
         # The job prints the link; the attach (ssh NAME) comes once it runs: either first.
@@ -211,5 +213,12 @@ def test_a_dev_environment_prints_its_link_and_stops_when_nobody_uses_it(world, 
     assert (record["status"], record["reason"]) == ("failed", "job_failed"), record
     (job,) = record["jobs"]
     assert (job["status"], job["reason"]) == ("terminated", "inactivity_duration_exceeded"), job
-    # Not before its minute of inactivity (the ssh above counted, briefly, only once).
-    assert time.time() - detached_at >= 50
+    # Not before its 30 s of inactivity, as the job itself counted them (dstack's message in
+    # its output), and not before 30 s after the apply began.
+    logs = subprocess.run([os.path.join(os.path.dirname(sys.executable), "gpufleet"), "logs",
+                           name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env=_env(home), timeout=120, check=False)
+    found = re.search(r"The job was inactive for (\d+) seconds, exceeding the "
+                      r"inactivity_duration of 30 seconds", logs.stdout)
+    assert found and int(found.group(1)) >= 30, logs.stdout[-2000:]
+    assert time.time() - applied_at >= 30
