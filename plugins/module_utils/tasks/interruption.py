@@ -43,17 +43,15 @@ def judge(host, record, unreachable_for):
     """``(reason, message)`` of a job whose host ``host`` does not answer, or None while it may
     still come back. ``record`` is the host's fresh instance record (None: the backend has no
     such instance any more); ``unreachable_for`` how long it has not answered, in seconds."""
-    backend = (record or {}).get("backend")
-    if backend == "ssh":
-        return _unreachable(host, unreachable_for, "the host does not answer over SSH")
-    if record is None:
-        return (lifecycle.INTERRUPTED_BY_NO_CAPACITY,
-                "host %s: the instance is gone (its backend no longer has it)" % host)
-    status = record.get("status")
-    if status in GONE_STATUSES:
-        why = record.get("error") or "the instance is %s" % status
+    if gone(record):
+        if record is None:
+            return (lifecycle.INTERRUPTED_BY_NO_CAPACITY,
+                    "host %s: the instance is gone (its backend no longer has it)" % host)
+        why = record.get("error") or "the instance is %s" % record.get("status")
         return (lifecycle.INTERRUPTED_BY_NO_CAPACITY, "host %s: %s%s" % (
             host, why, " (spot)" if record.get("spot") else ""))
+    if record.get("backend") == "ssh":
+        return _unreachable(host, unreachable_for, "the host does not answer over SSH")
     if record.get("spot"):
         return (lifecycle.INTERRUPTED_BY_NO_CAPACITY,
                 "host %s: the spot instance does not answer" % host)
