@@ -16,6 +16,8 @@ import urllib.request
 
 from .task_world import CPU, FLEET, SUFFIX
 
+GPUFLEET = os.path.join(os.path.dirname(sys.executable), "gpufleet")   # the command
+
 
 def _home(tmp_path, config=None):
     """A home of the test's own, with ~/.ssh (and its config, when given)."""
@@ -34,8 +36,7 @@ def _env(home, path_first=None):
 
 
 def _gpufleet(home, *args, path_first=None):
-    command = os.path.join(os.path.dirname(sys.executable), "gpufleet")
-    return subprocess.Popen([command] + list(args), stdout=subprocess.PIPE,
+    return subprocess.Popen([GPUFLEET] + list(args), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
                             env=_env(home, path_first))
 
@@ -202,7 +203,7 @@ def test_a_dev_environment_prints_its_link_and_stops_when_nobody_uses_it(world, 
     deadline = detached_at + 180
     record = None
     while time.time() < deadline:
-        command = [os.path.join(os.path.dirname(sys.executable), "gpufleet"), "ps", "--json"]
+        command = [GPUFLEET, "ps", "--json"]
         listed = subprocess.run(command, stdout=subprocess.PIPE, text=True, env=_env(home),
                                 timeout=120, check=False)
         record = next(r for r in json.loads(listed.stdout) if r["name"] == name)
@@ -215,9 +216,9 @@ def test_a_dev_environment_prints_its_link_and_stops_when_nobody_uses_it(world, 
     assert (job["status"], job["reason"]) == ("terminated", "inactivity_duration_exceeded"), job
     # Not before its 30 s of inactivity, as the job itself counted them (dstack's message in
     # its output), and not before 30 s after the apply began.
-    logs = subprocess.run([os.path.join(os.path.dirname(sys.executable), "gpufleet"), "logs",
-                           name], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env=_env(home), timeout=120, check=False)
+    logs = subprocess.run([GPUFLEET, "logs", name], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=_env(home), timeout=120,
+                          check=False)
     found = re.search(r"The job was inactive for (\d+) seconds, exceeding the "
                       r"inactivity_duration of 30 seconds", logs.stdout)
     assert found and int(found.group(1)) >= 30, logs.stdout[-2000:]
