@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import task_image
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local, task_image
 
 TORCH_VERSION = "2.13.0"
 TORCH_REPOSITORY = "gpufleet/task-torch"
@@ -59,12 +59,10 @@ def ensure_torch_image(docker):
 def ensure_torch_image_built(docker):
     """Like ensure_torch_image, returning ``(ref, built)``."""
     base = ensure_base_image(docker)
-    ref = torch_image_ref(base)
-    labels = docker.image_labels(ref)
-    if labels is not None and labels.get(RECIPE_LABEL) == torch_digest(base):
-        return ref, False
-    build_torch_image(docker, base, ref)
-    return ref, True
+    # The backend's rule for a recipe's image, with its build lock: test workers that both
+    # need torch build it once.
+    return local.ensure_recipe_image(docker, torch_image_ref(base), torch_digest(base), False,
+                                     lambda ref: build_torch_image(docker, base, ref))
 
 
 def build_torch_image(docker, base, ref):

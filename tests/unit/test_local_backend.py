@@ -59,6 +59,55 @@ def test_existing_image_of_the_same_recipe_is_reused_and_check_mode_never_builds
     assert not any(call[0] == "import" for call in missing.calls)
 
 
+class _Engine(object):
+    """Stands in for Docker in ensure_recipe_image: an image store shared between threads."""
+
+    def __init__(self):
+        self.labels = None
+
+    def ping(self):
+        pass
+
+    def image_labels(self, ref):
+        return self.labels
+
+
+def test_two_builders_of_one_missing_image_build_it_once(tmp_path, monkeypatch):
+    """Both find the image missing; the second waits on the build lock, then finds it made."""
+    import threading
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    engine, builds = _Engine(), []
+    first_building, release = threading.Event(), threading.Event()
+
+    def build(ref):
+        builds.append(ref)
+        first_building.set()
+        assert release.wait(10)
+        engine.labels = {"gpufleet.recipe": "d1"}
+
+    results = []
+    first = threading.Thread(target=lambda: results.append(
+        local.ensure_recipe_image(engine, "gpufleet/x:1", "d1", False, build)))
+    first.start()
+    assert first_building.wait(10)
+    second = threading.Thread(target=lambda: results.append(
+        local.ensure_recipe_image(engine, "gpufleet/x:1", "d1", False, build)))
+    second.start()
+    second.join(0.3)
+    assert second.is_alive()        # it waits for the build under way
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert builds == ["gpufleet/x:1"]
+    assert sorted(results) == [("gpufleet/x:1", False), ("gpufleet/x:1", True)]
+    # Another recipe is another image: it is built, not taken for the first.
+    engine.labels = {"gpufleet.recipe": "d1"}
+    assert local.ensure_recipe_image(engine, "gpufleet/x:1", "d2", False, builds.append) == (
+        "gpufleet/x:1", True)
+    assert builds == ["gpufleet/x:1", "gpufleet/x:1"]
+
+
 def test_failed_commands_name_the_subcommand_and_engine_error():
     runner = fake({"network": (1, b"", b"network with name x already exists")})
     with pytest.raises(DockerError) as info:

@@ -24,6 +24,7 @@ import subprocess
 import tempfile
 
 from ..core.errors import GpufleetError
+from ..core.files import exclusive
 from ..spec.naming import instance_name
 from .docker_cli import DockerError
 from .interface import Backend
@@ -123,13 +124,22 @@ def ensure_recipe_image(docker, ref, digest, check_mode, build):
     """``(ref, built)``: the image ``ref`` is kept when its recipe label is ``digest``, else
     ``build(ref)`` makes it (not in check mode, where ``built`` only says a build is due)."""
     docker.ping()
-    labels = docker.image_labels(ref)
-    if labels is not None and labels.get(LABEL_PREFIX + "recipe") == digest:
+    if _has_recipe(docker, ref, digest):
         return ref, False
     if check_mode:
         return ref, True
-    build(ref)
+    # Two commands of this machine that both find the image missing (two applies, two test
+    # workers) build it once: the second waits for the first, then finds it made.
+    with exclusive("image-" + hashlib.sha256(ref.encode("utf-8")).hexdigest()[:16]):
+        if _has_recipe(docker, ref, digest):
+            return ref, False
+        build(ref)
     return ref, True
+
+
+def _has_recipe(docker, ref, digest):
+    labels = docker.image_labels(ref)
+    return labels is not None and labels.get(LABEL_PREFIX + "recipe") == digest
 
 
 def build_rootfs_image(docker, ref, what, packages, install, changes, labels,

@@ -1,10 +1,13 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Files written so that a reader sees the old content or the new, never a part of either."""
+"""Files written so that a reader sees the old content or the new, never a part of either, and
+lock files that keep two processes of this machine from doing the same work at once."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import tempfile
 
@@ -30,3 +33,19 @@ def write_atomically(path, text, mode):
         except OSError:
             pass
         raise
+
+
+@contextlib.contextmanager
+def exclusive(name):
+    """Hold an exclusive ``flock`` on the lock file ``name`` in this user's gpufleet folder of
+    the temporary directory while the block runs, so that two processes of this machine that
+    would do the same work (build one image) do it one after the other. The lock goes with the
+    process, also when it is killed; the file stays, empty."""
+    folder = os.path.join(tempfile.gettempdir(), "gpufleet-locks-%d" % os.getuid())
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    with open(os.path.join(folder, name + ".lock"), "a") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
