@@ -62,8 +62,13 @@ engine:
 	scripts/ensure-docker-engine.sh
 
 # Real parts: the local backend's node image and nodes on this machine's Docker engine.
+# INTEGRATION_JOBS test files at a time (pytest-xdist; whole files, so a module's fleet is made
+# once, the longest files first: tests/integration/conftest.py). Each worker makes its own
+# shared task fleet. INTEGRATION_JOBS=1 runs them one after another.
+INTEGRATION_JOBS ?= 2
 integration: venv engine
-	$(BIN)/python -m pytest -q --durations=15 tests/integration
+	$(BIN)/python -m pytest -q -n $(INTEGRATION_JOBS) --dist loadfile --no-loadscope-reorder \
+		--durations=15 tests/integration
 
 # The host roles' Molecule scenarios (extensions/molecule/*), each on its own containers,
 # network and HTTP server, MOLECULE_JOBS of them at a time (2: a scenario spends much of its
