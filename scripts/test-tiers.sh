@@ -5,7 +5,9 @@
 # usage: scripts/test-tiers.sh LANE...
 #   LANE   make targets joined by commas, run one after another; the lanes run side by side.
 #          A lane written nice:TIERS runs under nice 19, so it only takes the CPU time the
-#          other lanes leave idle (their tests keep their timing).
+#          other lanes leave idle (their tests keep their timing). Each lane is a session of
+#          its own, and where the kernel schedules each session as a group (autogroup), a
+#          process's nice value counts only inside its group: the lane sets its group's too.
 #          scripts/test-tiers.sh unit-all,lint runs those two, one after the other.
 #
 # Each tier's output goes to build/tiers/TIER.log and is printed whole when the tier ends, one
@@ -19,6 +21,10 @@ PRINT_LOCK=$LOGS/.print
 
 # One lane (run by the main script, in a process group of its own): its tiers in turn.
 if [ "${1:-}" = --lane ]; then
+    niceness=$(nice)
+    if [ "$niceness" -gt 0 ] && [ -w /proc/self/autogroup ]; then
+        echo "$niceness" > /proc/$$/autogroup 2>/dev/null || true
+    fi
     IFS=, read -r -a tiers <<< "$2"
     failed=0
     for tier in "${tiers[@]}"; do
