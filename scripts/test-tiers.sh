@@ -22,7 +22,7 @@ PRINT_LOCK=$LOGS/.print
 # One lane (run by the main script, in a process group of its own): its tiers in turn.
 if [ "${1:-}" = --lane ]; then
     niceness=$(nice)
-    if [ "$niceness" -gt 0 ] && [ -w /proc/self/autogroup ]; then
+    if [ "$niceness" -gt 0 ] && [ -w /proc/$$/autogroup ]; then
         echo "$niceness" > /proc/$$/autogroup 2>/dev/null || true
     fi
     IFS=, read -r -a tiers <<< "$2"

@@ -22,7 +22,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import l
 TORCH_VERSION = "2.13.0"
 TORCH_REPOSITORY = "gpufleet/task-torch"
 DIST_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
-RECIPE_LABEL = "gpufleet.recipe"
+# The label ensure_recipe_image reads to tell whether the image is of the current recipe.
+RECIPE_LABEL = local.LABEL_PREFIX + "recipe"
 
 DOCKERFILE = """FROM {base}
 COPY site/ {dist_packages}/
