@@ -111,5 +111,15 @@ if [ -s build/molecule-times ]; then
     echo "== molecule scenarios (seconds)"
     cat build/molecule-times
 fi
+# What failed, by name, at the very end, so that a CI log that keeps only its tail still says
+# it: pytest's short summary lines, or else the failed tier's last lines.
+for tier in "${all[@]}"; do
+    [ -f "$LOGS/$tier.status" ] || continue
+    read -r rc seconds < "$LOGS/$tier.status"
+    [ "$rc" -ne 0 ] || continue
+    echo "== $tier: what failed"
+    grep -E '^(FAILED|ERROR) |^=+ .*[0-9]+ (failed|error)' "$LOGS/$tier.log" | tail -n 40 \
+        | grep . || tail -n 15 "$LOGS/$tier.log"
+done
 [ "$interrupted" -eq 1 ] && exit 130
 exit "$status"

@@ -18,6 +18,11 @@ description:
   - Runs waiting in the queue (see M(gpufleet.cluster.run_queue)) are listed as V(pending)
     with their place in it, and runs whose wait ended before they ran as V(failed) or
     V(terminated).
+  - A job whose host does not answer is judged from its backend's record and from how long
+    the host has been silent, as an attached run judges it. Each host gets 15 seconds to
+    answer. The looks that heard nothing from a host are kept in the controller's facts cache
+    for its fleet (C(silent_since), C(silent_seen)) and cleared when it answers; that cache is
+    all this module writes.
 author:
   - gpufleet maintainers (@gpufleet)
 options:
@@ -111,8 +116,11 @@ runs:
       type: int
       returned: always
     jobs:
-      description: One entry per job with its host, container, status, reason, exit code and
-        GPUs.
+      description:
+        - One entry per job with its host, container, status, reason, exit code and GPUs.
+        - A job whose host did not answer has C(unreachable) V(true) while it waits for its
+          verdict (it shows as V(running)); once its host is gone, or has been silent for two
+          minutes, it is V(failed) with the reason.
       type: list
       elements: dict
       returned: always
@@ -129,9 +137,10 @@ runs:
       type: int
       returned: when the run has a queue entry
     message:
-      description: Why a queued run waits, or why its wait ended.
+      description: Why a queued run waits, or why its wait ended; for a run whose job's host
+        does not answer, which host and for how long, or the verdict on it.
       type: str
-      returned: when the run has a queue entry
+      returned: when the run has a queue entry, or a job whose host does not answer
 unreachable_hosts:
   description: Hosts that did not answer, with the error.
   returned: always

@@ -55,10 +55,14 @@ def test_metrics_show_each_jobs_cpu_and_memory_and_the_busy_one_busy(world):
         assert sorted(jobs) == [0, 1], seen
         busy, idle = jobs[0], jobs[1]
         assert len(busy["cpu_percent"]) >= 3, seen
-        # One busy loop is one CPU's worth: more than half a CPU even on a loaded machine.
+        # One busy loop is one CPU's worth when it has the CPU to itself: on a machine that runs
+        # other tests at the same time it gets a share, seen at 0.23 of a CPU with six
+        # processes on two cores. A percent read as a fraction, or the reverse, is a hundred
+        # times off either way; the sleeping job is far below it.
         cores = [v * busy["cpus"] / 100 for _t, v in busy["cpu_percent"][1:]]
-        assert max(cores) > 0.5, seen
-        assert max(v for _t, v in idle["cpu_percent"]) < max(v for _t, v in busy["cpu_percent"])
+        assert 0.15 < max(cores) <= busy["cpus"] * 1.05, seen
+        assert max(v for _t, v in idle["cpu_percent"]) * 3 < max(
+            v for _t, v in busy["cpu_percent"]), seen
         for job in (busy, idle):
             assert job["memory_bytes"] and all(v > 0 for _t, v in job["memory_bytes"]), job
             assert job["memory_total_bytes"] > job["memory_bytes"][-1][1]

@@ -316,7 +316,8 @@ def test_facts_are_cached_atomically_for_the_owner_alone(tmp_path, monkeypatch):
     monkeypatch.setattr(state.os, "replace", _refuse)
     with pytest.raises(state.StateError, match="cannot write .*facts.json .*GPUFLEET_STATE_DIR"):
         state.write_facts(root, "demo", facts)
-    assert os.listdir(state.fleet_dir(root, "demo")) == ["facts.json"]
+    # No temporary left; facts.lock is the lock writers take (it stays, empty).
+    assert sorted(os.listdir(state.fleet_dir(root, "demo"))) == ["facts.json", "facts.lock"]
 
 
 def _refuse(*_args):

@@ -47,6 +47,9 @@ def test_idle_since_the_last_job_or_creation_and_busy_while_a_job_runs():
     assert idle_since(instance(0), [done(ago(hours=3)), done(ago(hours=5))]) == \
         parse_time(ago(hours=3))
     assert idle_since(instance(0), [done(ago(hours=3)), running()]) is None
+    # A job that ended, its container still finishing (telling the run's other nodes).
+    finishing = dict(running(), files={"running": "1", "exit_code": "0", "reason": None})
+    assert idle_since(instance(0), [done(ago(hours=3)), finishing]) is None
     assert parse_time("2026-11-22T11:00:00.123456789Z").microsecond == 123456
 
 

@@ -162,38 +162,52 @@ def test_no_repo_is_none_and_bad_urls_are_refused():
 
 
 class ShellNode(object):
-    """A host reached with plain sh on this machine (its REPOS_ROOT moved under tmp)."""
+    """A host reached with plain sh on this machine (its REPOS_ROOT moved under tmp). With
+    ``own``, the host keeps its archives in a folder of its own: its commands name ``own``
+    where they name ``shared`` (the REPOS_ROOT that ship puts in them)."""
 
     sudo = ""
 
-    def __init__(self, name):
+    def __init__(self, name, shared=None, own=None):
         self.name = name
         self.commands = []
+        self.swap = (str(shared), str(own)) if own is not None else None
+
+    def _here(self, command):
+        return command.replace(*self.swap) if self.swap else command
 
     def argv(self, command):
         self.commands.append(command)
-        return ["sh", "-c", command]
+        return ["sh", "-c", self._here(command)]
 
     def run(self, command, timeout=None):
         self.commands.append(command)
-        proc = subprocess.run(["sh", "-c", command], stdout=subprocess.PIPE,
+        proc = subprocess.run(["sh", "-c", self._here(command)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, check=False)
         return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
 
 
 def test_an_archive_is_sent_once_per_host_and_kept_by_its_hash(repo, tmp_path, monkeypatch):
-    root = tmp_path / "hostrepos"
-    monkeypatch.setattr(ship, "REPOS_ROOT", str(root))
+    # Two hosts, each with its own disk: they are sent to at the same time, so one sharing
+    # the other's folder could find the archive there already.
+    shared = tmp_path / "REPOS_ROOT"
+    monkeypatch.setattr(ship, "REPOS_ROOT", str(shared))
+    roots = dict((h, tmp_path / h / "repos") for h in ("h0", "h1"))
     out = tmp_path / "out"
     out.mkdir()
     archive = local.build_archive(local.snapshot(str(repo)), str(out))
-    nodes = {"h0": ShellNode("h0"), "h1": ShellNode("h1")}
+    nodes = dict((h, ShellNode(h, shared, roots[h])) for h in roots)
     assert ship.ship(archive, nodes, ["h1", "h0", "h1"]) == {"h0": "sent", "h1": "sent"}
-    landed = root / (archive["sha256"] + ".tar.gz")
-    with open(str(landed), "rb") as got, open(archive["path"], "rb") as sent:
-        assert got.read() == sent.read()
-    assert not [p for p in os.listdir(str(root)) if ".part" in p]
+    for root in roots.values():
+        landed = root / (archive["sha256"] + ".tar.gz")
+        with open(str(landed), "rb") as got, open(archive["path"], "rb") as sent:
+            assert got.read() == sent.read()
+        assert not [p for p in os.listdir(str(root)) if ".part" in p]
+    assert not shared.exists()
     assert ship.ship(archive, nodes, ["h0", "h1"]) == {"h0": "present", "h1": "present"}
+    # One host lost it (a new disk): only that one is sent to.
+    os.remove(str(roots["h1"] / (archive["sha256"] + ".tar.gz")))
+    assert ship.ship(archive, nodes, ["h0", "h1"]) == {"h0": "present", "h1": "sent"}
 
 
 def test_a_host_that_cannot_take_the_archive_is_named(repo, tmp_path, monkeypatch):

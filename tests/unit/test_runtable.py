@@ -89,6 +89,19 @@ def test_verbose_adds_resources_and_error():
     ]
 
 
+def test_a_job_whose_host_does_not_answer_says_so_until_its_verdict():
+    waiting = run("dist", "running", [job(0, "running"), job(1, "running", unreachable=True)])
+    lines = runtable.run_table([waiting], now=NOW, verbose=True)
+    assert [line.rstrip().endswith("host not answering") for line in lines] == [
+        False, False, False, True]
+    judged = run("dist", "terminating", [job(0, "running"), job(
+        1, "failed", "instance_unreachable", unreachable=False)])
+    assert runtable.run_table([judged], now=NOW, verbose=True)[3].endswith("instance unreachable")
+    alone = run("one", "running", [job(0, "running", unreachable=True)])
+    assert runtable.run_table([alone], now=NOW, verbose=True)[1].endswith(
+        "running  5 mins ago  host not answering")
+
+
 def test_done_jobs_show_no_error_and_rows_keep_the_given_order():
     master_done = run("md", "done", [job(0, "done", None, 0),
                                      job(1, "done", "done_by_runner", 143)],

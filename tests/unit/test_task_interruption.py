@@ -7,11 +7,14 @@ backend's record, as an attached runner, ps and the queue's passes see it."""
 from __future__ import annotations
 
 import copy
+import subprocess
+import time
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import interruption
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing, queue, runs
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import ssh, supervisor
 
 from . import test_task_runs
 from .test_task_runs import fleet, task
@@ -31,7 +34,8 @@ def record(status="idle", spot=False, backend="aws", error=None):
             error="Server.SpotInstanceTermination"), 0, INTERRUPTED),
     (record("stopped", backend="gcp", spot=True), 0, INTERRUPTED),   # GCE preempted
     (record("stopped", backend="local"), 0, INTERRUPTED),      # a local node killed
-    (record("idle", spot=True), 0, INTERRUPTED),               # spot and silent
+    (record("idle", spot=True), 10, None),                     # spot, runs, silent: wait
+    (record("idle", spot=True), lc.JOB_DISCONNECTED_GRACE, INTERRUPTED),
     (record("idle"), 10, None),                                # on-demand: wait
     (record("idle"), lc.JOB_DISCONNECTED_GRACE, lc.INSTANCE_UNREACHABLE),
     (record("idle", backend="ssh"), 10, None),
@@ -243,3 +247,91 @@ def test_the_grower_applies_the_fleet_playbook_with_at_least(tmp_path):
     Proc.stdout = b"TASK [x]\nfatal: no capacity\n"
     with pytest.raises(runs.RunError, match="fleet el could not grow .*fatal: no capacity"):
         grow({"fleet": "el", "file": "/f/el.dstack.yml", "instances": 1, "at_least": 2})
+
+
+def test_a_host_that_holds_the_status_look_is_silent_after_the_status_timeout(monkeypatch):
+    """A host gone without a word (its packets dropped) holds a request on its shared SSH
+    connection until OpenSSH's keepalives give up, a minute. The watch's look gives it
+    STATUS_TIMEOUT, then counts it as silent, so that its backend is asked; the other hosts'
+    answers still count."""
+    monkeypatch.setattr(supervisor, "STATUS_TIMEOUT", 0.3)
+
+    def held(argv, input=None, stdout=None, stderr=None, timeout=None, check=False):
+        # ssh that gets no answer: a process that outlives the request's time.
+        return subprocess.run(["sleep", "30"], stdout=stdout, stderr=stderr, timeout=timeout,
+                              check=check)
+
+    class Answering(object):
+        def call(self, op, payload=None, timeout=None):
+            assert (op, timeout) == ("status", 0.3)
+            return {"containers": [{"name": "train-0-0", "state": "running", "labels": {
+                supervisor.RUN_LABEL: "train", supervisor.JOB_LABEL: "0",
+                supervisor.SUBMISSION_LABEL: "0"}}]}
+
+    silent = ssh.Node({"name": "gpus-1", "backend": "aws", "hostname": "192.0.2.1", "user": "root",
+                       "port": 22},
+                      runner=held)
+    begun = time.monotonic()
+    found, errors = supervisor.observe({"gpus-0": Answering(), "gpus-1": silent}, "train", 0)
+    assert time.monotonic() - begun < 10
+    assert sorted(found) == [0] and found[0]["host"] == "gpus-0"
+    assert list(errors) == ["gpus-1"]
+    assert "no answer within 0.3 s to: the status request" in str(errors["gpus-1"])
+
+
+def test_ps_and_the_queues_pass_give_each_host_the_status_timeout(monkeypatch, tmp_path):
+    """ps (run_info), the pass it runs (run_queue) and a pass's own look give each host the
+    watch's STATUS_TIMEOUT, so a host that went away silently holds them 15 s, not a minute;
+    a survey for placement, stop or logs keeps the request's default (a first page of logs
+    over a slow link, a slow host that must not drop out of a placement)."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+
+    asked = []
+
+    class Recording(object):
+        def __init__(self, name):
+            self.name = name
+
+        def call(self, op, payload=None, **kwargs):
+            asked.append((self.name, op, kwargs.get("timeout", "default")))
+            return {"containers": [], "claims": [], "queue": []}
+
+    nodes = dict((h, Recording(h)) for h in ("a", "b"))
+    monkeypatch.setattr(entry, "_fleets", lambda params: (str(tmp_path), [fleet()]))
+    monkeypatch.setattr(runs, "nodes_of", lambda *_a, **_k: nodes)
+    entry.run_info({})
+    entry.run_queue({})
+    queue.QueuePass([fleet()]).run()
+    assert asked and all(t == supervisor.STATUS_TIMEOUT for _h, _op, t in asked), asked
+    del asked[:]
+    runs.survey_with_queues(nodes, probe=["b"], health={})
+    runs.survey_with_queues(nodes, logs={"run": "x"})
+    assert [t for _h, _op, t in asked] == ["default"] * 4
+
+
+def test_an_attached_runs_verdict_on_a_silent_host_stands_when_the_host_comes_back(
+        fake_hosts, monkeypatch):
+    """gpus-1 goes silent (its backend still runs it: an SSH fleet knows nothing more); after
+    two minutes its job fails instance_unreachable. Right after, the host answers again with
+    the job still running there: the verdict stands, that container is stopped, and retry on
+    error resubmits the run, which ends done."""
+    fleets = [fleet()]
+    config = task(nodes=2, retry={"on_events": ["error"], "duration": "1h"})
+    runner, cluster = fake_hosts(config, fleets, program=lambda job: (
+        (None, None) if job["submission"] == 0 else (2, 0)))
+    monkeypatch.setattr(runs, "collect_fleets", lambda *a, **k: copy.deepcopy(fleets))
+
+    def partition(c):
+        if len(c.sleeps) == 3:
+            c.nodes["gpus-1"].down = True
+        elif c.nodes["gpus-1"].down and any(e["status"] == lc.FAILED
+                                            for e in c.job_events(1)):
+            c.nodes["gpus-1"].down = False   # back, its job still running
+
+    cluster.hook = partition
+    result = runner.run()
+    failed = [e for e in cluster.job_events(1) if e["status"] == lc.FAILED]
+    assert failed[0]["reason"] == lc.INSTANCE_UNREACHABLE
+    assert (result["status"], result["submissions"]) == (lc.RUN_DONE, 2), result["message"]
+    stops = [(host, p) for host, op, p in cluster.log if op == "stop" and host == "gpus-1"]
+    assert any(j["container"] == "train-1-0" for _h, p in stops for j in p["jobs"])

@@ -27,6 +27,13 @@ DONE = (lc.DONE, None, 0)
     (box("running", running=False), (lc.PROVISIONING, None, None)),
     (box("running"), RUN),
     (box("running", reason="terminated_by_user"), (lc.TERMINATING, "terminated_by_user", None)),
+    # The command ended; its wrapper wrote the code and is still telling the other nodes.
+    (box("running", exit_code=3), (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 3)),
+    (box("running", exit_code=0), DONE),
+    (box("running", reason="terminated_by_server", exit_code=143),
+     (lc.TERMINATING, "terminated_by_server", None)),
+    # The wrapper failed before the command began (it tells the other nodes too).
+    (box("running", running=False, exit_code=1), (lc.FAILED, lc.EXECUTOR_ERROR, 1)),
     (box("exited", exit_code=0), DONE),
     (box("exited", exit_code=3), (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 3)),
     (box("exited", running=False, docker_code=127), (lc.FAILED, lc.EXECUTOR_ERROR, 127)),
@@ -38,6 +45,18 @@ DONE = (lc.DONE, None, 0)
 ])
 def test_job_status(entry, expected):
     assert lc.job_status(entry) == expected
+
+
+@pytest.mark.parametrize("entry, holds", [
+    (None, False),
+    (box("running"), True),
+    (box("running", exit_code=3), True),    # ended, its container finishing
+    (box("created", running=False), True),
+    (box("exited", exit_code=3), False),
+    (dict(box("gone", exit_code=0)), False),
+])
+def test_a_container_holds_its_host_until_it_has_ended(entry, holds):
+    assert lc.holds_host(entry) is holds
 
 
 def test_the_wrappers_exit_code_wins_over_dockers():
@@ -85,6 +104,32 @@ def test_one_failed_job_stops_the_others_and_fails_the_run():
     decision = lc.decide({}, {0: gone, 1: failed, 2: gone})
     assert decision.final and decision.status == lc.RUN_FAILED
     assert decision.failed_job == (1, lc.CONTAINER_EXITED_WITH_ERROR, 3)
+
+
+def test_the_failed_job_still_telling_the_others_fails_the_run():
+    """One rank failed: its wrapper wrote its code, then stopped the other nodes over SSH, and
+    is not done yet. A look that sees the others stopped already sees why: the run fails, and
+    the failed job is not stopped (its failure would read as a stop)."""
+    stopped = (lc.TERMINATED, lc.TERMINATED_BY_SERVER, 143)
+    telling = lc.job_status(box("running", exit_code=3))
+    decision = lc.decide({}, {0: stopped, 1: telling, 2: stopped})
+    assert decision.stop == {}
+    assert (decision.final, decision.status) == (True, lc.RUN_FAILED)
+    assert decision.failed_job == (1, lc.CONTAINER_EXITED_WITH_ERROR, 3)
+
+
+def test_a_job_that_outlived_its_runs_end_is_stopped_and_the_run_ends_terminated():
+    """Its host was judged after two minutes of silence and the server stopped the others;
+    the host answers again with its job still running. Nothing says why any more but the
+    others' stops, and those are enough: the run ends, without a retry."""
+    retry = {"retry": {"on_events": ["error", "no-capacity", "interruption"], "duration": 3600}}
+    stopped = (lc.TERMINATED, lc.TERMINATED_BY_SERVER, 143)
+    decision = lc.decide(retry, {0: stopped, 1: RUN, 2: stopped})
+    assert decision.stop == {1: lc.TERMINATED_BY_SERVER}
+    assert decision.status == lc.RUN_TERMINATING and not decision.final
+    decision = lc.decide(retry, {0: stopped, 1: stopped, 2: stopped})
+    assert decision.final and not decision.resubmit
+    assert (decision.status, decision.reason) == (lc.RUN_TERMINATED, lc.TERMINATED_BY_SERVER)
 
 
 def test_jobs_not_started_yet_are_never_started_after_a_failure():

@@ -383,6 +383,64 @@ def test_a_jobs_end_is_said_after_its_last_lines_without_holding_up_the_run():
     assert [(e["job_num"], e["status"]) for e in said] == [(0, lifecycle.DONE)]
 
 
+def test_a_job_whose_host_is_gone_ends_without_waiting_for_lines_that_cannot_come():
+    """``docker logs -f`` to a host that went away silently gets nothing more and does not
+    end. Once the backend says the host is gone, the job's end is said at once, its follower
+    is stopped, and the run's end does not wait on it either."""
+    import subprocess
+    import time
+
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import supervisor
+
+    class GoneNode(object):
+        sudo = ""
+
+        def popen(self, command, **kwargs):
+            return subprocess.Popen(["sleep", "60"], **kwargs)   # no line, no end
+
+    said = []
+    jobs = [{"job_num": 0, "host": "gpu-0", "container": "t-0-0", "run": "t", "submission": 0}]
+    watch = supervisor.Watch(jobs, {}, {"startup_order": None, "stop_criteria": None,
+                                        "retry": None}, said.append, gone={"gpu-0"})
+    follower = supervisor.LogFollower(GoneNode(), "t-0-0", 0, said.append).start()
+    watch.followers[0] = follower
+    begun = time.monotonic()
+    watch._report({0: (lifecycle.FAILED, lifecycle.INTERRUPTED_BY_NO_CAPACITY, None)})
+    watch._end_followers()
+    assert time.monotonic() - begun < 20   # not the 60 s the silent follower would hold
+    assert [(e["job_num"], e["status"]) for e in said] == [(0, lifecycle.FAILED)]
+    follower.thread.join(5)
+    assert not follower.thread.is_alive() and follower.proc.returncode is not None
+    # A follower still there when the run ends (its job's end was said before the host went).
+    late = supervisor.LogFollower(GoneNode(), "t-0-0", 0, said.append).start()
+    watch.followers[0] = late
+    begun = time.monotonic()
+    watch._end_followers()
+    late.thread.join(5)
+    assert time.monotonic() - begun < 20 and not late.thread.is_alive()
+
+
+def test_a_stopped_follower_passes_nothing_more_on():
+    """What a follower of a gone host still reads after its job's end was said (a page of kept
+    output whose request finished late) is not shown after the run's end."""
+    import threading
+
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import supervisor
+
+    release = threading.Event()
+
+    def kept():
+        release.wait(5)
+        yield b"a late line\n"
+
+    said = []
+    follower = supervisor.LogFollower(None, "t-0-0", 0, said.append, kept=kept).start()
+    follower.stop()
+    release.set()
+    follower.thread.join(5)
+    assert not follower.thread.is_alive() and said == []
+
+
 class HostNode(object):
     """A host whose every operation runs here as the host runs it (nodeside, booking,
     healthside and logside in their order: BOOK_OPS), with the fake docker on PATH."""

@@ -492,12 +492,25 @@ def test_stop_records_the_reason_unless_one_is_there(docker, run_root):
 
     answer = nodeside.op_stop({"jobs": jobs, "reason": "user", "timeout": 30})
 
-    assert answer == {"stopped": ["r-0-0", "r-1-0", "r-2-0"]}
+    assert answer == {"stopped": ["r-0-0", "r-1-0", "r-2-0"], "ended": []}
     assert (fresh / "reason").read_text() == "user\n"
     assert (decided / "reason").read_text() == "failed\n"
     # A job without a folder on this host gets none.
     assert not (run_root / "r" / "2").exists()
     assert docker.calls() == [["stop", "-t", "30", "r-0-0", "r-1-0", "r-2-0"]]
+
+
+def test_stop_records_no_reason_for_a_job_whose_command_ended(docker, run_root):
+    """Its wrapper wrote the code (it is telling the other nodes, or exiting): that is why the
+    job ended, and a stop that comes now does not make it a stopped job."""
+    ended = write_state(run_root, "r", 0, running="1\n", exit_code="3\n")
+
+    answer = nodeside.op_stop({"jobs": [{"run": "r", "job_num": 0, "container": "r-0-0"}],
+                               "reason": "terminated_by_server"})
+
+    assert answer == {"stopped": ["r-0-0"], "ended": [0]}
+    assert not (ended / "reason").exists()
+    assert docker.calls() == [["stop", "-t", "10", "r-0-0"]]
 
 
 def test_stop_waits_ten_seconds_by_default(docker, run_root):
@@ -508,7 +521,7 @@ def test_stop_waits_ten_seconds_by_default(docker, run_root):
 
 
 def test_stop_of_nothing_runs_no_docker(docker, run_root):
-    assert nodeside.op_stop({"jobs": [], "reason": "user"}) == {"stopped": []}
+    assert nodeside.op_stop({"jobs": [], "reason": "user"}) == {"stopped": [], "ended": []}
     assert docker.calls() == []
 
 

@@ -103,6 +103,32 @@ def test_a_detached_run_with_retry_on_error_is_resubmitted_by_the_next_pass(fake
     assert (entry["state"], entry["submissions"]) == ("active", 1)
 
 
+def test_a_pass_does_not_take_a_stop_for_a_job_that_ended_by_itself(fake_hosts):
+    """Rank 1 failed; rank 0 ran when the pass looked, and ended by itself (code 0) just before
+    the pass's stop reached it. Its status is its own, not the stop's: the pass decides
+    nothing more on a guess, and the next one reads it and resubmits."""
+    fleets = [fleet()]
+    config = task(nodes=2, retry={"on_events": ["error"], "duration": "1h"})
+    runner, cluster = fake_hosts(config, fleets, program=lambda job: (
+        (1, 3) if job["submission"] == 0 and job["job_num"] == 1 else (None, None)))
+    runner.run(wait=False)
+    cluster.sleep(1)
+    cluster.sleep(1)   # rank 1 exits 3; rank 0 still runs
+
+    def ends_by_itself(node):
+        box = next(c for c in node.containers if c["name"] == "train-0-0")
+        box["state"], box["files"]["exit_code"] = "exited", "0"
+
+    cluster.nodes["gpus-0"].before_stop = ends_by_itself
+    report = a_pass(cluster, fleets)
+    assert report["stopped"] == ["train-0-0"] and report["resubmitted"] == []
+    box = next(c for c in cluster.nodes["gpus-0"].containers if c["name"] == "train-0-0")
+    assert box["files"]["reason"] is None
+    assert lc.job_status(box) == (lc.DONE, None, 0)
+    report = a_pass(cluster, fleets)
+    assert report["resubmitted"] == ["train"]
+
+
 def test_a_pending_run_past_its_retry_duration_fails_with_no_capacity(fake_hosts):
     fleets = [fleet()]
     _runner, cluster = fake_hosts(task(), fleets)

@@ -69,6 +69,7 @@ class FakeNode:
         self.claims = []
         self.queue = {}
         self.before_claim = None  # a competitor acting between a survey and a claim
+        self.before_stop = None   # a job ending by itself between a survey and a stop
         # The run index it keeps as a record host (tasks.indexside's rules, without files):
         # {fleet: {"entries": {run: {host: noted}}, "completed": time or None}}.
         self.index = {}
@@ -78,7 +79,8 @@ class FakeNode:
         with self.cluster.lock:
             self.cluster.log.append((self.name, op, copy.deepcopy(payload)))
             if self.down:
-                raise NodeError(self.name, "unreachable over SSH: Connection timed out")
+                raise NodeError(self.name, "unreachable over SSH: Connection timed out",
+                                silent=True)
             return getattr(self, "op_" + op)(payload)
 
     def op_status(self, payload):
@@ -137,18 +139,25 @@ class FakeNode:
         return {"started": True, "id": "id-" + job["container"]}
 
     def op_stop(self, payload):
+        # As nodeside.op_stop: no reason for a job whose command ended by itself ("ended").
+        if self.before_stop is not None:
+            self.before_stop, hook = None, self.before_stop
+            hook(self)
         names = []
+        ended = []
         for item in payload["jobs"]:
             for box in self.containers:
                 if box["name"] != item["container"]:
                     continue
-                if not box["files"]["reason"]:
+                if box["files"]["exit_code"] is not None:
+                    ended.append(item["job_num"])
+                elif not box["files"]["reason"]:
                     box["files"]["reason"] = payload["reason"]
                 if box["state"] in ("created", "running"):
                     box["state"] = "exited"
                     box["exit_code"] = 143
                 names.append(box["name"])
-        return {"stopped": names}
+        return {"stopped": names, "ended": ended}
 
     def op_remove(self, payload):
         gone = [c["name"] for c in self.containers if c["labels"].get(RUN_LABEL) == payload["run"]]
@@ -550,6 +559,25 @@ def fake_hosts(monkeypatch, tmp_path):
     return make
 
 
+def test_a_users_stop_as_the_run_fails_by_itself_is_not_followed_by_a_resubmission(
+        fake_hosts):
+    """Retry on error; the only job exits 3 in the same moment the user stops the run (Ctrl-C):
+    nothing is left for the stop to end, and the run ends stopped, not submitted again."""
+    config = task(nodes=1, retry={"on_events": ["error"], "duration": "1h"})
+    stop = threading.Event()
+    runner, cluster = fake_hosts(config, [fleet()], lambda job: (2, 3))
+
+    def hook(c):
+        if any(b["files"]["exit_code"] for b in c.nodes["gpus-0"].containers):
+            stop.set()   # before the watch has seen the job end
+
+    cluster.hook = hook
+    result = runner.run(stop_event=stop)
+    assert (result["status"], result["reason"]) == (lc.RUN_TERMINATED, lc.TERMINATED_BY_USER)
+    assert result["submissions"] == 1 and len(cluster.ops("start")) == 1
+    assert result["message"] == "job 0 on gpus-0 exited with code 3"
+
+
 def test_retry_on_error_resubmits_and_the_second_submission_ends_done(fake_hosts):
     config = task(nodes=2, retry={"on_events": ["error"], "duration": "1h"})
 
@@ -618,11 +646,13 @@ def test_no_capacity_with_retry_backs_off_then_fails(fake_hosts):
     assert cluster.ops("start") == []
 
 
-def test_a_run_of_the_same_name_still_alive_is_refused(fake_hosts):
+@pytest.mark.parametrize("exit_code", [None, 3])
+def test_a_run_of_the_same_name_still_alive_is_refused(fake_hosts, exit_code):
+    """Its job runs, or has just ended and its container is finishing (telling the others)."""
     runner, cluster = fake_hosts(task(), [fleet()])
     cluster.nodes["gpus-1"].containers.append(container(
         "train-0-0", {RUN_LABEL: "train", JOB_LABEL: "0", SUB_LABEL: "0"}, state="running",
-        running=STARTED))
+        running=STARTED, exit_code=exit_code))
     with pytest.raises(runs.RunError) as info:
         runner.run()
     assert "run train is already running (on gpus-1)" in str(info.value)

@@ -290,7 +290,7 @@ def submitted(monkeypatch):
     monkeypatch.setattr(runs, "Runner", FakeRunner)
     monkeypatch.setattr(entry, "_fleets", lambda params: ("/state", [fleet()]))
     monkeypatch.setattr(entry, "drive_queue", lambda *args, **kwargs: {})
-    monkeypatch.setattr(entry, "queue_entries", lambda survey: [])
+    monkeypatch.setattr(entry, "queue_waiting", lambda survey: False)
 
     def submit(check_mode=False, **params):
         full = dict((k, v.get("default")) for k, v in entry.TASK_SPEC.items())
@@ -315,6 +315,39 @@ def test_submit_announces_the_plan_as_show_plan_says_and_makes_the_key_first(
     # at every host, which serves the pass over the queue and then the placement.
     runner.queue_first()
     assert runner.calls[4:] == ["survey whole", "reuse_survey"]
+
+
+class _Surveyed(object):
+    """A runner whose one look at every host found ``queues``."""
+
+    surveyed_whole = True
+
+    def __init__(self, queues):
+        self.queues = queues
+        self.reused = None
+
+    def survey(self, whole=False):
+        return ({}, {}, self.queues, {})
+
+    def reuse_survey(self, answer):
+        self.reused = answer
+
+
+@pytest.mark.parametrize("state, reused", [(None, True), ("failed", True), ("terminated", True),
+                                           ("pending", False), ("active", False)])
+def test_the_placement_reuses_the_queue_pass_look_unless_an_entry_waits(
+        monkeypatch, state, reused):
+    """The look that served the queue's pass serves the placement too, when the pass had
+    nothing to act on: no entry, or only ended ones (kept a day for ps). An entry that waits
+    or follows a run may change the hosts, so the placement looks again."""
+    passes = []
+    monkeypatch.setattr(entry, "drive_queue",
+                        lambda *args, **kwargs: passes.append(kwargs["survey"]) or {})
+    queues = {"gpus-0": [] if state is None else [{"run": "old", "state": state}]}
+    runner = _Surveyed(queues)
+    entry._queue_first(runner, [fleet()], "/state", None)
+    assert passes == [({}, {}, queues, {})]
+    assert (runner.reused is not None) is reused
 
 
 def test_submit_in_check_mode_makes_no_key(submitted):

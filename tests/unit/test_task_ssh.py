@@ -265,6 +265,11 @@ def test_call_of_an_unreachable_host():
     assert caught.value.host == "lab-1"
     assert str(caught.value) == ("lab-1: unreachable over SSH: ssh: connect to host 10.0.0.5 "
                                  "port 2201: No route to host")
+    assert caught.value.silent   # nothing was heard from it (tasks.silence counts it)
+    runner = FakeRunner((255, b"", b"ssh: connect to host 10.0.0.5 port 2201: No route to host\n"))
+    with pytest.raises(NodeError) as caught:
+        Node(ssh_instance(), runner=runner).check("true")
+    assert caught.value.silent
 
 
 def test_call_of_an_unreachable_host_that_says_nothing():
@@ -285,6 +290,7 @@ def test_call_when_sudo_wants_a_password(err):
         Node(ssh_instance(), runner=runner).call("status")
 
     assert caught.value.host == "lab-1"
+    assert not caught.value.silent   # the host answered, with an error
     assert "passwordless sudo" in caught.value.detail
     assert caught.value.detail.startswith("status failed: ")
 
@@ -335,8 +341,9 @@ def test_call_that_crashed_on_the_host_shows_the_end_of_stderr():
 def test_call_that_got_no_answer_in_time():
     runner = FakeRunner(subprocess.TimeoutExpired(["ssh"], 5))
 
-    with pytest.raises(NodeError, match="no answer within 5 s to: the status request$"):
+    with pytest.raises(NodeError, match="no answer within 5 s to: the status request$") as caught:
         Node(ssh_instance(), runner=runner).call("status", timeout=5)
+    assert caught.value.silent
 
 
 def test_call_without_ssh_on_the_controller():

@@ -43,10 +43,14 @@ def test_a_stop_looks_at_every_host_once_then_only_at_the_runs_hosts(started):
     assert moved == []   # nothing waits in the queue: no pass over it
 
 
-def test_a_stop_moves_the_queue_when_something_waits_in_it(started):
+@pytest.mark.parametrize("state, passes", [("pending", 1), ("active", 1), ("failed", 0),
+                                           ("terminated", 0)])
+def test_a_stop_moves_the_queue_when_something_waits_in_it(started, state, passes):
+    """A pass follows the stop when an entry waits (pending) or follows a run (active); the
+    ended entries a host keeps for a day for ps leave nothing for a pass to do."""
     cluster, moved = started
     cluster.nodes["gpus-3"].queue["later"] = {
-        "run": "later", "run_id": "x", "state": "pending", "priority": 0,
+        "run": "later", "run_id": "x", "state": state, "priority": 0,
         "submitted_at": "2026-01-01T09:00:00Z", "config": {}}
     entry.run_stop({"name": "train", "abort": True, "fleets": [], "state_dir": None})
-    assert len(moved) == 1
+    assert len(moved) == passes

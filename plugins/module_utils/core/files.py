@@ -43,7 +43,15 @@ def exclusive(name):
     process, also when it is killed; the file stays, empty."""
     folder = os.path.join(tempfile.gettempdir(), "gpufleet-locks-%d" % os.getuid())
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    with open(os.path.join(folder, name + ".lock"), "a") as handle:
+    with locked(os.path.join(folder, name + ".lock")):
+        yield
+
+
+@contextlib.contextmanager
+def locked(path):
+    """Hold an exclusive ``flock`` on the file at ``path`` (made empty when missing) while the
+    block runs. OSError when the file cannot be opened."""
+    with open(path, "a") as handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:
             yield

@@ -161,10 +161,8 @@ def delete_instances(config, nums, path=None, docker=None, root=None, check_mode
             "release": names if ssh else []}
     if chosen and not check_mode:
         if ssh:
-            facts = state.read_facts(root, name)
-            kept = dict((host, value) for host, value in facts.items() if host not in names)
-            if kept != facts:
-                state.write_facts(root, name, kept)
+            state.edit_facts(root, name, lambda facts: dict(
+                (host, value) for host, value in facts.items() if host not in names))
         else:
             apply.remove_instances(config, [i["num"] for i in chosen], path, docker, root,
                                    settings)

@@ -9,6 +9,7 @@ SSH hosts). The controller keeps only what cannot live there and caches:
     <state dir>/fleets/<fleet>/id_ed25519[.pub]   the key of a backend fleet's nodes
     <state dir>/fleets/<fleet>/known_hosts        host keys seen on first contact
     <state dir>/fleets/<fleet>/facts.json         the last host facts by host (a cache for inventory)
+    <state dir>/fleets/<fleet>/facts.lock         held while a command changes facts.json
 
 The state dir is ``$GPUFLEET_STATE_DIR``, else ``$XDG_DATA_HOME/gpufleet``, else
 ``~/.local/share/gpufleet``.
@@ -16,6 +17,7 @@ The state dir is ``$GPUFLEET_STATE_DIR``, else ``$XDG_DATA_HOME/gpufleet``, else
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,7 +25,7 @@ import stat
 import subprocess
 
 from ..core.errors import GpufleetError
-from ..core.files import write_atomically
+from ..core.files import locked, write_atomically
 
 try:
     import yaml
@@ -230,14 +232,44 @@ def update_facts(root, fleet, changes, check_mode=False):
     """Merge ``{host: {key: value}}`` into the cached facts of hosts already in the cache (a
     host not in it stays out: only an apply puts hosts there). Returns whether the file
     changed."""
-    facts = read_facts(root, fleet)
-    merged = dict(facts)
-    for host, keys in (changes or {}).items():
-        if host in merged and keys:
-            merged[host] = dict(merged[host], **keys)
-    if merged == facts:
-        return False
-    return write_facts(root, fleet, merged, check_mode=check_mode)
+    def merge(facts):
+        merged = dict(facts)
+        for host, keys in (changes or {}).items():
+            if host in merged and keys:
+                merged[host] = dict(merged[host], **keys)
+        return merged
+
+    return edit_facts(root, fleet, merge, check_mode=check_mode)
+
+
+def edit_facts(root, fleet, edit, check_mode=False):
+    """Replace a fleet's cached facts with ``edit(facts)`` (the cache as read), holding this
+    machine's lock on the file from the read to the write, so that two commands changing
+    different keys (a health read, a host found silent, an apply's facts) never lose each
+    other's change. Returns whether the file changed."""
+    with _facts_lock(root, fleet):
+        facts = read_facts(root, fleet)
+        edited = edit(facts)
+        if edited == facts:
+            return False
+        return _write_facts(root, fleet, edited, check_mode)
+
+
+@contextlib.contextmanager
+def _facts_lock(root, fleet):
+    """An exclusive ``flock`` on ``facts.lock`` beside the fleet's facts.json, held while the
+    block runs (every process that sees the state dir, whatever its path or temporary
+    directory, takes the same file). Without the fleet's folder there is nothing to guard:
+    a write makes the folder first."""
+    folder = fleet_dir(root, fleet)
+    with contextlib.ExitStack() as held:
+        if os.path.isdir(folder):
+            try:
+                held.enter_context(locked(os.path.join(folder, "facts.lock")))
+            except OSError:
+                raise StateError("cannot lock the facts of fleet %s in %s: set %s to a "
+                                 "writable directory" % (fleet, folder, ENV))
+        yield
 
 
 def write_facts(root, fleet, facts, check_mode=False):
@@ -247,6 +279,11 @@ def write_facts(root, fleet, facts, check_mode=False):
     and is readable by its owner only. It is left alone when it already holds ``facts`` with that
     mode. Returns whether the file changed; in check mode, whether it would, writing nothing.
     """
+    with _facts_lock(root, fleet):
+        return _write_facts(root, fleet, facts, check_mode)
+
+
+def _write_facts(root, fleet, facts, check_mode=False):
     path = facts_path(root, fleet)
     try:
         with open(path, encoding="utf-8") as handle:

@@ -60,6 +60,14 @@ def _error(item):
     return reason.upper() if item.get("jobs") is not None else reason.replace("_", " ")
 
 
+def _job_error(job):
+    if job.get("status") == "done":
+        return ""
+    if job.get("unreachable") and not job.get("reason"):
+        return "host not answering"   # its verdict waits (tasks.interruption)
+    return (job.get("reason") or "").replace("_", " ")
+
+
 def run_table(runs, now=None, verbose=False):
     """The lines of ``dstack ps`` (``verbose``: ``-v``): a row per run, newest first; a run of
     several jobs is followed by a row per job (``   job=N``), a single-job run is one row."""
@@ -83,6 +91,8 @@ def run_table(runs, now=None, verbose=False):
                        **{"INSTANCE TYPE": (jobs[0].get("host") if jobs else "") or ""})
             if jobs and run.get("status") == "failed":
                 row["STATUS"] = _job_status(jobs[0]) or row["STATUS"]
+            if jobs and jobs[0].get("unreachable") and not row["ERROR"]:
+                row["ERROR"] = _job_error(jobs[0])
             rows.append(row)
             continue
         rows.append(row)
@@ -94,8 +104,7 @@ def run_table(runs, now=None, verbose=False):
                 "RESOURCES": run_resources(job.get("resources")), "PRICE": _price(run),
                 "INSTANCE TYPE": job.get("host") or "",
                 "STATUS": _job_status(job), "SUBMITTED": "",
-                "ERROR": (job.get("reason") or "").replace("_", " ")
-                if job.get("status") not in ("done",) else "",
+                "ERROR": _job_error(job),
             })
     return _render(columns, rows)
 

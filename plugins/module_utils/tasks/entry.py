@@ -18,7 +18,7 @@ from ..backends.docker_cli import Docker
 from ..core.errors import GpufleetError
 from ..core.module import state_options
 from ..fleets import state
-from . import images, lifecycle, listing, placement, runs
+from . import images, lifecycle, listing, placement, runindex, runs, silence
 from .errors import PlanError, RunError
 from .grower import grower
 from .ssh import NodeError
@@ -344,15 +344,15 @@ def _queue_first(runner, fleets, root, emit, whole=False):
     # passes over the queue.
     report = (drive_queue(fleets, root, emit, survey=survey)
               if runner.surveyed_whole else {})
-    if not queue_entries(survey) and not any(report.values()):
+    if not queue_waiting(survey) and not any(report.values()):
         runner.reuse_survey(survey)
 
 
-def queue_entries(survey):
-    """The queue entries a survey (runs.survey_with_queues) found."""
-    from . import queue
-
-    return queue.entries_of(survey[2])
+def queue_waiting(survey):
+    """Whether the queues a survey (runs.survey_with_queues) read hold an entry that a pass
+    acts on: a pending or an active one. Ended entries, which the hosts keep for a day so that
+    ps can say why a run failed, are not: a pass leaves them as they are."""
+    return runindex.waiting(survey[2])
 
 
 def drive_queue(fleets, root, emit=None, survey=None, check_mode=False):
@@ -362,10 +362,10 @@ def drive_queue(fleets, root, emit=None, survey=None, check_mode=False):
 
     from . import interruption
 
-    nodes = runs.nodes_of(fleets, root)
-    survey = survey or runs.survey_with_queues(nodes)
     if check_mode:
-        return {"due": queue.is_due(survey, interruption.instance_map(fleets))}
+        survey, silent = silence.look(runs.nodes_of(fleets, root), root, fleets, survey,
+                                      check_mode=True)
+        return {"due": queue.is_due(survey, interruption.instance_map(fleets), silent)}
     report = queue.QueuePass(fleets, root=root, docker=Docker(), emit=emit,
                              grower=grower(root, emit), grow_first=True).run(survey)
     report.pop("own", None)
@@ -376,15 +376,14 @@ def run_info(params):
     from . import interruption, queue
 
     root, fleets = _fleets(params)
-    nodes = runs.nodes_of(fleets, root)
-    found = runs.survey_with_queues(nodes)
+    found, silent = silence.look(runs.nodes_of(fleets, root), root, fleets)
     instances = interruption.instance_map(fleets)
-    records, errors = listing.list_runs(nodes, found, instances)
+    records, errors = listing.list_runs(None, found, instances, silent)
     if params.get("name"):
         records = [r for r in records if r["name"] == params["name"]]
     # "unreachable" is a key Ansible reserves in a result (it marks the host unreachable).
     return {"runs": records, "unreachable_hosts": errors, "changed": False,
-            "queue_due": queue.is_due(found, instances)}
+            "queue_due": queue.is_due(found, instances, silent)}
 
 
 def run_queue(params, check_mode=False, emit=None):
@@ -400,8 +399,8 @@ def run_queue(params, check_mode=False, emit=None):
                                       "forgotten", "failed"))
     from . import interruption
 
-    records, errors = listing.list_runs(runs.nodes_of(fleets, root),
-                                        instances=interruption.instance_map(fleets))
+    found, silent = silence.look(runs.nodes_of(fleets, root), root, fleets)
+    records, errors = listing.list_runs(None, found, interruption.instance_map(fleets), silent)
     return {"report": report, "runs": records, "unreachable_hosts": errors,
             "changed": changed}
 
@@ -435,7 +434,7 @@ def run_stop(params, check_mode=False):
             return {"run": record, "changed": bool(alive)}
         record = listing.stop_run(nodes, params["name"], abort=params["abort"],
                                   surveyed=(found[0], found[3]))
-        if queue_entries(found):
+        if queue_waiting(found):
             drive_queue(fleets, root)   # what waited for these hosts may start now
     except (RunError, NodeError) as exc:
         raise EntryError(str(exc)) from exc

@@ -10,9 +10,10 @@ dstack's rules (dstack.md §4.7), made without a server:
 - the instance is gone (terminated, stopped, preempted or its spot capacity reclaimed, a local
   node container killed or removed): the job failed with ``interrupted_by_no_capacity``, whose
   retry event is ``interruption``, at once;
-- the instance still runs but does not answer: a spot instance is treated the same way (its
-  capacity is about to go); an on-demand one fails with ``instance_unreachable`` (an ``error``)
-  once it has not answered for lifecycle.JOB_DISCONNECTED_GRACE seconds;
+- the instance still runs but does not answer: the job waits for it to answer again, for
+  lifecycle.JOB_DISCONNECTED_GRACE seconds (dstack's JOB_DISCONNECTED_RETRY_TIMEOUT); then a
+  spot instance's job fails with ``interrupted_by_no_capacity`` and an on-demand one's with
+  ``instance_unreachable`` (an ``error``);
 - an SSH fleet's host has no backend to ask: it is only ever unreachable.
 
 Pure Python: the records are read by the caller.
@@ -53,13 +54,12 @@ def judge(host, record, unreachable_for):
     if record.get("backend") == "ssh":
         return _unreachable(host, unreachable_for, "the host does not answer over SSH")
     if record.get("spot"):
-        return (lifecycle.INTERRUPTED_BY_NO_CAPACITY,
-                "host %s: the spot instance does not answer" % host)
+        return _unreachable(host, unreachable_for, "the spot instance runs but does not answer",
+                            lifecycle.INTERRUPTED_BY_NO_CAPACITY)
     return _unreachable(host, unreachable_for, "the instance runs but does not answer")
 
 
-def _unreachable(host, unreachable_for, what):
+def _unreachable(host, unreachable_for, what, reason=lifecycle.INSTANCE_UNREACHABLE):
     if unreachable_for < lifecycle.JOB_DISCONNECTED_GRACE:
         return None
-    message = "host %s: %s for %d s" % (host, what, int(unreachable_for))
-    return lifecycle.INSTANCE_UNREACHABLE, message
+    return reason, "host %s: %s for %d s" % (host, what, int(unreachable_for))

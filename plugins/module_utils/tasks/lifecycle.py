@@ -11,6 +11,8 @@ resubmitted under its retry policy. Nothing here touches a host or a clock of it
 
 from __future__ import annotations
 
+from .booking import ALIVE_STATES
+
 # Job statuses (dstack's JobStatus).
 SUBMITTED = "submitted"
 PROVISIONING = "provisioning"
@@ -38,8 +40,8 @@ TERMINATED_BY_SERVER = "terminated_by_server"
 DONE_BY_RUNNER = "done_by_runner"
 NO_CAPACITY = "failed_to_start_due_to_no_capacity"
 # The instance went away under the job (spot reclaimed, terminated, its node gone), or a spot
-# instance stopped answering: dstack's interruption. An on-demand instance that stops
-# answering for JOB_DISCONNECTED_GRACE is instance_unreachable, an error (§4.7).
+# instance stopped answering for JOB_DISCONNECTED_GRACE: dstack's interruption. An on-demand
+# instance that stops answering for as long is instance_unreachable, an error (§4.7).
 INTERRUPTED_BY_NO_CAPACITY = "interrupted_by_no_capacity"
 INSTANCE_UNREACHABLE = "instance_unreachable"
 JOB_DISCONNECTED_GRACE = 120
@@ -94,11 +96,17 @@ def job_status(entry):
         return TERMINATED, TERMINATED_BY_USER, None
     if state in ("created", "restarting"):
         return PROVISIONING, None, None
+    code = _int(files.get("exit_code"))
     if state in ("running", "paused", "removing"):
         if reason:
             return TERMINATING, reason, None
-        return (RUNNING if files.get("running") else PROVISIONING), None, None
-    code = _int(files.get("exit_code"))
+        if code is None:
+            return (RUNNING if files.get("running") else PROVISIONING), None, None
+        # The command ended on its own (or the wrapper failed before it began) and the wrapper
+        # wrote the code: the container only finishes its work (the run's other nodes are told
+        # to stop first, then it exits). The job ended now, as dstack's runner says when the
+        # command exits, so that a look that already sees those nodes stopped sees why. Its
+        # host is still held until the container is gone (holds_host).
     if code is None:
         code = _int(entry.get("exit_code"))
     if reason in STOP_REASONS:
@@ -110,6 +118,14 @@ def job_status(entry):
         # missing, the user does not exist...
         return FAILED, EXECUTOR_ERROR, code
     return FAILED, CONTAINER_EXITED_WITH_ERROR, code
+
+
+def holds_host(entry):
+    """Whether a job's container still holds its host: it has not ended (a job that is alive,
+    or one that has ended while its wrapper still tells the run's other nodes to stop). The
+    Docker state decides, as it does for tasks.booking's claims: every alive job's container
+    is in one of those states."""
+    return entry is not None and entry.get("state") in ALIVE_STATES
 
 
 def retry_event(reason):
@@ -188,6 +204,10 @@ def decide(policy, statuses, now=0.0, retry_since=None):
     user = by_reason(TERMINATED_BY_USER)
     expired = by_reason(MAX_DURATION_EXCEEDED)
     inactive = by_reason(INACTIVITY_DURATION_EXCEEDED)
+    # A job the server stopped means the run was ending. When nothing else says why (the job
+    # that failed came back: its host was judged after two minutes of silence, and answers
+    # again with its job still running), the run ends all the same.
+    server = by_reason(TERMINATED_BY_SERVER)
     master = statuses.get(0, (SUBMITTED, None, None))
 
     ending = None
@@ -200,6 +220,8 @@ def decide(policy, statuses, now=0.0, retry_since=None):
     elif expired:
         result.failed_job = (expired[0], MAX_DURATION_EXCEEDED, statuses[expired[0]][2])
         ending = (RUN_TERMINATED, MAX_DURATION_EXCEEDED, TERMINATED_BY_SERVER)
+    elif server:
+        ending = (RUN_TERMINATED, TERMINATED_BY_SERVER, TERMINATED_BY_SERVER)
     elif policy.get("stop_criteria") == "master-done" and master[0] == DONE:
         ending = (RUN_DONE, "all_jobs_done", DONE_BY_RUNNER)
     elif statuses and all(s[0] == DONE for s in statuses.values()):

@@ -56,7 +56,7 @@ def _job_num(entry):
         return -1
 
 
-def run_records(containers, errors=None, instances=None):
+def run_records(containers, errors=None, instances=None, silent=None):
     """Run records from the task containers of every host (``{host: [containers]}``).
 
     A record: name, run_id, submission, submitted, status, reason, fleet, backend, region,
@@ -65,7 +65,9 @@ def run_records(containers, errors=None, instances=None):
     from its jobs by the same rules as while it runs (tasks.lifecycle). ``gpu`` is the GPU
     requirement of the task's resources and a job's ``resources`` what it was given (see
     job_resources), both data; from containers of an earlier version, both are the text the
-    table shows.
+    table shows. ``instances`` (``{host: instance record}``, tasks.interruption.instance_map)
+    and ``silent`` (``{host: seconds it has not answered}``, tasks.silence) judge the jobs of
+    hosts in ``errors``; without ``instances`` they are left out.
     """
     by_run = {}
     for host, entries in containers.items():
@@ -84,7 +86,7 @@ def run_records(containers, errors=None, instances=None):
             nodes = int(labels.get("gpufleet.nodes") or len(entries))
         except ValueError:
             nodes = len(entries)
-        lost = _lost_jobs(name, spec, nodes, statuses, containers, errors, instances)
+        lost = _lost_jobs(name, spec, nodes, statuses, containers, instances, silent or {})
         for num in range(nodes):
             statuses.setdefault(num, (lifecycle.SUBMITTED, None, None))
         decision = lifecycle.decide({"stop_criteria": spec.get("stop_criteria"),
@@ -174,10 +176,11 @@ def with_queue(records, queues):
     return out
 
 
-def _lost_jobs(run, spec, nodes, statuses, answered, errors, instances):
+def _lost_jobs(run, spec, nodes, statuses, answered, instances, silent):
     """Job entries of ``run`` on hosts that did not answer (their containers unseen: the host
-    is silent, or its fleet no longer has it), judged by tasks.interruption; their statuses are
-    added to ``statuses``."""
+    is silent, or its fleet no longer has it), judged by tasks.interruption from the host's
+    record and how long it has been silent (``silent``); their statuses are added to
+    ``statuses``."""
     from . import interruption
     from .container import container_name
 
@@ -189,11 +192,14 @@ def _lost_jobs(run, spec, nodes, statuses, answered, errors, instances):
         if num in statuses or num >= len(hosts) or hosts[num] in answered:
             continue
         host = hosts[num]
-        verdict = interruption.judge(host, instances.get(host), 0)
+        quiet = silent.get(host) or 0
+        verdict = interruption.judge(host, instances.get(host), quiet)
         if verdict is None:
             statuses[num] = (lifecycle.RUNNING, None, None)
             entry = {"status": lifecycle.RUNNING, "reason": None, "unreachable": True,
-                     "message": "host %s does not answer" % host}
+                     "message": "host %s does not answer%s" % (host, (
+                         " (for %d s; its job fails after %d s)" % (
+                             quiet, lifecycle.JOB_DISCONNECTED_GRACE)) if quiet >= 1 else "")}
         else:
             statuses[num] = (lifecycle.FAILED, verdict[0], None)
             entry = {"status": lifecycle.FAILED, "reason": verdict[0], "message": verdict[1]}
@@ -203,12 +209,13 @@ def _lost_jobs(run, spec, nodes, statuses, answered, errors, instances):
     return lost
 
 
-def list_runs(nodes, survey_result=None, instances=None):
-    """``(run records, {host: error})`` for every run on the hosts, queued ones included."""
+def list_runs(nodes, survey_result=None, instances=None, silent=None):
+    """``(run records, {host: error})`` for every run on the hosts, queued ones included
+    (``instances`` and ``silent``: see run_records)."""
     from .runs import survey_with_queues
 
     containers, _claims, queues, errors = survey_result or survey_with_queues(nodes)
-    records = with_queue(run_records(containers, errors, instances), queues)
+    records = with_queue(run_records(containers, errors, instances, silent), queues)
     return records, dict((h, str(e)) for h, e in errors.items())
 
 

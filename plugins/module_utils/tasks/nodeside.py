@@ -691,18 +691,23 @@ def op_record_failure(payload):
 
 
 def op_stop(payload):
-    """Stop containers: the reason is recorded first (unless one is), then ``docker stop``
-    (TERM, then KILL after ``timeout`` seconds)."""
+    """Stop containers: the reason is recorded first (unless one is, or the job's command has
+    already ended: its wrapper wrote ``exit_code``, and that is why the job ended), then
+    ``docker stop`` (TERM, then KILL after ``timeout`` seconds)."""
     names = []
+    ended = []
     for item in payload["jobs"]:
         folder = os.path.join(job_dir(item["run"], item["job_num"]), "state")
         reason_file = os.path.join(folder, "reason")
-        if os.path.isdir(folder) and not os.path.exists(reason_file):
+        if os.path.exists(os.path.join(folder, "exit_code")):
+            ended.append(item["job_num"])
+        elif os.path.isdir(folder) and not os.path.exists(reason_file):
             _write(reason_file, (payload["reason"] + "\n").encode("utf-8"), 0o644)
         names.append(item["container"])
     if names:
         _docker(["stop", "-t", str(int(payload.get("timeout", 10)))] + names, check=False)
-    return {"stopped": names}
+    # ended: the jobs whose command had ended by itself, whose status is not the stop's.
+    return {"stopped": names, "ended": ended}
 
 
 def op_remove(payload):

@@ -28,7 +28,7 @@ import socket
 import time
 
 from ..core.times import parse_time
-from . import interruption, lifecycle, listing, placement, runbook
+from . import interruption, lifecycle, listing, placement, runbook, silence
 from .errors import PlanError, RunError
 from .ssh import NodeError
 from .supervisor import parallel
@@ -143,15 +143,13 @@ class QueuePass(object):
 
     def run(self, survey=None):
         """Act on every run and entry; returns the report (runs started, resubmitted...)."""
-        from .runs import survey_with_queues
-
-        if survey is None:
-            survey = survey_with_queues(self.nodes)
+        survey, silent = silence.look(self.nodes, self.options.get("root"), self.fleets,
+                                      survey, self.clock)
         containers, claims, queues, errors = survey
         self.silent = set(errors)
         entries = entries_of(queues)
         records = listing.run_records(containers, errors,
-                                      interruption.instance_map(self.fleets))
+                                      interruption.instance_map(self.fleets), silent)
         active = dict((e["run"], (host, e)) for host, e in entries if e.get("state") == ACTIVE)
         for record in records:
             host, entry = active.pop(record["name"], (None, None))
@@ -292,7 +290,10 @@ class QueuePass(object):
             # What the run could not stop by itself (a node without an SSH client, a node
             # that is gone). The stop returns once the containers are down, so the run is
             # decided again at once.
-            self._stop(record, decision.stop)
+            if self._stop(record, decision.stop):
+                # A job's command ended by itself just before the stop came: its status is
+                # its own (done or failed), not the stop's. The next pass reads it.
+                return
             for num, reason in decision.stop.items():
                 statuses[num] = (lifecycle.STOP_REASONS.get(reason, lifecycle.TERMINATED),
                                  reason, None)
@@ -326,6 +327,8 @@ class QueuePass(object):
             self.report["forgotten"].append(entry["run"])
 
     def _stop(self, record, stops):
+        """Stop the jobs ``{job_num: reason}`` of ``record``; return the numbers of those whose
+        command had ended by itself when the stop came (their hosts said so)."""
         by_host = {}
         for job in record["jobs"]:
             num = job["job_num"]
@@ -334,10 +337,13 @@ class QueuePass(object):
                 by_host.setdefault((job["host"], stops[num]), []).append(
                     {"run": record["name"], "job_num": num, "container": job["container"]})
         # Every host at once: a run of 32 nodes is not stopped one host after another.
-        parallel(sorted(by_host), lambda key: self._call(key[0], "stop", {
+        answers = parallel(sorted(by_host), lambda key: self._call(key[0], "stop", {
             "reason": key[1], "timeout": 10, "jobs": by_host[key]}))
-        for _key, jobs in sorted(by_host.items()):
+        ended = []
+        for key, jobs in sorted(by_host.items()):
             self.report["stopped"] += [j["container"] for j in jobs]
+            ended += (answers[key][0] or {}).get("ended") or []
+        return sorted(ended)
 
     # -- small helpers ------------------------------------------------------------------------
 
@@ -395,7 +401,7 @@ def _short(text, limit=300):
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def is_due(survey, instances=None):
+def is_due(survey, instances=None, silent=None):
     """Whether a pass has work: a pending entry (it may fit now, or its time ran out), an active
     one whose run has a job that ended, or a run with jobs to stop (one of its jobs failed or
     its host was interrupted, and the run could not stop the others itself)."""
@@ -404,7 +410,7 @@ def is_due(survey, instances=None):
         if entry.get("state") == PENDING:
             return True
     active = set(e["run"] for _h, e in entries_of(queues) if e.get("state") == ACTIVE)
-    for record in listing.run_records(containers, errors, instances):
+    for record in listing.run_records(containers, errors, instances, silent):
         statuses = _statuses(record)
         if record["name"] in active and any(
                 s[0] in lifecycle.FINISHED for s in statuses.values()):

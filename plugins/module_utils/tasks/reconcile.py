@@ -28,7 +28,7 @@ def idle_since(instance, containers):
     as tasks.nodeside's ``status`` lists them."""
     finished = []
     for entry in containers:
-        if lifecycle.job_status(entry)[0] in lifecycle.ALIVE:
+        if lifecycle.holds_host(entry):
             return None
         moment = parse_time(entry.get("finished_at"))
         if moment is not None:

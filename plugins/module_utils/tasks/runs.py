@@ -155,7 +155,8 @@ def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pa
     of that run's jobs it keeps, into the dict ``pages`` (``{host: {job: page}}``, for
     tasks.joblogs). ``index`` (``{host: {"fleet", "run"}}``) asks those hosts for the run index
     (tasks.indexside); their answers go into the dict ``indexes``. ``timeout``: how long a host
-    may take (the request's default when None)."""
+    may take (the request's default when None; ps and the queue's passes look through
+    tasks.silence.look, which gives tasks.supervisor.STATUS_TIMEOUT)."""
     probe = set(probe or ())
     limit = {} if timeout is None else {"timeout": timeout}
 
@@ -409,7 +410,7 @@ class Runner(object):
                                 if any(c["labels"].get(RUN_LABEL) == self.name for c in entries))
         for host, entries in containers.items():
             mine = [c for c in entries if c["labels"].get(RUN_LABEL) == self.name]
-            if any(lifecycle.job_status(c)[0] in lifecycle.ALIVE for c in mine):
+            if any(lifecycle.holds_host(c) for c in mine):
                 raise RunError(
                     "run %s is already running (on %s): stop it first (gpufleet stop %s), or "
                     "give this task another name" % (self.name, host, self.name))
@@ -1017,6 +1018,12 @@ class Runner(object):
             if not decision.resubmit:
                 return self.result(decision, watch.statuses, failure_message(
                     decision, submission))
+            if stop_event is not None and stop_event.is_set():
+                # The user's stop came as the run failed by itself (nothing was left for the
+                # stop to end): the run ends stopped, as asked, and is not submitted again.
+                return dict(self.result(decision, watch.statuses, failure_message(
+                    decision, submission)), status=lifecycle.RUN_TERMINATED,
+                    reason=lifecycle.TERMINATED_BY_USER)
             self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
                        "message": "resubmitting all jobs (retry on %s)"
                        % lifecycle.retry_event(decision.failed_job[1])})

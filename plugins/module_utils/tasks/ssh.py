@@ -29,12 +29,15 @@ CONTROL_PERSIST = 120
 
 
 class NodeError(GpufleetError):
-    """A host could not be reached, or a command on it failed. ``host`` names it."""
+    """A host could not be reached, or a command on it failed. ``host`` names it; ``silent``
+    says that nothing was heard from it (SSH could not reach it, or no answer came in time),
+    as opposed to a host that answered with an error."""
 
-    def __init__(self, host, message):
+    def __init__(self, host, message, silent=False):
         super(NodeError, self).__init__("%s: %s" % (host, message))
         self.host = host
         self.detail = message
+        self.silent = silent
 
 
 def control_dir():
@@ -146,7 +149,7 @@ class Node(object):
             )
         except subprocess.TimeoutExpired:
             raise NodeError(self.name, "no answer within %s s to: %s"
-                            % (timeout, what or command[:200]))
+                            % (timeout, what or command[:200]), silent=True)
         except OSError as exc:
             raise NodeError(self.name, "cannot run ssh on the controller: %s" % exc) from exc
         out = proc.stdout.decode("utf-8", "replace") if isinstance(proc.stdout, bytes) else (
@@ -158,11 +161,16 @@ class Node(object):
     def check(self, command, data=None, timeout=None):
         rc, out, err = self.run(command, data=data, timeout=timeout)
         if rc == 255:
-            raise NodeError(self.name, "unreachable over SSH: %s" % (err.strip() or "no answer"))
+            raise self._unreachable(err)
         if rc != 0:
             raise NodeError(self.name, "%s failed (exit %d): %s"
                             % (" ".join(command.split()[:3]), rc, (err or out).strip()[-1500:]))
         return out
+
+    def _unreachable(self, err):
+        """The error of OpenSSH's own failure (rc 255): nothing was heard from the host."""
+        return NodeError(self.name, "unreachable over SSH: %s" % (err.strip() or "no answer"),
+                         silent=True)
 
     def popen(self, command, **kwargs):
         """Start ``command`` on the host and return the Popen (for streams such as logs)."""
@@ -181,7 +189,7 @@ class Node(object):
         rc, out, err = self.run(helper_command(self.sudo), data=data, timeout=timeout,
                                 what="the %s request" % op)
         if rc == 255:
-            raise NodeError(self.name, "unreachable over SSH: %s" % (err.strip() or "no answer"))
+            raise self._unreachable(err)
         try:
             answer = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
         except ValueError:

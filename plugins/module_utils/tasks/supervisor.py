@@ -39,13 +39,25 @@ def parallel(items, function, workers=32):
     return results
 
 
+# How long a status look waits for a host. A healthy host answers in well under a second. One
+# that went away silently (a terminated cloud instance, whose packets are simply dropped) would
+# otherwise hold the request on its shared SSH connection until OpenSSH's keepalives give up
+# (ServerAliveInterval x ServerAliveCountMax, a minute); past this, the host counts as silent
+# and its backend is asked what happened (tasks.interruption). A live host that is only slow
+# (its engine busy with a pull) costs a look at the backend now and then, no verdict: a host
+# that still runs is failed only once it has been silent for JOB_DISCONNECTED_GRACE.
+STATUS_TIMEOUT = 15
+
+
 def observe(nodes, run, submission=None):
-    """The containers of ``run`` on each host: ``({job_num: entry}, {host: NodeError})``.
+    """The containers of ``run`` on each host: ``({job_num: entry}, {host: NodeError})``. A
+    host that does not answer within STATUS_TIMEOUT is one of the errors.
 
     Only containers of ``submission`` count when it is given (an older submission's leftovers
     are not this one's jobs).
     """
-    answers = parallel(sorted(nodes), lambda host: nodes[host].call("status", {"run": run}))
+    answers = parallel(sorted(nodes), lambda host: nodes[host].call(
+        "status", {"run": run}, timeout=STATUS_TIMEOUT))
     found = {}
     errors = {}
     for host, (answer, error) in answers.items():
@@ -89,12 +101,15 @@ class LogFollower(object):
         self.thread.daemon = True
         self.proc = None
         self.received = 0
+        self._stopped = threading.Event()
 
     def start(self):
         self.thread.start()
         return self
 
     def _pass_on(self, lines):
+        if self._stopped.is_set():
+            return   # the job's end was said without them (its host is gone)
         self.received += 1
         if lines:
             self.emit({"kind": "log", "rank": self.rank, "lines": lines,
@@ -109,6 +124,8 @@ class LogFollower(object):
         if self.kept is not None:
             try:
                 for data in self.kept():
+                    if self._stopped.is_set():
+                        return
                     self._pass_on(lines.feed(data))
             except LogsError as exc:
                 self._pass_on(["gpufleet: %s" % exc])
@@ -123,6 +140,8 @@ class LogFollower(object):
                                         stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
         except OSError:
             return
+        if self._stopped.is_set():
+            self.proc.terminate()
         while True:
             data = self.proc.stdout.read1(self.CHUNK)
             if not data:
@@ -147,6 +166,13 @@ class LogFollower(object):
         if stop and self.thread.is_alive() and self.proc is not None:
             self.proc.terminate()
 
+    def stop(self):
+        """Stop following now, whatever may still come: the job's host is gone, and a request
+        to it only waits on a connection that no longer leads anywhere."""
+        self._stopped.set()
+        if self.proc is not None:
+            self.proc.terminate()
+
     def wait_briefly(self, seconds=5.0):
         """Give the job's last lines a moment (they come before its end is said, as a rule),
         without holding up the run's supervision behind a long backlog."""
@@ -164,7 +190,7 @@ class Watch(object):
 
     def __init__(self, jobs, nodes, policy, emit, clock=time.time, sleep=time.sleep,
                  poll=1.0, follow_logs=False, retry_since=None, stop_event=None,
-                 unreachable_grace=60.0, judge=None, gone=None):
+                 unreachable_grace=lifecycle.JOB_DISCONNECTED_GRACE, judge=None, gone=None):
         self.jobs = dict((j["job_num"], j) for j in jobs)
         self.nodes = nodes
         self.policy = policy
@@ -194,6 +220,9 @@ class Watch(object):
         self.statuses = dict((n, (lifecycle.SUBMITTED, None, None)) for n in self.jobs)
         self.run_status = lifecycle.RUN_SUBMITTED
         self.unreachable_since = {}
+        # Jobs failed by a verdict on their silent host (tasks.interruption): the verdict
+        # stands when the host answers again.
+        self.judged = set()
         self._threads = []
 
     # -- actions ---------------------------------------------------------------------------
@@ -275,11 +304,20 @@ class Watch(object):
                     if verdict is not None:
                         statuses[num] = (lifecycle.FAILED, verdict[0], None)
                         self.messages[num] = verdict[1]
+                        self.judged.add(num)
                 elif now - since > self.unreachable_grace:
                     statuses[num] = (lifecycle.FAILED, lifecycle.INSTANCE_UNREACHABLE, None)
+                    self.judged.add(num)
                 continue
             self.unreachable_since.pop(host, None)
             entry = found.get(num)
+            if num in self.judged:
+                # Its host answers again after the verdict (a partition that healed): the job
+                # stays failed, as dstack keeps it, and its container, if it still runs, stops.
+                statuses[num] = self.statuses[num]
+                if entry is not None and lifecycle.job_status(entry)[0] in lifecycle.ALIVE:
+                    self._stop({num: lifecycle.TERMINATED_BY_SERVER})
+                continue
             if entry is None and num in self.started and num in self.statuses:
                 # Started but gone: removed by someone else (gpufleet stop --abort, docker rm).
                 previous = self.statuses[num]
@@ -341,15 +379,26 @@ class Watch(object):
                     event["message"] = self.messages[num]
                 follower = self.followers.get(num)
                 if status[0] in lifecycle.FINISHED and follower is not None:
-                    # A job's end is said after its last lines. A long backlog of them does
-                    # not hold up the run's supervision: the end waits for them instead.
-                    follower.wait_briefly()
-                    if follower.thread.is_alive():
-                        self.deferred[num] = event
-                        continue
+                    if job["host"] in self.gone:
+                        follower.stop()   # no line can come from a host that is gone
+                    else:
+                        # A job's end is said after its last lines. A long backlog of them
+                        # does not hold up the run's supervision: the end waits for them.
+                        follower.wait_briefly()
+                        if follower.thread.is_alive():
+                            self.deferred[num] = event
+                            continue
                 self.deferred.pop(num, None)
                 self.emit(event)
         self.statuses = statuses
+
+    def _end_followers(self):
+        """Wait for every job's last lines, except from hosts that are gone."""
+        for num, follower in self.followers.items():
+            if self.jobs[num]["host"] in self.gone:
+                follower.stop()
+            else:
+                follower.join()
 
     def _say_deferred(self, every=False):
         """The ends of jobs whose lines have all come now (``every``: all of them, after the
@@ -367,8 +416,7 @@ class Watch(object):
                                     retry_since=self.retry_since)
         if decision.final or decision.resubmit:
             # Every line a job printed is shown before the run's end is.
-            for follower in self.followers.values():
-                follower.join()
+            self._end_followers()
             self._say_deferred(every=True)
             self.followers = {}
         if decision.status != self.run_status and not decision.resubmit:
@@ -389,8 +437,7 @@ class Watch(object):
             if decision.final or decision.resubmit:
                 break
             self.sleep(self.poll)
-        for follower in self.followers.values():
-            follower.join()
+        self._end_followers()
         for thread in self._threads:
             thread.join(1.0)
         return decision

@@ -107,10 +107,19 @@ _gf_tell_peers() {
         fi
         _gf_i=$((_gf_i + 1))
     done
+    # Nor one that stalls before the session is up (its key exchange or login, on a frozen
+    # node), which no ssh option bounds: this job has ended, and its container must not stay.
+    # KILL: TERM is ignored from the drain on, and so by everything started since.
+    _gf_killer=
+    if [ -n "$_gf_pids" ]; then
+        ( sleep "${GPUFLEET_PEER_STOP_LIMIT:-20}"; kill -KILL $_gf_pids ) > /dev/null 2>&1 &
+        _gf_killer=$!
+    fi
     for _gf_p in $_gf_pids; do
         wait "$_gf_p" 2>/dev/null || _gf_note "could not reach another node to stop it" \
             "(a gpufleet command on the fleet will stop it)"
     done
+    [ -z "$_gf_killer" ] || kill -KILL "$_gf_killer" 2>/dev/null
     _gf_note "asked the other nodes of the run to stop ($1)"
 }
 
