@@ -931,6 +931,32 @@ def test_output_rotates_at_half_the_cap_and_offsets_count_every_byte(tmp_path, s
     assert _idx(job.state / "output.idx.1")[0][1] == first
 
 
+# The command stops every process of the wrapper's own shell beside itself: that is the output
+# keeper alone (no max_duration, one node, metrics off: no monitor, no sampler; the tees are tee).
+STOP_THE_KEEPER = (
+    "read -r _ me _ < /proc/$PPID/stat; "
+    "for f in /proc/[0-9]*/stat; do "
+    "read -r pid comm _ ppid _ < $f 2>/dev/null || continue; "
+    "if [ \"$ppid\" = \"$PPID\" ] && [ \"$comm\" = \"$me\" ] && [ \"$pid\" != $$ ]; "
+    "then kill -STOP $pid && echo stopped; fi; "
+    "done")
+
+
+def test_a_keeper_that_never_takes_its_term_does_not_hold_the_jobs_end(tmp_path, shell):
+    """A TERM sent to the keeper just after it started can be lost (the subshell takes it
+    under its parent's trap, then resets its traps and drops it: a job whose user did not
+    exist hung so on a loaded machine). The wrapper sends it again and ends the keeper with
+    KILL after three seconds. A stopped keeper takes no TERM at all: the job still ends."""
+    job = Job(tmp_path, {"commands": [STOP_THE_KEEPER, "echo done"]})
+    started = time.time()
+    proc = job.run(shell, extra={"GPUFLEET_METRICS_INTERVAL": "0"}, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [b"stopped", b"done"]
+    assert 3 <= time.time() - started < 20
+    assert job.read_state("exit_code") == "0"
+    assert (job.state / "output.log").read_bytes() == b"stopped\ndone\n"
+
+
 def test_since_skips_what_was_printed_before_a_quiet_spell(tmp_path, shell, monkeypatch):
     job = Job(tmp_path, {"commands": ["echo early", "sleep 3", "echo late"]})
     done = job.run(shell)

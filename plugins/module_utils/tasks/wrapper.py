@@ -260,8 +260,17 @@ _gf_drain() {
     [ -n "$_gf_tee_out$_gf_tee_err" ] || return 0
     trap '' TERM INT
     if [ -n "$_gf_keeper" ]; then
+        # A TERM that reaches the keeper before it has set its own trap is lost: the subshell
+        # takes it under the trap it inherited, then drops it as it resets its traps (dash and
+        # busybox alike; a job that fails at once hit it). So it is sent again each second,
+        # and KILL ends the keeper after three. Timers started from here ignore TERM (the trap
+        # above is inherited): they are stopped with KILL.
         kill "$_gf_keeper" 2>/dev/null
+        ( for _gf_x in 1 2 3; do sleep 1; kill "$_gf_keeper" || exit 0; done
+          kill -KILL "$_gf_keeper" ) > /dev/null 2>&1 &
+        _gf_timer=$!
         wait "$_gf_keeper" 2>/dev/null
+        kill -KILL "$_gf_timer" 2>/dev/null
     fi
     exec > /dev/null 2>&1
     ( sleep 2; kill $_gf_tee_out $_gf_tee_err ) > /dev/null 2>&1 &
@@ -269,7 +278,7 @@ _gf_drain() {
     for _gf_t in $_gf_tee_out $_gf_tee_err; do
         wait "$_gf_t" 2>/dev/null
     done
-    kill "$_gf_timer" 2>/dev/null
+    kill -KILL "$_gf_timer" 2>/dev/null
     _gf_tee_out=
     _gf_tee_err=
     rm -f "$GPUFLEET_STATE/output.log.1.tmp"
