@@ -834,7 +834,12 @@ def test_metrics_are_sampled_from_the_cgroup_proc_and_nvidia_smi(tmp_path, shell
         "--format=csv,noheader,nounits' ] || exit 2\n"
         "printf '93, 71234, 81559\\n0, 3, 81559\\n'\n")
     os.chmod(str(fakes / "nvidia-smi"), 0o755)
-    job = Job(tmp_path, {"commands": ["sleep 2"]})
+    # The command lasts until two samples are written (a sample each second; on a loaded
+    # machine one sample can take longer than that), or 30 s.
+    metrics = tmp_path / "job" / "state" / "metrics"
+    wait = ("i=0; while [ $i -lt 60 ]; do n=$(grep -c '^@ ' %s 2>/dev/null); "
+            "[ \"${n:-0}\" -lt 2 ] || break; sleep 0.5; i=$((i+1)); done" % metrics)
+    job = Job(tmp_path, {"commands": [wait]})
     done = job.run(shell, path="%s:%s" % (fakes, shell[1]), extra={
         "GPUFLEET_CGROUP": fake_cgroup(tmp_path / "cgroup", version),
         "GPUFLEET_PROC": str(proc), "GPUFLEET_METRICS_INTERVAL": "1"})
