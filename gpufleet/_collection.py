@@ -68,3 +68,12 @@ def spec():
     from ansible_collections.gpufleet.cluster.plugins.module_utils import spec as module
 
     return module
+
+
+def text():
+    """The collection's helpers for quoting user input in messages, shortened
+    (plugins/module_utils/core/text)."""
+    ensure_importable()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.core import text as module
+
+    return module

@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ._collection import CollectionNotFound, ensure_importable, spec
+from ._collection import CollectionNotFound, ensure_importable, spec, text
 from . import runner
 from .runner import PlaybookResult, RunnerError
 
@@ -399,7 +399,7 @@ def status(run: str | None = None, **options) -> list | dict:
     for record in found:
         if record.get("name") == run:
             return record
-    raise GpufleetError(f"no run named {run}")
+    raise GpufleetError(f"no run named {text().shorten(run)}")
 
 
 def logs(run: str, tail: int | None = None, job: int | None = None, since: str | None = None,

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from .._collection import spec
+from .._collection import spec, text
 
 
 def fleet_file_option(parser, help_text):
@@ -18,6 +18,12 @@ def fleet_file_option(parser, help_text):
 
 def fleet_files(args):
     return [os.path.abspath(p) for p in args.fleet_files]
+
+
+def shown_path(path):
+    """A file named on the command line, for a message: whole when it is there, shortened
+    (core.text) when it is not, since then it may be any text at all."""
+    return path if os.path.exists(path) else text().shorten(path, 200)
 
 
 def tables():
@@ -36,10 +42,12 @@ def run_tables():
 
 
 def read_config(path, err, types=("fleet",)):
-    """Validate a file before any playbook runs; returns its config or None."""
+    """Validate a file before any playbook runs; returns its config or None. (What apply
+    refuses in a valid file, the files and repo it names included, the playbook's module says
+    with the same messages.)"""
     result = spec().validate_file(path)
     for error in result["errors"]:
-        err.write(f"{path}: {where(error)}{error['message']}\n")
+        err.write(f"{shown_path(path)}: {where(error)}{error['message']}\n")
     if not result["ok"]:
         return None
     if result["config"]["type"] not in types:

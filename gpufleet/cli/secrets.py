@@ -10,6 +10,7 @@ from __future__ import annotations
 import getpass
 import sys
 
+from .._collection import text as collection_text
 from . import common
 
 MASK = "*" * 6
@@ -166,7 +167,7 @@ def _delete(args, out, err) -> int:
         return 1
     try:
         if args.name not in store.read():
-            err.write(f"gpufleet: no secret named {args.name}\n")
+            err.write(f"gpufleet: no secret named {collection_text().shorten(args.name)}\n")
             return 1
         if not common.confirm(f"Delete the secret {args.name}?", args, out, err):
             out.write("Nothing was deleted.\n")

@@ -30,14 +30,18 @@ def add_validate(commands):
 
 
 def _validate(args, out, err) -> int:
-    model = spec()
-    results = [model.validate_file(path) for path in args.files]
+    spec()  # makes the collection importable
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.repos import sources
+
+    # The config model's verdict and what each file names on this controller (its files and
+    # local repo), which apply refuses with the same messages.
+    results = [sources.validate_file(path) for path in args.files]
     if args.json:
         json.dump(results, out, indent=2, sort_keys=False)
         out.write("\n")
     else:
         for result in results:
-            name = result["file"]
+            name = common.shown_path(result["file"])
             if result["ok"] and result["runnable"]:
                 out.write(f"{name}: ok ({result['config']['type']})\n")
             elif result["ok"]:

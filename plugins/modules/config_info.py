@@ -154,8 +154,10 @@ type:
 unsupported:
   description:
     - What gpufleet's C(apply) refuses in this valid configuration (for example a task's
-      C(schedule)), with the same messages; empty when it can be applied. Fields gpufleet
-      accepts without acting on them are warnings instead.
+      C(schedule), a backend gpufleet does not have, or a C(files) entry or local repo that is
+      not on this controller; relative paths start at the file's folder), with the same
+      messages; empty when it can be applied. Fields gpufleet accepts without acting on them
+      are warnings instead.
   returned: success
   type: list
   elements: dict
@@ -192,11 +194,14 @@ problems:
       sample: "must not be negative, got '-1'"
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.repos import sources
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
     HAS_YAML,
     parse_data,
@@ -239,8 +244,12 @@ def main():
 
     for warning in list(warnings) + support.notes(config):
         module.warn("%s: %s" % (source, warning))
+    # What the file names on this controller too (repos.sources, as gpufleet validate): its
+    # relative files and repo paths start at its folder, an inline config's at the module's.
+    base_dir = os.path.dirname(os.path.abspath(source)) if source != INLINE_SOURCE else None
+    refused = support.refusals(config) + sources.local_refusals(config, base_dir, os.environ)
     module.exit_json(changed=False, config=config, type=config["type"],
-                     unsupported=[p.as_dict() for p in support.refusals(config)])
+                     unsupported=[p.as_dict() for p in refused])
 
 
 if __name__ == "__main__":

@@ -18,6 +18,9 @@ description:
     or from refreshed catalogs in O(catalog_dir). Matching follows dstack: C(resources) by the
     spec grammar, C(backends), C(regions), C(availability_zones), C(instance_types),
     C(spot_policy), C(max_price) and C(reservation)."
+  - "Offers are taken only in the regions a fleet applied from the file would launch in: a
+    backend's C(regions) in the backend settings (C(backends.yml) in the state dir, or
+    O(backend_settings)) limit its offers, as they limit C(gpufleet apply)."
   - Nothing is created and no cloud API is called; prices are the catalog's list prices.
   - A configuration without C(backends) is matched against the cloud backends the backend
     settings configure, as dstack uses its project's backends and as a fleet without
@@ -165,7 +168,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module impor
     state_options,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base
-from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import cloud, state
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleet_table import offer_table
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import catalog, select
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
@@ -206,9 +209,10 @@ def main():
                              "so it has no cloud offers" % name)
     root = state.state_dir(params["state_dir"])
     catalog_dir = params["catalog_dir"] or catalog.directory(root)
+    with fail_json_on_error(module, prefix="%s: " % name):
+        settings = state.backend_settings(root, params["backend_settings"])
     if not config.get("backends"):
         with fail_json_on_error(module, prefix="%s: " % name):
-            settings = state.backend_settings(root, params["backend_settings"])
             default = base.default_backends(config, settings, catalog_dir)
         if default == ["local"]:
             module.exit_json(
@@ -226,8 +230,16 @@ def main():
             data, source = catalog.load(backend, catalog_dir)
             catalogs[backend] = data
             sources[backend] = {"source": source, "as_of": data.get("as_of")}
-        found = select.select(config, catalogs)
+        # Only the regions a fleet applied from this file would launch in: the backend
+        # settings' regions (fleets.cloud, which fleet apply asks too).
+        regions, why_none = cloud.offer_regions(config, settings, config["backends"],
+                                                catalog_dir)
+        found = select.select(config, catalogs, None, regions)
     offers = found["offers"]
+    msg = ""
+    if not offers:
+        msg = "; ".join([select.no_offers_message(name, found["rejected"])] + [
+            "%s: %s" % (name, why_none[b]) for b in sorted(why_none)])
     module.exit_json(
         changed=False,
         offers=offers,
@@ -236,7 +248,7 @@ def main():
         rejected=found["rejected"],
         catalogs=sources,
         table=offer_table(offers, params["limit"]),
-        msg="" if offers else select.no_offers_message(name, found["rejected"]),
+        msg=msg,
     )
 
 

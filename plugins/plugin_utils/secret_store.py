@@ -30,6 +30,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.parsing.vault import VaultLib, get_file_vault_secret, is_encrypted
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import GpufleetError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.text import quote, shorten
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.files import (
     write_atomically,
 )
@@ -73,8 +74,8 @@ def lock_path(path):
 def check_name(name):
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise SecretStoreError(
-            "invalid secret name %r: use letters, digits and _, do not start with a digit "
-            "(at most 200 characters)" % (name,))
+            "invalid secret name %s: use letters, digits and _, do not start with a digit "
+            "(at most 200 characters)" % quote(str(name)))
     return name
 
 
@@ -164,7 +165,7 @@ def parse(text, path):
     out = {}
     for name, value in data.items():
         if not isinstance(name, str) or not NAME_RE.match(name):
-            raise SecretStoreError("%s: %r is not a valid secret name" % (path, name))
+            raise SecretStoreError("%s: %s is not a valid secret name" % (path, quote(str(name))))
         if value is None or isinstance(value, (dict, list)):
             raise SecretStoreError("%s: the secret %s must be text" % (path, name))
         out[name] = value if isinstance(value, str) else str(value)
@@ -226,14 +227,14 @@ class SecretStore(object):
     def get(self, name):
         values = self.read()
         if name not in values:
-            raise SecretStoreError("no secret named %s" % name)
+            raise SecretStoreError("no secret named %s" % shorten(name))
         return values[name]
 
     def set(self, name, value):
         """Add or replace one secret."""
         check_name(name)
         if not isinstance(value, str):
-            raise SecretStoreError("the value of %s must be text" % name)
+            raise SecretStoreError("the value of %s must be text" % shorten(str(name)))
         with self.locked():
             values = self.read()
             values[name] = value
@@ -244,7 +245,7 @@ class SecretStore(object):
         with self.locked():
             values = self.read()
             if name not in values:
-                raise SecretStoreError("no secret named %s" % name)
+                raise SecretStoreError("no secret named %s" % shorten(name))
             del values[name]
             self.write(values)
 

@@ -101,3 +101,20 @@ def test_offer_refuses_what_has_no_offers_with_a_clear_message(state):
     proc = gpufleet("offer", "-f", "a.dstack.yml", cwd=state)
     assert proc.returncode == 1
     assert "aws.json: instance_types: must be a non-empty list" in proc.stderr
+
+
+def test_offer_keeps_to_the_regions_of_backends_yml(state):
+    """As fleet apply launches only in the regions of the backend settings, offer lists only
+    the offers there."""
+    data = dict(AWS, instance_types=[dict(AWS["instance_types"][0], offers=[
+        {"region": "us-east-1", "zones": ["us-east-1a"], "price": 1.006, "spot_price": None},
+        {"region": "eu-west-1", "zones": ["eu-west-1a"], "price": 1.2, "spot_price": None}])])
+    catalog.write(data, str(state / "state" / "catalog" / "aws.json"))
+    (state / "state" / "backends.yml").write_text("aws:\n  regions: [eu-west-1]\n")
+    (state / "a10g.dstack.yml").write_text(
+        "type: fleet\nname: a10g\nnodes: 1\nbackends: [aws]\nresources:\n  gpu: A10G\n")
+    proc = gpufleet("offer", "-f", "a10g.dstack.yml", "--json", cwd=state)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = json.loads(proc.stdout)
+    assert [o["region"] for o in found["offers"]] == ["eu-west-1"]
+    assert found["rejected"] == {"region": 1}

@@ -155,3 +155,32 @@ def test_remote_repos_are_cloned_on_every_node_with_a_branch_and_a_stored_token(
     finally:
         server.close()
         cli.main(["secret", "delete", "-y", "GIT_TOKEN"])
+
+
+def test_files_copy_a_folder_and_a_file_to_every_node(world, tmp_path):
+    """A ``files`` entry that is a folder reaches the container with its files (less what
+    .gitignore excludes), modes and links, as dstack copies it; a file beside it too."""
+    conf = tmp_path / "conf"
+    (conf / "sub").mkdir(parents=True)
+    (conf / "app.yml").write_text("a: 1\n")
+    (conf / "run.sh").write_text("#!/bin/sh\necho RAN\n")
+    (conf / "run.sh").chmod(0o755)
+    (conf / "sub" / "deep.txt").write_text("deep\n")
+    (conf / ".gitignore").write_text("*.ckpt\n")
+    (conf / "big.ckpt").write_text("ignored\n")
+    (conf / "link").symlink_to("sub/deep.txt")
+    (tmp_path / "single.txt").write_text("one\n")
+    name = "files-" + SUFFIX
+    task = tmp_path / "files.dstack.yml"
+    task.write_text(
+        "type: task\nname: %s\nnodes: 2\n%sfiles:\n  - conf:/data/conf\n  - single.txt\n"
+        "commands:\n"
+        "  - cd /data/conf && find . -mindepth 1 | sort | tr '\\n' ' '; echo\n"
+        "  - /data/conf/run.sh\n"
+        "  - cat /data/conf/link $DSTACK_WORKING_DIR/single.txt\n" % (name, CPU))
+    assert cli.main(["apply", "-f", str(task), "-y", "--fleet", FLEET]) == 0
+    out = logs(name)
+    for rank in (0, 1):
+        assert out[rank][0].split() == ["./.gitignore", "./app.yml", "./link", "./run.sh",
+                                        "./sub", "./sub/deep.txt"], out[rank]
+        assert out[rank][1:] == ["RAN", "deep", "one"], out[rank]

@@ -487,3 +487,95 @@ def test_validate_reports_what_apply_refuses_and_what_it_ignores(files):
     result = json.loads(out)[0]
     assert result["ok"] is True and result["runnable"] is False
     assert [p["path"] for p in result["unsupported"]] == ["schedule"]
+
+
+def refused_lines(path):
+    """What validate says a valid file is refused for: ``[(field, message)]``."""
+    code, out, _err = run("validate", path)
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0].startswith("%s: valid for dstack, but gpufleet apply refuses it" % path)
+    return [tuple(line[len(path) + 2:].split(": ", 1)) for line in lines[1:]]
+
+
+def test_validate_refuses_a_repo_that_is_not_there_as_apply_does(files, tmp_path, monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+
+    path = files("code.dstack.yml", "type: task\ncommands: [x]\nrepos: [./nowhere]\n")
+    assert refused_lines(path) == [(
+        "repos[0].local_path", "%s is not a folder on this controller (relative paths start "
+        "at the task file's folder, %s)" % (tmp_path / "nowhere", tmp_path))]
+    monkeypatch.setattr(entry, "_fleets", lambda params: pytest.fail("hosts were looked at"))
+    with pytest.raises(entry.EntryError) as caught:
+        entry.submit({"path": path})
+    assert str(caught.value) == ": ".join(refused_lines(path)[0])
+
+
+def test_validate_refuses_backends_gpufleet_does_not_have_as_apply_does(files):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_file
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import runs
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import provision
+
+    fleet = files("k8s.dstack.yml", "type: fleet\nname: k8s\nnodes: 1\nbackends: [kubernetes]\n")
+    (field, message), = refused_lines(fleet)
+    assert (field, message) == ("backends", "kubernetes cannot provision nodes in this version "
+                                "of gpufleet (available: local, aws, gcp): add local to "
+                                "backends, or describe existing hosts with ssh_config")
+    with pytest.raises(base.UnsupportedBackend) as caught:
+        base.select(parse_file(fleet)[0], "k8s")
+    assert str(caught.value) == "fleet k8s: backends " + message
+
+    task = files("k8s-task.dstack.yml", "type: task\ncommands: [x]\nbackends: [kubernetes]\n")
+    (field, message), = refused_lines(task)
+    assert field == "backends" and message.startswith("gpufleet has no kubernetes backend")
+    with pytest.raises(runs.RunError) as caught:
+        runs.Runner(parse_file(task)[0], [])
+    assert str(caught.value) == "backends: " + message
+    # SSH fleets' hosts are dstack's remote backend: a run may ask for them.
+    ssh = files("ssh-task.dstack.yml", "type: task\ncommands: [x]\nbackends: [remote]\n")
+    assert run("validate", ssh)[0] == 0
+
+    volume = files("pod.dstack.yml", "type: volume\nname: pod\nbackend: runpod\n"
+                   "region: eu\nsize: 10GB\n")
+    (field, message), = refused_lines(volume)
+    assert (field, message) == ("backend", "backend runpod volumes are not provisioned by "
+                                "gpufleet (aws, gcp)")
+    with pytest.raises(provision.VolumeError) as caught:
+        provision.describe(parse_file(volume)[0], "pod")
+    assert str(caught.value) == "volume pod: " + message
+
+
+def test_validate_reports_the_other_refusals_of_apply(files):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_file
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
+        command,
+        environment,
+        rankplan,
+    )
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.errors import PlanError
+
+    gpus = files("gpus.dstack.yml", "type: fleet\nname: gpus\nnodes: 1\nbackends: [local]\n"
+                 "resources:\n  gpu: 1\n")
+    (field, message), = refused_lines(gpus)
+    assert field == "resources.gpu" and message.startswith("asks for at least 1 GPU(s), but "
+                                                           "local nodes are containers")
+    with pytest.raises(local.FleetError) as caught:
+        local.check_local_fleet(parse_file(gpus)[0], "gpus")
+    assert str(caught.value).startswith("fleet gpus: resources.gpu asks for at least 1 GPU(s)")
+
+    task = files("odd.dstack.yml", "type: task\nimage: busybox\nentrypoint: \"sh -c 'x\"\n"
+                 "env:\n  my-var: x\nfiles:\n  - \"a.txt:/x\\ny\"\n")
+    open(os.path.join(os.path.dirname(task), "a.txt"), "w").close()
+    found = dict(refused_lines(task))
+    config = parse_file(task)[0]
+    with pytest.raises(PlanError) as caught:
+        command.command_script(config)
+    assert str(caught.value) == "entrypoint: " + found["entrypoint"]
+    with pytest.raises(PlanError) as caught:
+        environment.resolve_env(config, {}, {})
+    assert str(caught.value) == "env.my-var: " + found["env.my-var"]
+    with pytest.raises(PlanError) as caught:
+        rankplan._files_of(config, os.path.dirname(task))
+    assert str(caught.value) == "files[0].path: " + found["files[0].path"]

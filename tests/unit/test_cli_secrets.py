@@ -225,3 +225,19 @@ def test_help_lists_the_secret_command(capsys):
         cli.main(["secret", "--help"])
     text = capsys.readouterr().out
     assert all(action in text for action in ("list", "get", "set", "delete"))
+
+
+LONG_NAME = "A" * 5000
+
+
+@pytest.mark.parametrize("argv", [("secret", "set", LONG_NAME, "x"),
+                                  ("secret", "get", LONG_NAME),
+                                  ("secret", "delete", "-y", LONG_NAME)])
+def test_a_long_bad_name_is_shortened_in_the_message(argv):
+    """A 5000-character name is not echoed whole: its first characters and its length."""
+    code, out, err = run(*argv)
+    assert code != 0
+    text = out + err
+    assert "A" * 60 + "'... (5000 characters)" in text or "A" * 60 + "... (5000 characters)" \
+        in text, text
+    assert len(text) < 400, text

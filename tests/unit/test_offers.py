@@ -322,3 +322,77 @@ def test_shipped_offers_satisfy_the_grammar_examples(resources, holds):
 ])
 def test_shipped_offers_by_instance_type(resources, expected):
     assert set(o["instance_type"] for o in shipped_offers(resources)) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# The backend settings' regions: offers only where a fleet applied from the file launches
+# ---------------------------------------------------------------------------------------------
+
+
+def offer_module(tmp_path, config, settings_text):
+    """``offer_info`` run in-process with ``settings_text`` as the state dir's backends.yml
+    and this file's catalogs; returns its result."""
+    from ansible_collections.gpufleet.cluster.plugins.modules import offer_info
+
+    from .plugins.modules import module_runner
+
+    state_dir = tmp_path / "state"
+    for backend, data in CATALOGS.items():
+        catalog.write(data, str(state_dir / "catalog" / ("%s.json" % backend)))
+    (state_dir / "backends.yml").write_text(settings_text)
+    code, result = module_runner.run_module(
+        offer_info.main, {"config": config, "state_dir": str(state_dir), "limit": 10})
+    assert code == 0, result
+    return result
+
+
+def test_offer_takes_the_regions_of_the_backend_settings_as_fleet_apply_does(tmp_path):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import cloud
+
+    config = {"type": "fleet", "name": "h100", "nodes": 1, "backends": ["aws"],
+              "resources": {"gpu": "H100:8"}, "spot_policy": "auto"}
+    result = offer_module(tmp_path, config, "aws:\n  regions: [us-west-2]\n")
+    assert [(o["instance_type"], o["region"], o["spot"]) for o in result["offers"]] == [
+        ("p5.48xlarge", "us-west-2", True), ("p5.48xlarge", "us-west-2", False)]
+    assert result["rejected"]["region"] == 1   # p5 in us-east-1
+    # The regions fleet apply launches in (fleets.cloud.regions) are the ones offered.
+    settings = {"aws": {"regions": ["us-west-2"]}}
+    assert cloud.regions(parse_data(config)[0], settings, "aws",
+                         str(tmp_path / "state" / "catalog")) == ["us-west-2"]
+
+
+def test_offer_says_why_a_backend_has_no_region_left(tmp_path):
+    config = {"type": "fleet", "name": "h100", "nodes": 1, "backends": ["aws"],
+              "regions": ["us-east-1"], "resources": {"gpu": "H100:8"}}
+    result = offer_module(tmp_path, config, "aws:\n  regions: [us-west-2]\n")
+    assert result["offers"] == []
+    assert result["msg"].startswith("h100: no offers; of the catalog's instance types and "
+                                    "regions, ")
+    assert result["msg"].endswith("h100: regions us-east-1 are not among the aws backend's "
+                                  "regions (us-west-2)")
+
+
+def test_a_launch_counts_offers_outside_the_settings_regions_as_region(tmp_path):
+    """Fleet apply's offers (fleets.cloud) are select's with the same region limits."""
+    found = select(fleet(backends=["aws"], resources={"gpu": "H100:8"}), CATALOGS, None,
+                   {"aws": ["us-west-2"]})
+    assert [(o["region"]) for o in found["offers"]] == ["us-west-2"]
+    assert found["rejected"] == {"region": 1, "resources": 5}
+
+
+def test_a_runs_plan_to_grow_a_cloud_fleet_looks_in_the_settings_regions(tmp_path):
+    """What a run's plan says a new instance of a cloud fleet costs comes from the regions the
+    fleet would launch in. (It used to find none at all: the catalog went to select as
+    catalog.load's (catalog, source) pair, so an empty cloud fleet never grew for a run.)"""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import runs
+
+    state_dir = tmp_path / "state"
+    catalog.write(AWS, str(state_dir / "catalog" / "aws.json"))
+    runner = runs.Runner(task(), [], root=str(state_dir))
+    fleet_record = {"name": "g", "backends": ["aws"], "instances": [],
+                    "resources": parse_data({"type": "fleet", "nodes": 1,
+                                             "resources": {"gpu": "H100:8"}})[0]["resources"],
+                    "spot_policy": "on-demand"}
+    assert runner._offer_for(fleet_record)["region"] == "us-east-1"   # the cheapest there
+    (state_dir / "backends.yml").write_text("aws:\n  regions: [us-west-2]\n")
+    assert runner._offer_for(fleet_record)["region"] == "us-west-2"

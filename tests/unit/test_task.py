@@ -347,3 +347,29 @@ def test_error_paths_point_inside_lists():
     found = problems(task_with("volumes: ['ok:/a', 'bad', {name: v, path: rel}]\n"))
     assert ("volumes[1]", found[0][1]) in found
     assert any(path == "volumes[2].path" for path, _message in found)
+
+
+def test_an_env_value_with_a_newline_is_blamed_on_the_value_not_the_name():
+    """dstack's NAME=value entries hold one line: the message names the field, says the value
+    has a newline and what to write instead; the name is not called bad."""
+    found = problems(task_with('env:\n  - "GOOD_NAME=first\\nsecond"\n'))
+    assert found == [("env[0]", "the value of GOOD_NAME contains a newline, which a NAME=value "
+                      "entry cannot hold: write env as a mapping (GOOD_NAME: value) to give a "
+                      "value of several lines, or remove the newline")]
+    # the mapping form holds such a value
+    config = parse(task_with('env:\n  GOOD_NAME: "first\\nsecond"\n'))
+    assert config["env"] == {"GOOD_NAME": "first\nsecond"}
+    # a name that is itself bad is still called bad
+    assert_rejected(task_with('env:\n  - "BAD\\nNAME=x"\n'), "env[0]", "invalid entry")
+
+
+def test_an_env_value_with_a_newline_given_with_env_on_the_command_line():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import SpecError
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.overrides import (
+        apply_overrides,
+    )
+
+    with pytest.raises(SpecError) as info:
+        apply_overrides(parse(task_with("")), env=["A=1\n2"], source="t.dstack.yml")
+    assert str(info.value).startswith("t.dstack.yml: --env[0]: the value of A contains a "
+                                      "newline")

@@ -218,3 +218,20 @@ def test_a_pass_cannot_undo_a_stop_of_a_taken_entry(docker, book):
     assert left["state"] == "terminated"
     assert stat_mode(book / "queue" / "r.json") == 0o600
     assert stat_mode(book / "queue") == 0o700
+
+
+def test_a_run_with_a_repo_is_queued_on_a_host_that_never_queued_one(docker, book, tmp_path):
+    """A task with ``repos`` retried on no-capacity: its entry goes to a fresh host, where
+    neither the booking folder nor its queue folder exists yet; the repo archive is linked
+    beside the entry all the same."""
+    archive = tmp_path / "repos" / ("ab" * 32 + ".tar.gz")
+    archive.parent.mkdir()
+    archive.write_bytes(b"archive")
+    assert not book.exists()
+    entry = {"run": "r", "run_id": "id", "state": "pending", "submitted_epoch": 1.0}
+    assert booking.op_enqueue({"entry": entry, "archive": str(archive)})["queued"]
+    held = book / "queue" / "r.tar.gz"
+    assert held.read_bytes() == b"archive"
+    assert os.stat(str(held)).st_ino == os.stat(str(archive)).st_ino   # a link, not a copy
+    assert json.loads((book / "queue" / "r.json").read_text())["held_archive"] == str(held)
+    assert stat_mode(book / "queue") == 0o700

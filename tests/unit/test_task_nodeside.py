@@ -908,3 +908,15 @@ def test_metrics_reads_only_a_regular_file(docker, run_root, tmp_path):
     os.mkfifo(str(folder / "metrics"))                    # a FIFO would block a plain read
     answer = nodeside.op_metrics({"run": "train"})
     assert answer["metrics"] == {"0": "", "1": ""}
+
+
+def test_start_links_the_repo_archive_into_a_job_folder_it_makes(absent, run_root, tmp_path):
+    """The job folder holds the repo archive even when the job brings no file that would have
+    made the folder first."""
+    absent.on(["run"], stdout="abc\n")
+    archive = tmp_path / "repo.tar.gz"
+    archive.write_bytes(b"code")
+    nodeside.op_start({"job": job_spec(files={}, repo_archive=str(archive))})
+    linked = run_root / "train" / "1" / "job" / "repo.tar.gz"
+    assert linked.read_bytes() == b"code"
+    assert os.stat(str(linked)).st_ino == os.stat(str(archive)).st_ino

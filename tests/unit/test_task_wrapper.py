@@ -938,10 +938,12 @@ def test_output_rotates_at_half_the_cap_and_offsets_count_every_byte(tmp_path, s
 
 # The command stops every process of the wrapper's own shell beside itself: that is the output
 # keeper alone (no max_duration, one node, metrics off: no monitor, no sampler; the tees are tee).
+# Its 2>/dev/null comes before the < of a process that may have ended since the glob: dash opens
+# redirections left to right and would print the failed open to the job's output first.
 STOP_THE_KEEPER = (
     "read -r _ me _ < /proc/$PPID/stat; "
     "for f in /proc/[0-9]*/stat; do "
-    "read -r pid comm _ ppid _ < $f 2>/dev/null || continue; "
+    "read -r pid comm _ ppid _ 2>/dev/null < $f || continue; "
     "if [ \"$ppid\" = \"$PPID\" ] && [ \"$comm\" = \"$me\" ] && [ \"$pid\" != $$ ]; "
     "then kill -STOP $pid && echo stopped; fi; "
     "done")

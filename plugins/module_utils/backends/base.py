@@ -18,6 +18,7 @@ for where it was built. The contract the clients keep is interface.py's (re-expo
 from __future__ import annotations
 
 from ..core.errors import GpufleetError
+from ..spec import support
 from .errors import BackendError, UnsupportedBackend
 from .interface import Backend, CloudBackend
 from .local import Local
@@ -41,7 +42,7 @@ class _Registry(object):
     """The backends by name (``local``, ``aws``, ``gcp``), each its client class: a read-only
     mapping whose cloud entries are imported when first read."""
 
-    _names = ("local", "aws", "gcp")
+    _names = support.FLEET_BACKENDS
 
     def __init__(self):
         self._loaded = {"local": Local}
@@ -117,16 +118,12 @@ def select(config, name, settings=None, catalog_dir=None):
     nothing, so a list with ``local`` gets it, as the cheapest offer), else the first one
     listed that gpufleet provisions. UnsupportedBackend when it lists none."""
     wanted = default_backends(config, settings, catalog_dir)
+    why = support.fleet_backends_refusal(wanted)   # what gpufleet validate reports too
+    if why:
+        raise UnsupportedBackend("fleet %s: backends %s" % (name, why))
     if "local" in wanted:
         return "local"
-    for backend in wanted:
-        if backend in BACKENDS:
-            return backend
-    raise UnsupportedBackend(
-        "fleet %s: backends %s cannot provision nodes in this version of gpufleet (available: "
-        "%s): add local to backends, or describe existing hosts with ssh_config"
-        % (name, ", ".join(wanted), ", ".join(BACKENDS))
-    )
+    return next(backend for backend in wanted if backend in BACKENDS)
 
 
 def settings_section(settings, backend):

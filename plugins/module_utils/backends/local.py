@@ -25,6 +25,7 @@ import tempfile
 
 from ..core.errors import GpufleetError
 from ..core.files import exclusive
+from ..spec import support
 from ..spec.naming import instance_name
 from .docker_cli import DockerError
 from .interface import Backend
@@ -394,15 +395,9 @@ def instance_records(nodes, fleet, blocks, key_file):
 
 def check_local_fleet(config, name):
     """Refuse what local nodes cannot offer: GPUs, and a placement change of a live fleet."""
-    resources = config.get("resources") or {}
-    gpu = resources.get("gpu") or {}
-    wanted = (gpu.get("count") or {}).get("min") or 0
-    if wanted > 0:
-        raise FleetError(
-            "fleet %s: resources.gpu asks for at least %d GPU(s), but local nodes are containers "
-            "without GPUs: use an SSH fleet (ssh_config) for GPU hosts, or set resources.gpu: 0 "
-            "for a local fleet" % (name, wanted)
-        )
+    why = support.local_gpus_refusal(config)   # what gpufleet validate reports too
+    if why:
+        raise FleetError("fleet %s: resources.gpu %s" % (name, why))
 
 
 def spec_label(config):

@@ -69,6 +69,24 @@ def regions(config, settings, backend="aws", catalog_dir=None):
     return chosen
 
 
+def offer_regions(config, settings, backends, catalog_dir=None):
+    """``({backend: regions}, {backend: why none})``: the regions where each of the cloud
+    ``backends`` takes offers for ``config``, as a fleet applied from it launches in them
+    (``regions``: the config's, within the backend settings' ``regions``, else the catalog's).
+    A backend whose settings and config share no region has none, and says why."""
+    found = {}
+    errors = {}
+    for backend in backends:
+        if backend not in base.CLOUD_BACKENDS:
+            continue
+        try:
+            found[backend] = regions(config, settings, backend, catalog_dir)
+        except CloudError as exc:
+            found[backend] = []
+            errors[backend] = str(exc)
+    return found, errors
+
+
 def _client(settings, backend, client):
     if client is not None:
         return client
@@ -92,10 +110,10 @@ def describe(config, name, key_file, settings, client=None, catalog_dir=None):
 def _offers(config, name, backend, catalog_dir, alive, region_list, reservation=None):
     data, _source = catalog.load(backend, catalog_dir)
     try:
-        found = select(config, {backend: data}, reservation)
+        found = select(config, {backend: data}, reservation, {backend: region_list})
     except OfferError as exc:
         raise CloudError("fleet %s: %s" % (name, exc)) from exc
-    offers = [o for o in found["offers"] if o["region"] in region_list]
+    offers = found["offers"]
     if config.get("placement") == "cluster" and alive:
         # New nodes of a cluster join the instances it has: same zone, same instance type.
         first = alive[0]

@@ -27,6 +27,7 @@ from __future__ import annotations
 from ..backends import base, local
 from ..backends.docker_cli import DockerError
 from ..backends.errors import BackendError
+from ..core.text import shorten
 from ..offers import catalog
 from ..spec import SpecError, parse_file
 from ..spec.naming import NamingError, fleet_name
@@ -43,7 +44,7 @@ class FleetInUse(apply.ApplyError):
 
 def not_found_message(name):
     """What dstack says of a fleet name it does not know."""
-    return "Fleet %s does not exist" % name
+    return "Fleet %s does not exist" % shorten(name)
 
 
 def _from_file(name, root):

@@ -95,9 +95,12 @@ def _spot_choices(policy, reserved):
     return {"on-demand": (False,), "spot": (True,), "auto": (False, True)}[policy or "on-demand"]
 
 
-def _profile_reason(config, backend, entry, offer, reservation):
+def _profile_reason(config, backend, entry, offer, reservation, regions_by_backend=None):
     regions = _lower(config.get("regions"))
     if regions is not None and offer["region"].lower() not in regions:
+        return "region"
+    allowed = _lower((regions_by_backend or {}).get(backend))
+    if allowed is not None and offer["region"].lower() not in allowed:
         return "region"
     types = _lower(config.get("instance_types"))
     if types is not None and entry["name"].lower() not in types:
@@ -122,11 +125,13 @@ def _zones(config, offer, reservation):
     return zones
 
 
-def select(config, catalogs, reservation=None):
+def select(config, catalogs, reservation=None, regions=None):
     """The offers ``config`` takes from ``catalogs``, cheapest first, and why others were not.
 
     ``reservation`` (optional) is what the backend knows of ``config["reservation"]``:
-    ``{"backend", "instance_type", "region", "zone"}``, any of them unknown (None). Returns
+    ``{"backend", "instance_type", "region", "zone"}``, any of them unknown (None).
+    ``regions`` (optional): ``{backend: regions}``, the only regions of a backend where offers
+    are taken (fleets.cloud.offer_regions: the backend settings' ``regions``). Returns
     ``{"offers": [...], "rejected": {reason: count}}``; the reasons are ``resources``,
     ``region``, ``availability_zones``, ``instance_types``, ``spot_policy``, ``max_price``,
     ``disk`` and ``reservation``, counted once per instance type and region.
@@ -158,7 +163,7 @@ def select(config, catalogs, reservation=None):
                 reject("resources")
                 continue
             for place in entry["offers"]:
-                reason = _profile_reason(config, backend, entry, place, reservation)
+                reason = _profile_reason(config, backend, entry, place, reservation, regions)
                 if reason:
                     reject(reason)
                     continue

@@ -64,15 +64,16 @@ def upload_limit(environ):
 
 def resolve(local_path, config_dir=None, field="repos[0].local_path"):
     """The repo's absolute folder: ``~`` expanded, a relative path taken from the configuration
-    file's folder (else the current one), as dstack resolves it."""
+    file's folder (else the current one), as dstack resolves it. The error's message starts
+    with ``field`` (None: with the path)."""
     path = os.path.expanduser(local_path)
     if not os.path.isabs(path):
         path = os.path.join(config_dir or os.getcwd(), path)
     path = os.path.normpath(path)
     if not os.path.isdir(path):
-        raise RepoError("%s: %s is not a folder on this controller (relative paths start at the "
-                        "task file's folder%s)" % (field, path, ", %s" % config_dir
-                                                   if config_dir else ""))
+        raise RepoError("%s%s is not a folder on this controller (relative paths start at the "
+                        "task file's folder%s)" % ("%s: " % field if field else "", path,
+                                                   ", %s" % config_dir if config_dir else ""))
     return path
 
 
@@ -141,8 +142,9 @@ class Snapshot(object):
             total += info.st_size
         return total
 
-    def check_limit(self, environ):
-        """RepoError when the part dstack would upload is over the limit."""
+    def check_limit(self, environ, field="repos[0]"):
+        """RepoError when the part dstack would upload is over the limit (its message starts
+        with ``field``, unless None)."""
         limit = upload_limit(environ)
         if limit is None:
             return
@@ -152,10 +154,11 @@ class Snapshot(object):
         what = ("the repo's uncommitted and untracked files" if self.git else
                 "the folder (not a Git work tree, so all of it counts)")
         raise RepoError(
-            "repos[0]: %s in %s come to %s, which exceeds the limit of %s. Use .gitignore (or "
+            "%s%s in %s come to %s, which exceeds the limit of %s. Use .gitignore (or "
             ".dstackignore) to exclude large files from the repo, or commit them. This limit "
             "can be modified by setting the %s environment variable (0: no limit)."
-            % (what, self.root, size_text(size), size_text(limit), UPLOAD_LIMIT_VARIABLE))
+            % ("%s: " % field if field else "", what, self.root, size_text(size),
+               size_text(limit), UPLOAD_LIMIT_VARIABLE))
 
 
 def _untracked(root, git_dir=None):

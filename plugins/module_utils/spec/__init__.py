@@ -34,7 +34,8 @@ def validate_file(path):
 
     ``ok``: dstack would accept it; ``unsupported``: what gpufleet's ``apply`` refuses in it
     (spec.support), ``runnable`` False when there is any; ``warnings`` include the fields
-    gpufleet accepts without acting on them."""
+    gpufleet accepts without acting on them. (repos.sources.validate_file adds what the file
+    names on this controller: ``gpufleet validate`` and ``config_info`` use that one.)"""
     from . import support
 
     try:

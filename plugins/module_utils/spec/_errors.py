@@ -12,6 +12,7 @@ import json
 import re
 
 from ..core.errors import GpufleetError
+from ..core.text import LIMIT, quote, shorten
 
 # Errors reported for one file before the rest are summarised in one line.
 MAX_PROBLEMS = 100
@@ -23,13 +24,16 @@ _OPTION = re.compile(r"--[a-z][a-z-]*")  # a command-line option (spec.overrides
 
 
 def format_path(path):
-    """Render a field path the way users write it: ``ssh_config.hosts[2].port``."""
+    """Render a field path the way users write it: ``ssh_config.hosts[2].port``. A key longer
+    than core.text.LIMIT characters is shortened (``tags["aaaa"... (5000 characters)]``)."""
     out = ""
     for part in path:
         if isinstance(part, int):
             out += "[%d]" % part
         elif _PLAIN_KEY.fullmatch(part) or (not out and _OPTION.fullmatch(part)):
-            out += ("." if out else "") + part
+            out += ("." if out else "") + shorten(part)
+        elif len(part) > LIMIT:
+            out += "[%s... (%d characters)]" % (json.dumps(part[:LIMIT]), len(part))
         else:
             out += "[%s]" % json.dumps(part)
     return out
@@ -43,7 +47,7 @@ def one_line(text):
     return _CONTROL.sub(lambda m: json.dumps(m.group())[1:-1], text)
 
 
-def show(value, limit=60):
+def show(value, limit=LIMIT):
     """A short, safe rendering of a user value for an error message."""
     if value is None:
         return "null"
@@ -52,14 +56,13 @@ def show(value, limit=60):
     if value is False:
         return "false"
     if isinstance(value, str):
-        text = value if len(value) <= limit else value[:limit] + "..."
-        return repr(text)
+        return quote(value, limit)
     if isinstance(value, (int, float)):
         try:
             text = repr(value)
         except ValueError:  # Python refuses to print integers of thousands of digits
             return "an integer of about %d digits" % int(value.bit_length() * 0.30103)
-        return text if len(text) <= limit else text[:limit] + "..."
+        return shorten(text, limit)
     if isinstance(value, list):
         return "a list of %d item%s" % (len(value), "" if len(value) == 1 else "s")
     if isinstance(value, dict):
@@ -68,7 +71,7 @@ def show(value, limit=60):
 
 
 def show_keys(mapping, limit=6):
-    keys = [str(k) for k in list(mapping)[:limit]]
+    keys = [shorten(str(k)) for k in list(mapping)[:limit]]
     more = "" if len(mapping) <= limit else ", ..."
     return "[" + ", ".join(keys) + more + "]"
 

@@ -15,6 +15,7 @@ import difflib
 import math
 import re
 
+from ..core.text import quote
 from ._errors import INVALID, Invalid, describe, show
 
 _INT_RE = re.compile(r"[+-]?[0-9]+")
@@ -209,9 +210,10 @@ def parse_object(data, ctx, fields, required=(), owner="this mapping", hint="", 
 
 
 def unknown_field_message(key, known):
+    shown = quote(key)
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.7)
     if close:
-        return "unknown field %r. Did you mean %r?" % (key, close[0])
+        return "unknown field %s. Did you mean %r?" % (shown, close[0])
     if len(known) <= 12:
-        return "unknown field %r. Allowed here: %s." % (key, ", ".join(sorted(known)))
-    return "unknown field %r: dstack has no such field here" % key
+        return "unknown field %s. Allowed here: %s." % (shown, ", ".join(sorted(known)))
+    return "unknown field %s: dstack has no such field here" % shown

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import re
 
+from ..core.text import shorten
 from ._errors import Invalid, describe, show
 from ._types import check_magnitude, want_list, want_mapping
 
 _ENTRY = re.compile(r"^([a-zA-Z_][a-zA-Z0-9_]*)(=.*)?$")
+_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
 def parse_env(value, ctx):
@@ -35,6 +37,15 @@ def _from_list(items):
         if not isinstance(item, str):
             raise Invalid("expected a NAME=value string, got %s" % describe(item), (index,))
         match = _ENTRY.match(item)
+        name, equals, text = item.partition("=")
+        if equals and "\n" in text and _NAME.fullmatch(name):
+            # dstack's NAME=value entries hold one line; the name is good, the value is not.
+            raise Invalid(
+                "the value of %s contains a newline, which a NAME=value entry cannot hold: "
+                "write env as a mapping (%s: value) to give a value of several lines, or "
+                "remove the newline" % (shorten(name), shorten(name)),
+                (index,),
+            )
         if not match or "\n" in item:
             raise Invalid(
                 "invalid entry %s: write NAME=value or NAME, where NAME starts with a letter or "
@@ -43,7 +54,7 @@ def _from_list(items):
             )
         name = match.group(1)
         if name in out:
-            raise Invalid("duplicate environment variable: %s" % name, (index,))
+            raise Invalid("duplicate environment variable: %s" % shorten(name), (index,))
         out[name] = match.group(2)[1:] if match.group(2) is not None else None
     return out
 
@@ -56,7 +67,7 @@ def _from_mapping(mapping):
         if isinstance(value, bool):
             raise Invalid(
                 "the value of %s is a boolean; quote it (%s: \"%s\") to pass it as text"
-                % (name, name, "true" if value else "false"),
+                % (shorten(name), shorten(name), "true" if value else "false"),
                 (name,),
             )
         if isinstance(value, (int, float)):
@@ -68,7 +79,8 @@ def _from_mapping(mapping):
             out[name] = value
         else:
             raise Invalid(
-                "the value of %s must be text or a number, got %s" % (name, describe(value)),
+                "the value of %s must be text or a number, got %s"
+                % (shorten(name), describe(value)),
                 (name,),
             )
     return out

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 
+from ..core.text import shorten
 from . import common, grammar
 from ._errors import INVALID, Invalid, describe, show
 from ._types import (
@@ -246,17 +247,17 @@ def parse_ssh_config(value, ctx, blocks):
         if (name, port) in seen:
             host_ctx.error(
                 "host %s port %d is listed twice (also at hosts[%d]); each server can be in a "
-                "fleet once" % (name, port, seen[(name, port)])
+                "fleet once" % (shorten(name), port, seen[(name, port)])
             )
         seen.setdefault((name, port), index)
         if not user:
             host_ctx.error(
-                "no SSH user for host %s: set user on the host or ssh_config.user" % name
+                "no SSH user for host %s: set user on the host or ssh_config.user" % shorten(name)
             )
         if not key:
             host_ctx.error(
                 "no SSH key for host %s: set identity_file on the host or "
-                "ssh_config.identity_file" % name
+                "ssh_config.identity_file" % shorten(name)
             )
         merged.append(
             {

@@ -14,6 +14,7 @@ import re
 import string
 
 from ..core.errors import GpufleetError
+from ..core.text import shorten
 
 OPENING = "${{"
 CLOSING = "}}"
@@ -72,7 +73,7 @@ def _scan(text):
         yield "text", text[start:opening]
         closing = text.find(CLOSING, opening)
         if closing == -1:
-            raise InterpolationError("no closing }} for %s" % text[opening:opening + 40])
+            raise InterpolationError("no closing }} for %s" % shorten(text[opening:], 40))
         yield "ref", text[opening + len(OPENING):closing].strip()
         start = closing + len(CLOSING)
 
@@ -86,22 +87,23 @@ def check(text, allowed, groups=False):
         if groups and namespace_of(name) == "groups":
             if not GROUPS_IP_REF.fullmatch(name):
                 raise InterpolationError(
-                    "illegal reference ${{ %s }}: write ${{ groups[i].nodes[j].IP_ADDRESS }}" % name
+                    "illegal reference ${{ %s }}: write ${{ groups[i].nodes[j].IP_ADDRESS }}"
+                    % shorten(name)
                 )
             continue
         if not valid_name(name):
-            raise InterpolationError("illegal reference name ${{ %s }}" % name)
+            raise InterpolationError("illegal reference name ${{ %s }}" % shorten(name))
         namespace, _dot, key = name.partition(".")
         if namespace not in allowed:
             raise InterpolationError(
                 "unknown reference ${{ %s }}: here only %s can be used"
-                % (name, _describe_allowed(allowed))
+                % (shorten(name), _describe_allowed(allowed))
             )
         names = allowed[namespace]
         if names is not None and key not in names:
             raise InterpolationError(
                 "unknown reference ${{ %s }}: here only %s can be used"
-                % (name, _describe_allowed(allowed))
+                % (shorten(name), _describe_allowed(allowed))
             )
 
 
@@ -133,7 +135,7 @@ def interpolate(text, values, keep=()):
             out.append("%s %s %s" % (OPENING, piece, CLOSING))
             continue
         if not valid_name(piece):
-            raise InterpolationError("illegal reference name ${{ %s }}" % piece)
+            raise InterpolationError("illegal reference name ${{ %s }}" % shorten(piece))
         namespace, _dot, key = piece.partition(".")
         scope = values.get(namespace)
         if scope is None or key not in scope:
@@ -141,5 +143,5 @@ def interpolate(text, values, keep=()):
             continue
         out.append(str(scope[key]))
     if missing:
-        raise InterpolationError("missing values for: %s" % ", ".join(missing))
+        raise InterpolationError("missing values for: %s" % ", ".join(shorten(m) for m in missing))
     return "".join(out)

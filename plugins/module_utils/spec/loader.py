@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from ..core.text import quote, shorten
 from ._errors import Ctx, Problem, SpecError, describe, show
 from .dev_environment import parse_dev_environment
 from .fleet import parse_fleet
@@ -144,10 +145,11 @@ def load_yaml(text, source=None):
     except (ValueError, TypeError, OverflowError) as exc:
         # Constructor corner cases (an impossible date such as 2024-02-30, an integer of
         # thousands of digits) surface as plain exceptions.
-        _fail("invalid YAML value: %s (quote the value to keep it as text)" % exc, source)
+        _fail("invalid YAML value: %s (quote the value to keep it as text)"
+              % shorten(str(exc), 200), source)
     warnings = [
-        Problem((), "the key %r is given twice in one mapping%s; the last one is used"
-                % (key, "" if line is None else " (again at line %d)" % line))
+        Problem((), "the key %s is given twice in one mapping%s; the last one is used"
+                % (quote(key), "" if line is None else " (again at line %d)" % line))
         for key, line in loader.duplicate_keys
     ]
     if loader.more_duplicates:

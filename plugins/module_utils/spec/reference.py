@@ -134,7 +134,7 @@ SECTIONS = {
                     "The backends hosts may come from; in dstack, unset means every configured backend. gpufleet "
                     "provisions `aws`, `gcp` and `local` (containers on the controller's Docker engine), and a fleet "
                     "without `backends` gets `local`; the other names are valid dstack backends that gpufleet "
-                    "refuses when it applies the fleet."
+                    "validate and apply refuse when the list has none of those three."
                 ),
             },
             "regions": {"values": _STRINGS, "text": "Regions hosts may be provisioned in; unset means any."},
@@ -505,7 +505,13 @@ SECTIONS = {
                 ),
                 "status": "kept",
             },
-            "backends": {"values": "a list of {choices:common.BACKENDS}", "text": "Only hosts of these backends are used."},
+            "backends": {
+                "values": "a list of {choices:common.BACKENDS}",
+                "text": (
+                    "Only hosts of these backends are used (`remote`: SSH fleets' hosts). A list with none of "
+                    "`local`, `aws`, `gcp` and `remote` matches no host gpufleet has: validate and apply refuse it."
+                ),
+            },
             "regions": {"values": _STRINGS, "text": "Only hosts in these regions are used."},
             "availability_zones": {"values": _STRINGS, "text": "Only hosts in these availability zones are used."},
             "instance_types": {"values": _STRINGS, "text": "Only hosts of these instance types are used."},
@@ -648,7 +654,12 @@ SECTIONS = {
         "fields": {
             "local_path": {
                 "values": "a file or directory on the controller",
-                "text": "What to copy; a relative path starts from the task file's folder.",
+                "text": (
+                    "What to copy; a relative path starts from the task file's folder. A directory is copied "
+                    "with its files, less what `.gitignore` and `.dstackignore` exclude; modes are kept. It must "
+                    "exist and be readable, and come to at most `DSTACK_SERVER_CODE_UPLOAD_LIMIT` bytes (2 MiB by "
+                    "default): `gpufleet validate` checks, and `apply` refuses before any host is touched."
+                ),
                 "required": "",
             },
             "path": {
@@ -664,7 +675,7 @@ SECTIONS = {
         "fields": {
             "local_path": {
                 "values": "a directory (relative: from the task file's folder)",
-                "text": "A local folder, a Git work tree or not.",
+                "text": "A local folder, a Git work tree or not; `gpufleet validate` checks that it is one.",
                 "required": "unless `url` is set",
             },
             "url": {"values": "a Git URL", "text": "A remote repository."},
@@ -758,7 +769,8 @@ SECTIONS = {
         "intro": (
             "A network volume: a cloud disk that tasks mount by name (see [volumes.md](../volumes.md)). `backend` "
             "decides which fields the file may have. gpufleet creates `aws` (EBS) and `gcp` (persistent disk) "
-            "volumes; `runpod` and `kubernetes` volume files validate, and are refused when applied."
+            "volumes; `runpod` and `kubernetes` volume files are valid for dstack, and `gpufleet validate` and "
+            "`apply` refuse them."
         ),
         "fields": {
             "type": {"values": "`volume`", "text": "Makes the file a volume configuration.", "required": ""},

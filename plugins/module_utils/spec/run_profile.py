@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from . import grammar
-from ._errors import INVALID, Invalid, show
+from ._errors import INVALID, Invalid, show, show_keys
 from ._types import (
     list_of,
     parse_object,
@@ -67,7 +67,7 @@ def _instance_selector(value, ctx):
         return {"fleet": fleet, "instance": instance}
     raise Invalid(
         "an instance selector is a name, or a mapping with exactly name, hostname, or fleet and "
-        "instance; got keys %s" % sorted(keys)
+        "instance; got keys %s" % show_keys(sorted(keys))
     )
 
 

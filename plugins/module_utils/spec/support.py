@@ -6,33 +6,159 @@
 
 A file dstack accepts parses (spec.loader); some of what it asks for gpufleet cannot do. Those
 are *refusals*: ``validate`` reports them as the file's problems and ``apply`` stops on the same
-message before anything runs (tasks.runs raises them). Fields gpufleet accepts without acting
-on them get a *note*, a warning naming the field and why. Pure functions over a normalized
-configuration.
+message before anything runs. Each refusal is decided here, once, and each place that acts on
+the configuration asks here: tasks.runs (``refusals``), backends.base and backends.local (a
+fleet's backends), volumes.provision (a volume's backend), tasks.rankplan (``files`` targets),
+tasks.command (``entrypoint``), tasks.environment (``env``). What a run names on the controller
+(its ``files`` and local repo) is judged by repos.sources, with the same Problems. Fields
+gpufleet accepts without acting on them get a *note*, a warning naming the field and why.
+
+Pure functions over a normalized configuration.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
+
+from ..core.text import quote
 from ._errors import Problem
 
 SCHEDULE = ("gpufleet has no server to start runs on a schedule; remove it and run gpufleet "
             "apply (or playbooks/task.yml) from cron or an AWX schedule")
+RUN_TYPES = ("task", "dev-environment")
+
+# The backends gpufleet provisions fleets in (backends.base's registry holds their clients).
+FLEET_BACKENDS = ("local", "aws", "gcp")
+# Where a run may be placed: those fleets' instances and SSH fleets' hosts (dstack's "remote").
+RUN_BACKENDS = FLEET_BACKENDS + ("remote",)
+# The backends gpufleet makes network volumes in.
+VOLUME_BACKENDS = ("aws", "gcp")
+
+
+def fleet_backends_refusal(backends):
+    """Why a backend fleet that may use ``backends`` gets no nodes from gpufleet, or None: the
+    backends are named first (``azure, lambda cannot provision nodes ...``)."""
+    if not backends or any(b in FLEET_BACKENDS for b in backends):
+        return None
+    return ("%s cannot provision nodes in this version of gpufleet (available: %s): add local "
+            "to backends, or describe existing hosts with ssh_config"
+            % (", ".join(backends), ", ".join(FLEET_BACKENDS)))
+
+
+def run_backends_refusal(backends):
+    """Why a run limited to ``backends`` can be placed on no instance gpufleet has, or None."""
+    if backends is None or any(b in RUN_BACKENDS for b in backends):
+        return None
+    return ("gpufleet has no %s backend, so no instance can match: runs go to fleets of the "
+            "local, aws and gcp backends and to SSH fleets (remote); list one of them, or "
+            "remove backends" % " or ".join(backends))
+
+
+def volume_backend_refusal(backend):
+    """Why gpufleet makes no volume in ``backend``, or None."""
+    if backend in VOLUME_BACKENDS:
+        return None
+    return ("backend %s volumes are not provisioned by gpufleet (%s)"
+            % (backend, ", ".join(VOLUME_BACKENDS)))
+
+
+def local_gpus_refusal(config):
+    """Why local nodes cannot be this fleet, or None: they are containers without GPUs."""
+    gpu = (config.get("resources") or {}).get("gpu") or {}
+    wanted = (gpu.get("count") or {}).get("min") or 0
+    if wanted <= 0:
+        return None
+    return ("asks for at least %d GPU(s), but local nodes are containers without GPUs: use an "
+            "SSH fleet (ssh_config) for GPU hosts, or set resources.gpu: 0 for a local fleet"
+            % wanted)
+
+
+def file_target_refusal(target):
+    """Why ``target`` (a ``files`` entry's path in the container) cannot be written, or None:
+    the list of files the wrapper reads has one entry a line."""
+    if "\n" in target or "\x00" in target:
+        return "%s has a newline or NUL; use a plain path" % quote(target)
+    return None
+
+
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def env_name_refusal(name):
+    """Why ``name`` (a key of ``env``) cannot be exported in a job, or None."""
+    if isinstance(name, str) and _SHELL_NAME.fullmatch(name):
+        return None
+    return ("%s is not a valid environment variable name; use letters, digits and _ and do not "
+            "start with a digit" % quote(str(name)))
+
+
+def env_value_refusal(value):
+    """Why ``value`` cannot be an environment variable's value, or None."""
+    if isinstance(value, str) and "\x00" in value:
+        return "the value contains a NUL character, which no environment variable can hold"
+    return None
+
+
+def entrypoint_refusal(entrypoint):
+    """Why ``entrypoint`` cannot be split into words (as the job's command is made), or None."""
+    try:
+        shlex.split(entrypoint)
+    except ValueError as exc:
+        return "cannot split %s into words: %s" % (quote(entrypoint), exc)
+    return None
 
 
 def refusals(config):
     """Problems that stop ``apply`` of this configuration (an empty list when it can run)."""
+    kind = config.get("type")
+    if kind == "fleet":
+        return _fleet_refusals(config)
+    if kind == "volume":
+        why = volume_backend_refusal(config.get("backend"))
+        return [Problem(("backend",), why)] if why else []
+    if kind not in RUN_TYPES:
+        return []
     out = []
-    if config.get("type") not in ("task", "dev-environment"):
-        return out
     if config.get("schedule"):
         out.append(Problem(("schedule",), SCHEDULE))
+    why = run_backends_refusal(config.get("backends"))
+    if why:
+        out.append(Problem(("backends",), why))
+    if config.get("entrypoint"):
+        why = entrypoint_refusal(config["entrypoint"])
+        if why:
+            out.append(Problem(("entrypoint",), why))
+    for index, item in enumerate(config.get("files") or []):
+        why = file_target_refusal(item.get("path") or item.get("local_path") or "")
+        if why:
+            out.append(Problem(("files", index, "path"), why))
+    env = config.get("env")
+    for name, value in (env.items() if isinstance(env, dict) else ()):
+        why = env_name_refusal(name) or env_value_refusal(value)
+        if why:
+            out.append(Problem(("env", str(name)), why))
     return out
+
+
+def _fleet_refusals(config):
+    if config.get("fleet_type") == "ssh":
+        return []
+    backends = config.get("backends")
+    why = fleet_backends_refusal(backends)
+    if why:
+        return [Problem(("backends",), why)]
+    why = local_gpus_refusal(config) if backends and "local" in backends else None
+    if why:
+        return [Problem(("resources", "gpu"), why + " (backends has local, which a fleet "
+                                                    "takes first)")]
+    return []
 
 
 def notes(config):
     """Warnings for fields gpufleet accepts but does not act on."""
     out = []
-    if config.get("type") not in ("task", "dev-environment"):
+    if config.get("type") not in RUN_TYPES:
         return out
     if config.get("utilization_policy"):
         out.append(Problem(("utilization_policy",), "not enforced by gpufleet"))

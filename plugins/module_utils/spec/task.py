@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import string
 
+from ..core.text import shorten
 from . import common, grammar, interpolation
 from ._errors import INVALID, Invalid, describe, show
 from ._types import (
@@ -479,7 +480,7 @@ def parse_task(data, ctx):
                 if namespace == "env" and name not in env:
                     ctx.child("registry_auth").child(key).error(
                         "${{ env.%s }} refers to %s, which is not in this task's env; add it to env"
-                        % (name, name)
+                        % (shorten(name), shorten(name))
                     )
 
     shell = get("shell")

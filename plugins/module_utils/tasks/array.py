@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 
+from ..core.text import shorten
 from . import lifecycle, listing, placement, runs
 from .container import ARRAY_LABEL
 from .errors import PlanError, RunError
@@ -149,7 +150,7 @@ def stop_array(nodes, base, abort=False):
     statuses = array_statuses(nodes, base)
     if not statuses:
         raise RunError("no run or job array named %s on the fleets' hosts (gpufleet ps lists "
-                       "runs)" % base)
+                       "runs)" % shorten(base))
     stopped = []
     for name, status in sorted(statuses.items()):
         if status not in FINISHED:

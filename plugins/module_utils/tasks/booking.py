@@ -362,7 +362,9 @@ def op_enqueue(payload):
                 entry["run"], old.get("state"), old.get("submitted_at"))}
         archive = payload.get("archive")
         if archive:
-            # Hard-linked so the repos folder's pruning keeps it while the entry waits.
+            # Hard-linked so the repos folder's pruning keeps it while the entry waits. On a
+            # host that never queued a run, the queue folder is made here first.
+            _folder(_queue_dir())
             _remove(_held_archive(entry["run"]))
             try:
                 os.link(archive, _held_archive(entry["run"]))

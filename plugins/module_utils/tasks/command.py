@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from ..spec import interpolation
+from ..spec import interpolation, support
 from . import python_env
 from .environment import quote_sh
 from .errors import PlanError
@@ -120,12 +120,10 @@ def command_script(config, group=None, image_cmd=None, run_args=(), group_ips=No
     entrypoint = config.get("entrypoint")
     header = "#!/bin/sh\n# Written by gpufleet: the job's process.\n"
     if entrypoint:
-        try:
-            words = shlex.split(entrypoint)
-        except ValueError as exc:
-            raise PlanError(
-                "entrypoint: cannot split %r into words: %s" % (entrypoint, exc)
-            ) from exc
+        why = support.entrypoint_refusal(entrypoint)   # what gpufleet validate reports too
+        if why:
+            raise PlanError("entrypoint: %s" % why)
+        words = shlex.split(entrypoint)
         argv = words + commands
         return header + "exec " + " ".join(quote_sh(w) for w in argv) + "\n"
     if commands:

@@ -17,6 +17,7 @@ import time
 from ..backends.docker_cli import Docker
 from ..core.errors import GpufleetError
 from ..core.module import state_options
+from ..core.text import shorten
 from ..fleets import state
 from . import images, lifecycle, listing, placement, runindex, runs, silence
 from .errors import PlanError, RunError
@@ -213,18 +214,30 @@ def _array(params):
         raise EntryError(str(exc)) from exc
 
 
+def _check_local(config, config_dir):
+    """Refuse, before any host is touched, what the task names on this controller and cannot
+    be shipped (repos.sources, which gpufleet validate reports too): a missing or unreadable
+    ``files`` entry, a local repo that is not a folder, either over the limit."""
+    from ..repos import sources
+
+    refused = sources.local_refusals(config, config_dir, os.environ)
+    if refused:
+        raise EntryError("; ".join(str(p) for p in refused))
+
+
 def submit(params, emit=None, check_mode=False, stop_event=None):
     """Submit a task and, with ``wait``, follow it to its end. Returns ``(result, failed)``.
 
     With ``array``, one run per index (tasks.array), at most ``%N`` alive at a time."""
     config = load_task(params)
     array_spec = _array(params)
+    config_dir = os.path.dirname(params["path"]) if params.get("path") else None
+    _check_local(config, config_dir)
     root, fleets = _fleets(params)
     if not fleets:
         raise EntryError("no fleets found: apply a fleet first (gpufleet apply -f FLEET, or "
                          "playbooks/fleet.yml), or name fleet files in fleets")
     local_image = None if config.get("image") else local_task_image(fleets, check_mode)
-    config_dir = os.path.dirname(params["path"]) if params.get("path") else None
 
     def make_runner(run_config, array_info=None, code_=None):
         return runs.Runner(
@@ -421,7 +434,7 @@ def run_stop(params, check_mode=False):
             members = [r for r in records if r.get("array") == params["name"]]
             if not members:
                 raise RunError("no run or job array named %s on the fleets' hosts (gpufleet ps "
-                               "lists runs)" % params["name"])
+                               "lists runs)" % shorten(params["name"]))
             if check_mode:
                 alive = [r["name"] for r in members if r["status"] not in arrays.FINISHED]
                 return {"run": {"name": params["name"], "array": params["name"],

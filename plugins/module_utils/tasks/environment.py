@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import re
 
-from ..spec import interpolation
+from ..core.text import shorten
+from ..spec import interpolation, support
 from .errors import PlanError
 
 MPI_HOSTFILE = "/dstack/mpi/hostfile"
@@ -27,7 +28,8 @@ _SECRETS_HINT = "set it with gpufleet secret set NAME, or pass gpufleet_secrets"
 def _missing_error(fields, names):
     return PlanError(
         "%s: Failed to interpolate due to missing vars: [%s]; %s"
-        % (", ".join(fields), ", ".join(names), _SECRETS_HINT)
+        % (", ".join(shorten(f) for f in fields), ", ".join(shorten(n) for n in names),
+           _SECRETS_HINT)
     )
 
 
@@ -70,17 +72,15 @@ def resolve_env(config, secrets, environ):
     missing_fields = []
     missing_names = []
     for name, value in env.items():
-        field = "env.%s" % name
-        if not isinstance(name, str) or not _SHELL_NAME.match(name):
-            raise PlanError(
-                "%s: %r is not a valid environment variable name; use letters, digits and _ "
-                "and do not start with a digit" % (field, name)
-            )
+        field = "env.%s" % shorten(str(name))
+        why = support.env_name_refusal(name)   # what gpufleet validate reports too
+        if why:
+            raise PlanError("%s: %s" % (field, why))
         if value is None:
             if name not in environ:
                 raise PlanError(
                     "%s: Environment variable %s is not set; export it before running, or give "
-                    "it a value in env" % (field, name)
+                    "it a value in env" % (field, shorten(name))
                 )
             out[name] = str(environ[name])
             continue
@@ -92,9 +92,9 @@ def resolve_env(config, secrets, environ):
     if missing_names:
         raise _missing_error(missing_fields, missing_names)
     for name, value in out.items():
-        if "\x00" in value:
-            raise PlanError("env.%s: the value contains a NUL character, which no environment "
-                            "variable can hold" % name)
+        why = support.env_value_refusal(value)   # a secret's, or what validate reports
+        if why:
+            raise PlanError("env.%s: %s" % (shorten(name), why))
     return out
 
 
@@ -196,7 +196,7 @@ def env_script(variables):
     lines = []
     for name, value in variables.items():
         if not _SHELL_NAME.match(name):
-            raise PlanError("env.%s: not a valid environment variable name" % name)
+            raise PlanError("env.%s: not a valid environment variable name" % shorten(name))
         lines.append("export %s=%s\n" % (name, quote_sh(value)))
     return "".join(lines)
 

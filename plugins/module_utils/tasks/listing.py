@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 
+from ..core.text import shorten
 from . import lifecycle
 from .container import RESOURCES_LABEL, RUN_SPEC_LABEL
 from .errors import RunError
@@ -233,7 +234,7 @@ def find_run(nodes, name, surveyed=None, queues=None):
     if not records:
         where = "; unreachable: %s" % ", ".join(sorted(errors)) if errors else ""
         raise RunError("no run named %s on the fleets' hosts%s (gpufleet ps lists runs)"
-                       % (name, where))
+                       % (shorten(name), where))
     return records[0], mine
 
 

@@ -579,6 +579,23 @@ def _write(path, data, mode):
         raise Failure("cannot write %s on this host: %s" % (path, exc))
 
 
+def _place(path, spec):
+    """A folder (``dir``, with its ``mode``) or a relative link (``link``) in a job folder:
+    what a folder of the task's files holds besides its files (repos.files)."""
+    try:
+        if spec.get("dir"):
+            if not os.path.isdir(path):
+                os.makedirs(path, 0o755)
+            os.chmod(path, spec.get("mode", 0o755))
+            return
+        folder = os.path.dirname(path)
+        if not os.path.isdir(folder):
+            os.makedirs(folder, 0o755)
+        os.symlink(spec["link"], path)
+    except (IOError, OSError) as exc:
+        raise Failure("cannot write %s on this host: %s" % (path, exc))
+
+
 def _prepare_mount(mount):
     source = mount["source"]
     if mount["kind"] == "instance":
@@ -603,7 +620,10 @@ def _link_repo(archive, target):
     if not os.path.isfile(archive):
         raise Failure("the run's repo archive %s is not on this host (removed meanwhile?); "
                       "submit the run again" % archive)
+    folder = os.path.dirname(target)
     try:
+        if not os.path.isdir(folder):   # a job without files of its own
+            os.makedirs(folder, 0o755)
         os.link(archive, target)
     except OSError:
         try:
@@ -629,6 +649,9 @@ def op_start(payload):
         shutil.rmtree(folder)
     for rel, spec in sorted(job["files"].items()):
         path = os.path.join(folder, "job", rel)
+        if spec.get("dir") or "link" in spec:   # a folder of files, and links in it
+            _place(path, spec)
+            continue
         if "data" in spec:
             data = base64.b64decode(spec["data"])
         else:

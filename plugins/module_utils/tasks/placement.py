@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from ..core.text import shorten
 from ..offers.match import (
     MatchError,
     block_offer,
@@ -508,7 +509,7 @@ def place(config, fleets, facts, busy=None):
         known = set(fleet["name"] for fleet in fleets)
         for ref in wanted:
             if _short_name(ref) not in known:
-                notes.append("fleet %s: no such fleet" % ref)
+                notes.append("fleet %s: no such fleet" % shorten(ref))
     else:
         candidates = list(fleets)
 

@@ -27,6 +27,7 @@ import os
 import socket
 import time
 
+from ..core.text import shorten
 from ..core.times import parse_time
 from . import interruption, lifecycle, listing, placement, runbook, silence
 from .errors import PlanError, RunError
@@ -95,7 +96,8 @@ def enqueue(runner, errors, reason, number=0, retry_since=None, state=PENDING, h
     host = queue_host(runner.fleets, names, errors)
     if host is None:
         raise RunError("run %s cannot wait for capacity: none of its fleets (%s) has a reachable "
-                       "host to keep it on" % (runner.name, ", ".join(names) or "none"))
+                       "host to keep it on" % (runner.name, ", ".join(shorten(n) for n in names)
+                                               or "none"))
     entry = runbook.entry_of(runner, names, state=state, reason=reason, number=number,
                              retry_since=retry_since)
     entry["queued_on"] = host

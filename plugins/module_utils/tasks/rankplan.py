@@ -23,6 +23,8 @@ import random
 import re
 import uuid
 
+from ..repos import files as shipped_files
+from ..spec import support
 from ..volumes.mounts import mounts
 from .command import command_script, needs_image_cmd
 from .container import container_name, docker_args, labels_of
@@ -129,13 +131,11 @@ def _files_of(config, config_dir):
         target = item.get("path") or local
         if not local or not target:
             raise PlanError("files[%d]: needs local_path and path" % index)
-        if "\n" in target or "\x00" in target:
-            raise PlanError("files[%d].path: %r has a newline or NUL; use a plain path"
-                            % (index, target))
-        path = os.path.expanduser(local)
-        if not os.path.isabs(path):
-            path = os.path.join(base, path)
-        files["files/%d" % index] = {"local_path": os.path.normpath(path), "target": target}
+        why = support.file_target_refusal(target)   # what gpufleet validate reports too
+        if why:
+            raise PlanError("files[%d].path: %s" % (index, why))
+        files["files/%d" % index] = {"local_path": shipped_files.resolve(local, base),
+                                     "target": target}
         manifest.append("%d %s\n" % (index, target))
     if manifest:
         files[FILES_MANIFEST] = {"text": "".join(manifest), "mode": 0o644}

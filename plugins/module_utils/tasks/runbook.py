@@ -14,7 +14,6 @@ tasks.runs.Runner from an entry on whichever controller acts on it.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import re
@@ -23,11 +22,16 @@ import subprocess
 import tempfile
 import time
 
+from ..repos import files as shipped_files
 from ..repos import ship
 from . import code as codes
 from .errors import RunError
 
-ENTRY_VERSION = 1
+# 2: ``files_data`` holds repos.files.read's contents (a folder's files too); a version 1
+# entry, whose files are base64 text, is still read. An earlier gpufleet refuses a version 2
+# entry by its version instead of misreading it.
+ENTRY_VERSION = 2
+READ_VERSIONS = (1, 2)
 _SECRET_REF = re.compile(r"secrets\.([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -52,7 +56,8 @@ def referenced_environ(config, fleets, environ):
 
 
 def file_contents(runner):
-    """``{local path: base64}`` of the task's ``files``, read now."""
+    """``{local path: contents}`` of the task's ``files``, read now (repos.files.read: a file,
+    or a folder's files)."""
     from .rankplan import _files_of
 
     out = {}
@@ -60,10 +65,9 @@ def file_contents(runner):
         path = spec.get("local_path")
         if path and path not in out:
             try:
-                with open(path, "rb") as handle:
-                    out[path] = base64.b64encode(handle.read()).decode("ascii")
-            except (IOError, OSError) as exc:
-                raise RunError("files: cannot read %s: %s" % (path, exc)) from exc
+                out[path] = shipped_files.read(path)
+            except shipped_files.FilesError as exc:
+                raise RunError("files: %s" % exc) from exc
     return out
 
 
@@ -179,7 +183,7 @@ def runner_of(entry, fleets, queue_node=None, **options):
     poll, clock, sleep...)."""
     from .runs import Runner
 
-    if entry.get("version") != ENTRY_VERSION:
+    if entry.get("version") not in READ_VERSIONS:
         raise RunError("run %s was queued by a gpufleet of another version (entry version %s); "
                        "stop it and submit it again" % (entry.get("run"), entry.get("version")))
     code_ = None

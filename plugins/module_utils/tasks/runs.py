@@ -12,7 +12,6 @@ their logs and stopping them, from the labels alone, is tasks.listing.
 
 from __future__ import annotations
 
-import base64
 import os
 import random
 import shutil
@@ -30,6 +29,7 @@ from ..fleets import apply as fleet_apply
 from ..fleets import cloud as fleet_cloud
 from ..fleets import state
 from ..offers import catalog
+from ..repos import files as shipped_files
 from ..volumes import attach as volumes
 from ..spec import support
 from . import (claiming, code, devenv, growth, health, lifecycle, placement, python_env, rankplan,
@@ -246,26 +246,29 @@ class _Background(object):
 
 
 def _inline_files(jobs, files_data=None):
-    """Controller files travel with the start requests, base64-encoded; every job gets the
-    same files, so each is read once (``files_data``: contents read earlier, by path, for a run
-    submitted from its queue entry)."""
-    encoded = dict(files_data or {})
+    """Controller files travel with the start requests, base64-encoded (a folder as its files,
+    repos.files); every job gets the same files, so each is read once (``files_data``: contents
+    read earlier, by path, for a run submitted from its queue entry)."""
+    read = dict(files_data or {})
 
-    def inline(spec):
+    def inline(rel, spec):
+        if "local_path" not in spec:
+            return {rel: spec}
         path = spec["local_path"]
-        if path not in encoded:
+        if path not in read:
             try:
-                with open(path, "rb") as handle:
-                    encoded[path] = base64.b64encode(handle.read()).decode("ascii")
-            except (IOError, OSError) as exc:
-                raise RunError("files: cannot read %s: %s" % (path, exc)) from exc
-        spec = dict(spec, data=encoded[path])
-        spec.pop("local_path")
-        return spec
+                read[path] = shipped_files.read(path)
+            except shipped_files.FilesError as exc:
+                raise RunError("files: %s" % exc) from exc
+        return shipped_files.job_files(rel, read[path])
 
-    return [dict(job, files=dict((rel, inline(spec) if "local_path" in spec else spec)
-                                 for rel, spec in job["files"].items()))
-            for job in jobs]
+    out = []
+    for job in jobs:
+        files = {}
+        for rel, spec in job["files"].items():
+            files.update(inline(rel, spec))
+        out.append(dict(job, files=files))
+    return out
 
 
 class NeedsInstances(RunError):
@@ -510,16 +513,21 @@ class Runner(object):
         self.nodes = nodes_of(self.fleets, self.root)
 
     def _offer_for(self, fleet):
-        """The cheapest catalog offer for a new instance of a cloud ``fleet``, or None."""
+        """The cheapest catalog offer for a new instance of a cloud ``fleet``, or None: in the
+        regions the fleet launches in (fleets.cloud.offer_regions, the backend settings')."""
         from ..offers import select
 
         backend = growth._backend(fleet)
         try:
             root = state.state_dir(self.root)
-            offers = select.select(
-                {"type": "fleet", "backends": [backend], "resources": fleet.get("resources"),
-                 "spot_policy": fleet.get("spot_policy"), "max_price": fleet.get("max_price")},
-                {backend: catalog.load(backend, catalog.directory(root))})["offers"]
+            config = {"type": "fleet", "backends": [backend],
+                      "resources": fleet.get("resources"),
+                      "spot_policy": fleet.get("spot_policy"),
+                      "max_price": fleet.get("max_price")}
+            regions, _why = fleet_cloud.offer_regions(config, state.backend_settings(root),
+                                                      [backend], catalog.directory(root))
+            data, _source = catalog.load(backend, catalog.directory(root))
+            offers = select.select(config, {backend: data}, None, regions)["offers"]
         except Exception:  # a missing or unreadable catalog: the plan says no offer
             return None
         return offers[0] if offers else None

@@ -18,6 +18,7 @@ from ..backends import aws_layout
 from ..backends import base
 from ..backends import gcp as gcp_backend
 from ..backends.errors import BackendError
+from ..spec import support
 from .mounts import VolumeError
 
 RECORDS = {"aws": aws_layout.volume_record,
@@ -26,9 +27,9 @@ RECORDS = {"aws": aws_layout.volume_record,
 
 def _client(config, settings, client):
     backend = config["backend"]
-    if backend not in base.CLOUD_BACKENDS:
-        raise VolumeError("volume %s: backend %s volumes are not provisioned by gpufleet "
-                          "(aws, gcp)" % (config.get("name"), backend))
+    why = support.volume_backend_refusal(backend)   # what gpufleet validate reports too
+    if why:
+        raise VolumeError("volume %s: %s" % (config.get("name"), why))
     if client is not None:
         return client
     try:

@@ -184,3 +184,25 @@ def custom_stats(output):
         if line.strip().startswith("RUN:"):
             return json.loads(line.split("RUN:", 1)[1])
     raise AssertionError("no custom stats in the output:\n" + output)
+
+
+def test_unsupported_holds_what_apply_refuses_as_gpufleet_validate_says_it(tmp_path):
+    """The module's verdict is validate's: a backend gpufleet lacks, a files entry and a local
+    repo that are not on this controller (relative to the file's folder)."""
+    path = write(tmp_path, "task.dstack.yml", """\
+        type: task
+        commands: [x]
+        backends: [kubernetes]
+        files: [conf.yml]
+        repos: [./code]
+        """)
+    code, result = run_module({"path": path})
+    assert code == 0
+    paths = [p["path"] for p in result["unsupported"]]
+    assert paths == ["backends", "files[0]", "repos[0].local_path"]
+    assert result["unsupported"][1]["message"].startswith(
+        "%s does not exist on this controller" % (tmp_path / "conf.yml"))
+    (tmp_path / "conf.yml").write_text("a: 1\n")
+    (tmp_path / "code").mkdir()
+    code, result = run_module({"path": path})
+    assert [p["path"] for p in result["unsupported"]] == ["backends"]
