@@ -41,16 +41,84 @@ def test_dstacks_images_take_the_asked_version_or_the_controllers():
     assert python_env.choose(task()) == {"python": here, "system_site_packages": False}
 
 
-def test_the_local_image_offers_its_own_python_and_refuses_others():
+def test_the_local_image_offers_its_own_python_and_fetches_others():
     assert python_env.choose(task(), available=("3.11",)) == {
         "python": "3.11", "system_site_packages": True}
     assert python_env.choose(task(python="3.11"), available=("3.11",))["python"] == "3.11"
-    with pytest.raises(PlanError) as caught:
-        python_env.choose(task(python="3.12"), available=("3.11",))
-    assert str(caught.value) == (
-        "python: 3.12 is not available on the local backend, whose offline task image has "
-        "Python 3.11; set python: \"3.11\" (or leave python out), or give the task an image "
-        "with Python 3.12")
+    # Another version is not refused: the job downloads it (no Debian site packages then).
+    assert python_env.choose(task(python="3.12"), available=("3.11",)) == {
+        "python": "3.12", "system_site_packages": False, "fetch": ["3.11"]}
+
+
+def test_a_fetched_python_is_kept_in_the_nodes_folder_and_its_host_named():
+    setup = python_env.choose(task(python="3.13"), available=("3.11",))
+    on_host = python_env.for_host(setup, "tk-1-0")
+    assert on_host["host"] == "tk-1-0" and "host" not in setup
+    assert python_env.cache_mount(on_host) == {
+        "kind": "instance", "source": "/var/lib/gpufleet/pythons",
+        "target": "/opt/gpufleet/pythons", "optional": False}
+    image_python = python_env.choose(task(), available=("3.11",))
+    assert python_env.for_host(image_python, "tk-1-0") is image_python
+    assert python_env.cache_mount(image_python) is None
+    assert python_env.fetch_commands(image_python) == []
+
+
+def test_the_fetch_comes_before_the_venv_which_uses_the_fetched_python():
+    setup = python_env.for_host(python_env.choose(task(python="3.12"), available=("3.11",)),
+                                "tk-1-0")
+    commands = python_env.setup_commands(setup)
+    assert commands[0] == ("eval $(echo 'export UV_PYTHON_INSTALL_DIR=/opt/gpufleet/pythons' "
+                           "| sudo tee -a /dstack/profile)")
+    assert commands[1].startswith(
+        "if ! sudo -E UV_OFFLINE=0 UV_PYTHON_DOWNLOADS=manual "
+        "UV_PYTHON_INSTALL_DIR=/opt/gpufleet/pythons uv python install -q 3.12; then echo '")
+    assert commands[1].endswith("' >&2; exit 1; fi")
+    assert commands[6] == "uv venv -q --prompt dstack -p 3.12 --seed $DSTACK_VENV_DIR"
+
+
+def test_the_fetch_refusal_names_the_version_the_host_and_what_to_do():
+    setup = python_env.for_host(python_env.choose(task(python="3.12"), available=("3.11",)),
+                                "tk-1-0")
+    assert python_env.fetch_refusal(setup) == (
+        "gpufleet: python: 3.12 is not in the local task image (it has Python 3.11), and uv "
+        "could not download it on host tk-1-0 (python-build-standalone's builds, from "
+        "github.com or the mirror UV_PYTHON_INSTALL_MIRROR names). Give the task an image "
+        "with Python 3.12, let the host reach github.com, set UV_PYTHON_INSTALL_MIRROR in the "
+        "task's env to a mirror it can reach, or set python: \"3.11\"")
+
+
+def fake_tools(folder, uv_rc):
+    """``sudo`` that runs its command (dropping -E, taking VAR=value words as env does) and
+    ``uv`` that records its arguments and the variables it sees, then exits with ``uv_rc``."""
+    bindir = folder / "bin"
+    bindir.mkdir()
+    (bindir / "sudo").write_text('#!/bin/sh\n[ "$1" = -E ] && shift\nexec env "$@"\n')
+    (bindir / "uv").write_text(
+        '#!/bin/sh\necho "uv $* | $UV_OFFLINE $UV_PYTHON_DOWNLOADS $UV_PYTHON_INSTALL_DIR '
+        '$UV_PYTHON_INSTALL_MIRROR" >> %s\nexit %d\n' % (folder / "calls", uv_rc))
+    for tool in ("sudo", "uv"):
+        os.chmod(str(bindir / tool), 0o755)
+    return str(bindir)
+
+
+@pytest.mark.parametrize("uv_rc", [0, 1])
+def test_the_fetch_runs_uv_online_with_the_jobs_mirror_or_ends_the_job(tmp_path, uv_rc):
+    import subprocess
+
+    setup = python_env.for_host(python_env.choose(task(python="3.12"), available=("3.11",)),
+                                "tk-1-0")
+    script = python_env.fetch_commands(setup)[1] + " && echo the task commands"
+    env = {"PATH": fake_tools(tmp_path, uv_rc) + ":/usr/bin:/bin", "UV_OFFLINE": "1",
+           "UV_PYTHON_DOWNLOADS": "never", "UV_PYTHON_INSTALL_MIRROR": "http://mirror.lan/pbs"}
+    proc = subprocess.run(["/bin/sh", "-c", script], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, check=False)
+    assert (tmp_path / "calls").read_text() == (
+        "uv python install -q 3.12 | 0 manual /opt/gpufleet/pythons http://mirror.lan/pbs\n")
+    if uv_rc == 0:
+        assert (proc.returncode, proc.stdout, proc.stderr) == (0, "the task commands\n", "")
+    else:
+        assert (proc.returncode, proc.stdout) == (1, "")
+        assert proc.stderr == python_env.fetch_refusal(setup) + "\n"
 
 
 def test_the_venv_commands_come_first_as_dstack_writes_them():

@@ -598,3 +598,22 @@ def test_not_a_task_is_rejected():
     with pytest.raises(rankplan.PlanError) as info:
         rankplan.build_jobs({"type": "fleet"}, placement(placed_job(0)), dict(RUN))
     assert "type" in str(info.value)
+
+
+def test_a_python_the_local_image_lacks_is_fetched_into_each_nodes_folder():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import python_env
+
+    config = task(nodes=2, python="3.12", volumes=[{"instance_path": "/data", "path": "/d"}])
+    setup = python_env.choose(config, available=("3.11",))
+    specs = build(config, [placed_job(0), placed_job(1)], python_setup=setup)
+    for num, spec in enumerate(specs):
+        assert spec["mounts"][1:] == [{"kind": "instance", "source": "/var/lib/gpufleet/pythons",
+                                       "target": "/opt/gpufleet/pythons", "optional": False}]
+        assert spec["mounts"][0]["target"] == "/d"
+        script = spec["files"]["command.sh"]["text"]
+        assert "uv python install -q 3.12" in script
+        assert "could not download it on host demo-%d " % num in script
+    local = build(task(), [placed_job(0)],
+                  python_setup=python_env.choose(task(), available=("3.11",)))
+    assert local[0]["mounts"] == [] and "uv python install" not in local[0]["files"][
+        "command.sh"]["text"]

@@ -30,6 +30,7 @@ from .command import command_script, needs_image_cmd
 from .container import container_name, docker_args, labels_of
 from .environment import by_rank, env_script, hostfile, job_ip, resolve_env, ssh_client_config, system_env
 from .errors import PlanError
+from .python_env import cache_mount, for_host
 
 BASE_IMAGE_VERSION = "0.15"
 DEFAULT_IMAGE = "dstackai/base:%s-base-ubuntu24.04" % BASE_IMAGE_VERSION
@@ -295,10 +296,14 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
             STATE_MOUNTPOINT: {"text": "", "mode": 0o644},
         }
         needs_cmd = needs_image_cmd(config, group)
+        job_python = for_host(python_setup, job.get("host"))
+        job_mounts = mounts(config, job, run)
+        if cache_mount(job_python):   # the node's downloaded Pythons (tasks.python_env)
+            job_mounts.append(cache_mount(job_python))
         if not needs_cmd or image_cmd:
             files["command.sh"] = {
                 "text": command_script(config, group, image_cmd, run_args, group_ips,
-                                       python_setup),
+                                       job_python),
                 "mode": 0o755,
             }
         if ssh_key:
@@ -324,7 +329,7 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
             "image": image,
             "labels": labels,
             "docker_args": docker_args(config, job, run, labels),
-            "mounts": mounts(config, job, run),
+            "mounts": job_mounts,
             "conditional": conditional,
             "image_cmd_needed": needs_cmd,
             "repo_archive": (repo or {}).get("archive"),

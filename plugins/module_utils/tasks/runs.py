@@ -674,8 +674,9 @@ class Runner(object):
         return out
 
     def image_and_python(self, placed):
-        """The image the placed run uses and dstack's venv setup in it (tasks.python_env); a
-        Python the local task image cannot offer is a PlanError, before any host is touched."""
+        """The image the placed run uses and dstack's venv setup in it (tasks.python_env); on
+        the local task image, a Python it lacks is fetched by the job (PlanError only where no
+        default can be had)."""
         fleet_backend = placed["jobs"][0].get("backend")
         image = self.config.get("image")
         if not image:
