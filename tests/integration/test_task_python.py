@@ -1,15 +1,20 @@
 """``python`` on a real local fleet: dstack's /dstack/venv made with uv in the offline task image,
-pip installing into it, and a Python the image cannot offer refused before anything starts.
+pip installing into it, and a Python the image lacks fetched by the job with uv, which a node
+that cannot reach the download answers with a message naming the version, the host and what
+to do.
 
 Uses the shared 3-node task world (tests/integration/task_world.py)."""
 
 from __future__ import annotations
 
+import re
 import zipfile
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
 
 from gpufleet import cli
 
-from .task_world import CPU, FLEET, SUFFIX, logs, node_containers
+from .task_world import CPU, FLEET, SUFFIX, logs
 
 
 def hand_made_wheel(folder):
@@ -49,15 +54,32 @@ def test_python_gets_a_uv_venv_that_pip_installs_into(world, tmp_path, capsys):
     assert lines[2:] == ["hello from a wheel", "mpi4py True", "2"]
 
 
-def test_a_python_the_local_image_lacks_is_refused_before_anything_starts(world, tmp_path,
-                                                                          capsys):
+def test_a_python_the_local_image_lacks_is_fetched_and_a_node_that_cannot_says_so(world,
+                                                                                 tmp_path):
+    # The job's uv asks a mirror no node can reach (this machine's nodes cannot reach github.com
+    # either; the mirror makes the test the same where they can): the job ends before the
+    # task's commands with the message, after uv's own error naming the mirror's URL.
     name = "py312-" + SUFFIX
     task = tmp_path / "py312.dstack.yml"
-    task.write_text("type: task\nname: %s\npython: \"3.12\"\n%scommands: [python --version]\n"
-                    % (name, CPU))
-    capsys.readouterr()
+    task.write_text("type: task\nname: %s\npython: \"3.12\"\n%s"
+                    "env:\n  - UV_PYTHON_INSTALL_MIRROR=http://127.0.0.1:9/pbs\n"
+                    "  - UV_HTTP_RETRIES=0\n"
+                    "commands: [python --version]\n" % (name, CPU))
     assert cli.main(["apply", "-f", str(task), "-y", "--fleet", FLEET]) == 1
-    err = capsys.readouterr().err
-    assert ("python: 3.12 is not available on the local backend, whose offline task image has "
-            "Python 3.11") in err
-    assert all(not entries for entries in node_containers(world, name).values())
+    lines = logs(name)[0]
+    text = "\n".join(lines)
+    assert "http://127.0.0.1:9/pbs/" in text and "cpython-3.12." in text
+    message = [line for line in lines if line.startswith("gpufleet: python: 3.12 ")]
+    assert len(message) == 1, text
+    assert not any(line.startswith("Python ") for line in lines)
+    host = re.search(r"could not download it on host (\S+) ", message[0]).group(1)
+    assert host in [i["name"] for i in world["fleet"]["instances"]], message[0]
+    assert message[0].endswith(
+        "Give the task an image with Python 3.12, let the host reach github.com, set "
+        "UV_PYTHON_INSTALL_MIRROR in the task's env to a mirror it can reach, or set "
+        "python: \"3.11\"")
+    # The node's folder of downloaded Pythons was made for the job and is kept for the next.
+    nodes = [local.container_name(FLEET, num) for num in range(3)]
+    found = [n for n in nodes if world["docker"].run(
+        "exec", n, "sh", "-c", "test -d /var/lib/gpufleet/pythons && echo yes || true").strip()]
+    assert found, "no node has /var/lib/gpufleet/pythons"

@@ -332,7 +332,8 @@ SECTIONS = {
                 "values": "{choices:task.PYTHON_VERSIONS} (a YAML number `3.10` is read as `3.10`, not `3.1`)",
                 "text": (
                     "The Python of the job's venv (`/dstack/venv`, made with `uv` in the default image). "
-                    "Cannot be combined with `image`. The local backend's offline image has 3.11 only."
+                    "Cannot be combined with `image`. On the `local` backend the task image has 3.11; another "
+                    "version is downloaded by the job with `uv python install` and kept on the node."
                 ),
             },
             "nvcc": {"values": _BOOL, "text": "Use the base image's `devel` variant, which has the CUDA compiler."},
