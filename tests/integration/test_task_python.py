@@ -54,8 +54,7 @@ def test_python_gets_a_uv_venv_that_pip_installs_into(world, tmp_path, capsys):
     assert lines[2:] == ["hello from a wheel", "mpi4py True", "2"]
 
 
-def test_a_python_the_local_image_lacks_is_fetched_and_a_node_that_cannot_says_so(world,
-                                                                                 tmp_path):
+def test_a_python_the_local_image_lacks_is_fetched_or_the_node_says_why_not(world, tmp_path):
     # The job's uv asks a mirror no node can reach (this machine's nodes cannot reach github.com
     # either; the mirror makes the test the same where they can): the job ends before the
     # task's commands with the message, after uv's own error naming the mirror's URL.
