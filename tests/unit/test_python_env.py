@@ -70,8 +70,9 @@ def test_the_fetch_comes_before_the_venv_which_uses_the_fetched_python():
     assert commands[0] == ("eval $(echo 'export UV_PYTHON_INSTALL_DIR=/opt/gpufleet/pythons' "
                            "| sudo tee -a /dstack/profile)")
     assert commands[1].startswith(
-        "if ! sudo -E UV_OFFLINE=0 UV_PYTHON_DOWNLOADS=manual "
-        "UV_PYTHON_INSTALL_DIR=/opt/gpufleet/pythons uv python install -q 3.12; then echo '")
+        "if ! _gf_uv=$(sudo -E UV_OFFLINE=0 UV_PYTHON_DOWNLOADS=manual "
+        "UV_PYTHON_INSTALL_DIR=/opt/gpufleet/pythons uv python install 3.12 2>&1); then "
+        "printf '%s\\n' \"$_gf_uv\" '")
     assert commands[1].endswith("' >&2; exit 1; fi")
     assert commands[6] == "uv venv -q --prompt dstack -p 3.12 --seed $DSTACK_VENV_DIR"
 
@@ -89,13 +90,15 @@ def test_the_fetch_refusal_names_the_version_the_host_and_what_to_do():
 
 def fake_tools(folder, uv_rc):
     """``sudo`` that runs its command (dropping -E, taking VAR=value words as env does) and
-    ``uv`` that records its arguments and the variables it sees, then exits with ``uv_rc``."""
+    ``uv`` that records its arguments and the variables it sees, says something on stdout and
+    stderr, then exits with ``uv_rc``."""
     bindir = folder / "bin"
     bindir.mkdir()
     (bindir / "sudo").write_text('#!/bin/sh\n[ "$1" = -E ] && shift\nexec env "$@"\n')
     (bindir / "uv").write_text(
         '#!/bin/sh\necho "uv $* | $UV_OFFLINE $UV_PYTHON_DOWNLOADS $UV_PYTHON_INSTALL_DIR '
-        '$UV_PYTHON_INSTALL_MIRROR" >> %s\nexit %d\n' % (folder / "calls", uv_rc))
+        '$UV_PYTHON_INSTALL_MIRROR" >> %s\necho uv says\necho error: no route >&2\n'
+        'exit %d\n' % (folder / "calls", uv_rc))
     for tool in ("sudo", "uv"):
         os.chmod(str(bindir / tool), 0o755)
     return str(bindir)
@@ -113,12 +116,13 @@ def test_the_fetch_runs_uv_online_with_the_jobs_mirror_or_ends_the_job(tmp_path,
     proc = subprocess.run(["/bin/sh", "-c", script], env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, universal_newlines=True, check=False)
     assert (tmp_path / "calls").read_text() == (
-        "uv python install -q 3.12 | 0 manual /opt/gpufleet/pythons http://mirror.lan/pbs\n")
-    if uv_rc == 0:
+        "uv python install 3.12 | 0 manual /opt/gpufleet/pythons http://mirror.lan/pbs\n")
+    if uv_rc == 0:   # uv's output is shown only when it fails
         assert (proc.returncode, proc.stdout, proc.stderr) == (0, "the task commands\n", "")
     else:
         assert (proc.returncode, proc.stdout) == (1, "")
-        assert proc.stderr == python_env.fetch_refusal(setup) + "\n"
+        assert proc.stderr == ("uv says\nerror: no route\n" + python_env.fetch_refusal(setup)
+                               + "\n")
 
 
 def test_the_venv_commands_come_first_as_dstack_writes_them():

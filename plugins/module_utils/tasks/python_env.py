@@ -99,15 +99,17 @@ def fetch_refusal(setup):
 def fetch_commands(setup):
     """The commands that download the setup's Python into PYTHONS_DIR (as root, keeping the job's
     environment, so UV_PYTHON_INSTALL_MIRROR applies; the image keeps uv offline otherwise), or
-    end the job with fetch_refusal's message; none when the image has the version."""
+    end the job with uv's output and fetch_refusal's message; none when the image has the
+    version. uv says nothing when it succeeds (its ``-q`` would hide its errors too)."""
     if not setup.get("fetch"):
         return []
     install = ("sudo -E UV_OFFLINE=0 UV_PYTHON_DOWNLOADS=manual UV_PYTHON_INSTALL_DIR=%s "
-               "uv python install -q %s" % (PYTHONS_DIR, setup["python"]))
+               "uv python install %s 2>&1" % (PYTHONS_DIR, setup["python"]))
     return [
         "eval $(echo 'export UV_PYTHON_INSTALL_DIR=%s' | sudo tee -a /dstack/profile)"
         % PYTHONS_DIR,
-        "if ! %s; then echo %s >&2; exit 1; fi" % (install, quote_sh(fetch_refusal(setup))),
+        "if ! _gf_uv=$(%s); then printf '%%s\\n' \"$_gf_uv\" %s >&2; exit 1; fi"
+        % (install, quote_sh(fetch_refusal(setup))),
     ]
 
 
