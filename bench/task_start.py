@@ -25,6 +25,17 @@ ansible-playbook takes to run a play that does nothing (one ``debug`` task on lo
 measured too: the runner's own cost is its time less that. The fleet is deleted at the end,
 whatever happens.
 
+Re-runs (``--reruns N``, issue 32): a ``--rerun-nodes``-node task (4 by default, ``image:``
+named) is submitted N times under one name with ``gpufleet apply -y -d``, each time after
+``gpufleet stop -x -y`` of the run before, as a user re-applies the same file all day. Nothing
+of that series is cleaned by hand: what ``stop -x`` leaves behind stays. With ``--reference``,
+each same-name submission is followed by one under a name never used before (the reference at
+the same load), whose leftovers are removed by hand after its ``stop -x``, so that the hosts
+hold no more than the same-name series leaves them. The target is the last same-name
+submission within 1.2x of the first; the script prints that ratio and the mean of the last
+five against the first five (one run on a shared machine is noisy), and exits 1 when the mean
+ratio is over 1.2. ``--sizes ''`` skips the size rounds.
+
 Growth: with more than two sizes, the cost of each node added beyond the smallest size is the
 slope of a least-squares line through the medians, for the runner and for the baseline; the
 target is the runner's slope at most 1.2 times the baseline's. ``--plot FILE`` draws both
@@ -32,6 +43,7 @@ target is the runner's slope at most 1.2 times the baseline's. ``--plot FILE`` d
 '.[bench]').
 
     .venv/bin/python bench/task_start.py [--rounds 3] [--sizes 2,4,8] [--plot bench/task_start.png]
+    .venv/bin/python bench/task_start.py --sizes '' --reruns 20
 """
 
 from __future__ import annotations
@@ -39,6 +51,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -140,6 +153,49 @@ def user_path(task_path, env):
     return took
 
 
+def stop_abort(name, env):
+    proc = run([str(BIN / "gpufleet"), "stop", "-x", "-y", name], env)
+    if proc.returncode != 0:
+        raise RuntimeError("gpufleet stop -x failed:\n" + proc.stdout[-2000:] + proc.stderr[-2000:])
+
+
+def forget(name, instances):
+    """Remove what run ``name`` left on the nodes (containers, job folders), as a later run of
+    its name would: the reference runs must not leave the hosts more to list than the
+    same-name series does (each request lists every task container of its host)."""
+    for inst in instances:
+        ids = node_docker(inst["container"], "ps", "-aq", "--filter",
+                          "label=gpufleet.run=" + name).stdout.split()
+        if ids:
+            node_docker(inst["container"], "rm", "-f", *ids)
+        subprocess.run(["docker", "exec", inst["container"], "rm", "-rf",
+                        "/var/lib/gpufleet/runs/" + name], capture_output=True, check=False)
+
+
+def reruns(work, env, image, instances, nodes, count, reference=False):
+    """``count`` submissions of one name, each after ``stop -x`` of the one before, each
+    followed by a submission under a new name with ``reference``; ``(same-name times,
+    new-name times)``."""
+    body = ("nodes: %d\nimage: %s\nresources:\n  cpu: 1..\n  memory: 1GB..\n  disk: 1GB..\n"
+            "commands:\n  - sleep 600\n" % (nodes, image))
+    same = work / "rerun.dstack.yml"
+    same.write_text("type: task\nname: rerun\n" + body)
+    fresh = work / "fresh.dstack.yml"
+    ours, theirs = [], []
+    for number in range(count):
+        ours.append(user_path(str(same), env))
+        stop_abort("rerun", env)
+        if reference:
+            fresh.write_text("type: task\nname: fresh%d\n" % number + body)
+            theirs.append(user_path(str(fresh), env))
+            stop_abort("fresh%d" % number, env)
+            forget("fresh%d" % number, instances)
+        print("re-run %2d: same name %.2f s%s" % (
+            number + 1, ours[-1], (", new name %.2f s" % theirs[-1]) if reference else ""),
+            flush=True)
+    return ours, theirs
+
+
 def noop(work, env):
     play = work / "noop.yml"
     if not play.exists():
@@ -167,23 +223,34 @@ def bench_env(work):
     return env
 
 
+def _terminated(_signum, _frame):
+    raise SystemExit("terminated")   # the fleet is still deleted (main's finally)
+
+
 def main():
+    signal.signal(signal.SIGTERM, _terminated)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes", default="2,4,8")
     parser.add_argument("--plot", metavar="PNG", help="draw the medians against the nodes")
+    parser.add_argument("--reruns", type=int, default=0, metavar="N",
+                        help="also submit one name N times, each after stop -x (issue 32)")
+    parser.add_argument("--rerun-nodes", type=int, default=4, metavar="N")
+    parser.add_argument("--reference", action="store_true",
+                        help="with --reruns, a submission under a new name after each re-run")
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     if subprocess.run(["docker", "info"], capture_output=True, check=False).returncode != 0:
         subprocess.run(["make", "-C", str(ROOT), "engine"], check=True)
     work = Path(tempfile.mkdtemp(prefix="gpufleet-bench-"))
     env = bench_env(work)
     fleet = work / "fleet.dstack.yml"
     fleet.write_text("type: fleet\nname: %s\nnodes: %d\nplacement: cluster\nbackends: [local]\n"
-                     % (FLEET, max(sizes)))
+                     % (FLEET, max(sizes + [args.rerun_nodes if args.reruns else 0])))
     image, _built = task_image.ensure_task_image(Docker())
     results = {}
     noops = []
+    again = None
     try:
         instances = fleet_instances(env, work, fleet, FLEET)
         tasks = {}
@@ -198,11 +265,12 @@ def main():
             named.write_text(path.read_text().replace("commands:", "image: %s\ncommands:"
                                                       % image))
             named_tasks[size] = str(named)
-        # Untimed: the image goes to every node, connections and caches warm up.
-        runner(tasks[max(sizes)], env)
-        clean(instances)
-        baseline(instances[:max(sizes)], image)
-        clean(instances)
+        if sizes:
+            # Untimed: the image goes to every node, connections and caches warm up.
+            runner(tasks[max(sizes)], env)
+            clean(instances)
+            baseline(instances[:max(sizes)], image)
+            clean(instances)
         for size in sizes:
             ours, users, named, theirs = [], [], [], []
             for _round in range(args.rounds):
@@ -217,10 +285,24 @@ def main():
                 noops.append(noop(work, env))
             results[size] = (statistics.median(theirs), statistics.median(ours),
                              statistics.median(users), statistics.median(named))
+        if args.reruns:
+            if not sizes:   # untimed: the image goes to the nodes, caches warm up
+                warm = work / "warm.dstack.yml"
+                warm.write_text("type: task\nname: warm\nnodes: %d\nresources:\n  cpu: 1..\n"
+                                "  memory: 1GB..\n  disk: 1GB..\ncommands:\n  - sleep 600\n"
+                                % args.rerun_nodes)
+                user_path(str(warm), env)
+                stop_abort("warm", env)
+            again = reruns(work, env, image, instances, args.rerun_nodes, args.reruns,
+                           args.reference)
     finally:
         playbook("delete.yml", env, "fleet=" + str(fleet))
     print("machine: %s, %d CPUs, load %s, Python %s"
           % (platform.node(), os.cpu_count(), os.getloadavg()[0], platform.python_version()))
+    if again is not None:
+        missed = report_reruns(*again)
+        if not sizes:
+            sys.exit(1 if missed else 0)
     empty = statistics.median(noops)
     print("ansible-playbook with a no-op play: %.2f s (median of %d)" % (empty, len(noops)))
     print("%5s  %12s  %12s  %6s  %16s  %14s  %6s  %14s  %6s" % (
@@ -239,6 +321,22 @@ def main():
                  slopes[2] / slopes[0], slopes[3], slopes[3] / slopes[0]))
     if args.plot:
         draw(args.plot, sizes, results, empty)
+
+
+def report_reruns(ours, theirs):
+    """Print the re-run summary; whether the target (mean of the last five same-name
+    submissions within 1.2x of the first five's) is missed."""
+    five = min(5, len(ours))
+    head, tail = statistics.mean(ours[:five]), statistics.mean(ours[-five:])
+    print("%d re-runs of one name, each after stop -x: first %.2f s, last %.2f s (%.2fx); "
+          "mean of the first %d %.2f s, of the last %d %.2f s (%.2fx; target <= 1.2x)"
+          % (len(ours), ours[0], ours[-1], ours[-1] / ours[0], five, head, five, tail,
+             tail / head))
+    if theirs:
+        print("a new name each time: %.2f s to %.2f s; mean of the last %d over the first %d: "
+              "%.2fx" % (theirs[0], theirs[-1], five, five,
+                         statistics.mean(theirs[-five:]) / statistics.mean(theirs[:five])))
+    return tail / head > 1.2
 
 
 def slope(xs, ys):

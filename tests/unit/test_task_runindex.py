@@ -19,6 +19,7 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     booking,
     indexside,
+    listing,
     queue,
     runindex,
     runs,
@@ -565,3 +566,46 @@ def test_the_survey_carries_the_index_request_and_its_answer(book, monkeypatch):
     assert answer["index"] == {"age": None, "hosts": ["gpus-1"], "busy": ["gpus-1"],
                                "others": []}
     assert "index" not in booking.BOOK_OPS["status"]({})
+
+
+def test_applying_one_name_again_and_again_costs_the_same_requests_each_time(shared):
+    """Issue 32 (7): a user re-applies the same 4-node task all day, each time after ``stop
+    -x``. Each re-run must send the same requests to the same hosts with answers of the same
+    size, however many runs of the name came before: nothing kept per submission of the name
+    (containers, claims, index entries, queue entries) may pile up and be read or cleared."""
+    cluster, submit = shared
+    answers = []
+    for node in cluster.nodes.values():
+        def call(op, payload=None, timeout=120, _call=node.call):
+            answer = _call(op, payload, timeout)
+            answers.append(len(json.dumps(answer, sort_keys=True)))
+            return answer
+        node.call = call
+    config = task(name="train", nodes=4)
+    sent = []
+    for _round in range(8):
+        before = len(cluster.log)
+        del answers[:]
+        result, ops = submit(config)
+        assert result["status"] == "submitted"
+        cost = sum(len(json.dumps(p, sort_keys=True)) for _h, _op, p in cluster.log[before:])
+        sent.append((sorted(ops), cost + sum(answers)))
+        stopped = listing.stop_run(cluster.nodes, "train", abort=True)
+        assert stopped["status"] == lc.RUN_TERMINATED
+        # What stop -x leaves: the latest run's containers (ps -a and logs show it), one
+        # claim per host at most, one index entry for the name.
+        boxes = [c for n in cluster.nodes.values() for c in n.containers]
+        assert len(boxes) == 4
+        assert set(c["labels"]["gpufleet.run-id"] for c in boxes) == {str(result["run_id"])}
+        assert all(len(n.claims) <= 1 for n in cluster.nodes.values())
+        assert list(cluster.nodes["gpus-0"].index["gpus"]["entries"]) == ["train"]
+        assert not any(n.queue for n in cluster.nodes.values())
+        cluster.now += 5   # a whole survey comes once per health period (MAX_AGE) anyway
+    # The first submission surveyed every host (no index yet); from the second on, each one
+    # is the same: the record host's status, four claims, the note, four starts.
+    assert len(set(tuple(ops) for ops, _cost in sent[1:])) == 1, [ops for ops, _c in sent]
+    assert sorted(op for _h, op in sent[1][0]) == ["claim"] * 4 + ["note"] + ["start"] * 4 + [
+        "status"]
+    costs = [cost for _ops, cost in sent[1:]]
+    # The same bytes both ways (requests and answers), up to the digits of times and ids.
+    assert max(costs) - min(costs) <= 32, costs
