@@ -335,3 +335,39 @@ def test_gpufleet_apply_says_it_waits_and_tells_its_playbook(monkeypatch):
     assert lock.HELD_ENV not in os.environ
     lines = err.getvalue().splitlines()
     assert len(lines) == 1 and lines[0].startswith("waiting for another apply of fleet web (pid ")
+
+
+# --- SSH fleets: two controllers claiming one host at once ------------------------------------
+
+
+def test_two_fleets_claiming_one_host_at_once_never_both_own_it(tmp_path, monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import marker
+
+    path = str(tmp_path / "etc" / "gpufleet" / "fleet.json")
+    read = marker.read_marker
+
+    def slow_read(where):
+        found = read(where)
+        time.sleep(0.3)   # both have read before either writes, unless they take turns
+        return found
+
+    monkeypatch.setattr(marker, "read_marker", slow_read)
+    results = {}
+
+    def claim(fleet):
+        try:
+            results[fleet] = marker.ensure(path, "present", fleet, instance=0, hosts=["h"],
+                                           controller=fleet + "-laptop")["msg"]
+        except marker.MarkerError as exc:
+            results[fleet] = exc
+
+    threads = [threading.Thread(target=claim, args=(f,)) for f in ("one", "two")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    owner = read(path)["fleet"]
+    other = "two" if owner == "one" else "one"
+    assert results[owner] == "fleet %s claimed this host as instance 0" % owner
+    assert isinstance(results[other], marker.MarkerError), results
+    assert str(results[other]).startswith("host is already in fleet %s as instance 0" % owner)
