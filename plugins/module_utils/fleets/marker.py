@@ -280,7 +280,7 @@ def _claiming(path, check_mode):
     directory = os.path.dirname(os.path.abspath(path))
     try:
         if not os.path.isdir(directory):
-            os.makedirs(directory, DIR_MODE)
+            os.makedirs(directory, DIR_MODE, exist_ok=True)   # two claims may make it at once
             os.chmod(directory, DIR_MODE)
         fd = os.open(directory, os.O_RDONLY)
     except OSError as exc:
