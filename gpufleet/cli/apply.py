@@ -116,6 +116,8 @@ def _fleet_lock(name, err):
     """Hold the fleet's apply lock (fleets/lock.py) over the whole playbook, saying once on
     ``err`` when another apply of it holds it; the playbook's module is told that its caller
     holds it."""
+    from ..api import GpufleetError
+
     common.spec()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import lock
 
@@ -123,7 +125,11 @@ def _fleet_lock(name, err):
         err.write(message + "\n")
         getattr(err, "flush", lambda: None)()
 
-    with lock.fleet_lock(name, on_wait=waiting):
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(lock.fleet_lock(name, on_wait=waiting))
+        except lock.LockError as exc:
+            raise GpufleetError(str(exc)) from None
         before = os.environ.get(lock.HELD_ENV)
         os.environ[lock.HELD_ENV] = lock.holding(name)[lock.HELD_ENV]
         try:

@@ -371,3 +371,20 @@ def test_two_fleets_claiming_one_host_at_once_never_both_own_it(tmp_path, monkey
     assert results[owner] == "fleet %s claimed this host as instance 0" % owner
     assert isinstance(results[other], marker.MarkerError), results
     assert str(results[other]).startswith("host is already in fleet %s as instance 0" % owner)
+
+
+def test_gpufleet_apply_that_never_gets_the_lock_says_who_holds_it(monkeypatch):
+    import io
+
+    from gpufleet.api import GpufleetError
+    from gpufleet.cli import apply as apply_cli
+
+    monkeypatch.setenv(lock.TIMEOUT_ENV, "0.2")
+    err = io.StringIO()
+    with lock.fleet_lock("web"):
+        with pytest.raises(GpufleetError) as info:
+            with apply_cli._fleet_lock("web", err):
+                pytest.fail("got a lock another holds")
+    assert str(info.value).startswith("another apply of fleet web (pid %d, " % os.getpid())
+    assert err.getvalue().startswith("waiting for another apply of fleet web (")
+    assert lock.HELD_ENV not in os.environ
