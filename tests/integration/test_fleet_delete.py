@@ -1,6 +1,8 @@
 """``gpufleet fleet delete NAME [-i N] -y`` on a real two-node local fleet: an instance running a
 task is refused naming the run, an idle one is removed while the fleet stays, then the whole
-fleet goes by its name, and a name no fleet has is said as dstack says it."""
+fleet goes by its name, and a name no fleet has is said as dstack says it. Then two applies of
+one new 2-node fleet at once, from one state dir and from two (two controllers): both end with
+both nodes ready."""
 
 from __future__ import annotations
 
