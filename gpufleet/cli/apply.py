@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from . import attach as attach_cli
@@ -96,7 +97,8 @@ def _apply(args, out, err) -> int:
         if not common.confirm(f"Apply the fleet {record['name']}?", args, out, err):
             out.write("Nothing was changed.\n")
             return 1
-        record = apply(path, on_event=progress_printer(err, verbose=args.verbose))
+        with _fleet_lock(record["name"], err):
+            record = apply(path, on_event=progress_printer(err, verbose=args.verbose))
     except GpufleetError as exc:
         if isinstance(exc.record, dict) and exc.record.get("instances") is not None:
             out.write("\n")
@@ -107,6 +109,36 @@ def _apply(args, out, err) -> int:
     for line in tables.fleet_table([record]):
         out.write(line + "\n")
     return 0
+
+
+@contextlib.contextmanager
+def _fleet_lock(name, err):
+    """Hold the fleet's apply lock (fleets/lock.py) over the whole playbook, saying once on
+    ``err`` when another apply of it holds it; the playbook's module is told that its caller
+    holds it."""
+    from ..api import GpufleetError
+
+    common.spec()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import lock
+
+    def waiting(message):
+        err.write(message + "\n")
+        getattr(err, "flush", lambda: None)()
+
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(lock.fleet_lock(name, on_wait=waiting))
+        except lock.LockError as exc:
+            raise GpufleetError(str(exc)) from None
+        before = os.environ.get(lock.HELD_ENV)
+        os.environ[lock.HELD_ENV] = lock.holding(name)[lock.HELD_ENV]
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop(lock.HELD_ENV, None)
+            else:
+                os.environ[lock.HELD_ENV] = before
 
 
 def _apply_task(args, path, config, out, err) -> int:

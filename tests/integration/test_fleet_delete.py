@@ -1,6 +1,8 @@
 """``gpufleet fleet delete NAME [-i N] -y`` on a real two-node local fleet: an instance running a
 task is refused naming the run, an idle one is removed while the fleet stays, then the whole
-fleet goes by its name, and a name no fleet has is said as dstack says it."""
+fleet goes by its name, and a name no fleet has is said as dstack says it. Then two applies of
+one new 2-node fleet at once, from one state dir and from two (two controllers): both end with
+both nodes ready."""
 
 from __future__ import annotations
 
@@ -84,3 +86,93 @@ def test_instances_then_the_fleet_are_deleted_by_name(fleet):
     unknown = gpufleet(fleet, "fleet", "delete", NAME, "-y")
     assert (unknown.returncode, unknown.stdout, unknown.stderr) == (
         1, "", "Fleet %s does not exist\n" % NAME)
+
+
+# --- Two applies of one fleet at once (issue 32, defect 3) ----------------------------------
+
+
+def _race(tmp_path, state_dirs):
+    """Start ``gpufleet apply -y -f`` of one new 2-node local fleet once per state dir, all at
+    once; returns (name, docker, [(rc, stdout, stderr)], envs). The caller removes the fleet."""
+    name = "race-" + uuid.uuid4().hex[:6]
+    path = tmp_path / (name + ".dstack.yml")
+    path.write_text("type: fleet\nname: %s\nnodes: 2\nbackends: [local]\n" % name)
+    docker = Docker()
+    local.ensure_node_image(docker)
+    envs = [dict(os.environ, GPUFLEET_STATE_DIR=str(state),
+                 ANSIBLE_COLLECTIONS_PATH=str(collections_path()), ANSIBLE_NOCOLOR="1")
+            for state in state_dirs]
+    procs = [subprocess.Popen([str(BIN / "gpufleet"), "apply", "-y", "-f", str(path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              stdin=subprocess.DEVNULL, env=env) for env in envs]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        results.append((proc.returncode, out, err))
+    return name, docker, results, envs
+
+
+def _check_race(name, docker, results, envs):
+    for rc, out, err in results:
+        assert rc == 0, out[-3000:] + err[-3000:]
+        # The fleet table each apply ends with shows both nodes, ready.
+        rows = [line.split() for line in out[out.rindex("NAME"):].splitlines()
+                if line.strip().startswith("instance=")]
+        assert sorted(row[0] for row in rows) == ["instance=0", "instance=1"], out
+        assert all("idle" in row for row in rows), out
+        waits = [line for line in err.splitlines() if line.startswith("waiting for")]
+        assert len(waits) <= 1, err
+        for line in waits:
+            assert line.startswith("waiting for another apply of fleet %s (pid " % name), err
+    nodes = local.list_nodes(docker, name)
+    assert sorted(local.node_num(n) for n in nodes) == [0, 1]
+    assert all(n["state"] == "running" for n in nodes), nodes
+    assert all(n["labels"].get(local.MADE_BY_LABEL) for n in nodes), nodes
+    # What each controller lists afterwards: the fleet with both nodes.
+    for env in envs:
+        listed = subprocess.run([str(BIN / "gpufleet"), "fleet"], capture_output=True,
+                                text=True, stdin=subprocess.DEVNULL, env=env, check=False,
+                                timeout=300)
+        assert listed.returncode == 0, listed.stderr
+        assert _listed_instances(listed.stdout, name) == ["instance=0", "instance=1"], \
+            listed.stdout
+
+
+def _listed_instances(table, name):
+    """The instance rows under the fleet ``name``'s row of a fleet table."""
+    found, inside = [], False
+    for line in table.splitlines():
+        words = line.split()
+        if not words:
+            continue
+        if words[0].startswith("instance="):
+            if inside:
+                found.append(words[0])
+        else:
+            inside = words[0] == name
+    return sorted(found)
+
+
+def test_two_applies_of_one_fleet_at_once_both_end_with_both_nodes(tmp_path):
+    """One controller (one state dir) applies the same 2-node fleet twice at once: the second
+    waits for the first (or finds its nodes), and both end with the 2 nodes ready."""
+    name, docker = None, Docker()
+    try:
+        name, docker, results, envs = _race(tmp_path, [tmp_path / "state"] * 2)
+        _check_race(name, docker, results, envs)
+    finally:
+        if name:
+            local.remove_fleet(docker, name)
+
+
+def test_two_controllers_apply_one_fleet_at_once(tmp_path):
+    """Two controllers (two state dirs, each with its own key) apply the same 2-node local
+    fleet at once on one engine: neither removes what the other made, both end with the 2
+    nodes ready, and both can reach them (each one's key is let in)."""
+    name, docker = None, Docker()
+    try:
+        name, docker, results, envs = _race(tmp_path, [tmp_path / "one", tmp_path / "two"])
+        _check_race(name, docker, results, envs)
+    finally:
+        if name:
+            local.remove_fleet(docker, name)

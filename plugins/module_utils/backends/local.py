@@ -16,10 +16,12 @@ inventory plugin, the node image module and the tests also call directly.
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 
@@ -273,6 +275,11 @@ SPEC_LABEL = LABEL_PREFIX + "spec"
 # A node made because a run needed it: the run's name and its idle limit (made_for.py).
 MADE_FOR_LABEL = LABEL_PREFIX + "made-for-run"
 IDLE_LABEL = LABEL_PREFIX + "idle-duration"
+# Who made a node: ``user@host`` of the command that created it.
+MADE_BY_LABEL = LABEL_PREFIX + "made-by"
+AUTHORIZED_KEY_ENV = "GPUFLEET_AUTHORIZED_KEY"
+# What the engine answers a ``docker run --name`` whose name another container has.
+NAME_TAKEN = "is already in use"
 SPEC_KEYS = ("nodes", "placement", "blocks", "backends", "resources", "spot_policy", "max_price")
 NODE_SSH_PORT = 22
 
@@ -315,6 +322,7 @@ def list_nodes(docker, fleet=None):
     for item in data:
         labels = (item.get("Config") or {}).get("Labels") or {}
         networks = ((item.get("NetworkSettings") or {}).get("Networks")) or {}
+        env = (item.get("Config") or {}).get("Env") or []
         nodes.append({
             "id": item.get("Id"),
             "name": (item.get("Name") or "").lstrip("/"),
@@ -324,6 +332,9 @@ def list_nodes(docker, fleet=None):
             "networks": dict(
                 (net, (info or {}).get("IPAddress") or None) for net, info in networks.items()
             ),
+            # The public key the node was made with (it is no secret).
+            "authorized_key": next((e.split("=", 1)[1] for e in env
+                                    if e.startswith(AUTHORIZED_KEY_ENV + "=")), None),
         })
 
     def order(node):
@@ -429,7 +440,8 @@ def _run_node(docker, fleet, num, placement, image, public_key, created, flags, 
         "--label", "%s=%d" % (INSTANCE_LABEL, num),
         "--label", "%s=%s" % (CREATED_LABEL, created),
         "--label", "%s=%s" % (PLACEMENT_LABEL, placement),
-        "--env", "GPUFLEET_AUTHORIZED_KEY=" + public_key,
+        "--label", "%s=%s" % (MADE_BY_LABEL, made_by()),
+        "--env", AUTHORIZED_KEY_ENV + "=" + public_key,
         "--mount", "type=volume,source=%s,target=/var/lib/docker" % volume_name(fleet, num),
     ]
     if spec:
@@ -441,13 +453,27 @@ def _run_node(docker, fleet, num, placement, image, public_key, created, flags, 
     return docker.run(*(args + list(flags) + [image]), check=False)
 
 
+def made_by():
+    """``user@host`` of this process, for the label that says who made a node."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = str(os.getuid())
+    return "%s@%s" % (user, socket.gethostname())
+
+
 def _ensure_network(docker, name, fleet):
     rc, _out, _err = docker.run("network", "inspect", name, check=False)
     if rc == 0:
         return False
-    docker.run("network", "create", "--driver", "bridge", "--label",
-               "%s=%s" % (FLEET_LABEL, fleet), name)
-    return True
+    rc, _out, err = docker.run("network", "create", "--driver", "bridge", "--label",
+                               "%s=%s" % (FLEET_LABEL, fleet), name, check=False)
+    if rc == 0:
+        return True
+    # Another command of the fleet made it meanwhile: it is the one to use.
+    if docker.run("network", "inspect", name, check=False)[0] == 0:
+        return False
+    raise DockerError("docker network create %s failed (exit %d): %s" % (name, rc, err.strip()))
 
 
 def _ensure_volume(docker, name, fleet):
@@ -459,7 +485,11 @@ def _ensure_volume(docker, name, fleet):
 
 def start_node(docker, fleet, num, placement, image, public_key, created, privileged=None,
                spec=None, made_for=None):
-    """Create and start one node. Returns whether --privileged was usable (for the next node)."""
+    """Create and start one node. Returns whether --privileged was usable (for the next node).
+
+    When the node's name is taken, another command made the node meanwhile (an apply that did
+    not share this one's lock: another machine using this engine): it is left as it is, to be
+    found by the listing that follows, never removed."""
     _ensure_network(docker, network_name(fleet, num, placement), fleet)
     _ensure_volume(docker, volume_name(fleet, num), fleet)
     attempts = [True, False] if privileged is None else [privileged]
@@ -469,6 +499,8 @@ def start_node(docker, fleet, num, placement, image, public_key, created, privil
             made_for)
         if rc == 0:
             return allowed
+        if NAME_TAKEN in err:
+            return privileged
         docker.run("rm", "-f", container_name(fleet, num), check=False)
         if allowed and privilege_refused(err):
             continue
@@ -504,6 +536,13 @@ def remove_fleet(docker, fleet, check_mode=False):
         for network in networks:
             docker.run("network", "rm", network)
     return {"containers": containers, "volumes": volumes, "networks": networks}
+
+
+# Adds $GPUFLEET_KEY to the login user's keys unless it is there; says "added" when it was not.
+AUTHORIZE_SCRIPT = (
+    'f=/home/%s/.ssh/authorized_keys; grep -qxF "$GPUFLEET_KEY" "$f" 2>/dev/null && exit 0; '
+    'printf "%%s\\n" "$GPUFLEET_KEY" >> "$f" && chown %s:%s "$f" && chmod 600 "$f" && '
+    'echo added' % (NODE_USER, NODE_USER, NODE_USER))
 
 
 class Local(Backend):
@@ -555,6 +594,21 @@ class Local(Backend):
     def start(self, placed):
         for node in placed:
             self.docker.run("start", node["name"])
+
+    def authorize(self, placed, public_key):
+        """Let ``public_key`` log in to the running nodes made with another key (nodes another
+        controller, with its own state dir, made): it is added to the login user's
+        authorized_keys. Returns the names of the nodes it was added to. A node started again
+        has only the key it was made with: the next apply adds it again."""
+        added = []
+        for node in placed:
+            if node["state"] != "running" or node.get("authorized_key") in (None, public_key):
+                continue
+            out = self.docker.run("exec", "--env", "GPUFLEET_KEY=" + public_key, node["name"],
+                                  "sh", "-c", AUTHORIZE_SCRIPT)
+            if out.strip() == "added":
+                added.append(node["name"])
+        return added
 
     def terminate(self, placed):
         """Remove each node with its volume, and its network unless the fleet is a cluster

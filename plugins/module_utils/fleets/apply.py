@@ -11,6 +11,7 @@ through the local backend's client (backends/local.py ``Local``).
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 
@@ -18,9 +19,9 @@ from ..backends import base, local
 from ..backends.errors import BackendError
 from ..core.errors import GpufleetError
 from ..offers import catalog
-from . import cloud, state
+from . import cloud, lock, state
 from ..spec.naming import fleet_name, instance_name
-from .plan import has_changes, plan_backend
+from .plan import has_changes, lowest_unused, plan_backend
 from .records import fleet_record, ssh_instances
 
 
@@ -141,7 +142,7 @@ def at_least(config, count):
 
 
 def apply(config, path=None, docker=None, root=None, check_mode=False, image=None,
-          build_image=None, settings=None, made_for=None):
+          build_image=None, settings=None, made_for=None, on_wait=None):
     """Converge a fleet to its config. Returns ``(fleet record, changed)``.
 
     The record's ``plan`` says what was (in check mode: would be) done, by instance name:
@@ -150,6 +151,11 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
     are the cloud backends' settings (``{"aws": {...}}``, see docs/backends.md). ``made_for``
     (``{"run", "idle_duration"}``, backends/made_for.py) marks the instances this apply creates
     as made for that run, with that idle limit (fleets/idle.py).
+
+    A backend fleet is changed holding its apply lock (lock.py): a second apply of it, from
+    this controller or another of this machine, waits (``on_wait(message)`` is told once),
+    then finds what the first made. Whatever happened meanwhile, an apply that ends with fewer
+    live instances than the file asks for raises ApplyError (``instances_missing``).
     """
     root = state.state_dir(root)
     config = resolved(config, settings, root)
@@ -161,6 +167,43 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
         record["plan"] = None  # hosts are claimed by the play, which knows their markers
         return record, False
     backend = _backend(config, name)
+    held = contextlib.nullcontext(False) if check_mode else lock.fleet_lock(name, on_wait)
+    with held:
+        record, changed = _apply_backend(config, name, backend, path, docker, root, check_mode,
+                                         image, build_image, settings, made_for)
+    if not check_mode:
+        missing = instances_missing(config, record)
+        if missing:
+            raise ApplyError(
+                "fleet %s has %d of the %d instances its file asks for after this apply "
+                "(missing: %s): another command removed them meanwhile; apply again"
+                % (name, len(live_instances(record)), config["nodes"]["target"],
+                   ", ".join(missing)))
+    return record, changed
+
+
+# Instance statuses that do not count as the fleet's: going or gone.
+GONE = ("terminating", "terminated", "failed")
+
+
+def live_instances(record):
+    """The record's instances that are there or coming (not going or gone)."""
+    return [i for i in record.get("instances") or [] if i.get("status") not in GONE]
+
+
+def instances_missing(config, record):
+    """The names of the instances a backend fleet lacks to have as many live ones as its
+    ``nodes.target`` (the lowest free numbers); empty when it has them."""
+    target = int((config.get("nodes") or {}).get("target") or 0)
+    live = live_instances(record)
+    if len(live) >= target:
+        return []
+    return _names(record["name"], lowest_unused([i["num"] for i in live], target - len(live)))
+
+
+def _apply_backend(config, name, backend, path, docker, root, check_mode, image, build_image,
+                   settings, made_for):
+    """apply's work on a backend fleet (cloud or local), the lock held."""
     if backend in base.CLOUD_BACKENDS:
         if made_for:
             config = dict(config, made_for=made_for)   # what launch_group tags instances with
@@ -214,6 +257,12 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
             client.create(name, nums["create"], placement, image, public_key, utcnow(),
                           spec=local.spec_label(config), made_for=made_for)
         nodes = client.fleet_instances(name)
+    if nodes and not check_mode:
+        # Nodes another controller made (its own state dir, its own key) let this one's key
+        # in too, so that its checks reach them as theirs do.
+        key_file, public_key, _made = state.ensure_key(root, name)
+        if client.authorize(nodes, public_key):
+            changed = True
     instances = client.records(nodes, name, key_file, config.get("blocks", 1))
     if check_mode:
         # What would be created, without an address yet.
@@ -245,8 +294,10 @@ def remove_instances(config, nums, path=None, docker=None, root=None, settings=N
         except cloud.CloudError as exc:
             raise ApplyError(str(exc)) from exc
     client = base.client(backend, docker=docker)
-    chosen = [node for node in client.fleet_instances(name) if client.view(node)["num"] in nums]
-    client.terminate(chosen)
+    with lock.fleet_lock(name):
+        chosen = [node for node in client.fleet_instances(name)
+                  if client.view(node)["num"] in nums]
+        client.terminate(chosen)
     return len(chosen)
 
 
@@ -269,7 +320,10 @@ def delete(config, path=None, docker=None, root=None, check_mode=False, settings
         except cloud.CloudError as exc:
             raise ApplyError(str(exc)) from exc
     elif backend is not None:
-        removed = base.client(backend, docker=docker).delete_fleet(name, check_mode=check_mode)
+        # As an apply does (lock.py): an apply of the fleet under way ends first.
+        with contextlib.nullcontext() if check_mode else lock.fleet_lock(name):
+            removed = base.client(backend, docker=docker).delete_fleet(name,
+                                                                       check_mode=check_mode)
     files = state.remove_fleet_dir(root, name, check_mode=check_mode)
     changed = bool(files or any(removed.values()))
     record["status"] = "terminated"

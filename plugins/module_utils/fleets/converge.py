@@ -128,7 +128,7 @@ def converge(params, runs_alive, check_mode=False, warn=None, docker=None):
     record, changed = apply.apply(
         config, path, docker, root, check_mode, image=params["image"],
         build_image=build_image, settings=settings,
-        made_for=idle.made_for(params["made_for"], config),
+        made_for=idle.made_for(params["made_for"], config), on_wait=warn,
     )
     if not check_mode:
         state.ensure_fleet_dir(root, record["name"])

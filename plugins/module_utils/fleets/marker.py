@@ -17,6 +17,8 @@ Pure Python; no Ansible imports. Everything raises MarkerError and nothing else.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import time
@@ -261,6 +263,40 @@ def ensure(
     claim took the host from, else None.
     """
     _check_options(state, fleet, instance, hosts, controller)
+    with _claiming(path, check_mode):
+        return _ensure(path, state, fleet, instance, hosts, controller, force, check_mode, now)
+
+
+@contextlib.contextmanager
+def _claiming(path, check_mode):
+    """Hold an exclusive ``flock`` on the marker's folder from reading the marker to writing
+    it, so that two controllers claiming the host at once (for two fleets) do it one after the
+    other: the second reads the first's claim and is refused, instead of both believing they
+    own the host. The lock goes with the process and leaves no file. In check mode nothing is
+    written and no lock is taken."""
+    if check_mode:
+        yield
+        return
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        if not os.path.isdir(directory):
+            os.makedirs(directory, DIR_MODE, exist_ok=True)   # two claims may make it at once
+            os.chmod(directory, DIR_MODE)
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError as exc:
+        raise MarkerError(
+            "cannot write the fleet marker %s: %s%s"
+            % (path, exc.strerror or exc, _become_hint(exc))
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)   # which releases the lock
+
+
+def _ensure(path, state, fleet, instance, hosts, controller, force, check_mode, now):
+    """ensure's work, the marker's lock held."""
     previous = read_marker(path)
     took_over = None
     if state == PRESENT:
