@@ -19,7 +19,7 @@ localpool.FRESH_S (the job is starting). A holder that is gone or stopped holds 
     pool.volume(name, "local")                 # the pool's record (with ``attached``), or None
     pool.create_volume(name, "local", None, size_gb)
     pool.delete_volume(name, "local", raw)     # BackendError while in use
-    source = pool.attach_volume(name, "local", raw, node)    # node: an instance record
+    [folder] = pool.attach_volume(name, "local", raw, pool.host_instance(record))
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from .errors import BackendError
 from .interface import VolumeBackend
 from .local import NODE_POOL_DIR, POOL_VOLUME, ensure_node_image, pool_mount
 
-__all__ = ("NODE_POOL_DIR", "POOL_VOLUME", "Pool", "ensure_pool", "pool_mount", "volume_record",
-           "who")
+__all__ = ("NODE_POOL_DIR", "POOL_VOLUME", "Pool", "ensure_pool", "node_folder", "pool_mount",
+           "volume_record", "who")
 
 POOL_LABEL = "gpufleet.pool"
 # Where a node mounts a network volume (volumes/mounts.py, tasks/nodeside.py keep it too).
@@ -51,6 +51,11 @@ def who():
     except (KeyError, OSError):
         user = "unknown"
     return "%s@%s" % (user, socket.gethostname())
+
+
+def node_folder(name):
+    """Where a node sees the folder of volume ``name`` (localpool.py's ``data/<name>``)."""
+    return "%s/data/%s" % (NODE_POOL_DIR, name)
 
 
 def _iso(seconds):
@@ -233,7 +238,7 @@ class Pool(VolumeBackend):
             # Released: the old node no longer shows the volume where jobs bind it.
             self.docker.run("exec", previous, "umount", "%s/%s" % (MOUNT_ROOT, name),
                             check=False)
-        return ["%s/%s" % (NODE_POOL_DIR, name)]
+        return [node_folder(name)]
 
     def detach_volume(self, name, region, volume):
         """Free the volume of its holder node, unless a run there uses it."""
