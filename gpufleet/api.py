@@ -43,6 +43,7 @@ __all__ = [
     "apply",
     "delete",
     "delete_fleet",
+    "delete_volume",
     "run_task",
     "wait",
     "runs",
@@ -297,6 +298,35 @@ def delete(config: Config, **options) -> dict:
     if not result.ok:
         raise _failed(result, record)
     return record
+
+
+def volume_config(record: Mapping) -> dict:
+    """The volume file that deletes the volume a listing record describes: its backend, region
+    and zone, and its volume_id when it was registered (so that only the marks go)."""
+    config = {"type": "volume", "name": record["name"], "backend": record["backend"]}
+    if record["backend"] != "local":
+        config["region"] = record["region"]
+        if record.get("availability_zone"):
+            config["availability_zone"] = record["availability_zone"]
+    if record.get("external") and record.get("volume_id"):
+        config["volume_id"] = record["volume_id"]
+    else:
+        config["size"] = "%sGB" % (record.get("size") or 1)
+    return config
+
+
+def delete_volume(name: str, **options) -> dict:
+    """Delete the volume named ``name``, as ``gpufleet volume delete NAME`` does: found in the
+    listing (:func:`volumes`), then deleted as its file would be (a volume in use is refused).
+    GpufleetError when no volume, or more than one, has that name."""
+    found = [r for r in volumes(**options) if r.get("name") == name]
+    if not found:
+        raise GpufleetError(f"Volume {name} does not exist (gpufleet volume lists them)")
+    if len(found) > 1:
+        raise GpufleetError(f"{len(found)} volumes are named {name} ("
+                            + ", ".join(f"{r['backend']} {r['region']}" for r in found)
+                            + "): delete one with its file, gpufleet delete -f <volume file>")
+    return delete(volume_config(found[0]), **options)
 
 
 def delete_fleet(name: str, instances: Iterable[int] | None = None, check: bool = False,

@@ -362,3 +362,19 @@ def test_the_node_binds_the_folder_once_and_unmounts_it(tmp_path):
     finally:
         nodeside.op_unmount_volume(payload)
         subprocess.run(["umount", str(pool)], check=False)
+
+
+def test_volume_delete_by_name_deletes_as_the_volume_file_would():
+    from gpufleet.api import volume_config
+
+    assert volume_config({"name": "data", "backend": "local", "region": "local", "size": 5}) == {
+        "type": "volume", "name": "data", "backend": "local", "size": "5GB"}
+    assert volume_config({"name": "dd", "backend": "aws", "region": "us-east-1",
+                          "availability_zone": "us-east-1a", "size": 10, "external": True,
+                          "volume_id": "vol-1"}) == {
+        "type": "volume", "name": "dd", "backend": "aws", "region": "us-east-1",
+        "availability_zone": "us-east-1a", "volume_id": "vol-1"}
+    for record in ({"name": "data", "backend": "local", "region": "local", "size": 5},
+                   {"name": "dd", "backend": "gcp", "region": "us-central1", "size": 10,
+                    "availability_zone": "us-central1-a", "volume_id": "dd", "external": False}):
+        parse_data(volume_config(record), "x", "volume")   # a valid volume file
