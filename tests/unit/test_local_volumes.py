@@ -129,7 +129,8 @@ class Engine:
     def __init__(self, root):
         self.root = str(root)
         self.now = 1000.0
-        self.nodes = {}           # running node name -> {container name: [mount sources]}
+        # running node name -> {container name: (running, "run id/submission", [mount sources])}
+        self.nodes = {}
         self.broken = set()       # nodes whose docker does not answer
         self.execs = []
         self.pool_made = False
@@ -157,8 +158,9 @@ class Engine:
                 return 0, b"", b""
             if node in self.broken:
                 return 1, b"", b"Cannot connect to the Docker daemon"
-            lines = ["/%s %s" % (name, " ".join(srcs)) for name, srcs in
-                     self.nodes[node].items()]
+            assert '"gpufleet.run-id"' in args[-1] and '"gpufleet.submission"' in args[-1]
+            lines = ["/%s %s %s %s" % (name, "true" if up else "false", run, " ".join(srcs))
+                     for name, (up, run, srcs) in self.nodes[node].items()]
             return 0, ("\n".join(lines) + "\n").encode(), b""
         raise AssertionError("unexpected docker %s" % args)
 
@@ -190,28 +192,36 @@ def test_apply_makes_the_pool_and_a_record_once(engine):
     assert provision.describe(config(), "data", client=pool)["status"] == "active"
 
 
+RUN = {"id": "r1", "submission": 0}
+MOUNTED = "/mnt/disks/dstack-volumes/data"
+
+
 def test_a_volume_moves_only_from_a_node_where_nothing_uses_it(engine):
     pool = pool_of(engine)
     provision.apply(config(), "data", client=pool)
     engine.nodes = {"a-0": {}, "a-1": {}}
-    assert pool.attach_volume("data", "local", pool.volume("data"), "a-0") == [
+    assert pool.attach_volume("data", "local", pool.volume("data"), "a-0", run=RUN) == [
         "/var/lib/gpufleet/volumes/data/data"]
-    # Fresh: a-0's job may be starting, so a-1 cannot take it.
+    # Just attached, its run has no container on a-0 yet: the job is starting, a-1 waits.
     with pytest.raises(local_volumes.BackendError,
-                       match=r"volume data is attached to node a-0 less than 60 s ago"):
-        pool.attach_volume("data", "local", pool.volume("data"), "a-1")
-    engine.now += localpool.FRESH_S + 1
-    engine.nodes["a-0"] = {"job-run-0": ["/mnt/disks/dstack-volumes/data", "/srv"]}
-    with pytest.raises(local_volumes.BackendError,
-                       match=r"volume data is in use on node a-0 by container job-run-0; a "
-                             r"volume is attached to one node at a time"):
-        pool.attach_volume("data", "local", pool.volume("data"), "a-1")
-    # The same node takes it again at once (a second job there).
-    pool.attach_volume("data", "local", pool.volume("data"), "a-0")
-    engine.now += localpool.FRESH_S + 1
-    engine.nodes["a-0"] = {"job-run-0": ["/srv"]}   # the run ended
-    pool.attach_volume("data", "local", pool.volume("data"), "a-1")
-    assert ["a-0", "umount", "/mnt/disks/dstack-volumes/data"] in engine.execs
+                       match=r"volume data is attached to node a-0 less than 60 s ago, for a "
+                             r"run starting there; a volume is attached to one node at a time"):
+        pool.attach_volume("data", "local", pool.volume("data"), "a-1", run=RUN)
+    # Its container runs and binds it: in use, however long ago it was attached.
+    engine.nodes["a-0"] = {"job-r1-0": (True, "r1/0", [MOUNTED, "/srv"])}
+    for _ in range(2):
+        with pytest.raises(local_volumes.BackendError,
+                           match=r"volume data is in use on node a-0 by container job-r1-0"):
+            pool.attach_volume("data", "local", pool.volume("data"), "a-1", run=RUN)
+        engine.now += localpool.FRESH_S + 1
+    # The same node takes it again at once (the next run there).
+    pool.attach_volume("data", "local", pool.volume("data"), "a-0", run={"id": "r2"})
+    assert pool.volume("data")["attached_for"] == {"id": "r2", "submission": "0"}
+    # The run ended (its container exited) within the window: the volume is free to move.
+    engine.nodes["a-0"] = {"job-r1-0": (False, "r1/0", [MOUNTED]),
+                           "job-r2-0": (False, "r2/0", [MOUNTED])}
+    pool.attach_volume("data", "local", pool.volume("data"), "a-1", run=RUN)
+    assert ["a-0", "umount", MOUNTED] in engine.execs
     assert pool.volume("data")["attached"] == "a-1"
 
 
@@ -234,14 +244,13 @@ def test_a_stopped_holder_holds_nothing_and_a_mute_one_holds_it(engine):
 def test_delete_is_refused_while_in_use_and_works_after(engine):
     pool = pool_of(engine)
     provision.apply(config(), "data", client=pool)
-    engine.nodes = {"a-0": {"job-x-0": ["/mnt/disks/dstack-volumes/data"]}}
-    pool.attach_volume("data", "local", pool.volume("data"), "a-0")
-    engine.now += localpool.FRESH_S + 1
+    engine.nodes = {"a-0": {"job-x-0": (True, "x/0", [MOUNTED])}}
+    pool.attach_volume("data", "local", pool.volume("data"), "a-0", run={"id": "x"})
     with pytest.raises(VolumeError, match=r"volume data is in use on node a-0 by container "
                                           r"job-x-0: stop the run that uses it"):
         provision.delete(config(), "data", client=pool)
     assert pool.volume("data") is not None
-    engine.nodes["a-0"] = {}
+    engine.nodes["a-0"] = {"job-x-0": (False, "x/0", [MOUNTED])}
     record, changed = provision.delete(config(), "data", client=pool)
     assert changed is True and record["status"] == "terminated"
     assert pool.volume("data") is None
@@ -291,6 +300,7 @@ def test_attaching_a_local_volume_asks_the_node_to_bind_it_from_the_pool(engine)
     assert node.calls == [("mount_volume", {"name": "data", "wait": attach.MOUNT_WAIT,
                                             "devices": ["/var/lib/gpufleet/volumes/data/data"],
                                             "pool": "/var/lib/gpufleet/volumes"})]
+    assert pool.volume("data")["attached_for"] == {"id": "", "submission": "0"}
 
 
 # -- spec, nodes, node side
@@ -323,6 +333,14 @@ def test_every_node_mounts_the_pool():
     argv = seen[0]
     assert "type=volume,source=gpufleet-volumes,target=/var/lib/gpufleet/volumes" in argv
     assert local_volumes.node_folder("x").startswith(local.NODE_POOL_DIR + "/")
+
+
+def test_the_labels_read_on_nodes_are_the_ones_job_containers_carry():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import container
+
+    assert local_volumes.RUN_ID_LABEL == container.RUN_ID_LABEL
+    assert local_volumes.SUBMISSION_LABEL == container.SUBMISSION_LABEL
+    assert local_volumes.MOUNT_ROOT == nodeside.NETWORK_VOLUMES_ROOT
 
 
 def test_a_node_without_the_pool_says_to_recreate_the_fleet(tmp_path):

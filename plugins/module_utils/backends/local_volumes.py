@@ -13,7 +13,8 @@ volume (``/mnt/disks/dstack-volumes/<name>``, tasks.nodeside ``mount_volume``).
 
 A volume is in use, and neither moves to another node nor is deleted, while its holder node
 runs and either a running container there binds it or the attach is younger than
-localpool.FRESH_S (the job is starting). A holder that is gone or stopped holds nothing.
+localpool.FRESH_S and its run submission has no container there yet (the job is starting). A
+holder that is gone or stopped holds nothing.
 
     pool = Pool(docker)
     pool.volume(name, "local")                 # the pool's record (with ``attached``), or None
@@ -39,6 +40,9 @@ __all__ = ("NODE_POOL_DIR", "POOL_VOLUME", "Pool", "ensure_pool", "node_folder",
            "volume_record", "who")
 
 POOL_LABEL = "gpufleet.pool"
+# The job containers' labels that name their run submission (tasks/container.py sets them).
+RUN_ID_LABEL = "gpufleet.run-id"
+SUBMISSION_LABEL = "gpufleet.submission"
 # Where a node mounts a network volume (volumes/mounts.py, tasks/nodeside.py keep it too).
 MOUNT_ROOT = "/mnt/disks/dstack-volumes"
 REGION = "local"
@@ -148,34 +152,42 @@ class Pool(VolumeBackend):
                 found[parts[0]] = found[parts[1]] = (parts[1], parts[2] or None)
         return found
 
-    def binder(self, holder, name):
-        """The running container on node ``holder`` that binds volume ``name``, or None;
-        BackendError when the node cannot tell (it then counts as in use)."""
-        script = ("docker ps -q | xargs -r docker inspect --format "
-                  "'{{.Name}}{{range .Mounts}} {{.Source}}{{end}}'")
+    def containers(self, holder, name):
+        """``[(name, running, "run id/submission", [mount sources])]`` of every container on
+        node ``holder``; BackendError when the node cannot tell (the volume then counts as in
+        use: nothing is booked twice on a guess)."""
+        script = ("docker ps -aq | xargs -r docker inspect --format '{{.Name}} {{.State.Running}} "
+                  "{{index .Config.Labels \"%s\"}}/{{index .Config.Labels \"%s\"}}"
+                  "{{range .Mounts}} {{.Source}}{{end}}'" % (RUN_ID_LABEL, SUBMISSION_LABEL))
         rc, out, err = self.docker.run("exec", holder, "sh", "-c", script, check=False)
         if rc != 0:
             raise BackendError("local volume %s: node %s could not list its containers (%s); "
-                               "it counts as in use until the node answers or is removed"
-                               % (name, holder, err.strip()[-300:]))
-        wanted = "%s/%s" % (MOUNT_ROOT, name)
+                               "the volume counts as in use until the node answers or is "
+                               "removed" % (name, holder, err.strip()[-300:]))
+        found = []
         for line in out.splitlines():
             fields = line.split()
-            if wanted in fields[1:]:
-                return fields[0].lstrip("/")
-        return None
+            if len(fields) >= 3:
+                found.append((fields[0].lstrip("/"), fields[1] == "true", fields[2], fields[3:]))
+        return found
 
     def in_use(self, raw):
-        """Why the volume cannot move or go now, or None when it can."""
+        """Why the volume cannot move or go now, or None when it can: its holder node runs and
+        a running container there binds it, or it was attached there less than
+        localpool.FRESH_S ago for a run submission that has no container there yet."""
         holder = raw.get("attached")
         if not holder:
             return None
-        if raw.get("fresh"):
+        wanted = "%s/%s" % (MOUNT_ROOT, raw["name"])
+        found = self.containers(holder, raw["name"])
+        for container, running, _run, sources in found:
+            if running and wanted in sources:
+                return "in use on node %s by container %s" % (holder, container)
+        run = raw.get("attached_for") or {}
+        started = "%s/%s" % (run.get("id"), run.get("submission"))
+        if raw.get("fresh") and not any(r == started for _c, _r2, r, _s in found):
             return ("attached to node %s less than %d s ago, for a run starting there"
                     % (holder, localpool.FRESH_S))
-        job = self.binder(holder, raw["name"])
-        if job:
-            return "in use on node %s by container %s" % (holder, job)
         return None
 
     # -- interface.VolumeBackend
@@ -217,9 +229,10 @@ class Pool(VolumeBackend):
         """The node container of a local instance record."""
         return record["container"]
 
-    def attach_volume(self, name, region, volume, instance):
+    def attach_volume(self, name, region, volume, instance, run=None):
         """Attach the volume to the node container ``instance`` (moving it from a node where
-        it is not in use); returns the folder the node bind-mounts, as a one-item list."""
+        it is not in use) for ``run`` (``{"id", "submission"}``: the submission whose job
+        will bind it); returns the folder the node bind-mounts, as a one-item list."""
         live = self.running()
         if instance not in live:
             raise BackendError("volume %s: node %s is not running" % (name, instance))
@@ -231,8 +244,11 @@ class Pool(VolumeBackend):
                 raise BackendError(
                     "volume %s is %s; a volume is attached to one node at a time: stop the run "
                     "that uses it there first (gpufleet stop)" % (name, why))
-        answer = self.call("attach", {"name": name, "generation": volume["generation"],
-                                      "holder": {"id": node_id, "name": live[instance][0]}})
+        answer = self.call("attach", {
+            "name": name, "generation": volume["generation"],
+            "holder": {"id": node_id, "name": live[instance][0]},
+            "run": {"id": str((run or {}).get("id") or ""),
+                    "submission": str((run or {}).get("submission") or 0)}})
         previous = (answer.get("previous") or {}).get("name")
         if previous and previous != live[instance][0] and previous in live:
             # Released: the old node no longer shows the volume where jobs bind it.

@@ -9,9 +9,10 @@ from the collection). The pool holds, per local volume ``NAME``:
 
     /pool/data/NAME          the volume's files (what a job sees at its mount path)
     /pool/records/NAME.json  {"name", "size", "created", "created_by", "holder", "attached_at",
-                              "generation"}
+                              "attached_for", "generation"}
 
-``holder`` is the node container ({"id", "name"}) the volume is attached to, or None. Every op
+``holder`` is the node container ({"id", "name"}) the volume is attached to, or None;
+``attached_for`` the run submission it was attached for ({"id", "submission"}). Every op
 runs under an exclusive flock on ``/pool/lock``, so controllers acting at once see each other's
 changes whole. Taking a volume (``attach``) and deleting one name the record's ``generation``
 the controller judged on: a change in between (another attach) refuses instead of booking the
@@ -30,7 +31,8 @@ import time
 
 ROOT = "/pool"
 NAME = re.compile(r"^[a-z][a-z0-9-]{0,40}$")
-# An attach this recent counts as in use though no job binds the volume yet: its job is starting.
+# An attach this recent, whose run has no container on the node yet, counts as in use: its job is
+# starting (local_volumes.Pool.in_use).
 FRESH_S = 60
 
 
@@ -127,7 +129,8 @@ def op_attach(root, args, now):
     free (``generation``). Returns the record and the holder it had (``previous``)."""
     record = _judged(root, args)
     previous = record.get("holder")
-    record.update(holder=args["holder"], attached_at=now, generation=record["generation"] + 1)
+    record.update(holder=args["holder"], attached_at=now, attached_for=args.get("run"),
+                  generation=record["generation"] + 1)
     _save(root, record)
     return {"volume": view(record, set([args["holder"]["id"]]), now), "previous": previous}
 
@@ -140,7 +143,8 @@ def op_release(root, args, now):
     holder = record.get("holder") or {}
     if args["holder"] not in (holder.get("id"), holder.get("name")):
         return {"volume": view(record, set(), now), "changed": False}
-    record.update(holder=None, attached_at=None, generation=record["generation"] + 1)
+    record.update(holder=None, attached_at=None, attached_for=None,
+                  generation=record["generation"] + 1)
     _save(root, record)
     return {"volume": view(record, set(), now), "changed": True}
 

@@ -108,10 +108,12 @@ def attach_and_mount(config, placed, run, nodes, clients):
                     raise VolumeError(
                         "network volume %s was not found in %s (%s): create it first "
                         "(gpufleet apply -f <volume file>)" % (name, region, backend))
-                devices = client.attach_volume(name, region, found, raw)
-                payload = {"name": name, "devices": devices, "wait": MOUNT_WAIT}
+                payload = {"name": name, "wait": MOUNT_WAIT}
                 if backend == "local":
                     payload["pool"] = NODE_POOL_DIR
+                    payload["devices"] = client.attach_volume(name, region, found, raw, run=run)
+                else:
+                    payload["devices"] = client.attach_volume(name, region, found, raw)
                 answer = nodes[host].call("mount_volume", payload)
                 done.setdefault(host, []).append(dict(answer, name=name))
         except BackendError as exc:
