@@ -527,7 +527,7 @@ def fleets(files: Iterable[str | os.PathLike] = (), health_max_age: int | None =
 def volumes(**options) -> list:
     """Volume records as ``gpufleet volume list`` lists them: every network volume the cloud
     backends that the backend settings configure hold (found by their tags and labels), newest
-    first. The local backend has no network volumes."""
+    first, and the local volumes of this machine's Docker engine when it answers."""
     opts = _Options(**options)
     result = opts.play("volume_list.yml", opts.extravars())
     records = result.stats.get("gpufleet_volumes")
