@@ -40,8 +40,8 @@ def listed():
     return [v for v in json.loads(out) if v["name"] == VOLUME]
 
 
-def test_a_local_volume_is_kept_between_runs_held_by_one_node_and_deleted_when_free(world,
-                                                                                  tmp_path):
+def test_a_local_volume_is_kept_between_runs_held_by_one_node_and_deleted_when_free(
+        world, tmp_path):
     volume_file = tmp_path / "vol.dstack.yml"
     volume_file.write_text("type: volume\nname: %s\nbackend: local\nsize: 1GB\n" % VOLUME)
     holder = "lvh-" + SUFFIX

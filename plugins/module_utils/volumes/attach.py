@@ -11,8 +11,8 @@ are, each job's volumes attached to its host and mounted where the container bin
 ``clients`` maps a backend (aws, gcp, local) to its volume client (backends/aws.py, gcp.py,
 local_volumes.py). A local volume is a folder in the engine's volume pool, which every local
 node mounts; attaching it moves it to the job's node, unless a running container on the node
-that holds it binds it, and the node bind-mounts its folder (docs/volumes.md "Local volumes"). A job's volume
-names are filled per node (``${{ dstack.node_rank }}``) by volumes/mounts.py. A volume is
+that holds it uses it, and the node bind-mounts its folder (docs/volumes.md "Local volumes").
+A job's volume names are filled per node (``${{ dstack.node_rank }}``) by volumes/mounts.py. A volume is
 attached to the job's instance unless it already is; one attached to another host is refused
 with the host named (the run that uses it there must stop first). The host then formats it if
 it is blank and mounts it at /mnt/disks/dstack-volumes/<name> (tasks.nodeside).
