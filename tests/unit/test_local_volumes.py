@@ -181,6 +181,9 @@ def config(**extra):
 
 def test_apply_makes_the_pool_and_a_record_once(engine):
     pool = pool_of(engine)
+    record, changed = provision.apply(config(), "data", client=pool, check_mode=True)
+    assert changed is True and record["status"] == "submitted"
+    assert not engine.pool_made   # check mode: nothing made, not even the pool
     record, changed = provision.apply(config(), "data", client=pool)
     assert changed is True and engine.pool_made
     assert dict((k, record[k]) for k in ("name", "backend", "region", "size", "status",

@@ -124,10 +124,16 @@ class Pool(VolumeBackend):
             self.image = ensure_node_image(self.docker)[0]
         return self.image
 
+    def pool_exists(self):
+        rc, _out, _err = self.docker.run("volume", "inspect", POOL_VOLUME, check=False)
+        return rc == 0
+
     def call(self, op, args):
-        """Run localpool.py's ``op``; its answer, BackendError on a refusal."""
+        """Run localpool.py's ``op``; its answer, BackendError on a refusal. Only ``create``
+        makes the pool when the engine has none."""
         try:
-            ensure_pool(self.docker)
+            if op == "create":
+                ensure_pool(self.docker)
             out = self.docker.run("run", "--rm", "-i", "--network", "none", "-v",
                                   "%s:/pool" % POOL_VOLUME, self._image(), "python3", "-", op,
                                   json.dumps(args), stdin=source_bytes())
@@ -193,14 +199,17 @@ class Pool(VolumeBackend):
     # -- interface.VolumeBackend
 
     def volume(self, name, region=REGION):
+        """The pool's record of ``name`` (with ``attached``, ``fresh``, ``fleet``), or None;
+        none without a pool (nothing is made by looking)."""
+        if not self.pool_exists():
+            return None
         live = self.running()
         raw = self.call("describe", {"name": name, "live": sorted(live)})["volume"]
         return _with_fleet(raw, live) if raw else None
 
     def all_volumes(self, regions=None):
         """Every local volume; none when the engine has no pool yet (nothing is made)."""
-        rc, _out, _err = self.docker.run("volume", "inspect", POOL_VOLUME, check=False)
-        if rc != 0:
+        if not self.pool_exists():
             return []
         live = self.running()
         raws = self.call("list", {"live": sorted(live)})["volumes"]
