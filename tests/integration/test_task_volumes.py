@@ -72,7 +72,7 @@ def test_a_local_volume_is_kept_between_runs_held_by_one_node_and_deleted_when_f
             time.sleep(1)
         assert node, node_containers(world, holder)
         assert listed()[0]["attached_to"] == [node]
-        (tmp_path / "take.dstack.yml").write_text(task("lvt-" + SUFFIX, "true"))
+        (tmp_path / "take.dstack.yml").write_text(task("lvt-" + SUFFIX, "echo taken"))
         rc, out, err = gpufleet("apply", "-f", tmp_path / "take.dstack.yml", "-y")
         assert rc != 0
         assert "volume %s is in use on node %s by container" % (VOLUME, node) in out + err
