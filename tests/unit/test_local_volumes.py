@@ -399,3 +399,26 @@ def test_volume_delete_by_name_deletes_as_the_volume_file_would():
                    {"name": "dd", "backend": "gcp", "region": "us-central1", "size": 10,
                     "availability_zone": "us-central1-a", "volume_id": "dd", "external": False}):
         parse_data(volume_config(record), "x", "volume")   # a valid volume file
+
+
+def test_delete_of_a_local_volume_file_deletes_it_and_says_so_when_it_is_gone(tmp_path,
+                                                                              monkeypatch):
+    import io
+
+    from gpufleet import api, cli
+
+    path = tmp_path / "vol.dstack.yml"
+    path.write_text("type: volume\nname: data\nbackend: local\nsize: 1GB\n")
+    there = {"name": "data", "backend": "local", "region": "local", "size": 1,
+             "volume_id": None, "status": "terminated", "created": "2026-01-01T00:00:00Z"}
+    deleted = []
+    monkeypatch.setattr(api, "plan", lambda _path, delete=False: dict(there))
+    monkeypatch.setattr(api, "delete", lambda p: deleted.append(p) or dict(there))
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main(["delete", "-y", "-f", str(path)], out=out, err=err) == 0
+    assert deleted == [str(path)] and "Volume data deleted: local local 1GB" in out.getvalue()
+    # Gone already (no creation time): nothing to delete, nothing asked of the playbook.
+    there["created"] = None
+    out = io.StringIO()
+    assert cli.main(["delete", "-y", "-f", str(path)], out=out, err=err) == 0
+    assert out.getvalue() == "Volume data: nothing to delete.\n" and len(deleted) == 1
