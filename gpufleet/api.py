@@ -43,6 +43,7 @@ __all__ = [
     "apply",
     "delete",
     "delete_fleet",
+    "delete_volume",
     "run_task",
     "wait",
     "runs",
@@ -299,6 +300,35 @@ def delete(config: Config, **options) -> dict:
     return record
 
 
+def volume_config(record: Mapping) -> dict:
+    """The volume file that deletes the volume a listing record describes: its backend, region
+    and zone, and its volume_id when it was registered (so that only the marks go)."""
+    config = {"type": "volume", "name": record["name"], "backend": record["backend"]}
+    if record["backend"] != "local":
+        config["region"] = record["region"]
+        if record.get("availability_zone"):
+            config["availability_zone"] = record["availability_zone"]
+    if record.get("external") and record.get("volume_id"):
+        config["volume_id"] = record["volume_id"]
+    else:
+        config["size"] = "%sGB" % (record.get("size") or 1)
+    return config
+
+
+def delete_volume(name: str, **options) -> dict:
+    """Delete the volume named ``name``, as ``gpufleet volume delete NAME`` does: found in the
+    listing (:func:`volumes`), then deleted as its file would be (a volume in use is refused).
+    GpufleetError when no volume, or more than one, has that name."""
+    found = [r for r in volumes(**options) if r.get("name") == name]
+    if not found:
+        raise GpufleetError(f"Volume {name} does not exist (gpufleet volume lists them)")
+    if len(found) > 1:
+        raise GpufleetError(f"{len(found)} volumes are named {name} ("
+                            + ", ".join(f"{r['backend']} {r['region']}" for r in found)
+                            + "): delete one with its file, gpufleet delete -f <volume file>")
+    return delete(volume_config(found[0]), **options)
+
+
 def delete_fleet(name: str, instances: Iterable[int] | None = None, check: bool = False,
                  **options) -> dict:
     """Delete the fleet named ``name``, as ``gpufleet fleet delete NAME`` does: found from the
@@ -497,7 +527,7 @@ def fleets(files: Iterable[str | os.PathLike] = (), health_max_age: int | None =
 def volumes(**options) -> list:
     """Volume records as ``gpufleet volume list`` lists them: every network volume the cloud
     backends that the backend settings configure hold (found by their tags and labels), newest
-    first. The local backend has no network volumes."""
+    first, and the local volumes of this machine's Docker engine when it answers."""
     opts = _Options(**options)
     result = opts.play("volume_list.yml", opts.extravars())
     records = result.stats.get("gpufleet_volumes")

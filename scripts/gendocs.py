@@ -115,6 +115,7 @@ IMAGE_TASK = {"type": "task", "image": "ubuntu:24.04"}
 VOLUMES = {
     "aws": {"type": "volume", "backend": "aws", "region": "us-east-1", "size": 100},
     "kubernetes": {"type": "volume", "backend": "kubernetes", "size": 100},
+    "local": {"type": "volume", "backend": "local", "size": 10},
 }
 
 

@@ -332,7 +332,9 @@ def _volume(args, path, wanted, out, err) -> int:
         if wanted == "present" and record["status"] != "submitted":
             out.write(f"Volume {record['name']} exists: {_volume_line(record)}\n")
             return 0
-        if wanted == "absent" and record["status"] == "terminated" and not record["volume_id"]:
+        # A volume that is not there: no id (cloud) and no creation time (local ones have no id).
+        if (wanted == "absent" and record["status"] == "terminated" and not record["volume_id"]
+                and not record.get("created")):
             out.write(f"Volume {record['name']}: nothing to delete.\n")
             return 0
         if not common.confirm(f"{doing} the volume {record['name']}?", args, out, err):

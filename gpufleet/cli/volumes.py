@@ -1,6 +1,6 @@
-"""``gpufleet volume``: the network volumes the clouds hold (``list``, the default), as
-``dstack volume`` lists them. Creating and deleting a volume are ``apply -f`` and
-``delete -f`` with its file."""
+"""``gpufleet volume``: the network volumes the clouds and the local pool hold (``list``, the
+default), as ``dstack volume`` lists them, and ``delete NAME``. Creating a volume is ``apply -f``
+with its file (``delete -f`` deletes it too)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ def add_volume(commands):
             "List network volumes as dstack volume list does, with playbooks/volume_list.yml: "
             "every EBS volume and persistent disk gpufleet made or registered, found by its tag "
             "or label in the cloud backends the backend settings configure (<state dir>/"
-            "backends.yml), newest first. The local backend has no network volumes. Without a "
-            "subcommand: list."
+            "backends.yml), and the local volumes of this machine's Docker engine (when it "
+            "answers), newest first. Without a subcommand: list."
         ),
     )
     volume.set_defaults(handler=_list)
@@ -26,6 +26,15 @@ def add_volume(commands):
         "list", help="list volumes",
         description="List volumes as dstack volume list does (the same as gpufleet volume).")
     listing.set_defaults(handler=_list)
+    deleting = actions.add_parser(
+        "delete", help="delete a volume",
+        description="Delete the volume NAME as dstack volume delete does: found as gpufleet "
+                    "volume lists it, deleted as gpufleet delete -f with its file would (a "
+                    "registered cloud volume only loses gpufleet's marks). A volume in use by "
+                    "a run is refused: stop the run first.")
+    deleting.add_argument("name", help="the volume's name")
+    deleting.add_argument("-y", "--yes", action="store_true", help="do not ask for confirmation")
+    deleting.set_defaults(handler=_delete)
     for parser in (volume, listing):
         parser.add_argument("-v", "--verbose", action="store_true",
                             help="show the region and zone, the fleets a volume is attached "
@@ -49,4 +58,18 @@ def _list(args, out, err) -> int:
     except GpufleetError as exc:
         return common.failed(exc, err)
     common.print_records(records, args, out, "No volumes.", _tables().volume_table)
+    return 0
+
+
+def _delete(args, out, err) -> int:
+    from ..api import GpufleetError, delete_volume
+
+    if not common.confirm(f"Delete the volume {args.name}?", args, out, err):
+        out.write("Nothing was changed.\n")
+        return 1
+    try:
+        record = delete_volume(args.name)
+    except GpufleetError as exc:
+        return common.failed(exc, err)
+    out.write(f"Volume {record['name']} deleted ({record['backend']}).\n")
     return 0

@@ -8,16 +8,19 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: volume
-short_description: Create, register or delete a dstack network volume (EBS or persistent disk)
+short_description: Create, register or delete a dstack network volume (EBS, persistent disk, local)
 version_added: 0.1.0
 description:
   - "Reads a dstack volume configuration (C(type: volume)) with gpufleet's configuration model
     and makes it real: an EBS gp3 volume for C(backend: aws), a balanced persistent disk for
-    C(backend: gcp), in C(availability_zone) or the region's first zone, of C(size)."
+    C(backend: gcp), in C(availability_zone) or the region's first zone, of C(size); for
+    C(backend: local), a folder in the Docker volume C(gpufleet-volumes) of this machine's
+    engine, attached to one local node at a time (see C(docs/volumes.md))."
   - With C(volume_id), an existing volume is registered instead; deleting a registered volume
     only takes gpufleet's tag or label off it, the data stays.
   - The volume's name is a tag (C(gpufleet:volume)) or label (C(gpufleet-volume)) on the volume,
-    the only record, so any controller with the credentials finds it.
+    the only record, so any controller with the credentials finds it; a local volume's record
+    is a file in C(gpufleet-volumes).
   - Tasks bind network volumes from C(/mnt/disks/dstack-volumes/<name>) on the host that runs
     them (see C(docs/tasks.md)).
 author:

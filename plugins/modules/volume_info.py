@@ -8,7 +8,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: volume_info
-short_description: List the dstack network volumes the cloud backends hold, as dstack volume list
+short_description: List the dstack network volumes the backends hold, as dstack volume list
 version_added: 0.1.0
 description:
   - Finds every network volume gpufleet made or registered, from the mark on the volume
@@ -17,8 +17,9 @@ description:
     regions a fleet of that backend may use.
   - Returns the volume records M(gpufleet.cluster.volume) returns, newest first, and dstack's
     C(dstack volume list) table.
-  - The C(local) backend has no network volumes; with no cloud backend configured the list is
-    empty.
+  - The C(local) backend's volumes (in the Docker volume C(gpufleet-volumes)) are listed when
+    this machine's Docker engine answers; without it, and with no cloud backend configured, the
+    list is empty.
 author:
   - gpufleet maintainers (@gpufleet)
 options:

@@ -540,7 +540,7 @@ def test_validate_refuses_backends_gpufleet_does_not_have_as_apply_does(files):
                    "region: eu\nsize: 10GB\n")
     (field, message), = refused_lines(volume)
     assert (field, message) == ("backend", "backend runpod volumes are not provisioned by "
-                                "gpufleet (aws, gcp)")
+                                "gpufleet (local, aws, gcp)")
     with pytest.raises(provision.VolumeError) as caught:
         provision.describe(parse_file(volume)[0], "pod")
     assert str(caught.value) == "volume pod: " + message

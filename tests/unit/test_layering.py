@@ -19,7 +19,7 @@ DOC = ROOT / "docs" / "architecture.md"
 ABSOLUTE = "ansible_collections.gpufleet.cluster.plugins.module_utils"
 # Sent to the hosts as standalone source: they may import nothing of the collection but the
 # files sent with them (tasks.booking runs in tasks.nodeside's namespace on a host).
-STANDALONE = ("tasks/nodeside.py", "tasks/wrapper.py", "tasks/booking.py",
+STANDALONE = ("tasks/nodeside.py", "tasks/wrapper.py", "tasks/booking.py", "backends/localpool.py",
               "tasks/healthside.py", "tasks/indexside.py")
 SENT_WITH = {"tasks/booking.py": ["tasks.nodeside"], "tasks/healthside.py": ["tasks.booking"],
              "tasks/indexside.py": ["tasks.booking"]}

@@ -100,7 +100,8 @@ def test_a_missing_or_busy_volume_and_a_non_cloud_host_are_refused(world):
                                  {"aws": world["aws"]})
     world["nodes"]["t-0"].instance["backend"] = "ssh"
     with pytest.raises(volumes.VolumeError, match="job 0 runs on t-0, a ssh host; network "
-                                                  "volumes attach to aws and gcp instances only"):
+                                                  "volumes attach to local nodes and aws and gcp "
+                                                  "instances only"):
         volumes.attach_and_mount(task(["other:/data"]), PLACED, RUN, world["nodes"],
                                  {"aws": world["aws"]})
     # Instance volumes need nothing attached.

@@ -68,28 +68,10 @@ class Backend:
         raise NotImplementedError
 
 
-class CloudBackend(Backend):
-    """A cloud backend's client, made from its section of the backend settings
-    (``settings`` after construction: the section over the backend's defaults)."""
-
-    settings = None
-
-    def launch_group(self, fleet, nums, offers, config, public_key, disk_gb, all_at_once):
-        """Launch instances numbered ``nums`` from the first offers (cheapest first) and zones
-        that have capacity, all in one zone when ``all_at_once``. Returns the raw instances
-        launched; raises errors.NoCapacity, naming every attempt, when numbers remain."""
-        raise NotImplementedError
-
-    def wait_running(self, placed):
-        """The raw instances ``placed`` once each runs and has its addresses."""
-        raise NotImplementedError
-
-    def reservation(self, reservation_id, regions):
-        """What the cloud says of a reservation: ``{"backend", "instance_type", "region",
-        "zone", "capacity_block", "state"}``."""
-        raise NotImplementedError
-
-    # Network volumes (volumes/provision.py, volumes/attach.py).
+class VolumeBackend:
+    """Network volumes (volumes/provision.py, volumes/attach.py): kept by the cloud backends
+    (EBS volumes, persistent disks) and by the local one (local_volumes.Pool: folders in a
+    Docker volume, attached to one node at a time). ``region`` is ``local`` there."""
 
     def volume(self, name, region):
         """The cloud's description of the gpufleet volume ``name``, or None."""
@@ -122,4 +104,26 @@ class CloudBackend(Backend):
         raise NotImplementedError
 
     def detach_volume(self, name, region, volume):
+        raise NotImplementedError
+
+
+class CloudBackend(Backend, VolumeBackend):
+    """A cloud backend's client, made from its section of the backend settings
+    (``settings`` after construction: the section over the backend's defaults)."""
+
+    settings = None
+
+    def launch_group(self, fleet, nums, offers, config, public_key, disk_gb, all_at_once):
+        """Launch instances numbered ``nums`` from the first offers (cheapest first) and zones
+        that have capacity, all in one zone when ``all_at_once``. Returns the raw instances
+        launched; raises errors.NoCapacity, naming every attempt, when numbers remain."""
+        raise NotImplementedError
+
+    def wait_running(self, placed):
+        """The raw instances ``placed`` once each runs and has its addresses."""
+        raise NotImplementedError
+
+    def reservation(self, reservation_id, regions):
+        """What the cloud says of a reservation: ``{"backend", "instance_type", "region",
+        "zone", "capacity_block", "state"}``."""
         raise NotImplementedError

@@ -86,6 +86,15 @@ FALLBACK_FLAGS = (
 )
 PRIVILEGE_REFUSED = "unable to apply caps"
 
+# The local network volumes' pool (local_volumes.py): one Docker volume every node mounts here.
+POOL_VOLUME = "gpufleet-volumes"
+NODE_POOL_DIR = "/var/lib/gpufleet/volumes"
+
+
+def pool_mount():
+    """The ``docker run`` arguments that give a node the volume pool."""
+    return ["--mount", "type=volume,source=%s,target=%s" % (POOL_VOLUME, NODE_POOL_DIR)]
+
 
 def recipe():
     """Everything that determines the node image's content."""
@@ -443,7 +452,7 @@ def _run_node(docker, fleet, num, placement, image, public_key, created, flags, 
         "--label", "%s=%s" % (MADE_BY_LABEL, made_by()),
         "--env", AUTHORIZED_KEY_ENV + "=" + public_key,
         "--mount", "type=volume,source=%s,target=/var/lib/docker" % volume_name(fleet, num),
-    ]
+    ] + pool_mount()
     if spec:
         args += ["--label", "%s=%s" % (SPEC_LABEL, spec)]
     marks = made_for_values(made_for)

@@ -770,8 +770,8 @@ SECTIONS = {
         "intro": (
             "A network volume: a cloud disk that tasks mount by name (see [volumes.md](../volumes.md)). `backend` "
             "decides which fields the file may have. gpufleet creates `aws` (EBS) and `gcp` (persistent disk) "
-            "volumes; `runpod` and `kubernetes` volume files are valid for dstack, and `gpufleet validate` and "
-            "`apply` refuse them."
+            "volumes, and `local` ones (a gpufleet extension: a folder on this machine's Docker engine); `runpod` "
+            "and `kubernetes` volume files are valid for dstack, and `gpufleet validate` and `apply` refuse them."
         ),
         "fields": {
             "type": {"values": "`volume`", "text": "Makes the file a volume configuration.", "required": ""},
@@ -800,6 +800,26 @@ SECTIONS = {
                 "kind": "duration",
             },
             "tags": {"values": _TAGS, "text": "Tags on the cloud volume, next to gpufleet's own."},
+        },
+    },
+    "volume.local": {
+        "title": "`type: volume`",
+        "base": "volume",
+        "intro": (
+            "A local volume (gpufleet's own, not dstack's) is a folder in the Docker volume `gpufleet-volumes` "
+            "of this machine's engine, which every local node mounts; a task's job on a local node takes it, "
+            "one node at a time (see [volumes.md](../volumes.md#local-volumes))."
+        ),
+        "fields": {
+            "region": {"values": "`local`", "text": "Optional: the engine's only region."},
+            "size": {
+                "values": "a size (`100GB`, `1TB`, or a number of GB)",
+                "text": "Recorded and listed; a local volume is not limited to it (it shares the engine's disk).",
+                "required": "",
+            },
+            "tags": {"values": _TAGS, "text": "Accepted; a local volume keeps no tags."},
+            "availability_zone": {"values": "none", "text": "Refused: a local volume attaches to any local node."},
+            "volume_id": {"values": "none", "text": "Refused: there is no existing local volume to register."},
         },
     },
     "volume.kubernetes": {

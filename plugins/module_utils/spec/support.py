@@ -33,7 +33,7 @@ FLEET_BACKENDS = ("local", "aws", "gcp")
 # Where a run may be placed: those fleets' instances and SSH fleets' hosts (dstack's "remote").
 RUN_BACKENDS = FLEET_BACKENDS + ("remote",)
 # The backends gpufleet makes network volumes in.
-VOLUME_BACKENDS = ("aws", "gcp")
+VOLUME_BACKENDS = ("local", "aws", "gcp")
 
 
 def fleet_backends_refusal(backends):

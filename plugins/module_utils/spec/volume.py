@@ -11,7 +11,7 @@ from . import common, grammar, interpolation
 from ._errors import INVALID, Invalid, describe, show
 from ._types import parse_fields, parse_object, str_list, want_bool, want_list, want_mapping, want_str
 
-VOLUME_BACKENDS = ("aws", "gcp", "runpod", "kubernetes")
+VOLUME_BACKENDS = ("aws", "gcp", "runpod", "kubernetes", "local")
 NAME_REFS = {"dstack": ("job_num", "node_rank")}
 
 
@@ -48,7 +48,32 @@ _KUBERNETES = dict(
     storage_class_name=_opt_str,
     access_modes=lambda v, c: ["ReadWriteOnce"] if v is None else str_list(v, c),
 )
-FIELDS_BY_BACKEND = {"aws": _CLOUD, "gcp": _CLOUD, "runpod": _CLOUD, "kubernetes": _KUBERNETES}
+
+
+def _local_region(value, ctx):
+    if value is None or value == "local":
+        return "local"
+    raise Invalid("a local volume lives on this machine's Docker engine, whose only region is "
+                  "local; got %s: remove region or set it to local" % show(value))
+
+
+def _not_local(why):
+    def refuse(value, ctx):
+        if value is None:
+            return None
+        raise Invalid(why % show(value))
+
+    return refuse
+
+
+# gpufleet's own backend (docs/volumes.md "Local volumes"): a folder in the engine's volume pool.
+_LOCAL = dict(_COMMON, region=_local_region,
+              availability_zone=_not_local("a local volume has no availability zone (got %s): "
+                                           "it attaches to any local node; remove it"),
+              volume_id=_not_local("a local volume cannot register an existing volume (got %s): "
+                                   "remove volume_id and set size to make a new one"))
+FIELDS_BY_BACKEND = {"aws": _CLOUD, "gcp": _CLOUD, "runpod": _CLOUD, "kubernetes": _KUBERNETES,
+                     "local": _LOCAL}
 
 
 def parse_volume(data, ctx):
@@ -66,7 +91,7 @@ def parse_volume(data, ctx):
         return INVALID
     fields = FIELDS_BY_BACKEND[backend]
     parsed = parse_fields(data, ctx, fields)
-    if backend != "kubernetes" and "region" not in data:
+    if backend not in ("kubernetes", "local") and "region" not in data:
         ctx.child("region").error("a %s volume needs region" % backend)
     external = parsed.get("claim_name") if backend == "kubernetes" else parsed.get("volume_id")
     if not external and data.get("size") is None:
@@ -79,7 +104,7 @@ def parse_volume(data, ctx):
         "type": "volume",
         "backend": backend,
         "name": parsed.get("name"),
-        "region": parsed.get("region", "" if backend == "kubernetes" else None),
+        "region": parsed.get("region", {"kubernetes": "", "local": "local"}.get(backend)),
         "size": parsed.get("size"),
         "auto_cleanup_duration": parsed.get("auto_cleanup_duration", grammar.OFF),
         "tags": parsed.get("tags"),

@@ -778,11 +778,36 @@ def _mounted_at(mountpoint):
     return None
 
 
+def _bind_volume(payload, mountpoint):
+    """A local volume (backends/local_volumes.py): its folder in the node's volume pool
+    (``pool``, a mount every local node made since local volumes exist has), bind-mounted."""
+    name, pool, folder = payload["name"], payload["pool"], payload["devices"][0]
+    if not _mounted_at(pool):
+        raise Failure("volume %s: this node has no local volume pool at %s: it was made before "
+                      "local volumes existed; recreate the fleet (gpufleet delete -f <fleet "
+                      "file>, then gpufleet apply -f <fleet file>)" % (name, pool))
+    if not os.path.isdir(folder):
+        raise Failure("volume %s: its folder %s is not in the pool (was the volume deleted?)"
+                      % (name, folder))
+    if _mounted_at(mountpoint):
+        return {"device": folder, "mountpoint": mountpoint, "formatted": False, "mounted": False}
+    if not os.path.isdir(mountpoint):
+        os.makedirs(mountpoint, 0o755)
+    rc, _out, err = _run(["mount", "--bind", folder, mountpoint])
+    if rc != 0:
+        raise Failure("volume %s: binding %s at %s failed: %s"
+                      % (name, folder, mountpoint, err.strip()[-500:]))
+    return {"device": folder, "mountpoint": mountpoint, "formatted": False, "mounted": True}
+
+
 def op_mount_volume(payload):
     """Mount an attached network volume at ``<root>/<name>`` (dstack.md §6.1): the first of
     ``devices`` that appears within ``wait`` seconds; formatted ext4 only when it holds no
-    filesystem, and then its root opened to everyone, as dstack does."""
+    filesystem, and then its root opened to everyone, as dstack does. With ``pool``, a local
+    volume: the folder ``devices[0]`` bind-mounted (_bind_volume)."""
     root = payload.get("root") or NETWORK_VOLUMES_ROOT
+    if payload.get("pool"):
+        return _bind_volume(payload, os.path.join(root, payload["name"]))
     mountpoint = os.path.join(root, payload["name"])
     deadline = time.time() + float(payload.get("wait", 60))
     device = None

@@ -22,8 +22,8 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
-from ..backends import base, task_image
-from ..backends.docker_cli import DockerError
+from ..backends import base, local_volumes, task_image
+from ..backends.docker_cli import Docker, DockerError
 from ..backends.errors import BackendError
 from ..fleets import apply as fleet_apply
 from ..fleets import cloud as fleet_cloud
@@ -630,7 +630,7 @@ class Runner(object):
             self.emit({"kind": "plan", "plan": placed, "config": self.shown_config})
 
     def _volume_clients(self):
-        """Clients of the cloud backends the fleets' hosts are on, made once."""
+        """Volume clients of the backends the fleets' hosts are on, made once."""
         if self._clients is None:
             settings = state.backend_settings(state.state_dir(self.root))
             backends = set(inst.get("backend") for fleet in self.fleets
@@ -641,6 +641,9 @@ class Runner(object):
             self._regions = dict((b, fleet_cloud.regions({}, settings, b,
                                                          catalog.directory(root)))
                                  for b in self._clients)
+            if "local" in backends:   # the local volume pool (backends/local_volumes.py)
+                self._clients["local"] = local_volumes.Pool(self.docker or Docker())
+                self._regions["local"] = [local_volumes.REGION]
         return self._clients
 
     def _steered(self):

@@ -8,8 +8,11 @@ are, each job's volumes attached to its host and mounted where the container bin
     config = steer(config, where)                            # for placement
     attach_and_mount(config, placed, run, nodes, clients)   # before the containers start
 
-``clients`` maps a backend (aws, gcp) to its client (backends/aws.py, gcp.py). A job's volume
-names are filled per node (``${{ dstack.node_rank }}``) by volumes/mounts.py. A volume is
+``clients`` maps a backend (aws, gcp, local) to its volume client (backends/aws.py, gcp.py,
+local_volumes.py). A local volume is a folder in the engine's volume pool, which every local
+node mounts; attaching it moves it to the job's node, unless a running container on the node
+that holds it uses it, and the node bind-mounts its folder (docs/volumes.md "Local volumes").
+A job's volume names are filled per node (``${{ dstack.node_rank }}``) by volumes/mounts.py. A volume is
 attached to the job's instance unless it already is; one attached to another host is refused
 with the host named (the run that uses it there must stop first). The host then formats it if
 it is blank and mounts it at /mnt/disks/dstack-volumes/<name> (tasks.nodeside).
@@ -18,9 +21,11 @@ it is blank and mounts it at /mnt/disks/dstack-volumes/<name> (tasks.nodeside).
 from __future__ import annotations
 
 from ..backends.errors import BackendError
+from ..backends.local import NODE_POOL_DIR
 from .mounts import VolumeError, mounts
 
 CLOUD = ("aws", "gcp")
+BACKENDS = CLOUD + ("local",)
 MOUNT_WAIT = 120
 
 
@@ -31,6 +36,8 @@ def network_names(config, job, run):
 def _location(backend, found):
     if backend == "aws":
         return found["AvailabilityZone"]
+    if backend == "local":
+        return None   # one place: any local node may take it
     return found[0]
 
 
@@ -70,6 +77,8 @@ def locate(config, run, clients, regions):
 
 def steer(config, where):
     """The config narrowed to the volumes' backend, region and zone, for placement."""
+    if where["backend"] == "local":
+        return dict(config, backends=["local"])
     return dict(config, backends=[where["backend"]], regions=[where["region"]],
                 availability_zones=[where["zone"]])
 
@@ -84,11 +93,11 @@ def attach_and_mount(config, placed, run, nodes, clients):
         host = job["host"]
         instance = nodes[host].instance
         backend = instance.get("backend")
-        if backend not in CLOUD or backend not in clients:
+        if backend not in BACKENDS or backend not in clients:
             raise VolumeError(
                 "network volume %s: job %d runs on %s, a %s host; network volumes attach to "
-                "aws and gcp instances only (use an instance volume, /host/path:/path, on other "
-                "hosts)" % (names[0], job["job_num"], host, backend))
+                "local nodes and aws and gcp instances only (use an instance volume, "
+                "/host/path:/path, on other hosts)" % (names[0], job["job_num"], host, backend))
         client = clients[backend]
         region = instance["region"]
         try:
@@ -99,9 +108,13 @@ def attach_and_mount(config, placed, run, nodes, clients):
                     raise VolumeError(
                         "network volume %s was not found in %s (%s): create it first "
                         "(gpufleet apply -f <volume file>)" % (name, region, backend))
-                devices = client.attach_volume(name, region, found, raw)
-                answer = nodes[host].call("mount_volume", {"name": name, "devices": devices,
-                                                           "wait": MOUNT_WAIT})
+                payload = {"name": name, "wait": MOUNT_WAIT}
+                if backend == "local":
+                    payload["pool"] = NODE_POOL_DIR
+                    payload["devices"] = client.attach_volume(name, region, found, raw, run=run)
+                else:
+                    payload["devices"] = client.attach_volume(name, region, found, raw)
+                answer = nodes[host].call("mount_volume", payload)
                 done.setdefault(host, []).append(dict(answer, name=name))
         except BackendError as exc:
             raise VolumeError(str(exc)) from exc

@@ -7,7 +7,8 @@ A volume has no record but the mark on the cloud's volume (provision.py): the ta
 ``gpufleet:volume`` on an EBS volume, the label ``gpufleet-volume`` on a persistent disk. So the
 listing asks each cloud backend the settings configure (as fleets/cloud.py ``discover`` asks for
 fleets) for every volume carrying that mark, in the regions a fleet of that backend may use, and
-makes the volume records provision.py makes. The local backend has no network volumes.
+makes the volume records provision.py makes. Local volumes (backends/local_volumes.py) are
+listed too when this machine's Docker engine answers; without an engine there are none.
 
     records = list_volumes(settings, catalog_dir)   # newest first
 
@@ -17,8 +18,9 @@ dstack's ATTACHED column shows), found from the instances' own tags and labels.
 
 from __future__ import annotations
 
-from ..backends import aws_layout, base
+from ..backends import aws_layout, base, local_volumes
 from ..backends import gcp as gcp_backend
+from ..backends.docker_cli import Docker, DockerError
 from ..backends.errors import BackendError
 from ..core.times import parse_time
 from ..fleets import cloud
@@ -26,6 +28,20 @@ from .mounts import VolumeError
 
 RECORDS = {"aws": aws_layout.volume_record,
            "gcp": lambda name, _region, found: gcp_backend.volume_record(name, *found)}
+
+
+def local_records(pool=None):
+    """Records of the local volumes; none when the Docker engine does not answer."""
+    try:
+        if pool is None:
+            docker = Docker()
+            docker.ping()
+            pool = local_volumes.Pool(docker)
+        return [local_volumes.volume_record(name, raw) for name, _r, raw in pool.all_volumes()]
+    except DockerError:
+        return []
+    except BackendError as exc:
+        raise VolumeError(str(exc)) from exc
 
 
 def _fleets_by_instance(client, regions):
@@ -49,9 +65,12 @@ def _newest_first(records):
 
 def list_volumes(settings, catalog_dir=None, clients=None):
     """Volume records (provision.py's, with ``attached_fleets``) of every gpufleet volume the
-    cloud backends with a section in ``settings`` hold, newest first. ``clients`` maps backend
-    names to clients to use instead of making them (tests)."""
+    cloud backends with a section in ``settings`` hold, and the local ones, newest first.
+    ``clients`` maps backend names to clients to use instead of making them (tests; local
+    volumes are then listed only from a ``local`` client)."""
     records = []
+    if clients is None or "local" in clients:
+        records = local_records((clients or {}).get("local"))
     for backend in base.CLOUD_BACKENDS:
         if backend not in (settings or {}) and backend not in (clients or {}):
             continue

@@ -2,7 +2,8 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Network volumes (``type: volume``, dstack.md §6.1) in the clouds: EBS volumes on aws,
-persistent disks on gcp, created, registered (an existing ``volume_id``) and deleted.
+persistent disks on gcp, created, registered (an existing ``volume_id``) and deleted; and on the
+local backend, folders in the engine's volume pool (backends/local_volumes.py).
 
 The volume's name is a tag (aws ``gpufleet:volume``) or label (gcp ``gpufleet-volume``) on the
 volume itself, the only record; a registered volume is also marked external, so deleting it
@@ -17,12 +18,15 @@ from __future__ import annotations
 from ..backends import aws_layout
 from ..backends import base
 from ..backends import gcp as gcp_backend
+from ..backends import local_volumes
+from ..backends.docker_cli import Docker
 from ..backends.errors import BackendError
 from ..spec import support
 from .mounts import VolumeError
 
 RECORDS = {"aws": aws_layout.volume_record,
-           "gcp": lambda name, _region, found: gcp_backend.volume_record(name, *found)}
+           "gcp": lambda name, _region, found: gcp_backend.volume_record(name, *found),
+           "local": lambda name, _region, found: local_volumes.volume_record(name, found)}
 
 
 def _client(config, settings, client):
@@ -32,6 +36,8 @@ def _client(config, settings, client):
         raise VolumeError("volume %s: %s" % (config.get("name"), why))
     if client is not None:
         return client
+    if backend == "local":
+        return local_volumes.Pool(Docker())   # the pool on this machine's engine
     try:
         return base.client(backend, settings)
     except BackendError as exc:
@@ -40,7 +46,7 @@ def _client(config, settings, client):
 
 def _record(config, name, found):
     if found is None:
-        return {"name": name, "backend": config["backend"], "region": config["region"],
+        return {"name": name, "backend": config["backend"], "region": config["region"] or None,
                 "availability_zone": config.get("availability_zone"),
                 "size": config.get("size"), "volume_id": config.get("volume_id"),
                 "status": "terminated", "external": bool(config.get("volume_id")),
