@@ -124,7 +124,8 @@ def _collections_env() -> str:
 
 def _environment() -> dict[str, str]:
     """Environment for ansible-playbook: this Python's bin directory first on PATH (its
-    ansible-playbook runs), this collection, plain text output, no chatter."""
+    ansible-playbook runs), this collection, plain text output, no chatter, host keys checked
+    (unless ANSIBLE_HOST_KEY_CHECKING says otherwise)."""
     bindir = str(Path(sys.executable).parent)
     path = os.environ.get("PATH", "")
     return {
@@ -135,6 +136,10 @@ def _environment() -> dict[str, str]:
         "ANSIBLE_LOCALHOST_WARNING": "0",
         "ANSIBLE_INVENTORY_UNPARSED_WARNING": "0",
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
+        # ansible-runner turns host key checking off when the variable is unset; keep Ansible's
+        # own default (on) unless the user chose. SSH fleet hosts carry their policy in their
+        # host variables (fleets/records.py), so they are checked whatever this says.
+        "ANSIBLE_HOST_KEY_CHECKING": os.environ.get("ANSIBLE_HOST_KEY_CHECKING") or "True",
     }
 
 

@@ -6,14 +6,18 @@ until it answers (a host just made, whose sshd is not up yet) and then checked, 
 request: what ansible.builtin.wait_for_connection followed by the module did in two. A host
 still unreachable when the time is up *fails* with ``reached: false`` and the last connection
 error, so that a play's ``rescue`` can report it (an unreachable host skips ``rescue``).
-Without it the module runs once, as any module does."""
+Without it the module runs once, as any module does. An SSH fleet host whose key is not the one
+recorded is not tried again: it fails at once with one line that says how to accept the new
+key (fleets/hostkeys.py)."""
 
 from __future__ import annotations
 
 import time
 
-from ansible.errors import AnsibleConnectionFailure
+from ansible.errors import AnsibleConnectionFailure, AnsibleError
 from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import hostkeys
 
 MODULE = "gpufleet.cluster.preflight"
 RETRY_SLEEP = 1.0
@@ -45,6 +49,10 @@ class ActionModule(ActionBase):
                     wrap_async=self._task.async_val and not self._connection.has_native_async)
                 break
             except AnsibleConnectionFailure as exc:
+                changed = self._changed_key(exc, task_vars or {})
+                if changed is not None:
+                    result.update(failed=True, reached=False, msg=changed)
+                    return result
                 if timeout <= 0:
                     raise
                 if time.monotonic() + self.retry_sleep >= deadline:
@@ -65,3 +73,26 @@ class ActionModule(ActionBase):
             self._connection.reset()
         except (AttributeError, AnsibleConnectionFailure):
             pass
+
+    def _changed_key(self, exc, task_vars):
+        """The message for an SSH fleet host that presented another key than the recorded one
+        (waiting would not change it), or None."""
+        if task_vars.get("gpufleet_backend") != "ssh" or not hostkeys.refused(exc):
+            return None
+        instance = {
+            "name": task_vars.get("gpufleet_instance") or task_vars.get("inventory_hostname"),
+            "fleet": task_vars.get("gpufleet_fleet"),
+            # As the connection resolved them (templated), else as the host's variables say.
+            "hostname": self._option("host", task_vars.get("ansible_host")
+                                     or task_vars.get("inventory_hostname")),
+            "port": self._option("port", task_vars.get("ansible_port")) or 22,
+            "user": self._option("remote_user", task_vars.get("ansible_user")),
+        }
+        common_args = self._option("ssh_common_args", task_vars.get("ansible_ssh_common_args"))
+        return hostkeys.changed_message(instance, hostkeys.known_hosts_of(common_args))
+
+    def _option(self, name, default):
+        try:
+            return self._connection.get_option(name) or default
+        except (AttributeError, KeyError, AnsibleError):
+            return default

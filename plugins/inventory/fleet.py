@@ -277,6 +277,12 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
         if config["fleet_type"] == "ssh":
             base_dir = os.path.dirname(fleet_path) if fleet_path else None
             instances = records.ssh_instances(config, name, base_dir)
+            # The hosts' keys are recorded on first contact, which may come from this
+            # inventory: the known_hosts folder must be there before it.
+            try:
+                state.ensure_known_hosts_dir(root, name)
+            except state.StateError as exc:
+                raise AnsibleParserError("%s: %s" % (fleet_path or name, exc)) from exc
         elif fleet_backend(config, name) in base.CLOUD_BACKENDS:
             instances = (answers.get(fleet_backend(config, name)) or {}).get(name) or []
         else:

@@ -286,15 +286,17 @@ hosts:
       sample: [gpufleet, fleet_demo, backend_local, cluster]
     vars:
       description:
-        - The host variables. C(ansible_ssh_private_key_file) and C(ansible_python_interpreter)
-          are left out when there is no value to give; every other key is always there, null
-          when unknown.
+        - The host variables. C(ansible_ssh_private_key_file), C(ansible_host_key_checking) and
+          C(ansible_python_interpreter) are left out when there is no value to give; every
+          other key is always there, null when unknown.
         - "C(ansible_host), C(ansible_port), C(ansible_user): where and as whom to connect."
         - C(ansible_ssh_private_key_file) (the fleet's key, or the SSH fleet's C(identity_file)).
         - C(ansible_ssh_common_args) (the host key policy and, for SSH fleets with a jump host,
           a C(ProxyCommand) through it with the jump host's own user, port and key).
         - C(ansible_control_path) (the host's own multiplexed SSH connection, named after its
           whole route, so that two fleets reaching one address differently never share one).
+        - C(ansible_host_key_checking) (SSH fleet hosts only, V(true)), so that the host key
+          policy in C(ansible_ssh_common_args) holds whatever Ansible's own setting is.
         - C(ansible_python_interpreter) (local nodes only, the node image's Python).
         - "C(gpufleet_fleet), C(gpufleet_instance), C(gpufleet_instance_num): the fleet, the
           instance name and its number."

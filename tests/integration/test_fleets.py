@@ -427,6 +427,113 @@ def test_attach_reaches_a_run_on_an_ssh_fleet_through_its_jump_host(world, tmp_p
     assert run not in (world["state"] / "ssh" / "config").read_text()
 
 
+def known_key(known_hosts, hostname):
+    """The key lines known_hosts holds for ``hostname`` (port 22), without comments."""
+    found = subprocess.run(["ssh-keygen", "-F", hostname, "-f", str(known_hosts)],
+                           capture_output=True, text=True, check=False)
+    return sorted(line for line in found.stdout.splitlines() if not line.startswith("#"))
+
+
+def regenerate_host_keys(world, container):
+    """New host keys on a node, served from the next connection on, and its open SSH sessions
+    ended (multiplexed masters, Ansible's and the runner's, would go on using the old one)."""
+    sh(world, container,
+       "rm -f /etc/ssh/ssh_host_*; for type in ecdsa ed25519; do "
+       "ssh-keygen -q -t $type -N '' -f /etc/ssh/ssh_host_${type}_key; done; "
+       # The node's listening sshd (its first process) reloads; its sessions end.
+       "test \"$(cat /proc/1/comm)\" = sshd && kill -HUP 1; "
+       "pkill -f '^sshd: [^/]' || true")
+
+
+def test_a_changed_host_key_is_refused_on_every_path_until_accepted(world, monkeypatch):
+    """TOFU for SSH fleet hosts: the first contact recorded each host's key; once a host has
+    another key, every way gpufleet reaches it refuses, with one line that names the host and
+    the command that accepts the new key; after that command, the host is reached again."""
+    from gpufleet import api
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import ssh
+
+    rig = by_name({"instances": local.instance_records(
+        local.list_nodes(world["docker"], RIG), RIG, 1, None)})
+    host = rig[RIG + "-1"]            # LAB-1 (LAB-0, the jump host, keeps its key)
+    address = host["hostname"]
+    lab = str(world["base"] / (LAB + ".dstack.yml"))
+    known = Path(state.known_hosts_path(str(world["state"]), LAB))
+    # The applies before recorded the hosts' keys on first contact, each fleet in its own file.
+    old = known_key(known, address)
+    assert old, known.read_text() if known.exists() else "no %s" % known
+    assert known_key(state.known_hosts_path(str(world["state"]), OTHER),
+                     rig[RIG + "-2"]["hostname"])
+    which = "instance %s of fleet %s" % (LAB + "-1", LAB)
+    accept = "ssh-keygen -R %s -f %s" % (address, known)
+
+    def refused(text):
+        """The one line of a refusal, as each path shows it."""
+        assert "the SSH host key of gpufleet@%s:22 (%s) has changed" % (address, which) in text, \
+            text[-3000:]
+        assert accept in text, text[-3000:]
+
+    env = dict(world["env"], ANSIBLE_HOST_KEY_CHECKING="False")   # what ansible-runner sets
+    regenerate_host_keys(world, host["container"])
+    try:
+        # The gpufleet command: the apply fails, naming the host; the other host stays ready.
+        cli = subprocess.run([str(BIN / "gpufleet"), "apply", "-f", lab, "-y"],
+                             capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
+                             timeout=900, check=False)
+        assert cli.returncode != 0, cli.stdout + cli.stderr
+        refused(cli.stdout + cli.stderr)
+        assert "REMOTE HOST IDENTIFICATION" not in cli.stdout + cli.stderr  # no wall of text
+
+        # gpufleet.api: the error names the host and carries the fleet record.
+        with monkeypatch.context() as patch, pytest.raises(api.GpufleetError) as caught:
+            patch.setenv("ANSIBLE_HOST_KEY_CHECKING", "False")
+            api.apply(lab)
+        assert caught.value.host == LAB + "-1"
+        refused(caught.value.message)
+        states = by_name(caught.value.record)
+        assert (states[LAB + "-0"]["status"], states[LAB + "-1"]["status"]) == (
+            "idle", "unreachable")
+
+        # The playbook run by plain ansible-playbook, host key checking off in Ansible.
+        proc = subprocess.run(
+            [str(BIN / "ansible-playbook"), str(Path(__file__).parents[2] / "playbooks" /
+                                                "fleet.yml"), "-e", "fleet=" + lab],
+            capture_output=True, text=True, env=env, timeout=900, check=False)
+        assert proc.returncode != 0
+        refused(proc.stdout)
+
+        # Any play over the inventory plugin's hosts: OpenSSH's own refusal.
+        adhoc = subprocess.run(
+            [str(BIN / "ansible"), "-i", lab, LAB + "-1", "-m", "ansible.builtin.ping"],
+            capture_output=True, text=True, env=env, timeout=300, check=False)
+        assert adhoc.returncode != 0 and "UNREACHABLE" in adhoc.stdout, adhoc.stdout
+        assert "Host key verification failed" in adhoc.stdout, adhoc.stdout
+
+        # The task runner's own SSH: gpufleet ps names the host, and so does a request.
+        ps = subprocess.run([str(BIN / "gpufleet"), "ps", "--fleet-file", lab],
+                            capture_output=True, text=True, env=env, timeout=300, check=False)
+        refused(ps.stderr)
+        instance = by_name(caught.value.record)[LAB + "-1"]
+        node = ssh.Node(instance, root=str(world["state"]))
+        with pytest.raises(ssh.NodeError) as failed:
+            node.check("true")
+        refused(str(failed.value))
+        assert known_key(known, address) == old   # nothing was taken over the old key
+
+        # Accepting the new key, as the message says, lets every path through again.
+        subprocess.run(accept.split(), check=True, capture_output=True)
+        assert node.check("echo reached").strip() == "reached"
+        new = known_key(known, address)
+        assert new and new != old
+        result, record = apply(lab)
+        assert result.ok, result.stdout[-3000:]
+        assert by_name(record)[LAB + "-1"]["status"] == "idle"
+    finally:
+        # Later tests reach the host: trust whatever key it has now.
+        subprocess.run(["ssh-keygen", "-R", address, "-f", str(known)], capture_output=True,
+                       check=False)
+
+
 def test_delete_leaves_nothing_behind(world):
     for name in (OTHER, LAB):
         path = str(world["base"] / (name + ".dstack.yml"))

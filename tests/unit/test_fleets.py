@@ -20,6 +20,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import b
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     apply,
+    hostkeys,
     plan,
     records,
     report,
@@ -542,3 +543,78 @@ def test_check_summary_counts_lists_and_flags():
         "ok (2 active ports, reboot required)")
     assert report.check_summary({"applies": True, "ok": True, "problems": []}) == "ok"
     assert report.check_summary({"applies": False}) == "skipped: does not apply"
+
+
+# --- host keys --------------------------------------------------------------------------------
+
+# What OpenSSH prints when a host presents another key than the one recorded (accept-new).
+CHANGED_KEY_STDERR = (
+    "@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\n"
+    "@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n"
+    "@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\n"
+    "IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!\n"
+    "Offending ED25519 key in /state/fleets/onprem/known_hosts:2\n"
+    "Host key for [10.0.0.2]:2222 has changed and you have requested strict checking.\n"
+    "Host key verification failed.\n")
+
+
+def test_ssh_fleet_hosts_check_host_keys_whatever_ansibles_setting():
+    """ansible-runner (and an ansible.cfg) may turn Ansible's host_key_checking off, which puts
+    StrictHostKeyChecking=no before the host's own options: the host itself says it is on."""
+    instance = records.ssh_instances(parsed(SSH_FLEET), "onprem", "/srv/fleets")[1]
+    assert records.hostvars(instance, "/state")["ansible_host_key_checking"] is True
+    released = records.release_hostvars(parsed(SSH_FLEET), "onprem", "/srv/fleets/f.yml", "/st")
+    assert released["ansible_host_key_checking"] is True
+    # Hosts gpufleet made keep their own policy (no record: a fresh key each time).
+    assert "ansible_host_key_checking" not in records.hostvars(dict(instance, backend="local"))
+
+
+def test_a_refused_host_key_is_recognised_in_what_openssh_says():
+    assert hostkeys.refused(CHANGED_KEY_STDERR)
+    assert hostkeys.refused("Host key verification failed.\r\n")
+    assert not hostkeys.refused("ssh: connect to host 10.0.0.2 port 22: Connection refused")
+    assert not hostkeys.refused("Permission denied (publickey).")
+    assert not hostkeys.refused(None)
+
+
+def test_the_changed_key_message_names_the_host_and_how_to_accept_its_new_key():
+    instance = records.ssh_instances(parsed(SSH_FLEET), "onprem", "/srv/fleets")[1]
+    known = "/state dir/fleets/onprem/known_hosts"
+    message = hostkeys.changed_message(instance, known)
+    assert "\n" not in message and hostkeys.is_message(message)
+    assert message.startswith("the SSH host key of root@10.0.0.2:2222 (instance onprem-1 of "
+                              "fleet onprem) has changed since it was first recorded in " + known)
+    assert message.endswith(
+        "accept the new key with: ssh-keygen -R '[10.0.0.2]:2222' -f '%s' (the next "
+        "connection records the key the host has now)" % known)
+    # Port 22 is recorded under the bare address.
+    assert hostkeys.accept_command("10.0.0.1", 22, "/k") == "ssh-keygen -R 10.0.0.1 -f /k"
+    assert not hostkeys.is_message("cannot reach root@10.0.0.2:2222: Host key verification failed")
+
+
+def test_the_known_hosts_file_is_read_from_the_hosts_own_options(tmp_path):
+    instance = records.ssh_instances(parsed(SSH_FLEET), "onprem", "/srv/fleets")[1]
+    args = records.hostvars(instance, str(tmp_path))["ansible_ssh_common_args"]
+    assert hostkeys.known_hosts_of(args) == state.known_hosts_path(str(tmp_path), "onprem")
+    assert hostkeys.known_hosts_of("-o StrictHostKeyChecking=no") is None
+    assert hostkeys.known_hosts_of("-o 'unclosed") is None
+
+
+def test_a_changed_key_is_reported_as_such_not_as_an_unreachable_host():
+    config = parsed(SSH_FLEET)
+    record = records.fleet_record(config, "onprem")
+    record["instances"] = records.ssh_instances(config, "onprem", "/srv")
+    message = hostkeys.changed_message(record["instances"][1], "/state/fleets/onprem/known_hosts")
+    folded = report.fold(record, {"onprem-1": {"status": "unreachable", "error": message}})
+    second = folded["instances"][1]
+    assert second["status"] == "unreachable" and second["error"] == message
+    assert report.failures(folded) == ["onprem-1 (10.0.0.2): " + message]
+
+
+def test_the_inventory_makes_the_known_hosts_folder_before_any_host_is_reached(tmp_path):
+    """OpenSSH records a key on first contact only where it can make the file: without the
+    folder nothing would be recorded and every later key would pass as a first one."""
+    root = str(tmp_path / "state")
+    path, config, name, _instances, answers = fleet_case("ssh", tmp_path)
+    plugin_hosts(path, config, name, answers, root)
+    assert os.path.isdir(os.path.dirname(state.known_hosts_path(root, name)))

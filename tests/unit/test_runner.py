@@ -252,6 +252,14 @@ def test_environment_puts_this_checkout_and_this_python_first(monkeypatch):
         str(collections_path()), "~/.ansible/collections", "/usr/share/ansible/collections"]
 
 
+def test_environment_checks_host_keys_unless_the_user_chose(monkeypatch):
+    """ansible-runner turns host key checking off when ANSIBLE_HOST_KEY_CHECKING is unset."""
+    monkeypatch.delenv("ANSIBLE_HOST_KEY_CHECKING", raising=False)
+    assert runner._environment()["ANSIBLE_HOST_KEY_CHECKING"] == "True"
+    monkeypatch.setenv("ANSIBLE_HOST_KEY_CHECKING", "False")
+    assert runner._environment()["ANSIBLE_HOST_KEY_CHECKING"] == "False"
+
+
 def test_inventory_choices(tmp_path, monkeypatch):
     local = runner._inventory(None)["all"]["hosts"]["localhost"]
     assert local == {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}

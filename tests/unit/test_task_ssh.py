@@ -166,6 +166,46 @@ def test_argv_for_an_ssh_fleet_host_behind_a_jump_host(tmp_path):
     assert jump_opts["IdentitiesOnly"] == "yes"
 
 
+def test_the_known_hosts_folder_is_made_before_the_first_connection(tmp_path):
+    """OpenSSH records a key on first contact only where it can make the file."""
+    root = str(tmp_path / "state")
+    Node(ssh_instance(), root=root).argv("true")
+    assert os.path.isdir(os.path.dirname(state.known_hosts_path(root, "lab")))
+    Node(local_instance(fleet="dev"), root=root).argv("true")
+    assert not os.path.exists(os.path.join(root, "fleets", "dev"))  # no keys recorded there
+
+
+CHANGED_KEY = (b"@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@\n"
+               b"@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @\n"
+               b"Host key for [10.0.0.5]:2201 has changed and you have requested strict "
+               b"checking.\nHost key verification failed.\n")
+
+
+@pytest.mark.parametrize("how", ["call", "check"])
+def test_a_changed_host_key_is_refused_with_how_to_accept_it(tmp_path, how):
+    root = str(tmp_path / "state")
+    node = Node(ssh_instance(), root=root, runner=FakeRunner((255, b"", CHANGED_KEY)))
+    with pytest.raises(NodeError) as caught:
+        node.call("status") if how == "call" else node.check("true")
+    message = str(caught.value)
+    known = state.known_hosts_path(root, "lab")
+    assert message.startswith("lab-1: the SSH host key of ubuntu@10.0.0.5:2201 (instance lab-1 "
+                              "of fleet lab) has changed since it was first recorded in " + known)
+    assert "ssh-keygen -R '[10.0.0.5]:2201' -f %s" % known in message
+    assert "\n" not in message and "@@@" not in message
+    assert not caught.value.silent  # the host answered; it is not taken for a lost one
+
+
+def test_an_unreachable_host_is_not_taken_for_a_changed_key(tmp_path):
+    node = Node(ssh_instance(), root=str(tmp_path),
+                runner=FakeRunner((255, b"", b"ssh: connect to host 10.0.0.5 port 2201: "
+                                             b"Connection refused\n")))
+    with pytest.raises(NodeError) as caught:
+        node.check("true")
+    assert "unreachable over SSH: ssh: connect to host" in str(caught.value)
+    assert caught.value.silent
+
+
 def test_argv_for_an_ssh_fleet_host_without_state_dir():
     argv = Node(ssh_instance(proxy_jump=None)).argv("true")
 

@@ -156,7 +156,7 @@ def attach(params, nodes, root):
              "address": entries[n].get("address"), "user": spec.get("user")}
             for n in sorted(entries) if host_of.get(n) in nodes]
     fleet = node.instance.get("fleet")
-    known = state.known_hosts_path(root, fleet) if node.instance.get("backend") == "ssh" \
+    known = state.ensure_known_hosts_dir(root, fleet) if node.instance.get("backend") == "ssh" \
         else None
     blocks = [sshconfig.host_block(aliases, options) for aliases, options in
               hosts.entries(name, jobs, key_file, known, attached)]

@@ -202,6 +202,12 @@ def hostvars(record, root=None):
     }
     if record.get("identity_file"):
         variables["ansible_ssh_private_key_file"] = record["identity_file"]
+    if record["backend"] == "ssh":
+        # The host key policy travels with the host: with Ansible's host_key_checking off (its
+        # ansible.cfg, ANSIBLE_HOST_KEY_CHECKING, which ansible-runner turns off when unset),
+        # Ansible puts StrictHostKeyChecking=no before the common args, and OpenSSH keeps the
+        # first value it reads. Checked per host, Ansible adds nothing and accept-new holds.
+        variables["ansible_host_key_checking"] = True
     if record["backend"] == "local":
         variables["ansible_python_interpreter"] = LOCAL_NODE_PYTHON
     return variables

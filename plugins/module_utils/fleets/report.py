@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from . import hostkeys
+
 
 def _jump(instance):
     jump = instance.get("proxy_jump")
@@ -15,8 +17,12 @@ def _jump(instance):
 
 
 def unreachable_message(instance, detail):
-    """A connection failure, said with everything the user needs to find the cause."""
+    """A connection failure, said with everything the user needs to find the cause. A host
+    refused for a changed key is said as such (hostkeys.changed_message), not as a host
+    that cannot be reached."""
     detail = " ".join(str(detail or "no answer").split())
+    if hostkeys.is_message(detail):
+        return detail
     return (
         "cannot reach %s@%s:%s%s: %s. Check the address, port, user and key of this host in "
         "ssh_config (and of proxy_jump), and that sshd runs there"

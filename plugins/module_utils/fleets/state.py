@@ -68,6 +68,14 @@ def known_hosts_path(root, fleet):
     return os.path.join(fleet_dir(root, fleet), "known_hosts")
 
 
+def ensure_known_hosts_dir(root, fleet):
+    """Make the folder of a fleet's known_hosts before the first connection to its hosts, and
+    return the file's path: OpenSSH records a host's key on first contact only where the file
+    can be made, and without a record every later key would be taken as new."""
+    ensure_fleet_dir(root, fleet)
+    return known_hosts_path(root, fleet)
+
+
 def facts_path(root, fleet):
     return os.path.join(fleet_dir(root, fleet), "facts.json")
 

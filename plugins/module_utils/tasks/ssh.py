@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 
 from ..core.errors import GpufleetError
-from ..fleets import records, state
+from ..fleets import hostkeys, records, state
 
 # A node's socket path must fit a Unix socket name (about 100 bytes): a short per-user folder
 # and OpenSSH's hash of the connection (%C).
@@ -99,16 +99,25 @@ class Node(object):
         self.root = root
         self.connect_timeout = connect_timeout
         self._runner = runner or subprocess.run
+        self._known_hosts = None
 
     @property
     def sudo(self):
         return "" if self.instance.get("user") in ("root", None) else "sudo -n "
 
+    def known_hosts(self):
+        """The fleet's known_hosts of an SSH fleet host (its folder made, so that the first
+        contact records the host's key), or None."""
+        inst = self.instance
+        if inst.get("backend") != "ssh" or not self.root:
+            return None
+        if self._known_hosts is None:
+            self._known_hosts = state.ensure_known_hosts_dir(self.root, inst["fleet"])
+        return self._known_hosts
+
     def base_argv(self):
         inst = self.instance
-        known_hosts = None
-        if inst.get("backend") == "ssh" and self.root:
-            known_hosts = state.known_hosts_path(self.root, inst["fleet"])
+        known_hosts = self.known_hosts()
         argv = ["ssh", "-T", "-o", "BatchMode=yes",
                 "-o", "ConnectTimeout=%d" % self.connect_timeout,
                 "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4",
@@ -168,7 +177,11 @@ class Node(object):
         return out
 
     def _unreachable(self, err):
-        """The error of OpenSSH's own failure (rc 255): nothing was heard from the host."""
+        """The error of OpenSSH's own failure (rc 255): nothing was heard from the host, or an
+        SSH fleet host presented another key than the one recorded (refused, and said so)."""
+        if self.instance.get("backend") == "ssh" and hostkeys.refused(err):
+            return NodeError(self.name, hostkeys.changed_message(self.instance,
+                                                                 self.known_hosts()))
         return NodeError(self.name, "unreachable over SSH: %s" % (err.strip() or "no answer"),
                          silent=True)
 

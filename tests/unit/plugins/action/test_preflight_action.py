@@ -49,6 +49,28 @@ def test_a_host_that_never_answers_fails_and_says_why(make_action):
     assert len(action.sent) >= 1 and "unreachable" not in result
 
 
+def test_a_changed_host_key_fails_at_once_and_says_how_to_accept_it(make_action):
+    """Waiting does not change a host's key: the host fails on the first try, with one line."""
+    error = AnsibleConnectionFailure(
+        "Failed to connect to the host via ssh: @@@@@@@@@@@\r\n@    WARNING: REMOTE HOST "
+        "IDENTIFICATION HAS CHANGED!     @\r\nHost key verification failed.")
+    action = make_action(preflight_action, {"connect_timeout": 30}, sent=error)
+    result = action.run(task_vars={
+        "gpufleet_backend": "ssh", "gpufleet_instance": "lab-1", "gpufleet_fleet": "lab",
+        "ansible_host": "10.0.0.5", "ansible_port": 22, "ansible_user": "gpufleet",
+        "ansible_ssh_common_args": "-o StrictHostKeyChecking=accept-new "
+                                   "-o UserKnownHostsFile=/st/fleets/lab/known_hosts"})
+    assert result["failed"] is True and result["reached"] is False
+    assert len(action.sent) == 1 and action._connection.resets == 0
+    assert result["msg"].startswith("the SSH host key of gpufleet@10.0.0.5:22 (instance lab-1 "
+                                    "of fleet lab) has changed")
+    assert "ssh-keygen -R 10.0.0.5 -f /st/fleets/lab/known_hosts" in result["msg"]
+    # A host gpufleet made (a fresh key each time, not recorded) is just tried again.
+    action = make_action(preflight_action, {"connect_timeout": 0.05}, sent=error)
+    result = action.run(task_vars={"gpufleet_backend": "local"})
+    assert result["msg"].startswith("no answer over SSH within 0.05 s")
+
+
 def test_without_connect_timeout_an_unreachable_host_is_unreachable(make_action):
     error = AnsibleConnectionFailure("refused")
     for args in ({}, {"connect_timeout": 0}):
