@@ -1001,9 +1001,9 @@ class Runner(object):
         attempt = 0
         while True:
             if stop_event is not None and stop_event.is_set():
+                stopped = {"state": "terminated", "reason": lifecycle.TERMINATED_BY_USER}
                 self.nodes[host].call("update", {"run": self.name, "run_id": self.run_id,
-                                                 "changes": {"state": "terminated",
-                                                             "reason": lifecycle.TERMINATED_BY_USER}})
+                                                 "changes": stopped})
                 return dict(self.result(), status=lifecycle.RUN_TERMINATED,
                             reason=lifecycle.TERMINATED_BY_USER), None
             self.sleep(NO_CAPACITY_BACKOFF[min(attempt, len(NO_CAPACITY_BACKOFF) - 1)])
