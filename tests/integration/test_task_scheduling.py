@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -419,3 +420,116 @@ def test_a_resubmission_grows_the_fleet_that_lost_a_node(world, elastic, tmp_pat
     assert "grows by 1 instance for this run" in out + err, out + err
     assert "Run %s-regrow done" % name in out, out + err
     assert len(nodes(running=True)) == 2
+
+
+def pinned_retry_task(world, run, node_num):
+    """A 1-node task pinned to one node of the world's fleet, with retry on interruption and
+    no-capacity: its first submission sleeps (a marker in an instance volume says it ran), the
+    next one ends at once."""
+    return ("type: task\nname: %s\nimage: %s\nfleets: [%s]\ninstances: [%s-%d]\n%s"
+            "volumes: [/tmp/%s:/state]\nstop_duration: 1\n"
+            "retry:\n  on_events: [interruption, no-capacity]\n  duration: 10m\n"
+            "commands:\n"
+            "  - if [ -e /state/first ]; then exit 0; fi\n"
+            "  - touch /state/first; sleep 600\n"
+            % (run, world["base_image"], FLEET, FLEET, node_num, CPU, run))
+
+
+def kill_node_when_running(world, node, run, proc, seconds=240):
+    """Once ``run`` runs on ``node``, kill the node's container, keeping it from restarting by
+    itself (as a stopped instance); ``restore_node`` starts it again."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        out = world["docker"].run("exec", node, "docker", "ps", "-q", "--filter",
+                                  "label=gpufleet.run=" + run, check=False)[1]
+        if out.strip():
+            world["docker"].run("update", "--restart", "no", node)
+            world["docker"].run("kill", node)
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(1)
+    raise AssertionError("%s never ran on %s: %s" % (run, node, proc.communicate(timeout=5)))
+
+
+def restore_node(world, node, seconds=120):
+    """Start ``node`` again with its restart policy, and wait until its sshd and dockerd
+    answer (the other tests of the world use it)."""
+    world["docker"].run("update", "--restart", "unless-stopped", node, check=False)
+    world["docker"].run("start", node, check=False)
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        rc = world["docker"].run("exec", node, "docker", "info", check=False)[0]
+        ssh = world["docker"].run("exec", node, "sh", "-c", "pgrep -x sshd", check=False)[0]
+        if rc == 0 and ssh == 0:
+            return
+        time.sleep(1)
+    raise AssertionError("node %s did not come back" % node)
+
+
+def wait_for_ps_status(capsys, run, wanted, seconds=150):
+    deadline = time.time() + seconds
+    seen = []
+    while time.time() < deadline:
+        try:
+            record = ps_record(capsys, run)
+        except StopIteration:
+            record = {"status": None}
+        seen.append(record["status"])
+        if record["status"] == wanted:
+            return record
+        assert record["status"] not in ("failed", "terminated", "done"), (seen, record)
+        time.sleep(2)
+    raise AssertionError("ps never said %s for %s: %s" % (wanted, run, seen))
+
+
+def test_an_attached_retry_sees_its_node_come_back(world, tmp_path, capsys):
+    """Issue 32, defect 4. A 1-node run pinned to a node, retry on interruption and
+    no-capacity, attached. Its node is killed: ps says the run is pending (not failed) while the
+    attached apply waits; the node is started again, and the attached apply, which asks the
+    backend again on each try, runs it there and ends done."""
+    run, node = "rback-" + SUFFIX, local.container_name(FLEET, 2)
+    task = tmp_path / (run + ".dstack.yml")
+    task.write_text(pinned_retry_task(world, run, 2))
+    proc = gpufleet("apply", "-f", str(task), "-y")
+    try:
+        kill_node_when_running(world, node, run, proc)
+        record = wait_for_ps_status(capsys, run, "pending")
+        assert record.get("queued_on"), record
+        restore_node(world, node)
+        out, err = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        restore_node(world, node)
+    assert proc.returncode == 0, out + err
+    assert "Run %s done" % run in out, out + err
+    record = ps_record(capsys, run)
+    assert (record["status"], record["submission"]) == ("done", 1), record
+
+
+def test_ctrl_c_of_an_attached_retry_that_waits_leaves_it_pending(world, tmp_path, capsys):
+    """The same run; Ctrl-C while it waits for its node: the apply detaches (docs/tasks.md),
+    the run stays pending in ps, and gpufleet stop ends it terminated."""
+    from gpufleet import cli
+
+    run, node = "rint-" + SUFFIX, local.container_name(FLEET, 2)
+    task = tmp_path / (run + ".dstack.yml")
+    task.write_text(pinned_retry_task(world, run, 2))
+    proc = gpufleet("apply", "-f", str(task), "-y")
+    try:
+        kill_node_when_running(world, node, run, proc)
+        wait_for_ps_status(capsys, run, "pending")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert "detached; the run %s goes on" % run in err, out + err
+        assert "Run %s failed" % run not in out + err, out + err
+        assert ps_record(capsys, run)["status"] == "pending"
+        assert cli.main(["stop", "-y", run]) == 0
+        record = ps_record(capsys, run)
+        assert (record["status"], record["reason"]) == ("terminated", "terminated_by_user"), \
+            record
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        restore_node(world, node)

@@ -335,3 +335,98 @@ def test_an_attached_runs_verdict_on_a_silent_host_stands_when_the_host_comes_ba
     assert (result["status"], result["submissions"]) == (lc.RUN_DONE, 2), result["message"]
     stops = [(host, p) for host, op, p in cluster.log if op == "stop" and host == "gpus-1"]
     assert any(j["container"] == "train-1-0" for _h, p in stops for j in p["jobs"])
+
+
+def local_fleet(stopped=()):
+    """Two local nodes as their backend describes them, ``stopped`` ones with their container
+    exited (a node killed and not started again)."""
+    described = fleet()
+    for inst in described["instances"]:
+        inst.update(backend="local", status="stopped" if inst["name"] in stopped else "idle")
+    return described
+
+
+def ps_status(cluster, name):
+    """The status gpufleet ps gives run ``name`` now (tasks.listing, from what the hosts
+    hold, queue entries included)."""
+    containers, queues, errors = {}, {}, {}
+    for host, node in sorted(cluster.nodes.items()):   # one thread: the hook holds the lock
+        try:
+            answer = node.call("status")
+        except ssh.NodeError as exc:
+            errors[host] = str(exc)
+            continue
+        containers[host], queues[host] = answer["containers"], answer["queue"]
+    records = listing.with_queue(listing.run_records(containers, errors), queues)
+    return next((r["status"] for r in records if r["name"] == name), None)
+
+
+def test_an_attached_retry_sees_its_killed_node_come_back_and_ps_says_pending(
+        fake_hosts, monkeypatch):
+    """A one-node run pinned to gpus-1, retry on interruption and no-capacity. gpus-1 is
+    killed: the run is interrupted, and its resubmission finds no capacity (gpus-1 is its only
+    host). While it waits, it is pending where gpus-1 ps reads it (an entry in gpus-0's
+    queue), and each try asks the backend again: once gpus-1 runs again, the run is submitted
+    there and ends done, and its entry is gone."""
+    config = task(nodes=1, instances=["gpus-1"],
+                  retry={"on_events": ["interruption", "no-capacity"], "duration": "1h"})
+    runner, cluster = fake_hosts(config, [local_fleet()], program=lambda job: (
+        (None, None) if job["submission"] == 0 else (2, 0)))
+    state = {"killed": False, "seen": []}
+    monkeypatch.setattr(runs, "collect_fleets", lambda *a, **k: [local_fleet(
+        ["gpus-1"] if cluster.nodes["gpus-1"].down else [])])
+
+    def hook(c):
+        node = c.nodes["gpus-1"]
+        if len(c.sleeps) == 3 and not state["killed"]:
+            state["killed"] = True
+            node.down, node.containers = True, []
+        entry = c.nodes["gpus-0"].queue.get("train")
+        if node.down and entry and entry["state"] == "pending":
+            state["seen"].append(ps_status(c, "train"))
+            if len(state["seen"]) == 3:
+                node.down = False   # docker start: the node runs again
+
+    cluster.hook = hook
+    result = runner.run()
+    assert state["seen"] == [lc.RUN_PENDING] * 3
+    assert (result["status"], result["submissions"]) == (lc.RUN_DONE, 2), result["message"]
+    assert [j["host"] for j in result["jobs"]] == ["gpus-1"]
+    assert "train" not in cluster.nodes["gpus-0"].queue
+    waits = [e["message"] for _t, e in cluster.events
+             if e["kind"] == "run" and e["status"] == lc.RUN_PENDING]
+    assert any(m.startswith("waiting for capacity in the queue (kept on gpus-0)")
+               for m in waits), waits
+
+
+def test_an_attached_retry_that_waits_without_a_queue_host_asks_the_backend_each_try(
+        fake_hosts, monkeypatch):
+    """The same with one node: no other host can keep the entry, so the command waits itself,
+    and still asks the backend again before every try."""
+    one = local_fleet()
+    one["instances"] = one["instances"][1:]
+    config = task(nodes=1,
+                  retry={"on_events": ["interruption", "no-capacity"], "duration": "1h"})
+    runner, cluster = fake_hosts(config, [one], program=lambda job: (
+        (None, None) if job["submission"] == 0 else (2, 0)))
+    described = []
+
+    def describe(*_a, **_k):
+        fresh = copy.deepcopy(one)
+        down = cluster.nodes["gpus-1"].down
+        fresh["instances"][0]["status"] = "stopped" if down else "idle"
+        described.append(down)
+        return [fresh]
+
+    monkeypatch.setattr(runs, "collect_fleets", describe)
+
+    def hook(c):
+        node = c.nodes["gpus-1"]
+        if len(c.sleeps) == 3 and not described:
+            node.down, node.containers = True, []
+        elif node.down and described.count(True) >= 4:
+            node.down = False
+
+    cluster.hook = hook
+    result = runner.run()
+    assert (result["status"], result["submissions"]) == (lc.RUN_DONE, 2), result["message"]

@@ -504,6 +504,14 @@ class Runner(object):
         if pending is not None:
             pending.result()   # parallel keeps each host's failure in its answer
 
+    def _refresh_quietly(self):
+        """``_refresh_fleets``, keeping the fleets as they were when they cannot be described
+        now: an instance that was stopped may run again, one that ran may be gone."""
+        try:
+            self._refresh_fleets()
+        except RunError:
+            pass
+
     def _refresh_fleets(self):
         """The fleets as their backends tell them now (after one grew, or lost an instance);
         a fleet that cannot be described again stays as it was."""
@@ -839,6 +847,7 @@ class Runner(object):
                            "message": "no capacity, retrying in %d s: %s" % (delay, exc)})
                 attempt += 1
                 self.sleep(delay)
+                self._refresh_quietly()   # each try asks the backends again
         if number == 0:
             self._announce(placed)
         try:
@@ -982,16 +991,33 @@ class Runner(object):
             return dict(self.result(), status=lifecycle.RUN_PENDING, reason=None,
                         message="waiting for capacity (queue position %s, kept on %s)"
                         % (place or "last", host), queued_on=host), None
+        return self._wait_in_queue(host, stop_event)
+
+    def _wait_in_queue(self, host, stop_event):
+        """Attached, with the run's pending entry on ``host``: make passes over the queue
+        (NO_CAPACITY_BACKOFF apart) until the run's turn comes (returns ``(None, its
+        submission)``) or its wait ends (``(result, None)``). Before each pass the backends
+        and the hosts are asked again (a stopped instance may run again), so the attached view
+        and gpufleet ps read the same entry and the same fleets. A Ctrl-C (KeyboardInterrupt)
+        leaves the entry: the run stays pending, and any later pass starts it."""
+        from . import queue
+
         attempt = 0
         while True:
             if stop_event is not None and stop_event.is_set():
+                stopped = {"state": "terminated", "reason": lifecycle.TERMINATED_BY_USER}
                 self.nodes[host].call("update", {"run": self.name, "run_id": self.run_id,
-                                                 "changes": {"state": "terminated",
-                                                             "reason": lifecycle.TERMINATED_BY_USER}})
+                                                 "changes": stopped})
                 return dict(self.result(), status=lifecycle.RUN_TERMINATED,
                             reason=lifecycle.TERMINATED_BY_USER), None
             self.sleep(NO_CAPACITY_BACKOFF[min(attempt, len(NO_CAPACITY_BACKOFF) - 1)])
             attempt += 1
+            self._refresh_quietly()
+            if host not in self.nodes:
+                # The queue host's instance is gone, and its entry with it: what ps says.
+                return dict(self.result(), status=lifecycle.RUN_FAILED,
+                            reason=lifecycle.NO_CAPACITY,
+                            message="the host that kept its queue entry (%s) is gone" % host), None
             report = queue.QueuePass(self.fleets, own=self, root=self.root, docker=self.docker,
                                      poll=self.poll, sleep=self.sleep, clock=self.clock,
                                      by=self.by).run()
@@ -1000,6 +1026,32 @@ class Runner(object):
             ended = self._wait_ended(host)
             if ended is not None:
                 return ended, None
+
+    def _resubmit(self, number, since, stop_event):
+        """Submit the run again (retry after an error or interruption), as ``(result,
+        submission)``. Without capacity now, and with retry on no-capacity, the run waits as
+        dstack's does: pending, in the queue (an entry on its fleet's queue host, which ps
+        reads), with the fleets and hosts asked again before each try."""
+        from . import queue
+
+        try:
+            return None, self.submit(number, waited_since=since, wait_for_capacity=False)
+        except placement.NoHostFits as exc:
+            if not lifecycle.may_retry(self.config.get("retry"), lifecycle.EVENT_NO_CAPACITY,
+                                       self.clock(), since):
+                raise
+            try:
+                errors = survey_with_queues(self.nodes)[3]
+                host = queue.enqueue(self, errors, reason=str(exc), number=number,
+                                     retry_since=since)
+            except RunError as err:
+                # No host to keep the entry on: wait here, asking again on every try.
+                self.emit({"kind": "info", "message": "%s; waiting in this command" % err})
+                return None, self.submit(number, waited_since=since)
+            self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
+                       "message": "waiting for capacity in the queue (kept on %s): %s"
+                       % (host, exc)})
+            return self._wait_in_queue(host, stop_event)
 
     def _run(self, wait, stop_event):
         try:
@@ -1046,15 +1098,15 @@ class Runner(object):
             # The fleets are described again below: a name that comes back (a fleet that grew
             # anew) is a new instance, asked like any other.
             self.gone_hosts.clear()
+            self._refresh_quietly()   # an instance may have gone (interruption)
             try:
-                self._refresh_fleets()   # an instance may have gone (interruption)
-            except RunError:
-                pass
-            try:
-                submission = self.submit(submission.number + 1, waited_since=self.clock())
+                ended, submission = self._resubmit(submission.number + 1, self.clock(),
+                                                   stop_event)
             except placement.NoHostFits as exc:
                 return dict(self.result(decision, watch.statuses), status=lifecycle.RUN_FAILED,
                             reason=lifecycle.NO_CAPACITY, message=str(exc))
+            if ended is not None:
+                return ended
 
 
 def failure_message(decision, submission):
