@@ -280,9 +280,12 @@ def apply(config: Config, roles: Iterable[str] = (), **options) -> dict:
     return record
 
 
-def delete(config: Config, **options) -> dict:
+def delete(config: Config, force: bool = False, **options) -> dict:
     """Delete a fleet (remove a backend fleet's nodes, release an SSH fleet's hosts) or a
-    volume. Returns the record with what was removed; deleting what is gone does nothing."""
+    volume. Returns the record with what was removed; deleting what is gone does nothing.
+    A fleet that still runs a task, or whose hosts cannot be checked (they do not answer, or
+    their key is missing from the state dir), is refused naming the hosts; ``force`` deletes
+    it anyway, with whatever runs there."""
     opts = _Options(**options)
     normalized, given = _read(config, ("fleet", "volume"))
     if normalized["type"] == "volume":
@@ -292,7 +295,8 @@ def delete(config: Config, **options) -> dict:
         if record is None or not result.ok:
             raise _failed(result, record)
         return record
-    result = opts.play("delete.yml", opts.extravars(fleet=given))
+    result = opts.play("delete.yml", opts.extravars(
+        fleet=given, gpufleet_refuse_busy=False if force else None))
     record = _fleet_record(result)
     if not result.ok:
         raise _failed(result, record)
@@ -300,13 +304,16 @@ def delete(config: Config, **options) -> dict:
 
 
 def delete_fleet(name: str, instances: Iterable[int] | None = None, check: bool = False,
-                 **options) -> dict:
+                 force: bool = False, **options) -> dict:
     """Delete the fleet named ``name``, as ``gpufleet fleet delete NAME`` does: found from the
     file this controller applied it from, else from the backends' labels and tags.
 
     ``instances``: delete only those instance numbers (a backend fleet's instances are removed,
     an SSH fleet's hosts released) and keep the fleet; numbers it does not have are left out.
-    A fleet, or an instance, still running a task is refused, naming the runs. ``check``: only
+    A fleet, or an instance, still running a task is refused, naming the runs, and so is one
+    whose hosts cannot be checked (naming them and why); ``force`` skips that check for the
+    whole fleet (busy and unchecked hosts go with it) and, with ``instances``, the check of
+    hosts that cannot be asked (busy instances are always refused). ``check``: only
     say what would be deleted (the playbook in check mode), refusals included. Returns the
     fleet record (with ``removed``; with ``instances``, its ``plan`` names the instances
     removed or released). GpufleetError ``Fleet NAME does not exist`` when no fleet has that
@@ -321,8 +328,9 @@ def delete_fleet(name: str, instances: Iterable[int] | None = None, check: bool 
             nums = [int(n) for n in ([instances] if isinstance(instances, int) else instances)]
         except (TypeError, ValueError):
             raise GpufleetError("instances are instance numbers, got %r" % (instances,)) from None
-    result = opts.play("delete.yml", opts.extravars(fleet_name=name, gpufleet_instances=nums),
-                       check=check)
+    result = opts.play("delete.yml", opts.extravars(
+        fleet_name=name, gpufleet_instances=nums,
+        gpufleet_refuse_busy=False if force else None), check=check)
     record = _fleet_record(result)
     if not result.ok:
         raise _failed(result, record)

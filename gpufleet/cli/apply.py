@@ -67,6 +67,9 @@ def add_delete(commands):
     delete.add_argument("-f", "--file", required=True, metavar="FILE",
                         help="the fleet or volume file")
     delete.add_argument("-y", "--yes", action="store_true", help="delete without asking")
+    delete.add_argument("--force", action="store_true",
+                        help="delete the fleet even when a task still runs on it or its hosts "
+                        "cannot be checked (the runs there go with it)")
     delete.set_defaults(handler=_delete)
 
 
@@ -336,7 +339,7 @@ def _delete(args, out, err) -> int:
         out.write("Nothing was deleted.\n")
         return 1
     try:
-        record = delete(path, on_event=progress_printer(err))
+        record = delete(path, force=args.force, on_event=progress_printer(err))
     except GpufleetError as exc:
         return common.failed(exc, err)
     removed = record.get("removed") or {}

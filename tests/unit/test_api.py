@@ -153,6 +153,13 @@ def test_delete_returns_what_was_removed(playbooks):
                                                      removed={"containers": ["gpus-0"]})]})
     assert api.delete(FLEET)["removed"] == {"containers": ["gpus-0"]}
     assert playbooks.calls[0]["playbook"] == "delete.yml"
+    assert "gpufleet_refuse_busy" not in playbooks.calls[0]["extravars"]
+
+
+def test_delete_with_force_does_not_refuse_a_fleet_in_use_or_unchecked(playbooks):
+    playbooks.answer(stats={"gpufleet_fleets": [fleet_record()]})
+    api.delete(FLEET, force=True)
+    assert playbooks.calls[0]["extravars"]["gpufleet_refuse_busy"] is False
 
 
 def test_fleets_lists_the_given_files(tmp_path, playbooks):

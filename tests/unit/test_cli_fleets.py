@@ -76,6 +76,24 @@ def test_delete_instances_passes_their_numbers_and_says_instances_deleted(playbo
         {"fleet_name": "web", "gpufleet_instances": [1, 4]}] * 2
 
 
+def test_force_tells_the_playbook_not_to_refuse(playbooks):
+    playbooks.answer(stats=fleet())
+    playbooks.answer(stats=fleet(status="terminated"))
+    code, out, err = run(playbooks, "fleet", "delete", "web", "-y", "--force")
+    assert code == 0, err
+    assert [c[2] for c in calls(playbooks)] == [
+        {"fleet_name": "web", "gpufleet_refuse_busy": False}] * 2
+
+
+def test_hosts_that_cannot_be_checked_refuse_the_delete_naming_them(playbooks):
+    msg = ("Failed to delete fleet web. Cannot tell whether it is in use: web-0 could not be "
+           "checked (cannot be checked: its SSH key /s/fleets/web/id_ed25519 is missing)")
+    playbooks.answer(**refused(msg))
+    code, out, err = run(playbooks, "fleet", "delete", "web", "-y")
+    assert (code, out, err) == (1, "", msg + "\n")
+    assert len(playbooks.calls) == 1
+
+
 def test_delete_asks_as_dstack_asks(playbooks, stdin):
     stdin.tty, stdin.answer = True, "y\n"
     playbooks.answer(stats=fleet(plan={"release": ["web-0", "web-2"], "remove": []}))
