@@ -389,13 +389,15 @@ def wait(run: str, check: bool = True, job: int | None = None, since: str | None
 
 def runs(**options) -> dict:
     """Every run the fleets' hosts hold, as ``gpufleet ps`` lists them: ``{"runs": [records,
-    newest first], "unreachable": {host: error}}`` (hosts that did not answer)."""
+    newest first], "unreachable": {host: error}, "unread": {fleet: {host: reason}}}`` (hosts
+    that did not answer, and the fleets they leave unread: their runs are not listed)."""
     opts = _Options(**options)
     result = opts.play("ps.yml", opts.extravars())
     found = result.stats.get("gpufleet_runs")
     if found is None:
         raise _failed(result)
-    return {"runs": found, "unreachable": result.stats.get("gpufleet_unreachable") or {}}
+    return {"runs": found, "unreachable": result.stats.get("gpufleet_unreachable") or {},
+            "unread": result.stats.get("gpufleet_unread") or {}}
 
 
 def status(run: str | None = None, **options) -> list | dict:

@@ -276,10 +276,12 @@ def test_logs_by_rank(playbooks):
 
 def test_status_of_one_run_and_of_a_missing_one(playbooks):
     runs = [{"name": "hello", "status": "running"}, {"name": "other", "status": "done"}]
-    playbooks.answer(stats={"gpufleet_runs": runs, "gpufleet_unreachable": {"x": "timeout"}})
+    playbooks.answer(stats={"gpufleet_runs": runs, "gpufleet_unreachable": {"x": "timeout"},
+                            "gpufleet_unread": {"f": {"x": "timeout"}}})
     playbooks.answer(stats={"gpufleet_runs": runs, "gpufleet_unreachable": {}})
     playbooks.answer(stats={"gpufleet_runs": runs, "gpufleet_unreachable": {}})
-    assert api.runs()["unreachable"] == {"x": "timeout"}
+    found = api.runs()
+    assert found["unreachable"] == {"x": "timeout"} and found["unread"] == {"f": {"x": "timeout"}}
     assert api.status("other")["status"] == "done"
     with pytest.raises(api.GpufleetError, match="no run named gone"):
         api.status("gone")

@@ -220,6 +220,20 @@ def list_runs(nodes, survey_result=None, instances=None, silent=None):
     return records, dict((h, str(e)) for h, e in errors.items())
 
 
+def unread_fleets(fleets, errors):
+    """``{fleet name: {host: reason}}``: the fleets some of whose hosts could not be read
+    (``errors``: ``{host: error}`` of a survey), so that a listing can say what it could not
+    see instead of taking those hosts for idle (``gpufleet ps`` exits 1 then)."""
+    unread = {}
+    for fleet in fleets:
+        for instance in fleet.get("instances") or []:
+            host = instance.get("name")
+            if host in errors:
+                unread.setdefault(fleet.get("name") or "?", {})[host] = _reason(
+                    host, errors[host])
+    return unread
+
+
 def find_run(nodes, name, surveyed=None, queues=None):
     """``(record, {host: containers})`` of run ``name``, from the hosts (or from ``surveyed``,
     what tasks.runs.survey answered); with ``queues`` (the survey's queue entries) a run that
