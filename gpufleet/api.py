@@ -205,6 +205,17 @@ def validate(config: Config) -> dict:
     return _read(config, ("fleet", "task", "volume"))[0]
 
 
+def unreachable_of(record: Mapping) -> dict:
+    """``{instance name: error}``: the hosts of an SSH fleet's plan (:func:`plan`'s record)
+    that could not be reached, for :func:`apply`'s ``unreachable`` in the same command. A
+    backend fleet's hosts are left out: one being made may answer later."""
+    if not isinstance(record, Mapping) or record.get("fleet_type") != "ssh":
+        return {}
+    return dict((i["name"], i.get("error") or "no answer over SSH")
+                for i in record.get("instances") or []
+                if isinstance(i, Mapping) and i.get("status") == "unreachable")
+
+
 def plan(config: Config, delete: bool = False, name: str | None = None, env=None, fleets=None,
          array: str | None = None, ide_version: str | None = None, **options) -> dict:
     """What applying ``config`` (or, with ``delete``, deleting it) would do, changing nothing:
@@ -241,13 +252,16 @@ def plan(config: Config, delete: bool = False, name: str | None = None, env=None
     return record
 
 
-def apply(config: Config, roles: Iterable[str] = (), **options) -> dict:
+def apply(config: Config, roles: Iterable[str] = (), unreachable: Mapping | None = None,
+          **options) -> dict:
     """Make ``config`` real, as ``gpufleet apply -f`` does.
 
     A fleet: provisioned (backend fleets) or adopted (SSH fleets), every host checked, measured
     and claimed, and ``roles`` (host roles such as ``["docker", "nvidia"]``) applied; returns
     the fleet record, or raises GpufleetError naming the first host that is not ready (the
-    record is on the error). A volume: created or registered; returns its record. A task: see
+    record is on the error). ``unreachable`` (``{instance name: error}``): hosts a plan made a
+    moment ago could not reach; they are reported unreachable with that error and not tried
+    again (:func:`unreachable_of` takes them from a plan's record). A volume: created or registered; returns its record. A task: see
     :func:`run_task` (``wait``, ``run_args``, ``secrets`` go there).
     """
     normalized, given = _read(config, ("fleet", "task", "dev-environment", "volume"))
@@ -266,9 +280,13 @@ def apply(config: Config, roles: Iterable[str] = (), **options) -> dict:
         if record is None or not result.ok:
             raise _failed(result, record)
         return record
+    if unreachable and normalized["type"] != "fleet":
+        raise GpufleetError("unreachable: only for fleets")
     variables = opts.extravars(fleet=given)
     if roles:
         variables["gpufleet_fleet_roles"] = list(roles)
+    if unreachable:
+        variables["gpufleet_fleet_unreachable"] = dict(unreachable)
     result = opts.play("fleet.yml", variables)
     record = _fleet_record(result)
     broken = [i for i in record.get("instances") or [] if i.get("error")]

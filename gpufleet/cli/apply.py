@@ -74,7 +74,7 @@ def add_delete(commands):
 
 
 def _apply(args, out, err) -> int:
-    from ..api import GpufleetError, apply, plan
+    from ..api import GpufleetError, apply, plan, unreachable_of
     from ..runner import progress_printer
 
     path = os.path.abspath(args.file)
@@ -99,7 +99,9 @@ def _apply(args, out, err) -> int:
         if not common.confirm(f"Apply the fleet {record['name']}?", args, out, err):
             out.write("Nothing was changed.\n")
             return 1
-        record = apply(path, on_event=progress_printer(err, verbose=args.verbose))
+        # The plan's answer for an SSH host it could not reach stands: not waited for twice.
+        record = apply(path, unreachable=unreachable_of(record) or None,
+                       on_event=progress_printer(err, verbose=args.verbose))
     except GpufleetError as exc:
         if isinstance(exc.record, dict) and exc.record.get("instances") is not None:
             out.write("\n")

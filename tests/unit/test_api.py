@@ -156,6 +156,15 @@ def test_delete_returns_what_was_removed(playbooks):
     assert "gpufleet_refuse_busy" not in playbooks.calls[0]["extravars"]
 
 
+def test_unreachable_of_a_plan_is_its_unreachable_ssh_hosts():
+    ssh = {"fleet_type": "ssh", "instances": [
+        {"name": "a-0", "status": "idle"}, {"name": "a-1", "status": "unreachable",
+                                            "error": "refused"}]}
+    assert api.unreachable_of(ssh) == {"a-1": "refused"}
+    assert api.unreachable_of(dict(ssh, fleet_type="backend")) == {}
+    assert api.unreachable_of(None) == {}
+
+
 def test_delete_with_force_does_not_refuse_a_fleet_in_use_or_unchecked(playbooks):
     playbooks.answer(stats={"gpufleet_fleets": [fleet_record()]})
     api.delete(FLEET, force=True)
