@@ -465,3 +465,14 @@ def test_a_host_that_does_not_answer_keeps_its_status(cached):
     gpus0 = records[0]["instances"][0]
     assert gpus0["status"] == "idle" and "busy_blocks" not in gpus0
     assert "timed out" in gpus0["health_unreachable"]
+    assert records[0]["status"] == "active"   # the others answered
+
+
+def test_a_fleet_whose_only_host_does_not_answer_is_not_shown_active(cached):
+    answers = {"gpus-0": NodeError("gpus-0", "unreachable over SSH: Connection refused")}
+    record = _fleet_record("gpus", 1)
+    record["instances"][0]["status"] = "idle"
+    records = health.refresh([record], cached, max_age=300, now=NOW, occupancy=True,
+                             node_factory=lambda inst: StatusNode(inst, answers, []))
+    assert records[0]["status"] == "unreachable"
+    assert "Connection refused" in records[0]["instances"][0]["health_unreachable"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime
 
 from ..core.times import parse_time
-from ..fleets import state
+from ..fleets import report, state
 from .claiming import busy_map
 from .ssh import Node
 from .supervisor import parallel
@@ -152,6 +152,18 @@ def refresh(records, root, max_age=MAX_AGE, now=None, connect_timeout=10, node_f
     result = annotate(records, root, unreachable, changes if check_mode else None)
     if occupancy:
         result = with_busy(result, busy_map(containers, claims), containers)
+    return with_fleet_status(result)
+
+
+def with_fleet_status(records):
+    """Copies of the fleet records whose ``status`` says when no instance is ready: an
+    instance whose host could not be asked (``health_unreachable``) counts as unreachable, so
+    a fleet whose only host does not answer is not shown ``active`` (fleets.report)."""
+    result = []
+    for record in records:
+        seen = [dict(i, status="unreachable") if i.get("health_unreachable") else i
+                for i in record.get("instances") or []]
+        result.append(dict(record, status=report.fleet_status(dict(record, instances=seen))))
     return result
 
 
