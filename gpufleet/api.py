@@ -261,7 +261,8 @@ def apply(config: Config, roles: Iterable[str] = (), unreachable: Mapping | None
     the fleet record, or raises GpufleetError naming the first host that is not ready (the
     record is on the error). ``unreachable`` (``{instance name: error}``): hosts a plan made a
     moment ago could not reach; they are reported unreachable with that error and not tried
-    again (:func:`unreachable_of` takes them from a plan's record). A volume: created or registered; returns its record. A task: see
+    again (:func:`unreachable_of` takes them from a plan's record). A volume: created or
+    registered; returns its record. A task: see
     :func:`run_task` (``wait``, ``run_args``, ``secrets`` go there).
     """
     normalized, given = _read(config, ("fleet", "task", "dev-environment", "volume"))

@@ -558,8 +558,8 @@ def plan_lines(fleet):
         errors = dict((i.get("name"), i.get("error")) for i in fleet.get("instances") or []
                       if isinstance(i, dict))
         for name in unread:
-            lines.append("cannot read %s%s" % (name, ": %s" % errors[name]
-                                                if errors.get(name) else ""))
+            why = ": %s" % errors[name] if errors.get(name) else ""
+            lines.append("cannot read %s%s" % (name, why))
     offers = fleet.get("offers") or []
     if offers and names["create"]:
         table = offer_table(offers, limit=3)
