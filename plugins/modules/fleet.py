@@ -102,6 +102,9 @@ options:
         naming the host and the reason. V(false) skips both checks (C(gpufleet delete --force)).
       - Always on for busy instances when O(instances) is given; there V(false) only skips the
         check of hosts that cannot be asked.
+      - With O(state=present), the same check for the instances a smaller C(nodes) count would
+        remove from a local backend fleet: the apply fails, before anything changes, when one
+        of them runs a task or cannot be asked.
     type: bool
     default: false
   at_least:

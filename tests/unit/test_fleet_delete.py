@@ -384,3 +384,35 @@ def test_an_aws_fleet_is_found_by_its_tags_and_loses_one_instance(tmp_path, monk
                          settings={"aws": {"regions": ["us-east-1"]}})
         finally:
             double.stop()
+
+
+# --- a smaller nodes count -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("alive, message", [
+    (({"web-2": {"train"}}, {}), "web-2 runs train"),
+    (({}, {"web-2": "cannot be checked: its SSH key /s/k is missing"}),
+     "web-2 could not be checked (cannot be checked: its SSH key /s/k is missing)"),
+])
+def test_a_smaller_nodes_count_never_removes_a_busy_or_unknown_instance(root, monkeypatch,
+                                                                        alive, message):
+    Engine(raw_node("web", 0), raw_node("web", 1), raw_node("web", 2)).install(monkeypatch)
+    asked = []
+
+    def runs_alive(record, _root):
+        asked.append([i["name"] for i in record["instances"]])
+        return alive
+
+    monkeypatch.setattr(listing, "runs_alive", runs_alive)
+    args = {"config": {"type": "fleet", "name": "web", "nodes": 2, "placement": "cluster",
+                       "backends": ["local"]}, "state_dir": root, "_ansible_check_mode": True}
+    code, result = run(dict(args, refuse_busy=True))
+    assert code == 1, result
+    assert result["msg"] == (
+        "Failed to apply fleet web: the smaller nodes count removes web-2, which may not be "
+        "idle: %s. Stop the runs, or make the hosts answer, and apply again (the playbook's "
+        "gpufleet_refuse_busy=false removes them anyway)" % message)
+    assert asked == [["web-2"]]   # only the instance that would go is asked
+    code, result = run(args)      # refuse_busy=false: the plan removes it
+    assert code == 0 and result["fleet"]["plan"]["remove"] == ["web-2"], result
+    assert asked == [["web-2"]]

@@ -141,7 +141,7 @@ def at_least(config, count):
 
 
 def apply(config, path=None, docker=None, root=None, check_mode=False, image=None,
-          build_image=None, settings=None, made_for=None):
+          build_image=None, settings=None, made_for=None, before_remove=None):
     """Converge a fleet to its config. Returns ``(fleet record, changed)``.
 
     The record's ``plan`` says what was (in check mode: would be) done, by instance name:
@@ -150,6 +150,9 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
     are the cloud backends' settings (``{"aws": {...}}``, see docs/backends.md). ``made_for``
     (``{"run", "idle_duration"}``, backends/made_for.py) marks the instances this apply creates
     as made for that run, with that idle limit (fleets/idle.py).
+    ``before_remove(record)``, when given, is called with a fleet record of the instances a
+    smaller ``nodes`` would remove (local backend), before anything changes, in check mode too:
+    it raises to refuse (converge's check that they are neither busy nor unknown).
     """
     root = state.state_dir(root)
     config = resolved(config, settings, root)
@@ -204,6 +207,10 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
     }
     changed = has_changes(plan)
     key_file = state.key_path(root, name)
+    if nums["remove"] and before_remove is not None:
+        going = [by_num[num] for num in nums["remove"]]
+        before_remove(_set_instances(fleet_record(config, name, path), client.records(
+            going, name, key_file, config.get("blocks", 1))))
     if changed and not check_mode:
         # A node's placement label is the file's here (a change was refused above).
         client.terminate([by_num[num] for num in nums["remove"]])

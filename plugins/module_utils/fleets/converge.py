@@ -129,10 +129,17 @@ def converge(params, runs_alive, check_mode=False, warn=None, docker=None):
         docker.ping()
     if params["state"] == "absent":
         return delete(params, config, path, docker, root, settings, check_mode, runs_alive)
+    def before_remove(going):
+        # A smaller nodes count removes instances: never one that runs a task or cannot be
+        # checked (busy, idle or unknown), as a delete of them would refuse.
+        using, unknown = runs_alive(going, root)
+        lookup.refuse_in_use(going, using, None, unknown, shrink=True)
+
     record, changed = apply.apply(
         config, path, docker, root, check_mode, image=params["image"],
         build_image=build_image, settings=settings,
         made_for=idle.made_for(params["made_for"], config),
+        before_remove=before_remove if params["refuse_busy"] else None,
     )
     if not check_mode:
         state.ensure_fleet_dir(root, record["name"])

@@ -118,14 +118,15 @@ def _listing(nums):
     return "[%s]" % ", ".join(str(n) for n in nums)
 
 
-def refuse_in_use(record, using, nums=None, unknown=None):
+def refuse_in_use(record, using, nums=None, unknown=None, shrink=False):
     """Refuse to delete a fleet (``nums`` None) or its instances numbered ``nums`` while any of
     them runs a task, as dstack refuses: FleetInUse with dstack's message, followed by each busy
     instance and its runs. ``using`` maps instance names to the runs still alive on them.
 
     ``unknown`` maps instance names to why they could not be asked: such an instance may be
     running a task, so it is never taken as idle, and the deletion is refused naming it and
-    the reason (the caller's override, ``--force`` or refuse_busy=false, skips the check)."""
+    the reason (the caller's override, ``--force`` or refuse_busy=false, skips the check).
+    ``shrink``: the instances of ``record`` are those a smaller ``nodes`` would remove."""
     chosen = [i for i in record.get("instances") or []
               if nums is None or i.get("num") in nums]
     busy = [(i["name"], sorted(using.get(i["name"]) or [])) for i in chosen
@@ -136,6 +137,14 @@ def refuse_in_use(record, using, nums=None, unknown=None):
         return
     name = record["name"]
     what = "fleet %s" % name if nums is None else "fleet %s instances %s" % (name, _listing(nums))
+    if shrink:
+        gone = [i["name"] for i in chosen]
+        detail = "; ".join(["%s runs %s" % (host, ", ".join(runs)) for host, runs in busy]
+                           + ["%s could not be checked (%s)" % (h, r) for h, r in unread])
+        raise FleetInUse("Failed to apply fleet %s: the smaller nodes count removes %s, which "
+                         "may not be idle: %s. Stop the runs, or make the hosts answer, and "
+                         "apply again (the playbook's gpufleet_refuse_busy=false removes them "
+                         "anyway)" % (name, ", ".join(gone), detail))
     if busy:
         detail = "; ".join("%s runs %s" % (host, ", ".join(runs)) for host, runs in busy)
         runs = sorted(set(run for _host, names in busy for run in names))
