@@ -30,6 +30,9 @@ DEFINITE = (
     "name or service not known", "could not resolve hostname", "nodename nor servname",
     "temporary failure in name resolution", "permission denied (publickey",
     "host key verification failed", "too many authentication failures",
+    # Through a jump host (ProxyCommand ssh -W, quiet): the jump host answered that it could
+    # not open the connection to the host, and the proxy closed the stream at once.
+    "stdio forwarding failed", "connection closed by unknown port 65535",
 )
 
 

@@ -305,8 +305,8 @@ def test_ssh_fleet_checks_each_host_and_names_what_is_wrong(world):
     assert gone["error"].startswith(
         "cannot reach gpufleet@%s:22 through the jump host gpufleet@%s:22: "
         % (nobody, head["hostname"])), gone["error"]
-    # An address nothing has on the fleet's network answers "No route to host" through the
-    # jump host: a definite answer, given at once, not tried again for the whole
+    # An address nothing has on the fleet's network: the jump host cannot open the connection
+    # (no route), a definite answer, given at once, not tried again for the whole
     # gpufleet_connect_timeout (that message would say "within 15 s").
     assert "no answer over SSH: " in gone["error"] and " within " not in gone["error"], \
         gone["error"]
@@ -328,7 +328,8 @@ def test_ssh_fleet_checks_each_host_and_names_what_is_wrong(world):
 
 
 def test_an_ssh_fleet_whose_only_host_refuses_answers_fast_and_is_never_idle(world):
-    """gpufleet apply of a new SSH fleet whose only host refuses SSH: one try in the plan, its
+    """gpufleet apply of a new SSH fleet whose only host refuses SSH (through the jump host,
+    whose proxy ends at once): one try in the plan, its
     answer carried into the apply, the plan saying it cannot read the host, the fleet not
     active; then delete refuses naming the host it cannot check, and --force deletes."""
     rig = by_name({"instances": local.instance_records(
@@ -353,7 +354,7 @@ def test_an_ssh_fleet_whose_only_host_refuses_answers_fast_and_is_never_idle(wor
     assert "cannot read %s-0: cannot reach gpufleet@%s:2299" % (DEAD, head["hostname"]) \
         in applied.stdout, said
     assert "keep %s-0" % DEAD not in applied.stdout
-    assert "Connection refused" in said and " within " not in said, said
+    assert "no answer over SSH: " in said and " within " not in said, said
     # The apply took the plan's answer: its preflight of the host never ran.
     assert "TASK [Take the plan's answer for a host it could not reach]" in applied.stderr, said
     listed = gpufleet("fleet", "--json")
@@ -365,7 +366,7 @@ def test_an_ssh_fleet_whose_only_host_refuses_answers_fast_and_is_never_idle(wor
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert ("Failed to delete fleet %s. Cannot tell whether it is in use: %s-0 could not be "
             "checked (" % (DEAD, DEAD)) in refused.stderr, refused.stderr
-    assert "Connection refused" in refused.stderr, refused.stderr
+    assert "unreachable over SSH" in refused.stderr, refused.stderr
     forced = gpufleet("delete", "-y", "--force", "-f", path)
     assert forced.returncode in (0, 1), forced.stdout + forced.stderr
     assert "Fleet %s" % DEAD in forced.stdout, forced.stdout + forced.stderr

@@ -78,6 +78,9 @@ def test_a_connect_timeout_that_is_not_a_number_is_named(make_action):
     "ssh: connect to host 10.0.0.9 port 22: No route to host",
     "ssh: Could not resolve hostname nohost.invalid: Name or service not known",
     "ubuntu@10.0.0.9: Permission denied (publickey).",
+    # Through a jump host that could not open the connection (its proxy ends at once).
+    "Failed to connect to the host via ssh: kex_exchange_identification: Connection closed "
+    "by remote host\r\nConnection closed by UNKNOWN port 65535",
 ])
 def test_a_definite_answer_of_an_existing_host_is_not_asked_again(make_action, answer):
     """An SSH fleet's host (retry_definite false) that answers no fails at once: only a
