@@ -356,7 +356,8 @@ def test_an_ssh_fleet_whose_only_host_refuses_answers_fast_and_is_never_idle(wor
     assert "keep %s-0" % DEAD not in applied.stdout
     assert "no answer over SSH: " in said and " within " not in said, said
     # The apply took the plan's answer: its preflight of the host never ran.
-    assert "TASK [Take the plan's answer for a host it could not reach]" in applied.stderr, said
+    assert ("TASK Take the plan's answer for a host it could not reach\n  %s-0: failed: "
+            % DEAD) in applied.stderr, said
     listed = gpufleet("fleet", "--json")
     fleets = dict((f["name"], f) for f in json.loads(listed.stdout))
     assert fleets[DEAD]["status"] == "unreachable", fleets[DEAD]
