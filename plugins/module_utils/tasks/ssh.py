@@ -178,7 +178,8 @@ class Node(object):
         """
         missing = self.missing_key()
         if missing:
-            raise NodeError(self.name, missing, silent=True)
+            # Not the host's silence (it was not tried): a run on it is not judged lost for it.
+            raise NodeError(self.name, missing)
         try:
             proc = self._runner(
                 self.argv(command), input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -213,7 +214,7 @@ class Node(object):
         """Start ``command`` on the host and return the Popen (for streams such as logs)."""
         missing = self.missing_key()
         if missing:
-            raise NodeError(self.name, missing, silent=True)
+            raise NodeError(self.name, missing)
         return subprocess.Popen(self.argv(command), **kwargs)
 
     def call(self, op, payload=None, timeout=120):
