@@ -129,6 +129,7 @@ def converge(params, runs_alive, check_mode=False, warn=None, docker=None):
         docker.ping()
     if params["state"] == "absent":
         return delete(params, config, path, docker, root, settings, check_mode, runs_alive)
+
     def before_remove(going):
         # A smaller nodes count removes instances: never one that runs a task or cannot be
         # checked (busy, idle or unknown), as a delete of them would refuse.
