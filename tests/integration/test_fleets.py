@@ -358,7 +358,10 @@ def test_an_ssh_fleet_whose_only_host_refuses_answers_fast_and_is_never_idle(wor
     # The apply took the plan's answer: its preflight of the host never ran.
     assert ("TASK Take the plan's answer for a host it could not reach\n  %s-0: failed: "
             % DEAD) in applied.stderr, said
-    listed = gpufleet("fleet", "--json")
+    # Not active: in the apply's own table, and when the fleet is listed.
+    row = [line.split() for line in applied.stdout.splitlines() if line.startswith(DEAD + " ")]
+    assert row and "unreachable" in row[0], applied.stdout
+    listed = gpufleet("fleet", "--json", "-f", path)
     fleets = dict((f["name"], f) for f in json.loads(listed.stdout))
     assert fleets[DEAD]["status"] == "unreachable", fleets[DEAD]
     print("refused SSH host, gpufleet apply (plan and apply): %.1f s" % took)
