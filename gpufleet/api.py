@@ -206,6 +206,17 @@ def validate(config: Config) -> dict:
     return _read(config, ("fleet", "task", "volume"))[0]
 
 
+def unreachable_of(record: Mapping) -> dict:
+    """``{instance name: error}``: the hosts of an SSH fleet's plan (:func:`plan`'s record)
+    that could not be reached, for :func:`apply`'s ``unreachable`` in the same command. A
+    backend fleet's hosts are left out: one being made may answer later."""
+    if not isinstance(record, Mapping) or record.get("fleet_type") != "ssh":
+        return {}
+    return dict((i["name"], i.get("error") or "no answer over SSH")
+                for i in record.get("instances") or []
+                if isinstance(i, Mapping) and i.get("status") == "unreachable")
+
+
 def plan(config: Config, delete: bool = False, name: str | None = None, env=None, fleets=None,
          array: str | None = None, ide_version: str | None = None, **options) -> dict:
     """What applying ``config`` (or, with ``delete``, deleting it) would do, changing nothing:
@@ -242,13 +253,17 @@ def plan(config: Config, delete: bool = False, name: str | None = None, env=None
     return record
 
 
-def apply(config: Config, roles: Iterable[str] = (), **options) -> dict:
+def apply(config: Config, roles: Iterable[str] = (), unreachable: Mapping | None = None,
+          **options) -> dict:
     """Make ``config`` real, as ``gpufleet apply -f`` does.
 
     A fleet: provisioned (backend fleets) or adopted (SSH fleets), every host checked, measured
     and claimed, and ``roles`` (host roles such as ``["docker", "nvidia"]``) applied; returns
     the fleet record, or raises GpufleetError naming the first host that is not ready (the
-    record is on the error). A volume: created or registered; returns its record. A task: see
+    record is on the error). ``unreachable`` (``{instance name: error}``): hosts a plan made a
+    moment ago could not reach; they are reported unreachable with that error and not tried
+    again (:func:`unreachable_of` takes them from a plan's record). A volume: created or
+    registered; returns its record. A task: see
     :func:`run_task` (``wait``, ``run_args``, ``secrets`` go there).
     """
     normalized, given = _read(config, ("fleet", "task", "dev-environment", "volume"))
@@ -267,9 +282,13 @@ def apply(config: Config, roles: Iterable[str] = (), **options) -> dict:
         if record is None or not result.ok:
             raise _failed(result, record)
         return record
+    if unreachable and normalized["type"] != "fleet":
+        raise GpufleetError("unreachable: only for fleets")
     variables = opts.extravars(fleet=given)
     if roles:
         variables["gpufleet_fleet_roles"] = list(roles)
+    if unreachable:
+        variables["gpufleet_fleet_unreachable"] = dict(unreachable)
     result = opts.play("fleet.yml", variables)
     record = _fleet_record(result)
     broken = [i for i in record.get("instances") or [] if i.get("error")]
@@ -281,9 +300,12 @@ def apply(config: Config, roles: Iterable[str] = (), **options) -> dict:
     return record
 
 
-def delete(config: Config, **options) -> dict:
+def delete(config: Config, force: bool = False, **options) -> dict:
     """Delete a fleet (remove a backend fleet's nodes, release an SSH fleet's hosts) or a
-    volume. Returns the record with what was removed; deleting what is gone does nothing."""
+    volume. Returns the record with what was removed; deleting what is gone does nothing.
+    A fleet that still runs a task, or whose hosts cannot be checked (they do not answer, or
+    their key is missing from the state dir), is refused naming the hosts; ``force`` deletes
+    it anyway, with whatever runs there."""
     opts = _Options(**options)
     normalized, given = _read(config, ("fleet", "volume"))
     if normalized["type"] == "volume":
@@ -293,7 +315,8 @@ def delete(config: Config, **options) -> dict:
         if record is None or not result.ok:
             raise _failed(result, record)
         return record
-    result = opts.play("delete.yml", opts.extravars(fleet=given))
+    result = opts.play("delete.yml", opts.extravars(
+        fleet=given, gpufleet_refuse_busy=False if force else None))
     record = _fleet_record(result)
     if not result.ok:
         raise _failed(result, record)
@@ -330,13 +353,16 @@ def delete_volume(name: str, **options) -> dict:
 
 
 def delete_fleet(name: str, instances: Iterable[int] | None = None, check: bool = False,
-                 **options) -> dict:
+                 force: bool = False, **options) -> dict:
     """Delete the fleet named ``name``, as ``gpufleet fleet delete NAME`` does: found from the
     file this controller applied it from, else from the backends' labels and tags.
 
     ``instances``: delete only those instance numbers (a backend fleet's instances are removed,
     an SSH fleet's hosts released) and keep the fleet; numbers it does not have are left out.
-    A fleet, or an instance, still running a task is refused, naming the runs. ``check``: only
+    A fleet, or an instance, still running a task is refused, naming the runs, and so is one
+    whose hosts cannot be checked (naming them and why); ``force`` skips that check for the
+    whole fleet (busy and unchecked hosts go with it) and, with ``instances``, the check of
+    hosts that cannot be asked (busy instances are always refused). ``check``: only
     say what would be deleted (the playbook in check mode), refusals included. Returns the
     fleet record (with ``removed``; with ``instances``, its ``plan`` names the instances
     removed or released). GpufleetError ``Fleet NAME does not exist`` when no fleet has that
@@ -351,8 +377,9 @@ def delete_fleet(name: str, instances: Iterable[int] | None = None, check: bool 
             nums = [int(n) for n in ([instances] if isinstance(instances, int) else instances)]
         except (TypeError, ValueError):
             raise GpufleetError("instances are instance numbers, got %r" % (instances,)) from None
-    result = opts.play("delete.yml", opts.extravars(fleet_name=name, gpufleet_instances=nums),
-                       check=check)
+    result = opts.play("delete.yml", opts.extravars(
+        fleet_name=name, gpufleet_instances=nums,
+        gpufleet_refuse_busy=False if force else None), check=check)
     record = _fleet_record(result)
     if not result.ok:
         raise _failed(result, record)
@@ -411,13 +438,15 @@ def wait(run: str, check: bool = True, job: int | None = None, since: str | None
 
 def runs(**options) -> dict:
     """Every run the fleets' hosts hold, as ``gpufleet ps`` lists them: ``{"runs": [records,
-    newest first], "unreachable": {host: error}}`` (hosts that did not answer)."""
+    newest first], "unreachable": {host: error}, "unread": {fleet: {host: reason}}}`` (hosts
+    that did not answer, and the fleets they leave unread: their runs are not listed)."""
     opts = _Options(**options)
     result = opts.play("ps.yml", opts.extravars())
     found = result.stats.get("gpufleet_runs")
     if found is None:
         raise _failed(result)
-    return {"runs": found, "unreachable": result.stats.get("gpufleet_unreachable") or {}}
+    return {"runs": found, "unreachable": result.stats.get("gpufleet_unreachable") or {},
+            "unread": result.stats.get("gpufleet_unread") or {}}
 
 
 def status(run: str | None = None, **options) -> list | dict:

@@ -64,14 +64,16 @@ def _call(function, *args, **kwargs):
 
 
 def runs(fleet_files=(), state_dir=None) -> dict:
-    """What playbooks/ps.yml publishes: ``{"runs": [...], "unreachable": {host: error}}``;
+    """What playbooks/ps.yml publishes: ``{"runs": [...], "unreachable": {host: error},
+    "unread": {fleet: {host: reason}}}`` (the fleets some of whose hosts could not be read);
     when something in the queue is due, the pass over it runs first, as there."""
     entry = _entry()
     params = _params(entry.RUN_INFO_SPEC, fleet_files, state_dir)
     found = _call(entry.run_info, params)
     if found.get("queue_due"):
         found = _call(entry.run_queue, _params(entry.RUN_QUEUE_SPEC, fleet_files, state_dir))
-    return {"runs": found["runs"], "unreachable": found.get("unreachable_hosts") or {}}
+    return {"runs": found["runs"], "unreachable": found.get("unreachable_hosts") or {},
+            "unread": found.get("unread_fleets") or {}}
 
 
 def logs(run, out, job=None, since=None, fleet_files=(), state_dir=None) -> dict:

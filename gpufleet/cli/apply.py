@@ -68,11 +68,14 @@ def add_delete(commands):
     delete.add_argument("-f", "--file", required=True, metavar="FILE",
                         help="the fleet or volume file")
     delete.add_argument("-y", "--yes", action="store_true", help="delete without asking")
+    delete.add_argument("--force", action="store_true",
+                        help="delete the fleet even when a task still runs on it or its hosts "
+                        "cannot be checked (the runs there go with it)")
     delete.set_defaults(handler=_delete)
 
 
 def _apply(args, out, err) -> int:
-    from ..api import GpufleetError, apply, plan
+    from ..api import GpufleetError, apply, plan, unreachable_of
     from ..runner import progress_printer
 
     path = os.path.abspath(args.file)
@@ -97,8 +100,10 @@ def _apply(args, out, err) -> int:
         if not common.confirm(f"Apply the fleet {record['name']}?", args, out, err):
             out.write("Nothing was changed.\n")
             return 1
+        # The plan's answer for an SSH host it could not reach stands: not waited for twice.
         with _fleet_lock(record["name"], err):
-            record = apply(path, on_event=progress_printer(err, verbose=args.verbose))
+            record = apply(path, unreachable=unreachable_of(record) or None,
+                           on_event=progress_printer(err, verbose=args.verbose))
     except GpufleetError as exc:
         if isinstance(exc.record, dict) and exc.record.get("instances") is not None:
             out.write("\n")
@@ -370,7 +375,7 @@ def _delete(args, out, err) -> int:
         out.write("Nothing was deleted.\n")
         return 1
     try:
-        record = delete(path, on_event=progress_printer(err))
+        record = delete(path, force=args.force, on_event=progress_printer(err))
     except GpufleetError as exc:
         return common.failed(exc, err)
     removed = record.get("removed") or {}

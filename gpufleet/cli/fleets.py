@@ -37,7 +37,8 @@ def add_fleet(commands):
             "local files. The fleet is found from the file this controller applied it from, "
             "else from the backends' labels and tags. With -i, delete only those instances "
             "(a backend fleet's instances are removed, an SSH fleet's hosts released) and keep "
-            "the fleet. A fleet or instance still running a task is refused, naming the runs."
+            "the fleet. A fleet or instance still running a task is refused, naming the runs, "
+            "and so is one whose hosts cannot be checked, naming them and why (--force)."
         ),
     )
     delete.add_argument("name", metavar="NAME", help="the fleet's name")
@@ -45,6 +46,9 @@ def add_fleet(commands):
                         metavar="INSTANCE_NUM",
                         help="an instance number to delete (repeatable); the fleet stays")
     delete.add_argument("-y", "--yes", action="store_true", help="delete without asking")
+    delete.add_argument("--force", action="store_true",
+                        help="delete even when the hosts cannot be checked (they do not answer, "
+                        "or their key is missing); for a whole fleet, also when a task runs")
     delete.set_defaults(handler=_delete)
 
 
@@ -96,7 +100,7 @@ def _delete(args, out, err) -> int:
 
     name, nums = args.name, args.instances
     try:
-        planned = delete_fleet(name, nums, check=True)
+        planned = delete_fleet(name, nums, check=True, force=args.force)
     except GpufleetError as exc:
         return _refused(exc, err)
     if nums:
@@ -112,7 +116,7 @@ def _delete(args, out, err) -> int:
         out.write("Nothing was deleted.\n")
         return 1
     try:
-        delete_fleet(name, nums, on_event=progress_printer(err))
+        delete_fleet(name, nums, force=args.force, on_event=progress_printer(err))
     except GpufleetError as exc:
         return _refused(exc, err)
     out.write(f"Fleet {name} instances deleted\n" if nums else f"Fleet {name} deleted\n")

@@ -54,10 +54,19 @@ def _ps(args, out, err) -> int:
         found = runs(fleet_files=common.fleet_files(args))
     except GpufleetError as exc:
         return common.failed(exc, err)
+    unread = found.get("unread") or {}
+    told = set(h for hosts in unread.values() for h in hosts)
     for host, error in sorted(found["unreachable"].items()):
-        err.write(f"gpufleet: {host}: {error}\n")
-    common.print_records(found["runs"], args, out, "No runs.", common.run_tables().run_table)
-    return 0
+        if host not in told:
+            err.write(f"gpufleet: {host}: {error}\n")
+    empty = "No runs." if not unread else "No runs on the fleets that could be read."
+    common.print_records(found["runs"], args, out, empty, common.run_tables().run_table)
+    # What could not be read comes last, and fails the command: its runs may be running.
+    for fleet, hosts in sorted(unread.items()):
+        detail = "; ".join(f"{host}: {reason}" for host, reason in sorted(hosts.items()))
+        err.write(f"gpufleet: could not read fleet {fleet}, its runs are not listed: "
+                  f"{detail}\n")
+    return 1 if unread else 0
 
 
 def _logs(args, out, err) -> int:

@@ -6,9 +6,16 @@ until it answers (a host just made, whose sshd is not up yet) and then checked, 
 request: what ansible.builtin.wait_for_connection followed by the module did in two. A host
 still unreachable when the time is up *fails* with ``reached: false`` and the last connection
 error, so that a play's ``rescue`` can report it (an unreachable host skips ``rescue``).
-Without it the module runs once, as any module does. An SSH fleet host whose key is not the one
-recorded is not tried again: it fails at once with one line that says how to accept the new
-key (fleets/hostkeys.py)."""
+Without it the module runs once, as any module does.
+
+With ``retry_definite: false`` (an SSH fleet's hosts, which exist already) only a try that got
+no answer in time is made again: a definite answer (connection refused, no route to the host,
+a name that does not resolve, the key refused, a changed host key) fails at once, with
+``reached: false`` and that answer, instead of being asked again until the time is up. A host
+being made (``retry_definite: true``, the default) may refuse until its sshd is up.
+
+An SSH fleet host whose key is not the one recorded is not tried again either: it fails at
+once with one line that says how to accept the new key (fleets/hostkeys.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +28,23 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import hos
 
 MODULE = "gpufleet.cluster.preflight"
 RETRY_SLEEP = 1.0
+# What OpenSSH (and Ansible's ssh connection) says when the host, or the way to it, answered
+# no: trying again within seconds gets the same answer.
+DEFINITE = (
+    "connection refused", "no route to host", "network is unreachable",
+    "name or service not known", "could not resolve hostname", "nodename nor servname",
+    "temporary failure in name resolution", "permission denied (publickey",
+    "host key verification failed", "too many authentication failures",
+    # Through a jump host (ProxyCommand ssh -W, quiet): the jump host answered that it could
+    # not open the connection to the host, and the proxy closed the stream at once.
+    "stdio forwarding failed", "connection closed by unknown port 65535",
+)
+
+
+def is_definite(error):
+    """Whether a connection error is a definite answer, not a silence (see DEFINITE)."""
+    text = str(error).lower()
+    return any(words in text for words in DEFINITE)
 
 
 class ActionModule(ActionBase):
@@ -35,6 +59,8 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         args = dict(self._task.args)
         timeout = args.pop("connect_timeout", None) or 0
+        retry_definite = args.pop("retry_definite", True)
+        retry_definite = retry_definite not in (False, "false", "False", "no", "0", 0)
         try:
             timeout = float(timeout)
         except (TypeError, ValueError):
@@ -55,6 +81,10 @@ class ActionModule(ActionBase):
                     return result
                 if timeout <= 0:
                     raise
+                if not retry_definite and is_definite(exc):
+                    result.update(failed=True, reached=False,
+                                  msg="no answer over SSH: %s" % str(exc).strip())
+                    return result
                 if time.monotonic() + self.retry_sleep >= deadline:
                     result.update(failed=True, reached=False,
                                   msg="no answer over SSH within %g s: %s"

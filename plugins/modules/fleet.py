@@ -97,8 +97,14 @@ options:
       - With O(state=absent), fail before anything is removed when an instance to delete still
         runs a task, naming the runs, as dstack refuses to delete a fleet in use.
       - Each host with an address is asked over SSH for its task containers, as C(gpufleet ps)
-        asks; a host that does not answer counts as idle.
-      - Always on when O(instances) is given.
+        asks. A host that cannot be asked (it does not answer, or its key is not on this
+        controller, as when the state dir was moved) is never taken as idle; the module fails
+        naming the host and the reason. V(false) skips both checks (C(gpufleet delete --force)).
+      - Always on for busy instances when O(instances) is given; there V(false) only skips the
+        check of hosts that cannot be asked.
+      - With O(state=present), the same check for the instances a smaller C(nodes) count would
+        remove from a local backend fleet; the apply fails, before anything changes, when one
+        of them runs a task or cannot be asked.
     type: bool
     default: false
   at_least:

@@ -100,6 +100,17 @@ options:
       - Handled by the module's action plugin, on the controller.
     type: float
     default: 0
+  retry_definite:
+    description:
+      - With O(connect_timeout), whether a definite answer (connection refused, no route to the
+        host, a name that does not resolve, the key refused, a changed host key) is tried again
+        until the time is up, as for a host just made whose sshd is not up yet.
+      - V(false) (an SSH fleet's hosts, which exist already) fails such a host at once, with
+        RV(reached) false and the answer in RV(msg); only a host that does not answer in time
+        is waited for.
+      - Handled by the module's action plugin, on the controller.
+    type: bool
+    default: true
   peer_timeout:
     description:
       - Seconds to wait for each connection to a peer. The peers are tried at the same time,
@@ -269,6 +280,7 @@ def main():
             # Handled by the action plugin (plugins/action/preflight.py), which does not pass
             # it on; accepted here so that the module's options are the documented ones.
             connect_timeout=dict(type="float", default=0),
+            retry_definite=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )

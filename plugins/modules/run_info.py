@@ -145,6 +145,14 @@ unreachable_hosts:
   description: Hosts that did not answer, with the error.
   returned: always
   type: dict
+unread_fleets:
+  description:
+    - The fleets some of whose hosts could not be read, each with those hosts and why (the
+      host does not answer, or its key is missing from the state dir). Their runs may be
+      running though they are not listed; C(gpufleet ps) exits 1 when there is any.
+  returned: always
+  type: dict
+  sample: {"gpus": {"gpus-0": "cannot be checked: its SSH key ... is missing"}}
 queue_due:
   description: Whether the queue has something to do (M(gpufleet.cluster.run_queue)).
   returned: always

@@ -110,6 +110,14 @@ unreachable_hosts:
   description: Hosts that did not answer, with the error.
   returned: success, not in check mode
   type: dict
+unread_fleets:
+  description:
+    - The fleets some of whose hosts could not be read, each with those hosts and why (the
+      host does not answer, or its key is missing from the state dir). Their runs may be
+      running though they are not listed; C(gpufleet ps) exits 1 when there is any.
+  returned: success, not in check mode
+  type: dict
+  sample: {"gpus": {"gpus-0": "cannot be checked: its SSH key ... is missing"}}
 """
 
 from ansible.module_utils.basic import AnsibleModule

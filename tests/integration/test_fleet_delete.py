@@ -7,6 +7,7 @@ both nodes ready."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -56,6 +57,47 @@ def gpufleet(fleet, *args):
 
 def nums(docker):
     return sorted(local.node_num(n) for n in local.list_nodes(docker, NAME))
+
+
+def test_hosts_that_cannot_be_checked_are_never_taken_as_idle(fleet):
+    """The state dir moved away, its key with it: the hosts cannot be checked, so delete (by
+    file and by name) is refused naming them and why, and ps names the fleet it could not read
+    and exits 1, while a run goes on. Nothing is tried with a key this controller lacks."""
+    docker = fleet["docker"]
+    node = local.container_name(NAME, 0)
+    state = fleet["state"]
+    moved = state.with_name("state-moved-away")
+    docker.run("exec", node, "sh", "-c", BUSY)
+    os.rename(state, moved)
+    try:
+        key = state / "fleets" / NAME / "id_ed25519"
+        for argv in (["delete", "-y", "-f", fleet["path"]], ["fleet", "delete", NAME, "-y"]):
+            refused = gpufleet(fleet, *argv)
+            assert refused.returncode == 1, refused.stdout + refused.stderr
+            assert "Failed to delete fleet %s. Cannot tell whether it is in use: " % NAME \
+                in refused.stderr, refused.stderr
+            for host in ("%s-0" % NAME, "%s-1" % NAME):
+                assert "%s could not be checked (cannot be checked: its SSH key " % host \
+                    in refused.stderr, refused.stderr
+            assert str(key) in refused.stderr and "$GPUFLEET_STATE_DIR" in refused.stderr
+            assert "the state dir %s does not exist" % state in refused.stderr
+            assert "deleted" not in refused.stdout
+            assert nums(docker) == [0, 1]
+        listed = gpufleet(fleet, "ps")
+        assert listed.returncode == 1, listed.stdout + listed.stderr
+        assert "could not read fleet %s, its runs are not listed: %s-0: cannot be checked: " \
+            "its SSH key %s is missing" % (NAME, NAME, key) in listed.stderr, listed.stderr
+        assert "No runs.\n" != listed.stdout
+    finally:
+        if state.exists():   # made meanwhile: what the moved one holds is the truth
+            shutil.rmtree(state)
+        os.rename(moved, state)
+        docker.run("exec", node, "docker", "rm", "-f", "busy")
+    # With the state dir back, the fleet's hosts are read again (other local fleets on a shared
+    # engine, whose keys are in other state dirs, may still be named).
+    listed = gpufleet(fleet, "ps")
+    assert "could not read fleet %s," % NAME not in listed.stderr, listed.stderr
+    assert NAME + "-0" not in listed.stderr, listed.stderr
 
 
 def test_instances_then_the_fleet_are_deleted_by_name(fleet):

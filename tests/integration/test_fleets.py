@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -30,6 +31,7 @@ SUFFIX = uuid.uuid4().hex[:6]
 RIG = "rig-" + SUFFIX        # the local fleet
 LAB = "lab-" + SUFFIX        # the SSH fleet over the rig's nodes
 OTHER = "other-" + SUFFIX    # a second SSH fleet that wants a host of the first
+DEAD = "dead-" + SUFFIX      # an SSH fleet whose only host refuses connections
 MARKER = "/etc/gpufleet/fleet.json"
 
 
@@ -56,7 +58,7 @@ def _world(base, state_dir):
     local.ensure_node_image(world["docker"])
     yield world
     # Whatever a failed test left behind goes, without asserting anything here.
-    for name in (OTHER, LAB, RIG):
+    for name in (DEAD, OTHER, LAB, RIG):
         path = base / (name + ".dstack.yml")
         if path.exists():
             run_playbook("delete.yml", {"fleet": str(path), "gpufleet_refuse_busy": False})
@@ -303,6 +305,11 @@ def test_ssh_fleet_checks_each_host_and_names_what_is_wrong(world):
     assert gone["error"].startswith(
         "cannot reach gpufleet@%s:22 through the jump host gpufleet@%s:22: "
         % (nobody, head["hostname"])), gone["error"]
+    # An address nothing has on the fleet's network: the jump host cannot open the connection
+    # (no route), a definite answer, given at once, not tried again for the whole
+    # gpufleet_connect_timeout (that message would say "within 15 s").
+    assert "no answer over SSH: " in gone["error"] and " within " not in gone["error"], \
+        gone["error"]
     # The run's failure lists every bad host, once each.
     for name in (LAB + "-1", LAB + "-2", LAB + "-3"):
         assert name in result.stdout
@@ -318,6 +325,59 @@ def test_ssh_fleet_checks_each_host_and_names_what_is_wrong(world):
     assert via.returncode == 0, via.stdout + via.stderr
     client_ip = via.stdout.split("\n", 1)[1].split()[0]
     assert client_ip == head["hostname"], via.stdout  # the connection came from the jump host
+
+
+def test_an_ssh_fleet_whose_only_host_refuses_answers_fast_and_is_never_idle(world):
+    """gpufleet apply of a new SSH fleet whose only host refuses SSH (through the jump host,
+    whose proxy ends at once): one try in the plan, its
+    answer carried into the apply, the plan saying it cannot read the host, the fleet not
+    active; then delete refuses naming the host it cannot check, and --force deletes."""
+    rig = by_name({"instances": local.instance_records(
+        local.list_nodes(world["docker"], RIG), RIG, 1, None)})
+    head = rig[RIG + "-0"]
+    # A node's address, on a port where nothing listens: refused, through the jump host.
+    text = ssh_fleet_text(world, DEAD, ["{hostname: %s, port: 2299}" % head["hostname"]],
+                          head["hostname"])
+    path = write_fleet(world, DEAD, text)
+
+    def gpufleet(*args):
+        return subprocess.run([str(BIN / "gpufleet")] + list(args), capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL, env=world["env"],
+                              check=False, timeout=900)
+
+    began = time.monotonic()
+    applied = gpufleet("apply", "-f", path, "-y")
+    took = time.monotonic() - began
+    said = applied.stdout + applied.stderr
+    assert applied.returncode == 1, said
+    # The plan says it cannot read the host (not "keep"), with SSH's answer.
+    assert "cannot read %s-0: cannot reach gpufleet@%s:2299" % (DEAD, head["hostname"]) \
+        in applied.stdout, said
+    assert "keep %s-0" % DEAD not in applied.stdout
+    assert "no answer over SSH: " in said and " within " not in said, said
+    # The apply took the plan's answer: its preflight of the host never ran.
+    assert ("TASK Take the plan's answer for a host it could not reach\n  %s-0: failed: "
+            % DEAD) in applied.stderr, said
+    # Not active: in the apply's own table, and when the fleet is listed.
+    row = [line.split() for line in applied.stdout.splitlines() if line.startswith(DEAD + " ")]
+    assert row and "unreachable" in row[0], applied.stdout
+    listed = gpufleet("fleet", "--json", "-f", path)
+    fleets = dict((f["name"], f) for f in json.loads(listed.stdout))
+    assert fleets[DEAD]["status"] == "unreachable", fleets[DEAD]
+    print("refused SSH host, gpufleet apply (plan and apply): %.1f s" % took)
+
+    refused = gpufleet("delete", "-y", "-f", path)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert ("Failed to delete fleet %s. Cannot tell whether it is in use: %s-0 could not be "
+            "checked (" % (DEAD, DEAD)) in refused.stderr, refused.stderr
+    assert "unreachable over SSH" in refused.stderr, refused.stderr
+    # --force goes past the check: the fleet goes, and the one host, which cannot be reached,
+    # is named as still carrying the fleet's marker (exit 1, as for any host not released).
+    forced = gpufleet("delete", "-y", "--force", "-f", path)
+    said = forced.stdout + forced.stderr
+    assert "could not be checked" not in said and "PLAY Delete the fleet" in said, said
+    assert "these hosts could not be released" in said and DEAD + "-0" in said, said
+    assert not (world["state"] / "fleets" / DEAD).exists()
 
 
 def test_a_host_belongs_to_one_fleet_until_released(world):

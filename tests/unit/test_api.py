@@ -153,6 +153,22 @@ def test_delete_returns_what_was_removed(playbooks):
                                                      removed={"containers": ["gpus-0"]})]})
     assert api.delete(FLEET)["removed"] == {"containers": ["gpus-0"]}
     assert playbooks.calls[0]["playbook"] == "delete.yml"
+    assert "gpufleet_refuse_busy" not in playbooks.calls[0]["extravars"]
+
+
+def test_unreachable_of_a_plan_is_its_unreachable_ssh_hosts():
+    ssh = {"fleet_type": "ssh", "instances": [
+        {"name": "a-0", "status": "idle"}, {"name": "a-1", "status": "unreachable",
+                                            "error": "refused"}]}
+    assert api.unreachable_of(ssh) == {"a-1": "refused"}
+    assert api.unreachable_of(dict(ssh, fleet_type="backend")) == {}
+    assert api.unreachable_of(None) == {}
+
+
+def test_delete_with_force_does_not_refuse_a_fleet_in_use_or_unchecked(playbooks):
+    playbooks.answer(stats={"gpufleet_fleets": [fleet_record()]})
+    api.delete(FLEET, force=True)
+    assert playbooks.calls[0]["extravars"]["gpufleet_refuse_busy"] is False
 
 
 def test_fleets_lists_the_given_files(tmp_path, playbooks):
@@ -269,10 +285,12 @@ def test_logs_by_rank(playbooks):
 
 def test_status_of_one_run_and_of_a_missing_one(playbooks):
     runs = [{"name": "hello", "status": "running"}, {"name": "other", "status": "done"}]
-    playbooks.answer(stats={"gpufleet_runs": runs, "gpufleet_unreachable": {"x": "timeout"}})
+    playbooks.answer(stats={"gpufleet_runs": runs, "gpufleet_unreachable": {"x": "timeout"},
+                            "gpufleet_unread": {"f": {"x": "timeout"}}})
     playbooks.answer(stats={"gpufleet_runs": runs, "gpufleet_unreachable": {}})
     playbooks.answer(stats={"gpufleet_runs": runs, "gpufleet_unreachable": {}})
-    assert api.runs()["unreachable"] == {"x": "timeout"}
+    found = api.runs()
+    assert found["unreachable"] == {"x": "timeout"} and found["unread"] == {"f": {"x": "timeout"}}
     assert api.status("other")["status"] == "done"
     with pytest.raises(api.GpufleetError, match="no run named gone"):
         api.status("gone")

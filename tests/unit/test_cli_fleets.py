@@ -76,6 +76,45 @@ def test_delete_instances_passes_their_numbers_and_says_instances_deleted(playbo
         {"fleet_name": "web", "gpufleet_instances": [1, 4]}] * 2
 
 
+def test_force_tells_the_playbook_not_to_refuse(playbooks):
+    playbooks.answer(stats=fleet())
+    playbooks.answer(stats=fleet(status="terminated"))
+    code, out, err = run(playbooks, "fleet", "delete", "web", "-y", "--force")
+    assert code == 0, err
+    assert [c[2] for c in calls(playbooks)] == [
+        {"fleet_name": "web", "gpufleet_refuse_busy": False}] * 2
+
+
+def test_hosts_that_cannot_be_checked_refuse_the_delete_naming_them(playbooks):
+    msg = ("Failed to delete fleet web. Cannot tell whether it is in use: web-0 could not be "
+           "checked (cannot be checked: its SSH key /s/fleets/web/id_ed25519 is missing)")
+    playbooks.answer(**refused(msg))
+    code, out, err = run(playbooks, "fleet", "delete", "web", "-y")
+    assert (code, out, err) == (1, "", msg + "\n")
+    assert len(playbooks.calls) == 1
+
+
+def test_apply_takes_the_plans_unreachable_ssh_hosts_as_they_are(playbooks, tmp_path):
+    """An SSH host the plan could not reach is not waited for again by the apply of the same
+    command: the plan's answer goes to fleet.yml as gpufleet_fleet_unreachable."""
+    path = tmp_path / "lab.dstack.yml"
+    path.write_text("type: fleet\nname: lab\nssh_config:\n  user: u\n  identity_file: k\n"
+                    "  hosts: [10.0.0.1, 10.0.0.2]\n")
+    error = "cannot reach u@10.0.0.2:22: no answer over SSH: Connection refused. Check ..."
+    instances = [{"name": "lab-0", "status": "idle", "error": None},
+                 {"name": "lab-1", "status": "unreachable", "error": error}]
+    planned = fleet("lab", fleet_type="ssh", instances=instances,
+                    plan={"create": ["lab-0"], "unread": ["lab-1"], "keep": []})
+    playbooks.answer(stats=planned)
+    playbooks.answer(stats=planned)
+    code, out, err = run(playbooks, "apply", "-f", str(path), "-y")
+    assert "cannot read lab-1: " + error in out
+    assert [(c["playbook"], c["check"]) for c in playbooks.calls] == [
+        ("fleet.yml", True), ("fleet.yml", False)]
+    assert "gpufleet_fleet_unreachable" not in playbooks.calls[0]["extravars"]
+    assert playbooks.calls[1]["extravars"]["gpufleet_fleet_unreachable"] == {"lab-1": error}
+
+
 def test_delete_asks_as_dstack_asks(playbooks, stdin):
     stdin.tty, stdin.answer = True, "y\n"
     playbooks.answer(stats=fleet(plan={"release": ["web-0", "web-2"], "remove": []}))

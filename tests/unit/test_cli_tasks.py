@@ -573,6 +573,23 @@ def test_ps_reports_unreachable_hosts_on_stderr_and_lists_the_others(playbooks, 
         "gpufleet: gpus-3: ssh: connect to host 10.0.0.3 port 22: Connection refused"]
 
 
+def test_ps_names_the_fleets_it_could_not_read_and_exits_1(playbooks, direct):
+    runs = [run_record("train", "running")]
+    key = "cannot be checked: its SSH key /s/fleets/gpus/id_ed25519 is missing"
+    direct.answer({"runs": runs, "unreachable": {"gpus-0": "gpus-0: " + key, "x-1": "down"},
+                   "unread": {"gpus": {"gpus-0": key}}})
+    code, out, err = run(playbooks, "ps")
+    assert code == 1
+    assert out.splitlines() == runtable.run_table(runs)
+    assert err.splitlines() == [
+        "gpufleet: x-1: down",
+        "gpufleet: could not read fleet gpus, its runs are not listed: gpus-0: " + key]
+    direct.answer({"runs": [], "unreachable": {}, "unread": {"gpus": {"gpus-0": key}}})
+    code, out, err = run(playbooks, "ps")
+    assert (code, out) == (1, "No runs on the fleets that could be read.\n")
+    assert "could not read fleet gpus" in err
+
+
 def test_ps_a_failed_listing_exits_1_with_its_message(playbooks, direct):
     direct.answer(raises=CommandError("gpus.dstack.yml: no such file"))
     code, out, err = run(playbooks, "ps")

@@ -42,7 +42,7 @@ def test_runs_asks_run_info_with_the_modules_defaults(calls, tmp_path, monkeypat
     calls.answers["run_info"] = {"runs": [{"name": "a"}], "unreachable_hosts": {"h": "down"},
                                  "queue_due": False}
     found = direct.runs(fleet_files=["f.yml", "~/g.yml"], state_dir="/s")
-    assert found == {"runs": [{"name": "a"}], "unreachable": {"h": "down"}}
+    assert found == {"runs": [{"name": "a"}], "unreachable": {"h": "down"}, "unread": {}}
     [(name, params, _kw)] = calls
     assert name == "run_info"
     assert params == {"name": None, "fleets": [str(tmp_path / "f.yml"),
@@ -55,9 +55,15 @@ def test_runs_moves_the_queue_first_when_something_is_due_as_ps_yml_does(calls):
                                  "queue_due": True}
     calls.answers["run_queue"] = {"runs": [{"name": "started"}], "unreachable_hosts": {},
                                   "report": {"started": ["started"]}, "changed": True}
-    assert direct.runs() == {"runs": [{"name": "started"}], "unreachable": {}}
+    assert direct.runs() == {"runs": [{"name": "started"}], "unreachable": {}, "unread": {}}
     assert [c[0] for c in calls] == ["run_info", "run_queue"]
     assert calls[1][1] == {"fleets": [], "state_dir": None}
+
+
+def test_runs_passes_on_the_fleets_that_could_not_be_read(calls):
+    calls.answers["run_info"] = {"runs": [], "unreachable_hosts": {"h-0": "h-0: down"},
+                                 "unread_fleets": {"h": {"h-0": "down"}}, "queue_due": False}
+    assert direct.runs()["unread"] == {"h": {"h-0": "down"}}
 
 
 def test_logs_streams_every_batch_to_the_output_and_returns_the_record(calls):

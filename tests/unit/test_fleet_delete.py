@@ -161,6 +161,51 @@ def test_instances_not_deleted_may_be_busy():
     lookup.refuse_in_use(record("web-0"), None)
 
 
+def test_a_host_that_cannot_be_checked_is_never_taken_as_idle():
+    fleet = record("web-0", "web-1")
+    with pytest.raises(lookup.FleetInUse) as info:
+        lookup.refuse_in_use(fleet, {}, unknown={"web-1": "its SSH key /s/k is missing"})
+    assert str(info.value) == (
+        "Failed to delete fleet web. Cannot tell whether it is in use: web-1 could not be "
+        "checked (its SSH key /s/k is missing). Make the hosts answer, or delete it anyway "
+        "with --force (the module's refuse_busy=false), which also destroys any run still on "
+        "them")
+    with pytest.raises(lookup.FleetInUse) as info:
+        lookup.refuse_in_use(fleet, {}, [1], unknown={"web-1": "no answer"})
+    assert str(info.value).startswith("Failed to delete fleet web instances [1]. Cannot tell "
+                                      "whether it is in use: web-1 could not be checked")
+    # Busy hosts come first; the unknown ones are named with them.
+    with pytest.raises(lookup.FleetInUse) as info:
+        lookup.refuse_in_use(fleet, {"web-0": {"a"}}, unknown={"web-1": "no answer"})
+    assert str(info.value) == (
+        "Failed to delete fleet web. Fleet is in use: web-0 runs a (stop it first: gpufleet "
+        "stop a; web-1 could not be checked (no answer))")
+    # Instances not deleted may be unknown.
+    lookup.refuse_in_use(fleet, {}, [0], unknown={"web-1": "no answer"})
+
+
+def test_the_module_refuses_a_fleet_whose_hosts_cannot_be_checked(tmp_path, root,
+                                                                  monkeypatch):
+    remember(tmp_path, root, SSH_FLEET)
+    monkeypatch.setattr(listing, "runs_alive", lambda fleet, _root: (
+        {}, {"onprem-2": "unreachable over SSH: Connection refused"}))
+    code, result = run({"name": "onprem", "state": "absent", "refuse_busy": True,
+                        "state_dir": root})
+    assert code == 1 and result["msg"].startswith(
+        "Failed to delete fleet onprem. Cannot tell whether it is in use: onprem-2 could not "
+        "be checked (unreachable over SSH: Connection refused)")
+    assert state.remembered_files(root)
+    code, result = run({"name": "onprem", "state": "absent", "instances": [2],
+                        "state_dir": root, "refuse_busy": True})
+    assert code == 1 and "onprem-2 could not be checked" in result["msg"]
+    # refuse_busy=false (gpufleet delete --force) deletes it anyway.
+    code, result = run({"name": "onprem", "state": "absent", "instances": [2],
+                        "state_dir": root})
+    assert code == 0, result
+    code, result = run({"name": "onprem", "state": "absent", "state_dir": root})
+    assert code == 0 and result["fleet"]["status"] == "terminated"
+
+
 # --- deleting instances ----------------------------------------------------------------------
 
 
@@ -216,14 +261,15 @@ def test_the_runs_alive_on_a_fleet_come_from_its_hosts_task_containers(monkeypat
         {"name": "web-%d" % n, "num": n, "fleet": "web", "backend": "local", "hostname": ip,
          "port": 22, "user": "gpufleet", "identity_file": None, "proxy_jump": None}
         for n, ip in ((0, "172.20.0.2"), (1, "172.20.0.3"), (2, "172.20.0.4"), (3, None))]}
-    assert listing.runs_alive(fleet, root) == {"web-0": {"train"}, "web-1": {"eval"}}
+    assert listing.runs_alive(fleet, root) == ({"web-0": {"train"}, "web-1": {"eval"}},
+                                               {"web-2": "unreachable"})
     assert asked == [["web-0", "web-1", "web-2"]]  # an instance without an address is not asked
-    assert listing.runs_alive({"name": "web", "instances": []}, root) == {}
+    assert listing.runs_alive({"name": "web", "instances": []}, root) == ({}, {})
 
 
 def test_the_module_releases_ssh_hosts_of_a_fleet_named(tmp_path, root, monkeypatch):
     remember(tmp_path, root, SSH_FLEET)
-    monkeypatch.setattr(listing, "runs_alive", lambda fleet, _root: {})
+    monkeypatch.setattr(listing, "runs_alive", lambda fleet, _root: ({}, {}))
     state.write_facts(root, "onprem", {"onprem-2": {"cpus": 8}})
     code, result = run({"name": "onprem", "state": "absent", "instances": [2],
                         "state_dir": root})
@@ -253,7 +299,7 @@ def test_the_module_refuses_busy_instances(tmp_path, root, monkeypatch):
 
     def alive(fleet, _root):
         asked.append(fleet["name"])
-        return {"onprem-1": {"train"}}
+        return {"onprem-1": {"train"}}, {}
 
     monkeypatch.setattr(listing, "runs_alive", alive)
     code, result = run({"name": "onprem", "state": "absent", "instances": [1],
@@ -338,3 +384,35 @@ def test_an_aws_fleet_is_found_by_its_tags_and_loses_one_instance(tmp_path, monk
                          settings={"aws": {"regions": ["us-east-1"]}})
         finally:
             double.stop()
+
+
+# --- a smaller nodes count -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("alive, message", [
+    (({"web-2": {"train"}}, {}), "web-2 runs train"),
+    (({}, {"web-2": "cannot be checked: its SSH key /s/k is missing"}),
+     "web-2 could not be checked (cannot be checked: its SSH key /s/k is missing)"),
+])
+def test_a_smaller_nodes_count_never_removes_a_busy_or_unknown_instance(root, monkeypatch,
+                                                                        alive, message):
+    Engine(raw_node("web", 0), raw_node("web", 1), raw_node("web", 2)).install(monkeypatch)
+    asked = []
+
+    def runs_alive(record, _root):
+        asked.append([i["name"] for i in record["instances"]])
+        return alive
+
+    monkeypatch.setattr(listing, "runs_alive", runs_alive)
+    args = {"config": {"type": "fleet", "name": "web", "nodes": 2, "placement": "cluster",
+                       "backends": ["local"]}, "state_dir": root, "_ansible_check_mode": True}
+    code, result = run(dict(args, refuse_busy=True))
+    assert code == 1, result
+    assert result["msg"] == (
+        "Failed to apply fleet web: the smaller nodes count removes web-2, which may not be "
+        "idle: %s. Stop the runs, or make the hosts answer, and apply again (the playbook's "
+        "gpufleet_refuse_busy=false removes them anyway)" % message)
+    assert asked == [["web-2"]]   # only the instance that would go is asked
+    code, result = run(args)      # refuse_busy=false: the plan removes it
+    assert code == 0 and result["fleet"]["plan"]["remove"] == ["web-2"], result
+    assert asked == [["web-2"]]

@@ -499,10 +499,30 @@ def test_report_folds_statuses_and_says_how_a_host_was_tried():
     assert second["error"].startswith(
         "cannot reach root@10.0.0.2:2222 through the jump host jump@head.example.com:2200: "
         "timed out waiting.")
-    assert folded["plan"] == {"create": ["onprem-0"], "start": [], "keep": ["onprem-1"],
-                              "remove": [], "release": ["10.0.0.9"]}
+    # A host the plan could not reach is not "keep": the plan cannot read it.
+    assert folded["plan"] == {"create": ["onprem-0"], "start": [], "keep": [],
+                              "unread": ["onprem-1"], "remove": [], "release": ["10.0.0.9"]}
     assert report.failures(folded) == ["onprem-1 (10.0.0.2): " + second["error"]]
     assert record["instances"][1]["status"] == "pending"  # the input is not changed
+    assert folded["status"] == "active"   # one host is ready
+    # The plan's message, carried into the apply of the same command, is not wrapped again.
+    again = report.fold(record, {"onprem-1": {"status": "unreachable",
+                                              "error": second["error"]}})
+    assert again["instances"][1]["error"] == second["error"]
+
+
+def test_a_fleet_whose_only_host_cannot_be_reached_is_not_active():
+    config = parsed(dict(SSH_FLEET, ssh_config=dict(SSH_FLEET["ssh_config"],
+                                                    hosts=SSH_FLEET["ssh_config"]["hosts"][:1])))
+    record = records.fleet_record(config, "onprem")
+    record["instances"] = records.ssh_instances(config, "onprem", "/srv")
+    folded = report.fold(record, {"onprem-0": {"status": "unreachable",
+                                               "error": "Connection refused"}})
+    assert folded["status"] == "unreachable"
+    assert folded["plan"]["unread"] == ["onprem-0"] and folded["plan"]["keep"] == []
+    failed = report.fold(record, {"onprem-0": {"status": "failed", "error": "no docker"}})
+    assert failed["status"] == "failed"
+    assert report.fold(record, {"onprem-0": {"status": "idle"}})["status"] == "active"
 
 
 def test_report_keeps_role_checks_and_dcgm_health_reaches_the_resources():

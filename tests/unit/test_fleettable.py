@@ -424,6 +424,18 @@ def test_plan_of_an_ssh_fleet_without_changes():
     ]
 
 
+def test_the_plan_says_which_hosts_it_cannot_read_not_keep():
+    plan = {"create": [], "keep": ["onprem-0"], "unread": ["onprem-1"], "remove": [],
+            "release": []}
+    instances = ssh_fleet()["instances"]
+    instances[1] = dict(instances[1], name="onprem-1", status="unreachable",
+                        error="cannot reach root@10.0.0.2:22: Connection refused")
+    lines = plan_lines(ssh_fleet(plan=plan, instances=instances))
+    assert lines[lines.index("") + 1:] == [
+        "keep onprem-0",
+        "cannot read onprem-1: cannot reach root@10.0.0.2:22: Connection refused"]
+
+
 def test_plan_lists_every_kind_of_change_in_order():
     plan = {"release": ["h-3"], "remove": ["h-2"], "keep": [], "create": ["h-4", "h-5"]}
     lines = plan_lines(ssh_fleet(plan=plan))

@@ -465,3 +465,27 @@ def test_a_host_that_does_not_answer_keeps_its_status(cached):
     gpus0 = records[0]["instances"][0]
     assert gpus0["status"] == "idle" and "busy_blocks" not in gpus0
     assert "timed out" in gpus0["health_unreachable"]
+    assert records[0]["status"] == "active"   # the others answered
+
+
+def test_a_fleet_whose_only_host_does_not_answer_is_not_shown_active(cached):
+    answers = {"gpus-0": NodeError("gpus-0", "unreachable over SSH: Connection refused")}
+    record = _fleet_record("gpus", 1)
+    record["instances"][0]["status"] = "idle"
+    records = health.refresh([record], cached, max_age=300, now=NOW, occupancy=True,
+                             node_factory=lambda inst: StatusNode(inst, answers, []))
+    assert records[0]["status"] == "unreachable"
+    assert "Connection refused" in records[0]["instances"][0]["health_unreachable"]
+
+
+def test_gpufleet_fleet_asks_an_ssh_host_never_found_ready_too(cached):
+    """An SSH fleet applied while its only host refused: no cached facts, but the listing asks
+    it, sees it does not answer and does not show the fleet active."""
+    asked = []
+    answers = {"lab-0": NodeError("lab-0", "unreachable over SSH: Connection refused")}
+    record = dict(_fleet_record("lab", 1), fleet_type="ssh")
+    record["instances"][0].update(status="pending", backend="ssh")
+    records = health.refresh([record], cached, max_age=300, now=NOW, occupancy=True,
+                             node_factory=lambda inst: StatusNode(inst, answers, asked))
+    assert [a[0] for a in asked] == ["lab-0"]
+    assert records[0]["status"] == "unreachable"

@@ -71,12 +71,21 @@ def test_idle_instances_go_highest_number_first_down_to_min():
 
 def test_hosts_that_cannot_be_asked_and_idle_duration_off_keep_instances():
     instances = [instance(0), instance(1)]
-    decision = plan(fleet("0..2"), instances, {}, {"f-1": "connection refused"}, NOW)
+    decision = plan(fleet("0..2"), instances, {"f-0": []}, {"f-1": "connection refused"}, NOW)
     assert decision["remove"] == ["f-0"]
     assert decision["reasons"]["f-1"].startswith("kept: cannot be asked")
-    decision = plan(fleet("0..2", idle="off"), instances, {}, {}, NOW)
+    decision = plan(fleet("0..2", idle="off"), instances, {"f-0": [], "f-1": []}, {}, NOW)
     assert decision["remove"] == []
     assert decision["reasons"]["f-0"] == "kept: idle 10d, idle_duration is off"
+
+
+def test_a_host_the_survey_did_not_read_is_never_reaped():
+    """Busy, idle or unknown: an instance neither read nor named in the errors (its host was
+    not asked) is unknown, and reaping must not delete what it cannot check."""
+    instances = [instance(0), instance(1)]
+    decision = plan(fleet("0..2"), instances, {"f-0": []}, {}, NOW)
+    assert decision["remove"] == ["f-0"]
+    assert decision["reasons"]["f-1"].startswith("kept: cannot be asked whether it is idle")
 
 
 @pytest.mark.parametrize("alive, create", [(0, 2), (1, 1), (2, 0), (3, 0)])
@@ -88,7 +97,8 @@ def test_a_fleet_below_min_is_refilled(alive, create):
 def test_a_host_claimed_for_a_run_about_to_start_is_busy():
     instances = [instance(n, created=ago(hours=5)) for n in range(3)]
     claims = {"f-2": [{"run": "train", "blocks": 1}]}
-    decision = plan(fleet("0..4"), instances, {}, {}, NOW, claims)
+    decision = plan(fleet("0..4"), instances, {"f-0": [], "f-1": [], "f-2": []}, {}, NOW,
+                    claims)
     assert decision["remove"] == ["f-0", "f-1"]
     assert decision["reasons"]["f-2"] == "kept: claimed by run train"
 
@@ -96,6 +106,6 @@ def test_a_host_claimed_for_a_run_about_to_start_is_busy():
 def test_a_host_holding_waiting_runs_of_the_queue_is_kept():
     instances = [instance(n, created=ago(hours=5)) for n in range(2)]
     queues = {"f-0": [{"run": "sweep-3", "state": "pending"}, {"run": "old", "state": "failed"}]}
-    decision = plan(fleet("0..4"), instances, {}, {}, NOW, {}, queues)
+    decision = plan(fleet("0..4"), instances, {"f-0": [], "f-1": []}, {}, NOW, {}, queues)
     assert decision["remove"] == ["f-1"]
     assert decision["reasons"]["f-0"] == "kept: holds the queue entries of run sweep-3"

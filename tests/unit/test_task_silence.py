@@ -152,6 +152,9 @@ def test_ps_counts_the_silence_across_its_looks_and_a_pass_ends_the_run(fake_hos
     (found,) = first["runs"]
     assert found["status"] == lc.RUN_RUNNING and found["message"] == "host gpus-1 does not answer"
     assert list(first["unreachable_hosts"]) == ["gpus-1"] and not first["queue_due"]
+    # The fleet it leaves unread is named, with the host and why (ps exits 1 on it).
+    assert list(first["unread_fleets"]) == ["gpus"]
+    assert list(first["unread_fleets"]["gpus"]) == ["gpus-1"]
     assert state.read_facts(root, "gpus")["gpus-1"][silence.SINCE] == 50000.0
 
     clock["now"] += GRACE
@@ -172,6 +175,7 @@ def test_ps_counts_the_silence_across_its_looks_and_a_pass_ends_the_run(fake_hos
     # next pass stops that job too (dstack's server stops it once the instance is back).
     cluster.nodes["gpus-1"].down = False
     back = entry.run_info({})
+    assert back["unread_fleets"] == {}
     assert state.read_facts(root, "gpus") == fleets[0]["facts"]
     (found,) = back["runs"]
     assert found["status"] == lc.RUN_TERMINATING and back["queue_due"]

@@ -234,9 +234,8 @@ def test_hosts_behind_different_jump_hosts_get_different_connections(tmp_path):
     ("root", ""),
 ])
 def test_sudo_for_login_users_other_than_root(user, prefix):
-    node = Node(local_instance(user=user))
     runner = FakeRunner(answer({"containers": []}))
-    node._runner = runner
+    node = Node(local_instance(user=user), runner=runner)
 
     assert node.sudo == prefix
     node.call("status")
@@ -244,6 +243,43 @@ def test_sudo_for_login_users_other_than_root(user, prefix):
     command = runner.calls[0][0][-1]
     assert command == "%spython3 -S -c %s %s" % (prefix, shlex.quote(nodeside.BOOTSTRAP),
                                                  ssh.host_source_digest())
+
+
+def test_a_host_whose_key_is_not_in_the_state_dir_is_never_tried(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: ran.append(a) or None)
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: ran.append(a) or None)
+    moved = str(tmp_path / "moved-away")
+    inst = local_instance(identity_file=state.key_path(moved, "dev"))
+    node = Node(inst, root=moved)
+    with pytest.raises(NodeError) as info:
+        node.call("status")
+    # Not the host's silence (it was not tried): tasks.silence does not count it.
+    assert not info.value.silent and ran == []
+    message = str(info.value)
+    assert message.startswith("dev-0: cannot be checked: its SSH key %s is missing"
+                              % state.key_path(moved, "dev"))
+    assert "the state dir %s does not exist" % moved in message
+    assert "$GPUFLEET_STATE_DIR" in message
+    with pytest.raises(NodeError):
+        node.popen("true")
+    os.makedirs(moved)
+    with pytest.raises(NodeError) as info:
+        Node(inst, root=moved).run("true")
+    assert "the state dir %s has no key for fleet dev" % moved in str(info.value)
+    # A record made under another state dir than the one named now.
+    with pytest.raises(NodeError) as info:
+        Node(inst, root=str(tmp_path / "other")).run("true")
+    assert "the state dir %s that holds it was moved or removed" % moved in str(info.value)
+    assert ran == []
+
+
+def test_a_missing_key_of_an_ssh_fleet_is_named(tmp_path):
+    inst = ssh_instance(identity_file=str(tmp_path / "gone_key"))
+    with pytest.raises(NodeError) as info:
+        Node(inst, root=str(tmp_path)).run("true")
+    assert str(info.value).endswith("its SSH key %s does not exist on this controller"
+                                    % (tmp_path / "gone_key"))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -142,7 +142,7 @@ def at_least(config, count):
 
 
 def apply(config, path=None, docker=None, root=None, check_mode=False, image=None,
-          build_image=None, settings=None, made_for=None, on_wait=None):
+          build_image=None, settings=None, made_for=None, on_wait=None, before_remove=None):
     """Converge a fleet to its config. Returns ``(fleet record, changed)``.
 
     The record's ``plan`` says what was (in check mode: would be) done, by instance name:
@@ -156,6 +156,9 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
     this controller or another of this machine, waits (``on_wait(message)`` is told once),
     then finds what the first made. Whatever happened meanwhile, an apply that ends with fewer
     live instances than the file asks for raises ApplyError (``instances_missing``).
+    ``before_remove(record)``, when given, is called with a fleet record of the instances a
+    smaller ``nodes`` would remove (local backend), before anything changes, in check mode too:
+    it raises to refuse (converge's check that they are neither busy nor unknown).
     """
     root = state.state_dir(root)
     config = resolved(config, settings, root)
@@ -247,6 +250,10 @@ def _apply_backend(config, name, backend, path, docker, root, check_mode, image,
     }
     changed = has_changes(plan)
     key_file = state.key_path(root, name)
+    if nums["remove"] and before_remove is not None:
+        going = [by_num[num] for num in nums["remove"]]
+        before_remove(_set_instances(fleet_record(config, name, path), client.records(
+            going, name, key_file, config.get("blocks", 1))))
     if changed and not check_mode:
         # A node's placement label is the file's here (a change was refused above).
         client.terminate([by_num[num] for num in nums["remove"]])

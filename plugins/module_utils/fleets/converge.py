@@ -46,12 +46,16 @@ REQUIRED_IF = [("state", "present", ("path", "config"), True)]
 
 def delete(params, config, path, docker, root, settings, check_mode, runs_alive):
     """state=absent: the whole fleet, or only ``instances``; refused while in use when asked
-    (``runs_alive(record, root)``: tasks.listing.runs_alive). Returns the module's result."""
+    (``runs_alive(record, root)``: tasks.listing.runs_alive, the busy instances and those
+    that could not be asked). Instances that could not be asked refuse it too, unless
+    ``refuse_busy`` is false. Returns the module's result."""
     nums = params["instances"]
     current = None
     if nums is not None or params["refuse_busy"]:
         current = apply.describe(config, path, docker, root, settings=settings)
-        lookup.refuse_in_use(current, runs_alive(current, root), nums)
+        using, unknown = runs_alive(current, root)
+        lookup.refuse_in_use(current, using, nums,
+                             unknown if params["refuse_busy"] else None)
     if nums is not None:
         record, changed = lookup.delete_instances(config, nums, path, docker, root,
                                                   check_mode, settings, current=current)
@@ -125,10 +129,18 @@ def converge(params, runs_alive, check_mode=False, warn=None, docker=None):
         docker.ping()
     if params["state"] == "absent":
         return delete(params, config, path, docker, root, settings, check_mode, runs_alive)
+
+    def before_remove(going):
+        # A smaller nodes count removes instances: never one that runs a task or cannot be
+        # checked (busy, idle or unknown), as a delete of them would refuse.
+        using, unknown = runs_alive(going, root)
+        lookup.refuse_in_use(going, using, None, unknown, shrink=True)
+
     record, changed = apply.apply(
         config, path, docker, root, check_mode, image=params["image"],
         build_image=build_image, settings=settings,
         made_for=idle.made_for(params["made_for"], config), on_wait=warn,
+        before_remove=before_remove if params["refuse_busy"] else None,
     )
     if not check_mode:
         state.ensure_fleet_dir(root, record["name"])

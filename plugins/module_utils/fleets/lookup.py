@@ -118,26 +118,52 @@ def _listing(nums):
     return "[%s]" % ", ".join(str(n) for n in nums)
 
 
-def refuse_in_use(record, using, nums=None):
+def refuse_in_use(record, using, nums=None, unknown=None, shrink=False):
     """Refuse to delete a fleet (``nums`` None) or its instances numbered ``nums`` while any of
     them runs a task, as dstack refuses: FleetInUse with dstack's message, followed by each busy
-    instance and its runs. ``using`` maps instance names to the runs still alive on them."""
+    instance and its runs. ``using`` maps instance names to the runs still alive on them.
+
+    ``unknown`` maps instance names to why they could not be asked: such an instance may be
+    running a task, so it is never taken as idle, and the deletion is refused naming it and
+    the reason (the caller's override, ``--force`` or refuse_busy=false, skips the check).
+    ``shrink``: the instances of ``record`` are those a smaller ``nodes`` would remove."""
     chosen = [i for i in record.get("instances") or []
               if nums is None or i.get("num") in nums]
     busy = [(i["name"], sorted(using.get(i["name"]) or [])) for i in chosen
             if (using or {}).get(i["name"])]
-    if not busy:
+    unread = [(i["name"], unknown[i["name"]]) for i in chosen
+              if i["name"] in (unknown or {})]
+    if not busy and not unread:
         return
     name = record["name"]
-    detail = "; ".join("%s runs %s" % (host, ", ".join(runs)) for host, runs in busy)
-    runs = sorted(set(run for _host, names in busy for run in names))
-    hint = "stop %s first: %s" % ("it" if len(runs) == 1 else "them",
-                                  ", ".join("gpufleet stop " + run for run in runs))
-    if nums is None:
-        raise FleetInUse("Failed to delete fleet %s. Fleet is in use: %s (%s)"
-                         % (name, detail, hint))
-    raise FleetInUse("Failed to delete fleet %s instances %s. Fleet instances are in use: %s "
-                     "(%s)" % (name, _listing(nums), detail, hint))
+    what = "fleet %s" % name if nums is None else "fleet %s instances %s" % (name, _listing(nums))
+    if shrink:
+        gone = [i["name"] for i in chosen]
+        detail = "; ".join(["%s runs %s" % (host, ", ".join(runs)) for host, runs in busy]
+                           + ["%s could not be checked (%s)" % (h, r) for h, r in unread])
+        raise FleetInUse("Failed to apply fleet %s: the smaller nodes count removes %s, which "
+                         "may not be idle: %s. Stop the runs, or make the hosts answer, and "
+                         "apply again (the playbook's gpufleet_refuse_busy=false removes them "
+                         "anyway)" % (name, ", ".join(gone), detail))
+    if busy:
+        detail = "; ".join("%s runs %s" % (host, ", ".join(runs)) for host, runs in busy)
+        runs = sorted(set(run for _host, names in busy for run in names))
+        hint = "stop %s first: %s" % ("it" if len(runs) == 1 else "them",
+                                      ", ".join("gpufleet stop " + run for run in runs))
+        if unread:
+            hint += "; " + _unread(unread)
+        if nums is None:
+            raise FleetInUse("Failed to delete %s. Fleet is in use: %s (%s)" % (what, detail, hint))
+        raise FleetInUse("Failed to delete %s. Fleet instances are in use: %s (%s)"
+                         % (what, detail, hint))
+    raise FleetInUse("Failed to delete %s. Cannot tell whether it is in use: %s. Make the "
+                     "hosts answer, or delete it anyway with --force (the module's "
+                     "refuse_busy=false), which also destroys any run still on them"
+                     % (what, _unread(unread)))
+
+
+def _unread(unread):
+    return "; ".join("%s could not be checked (%s)" % (host, reason) for host, reason in unread)
 
 
 def delete_instances(config, nums, path=None, docker=None, root=None, check_mode=False,

@@ -18,10 +18,12 @@ def _jump(instance):
 
 def unreachable_message(instance, detail):
     """A connection failure, said with everything the user needs to find the cause. A host
-    refused for a changed key is said as such (hostkeys.changed_message), not as a host
-    that cannot be reached."""
+    refused for a changed key is said as such (hostkeys.changed_message), not as a host that
+    cannot be reached; a detail that is such a message already, from this command's plan, is
+    kept as it is."""
     detail = " ".join(str(detail or "no answer").split())
-    if hostkeys.is_message(detail):
+    if hostkeys.is_message(detail) or detail.startswith(
+            "cannot reach %s@%s:" % (instance.get("user"), instance.get("hostname"))):
         return detail
     return (
         "cannot reach %s@%s:%s%s: %s. Check the address, port, user and key of this host in "
@@ -40,8 +42,12 @@ def fold(record, node_reports, released=None):
     the fleet; ``checks``: what each host role's verification found). A DCGM health status in
     the checks becomes the resources' ``health``, which task placement honours.
     Instances the play did not reach keep the status the backend gave them.
-    An SSH fleet's plan is made here: claimed hosts are created, the others kept, and
-    ``released`` (hostnames that left the file) are released.
+    An SSH fleet's plan is made here: claimed hosts are created, those that could not be
+    reached or checked are ``unread`` (the plan cannot say what applying does to them), the
+    others kept, and ``released`` (hostnames that left the file) are released.
+
+    A fleet none of whose instances is ready (idle or busy) and some of which could not be
+    reached is ``unreachable``, one whose instances all failed ``failed``: not ``active``.
     """
     node_reports = node_reports or {}
     result = dict(record)
@@ -49,8 +55,11 @@ def fold(record, node_reports, released=None):
     if plan is None:
         names = [i["name"] for i in record.get("instances") or []]
         created = [n for n in names if (node_reports.get(n) or {}).get("claimed")]
-        plan = {"create": created, "start": [],
-                "keep": [n for n in names if n not in created], "remove": []}
+        unread = [n for n in names if n not in created and (node_reports.get(n) or {}).get(
+            "status") in ("unreachable", "failed")]
+        plan = {"create": created, "start": [], "unread": unread,
+                "keep": [n for n in names if n not in created and n not in unread],
+                "remove": []}
     result["plan"] = dict(plan, release=sorted(released or []))
     instances = []
     for instance in record.get("instances") or []:
@@ -79,7 +88,27 @@ def fold(record, node_reports, released=None):
         instance.setdefault("resources", None)
         instances.append(instance)
     result["instances"] = instances
+    result["status"] = fleet_status(result)
     return result
+
+
+READY = ("idle", "busy", "pending", "provisioning")
+
+
+def fleet_status(record):
+    """The fleet's status from its instances: ``active`` while any is ready (or coming up) or
+    it has none; else ``unreachable`` when some could not be reached, ``failed`` when all
+    failed their checks. A fleet whose only host cannot be reached is not active."""
+    current = record.get("status") or "active"
+    statuses = [i.get("status") for i in record.get("instances") or []
+                if i.get("status") not in ("terminating", "terminated")]
+    if current != "active" or not statuses or any(s in READY for s in statuses):
+        return current
+    if "unreachable" in statuses:
+        return "unreachable"
+    if all(s == "failed" for s in statuses):
+        return "failed"
+    return current
 
 
 def failures(record):

@@ -515,7 +515,9 @@ def plan_lines(fleet):
     ``ssh``), ``Nodes``, ``Placement``, then, for backend fleets, ``Backends``, ``Resources``,
     ``Spot policy`` and ``Max price`` where set. After a blank line come the changes from the
     record's ``plan``: ``create a, b``, ``keep c``, ``remove d``, ``release e``, leaving out
-    empty ones; when nothing is created, removed or released the first is ``no changes``. A
+    empty ones; when nothing is created, removed or released the first is ``no changes``. An
+    SSH fleet's hosts the plan could not reach or check (``unread``) each get a line,
+    ``cannot read NAME: why``. A
     cloud fleet that creates instances has its ``offers`` (the first three, cheapest first)
     shown after a blank line as dstack's offers table, counting ``offers_total`` of them.
     """
@@ -545,11 +547,19 @@ def plan_lines(fleet):
         raise FleetTableError("the plan of fleet %s must be a mapping, got %r" % (
             fleet.get("name"), plan))
     names = {action: [str(name) for name in plan.get(action) or []] for action in PLAN_ACTIONS}
-    if not any(names[action] for action in PLAN_ACTIONS if action != "keep"):
+    unread = [str(name) for name in plan.get("unread") or []]
+    if not unread and not any(names[action] for action in PLAN_ACTIONS if action != "keep"):
         lines.append("no changes")
     for action in PLAN_ACTIONS:
         if names[action]:
             lines.append("%s %s" % (action, ", ".join(names[action])))
+    if unread:
+        # Hosts the plan could not reach or check: it cannot say what applying does to them.
+        errors = dict((i.get("name"), i.get("error")) for i in fleet.get("instances") or []
+                      if isinstance(i, dict))
+        for name in unread:
+            why = ": %s" % errors[name] if errors.get(name) else ""
+            lines.append("cannot read %s%s" % (name, why))
     offers = fleet.get("offers") or []
     if offers and names["create"]:
         table = offer_table(offers, limit=3)

@@ -396,6 +396,7 @@ def run_info(params):
         records = [r for r in records if r["name"] == params["name"]]
     # "unreachable" is a key Ansible reserves in a result (it marks the host unreachable).
     return {"runs": records, "unreachable_hosts": errors, "changed": False,
+            "unread_fleets": listing.unread_fleets(fleets, found[3]),
             "queue_due": queue.is_due(found, instances, silent)}
 
 
@@ -415,7 +416,7 @@ def run_queue(params, check_mode=False, emit=None):
     found, silent = silence.look(runs.nodes_of(fleets, root), root, fleets)
     records, errors = listing.list_runs(None, found, interruption.instance_map(fleets), silent)
     return {"report": report, "runs": records, "unreachable_hosts": errors,
-            "changed": changed}
+            "unread_fleets": listing.unread_fleets(fleets, found[3]), "changed": changed}
 
 
 def run_stop(params, check_mode=False):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime
 
 from ..core.times import parse_time
-from ..fleets import state
+from ..fleets import report, state
 from .claiming import busy_map
 from .ssh import Node
 from .supervisor import parallel
@@ -117,6 +117,22 @@ def due(records, root, max_age=MAX_AGE, now=None):
     return found
 
 
+def unmeasured(records, root):
+    """``{instance name: instance}``: an SSH fleet's hosts with an address but no cached facts
+    (no apply has found them ready). ``gpufleet fleet`` asks them too, so that one that does
+    not answer is seen (``health_unreachable``) and its fleet not shown active."""
+    found = {}
+    for record in records:
+        if record.get("fleet_type") != "ssh":
+            continue
+        facts = state.read_facts(root, record.get("name"))
+        for instance in record.get("instances") or []:
+            if instance.get("hostname") and instance.get("name") not in facts:
+                found[instance["name"]] = dict(instance, fleet=instance.get("fleet")
+                                               or record.get("name"))
+    return found
+
+
 def refresh(records, root, max_age=MAX_AGE, now=None, connect_timeout=10, node_factory=None,
             check_mode=False, occupancy=False):
     """Ask the hosts whose health is stale, keep what they say (not in ``check_mode``), and
@@ -129,7 +145,8 @@ def refresh(records, root, max_age=MAX_AGE, now=None, connect_timeout=10, node_f
     ``busy`` with its ``busy_blocks``, as dstack shows it (with_busy)."""
     root = state.state_dir(root)
     asked = due(records, root, max_age, now)
-    targets = due(records, root, 0, now) if occupancy else asked
+    targets = dict(due(records, root, 0, now), **unmeasured(records, root)) if occupancy \
+        else asked
     make = node_factory or (lambda inst: Node(inst, root=root, connect_timeout=connect_timeout))
     nodes = dict((name, make(inst)) for name, inst in targets.items())
 
@@ -152,6 +169,18 @@ def refresh(records, root, max_age=MAX_AGE, now=None, connect_timeout=10, node_f
     result = annotate(records, root, unreachable, changes if check_mode else None)
     if occupancy:
         result = with_busy(result, busy_map(containers, claims), containers)
+    return with_fleet_status(result)
+
+
+def with_fleet_status(records):
+    """Copies of the fleet records whose ``status`` says when no instance is ready: an
+    instance whose host could not be asked (``health_unreachable``) counts as unreachable, so
+    a fleet whose only host does not answer is not shown ``active`` (fleets.report)."""
+    result = []
+    for record in records:
+        seen = [dict(i, status="unreachable") if i.get("health_unreachable") else i
+                for i in record.get("instances") or []]
+        result.append(dict(record, status=report.fleet_status(dict(record, instances=seen))))
     return result
 
 

@@ -220,6 +220,20 @@ def list_runs(nodes, survey_result=None, instances=None, silent=None):
     return records, dict((h, str(e)) for h, e in errors.items())
 
 
+def unread_fleets(fleets, errors):
+    """``{fleet name: {host: reason}}``: the fleets some of whose hosts could not be read
+    (``errors``: ``{host: error}`` of a survey), so that a listing can say what it could not
+    see instead of taking those hosts for idle (``gpufleet ps`` exits 1 then)."""
+    unread = {}
+    for fleet in fleets:
+        for instance in fleet.get("instances") or []:
+            host = instance.get("name")
+            if host in errors:
+                unread.setdefault(fleet.get("name") or "?", {})[host] = _reason(
+                    host, errors[host])
+    return unread
+
+
 def find_run(nodes, name, surveyed=None, queues=None):
     """``(record, {host: containers})`` of run ``name``, from the hosts (or from ``surveyed``,
     what tasks.runs.survey answered); with ``queues`` (the survey's queue entries) a run that
@@ -386,16 +400,25 @@ def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time, 
 
 
 def runs_alive(record, root):
-    """``{instance name: {run names}}``: the runs with a job still alive on each instance of
-    the fleet record, asked of its hosts as ``gpufleet ps`` asks them (a host that does not
-    answer counts as idle, after a short wait: a deleted host should not hold up the delete)."""
+    """``({instance name: {run names}}, {instance name: reason})``: the runs with a job still
+    alive on each instance of the fleet record, asked of its hosts as ``gpufleet ps`` asks
+    them, and the instances that could not be asked, with why. An instance is busy, idle or
+    unknown: one that could not be asked is never taken for idle (a short wait: a host that
+    does not answer should not hold up the command long)."""
     nodes = nodes_of([record], root, connect_timeout=5)
     if not nodes:
-        return {}
-    found, _unreachable = list_runs(nodes)
+        return {}, {}
+    found, unreachable = list_runs(nodes)
     using = {}
     for run in found:
         for job in run["jobs"]:
-            if job["status"] in lifecycle.ALIVE:
+            if job["status"] in lifecycle.ALIVE and job["host"] not in unreachable:
                 using.setdefault(job["host"], set()).add(run["name"])
-    return using
+    return using, dict((h, _reason(h, e)) for h, e in unreachable.items())
+
+
+def _reason(host, error):
+    """A NodeError's text without the host's name it starts with."""
+    text = str(error)
+    prefix = "%s: " % host
+    return text[len(prefix):] if text.startswith(prefix) else text

@@ -68,8 +68,10 @@ def plan(config, instances, containers, errors, now, claims=None, queues=None):
         if instance.get("status") not in ("idle", "busy"):
             reasons[name] = "kept: %s" % instance.get("status")
             continue
-        if name in errors:
-            reasons[name] = "kept: cannot be asked whether it is idle (%s)" % errors[name]
+        if name in errors or name not in containers:
+            # Busy, idle or unknown: a host that was not read is never taken for idle.
+            reasons[name] = "kept: cannot be asked whether it is idle (%s)" % (
+                errors.get(name) or "not asked: no answer from it in this survey")
             continue
         held = sorted(c.get("run") for c in claims.get(name) or [] if c.get("run"))
         if held:

@@ -85,6 +85,32 @@ def helper_command(sudo=""):
                                       host_source_digest())
 
 
+def missing_key(instance, root=None):
+    """Why the host of ``instance`` (an instance record) cannot be asked for want of its key,
+    or None. A backend fleet's key lives in the state dir (fleets.state.key_path), so a state
+    dir that was moved or removed, or another one named by $GPUFLEET_STATE_DIR, leaves its
+    hosts out of reach: the message names the key, the state dir and the variable."""
+    key = instance.get("identity_file")
+    if not key or os.path.isfile(key):
+        return None
+    fleet = instance.get("fleet")
+    if fleet and root and os.path.abspath(key) == os.path.abspath(state.key_path(root, fleet)):
+        if not os.path.isdir(root):
+            where = "the state dir %s does not exist" % root
+        else:
+            where = "the state dir %s has no key for fleet %s" % (root, fleet)
+        return ("cannot be checked: its SSH key %s is missing (%s; it was moved or removed, "
+                "or $%s names another one: point $%s at the state dir this fleet was made "
+                "from)" % (key, where, state.ENV, state.ENV))
+    if fleet and os.path.basename(key) == "id_ed25519" and os.path.basename(
+            os.path.dirname(os.path.dirname(key))) == "fleets":
+        state_root = os.path.dirname(os.path.dirname(os.path.dirname(key)))
+        return ("cannot be checked: its SSH key %s is missing (the state dir %s that holds "
+                "it was moved or removed; $%s must name the state dir this fleet was made "
+                "from)" % (key, state_root, state.ENV))
+    return "cannot be checked: its SSH key %s does not exist on this controller" % key
+
+
 class Node(object):
     """One host of a fleet, reached as its instance record says.
 
@@ -100,6 +126,8 @@ class Node(object):
         self.connect_timeout = connect_timeout
         self._runner = runner or subprocess.run
         self._known_hosts = None
+        # A stand-in runner (tests) is not OpenSSH and needs no key file.
+        self._needs_key = runner is None
 
     @property
     def sudo(self):
@@ -136,6 +164,11 @@ class Node(object):
             target = "%s@%s" % (inst["user"], target)
         return argv + [target]
 
+    def missing_key(self):
+        """Why this host cannot be asked at all, or None: its key file is not on this
+        controller (no command tries a host it holds no key for)."""
+        return missing_key(self.instance, self.root) if self._needs_key else None
+
     def _settings_hash(self):
         inst = self.instance
         text = "%s|%s|%s" % (inst.get("identity_file"), inst.get("proxy_jump"),
@@ -149,8 +182,13 @@ class Node(object):
         """Run ``command`` (a shell line on the host); return ``(rc, stdout, stderr)`` as text.
         ``what`` names it in the message of a timeout (the command's start by default).
 
-        rc 255 is OpenSSH's own failure (host unreachable, key refused...).
+        rc 255 is OpenSSH's own failure (host unreachable, key refused...). A host whose key is
+        not on this controller is not tried: NodeError says which file is missing.
         """
+        missing = self.missing_key()
+        if missing:
+            # Not the host's silence (it was not tried): a run on it is not judged lost for it.
+            raise NodeError(self.name, missing)
         try:
             proc = self._runner(
                 self.argv(command), input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -187,6 +225,9 @@ class Node(object):
 
     def popen(self, command, **kwargs):
         """Start ``command`` on the host and return the Popen (for streams such as logs)."""
+        missing = self.missing_key()
+        if missing:
+            raise NodeError(self.name, missing)
         return subprocess.Popen(self.argv(command), **kwargs)
 
     def call(self, op, payload=None, timeout=120):

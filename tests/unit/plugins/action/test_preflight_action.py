@@ -92,3 +92,38 @@ def test_a_connect_timeout_that_is_not_a_number_is_named(make_action):
     result = action.run(task_vars={})
     assert result["failed"] is True and action.sent == []
     assert result["msg"].startswith("connect_timeout: 'soon' is not a number of seconds")
+
+
+@pytest.mark.parametrize("answer", [
+    "Failed to connect to the host via ssh: ssh: connect to host 10.0.0.9 port 22: "
+    "Connection refused",
+    "ssh: connect to host 10.0.0.9 port 22: No route to host",
+    "ssh: Could not resolve hostname nohost.invalid: Name or service not known",
+    "ubuntu@10.0.0.9: Permission denied (publickey).",
+    # Through a jump host that could not open the connection (its proxy ends at once).
+    "Failed to connect to the host via ssh: kex_exchange_identification: Connection closed "
+    "by remote host\r\nConnection closed by UNKNOWN port 65535",
+])
+def test_a_definite_answer_of_an_existing_host_is_not_asked_again(make_action, answer):
+    """An SSH fleet's host (retry_definite false) that answers no fails at once: only a
+    silence is waited for, so an unreachable host costs one try, not the whole window."""
+    error = AnsibleConnectionFailure(answer)
+    action = make_action(preflight_action, {"connect_timeout": 30, "retry_definite": False},
+                         sent=error)
+    result = action.run(task_vars={})
+    assert result["failed"] is True and result["reached"] is False
+    assert result["msg"] == "no answer over SSH: " + answer
+    assert len(action.sent) == 1 and action._connection.resets == 0
+
+
+def test_a_silent_existing_host_is_still_waited_for(make_action):
+    def answers(number):
+        if number == 1:
+            return AnsibleConnectionFailure("ssh: connect to host 10.0.0.5 port 22: "
+                                            "Connection timed out")
+        return CHECKED
+
+    action = make_action(preflight_action, {"connect_timeout": 30, "retry_definite": False,
+                                            "checks": ["sudo"]}, sent=answers)
+    assert action.run(task_vars={}) == dict(CHECKED, reached=True)
+    assert action.sent == [("gpufleet.cluster.preflight", {"checks": ["sudo"]})] * 2
