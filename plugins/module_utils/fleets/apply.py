@@ -173,7 +173,7 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
     held = contextlib.nullcontext(False) if check_mode else lock.fleet_lock(name, on_wait)
     with held:
         record, changed = _apply_backend(config, name, backend, path, docker, root, check_mode,
-                                         image, build_image, settings, made_for)
+                                         image, build_image, settings, made_for, before_remove)
     if not check_mode:
         missing = instances_missing(config, record)
         if missing:
@@ -205,7 +205,7 @@ def instances_missing(config, record):
 
 
 def _apply_backend(config, name, backend, path, docker, root, check_mode, image, build_image,
-                   settings, made_for):
+                   settings, made_for, before_remove=None):
     """apply's work on a backend fleet (cloud or local), the lock held."""
     if backend in base.CLOUD_BACKENDS:
         if made_for:
