@@ -93,9 +93,10 @@ def test_hosts_that_cannot_be_checked_are_never_taken_as_idle(fleet):
             shutil.rmtree(state)
         os.rename(moved, state)
         docker.run("exec", node, "docker", "rm", "-f", "busy")
-    # With the state dir back, the fleet's hosts are read again (other local fleets on a shared
-    # engine, whose keys are in other state dirs, may still be named).
+    # With the state dir back, the fleet's hosts are read again; other local fleets on a shared
+    # engine (other workers' worlds), made from other state dirs, are not this one's to read.
     listed = gpufleet(fleet, "ps")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
     assert "could not read fleet %s," % NAME not in listed.stderr, listed.stderr
     assert NAME + "-0" not in listed.stderr, listed.stderr
 

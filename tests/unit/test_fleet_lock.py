@@ -238,7 +238,7 @@ class Engine:
         return [n for n in self.nodes if fleet is None or n["labels"][local.FLEET_LABEL] == fleet]
 
     def start_node(self, _docker, fleet, num, placement, _image, public_key, _created,
-                   privileged=None, spec=None, made_for=None):
+                   privileged=None, spec=None, made_for=None, made_from=None):
         time.sleep(self.delay)
         self.runs.append(num)
         if all(local.node_num(n) != num for n in self.nodes):
@@ -388,3 +388,37 @@ def test_gpufleet_apply_that_never_gets_the_lock_says_who_holds_it(monkeypatch):
     assert str(info.value).startswith("another apply of fleet web (pid %d, " % os.getpid())
     assert err.getvalue().startswith("waiting for another apply of fleet web (")
     assert lock.HELD_ENV not in os.environ
+
+
+def test_a_node_says_which_state_dir_made_it_and_a_listing_leaves_other_controllers_out(
+        tmp_path):
+    """A node carries its maker's state dir; ps reports this controller's fleet whose key is
+    gone as unread, and leaves out another controller's fleet it holds no key for (two people,
+    or two test workers, on one engine)."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
+
+    runner = runner_answering((0, b"id\n", b""))
+    local.start_node(Docker("docker", runner), "web", 0, "any", "img", "ssh-ed25519 K", "T",
+                     privileged=True, made_from="/home/ann/.gpufleet")
+    run = next(call for call in runner.calls if call[0] == "run")
+    assert "%s=/home/ann/.gpufleet" % local.MADE_FROM_LABEL in run
+
+    mine, theirs = str(tmp_path / "mine"), str(tmp_path / "theirs")
+
+    def fleet(name, made_from):
+        node = raw_node(name, 0)
+        node["labels"][local.MADE_FROM_LABEL] = made_from
+        key = os.path.join(mine, "fleets", name, "id_ed25519")
+        return {"name": name, "instances": local.instance_records([node], name, 1, key)}
+
+    fleets = [fleet("ours", mine), fleet("others", theirs)]
+    assert fleets[0]["instances"][0]["made_from"] == mine
+    errors = {"ours-0": "no key", "others-0": "no key"}
+    assert list(listing.unread_fleets(fleets, errors, mine)) == ["ours"]
+    assert list(listing.own_errors(fleets, errors, mine)) == ["ours-0"]
+    # Without the root (or a label), nothing is left out: unknown is never taken as fine.
+    assert sorted(listing.unread_fleets(fleets, errors)) == ["others", "ours"]
+    # Another controller's fleet this one holds a key for is read, and reported, as its own.
+    os.makedirs(os.path.join(mine, "fleets", "others"))
+    open(os.path.join(mine, "fleets", "others", "id_ed25519"), "w").close()
+    assert sorted(listing.unread_fleets(fleets, errors, mine)) == ["others", "ours"]

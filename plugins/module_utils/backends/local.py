@@ -286,6 +286,10 @@ MADE_FOR_LABEL = LABEL_PREFIX + "made-for-run"
 IDLE_LABEL = LABEL_PREFIX + "idle-duration"
 # Who made a node: ``user@host`` of the command that created it.
 MADE_BY_LABEL = LABEL_PREFIX + "made-by"
+# The state dir of the controller that made a node: a listing tells a fleet whose key this
+# controller lost (its own state dir, moved away) from another controller's fleet on the same
+# engine, which it was never meant to read.
+MADE_FROM_LABEL = LABEL_PREFIX + "state-dir"
 AUTHORIZED_KEY_ENV = "GPUFLEET_AUTHORIZED_KEY"
 # What the engine answers a ``docker run --name`` whose name another container has.
 NAME_TAKEN = "is already in use"
@@ -409,8 +413,15 @@ def instance_records(nodes, fleet, blocks, key_file):
             "blocks": blocks,
             "placement": placement,
             "container": node["name"],
-        }, **read_made_for(labels.get(MADE_FOR_LABEL), labels.get(IDLE_LABEL))))
+        }, **dict(read_made_for(labels.get(MADE_FOR_LABEL), labels.get(IDLE_LABEL)),
+                  **_made_from(labels))))
     return records
+
+
+def _made_from(labels):
+    """``{"made_from": state dir}`` of a node that says which controller made it, else {}."""
+    where = labels.get(MADE_FROM_LABEL)
+    return {"made_from": where} if where else {}
 
 
 def check_local_fleet(config, name):
@@ -438,7 +449,7 @@ def spec_from_nodes(nodes):
 
 
 def _run_node(docker, fleet, num, placement, image, public_key, created, flags, spec=None,
-              made_for=None):
+              made_for=None, made_from=None):
     network = network_name(fleet, num, placement)
     args = [
         "run", "-d", "--name", container_name(fleet, num),
@@ -455,6 +466,8 @@ def _run_node(docker, fleet, num, placement, image, public_key, created, flags, 
     ] + pool_mount()
     if spec:
         args += ["--label", "%s=%s" % (SPEC_LABEL, spec)]
+    if made_from:
+        args += ["--label", "%s=%s" % (MADE_FROM_LABEL, made_from)]
     marks = made_for_values(made_for)
     if marks:
         args += ["--label", "%s=%s" % (MADE_FOR_LABEL, marks[0]),
@@ -493,7 +506,7 @@ def _ensure_volume(docker, name, fleet):
 
 
 def start_node(docker, fleet, num, placement, image, public_key, created, privileged=None,
-               spec=None, made_for=None):
+               spec=None, made_for=None, made_from=None):
     """Create and start one node. Returns whether --privileged was usable (for the next node).
 
     When the node's name is taken, another command made the node meanwhile (an apply that did
@@ -505,7 +518,7 @@ def start_node(docker, fleet, num, placement, image, public_key, created, privil
     for allowed in attempts:
         rc, _out, err = _run_node(
             docker, fleet, num, placement, image, public_key, created, run_flags(allowed), spec,
-            made_for)
+            made_for, made_from)
         if rc == 0:
             return allowed
         if NAME_TAKEN in err:
@@ -591,14 +604,17 @@ class Local(Backend):
         check_local_fleet(config, name)
 
     def create(self, fleet, nums, placement, image, public_key, created, spec=None,
-               made_for=None):
+               made_for=None, made_from=None):
         """Create and start the nodes numbered ``nums`` from ``image``; the first tells
         whether the engine allows --privileged, and the others start the way it did.
-        ``made_for``: the run they are made for (made_for.py), None for the fleet's own."""
+        ``made_for``: the run they are made for (made_for.py), None for the fleet's own;
+        ``made_from``: the state dir of the controller making them (a label the listing reads).
+        """
         privileged = None
         for num in nums:
             privileged = start_node(self.docker, fleet, num, placement, image, public_key,
-                                    created, privileged, spec=spec, made_for=made_for)
+                                    created, privileged, spec=spec, made_for=made_for,
+                                    made_from=made_from)
 
     def start(self, placed):
         for node in placed:

@@ -262,7 +262,8 @@ def _apply_backend(config, name, backend, path, docker, root, check_mode, image,
             image = image or build_image(False)
             key_file, public_key, _made = state.ensure_key(root, name)
             client.create(name, nums["create"], placement, image, public_key, utcnow(),
-                          spec=local.spec_label(config), made_for=made_for)
+                          spec=local.spec_label(config), made_for=made_for,
+                          made_from=os.path.abspath(root))
         nodes = client.fleet_instances(name)
     if nodes and not check_mode:
         # Nodes another controller made (its own state dir, its own key) let this one's key

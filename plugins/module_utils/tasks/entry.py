@@ -395,8 +395,8 @@ def run_info(params):
     if params.get("name"):
         records = [r for r in records if r["name"] == params["name"]]
     # "unreachable" is a key Ansible reserves in a result (it marks the host unreachable).
-    return {"runs": records, "unreachable_hosts": errors, "changed": False,
-            "unread_fleets": listing.unread_fleets(fleets, found[3]),
+    return {"runs": records, "unreachable_hosts": listing.own_errors(fleets, errors, root),
+            "changed": False, "unread_fleets": listing.unread_fleets(fleets, found[3], root),
             "queue_due": queue.is_due(found, instances, silent)}
 
 
@@ -415,8 +415,9 @@ def run_queue(params, check_mode=False, emit=None):
 
     found, silent = silence.look(runs.nodes_of(fleets, root), root, fleets)
     records, errors = listing.list_runs(None, found, interruption.instance_map(fleets), silent)
-    return {"report": report, "runs": records, "unreachable_hosts": errors,
-            "unread_fleets": listing.unread_fleets(fleets, found[3]), "changed": changed}
+    return {"report": report, "runs": records,
+            "unreachable_hosts": listing.own_errors(fleets, errors, root),
+            "unread_fleets": listing.unread_fleets(fleets, found[3], root), "changed": changed}
 
 
 def run_stop(params, check_mode=False):

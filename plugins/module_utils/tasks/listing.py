@@ -14,6 +14,7 @@ Labels written by earlier versions, which held that text already, are read as th
 from __future__ import annotations
 
 import json
+import os
 import time
 
 from ..core.text import shorten
@@ -21,6 +22,7 @@ from . import lifecycle
 from .container import RESOURCES_LABEL, RUN_SPEC_LABEL
 from .errors import RunError
 from .runs import nodes_of, survey
+from .ssh import missing_key
 from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch, parallel
 
 
@@ -220,18 +222,37 @@ def list_runs(nodes, survey_result=None, instances=None, silent=None):
     return records, dict((h, str(e)) for h, e in errors.items())
 
 
-def unread_fleets(fleets, errors):
+def unread_fleets(fleets, errors, root=None):
     """``{fleet name: {host: reason}}``: the fleets some of whose hosts could not be read
     (``errors``: ``{host: error}`` of a survey), so that a listing can say what it could not
-    see instead of taking those hosts for idle (``gpufleet ps`` exits 1 then)."""
+    see instead of taking those hosts for idle (``gpufleet ps`` exits 1 then). Another
+    controller's fleet (``not_ours``) is not this controller's to read, and is left out."""
     unread = {}
     for fleet in fleets:
         for instance in fleet.get("instances") or []:
             host = instance.get("name")
-            if host in errors:
+            if host in errors and not not_ours(instance, root):
                 unread.setdefault(fleet.get("name") or "?", {})[host] = _reason(
                     host, errors[host])
     return unread
+
+
+def not_ours(instance, root):
+    """Whether ``instance`` is a local node another controller made, from another state dir,
+    for which this one holds no key: a listing of this controller's runs does not try it or
+    report it (its own fleet whose state dir was moved away keeps its label's path, and is
+    reported as unread)."""
+    made_from = instance.get("made_from")
+    if not made_from or not root or os.path.abspath(made_from) == os.path.abspath(root):
+        return False
+    return bool(missing_key(instance, root))
+
+
+def own_errors(fleets, errors, root=None):
+    """``errors`` (``{host: error}``) without the hosts of other controllers' fleets."""
+    foreign = set(i.get("name") for f in fleets for i in f.get("instances") or []
+                  if not_ours(i, root))
+    return dict((h, e) for h, e in errors.items() if h not in foreign)
 
 
 def find_run(nodes, name, surveyed=None, queues=None):
