@@ -212,7 +212,7 @@ def test_a_volume_moves_only_from_a_node_where_nothing_uses_it(engine):
         pool.attach_volume("data", "local", pool.volume("data"), "a-1", run=RUN)
     # Its container runs and binds it: in use, however long ago it was attached.
     engine.nodes["a-0"] = {"job-r1-0": (True, "r1/0", [MOUNTED, "/srv"])}
-    for _ in range(2):
+    for _attempt in range(2):
         with pytest.raises(local_volumes.BackendError,
                            match=r"volume data is in use on node a-0 by container job-r1-0"):
             pool.attach_volume("data", "local", pool.volume("data"), "a-1", run=RUN)

@@ -16,7 +16,6 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import l
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import python_env
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.command import command_script
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.errors import PlanError
 
 
 def task(**fields):
