@@ -18,6 +18,8 @@ import subprocess
 import sys
 
 import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core import files
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.files import module_source
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import nodeside
 
 FAKE_DOCKER = r'''#!{python}
@@ -701,14 +703,14 @@ def test_serve_answers_an_error_when_the_host_refuses_a_folder(absent, run_root,
 
 
 def bootstrap(request, env):
-    data = nodeside.source_bytes() + b"\n" + nodeside.SEPARATOR + b"\n" + request
+    data = module_source(vars(nodeside)) + b"\n" + nodeside.SEPARATOR + b"\n" + request
     return subprocess.run([sys.executable, "-c", nodeside.BOOTSTRAP], input=data,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                           timeout=60, check=False)
 
 
 def test_the_source_does_not_contain_the_separator_line():
-    assert (b"\n" + nodeside.SEPARATOR + b"\n") not in nodeside.source_bytes()
+    assert (b"\n" + nodeside.SEPARATOR + b"\n") not in module_source(vars(nodeside))
     assert nodeside.SEPARATOR.decode("ascii") in nodeside.BOOTSTRAP
 
 
@@ -806,9 +808,9 @@ def test_the_real_helper_answers_through_the_cache(docker, tmp_path):
     request = json.dumps({"op": "image_info", "payload": {"image": "alpine"}}).encode("utf-8")
     cache = tmp_path / "helper"
     env = dict(os.environ, **docker.env())
-    first = cached_call(cache, nodeside.source_bytes(), request, env=env)
+    first = cached_call(cache, module_source(vars(nodeside)), request, env=env)
     assert [p.name[:24] for p in cache.iterdir()] == ["0123456789abcdef01234567"]
-    assert cached_call(cache, nodeside.source_bytes(), request, env=env) == first
+    assert cached_call(cache, module_source(vars(nodeside)), request, env=env) == first
     assert first["present"] is True
 
 
@@ -832,20 +834,23 @@ def test_source_is_read_from_a_zip_as_in_a_modules_payload(tmp_path):
     import zipfile
 
     archive = tmp_path / "payload.zip"
-    package = "ansible_collections/gpufleet/cluster/plugins/module_utils/tasks"
+    package = "ansible_collections/gpufleet/cluster/plugins/module_utils"
     with zipfile.ZipFile(archive, "w") as zipped:
-        parts = package.split("/")
+        parts = (package + "/tasks").split("/")
         for depth in range(1, len(parts) + 1):
             zipped.writestr("/".join(parts[:depth]) + "/__init__.py", "")
-        zipped.writestr(package + "/nodeside.py", nodeside.source_bytes())
+        zipped.writestr(package + "/core/__init__.py", "")
+        zipped.writestr(package + "/core/files.py", module_source(vars(files)))
+        zipped.writestr(package + "/tasks/nodeside.py", module_source(vars(nodeside)))
     proc = subprocess.run(
         [sys.executable, "-c",
          "from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import nodeside;"
-         "import sys; sys.stdout.buffer.write(nodeside.source_bytes())"],
+         "from ansible_collections.gpufleet.cluster.plugins.module_utils.core import files;"
+         "import sys; sys.stdout.buffer.write(files.module_source(vars(nodeside)))"],
         env={"PYTHONPATH": str(archive), "PATH": "/usr/bin:/bin"}, capture_output=True,
         check=False)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == nodeside.source_bytes()
+    assert proc.stdout == module_source(vars(nodeside))
 
 
 def test_run_key_reads_the_jobs_key_and_refuses_paths(run_root):

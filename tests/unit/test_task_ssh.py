@@ -16,6 +16,7 @@ import stat
 import subprocess
 
 import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.files import module_source
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     booking,
@@ -304,11 +305,11 @@ def test_call_sends_the_source_and_the_request_on_stdin():
     # Split the way BOOTSTRAP splits it on the host: nodeside's source, then booking's,
     # healthside's, logside's and indexside's.
     source, sep, request = data.partition(b"\n" + nodeside.SEPARATOR + b"\n")
-    assert sep and source == b"\n".join((nodeside.source_bytes(),
-                                         nodeside.source_bytes(vars(booking)),
-                                         nodeside.source_bytes(vars(healthside)),
-                                         nodeside.source_bytes(vars(logside)),
-                                         nodeside.source_bytes(vars(indexside))))
+    assert sep and source == b"\n".join((module_source(vars(nodeside)),
+                                         module_source(vars(booking)),
+                                         module_source(vars(healthside)),
+                                         module_source(vars(logside)),
+                                         module_source(vars(indexside))))
     assert json.loads(request.decode("utf-8")) == {"op": "status", "payload": {"run": "train"}}
 
 
@@ -531,7 +532,7 @@ def test_the_source_and_its_digest_are_the_same_in_every_thread(monkeypatch):
         thread.start()
     for thread in threads:
         thread.join()
-    source = nodeside.source_bytes()
+    source = module_source(vars(nodeside))
     assert len(seen) == 16
     for sent, digest in seen:
         assert sent.startswith(source) and len(sent) > len(source)

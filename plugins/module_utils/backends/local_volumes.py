@@ -30,6 +30,7 @@ import json
 import socket
 import time
 
+from ..core.files import module_source
 from . import localpool
 from .docker_cli import DockerError
 from .errors import BackendError
@@ -64,23 +65,6 @@ def node_folder(name):
 
 def _iso(seconds):
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
-
-
-def source_bytes():
-    """localpool.py's text, as the pool container runs it (read through its loader: inside a
-    module's AnsiballZ payload it lives in a zip file)."""
-    scope = vars(localpool)
-    loader = scope.get("__loader__")
-    path = scope["__file__"].replace(".pyc", ".py")
-    for read in (lambda: loader.get_source(scope["__name__"]), lambda: loader.get_data(path)):
-        try:
-            text = read()
-        except (AttributeError, IOError, OSError, ImportError):
-            continue
-        if text:
-            return text if isinstance(text, bytes) else text.encode("utf-8")
-    with open(path, "rb") as handle:
-        return handle.read()
 
 
 def _with_fleet(raw, live):
@@ -136,7 +120,7 @@ class Pool(VolumeBackend):
                 ensure_pool(self.docker)
             out = self.docker.run("run", "--rm", "-i", "--network", "none", "-v",
                                   "%s:/pool" % POOL_VOLUME, self._image(), "python3", "-", op,
-                                  json.dumps(args), stdin=source_bytes())
+                                  json.dumps(args), stdin=module_source(vars(localpool)))
         except DockerError as exc:
             raise BackendError("local volumes: %s" % exc) from exc
         try:

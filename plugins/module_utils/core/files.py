@@ -57,3 +57,23 @@ def locked(path):
             yield
         finally:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def module_source(module_globals):
+    """The source of the module whose globals are ``module_globals`` (``vars(module)``), as
+    bytes, for code sent to run elsewhere (the hosts' helper, the local volume pool). It is
+    read through the module's loader, since inside a module's AnsiballZ payload it lives in a
+    zip file, and from its file otherwise."""
+    loader = module_globals.get("__loader__")
+    path = module_globals["__file__"].replace(".pyc", ".py")
+    name = module_globals["__name__"]
+    for read in (lambda: loader.get_source(name), lambda: loader.get_data(path)):
+        try:
+            text = read()
+        except (AttributeError, IOError, OSError, ImportError):
+            continue
+        if text:
+            # Ansible's collection loader gives bytes, the standard loaders give text.
+            return text if isinstance(text, bytes) else text.encode("utf-8")
+    with open(path, "rb") as handle:
+        return handle.read()

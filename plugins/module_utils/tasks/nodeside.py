@@ -96,24 +96,6 @@ CONDITIONAL = {
 }
 
 
-def source_bytes(module_globals=None):
-    """A module's source (this one by default), as sent to hosts (read through its loader:
-    inside a module's AnsiballZ payload it lives in a zip file)."""
-    scope = globals() if module_globals is None else module_globals
-    loader = scope.get("__loader__")
-    path = scope["__file__"].replace(".pyc", ".py")
-    for read in (lambda: loader.get_source(scope["__name__"]), lambda: loader.get_data(path)):
-        try:
-            text = read()
-        except (AttributeError, IOError, OSError, ImportError):
-            continue
-        if text:
-            # Ansible's collection loader gives bytes, the standard loaders give text.
-            return text if isinstance(text, bytes) else text.encode("utf-8")
-    with open(path, "rb") as handle:
-        return handle.read()
-
-
 class Failure(Exception):
     pass
 

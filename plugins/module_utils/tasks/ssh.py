@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 
 from ..core.errors import GpufleetError
+from ..core.files import module_source
 from ..fleets import hostkeys, records, state
 
 # A node's socket path must fit a Unix socket name (about 100 bytes): a short per-user folder
@@ -59,11 +60,11 @@ def host_source():
     if "source" not in _HOST_SOURCE:
         from . import booking, healthside, indexside, logside, nodeside
 
-        _HOST_SOURCE["source"] = b"\n".join((nodeside.source_bytes(),
-                                             nodeside.source_bytes(vars(booking)),
-                                             nodeside.source_bytes(vars(healthside)),
-                                             nodeside.source_bytes(vars(logside)),
-                                             nodeside.source_bytes(vars(indexside))))
+        _HOST_SOURCE["source"] = b"\n".join((module_source(vars(nodeside)),
+                                             module_source(vars(booking)),
+                                             module_source(vars(healthside)),
+                                             module_source(vars(logside)),
+                                             module_source(vars(indexside))))
     return _HOST_SOURCE["source"]
 
 
