@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +21,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import (
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import (
     Docker,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.core.files import module_source
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data, support
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import SpecError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import nodeside
@@ -113,7 +113,7 @@ def test_release_frees_only_for_the_holder_and_delete_removes_files(tmp_path):
 def test_bad_names_and_usage_are_answered_not_raised(tmp_path):
     assert localpool.serve("create", {"name": "../etc", "created": "T"},
                            root=str(tmp_path)) == {"error": "bad volume name '../etc'"}
-    script = local_volumes.source_bytes()
+    script = module_source(vars(localpool))
     proc = subprocess.run([sys.executable, "-", "nope", "{}"], input=script,
                           capture_output=True, check=False)
     assert json.loads(proc.stdout)["error"].startswith("usage: localpool.py")
@@ -147,7 +147,7 @@ class Engine:
             return 0, ("\n".join(lines) + "\n").encode(), b""
         if args[0] == "run":
             assert "--network" in args and args[args.index("--network") + 1] == "none"
-            assert stdin == local_volumes.source_bytes()
+            assert stdin == module_source(vars(localpool))
             op, payload = args[-2], json.loads(args[-1])
             answer = localpool.serve(op, payload, root=self.root, now=self.now)
             return 0, (json.dumps(answer) + "\n").encode(), b""
@@ -354,21 +354,8 @@ def test_a_node_without_the_pool_says_to_recreate_the_fleet(tmp_path):
                                   "pool": str(tmp_path / "pool"), "root": str(tmp_path / "m")})
 
 
-def can_bind_mount(tmp_path):
-    if os.geteuid() != 0 or not shutil.which("mount"):
-        return False
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    ok = subprocess.run(["mount", "--bind", str(probe), str(probe)], capture_output=True,
-                        check=False).returncode == 0
-    if ok:
-        subprocess.run(["umount", str(probe)], check=False)
-    return ok
-
-
 def test_the_node_binds_the_folder_once_and_unmounts_it(tmp_path):
-    if not can_bind_mount(tmp_path):
-        pytest.skip("needs root and mount --bind")
+    # Real bind mounts, as on a node: the test tiers run as root (make engine needs it too).
     pool = tmp_path / "pool"
     (pool / "data" / "data").mkdir(parents=True)
     subprocess.run(["mount", "--bind", str(pool), str(pool)], check=True)
