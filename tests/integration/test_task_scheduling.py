@@ -483,15 +483,20 @@ def wait_for_ps_status(capsys, run, wanted, seconds=150):
     raise AssertionError("ps never said %s for %s: %s" % (wanted, run, seen))
 
 
+def attached_pinned_retry(world, tmp_path, run):
+    """``gpufleet apply -y`` of ``pinned_retry_task`` on node 2, attached (the process)."""
+    task = tmp_path / (run + ".dstack.yml")
+    task.write_text(pinned_retry_task(world, run, 2))
+    return gpufleet("apply", "-f", str(task), "-y")
+
+
 def test_an_attached_retry_sees_its_node_come_back(world, tmp_path, capsys):
     """Issue 32, defect 4. A 1-node run pinned to a node, retry on interruption and
     no-capacity, attached. Its node is killed: ps says the run is pending (not failed) while the
     attached apply waits; the node is started again, and the attached apply, which asks the
     backend again on each try, runs it there and ends done."""
     run, node = "rback-" + SUFFIX, local.container_name(FLEET, 2)
-    task = tmp_path / (run + ".dstack.yml")
-    task.write_text(pinned_retry_task(world, run, 2))
-    proc = gpufleet("apply", "-f", str(task), "-y")
+    proc = attached_pinned_retry(world, tmp_path, run)
     try:
         kill_node_when_running(world, node, run, proc)
         record = wait_for_ps_status(capsys, run, "pending")
@@ -514,9 +519,7 @@ def test_ctrl_c_of_an_attached_retry_that_waits_leaves_it_pending(world, tmp_pat
     from gpufleet import cli
 
     run, node = "rint-" + SUFFIX, local.container_name(FLEET, 2)
-    task = tmp_path / (run + ".dstack.yml")
-    task.write_text(pinned_retry_task(world, run, 2))
-    proc = gpufleet("apply", "-f", str(task), "-y")
+    proc = attached_pinned_retry(world, tmp_path, run)
     try:
         kill_node_when_running(world, node, run, proc)
         wait_for_ps_status(capsys, run, "pending")

@@ -50,20 +50,27 @@ def test_the_lock_folder_is_shared_and_the_file_open_to_every_user(lock_dir):
         assert lock.describe_holder(open(path).read()).startswith("pid %d, user " % os.getpid())
 
 
-def test_a_second_apply_says_once_that_it_waits_then_gets_the_lock():
-    messages = []
+def held_elsewhere(fleet, release_after):
+    """A thread that holds ``fleet``'s apply lock (held once this returns) and lets it go
+    ``release_after`` seconds later; the caller joins it."""
     held = threading.Event()
     release = threading.Event()
 
     def first():
-        with lock.fleet_lock("web"):
+        with lock.fleet_lock(fleet):
             held.set()
             release.wait(5)
 
     thread = threading.Thread(target=first)
     thread.start()
     assert held.wait(5)
-    threading.Timer(0.7, release.set).start()
+    threading.Timer(release_after, release.set).start()
+    return thread
+
+
+def test_a_second_apply_says_once_that_it_waits_then_gets_the_lock():
+    messages = []
+    thread = held_elsewhere("web", release_after=0.7)
     started = time.monotonic()
     with lock.fleet_lock("web", on_wait=messages.append, limit=10) as waited:
         assert waited is True
@@ -315,18 +322,7 @@ def test_gpufleet_apply_says_it_waits_and_tells_its_playbook(monkeypatch):
     from gpufleet.cli import apply as apply_cli
 
     err = io.StringIO()
-    held = threading.Event()
-    release = threading.Event()
-
-    def first():
-        with lock.fleet_lock("web"):
-            held.set()
-            release.wait(5)
-
-    thread = threading.Thread(target=first)
-    thread.start()
-    assert held.wait(5)
-    threading.Timer(0.5, release.set).start()
+    thread = held_elsewhere("web", release_after=0.5)
     with apply_cli._fleet_lock("web", err):
         assert os.environ[lock.HELD_ENV] == "web"
         with lock.fleet_lock("web", limit=0) as waited:   # what the fleet module does
