@@ -101,9 +101,7 @@ SCENARIO ?= $(MOLECULE_SCENARIOS)
 MOLECULE_JOBS ?= 2
 # One scenario (SCENARIO=docker) streams its output as it goes.
 molecule_jobs = $(if $(word 2,$(SCENARIO)),$(MOLECULE_JOBS),1)
-# Only that path: not the venv's link too (the venv target), which Molecule would report as a
-# second copy of the collection.
-MOLECULE_ENV = PATH=$(CURDIR)/$(BIN):$$PATH ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false \
+MOLECULE_ENV = PATH=$(CURDIR)/$(BIN):$$PATH \
 	ANSIBLE_COLLECTIONS_PATH=$$($(BIN)/python -c 'from gpufleet._collection import \
 	collections_path; print(collections_path())')
 # One scenario ($$1), its time appended to build/molecule-times; exit 1 when it failed.
@@ -182,11 +180,8 @@ ee: dist
 	$(BIN)/ansible-builder build -f execution-environment.yml --context $(BUILD)/ee/context \
 		--container-runtime $(EE_RUNTIME) -t $(EE_TAG) -v3
 
-# ansible-lint installs the checkout for itself (.ansible/collections); not scanning sys.path
-# keeps the venv's link (the venv target) from being reported as a second copy.
 lint: venv
-	PATH=$(CURDIR)/$(BIN):$$PATH ANSIBLE_COLLECTIONS_SCAN_SYS_PATH=false \
-		$(BIN)/ansible-lint --profile production
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/ansible-lint --profile production
 
 changelog-lint: venv
 	$(BIN)/antsibull-changelog lint
