@@ -75,8 +75,8 @@ def test_a_detached_run_is_submitted_in_process_with_its_lines_as_events(
     assert playbooks.calls == []
 
 
-def test_a_detached_run_the_playbook_must_submit_goes_through_task_yml(playbooks, direct,
-                                                                      tmp_path):
+def test_a_detached_run_the_playbook_must_submit_goes_through_task_yml(
+        playbooks, direct, tmp_path):
     path = tmp_path / "task.dstack.yml"
     path.write_text(TASK)
     run = {"run": "train", "status": "running", "jobs": []}
