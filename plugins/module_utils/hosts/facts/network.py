@@ -61,11 +61,11 @@ def addresses_from_ip_json(text):
                 continue
             try:
                 pairs.append((info["local"], int(info["prefixlen"])))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError) as exc:
                 raise ToolOutputError(
                     "ip -j addr",
                     "interface %s: bad address %s" % (link.get("ifname"), excerpt(info)),
-                )
+                ) from exc
     try:
         return addresses_from_pairs(pairs)
     except ValueError as exc:
@@ -90,10 +90,10 @@ def parse_if_inet6(text):
         try:
             ip = ipaddress.IPv6Address(int(fields[0], 16))
             index, prefixlen = int(fields[1], 16), int(fields[2], 16)
-        except ValueError:
+        except ValueError as exc:
             raise ToolOutputError(
                 "/proc/net/if_inet6", "unexpected line %s" % excerpt(line), number
-            )
+            ) from exc
         entries.append((index, fields[5], cidr(ip, prefixlen)))
     return entries
 
