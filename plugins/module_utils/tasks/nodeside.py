@@ -88,7 +88,8 @@ def bootstrap(cache=HELPER_CACHE):
 
 BOOTSTRAP = bootstrap()
 STATE_FILES = ("running", "reason", "exit_code")
-# Host features a container gets when the host has them (dstack.md §4.9).
+# Host features a container gets when the host has them
+# (docs/reference/dstack-runtime.md#container-start).
 CONDITIONAL = {
     "infiniband": ("/dev/infiniband", ["--device", "/dev/infiniband", "--ulimit",
                                        "memlock=-1:-1"]),
@@ -783,10 +784,11 @@ def _bind_volume(payload, mountpoint):
 
 
 def op_mount_volume(payload):
-    """Mount an attached network volume at ``<root>/<name>`` (dstack.md §6.1): the first of
-    ``devices`` that appears within ``wait`` seconds; formatted ext4 only when it holds no
-    filesystem, and then its root opened to everyone, as dstack does. With ``pool``, a local
-    volume: the folder ``devices[0]`` bind-mounted (_bind_volume)."""
+    """Mount an attached network volume at ``<root>/<name>``
+    (docs/reference/dstack-files.md#volume-files): the first of ``devices`` that appears within
+    ``wait`` seconds; formatted ext4 only when it holds no filesystem, and then its root opened to
+    everyone, as dstack does. With ``pool``, a local volume: the folder ``devices[0]`` bind-mounted
+    (_bind_volume)."""
     root = payload.get("root") or NETWORK_VOLUMES_ROOT
     if payload.get("pool"):
         return _bind_volume(payload, os.path.join(root, payload["name"]))

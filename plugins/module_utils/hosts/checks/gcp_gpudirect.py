@@ -37,7 +37,7 @@ from ._system import (
     pci_devices,
 )
 
-# Machine type -> GPUDirect mode (interconnect notes, section 2.1).
+# Machine type -> GPUDirect mode (docs/reference/interconnect.md#gcp-machine-types).
 MACHINE_TYPES = {
     "a3-highgpu-8g": "tcpx",
     "a3-edgegpu-8g": "tcpx",

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A host's addresses and the one its peers should use (dstack.md §3.5).
+"""A host's addresses and the one its peers should use
+(docs/reference/dstack-runtime.md#internal-ip).
 
 Addresses are CIDR strings ("10.0.0.5/24", "fe80::1/64"), in interface order and, within an
 interface, in the order the kernel lists them; loopback addresses are left out. That is the list
