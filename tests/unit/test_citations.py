@@ -144,12 +144,11 @@ def test_nothing_cites_the_reading_material_by_name():
 
 
 def _check(target, heading, where, problems):
+    shown = target.relative_to(ROOT).as_posix() if ROOT in target.parents else str(target)
     if not target.is_file():
-        problems.append("%s: %s does not exist" % (where, target.relative_to(ROOT).as_posix()
-                                                  if ROOT in target.parents else target))
+        problems.append("%s: %s does not exist" % (where, shown))
     elif heading and heading not in anchors(target):
-        problems.append("%s: %s has no heading #%s" % (where, target.relative_to(ROOT).as_posix(),
-                                                       heading))
+        problems.append("%s: %s has no heading #%s" % (where, shown, heading))
 
 
 def test_every_citation_of_a_reference_page_names_a_page_and_heading_it_has():
