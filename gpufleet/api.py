@@ -35,7 +35,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ._collection import CollectionNotFound, ensure_importable, spec, text
+from ._collection import CollectionNotFound, ensure_importable, errors, spec, text
 from . import runner
 from .runner import PlaybookResult, RunnerError, progress_printer
 
@@ -78,8 +78,12 @@ __all__ = [
 ]
 
 
-class GpufleetError(Exception):
+class GpufleetError(errors().GpufleetError):
     """What went wrong, and where.
+
+    A subclass of the collection's root error (``core.errors.GpufleetError``, which every
+    error of the modules, plugins and ``gpufleet.direct`` derives from): every failure of a
+    function here is raised as this class, so ``except GpufleetError`` catches them all.
 
     ``message``: for a person. ``host``: the host (or instance) it concerns, when one does.
     ``failures``: every ``{"host", "task", "msg"}`` that ended a host's play. ``record``: the
