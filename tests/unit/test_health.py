@@ -27,8 +27,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     health,
     nodeside,
     placement,
-    runs,
     ssh,
+    surveys,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 
@@ -328,7 +328,7 @@ def test_the_survey_reads_health_only_where_asked_and_placement_reads_the_cache(
     nodes = {"gpus-0": SurveyNode(smi_probe("synthetic.h100-x8.uncorrectable-ecc.csv")),
              "gpus-1": SurveyNode({})}
     raw = {}
-    runs.survey_with_queues(nodes, probe=["gpus-0"], health=raw)
+    surveys.survey_with_queues(nodes, probe=["gpus-0"], health=raw)
     assert nodes["gpus-0"].payloads == [("status", {"health": True})]
     assert nodes["gpus-1"].payloads == [("status", {})]
     said = health.from_survey(raw, "gpus", cached, NOW)

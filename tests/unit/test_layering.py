@@ -136,6 +136,129 @@ def test_the_checker_sees_relative_absolute_and_lazy_imports(tmp_path):
     assert found == ["render", "tasks", "spec", "hosts.facts"]
 
 
+def module_name(path, root=MODULE_UTILS):
+    """The dotted name of a file under module_utils ("tasks.runs"; a package's __init__.py
+    is the package, "tasks")."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def module_graph(root=MODULE_UTILS):
+    """{module: set of modules it imports} between the files of module_utils, lazy imports
+    inside functions included. "from . import queue" is an edge to the module tasks.queue;
+    "from .queue import WAITING" to the same; "from ..spec import parse_file" to spec's
+    __init__.py."""
+    files = dict((module_name(p, root), p) for p in sorted(root.rglob("*.py")))
+    graph = {}
+    for name, path in files.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package[:len(package) - (node.level - 1)]
+                    target = base + (node.module.split(".") if node.module else [])
+                elif node.module and (node.module + ".").startswith(ABSOLUTE + "."):
+                    target = [p for p in node.module[len(ABSOLUTE):].split(".") if p]
+                else:
+                    continue
+                dotted = ".".join(target)
+                for alias in node.names:
+                    inner = "%s.%s" % (dotted, alias.name) if dotted else alias.name
+                    if inner in files:
+                        edges.add(inner)
+                    elif dotted in files:
+                        edges.add(dotted)
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    dotted = alias.name[len(ABSOLUTE) + 1:]
+                    if (alias.name + ".").startswith(ABSOLUTE + ".") and dotted in files:
+                        edges.add(dotted)
+        edges.discard(name)
+        graph[name] = edges
+    return graph
+
+
+def cycles(graph):
+    """Each import cycle of ``graph`` as a list of modules that leads back to its first one,
+    one per group of modules that reach each other (Tarjan's strongly connected components,
+    without recursion)."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for other in edges:
+                if other not in index:
+                    index[other] = low[other] = len(index)
+                    stack.append(other)
+                    on_stack.add(other)
+                    work.append((other, iter(sorted(graph[other]))))
+                    break
+                if other in on_stack:
+                    low[node] = min(low[node], index[other])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = set()
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.add(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        groups.append(group)
+    return [_one_cycle(graph, group) for group in groups]
+
+
+def _one_cycle(graph, group):
+    """A path through ``group`` (modules that reach each other) back to where it started."""
+    first = min(group)
+    paths = {first: [first]}
+    queue = [first]
+    while queue:
+        node = queue.pop(0)
+        for other in sorted(graph[node] & group):
+            if other == first:
+                return paths[node] + [first]
+            if other not in paths:
+                paths[other] = paths[node] + [other]
+                queue.append(other)
+    return sorted(group)
+
+
+def test_no_import_cycles_between_modules():
+    # A module that needs one above it gets the shared record or constant moved below both,
+    # or the function passed in, not a lazy import that hides the cycle.
+    found = cycles(module_graph())
+    assert found == [], "import cycles between modules: %s" % "; ".join(
+        " -> ".join(cycle) for cycle in found)
+
+
+def test_the_cycle_finder_names_a_planted_cycle(tmp_path):
+    root = tmp_path / "module_utils"
+    (root / "tasks").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "tasks" / "__init__.py").write_text("")
+    (root / "tasks" / "low.py").write_text("def f():\n    from . import high\n")
+    (root / "tasks" / "high.py").write_text("from .mid import x\n")
+    (root / "tasks" / "mid.py").write_text("from %s.tasks.low import f\n" % ABSOLUTE)
+    (root / "tasks" / "alone.py").write_text("from ..tasks import mid\n")
+    graph = module_graph(root)
+    assert graph["tasks.alone"] == {"tasks.mid"}
+    assert cycles(graph) == [["tasks.high", "tasks.mid", "tasks.low", "tasks.high"]]
+
+
 def test_render_is_imported_only_at_the_edge():
     offenders = []
     for path in python_files():

@@ -20,9 +20,10 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     booking,
     indexside,
     listing,
-    queue,
+    queue_records,
     runindex,
     runs,
+    surveys,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 
@@ -46,7 +47,7 @@ def shared(monkeypatch, tmp_path):
     monkeypatch.setenv("GPUFLEET_STATE_DIR", str(tmp_path / "state"))
     fleets = [fleet(count=6)]
     cluster = Cluster([i["name"] for i in fleets[0]["instances"]], program=lambda job: (None, None))
-    monkeypatch.setattr(runs, "Node", lambda instance, root=None, connect_timeout=20: (
+    monkeypatch.setattr(surveys, "Node", lambda instance, root=None, connect_timeout=20: (
         cluster.nodes[instance["name"]]))
     monkeypatch.setattr(runs, "run_key", lambda: {"private": "PRIVATE", "public": "PUBLIC"})
     monkeypatch.setattr(runs, "ensure_image", lambda image, nodes, hosts, **kw: dict(
@@ -453,7 +454,8 @@ def test_the_record_host_is_the_lowest_numbered_instance_its_backend_does_not_ca
 
 
 def test_the_waiting_states_are_the_queues():
-    assert runindex.WAITING == queue.WAITING
+    assert runindex.WAITING is queue_records.WAITING
+    assert set(queue_records.WAITING) == {queue_records.PENDING, queue_records.ACTIVE}
 
 
 def test_a_whole_survey_becomes_one_reindex_per_fleet_whose_record_host_answered():

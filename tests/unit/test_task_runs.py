@@ -22,6 +22,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     entry,
     listing,
     runs,
+    surveys,
     supervisor,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
@@ -540,7 +541,7 @@ def fake_hosts(monkeypatch, tmp_path):
     def make(config, fleets, program=None):
         hosts = [i["name"] for f in fleets for i in f["instances"]]
         cluster = Cluster(hosts, program=program)
-        monkeypatch.setattr(runs, "Node", lambda instance, root=None, connect_timeout=20: (
+        monkeypatch.setattr(surveys, "Node", lambda instance, root=None, connect_timeout=20: (
             cluster.nodes[instance["name"]]))
         monkeypatch.setattr(runs, "run_key", lambda: {"private": "PRIVATE", "public": "PUBLIC"})
 
@@ -969,12 +970,12 @@ def test_fleets_come_from_files_labels_and_remembered_files(tmp_path):
     broken = tmp_path / "gone.dstack.yml"
     broken.write_text("type: fleet\nname: gone\nnodes: x\n")
     state.remember_file(root, "gone", str(broken))
-    found = runs.collect_fleets((), docker=None, root=root)
+    found = surveys.collect_fleets((), docker=None, root=root)
     assert [f["name"] for f in found] == ["lab"]  # the unreadable remembered file is skipped
     statuses = dict((i["name"], i["status"]) for i in found[0]["instances"])
     assert statuses == {"lab-0": "idle", "lab-1": "pending"}  # facts mean it passed its checks
     with pytest.raises(runs.RunError):
-        runs.collect_fleets((str(broken),), docker=None, root=root)  # a file given must read
+        surveys.collect_fleets((str(broken),), docker=None, root=root)  # a file given must read
 
 
 def test_a_fleets_bare_env_names_come_from_the_controller():
@@ -1026,7 +1027,7 @@ def test_the_local_engine_is_listed_once_for_fleet_files_and_discovered_fleets(t
     fleet = tmp_path / "lab.dstack.yml"
     fleet.write_text("type: fleet\nname: lab\nnodes: 2\nplacement: cluster\nbackends: [local]\n")
     state.remember_file(root, "lab", str(fleet))
-    found = runs.collect_fleets((), docker=Docker("docker", runner), root=root)
+    found = surveys.collect_fleets((), docker=Docker("docker", runner), root=root)
     assert sorted(f["name"] for f in found) == ["lab", "spare"]
     lab = next(f for f in found if f["name"] == "lab")
     assert lab.get("file") == str(fleet)   # described from its file, not only its labels
@@ -1034,7 +1035,7 @@ def test_the_local_engine_is_listed_once_for_fleet_files_and_discovered_fleets(t
     assert [c[0] for c in calls] == ["ps", "inspect"]
     # A file given alone (no discovery) still asks for its own fleet.
     calls[:] = []
-    only = runs.collect_fleets((str(fleet),), docker=Docker("docker", runner), root=root,
+    only = surveys.collect_fleets((str(fleet),), docker=Docker("docker", runner), root=root,
                                discover=False)
     assert [f["name"] for f in only] == ["lab"]
     assert [c[0] for c in calls] == ["ps", "inspect"]
@@ -1046,4 +1047,4 @@ def test_the_local_engine_is_listed_once_for_fleet_files_and_discovered_fleets(t
         calls.append(argv[1:])
         return 1, b"", b"Cannot connect to the Docker daemon"
 
-    assert runs.collect_fleets((), docker=Docker("docker", down), root=root) == []
+    assert surveys.collect_fleets((), docker=Docker("docker", down), root=root) == []

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry, growth, runs
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry, growth, runs, surveys
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import run_output
 
@@ -207,7 +207,7 @@ def test_a_run_that_grows_its_fleet_itself_announces_the_placement_after_growing
     # The fake hosts are the grown fleet's; the runner starts from the empty fleet.
     _unused, cluster = fake_hosts(task(), [grown], program=lambda job: (1, 0))
     asked = []
-    monkeypatch.setattr(runs, "collect_fleets", lambda files, docker, root: [grown])
+    monkeypatch.setattr(surveys, "collect_fleets", lambda files, docker, root: [grown])
     runner = runs.Runner(task(), [empty], emit=cluster.emit, clock=cluster.clock,
                          sleep=cluster.sleep, poll=1.0, environ={},
                          grower=asked.append, grow_first=True)
@@ -227,7 +227,7 @@ def test_a_run_still_short_of_instances_after_growing_itself_announces_nothing(
     empty = test_task_growth.backend_fleet(count=0)
     _unused, cluster = fake_hosts(task(), [fleet(count=1)])
     asked = []
-    monkeypatch.setattr(runs, "collect_fleets", lambda files, docker, root: [empty])
+    monkeypatch.setattr(surveys, "collect_fleets", lambda files, docker, root: [empty])
     runner = runs.Runner(task(), [empty], emit=cluster.emit, clock=cluster.clock,
                          sleep=cluster.sleep, poll=1.0, environ={},
                          grower=asked.append, grow_first=True)

@@ -7,7 +7,7 @@ stop, and a look at the run's own hosts), and when it moves the queue."""
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry, runs
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry, surveys
 
 from tests.unit import test_task_runs
 from tests.unit.test_task_runs import fleet, task
@@ -22,7 +22,7 @@ def started(fake_hosts, monkeypatch):
     runner, cluster = fake_hosts(task(nodes=2), fleets)
     runner.run(wait=False)
     monkeypatch.setattr(entry, "_fleets", lambda params: ("/state", fleets))
-    monkeypatch.setattr(runs, "nodes_of", lambda found, root=None: dict(cluster.nodes))
+    monkeypatch.setattr(surveys, "nodes_of", lambda found, root=None: dict(cluster.nodes))
     moved = []
     monkeypatch.setattr(entry, "drive_queue", lambda *a, **k: moved.append(a) or {})
     del cluster.log[:]

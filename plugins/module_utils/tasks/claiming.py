@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..core.errors import GpufleetError
 from . import lifecycle
-from .supervisor import parallel
+from .ssh import parallel
 
 CLAIM_LEASE = 900
 

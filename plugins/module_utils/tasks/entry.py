@@ -19,8 +19,8 @@ from ..core.errors import GpufleetError
 from ..core.module import state_options
 from ..core.text import shorten
 from ..fleets import state
-from . import images, lifecycle, listing, placement, runindex, runs, silence
-from .errors import PlanError, RunError
+from . import images, lifecycle, listing, placement, runindex, runs, silence, surveys
+from .errors import NeedsInstances, PlanError, RunError
 from .grower import grower
 from .ssh import NodeError
 
@@ -121,7 +121,7 @@ def stored_secret_names(params):
 def _fleets(params):
     root = state.state_dir(params.get("state_dir"))
     try:
-        fleets = runs.collect_fleets(params.get("fleets") or (), Docker(), root)
+        fleets = surveys.collect_fleets(params.get("fleets") or (), Docker(), root)
     except RunError as exc:
         raise EntryError(str(exc)) from exc
     return root, fleets
@@ -262,7 +262,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             try:
                 try:
                     placed = runner._place()
-                except runs.NeedsInstances as grow:
+                except NeedsInstances as grow:
                     placed = grow.plan   # on the fleet as it will be once it grew
                 runner.image_and_python(placed)
             except placement.NoHostFits as exc:
@@ -280,7 +280,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
                     "config": config, "changed": True}, False
         try:
             result = runner.run(wait=params["wait"], stop_event=stop_event)
-        except runs.NeedsInstances as grow:
+        except NeedsInstances as grow:
             # The playbook grows the fleet (playbooks/fleet.yml) and submits again.
             return {"run": runner.name, "status": lifecycle.RUN_PENDING, "grow": grow.create,
                     "message": "%s; the fleet grows first" % grow, "changed": False}, False
@@ -311,7 +311,7 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
     from . import array as arrays
     from .code import Code
 
-    nodes = runs.nodes_of(fleets, root)
+    nodes = surveys.nodes_of(fleets, root)
     batch = arrays.ArrayRunner(config, array_spec, make_runner,
                                lambda: arrays.array_statuses(nodes, batch.base), emit=emit,
                                poll=max(params["poll_interval"], 1.0))
@@ -334,7 +334,7 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
         code = Code(config["repos"][0], config_dir, os.environ)
     try:
         result = batch.run(wait=params["wait"], code=code)
-    except runs.NeedsInstances as exc:
+    except NeedsInstances as exc:
         raise EntryError("job array %s: %s, and job arrays do not grow fleets; apply the fleet "
                          "with enough nodes first (nodes.target), then submit the array"
                          % (batch.base, exc)) from exc
@@ -362,7 +362,7 @@ def _queue_first(runner, fleets, root, emit, whole=False):
 
 
 def queue_waiting(survey):
-    """Whether the queues a survey (runs.survey_with_queues) read hold an entry that a pass
+    """Whether the queues a survey (surveys.survey_with_queues) read hold an entry that a pass
     acts on: a pending or an active one. Ended entries, which the hosts keep for a day so that
     ps can say why a run failed, are not: a pass leaves them as they are."""
     return runindex.waiting(survey[2])
@@ -376,11 +376,12 @@ def drive_queue(fleets, root, emit=None, survey=None, check_mode=False):
     from . import interruption
 
     if check_mode:
-        survey, silent = silence.look(runs.nodes_of(fleets, root), root, fleets, survey,
+        survey, silent = silence.look(surveys.nodes_of(fleets, root), root, fleets, survey,
                                       check_mode=True)
         return {"due": queue.is_due(survey, interruption.instance_map(fleets), silent)}
     report = queue.QueuePass(fleets, root=root, docker=Docker(), emit=emit,
-                             grower=grower(root, emit), grow_first=True).run(survey)
+                             grower=grower(root, emit), grow_first=True,
+                             runner_of=runs.runner_of).run(survey)
     report.pop("own", None)
     return report
 
@@ -389,7 +390,7 @@ def run_info(params):
     from . import interruption, queue
 
     root, fleets = _fleets(params)
-    found, silent = silence.look(runs.nodes_of(fleets, root), root, fleets)
+    found, silent = silence.look(surveys.nodes_of(fleets, root), root, fleets)
     instances = interruption.instance_map(fleets)
     records, errors = listing.list_runs(None, found, instances, silent)
     if params.get("name"):
@@ -413,7 +414,7 @@ def run_queue(params, check_mode=False, emit=None):
                                       "forgotten", "failed"))
     from . import interruption
 
-    found, silent = silence.look(runs.nodes_of(fleets, root), root, fleets)
+    found, silent = silence.look(surveys.nodes_of(fleets, root), root, fleets)
     records, errors = listing.list_runs(None, found, interruption.instance_map(fleets), silent)
     return {"report": report, "runs": records,
             "unreachable_hosts": listing.own_errors(fleets, errors, root),
@@ -425,9 +426,9 @@ def run_stop(params, check_mode=False):
     from . import array as arrays
 
     root, fleets = _fleets(params)
-    nodes = runs.nodes_of(fleets, root)
+    nodes = surveys.nodes_of(fleets, root)
     try:
-        found = runs.survey_with_queues(nodes)   # one look at every host serves all below
+        found = surveys.survey_with_queues(nodes)   # one look at every host serves all below
         records, _errors = listing.list_runs(nodes, found)
         record = next((r for r in records if r["name"] == params["name"]), None)
         if record is not None and record.get("queued_on") and not record.get("jobs"):
@@ -472,7 +473,7 @@ def _cancel_queued(nodes, record, check_mode):
 def run_metrics(params):
     """The run's metrics (tasks.metrics), as ``dstack metrics`` shows them."""
     root, fleets = _fleets(params)
-    nodes = runs.nodes_of(fleets, root)
+    nodes = surveys.nodes_of(fleets, root)
     try:
         result = listing.run_metrics(nodes, params["name"], job=params.get("job"))
     except RunError as exc:
@@ -486,7 +487,7 @@ def run_logs(params, emit=None):
     from . import joblogs
 
     root, fleets = _fleets(params)
-    nodes = runs.nodes_of(fleets, root)
+    nodes = surveys.nodes_of(fleets, root)
     name, job = params["name"], params.get("job")
     since = None
     if params.get("since"):

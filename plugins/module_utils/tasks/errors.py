@@ -20,3 +20,15 @@ class PlanError(GpufleetError):
 
 class RunError(GpufleetError):
     """The run cannot be submitted or acted on; the message says why and what to do."""
+
+
+class NeedsInstances(RunError):
+    """The run fits only once a backend fleet grows (tasks.growth): ``create`` says which fleet,
+    by how many instances, and ``plan`` is the placement on the grown fleet."""
+
+    def __init__(self, create, plan):
+        super(NeedsInstances, self).__init__(
+            "fleet %s needs %d more instance%s for this run" % (
+                create["fleet"], create["instances"], "" if create["instances"] == 1 else "s"))
+        self.create = create
+        self.plan = plan

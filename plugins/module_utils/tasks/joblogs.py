@@ -18,8 +18,7 @@ import codecs
 from ..core.errors import GpufleetError
 from ..core.times import parse_time
 from ..spec.grammar import Invalid, parse_duration
-from .ssh import NodeError
-from .supervisor import parallel
+from .ssh import NodeError, parallel
 
 FIRST_PAGE = 256 * 1024
 PAGE = 1024 * 1024
@@ -85,7 +84,7 @@ def _request(run, nums, containers, since, tail, limit, starts=None):
 
 def first_request(run, job=None, since=None, tail=None):
     """The ``logs`` request for the first pages of every job of ``run`` a host keeps (only
-    ``job``'s when given), sent with the survey (tasks.runs.survey_with_queues)."""
+    ``job``'s when given), sent with the survey (tasks.surveys.survey_with_queues)."""
     return _request(run, None if job is None else [job], {}, since, tail, FIRST_PAGE)
 
 

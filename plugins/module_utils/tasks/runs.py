@@ -23,7 +23,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from ..backends import base, local_volumes, task_image
-from ..backends.docker_cli import Docker, DockerError
+from ..backends.docker_cli import Docker
 from ..backends.errors import BackendError
 from ..fleets import apply as fleet_apply
 from ..fleets import cloud as fleet_cloud
@@ -33,12 +33,13 @@ from ..repos import files as shipped_files
 from ..volumes import attach as volumes
 from ..spec import support
 from . import (claiming, code, devenv, growth, health, lifecycle, placement, python_env, rankplan,
-               runindex)
+               queue, runbook, runindex, surveys)
 from .environment import registry_credentials, resolve_env
-from .errors import PlanError, RunError
+from .errors import NeedsInstances, PlanError, RunError
+from .queue_records import ACTIVE, FAILED, PENDING, TERMINATED, entries_of, keeps_entry, positions
 from .images import ensure_image
-from .ssh import Node, NodeError
-from .supervisor import RUN_LABEL, Watch, parallel
+from .ssh import NodeError, parallel
+from .supervisor import RUN_LABEL, Watch
 
 NO_CAPACITY_BACKOFF = (5, 10, 20, 40, 60)
 # A placement whose hosts were claimed by another submitter meanwhile is made again, at most
@@ -48,145 +49,6 @@ CLAIM_ATTEMPTS = 6
 REINDEX_TIMEOUT = 10
 # A host that stops answering is looked up in its backend at most this often (seconds).
 JUDGE_EVERY = 5
-
-
-# ---------------------------------------------------------------------------------------------
-# Fleets and hosts
-
-
-def _describe_file(path, docker, root, local_nodes=None):
-    from ..spec import SpecError, parse_file
-
-    try:
-        config, _warnings = parse_file(path)
-    except SpecError as exc:
-        raise RunError(str(exc)) from exc
-    if config.get("type") != "fleet":
-        raise RunError("%s is a %s file; fleets must be fleet files (type: fleet)"
-                       % (path, config.get("type")))
-    try:
-        return fleet_apply.describe(config, path, docker, root,
-                                    settings=state.backend_settings(root),
-                                    local_nodes=local_nodes)
-    except (fleet_apply.ApplyError, DockerError, state.StateError) as exc:
-        raise RunError(str(exc)) from exc
-
-
-def collect_fleets(paths=(), docker=None, root=None, discover=True):
-    """Fleet records: the fleets of the given fleet files, then every fleet the backends hold,
-    then SSH fleets this controller applied (their files are remembered in the state dir).
-
-    Each record gets ``facts`` (``{instance: gpufleet_host}``), the host facts cached when the
-    fleet was applied. An SSH host with cached facts counts as ready (``idle``): it passed its
-    checks when the fleet was last applied, and the runner asks it again before using it.
-    """
-    root = state.state_dir(root)
-    found = []
-    seen = set()
-    given = [os.path.abspath(p) for p in paths or ()]
-    remembered = []
-    # The local engine is asked once for the nodes of every fleet: the files' local fleets
-    # and the discovered ones are read from that one answer (two docker calls, not two per
-    # fleet file and two more). Without an answer each file asks on its own, as it says why,
-    # and no local fleet is discovered.
-    local_nodes = None
-    if discover:
-        remembered = [p for p in state.remembered_files(root).values()
-                      if os.path.abspath(p) not in given]
-        if docker is not None:
-            try:
-                local_nodes = fleet_apply.local_fleet_nodes(docker)
-            except DockerError:
-                pass
-    for path in given + remembered:
-        try:
-            record = _describe_file(path, docker, root, local_nodes)
-        except RunError:
-            if path in given:
-                raise
-            continue  # a remembered file that no longer reads is only a stale cache entry
-        if record["name"] in seen:
-            continue
-        found.append(record)
-        seen.add(record["name"])
-    if discover:
-        try:
-            settings = state.backend_settings(root)
-            held = fleet_apply.discover(None if local_nodes is None else docker, root,
-                                        settings=settings, local_nodes=local_nodes)
-        except (fleet_apply.ApplyError, state.StateError) as exc:
-            raise RunError(str(exc)) from exc
-        for record in held:
-            if record["name"] not in seen:
-                found.append(record)
-                seen.add(record["name"])
-    for record in found:
-        record["facts"] = state.read_facts(root, record["name"])
-        for instance in record["instances"]:
-            if instance.get("backend") == "ssh" and instance["name"] in record["facts"]:
-                instance["status"] = "idle"
-    return found
-
-
-def nodes_of(fleets, root=None, connect_timeout=20):
-    """``{instance name: Node}`` for every instance with an address."""
-    result = {}
-    for fleet in fleets:
-        for instance in fleet.get("instances") or []:
-            if instance.get("hostname"):
-                result[instance["name"]] = Node(instance, root=root,
-                                                connect_timeout=connect_timeout)
-    return result
-
-
-def survey(nodes):
-    """Ask every host for its task containers: ``({host: [containers]}, {host: error})``."""
-    containers, _claims, _queues, errors = survey_with_queues(nodes)
-    return containers, errors
-
-
-def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pages=None,
-                       index=None, indexes=None):
-    """Every host's task containers, live claims and queue entries (tasks.booking), in one
-    request per host: ``(containers, claims, queues, errors)``, each ``{host: ...}``. The hosts
-    named in ``probe`` also read their GPUs' health in that request (tasks.healthside); what
-    they said goes into the dict ``health`` (``{host: probe}``, for tasks.health). With
-    ``logs`` (a request of tasks.logside's ``logs``), every host also answers the first pages
-    of that run's jobs it keeps, into the dict ``pages`` (``{host: {job: page}}``, for
-    tasks.joblogs). ``index`` (``{host: {"fleet", "run"}}``) asks those hosts for the run index
-    (tasks.indexside); their answers go into the dict ``indexes``. ``timeout``: how long a host
-    may take (the request's default when None; ps and the queue's passes look through
-    tasks.silence.look, which gives tasks.supervisor.STATUS_TIMEOUT)."""
-    probe = set(probe or ())
-    limit = {} if timeout is None else {"timeout": timeout}
-
-    def payload(host):
-        asked = {"health": True} if host in probe else {}
-        if logs:
-            asked["logs"] = logs
-        if index and host in index:
-            asked["index"] = index[host]
-        return asked
-
-    answers = parallel(sorted(nodes), lambda h: nodes[h].call("status", payload(h), **limit))
-    containers = {}
-    claims = {}
-    queues = {}
-    errors = {}
-    for host, (answer, error) in answers.items():
-        if error is not None:
-            errors[host] = error
-        else:
-            containers[host] = answer["containers"]
-            claims[host] = answer.get("claims") or []
-            queues[host] = answer.get("queue") or []
-            if health is not None and host in probe and "health" in answer:
-                health[host] = answer["health"]
-            if pages is not None and logs and "logs" in answer:
-                pages[host] = answer["logs"]
-            if indexes is not None and "index" in answer:
-                indexes[host] = answer["index"]
-    return containers, claims, queues, errors
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,18 +133,6 @@ def _inline_files(jobs, files_data=None):
     return out
 
 
-class NeedsInstances(RunError):
-    """The run fits only once a backend fleet grows (tasks.growth): ``create`` says which fleet,
-    by how many instances, and ``plan`` is the placement on the grown fleet."""
-
-    def __init__(self, create, plan):
-        super(NeedsInstances, self).__init__(
-            "fleet %s needs %d more instance%s for this run" % (
-                create["fleet"], create["instances"], "" if create["instances"] == 1 else "s"))
-        self.create = create
-        self.plan = plan
-
-
 class Submission(object):
     """Everything about one submission of a run that the loop needs afterwards."""
 
@@ -346,7 +196,7 @@ class Runner(object):
         refused = support.refusals(config)   # the verdict gpufleet validate reports too
         if refused:
             raise RunError("; ".join(str(p) for p in refused))
-        self.nodes = nodes_of(fleets, root)
+        self.nodes = surveys.nodes_of(fleets, root)
         self._clients = None
         self._regions = {}
         self.submissions = []
@@ -398,7 +248,7 @@ class Runner(object):
         unplaced = sorted(self._assumed - set(job["host"] for job in placed["jobs"]))
         self._late_queues = {}
         if unplaced:
-            more = survey_with_queues(dict((h, self.nodes[h]) for h in unplaced))
+            more = surveys.survey_with_queues(dict((h, self.nodes[h]) for h in unplaced))
             self._assumed -= set(unplaced)
             self._late_queues = more[2]
             containers, claims = runindex.merge((containers, claims, {}, {}), more)[:2]
@@ -466,15 +316,15 @@ class Runner(object):
         self._assumed = set()
         if not whole and not stale and not self.read_only:
             assumed = set()
-            answer = runindex.partial(self.nodes, self.fleets, self.name, survey_with_queues,
-                                      assumed=assumed)
+            answer = runindex.partial(self.nodes, self.fleets, self.name,
+                                      surveys.survey_with_queues, assumed=assumed)
             if answer is not None:
                 self.surveyed_whole = False
                 self._assumed = assumed
                 return answer
         raw = {}
         begun = time.monotonic()
-        answer = survey_with_queues(self.nodes, probe=[h for h in stale if h in self.nodes],
+        answer = surveys.survey_with_queues(self.nodes, probe=[h for h in stale if h in self.nodes],
                                     health=raw)
         if raw:
             changes = health.judge_answers(raw)
@@ -515,10 +365,10 @@ class Runner(object):
     def _refresh_fleets(self):
         """The fleets as their backends tell them now (after one grew, or lost an instance);
         a fleet that cannot be described again stays as it was."""
-        fresh = dict((f["name"], f) for f in collect_fleets(
+        fresh = dict((f["name"], f) for f in surveys.collect_fleets(
             [f["file"] for f in self.fleets if f.get("file")], self.docker, self.root))
         self.fleets = [fresh.get(f["name"], f) for f in self.fleets]
-        self.nodes = nodes_of(self.fleets, self.root)
+        self.nodes = surveys.nodes_of(self.fleets, self.root)
 
     def _offer_for(self, fleet):
         """The cheapest catalog offer for a new instance of a cloud ``fleet``, or None: in the
@@ -888,7 +738,7 @@ class Runner(object):
         if self._judged_at is None or now - self._judged_at >= JUDGE_EVERY:
             self._judged_at = now
             try:
-                fresh = collect_fleets([f["file"] for f in self.fleets if f.get("file")],
+                fresh = surveys.collect_fleets([f["file"] for f in self.fleets if f.get("file")],
                                        self.docker, self.root)
                 self._instances = interruption.instance_map(fresh)
                 self._described = set(f["name"] for f in fresh)
@@ -906,19 +756,18 @@ class Runner(object):
 
     def _wait_ended(self, host):
         """The result that ends an attached run's wait in the queue, or None to wait on."""
-        from . import queue
         from .container import RUN_ID_LABEL
 
-        containers, _claims, queues, errors = survey_with_queues(self.nodes)
-        found = [e for _h, e in queue.entries_of(queues) if e.get("run_id") == self.run_id]
+        containers, _claims, queues, errors = surveys.survey_with_queues(self.nodes)
+        found = [e for _h, e in entries_of(queues) if e.get("run_id") == self.run_id]
         if not found and host in errors:
             return None   # the queue host missed this look; its entry is still there
         entry = found[0] if found else {}
-        if entry.get("state") == queue.PENDING:
+        if entry.get("state") == PENDING:
             return None
-        if entry.get("state") in (queue.FAILED, queue.TERMINATED):
+        if entry.get("state") in (FAILED, TERMINATED):
             return dict(self.result(), status=lifecycle.RUN_FAILED if entry.get(
-                "state") == queue.FAILED else lifecycle.RUN_TERMINATED,
+                "state") == FAILED else lifecycle.RUN_TERMINATED,
                 reason=entry.get("reason") or lifecycle.TERMINATED_BY_USER,
                 message=entry.get("message"))
         started = any(c["labels"].get(RUN_ID_LABEL) == self.run_id
@@ -932,17 +781,13 @@ class Runner(object):
                     message="its queue entry was removed before it started")
 
     def keeps_entry(self):
-        from . import queue
-
-        return queue.keeps_entry(self.config)
+        return keeps_entry(self.config)
 
     def _keep_entry(self, submission):
-        from . import queue
-
-        _containers, _claims, _queues, errors = survey_with_queues(self.nodes)
+        _containers, _claims, _queues, errors = surveys.survey_with_queues(self.nodes)
         try:
-            queue.enqueue(self, errors, reason=None, number=submission.number,
-                          state=queue.ACTIVE,
+            runbook.enqueue(self, errors, reason=None, number=submission.number,
+                          state=ACTIVE,
                           hosts=sorted(set(j["host"] for j in submission.jobs)))
         except RunError as exc:
             self.emit({"kind": "info", "message": "retry after this command leaves is off: %s"
@@ -976,14 +821,12 @@ class Runner(object):
         """No capacity now, and retry lets the run wait: it becomes an entry of the queue
         (tasks.queue). Detached, that is the result; attached, this process drives the queue
         until the run's turn comes (returns its submission) or its wait ends (a result)."""
-        from . import queue
-
-        _containers, _claims, queues, errors = survey_with_queues(self.nodes)
-        host = queue.enqueue(self, errors, reason=str(exc))
-        mine = {"run": self.name, "state": queue.PENDING, "submitted_epoch": self.submitted_epoch,
+        _containers, _claims, queues, errors = surveys.survey_with_queues(self.nodes)
+        host = runbook.enqueue(self, errors, reason=str(exc))
+        mine = {"run": self.name, "state": PENDING, "submitted_epoch": self.submitted_epoch,
                 "priority": int(self.config.get("priority") or 0)}
-        others = [item for item in queue.entries_of(queues) if item[1].get("run") != self.name]
-        place = queue.positions(others + [(host, mine)]).get(self.name)
+        others = [item for item in entries_of(queues) if item[1].get("run") != self.name]
+        place = positions(others + [(host, mine)]).get(self.name)
         self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
                    "message": "waiting for capacity in the queue (kept on %s): %s"
                    % (host, exc)})
@@ -1000,8 +843,6 @@ class Runner(object):
         and the hosts are asked again (a stopped instance may run again), so the attached view
         and gpufleet ps read the same entry and the same fleets. A Ctrl-C (KeyboardInterrupt)
         leaves the entry: the run stays pending, and any later pass starts it."""
-        from . import queue
-
         attempt = 0
         while True:
             if stop_event is not None and stop_event.is_set():
@@ -1018,9 +859,9 @@ class Runner(object):
                 return dict(self.result(), status=lifecycle.RUN_FAILED,
                             reason=lifecycle.NO_CAPACITY,
                             message="the host that kept its queue entry (%s) is gone" % host), None
-            report = queue.QueuePass(self.fleets, own=self, root=self.root, docker=self.docker,
-                                     poll=self.poll, sleep=self.sleep, clock=self.clock,
-                                     by=self.by).run()
+            report = queue.QueuePass(self.fleets, own=self, runner_of=runner_of, root=self.root,
+                                     docker=self.docker, poll=self.poll, sleep=self.sleep,
+                                     clock=self.clock, by=self.by).run()
             if report["own"] is not None:
                 return None, report["own"]
             ended = self._wait_ended(host)
@@ -1032,8 +873,6 @@ class Runner(object):
         submission)``. Without capacity now, and with retry on no-capacity, the run waits as
         dstack's does: pending, in the queue (an entry on its fleet's queue host, which ps
         reads), with the fleets and hosts asked again before each try."""
-        from . import queue
-
         try:
             return None, self.submit(number, waited_since=since, wait_for_capacity=False)
         except placement.NoHostFits as exc:
@@ -1041,8 +880,8 @@ class Runner(object):
                                        self.clock(), since):
                 raise
             try:
-                errors = survey_with_queues(self.nodes)[3]
-                host = queue.enqueue(self, errors, reason=str(exc), number=number,
+                errors = surveys.survey_with_queues(self.nodes)[3]
+                host = runbook.enqueue(self, errors, reason=str(exc), number=number,
                                      retry_since=since)
             except RunError as err:
                 # No host to keep the entry on: wait here, asking again on every try.
@@ -1107,6 +946,29 @@ class Runner(object):
                             reason=lifecycle.NO_CAPACITY, message=str(exc))
             if ended is not None:
                 return ended
+
+
+def runner_of(entry, fleets, queue_node=None, **options):
+    """A Runner for ``entry`` on this controller (``options``: root, docker, emit,
+    poll, clock, sleep...)."""
+    if entry.get("version") not in runbook.READ_VERSIONS:
+        raise RunError("run %s was queued by a gpufleet of another version (entry version %s); "
+                       "stop it and submit it again" % (entry.get("run"), entry.get("version")))
+    code_ = None
+    repo = entry.get("repo")
+    if repo and repo.get("kind") == "local":
+        code_ = runbook.HeldCode(entry, queue_node)
+    runner = Runner(entry["config"], fleets, secrets=entry.get("secrets") or {},
+                    environ=entry.get("environ") or {}, image_source=entry.get("image_source")
+                    or "auto", run_args=entry.get("run_args") or (),
+                    local_image=entry.get("local_image"), config_dir=entry.get("config_dir"),
+                    array=entry.get("array"), code_=code_,
+                    files_data=entry.get("files_data") or {}, **options)
+    runner.run_id = entry["run_id"]
+    runner.submitted_at = entry["submitted_at"]
+    runner.submitted_epoch = entry.get("submitted_epoch") or time.time()
+    runner._owns_code = code_ is not None
+    return runner
 
 
 def failure_message(decision, submission):

@@ -18,6 +18,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 from ..core.errors import GpufleetError
 from ..core.files import module_source
@@ -39,6 +40,25 @@ class NodeError(GpufleetError):
         self.host = host
         self.detail = message
         self.silent = silent
+
+
+def parallel(items, function, workers=32):
+    """``{item: (result, error)}`` of ``function(item)`` for every item, all at once."""
+    items = list(items)
+    results = {}
+    if not items:
+        return results
+
+    def one(item):
+        try:
+            return item, function(item), None
+        except NodeError as exc:
+            return item, None, exc
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        for item, value, error in pool.map(one, items):
+            results[item] = (value, error)
+    return results
 
 
 def control_dir():
