@@ -18,11 +18,23 @@ MODULE_UTILS = ROOT / "plugins" / "module_utils"
 DOC = ROOT / "docs" / "architecture.md"
 ABSOLUTE = "ansible_collections.gpufleet.cluster.plugins.module_utils"
 # Sent to the hosts as standalone source: they may import nothing of the collection but the
-# files sent with them (tasks.booking runs in tasks.nodeside's namespace on a host).
-STANDALONE = ("tasks/nodeside.py", "tasks/wrapper.py", "tasks/booking.py", "backends/localpool.py",
-              "tasks/healthside.py", "tasks/indexside.py")
-SENT_WITH = {"tasks/booking.py": ["tasks.nodeside"], "tasks/healthside.py": ["tasks.booking"],
-             "tasks/indexside.py": ["tasks.booking"]}
+# files sent with them (tasks.ssh.host_source sends tasks.hostside.nodeside, then the parts that
+# run in its namespace on a host), and the job wrapper is assembled from its own parts.
+# tasks.hostside.bootstrap is the command line that starts them.
+STANDALONE = ("tasks/hostside/nodeside.py", "tasks/hostside/volumeside.py",
+              "tasks/hostside/metricside.py", "tasks/hostside/booking.py",
+              "tasks/hostside/healthside.py", "tasks/hostside/logside.py",
+              "tasks/hostside/indexside.py", "tasks/hostside/bootstrap.py",
+              "tasks/hostside/wrapper.py", "tasks/hostside/wrapper_output.py",
+              "tasks/hostside/wrapper_ssh.py", "tasks/hostside/__init__.py", "backends/localpool.py")
+SENT_WITH = {"tasks/hostside/volumeside.py": ["tasks.hostside.nodeside"],
+             "tasks/hostside/metricside.py": ["tasks.hostside.nodeside"],
+             "tasks/hostside/booking.py": ["tasks.hostside.nodeside"],
+             "tasks/hostside/healthside.py": ["tasks.hostside.booking"],
+             "tasks/hostside/logside.py": ["tasks.hostside.booking", "tasks.hostside.nodeside"],
+             "tasks/hostside/indexside.py": ["tasks.hostside.booking"],
+             "tasks/hostside/wrapper.py": ["tasks.hostside.wrapper_output",
+                                           "tasks.hostside.wrapper_ssh"]}
 
 
 def rule_table(text):
@@ -275,3 +287,10 @@ def test_module_utils_imports_no_ansible():
     users = sorted(str(p.relative_to(MODULE_UTILS)) for p in python_files()
                    if pattern.search(p.read_text()))
     assert users == []
+
+
+def test_every_file_of_the_host_side_is_standalone():
+    # What runs on the hosts imports nothing of the controller's code (see STANDALONE).
+    host = sorted(p.relative_to(MODULE_UTILS).as_posix()
+                  for p in (MODULE_UTILS / "tasks" / "hostside").glob("*.py"))
+    assert [p for p in host if p not in STANDALONE] == []

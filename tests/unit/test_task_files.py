@@ -16,11 +16,11 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils import spec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.repos import files, sources
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     entry,
-    nodeside,
     rankplan,
     runbook,
     runs,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import nodeside
 
 from . import test_task_nodeside
 from .test_task_rankplan import RUN, placed_job, placement

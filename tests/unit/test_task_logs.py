@@ -1,5 +1,5 @@
-"""A run's output as its hosts keep it: the host side (tasks.logside), the controller's paged
-reader (tasks.joblogs) and the jobs whose containers are gone or never made (tasks.nodeside).
+"""A run's output as its hosts keep it: the host side (tasks.hostside.logside), the controller's paged
+reader (tasks.joblogs) and the jobs whose containers are gone or never made (tasks.hostside.nodeside).
 
 Job folders are laid out as the wrapper leaves them (test_task_wrapper checks the wrapper
 writes this layout); a fake node answers ``call`` by running the host's operations here.
@@ -17,6 +17,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     entry,
     joblogs,
     lifecycle,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
     logside,
     nodeside,
 )
@@ -449,7 +451,7 @@ class HostNode(object):
         self.calls = []
 
     def call(self, op, payload=None, timeout=None):
-        from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking
+        from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import booking
 
         self.calls.append(op)
         ops = dict(nodeside.OPS, **booking.BOOK_OPS)
@@ -460,7 +462,7 @@ def test_logs_find_the_run_and_read_its_first_pages_in_one_request_per_host(
         run_root, docker, monkeypatch):
     from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
 
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import booking
 
     monkeypatch.setattr(booking, "BOOK_ROOT", str(run_root.parent / "book"))
     monkeypatch.setattr(joblogs, "FIRST_PAGE", 8)
@@ -480,7 +482,7 @@ def test_logs_find_the_run_and_read_its_first_pages_in_one_request_per_host(
 
 
 def test_a_survey_asked_for_logs_answers_them_beside_the_status(run_root, docker, monkeypatch):
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import booking
 
     monkeypatch.setattr(booking, "BOOK_ROOT", str(run_root.parent / "book"))
     docker.on(["ps"], stdout="")

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The run index (tasks.runindex on the controller, tasks.indexside on the record host): a
+"""The run index (tasks.runindex on the controller, tasks.hostside.indexside on the record host): a
 placement asks only the hosts it needs while the index can be trusted, and every host when it
 cannot; what it skips never double-books a host, hides a live run of the same name, or leaves
 an old run's containers behind.
@@ -17,13 +17,15 @@ import os
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
-    booking,
-    indexside,
     listing,
     queue_records,
     runindex,
     runs,
     surveys,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
+    booking,
+    indexside,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 

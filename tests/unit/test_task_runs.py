@@ -4,7 +4,7 @@
 """The task runner over fake hosts: the supervisor's Watch, the Runner's submissions and
 retries, run records and busy hosts read back from containers, and the runner's output lines.
 
-The fake hosts answer the node-side operations (tasks.nodeside) from in-memory container lists,
+The fake hosts answer the node-side operations (tasks.hostside.nodeside) from in-memory container lists,
 and a fake clock moves only when the code under test sleeps; at each sleep every container takes
 one step of its program (created -> running -> exited with its code).
 """
@@ -25,9 +25,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     surveys,
     supervisor,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import claiming
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
     booking,
-    claiming,
     indexside,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
@@ -71,7 +71,7 @@ class FakeNode:
         self.queue = {}
         self.before_claim = None  # a competitor acting between a survey and a claim
         self.before_stop = None   # a job ending by itself between a survey and a stop
-        # The run index it keeps as a record host (tasks.indexside's rules, without files):
+        # The run index it keeps as a record host (tasks.hostside.indexside's rules, without files):
         # {fleet: {"entries": {run: {host: noted}}, "completed": time or None}}.
         self.index = {}
 
@@ -173,7 +173,7 @@ class FakeNode:
     def op_image_info(self, payload):
         return {"present": True, "entrypoint": None, "cmd": None, "working_dir": None}
 
-    # Claims, decided by tasks.booking's own rules over this host's containers.
+    # Claims, decided by tasks.hostside.booking's own rules over this host's containers.
     def op_claim(self, payload):
         if self.before_claim is not None:
             self.before_claim, hook = None, self.before_claim

@@ -309,7 +309,7 @@ def run_logs(nodes, name, tail=None, job=None, since=None):
     read lazily (the second item is an iterator)."""
     from . import joblogs
 
-    # One request per host finds the run and brings its jobs' first pages (tasks.logside).
+    # One request per host finds the run and brings its jobs' first pages (tasks.hostside.logside).
     firsts = {}
     containers, _claims, queues, errors = surveys.survey_with_queues(
         nodes, logs=joblogs.first_request(name, job=job, since=since, tail=tail),
@@ -389,7 +389,7 @@ def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time, 
     supervise it as the runner does (a failed job stops the others, master-done, a stop asked
     meanwhile) until it ends; return the final run record.
 
-    A detached run also supervises itself (tasks.wrapper: a job that ends the run asks the
+    A detached run also supervises itself (tasks.hostside.wrapper: a job that ends the run asks the
     others to stop over the run's SSH); retry cannot resubmit from here, so a failure ends the
     run failed.
     """

@@ -6,9 +6,9 @@
 A placement needs three things from the hosts: which are busy, whether a run of the same name is
 alive (dstack refuses it), and where such a run left containers (the new run clears them). The
 first is guarded anyway: every host a placement picks is claimed under that host's lock
-(tasks.booking), and a host that is taken refuses the claim. The other two need a record of
+(tasks.hostside.booking), and a host that is taken refuses the claim. The other two need a record of
 where each run name is, because those hosts may be any of the fleet's. That record is the run
-index (tasks.indexside), kept on the fleet's record host (``record_host``), the host that also
+index (tasks.hostside.indexside), kept on the fleet's record host (``record_host``), the host that also
 keeps the fleet's queue while it answers.
 
 So a submission asks (``partial``):
@@ -42,7 +42,7 @@ Pure Python: the caller sends the requests (tasks.runs).
 
 from __future__ import annotations
 
-from .booking import ALIVE_STATES, is_run_name
+from .hostside.booking import ALIVE_STATES, is_run_name
 from .health import MAX_AGE as HEALTH_MAX_AGE
 from .queue_records import WAITING
 from .supervisor import RUN_LABEL
@@ -87,7 +87,7 @@ def index_requests(fleets, nodes, run):
 
 
 def trusted(view, max_age=MAX_AGE):
-    """Whether an index's answer (tasks.indexside.index_view) may stand for its fleet."""
+    """Whether an index's answer (tasks.hostside.indexside.index_view) may stand for its fleet."""
     age = (view or {}).get("age")
     return age is not None and age <= max_age
 

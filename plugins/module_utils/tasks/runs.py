@@ -409,7 +409,7 @@ class Runner(object):
                 # Noted before any container exists, while the hosts are claimed.
                 noting = _Background(self.nodes[noting[0]].call, "note", noting[1])
             # A granted claim also clears an earlier run of this name off its host and says
-            # whether the host has the image (tasks.booking): no requests of their own.
+            # whether the host has the image (tasks.hostside.booking): no requests of their own.
             try:
                 image = self.image_and_python(placed)[0]
             except PlanError as exc:
@@ -610,7 +610,7 @@ class Runner(object):
             raise RunError(str(exc)) from exc
         run = {"name": self.name, "id": self.run_id}
         for job, where in zip(jobs, placed["jobs"]):
-            # The start renews the claim under the host's lock (tasks.booking), so a claim
+            # The start renews the claim under the host's lock (tasks.hostside.booking), so a claim
             # that lapsed during a long pull is only used if nobody took the host meanwhile.
             job["claim"] = claiming.claim_of(where, run, number, by=self.by)
             if self._assumed:   # the claims cleared nothing: each start clears its host
@@ -619,7 +619,7 @@ class Runner(object):
 
     def _record_setup_failure(self, number, placed, message):
         """Leave a run whose image could not be brought on its hosts as a failed run, as
-        dstack's ps shows one (its jobs' folders, with the error: tasks.nodeside's
+        dstack's ps shows one (its jobs' folders, with the error: tasks.hostside.nodeside's
         ``record_failure``), so that ps, logs and the next apply of the name see it."""
         from .container import container_name, labels_of
 

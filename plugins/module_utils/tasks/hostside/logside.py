@@ -3,10 +3,10 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A run's output as its hosts keep it, read on a fleet host: the ``logs`` operation.
 
-This file travels to the hosts after tasks.nodeside, tasks.booking and tasks.healthside
+This file travels to the hosts after tasks.hostside.nodeside, tasks.hostside.booking and tasks.hostside.healthside
 (tasks.ssh.host_source) and runs in their namespace: standard library only, Python 3.6+.
 
-Each job's wrapper (tasks.wrapper) appends everything the job prints to ``state/output.log`` in
+Each job's wrapper (tasks.hostside.wrapper) appends everything the job prints to ``state/output.log`` in
 the job's folder, moves it to ``output.log.1`` when it grows past its half of the cap, and keeps
 ``output.base`` (the offset where ``output.log`` begins, counting every byte the job ever
 printed) and ``output.idx`` / ``output.idx.1`` (``EPOCH OFFSET`` lines: by EPOCH, OFFSET bytes
