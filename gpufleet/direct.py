@@ -4,7 +4,7 @@
 A command a person types to look at a run should answer in about the time one request to
 each host takes. Through a playbook it also pays for ansible-playbook's start, ansible-runner
 and a module process: more than the request itself on a small controller. So these three
-commands call the very functions their modules call (``tasks.entry``'s ``run_info``,
+commands call the very functions their modules call (``tasks.actions``'s ``run_info``,
 ``run_queue``, ``run_logs``, ``run_stop`` and ``submit``, and the attach session's removal),
 with the parameters the modules would get: the same code, the same answers, the same errors.
 The playbooks (playbooks/ps.yml, logs.yml, stop.yml, task.yml) stay what Ansible users, AWX
@@ -28,9 +28,9 @@ class CommandError(GpufleetError):
 
 def _entry():
     spec()  # makes the collection importable
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
-    return entry
+    return actions
 
 
 def _params(argument_spec, fleet_files=(), state_dir=None, **given):

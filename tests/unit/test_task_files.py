@@ -15,7 +15,7 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils import spec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.repos import files, sources
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
-    entry,
+    actions,
     rankplan,
     runbook,
     runs,
@@ -158,9 +158,9 @@ def test_apply_refuses_before_any_host_is_touched(tmp_path, monkeypatch):
     def no_hosts(params):
         raise AssertionError("the fleets (and their hosts) were looked at")
 
-    monkeypatch.setattr(entry, "_fleets", no_hosts)
-    with pytest.raises(entry.EntryError) as info:
-        entry.submit({"path": str(path)})
+    monkeypatch.setattr(actions, "_fleets", no_hosts)
+    with pytest.raises(actions.ActionError) as info:
+        actions.submit({"path": str(path)})
     assert str(info.value) == ("files[0]: %s does not exist on this controller (relative paths "
                                "start at the task file's folder, %s)"
                                % (tmp_path / "missing", tmp_path))

@@ -284,7 +284,7 @@ def test_ps_and_the_queues_pass_give_each_host_the_status_timeout(monkeypatch, t
     watch's STATUS_TIMEOUT, so a host that went away silently holds them 15 s, not a minute;
     a survey for placement, stop or logs keeps the request's default (a first page of logs
     over a slow link, a slow host that must not drop out of a placement)."""
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
     asked = []
 
@@ -297,10 +297,10 @@ def test_ps_and_the_queues_pass_give_each_host_the_status_timeout(monkeypatch, t
             return {"containers": [], "claims": [], "queue": []}
 
     nodes = dict((h, Recording(h)) for h in ("a", "b"))
-    monkeypatch.setattr(entry, "_fleets", lambda params: (str(tmp_path), [fleet()]))
+    monkeypatch.setattr(actions, "_fleets", lambda params: (str(tmp_path), [fleet()]))
     monkeypatch.setattr(surveys, "nodes_of", lambda *_a, **_k: nodes)
-    entry.run_info({})
-    entry.run_queue({})
+    actions.run_info({})
+    actions.run_queue({})
     queue.QueuePass([fleet()], runner_of=runs.runner_of).run()
     assert asked and all(t == supervisor.STATUS_TIMEOUT for _h, _op, t in asked), asked
     del asked[:]

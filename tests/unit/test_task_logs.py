@@ -14,7 +14,7 @@ import os
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
-    entry,
+    actions,
     joblogs,
     lifecycle,
 )
@@ -341,15 +341,15 @@ def test_since_refuses_what_dstack_refuses(text, message):
 def test_streamed_lines_go_out_in_batches_of_one_rank():
     sent = []
     lines = [(0, "x" * 40000), (0, "y" * 40000), (0, "z"), (1, "a")]
-    entry._stream(iter(lines), lambda rank, batch: sent.append((rank, batch)))
+    actions._stream(iter(lines), lambda rank, batch: sent.append((rank, batch)))
     assert sent == [(0, ["x" * 40000, "y" * 40000]), (0, ["z"]), (1, ["a"])]
 
 
 def test_log_events_print_prefixed_or_raw():
     event = {"kind": "log", "run": "train", "rank": 1, "lines": ["a", "b"]}
-    assert entry.event_line(event) == "[train-1] a\n[train-1] b"
-    assert entry.event_line(dict(event, raw=True)) == "a\nb"
-    assert entry.event_line({"kind": "log", "run": "t", "rank": 0, "line": "x"}) == "[t-0] x"
+    assert actions.event_line(event) == "[train-1] a\n[train-1] b"
+    assert actions.event_line(dict(event, raw=True)) == "a\nb"
+    assert actions.event_line({"kind": "log", "run": "t", "rank": 0, "line": "x"}) == "[t-0] x"
 
 
 def test_a_jobs_end_is_said_after_its_last_lines_without_holding_up_the_run():

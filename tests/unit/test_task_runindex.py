@@ -217,7 +217,7 @@ def test_every_host_is_asked_when_the_index_cannot_be_trusted(shared, why):
 
 
 def test_the_runner_says_whether_its_look_was_whole(shared, monkeypatch):
-    """entry.submit passes over the queue only after a look at every host: a partial look
+    """actions.submit passes over the queue only after a look at every host: a partial look
     shows a run's jobs in part, and a pass would stop the jobs it cannot see."""
     cluster, submit = shared
     runner = runs.Runner(task(name="rb"), [fleet(count=6)], emit=cluster.emit,
@@ -413,7 +413,7 @@ def test_runs_waiting_on_a_host_taken_as_free_go_first(shared, placed_on):
     passes = []
 
     def queue_first(runner):
-        # As tasks.entry: a look at every host, and the waiting run goes (here: dequeued).
+        # As tasks.actions: a look at every host, and the waiting run goes (here: dequeued).
         runner.survey(whole=True)
         passes.append(runner.surveyed_whole)
         cluster.nodes["gpus-2"].queue.clear()

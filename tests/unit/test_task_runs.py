@@ -19,7 +19,7 @@ import time
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
-    entry,
+    actions,
     listing,
     runs,
     surveys,
@@ -876,7 +876,7 @@ def test_busy_map_counts_alive_containers_only():
 
 
 # ---------------------------------------------------------------------------------------------
-# entry.event_line and entry.failure_summary
+# actions.event_line and actions.failure_summary
 # ---------------------------------------------------------------------------------------------
 
 
@@ -901,16 +901,16 @@ def test_busy_map_counts_alive_containers_only():
      "train: pulling img on h0"),
 ])
 def test_event_line(event, line):
-    assert entry.event_line(event) == line
+    assert actions.event_line(event) == line
 
 
 def test_event_line_of_an_unknown_kind_is_none():
-    assert entry.event_line({"kind": "progress", "run": "train"}) is None
-    assert entry.event_line({}) is None
+    assert actions.event_line({"kind": "progress", "run": "train"}) is None
+    assert actions.event_line({}) is None
 
 
 def test_event_line_of_a_failed_start_names_the_reason_and_message():
-    line = entry.event_line({"kind": "job", "run": "train", "job_num": 1, "host": "h1",
+    line = actions.event_line({"kind": "job", "run": "train", "job_num": 1, "host": "h1",
                              "status": "failed", "reason": "executor_error", "exit_code": None,
                              "message": "no space left"})
     assert line.startswith("train job 1 on h1: failed")
@@ -918,7 +918,7 @@ def test_event_line_of_a_failed_start_names_the_reason_and_message():
 
 
 def test_event_line_says_nothing_of_an_unknown_exit_code():
-    line = entry.event_line({"kind": "job", "run": "train", "job_num": 1, "host": "h1",
+    line = actions.event_line({"kind": "job", "run": "train", "job_num": 1, "host": "h1",
                              "status": "failed", "reason": "instance_unreachable",
                              "exit_code": None})
     assert line == "train job 1 on h1: failed [instance_unreachable]"
@@ -935,7 +935,7 @@ def test_event_line_says_nothing_of_an_unknown_exit_code():
      "run train submitted: still starting"),
 ])
 def test_failure_summary(result, text):
-    assert entry.failure_summary(result) == text
+    assert actions.failure_summary(result) == text
 
 
 def test_fields_the_runner_cannot_honour_are_refused_or_warned():
@@ -951,9 +951,9 @@ def test_fields_the_runner_cannot_honour_are_refused_or_warned():
     with pytest.raises(runs.RunError, match=r"repos\[0\]\.url: unsupported URL scheme ftp"):
         runs.Runner(config(repos=[{"url": "ftp://example.com/org/repo.git"}]), [])
     # ports are forwarded by gpufleet attach (and apply, which attaches): no note.
-    notes = entry.ignored_fields(config(ports=[8080], dstack=True))
+    notes = actions.ignored_fields(config(ports=[8080], dstack=True))
     assert [n.split(":")[0] for n in notes] == ["dstack"]
-    assert entry.ignored_fields(config()) == []
+    assert actions.ignored_fields(config()) == []
 
 
 def test_fleets_come_from_files_labels_and_remembered_files(tmp_path):

@@ -23,7 +23,7 @@ import pytest
 import yaml
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry, growth, runs, surveys
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions, growth, runs, surveys
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import run_output
 
@@ -86,7 +86,7 @@ def test_the_printer_still_writes_every_other_event_as_its_lines(tmp_path):
     ]
     for event in events:
         emit(event)
-    expected = [entry.event_line(e) for e in events if entry.event_line(e) is not None]
+    expected = [actions.event_line(e) for e in events if actions.event_line(e) is not None]
     assert len(expected) == 4
     assert "[train-1] a\n[train-1] b" in expected
     assert target.read_text() == "".join(line + "\n" for line in expected)
@@ -109,7 +109,7 @@ def test_the_printer_shows_a_plan_in_one_display_call(monkeypatch):
 
 
 def test_event_line_leaves_the_plan_to_the_printer():
-    assert entry.event_line({"kind": "plan", "run": "train", "plan": a_plan(),
+    assert actions.event_line({"kind": "plan", "run": "train", "plan": a_plan(),
                              "config": task()}) is None
 
 
@@ -239,15 +239,15 @@ def test_a_run_still_short_of_instances_after_growing_itself_announces_nothing(
 
 
 # ---------------------------------------------------------------------------------------------
-# (c) the module's option and entry.submit
+# (c) the module's option and actions.submit
 
 
 def test_task_spec_has_show_plan_off_by_default():
-    assert entry.TASK_SPEC["show_plan"] == {"type": "bool", "default": False}
+    assert actions.TASK_SPEC["show_plan"] == {"type": "bool", "default": False}
 
 
 class FakeRunner:
-    """Stands in for runs.Runner in entry.submit: records what is called, in order."""
+    """Stands in for runs.Runner in actions.submit: records what is called, in order."""
 
     made = []
 
@@ -256,9 +256,9 @@ class FakeRunner:
         self.name = config["name"]
         self.calls = []
         self.submissions = []
-        self.announce_plan = None   # entry.submit must set it, True or False
+        self.announce_plan = None   # actions.submit must set it, True or False
         self.surveyed_whole = True   # the survey below stands for a look at every host
-        self.queue_first = None   # entry.submit sets it when runs that wait go first
+        self.queue_first = None   # actions.submit sets it when runs that wait go first
         FakeRunner.made.append(self)
 
     def make_key_early(self):
@@ -285,18 +285,18 @@ class FakeRunner:
 
 @pytest.fixture
 def submitted(monkeypatch):
-    """entry.submit over FakeRunner: ``submit(show_plan, check_mode)`` gives the runner."""
+    """actions.submit over FakeRunner: ``submit(show_plan, check_mode)`` gives the runner."""
     FakeRunner.made = []
     monkeypatch.setattr(runs, "Runner", FakeRunner)
-    monkeypatch.setattr(entry, "_fleets", lambda params: ("/state", [fleet()]))
-    monkeypatch.setattr(entry, "drive_queue", lambda *args, **kwargs: {})
-    monkeypatch.setattr(entry, "queue_waiting", lambda survey: False)
+    monkeypatch.setattr(actions, "_fleets", lambda params: ("/state", [fleet()]))
+    monkeypatch.setattr(actions, "drive_queue", lambda *args, **kwargs: {})
+    monkeypatch.setattr(actions, "queue_waiting", lambda survey: False)
 
     def submit(check_mode=False, **params):
-        full = dict((k, v.get("default")) for k, v in entry.TASK_SPEC.items())
+        full = dict((k, v.get("default")) for k, v in actions.TASK_SPEC.items())
         full.update(config={"type": "task", "name": "train", "image": "python:3.11",
                             "commands": ["true"]}, **params)
-        result, failed = entry.submit(full, emit=lambda event: None, check_mode=check_mode)
+        result, failed = actions.submit(full, emit=lambda event: None, check_mode=check_mode)
         (runner,) = FakeRunner.made
         return runner, result, failed
 
@@ -341,11 +341,11 @@ def test_the_placement_reuses_the_queue_pass_look_unless_an_entry_waits(
     nothing to act on: no entry, or only ended ones (kept a day for ps). An entry that waits
     or follows a run may change the hosts, so the placement looks again."""
     passes = []
-    monkeypatch.setattr(entry, "drive_queue",
+    monkeypatch.setattr(actions, "drive_queue",
                         lambda *args, **kwargs: passes.append(kwargs["survey"]) or {})
     queues = {"gpus-0": [] if state is None else [{"run": "old", "state": state}]}
     runner = _Surveyed(queues)
-    entry._queue_first(runner, [fleet()], "/state", None)
+    actions._queue_first(runner, [fleet()], "/state", None)
     assert passes == [({}, {}, queues, {})]
     assert (runner.reused is not None) is reused
 
@@ -380,8 +380,8 @@ def _task_options():
 def test_the_task_modules_docs_match_its_argument_spec():
     """What ansible-test's validate-modules checks (make sanity), for this module's options."""
     documented = _task_options()
-    assert sorted(documented) == sorted(entry.TASK_SPEC)
-    for name, spec in entry.TASK_SPEC.items():
+    assert sorted(documented) == sorted(actions.TASK_SPEC)
+    for name, spec in actions.TASK_SPEC.items():
         doc = documented[name]
         assert doc.get("type", "str") == spec.get("type", "str"), name
         assert doc.get("elements") == spec.get("elements"), name

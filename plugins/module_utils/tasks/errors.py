@@ -6,7 +6,7 @@
 The rank plan is made by tasks.rankplan from its parts (tasks.environment, tasks.command,
 tasks.container), and a run is carried by tasks.runs with tasks.images and tasks.listing; each
 group raises one error class, defined here so that no part has to import the module that
-composes it. Errors of a single module (NodeError, PlacementError, EntryError) stay in it.
+composes it. Errors of a single module (NodeError, PlacementError, ActionError) stay in it.
 """
 
 from __future__ import annotations

@@ -206,7 +206,7 @@ class Runner(object):
         # the index names them for this run's name alone. Once placed, only those the run is
         # placed on stay (_place asks the others); their starts clear the name's earlier run.
         self._assumed = set()
-        # How the caller lets runs that wait go first (tasks.entry), or None: then a claim on
+        # How the caller lets runs that wait go first (tasks.actions), or None: then a claim on
         # such a host also reads its queue, and when it holds runs that wait, this is called
         # before the run is placed again.
         self.queue_first = None
@@ -222,12 +222,12 @@ class Runner(object):
             code.Code(config["repos"][0], config_dir, self.environ)))
         self._key = None
         # Say the first placement as a "plan" event (what gpufleet apply -y prints instead
-        # of asking a planning play first): entry.submit sets it for show_plan.
+        # of asking a planning play first): actions.submit sets it for show_plan.
         self.announce_plan = False
 
     def make_key_early(self):
         """Start making the run's SSH key now (ssh-keygen takes a moment), so that it is ready
-        by the time the run is placed: entry.submit calls it before the first look at the
+        by the time the run is placed: actions.submit calls it before the first look at the
         hosts. Without it, the key is made while the image is brought."""
         if self._key is None:
             self._key = _Background(run_key)

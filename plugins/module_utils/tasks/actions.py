@@ -69,13 +69,13 @@ FINISHED = (lifecycle.RUN_DONE, lifecycle.RUN_FAILED, lifecycle.RUN_TERMINATED)
 RUN_TYPES = ("task", "dev-environment")
 
 
-class EntryError(GpufleetError):
+class ActionError(GpufleetError):
     """Bad input or an operation that cannot go on; the message is the module's ``msg``."""
 
 
 def load_task(params):
     """The normalized task config from ``path`` or ``config`` with the command line's ``name``,
-    ``env``, ``fleet_names`` and ``ide_version`` applied (spec.overrides), or EntryError."""
+    ``env``, ``fleet_names`` and ``ide_version`` applied (spec.overrides), or ActionError."""
     from ..spec import SpecError, parse_data, parse_file
     from ..spec.overrides import apply_overrides
 
@@ -90,9 +90,9 @@ def load_task(params):
                                      fleets=params.get("fleet_names"), source=source,
                                      ide_version=params.get("ide_version"))
     except SpecError as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
     if config.get("type") not in RUN_TYPES:
-        raise EntryError("%s is a %s configuration; this runs tasks and dev environments "
+        raise ActionError("%s is a %s configuration; this runs tasks and dev environments "
                          "(type: task, type: dev-environment)"
                          % (params.get("path") or "config", config.get("type")))
     return config
@@ -110,7 +110,7 @@ def stored_secret_names(params):
     given = params.get("secrets") or {}
     try:
         config = load_task(params)
-    except EntryError:
+    except ActionError:
         return [], []
     optional = []
     if any(repo.get("url") for repo in config.get("repos") or []):
@@ -123,7 +123,7 @@ def _fleets(params):
     try:
         fleets = surveys.collect_fleets(params.get("fleets") or (), Docker(), root)
     except RunError as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
     return root, fleets
 
 
@@ -136,7 +136,7 @@ def local_task_image(fleets, check_mode=False):
     try:
         ref, _built = task_image.ensure_task_image(Docker(), check_mode=check_mode)
     except Exception as exc:  # BuildError, DockerError: say what to install
-        raise EntryError("cannot build the local task image: %s" % exc) from exc
+        raise ActionError("cannot build the local task image: %s" % exc) from exc
     return ref
 
 
@@ -211,7 +211,7 @@ def _array(params):
     try:
         return parse_array(params["array"], params.get("path") or "config")
     except SpecError as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
 
 
 def _check_local(config, config_dir):
@@ -222,7 +222,7 @@ def _check_local(config, config_dir):
 
     refused = sources.local_refusals(config, config_dir, os.environ)
     if refused:
-        raise EntryError("; ".join(str(p) for p in refused))
+        raise ActionError("; ".join(str(p) for p in refused))
 
 
 def submit(params, emit=None, check_mode=False, stop_event=None):
@@ -235,7 +235,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
     _check_local(config, config_dir)
     root, fleets = _fleets(params)
     if not fleets:
-        raise EntryError("no fleets found: apply a fleet first (gpufleet apply -f FLEET, or "
+        raise ActionError("no fleets found: apply a fleet first (gpufleet apply -f FLEET, or "
                          "playbooks/fleet.yml), or name fleet files in fleets")
     local_image = None if config.get("image") else local_task_image(fleets, check_mode)
 
@@ -287,7 +287,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
         if params["wait"]:
             drive_queue(fleets, root, emit)   # the end of a run frees its hosts
     except (RunError, NodeError, PlanError, placement.PlacementError) as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
     result["changed"] = True
     if ignored_fields(config):
         result["warnings"] = ignored_fields(config)
@@ -335,7 +335,7 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
     try:
         result = batch.run(wait=params["wait"], code=code)
     except NeedsInstances as exc:
-        raise EntryError("job array %s: %s, and job arrays do not grow fleets; apply the fleet "
+        raise ActionError("job array %s: %s, and job arrays do not grow fleets; apply the fleet "
                          "with enough nodes first (nodes.target), then submit the array"
                          % (batch.base, exc)) from exc
     finally:
@@ -407,7 +407,7 @@ def run_queue(params, check_mode=False, emit=None):
     try:
         report = drive_queue(fleets, root, emit, check_mode=check_mode)
     except (RunError, NodeError, PlanError, placement.PlacementError) as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
     if check_mode:
         return {"report": {}, "due": report["due"], "changed": report["due"]}
     changed = any(report[k] for k in ("started", "resubmitted", "expired", "stopped",
@@ -453,7 +453,7 @@ def run_stop(params, check_mode=False):
         if queue_waiting(found):
             drive_queue(fleets, root)   # what waited for these hosts may start now
     except (RunError, NodeError) as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
     return {"run": record, "changed": bool(record.get("stopped"))}
 
 
@@ -477,7 +477,7 @@ def run_metrics(params):
     try:
         result = listing.run_metrics(nodes, params["name"], job=params.get("job"))
     except RunError as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
     return {"metrics": result, "changed": False}
 
 
@@ -494,7 +494,7 @@ def run_logs(params, emit=None):
         try:
             since = joblogs.parse_since(params["since"], time.time())
         except joblogs.LogsError as exc:
-            raise EntryError(str(exc)) from exc
+            raise ActionError(str(exc)) from exc
     empty = {"lines": [], "ranks": [], "changed": False}
     try:
         if params.get("follow") and emit is not None:
@@ -510,7 +510,7 @@ def run_logs(params, emit=None):
             return dict(empty, run=record)
         lines = list(lines)
     except RunError as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
     ranks = {}
     for rank, line in lines:
         ranks.setdefault(rank, []).append(line)
