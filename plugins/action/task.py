@@ -51,8 +51,8 @@ class ActionModule(ActionBase):
             params = with_stored_secrets(
                 params, lambda path: secret_store.read_with_loader(path, self._loader))
             answer, failed = actions.submit(params, emit=printer(params.get("output_path"),
-                                                               params.get("path")),
-                                          check_mode=bool(self._task.check_mode))
+                                                                 params.get("path")),
+                                            check_mode=bool(self._task.check_mode))
         except (actions.ActionError, secret_store.SecretStoreError) as exc:
             result.update(failed=True, msg=str(exc))
             return result

@@ -107,7 +107,7 @@ def test_the_task_modules_ide_version_becomes_the_servers_version():
     from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
     config = actions.load_task({"config": {"type": "dev-environment", "ide": "cursor"},
-                              "ide_version": "0.42.3"})
+                                "ide_version": "0.42.3"})
     assert config["version"] == "0.42.3"
     commands = devenv.runnable(config)["commands"]
     assert any("remote-releases/0.42.3/" in c for c in commands)

@@ -354,7 +354,7 @@ def test_a_node_without_the_pool_says_to_recreate_the_fleet(tmp_path):
     with pytest.raises(nodeside.Failure, match=r"volume data: this node has no local volume "
                                                r"pool at .*recreate the fleet"):
         volumeside.op_mount_volume({"name": "data", "devices": [str(tmp_path / "pool/data/data")],
-                                  "pool": str(tmp_path / "pool"), "root": str(tmp_path / "m")})
+                                    "pool": str(tmp_path / "pool"), "root": str(tmp_path / "m")})
 
 
 def test_the_node_binds_the_folder_once_and_unmounts_it(tmp_path):

@@ -53,4 +53,4 @@ def test_a_volume_that_never_appears_is_named(tmp_path):
     with pytest.raises(nodeside.Failure, match=r"volume data: none of /nonexistent/a appeared "
                                                r"on this host within 0 s; is it attached\?"):
         volumeside.op_mount_volume({"name": "data", "devices": ["/nonexistent/a"],
-                                  "root": str(tmp_path), "wait": 0})
+                                    "root": str(tmp_path), "wait": 0})

@@ -17,8 +17,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.repos import file
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     actions,
     rankplan,
+    run_preparation,
     runbook,
-    runs,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import nodeside
 
@@ -78,7 +78,7 @@ def test_a_folder_reaches_the_job_folder_instead_of_failing_as_a_directory(
                               "files": ["conf:/data/conf", "single.txt"]})[0]
     jobs = rankplan.build_jobs(config, placement(placed_job(0)), dict(RUN), environ={},
                                config_dir=str(conf.parent))
-    inlined = runs._inline_files(jobs)[0]
+    inlined = run_preparation._inline_files(jobs)[0]
     assert inlined["files"]["files/0"] == {"dir": True, "mode": mode(conf)}
     assert decoded(inlined["files"]["files/0/sub/deep.txt"]) == "deep\n"
     assert decoded(inlined["files"]["files/1"]) == "one\n"
@@ -113,7 +113,7 @@ def test_a_queued_run_carries_a_folder_and_reads_an_earlier_entry(conf):
     assert runbook.ENTRY_VERSION in runbook.READ_VERSIONS and 1 in runbook.READ_VERSIONS
     # An entry written before folders were carried holds a file's base64 text alone.
     earlier = {"files/0": {"local_path": "/gone/train.py", "target": "train.py"}}
-    job = runs._inline_files([{"files": earlier}], {"/gone/train.py": "b25lCg=="})[0]
+    job = run_preparation._inline_files([{"files": earlier}], {"/gone/train.py": "b25lCg=="})[0]
     assert job["files"] == {"files/0": {"data": "b25lCg=="}}
 
 

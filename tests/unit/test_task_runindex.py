@@ -19,8 +19,10 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     listing,
     queue_records,
+    run_preparation,
     runindex,
     runs,
+    ssh,
     surveys,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
@@ -51,8 +53,8 @@ def shared(monkeypatch, tmp_path):
     cluster = Cluster([i["name"] for i in fleets[0]["instances"]], program=lambda job: (None, None))
     monkeypatch.setattr(surveys, "Node", lambda instance, root=None, connect_timeout=20: (
         cluster.nodes[instance["name"]]))
-    monkeypatch.setattr(runs, "run_key", lambda: {"private": "PRIVATE", "public": "PUBLIC"})
-    monkeypatch.setattr(runs, "ensure_image", lambda image, nodes, hosts, **kw: dict(
+    monkeypatch.setattr(run_preparation, "run_key", lambda: {"private": "PRIVATE", "public": "PUBLIC"})
+    monkeypatch.setattr(run_preparation, "ensure_image", lambda image, nodes, hosts, **kw: dict(
         (h, {"present": True, "entrypoint": None, "cmd": None, "working_dir": None})
         for h in hosts))
 
@@ -252,7 +254,7 @@ def test_a_note_that_fails_lets_the_hosts_go_and_the_run_is_placed_after_a_whole
     def note_once_down(payload):
         calls.append(payload["run"])
         if len(calls) == 1:
-            raise runs.NodeError("gpus-0", "unreachable over SSH: Connection timed out")
+            raise ssh.NodeError("gpus-0", "unreachable over SSH: Connection timed out")
         return real(payload)
 
     monkeypatch.setattr(record, "op_note", note_once_down)
@@ -269,7 +271,7 @@ def test_a_note_that_always_fails_does_not_stop_a_run_on_a_whole_look(shared, mo
     submit(task(name="warm"))
 
     def down(payload):
-        raise runs.NodeError("gpus-0", "No space left on device")
+        raise ssh.NodeError("gpus-0", "No space left on device")
 
     monkeypatch.setattr(cluster.nodes["gpus-0"], "op_note", down)
     result, ops = submit(task(name="rb"))
@@ -284,7 +286,7 @@ def test_a_plan_in_check_mode_asks_every_host_and_writes_nothing(shared):
     runner = runs.Runner(task(name="rb"), [fleet(count=6)], emit=cluster.emit,
                          clock=cluster.clock, sleep=cluster.sleep, environ={})
     runner.read_only = True
-    placed = runner._place()
+    placed = runner.place()
     assert [j["host"] for j in placed["jobs"]] == ["gpus-1"]
     ops = [(h, op) for h, op, _p in cluster.log[before:]]
     assert statuses(ops) == ["gpus-%d" % n for n in range(6)]
@@ -368,7 +370,7 @@ def test_an_image_that_cannot_be_brought_clears_the_ended_run_before_recording_t
     def no_image(image, nodes, hosts, **kw):
         raise runs.RunError("image nope: not found")
 
-    monkeypatch.setattr(runs, "ensure_image", no_image)
+    monkeypatch.setattr(run_preparation, "ensure_image", no_image)
     with pytest.raises(runs.RunError):
         submit(task(name="ra", nodes=2))
     # gpus-1 was taken as free unasked, so its claim cleared nothing; the failure's record

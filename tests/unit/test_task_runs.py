@@ -26,6 +26,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     supervisor,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import claiming
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import run_preparation
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
     booking,
     indexside,
@@ -543,7 +544,7 @@ def fake_hosts(monkeypatch, tmp_path):
         cluster = Cluster(hosts, program=program)
         monkeypatch.setattr(surveys, "Node", lambda instance, root=None, connect_timeout=20: (
             cluster.nodes[instance["name"]]))
-        monkeypatch.setattr(runs, "run_key", lambda: {"private": "PRIVATE", "public": "PUBLIC"})
+        monkeypatch.setattr(run_preparation, "run_key", lambda: {"private": "PRIVATE", "public": "PUBLIC"})
 
         def ensure_image(image, nodes, hosts, **kwargs):
             images.append((image, sorted(hosts)))
@@ -551,7 +552,7 @@ def fake_hosts(monkeypatch, tmp_path):
             return {h: {"present": True, "entrypoint": None, "cmd": None, "working_dir": None}
                     for h in hosts}
 
-        monkeypatch.setattr(runs, "ensure_image", ensure_image)
+        monkeypatch.setattr(run_preparation, "ensure_image", ensure_image)
         runner = runs.Runner(config, fleets, emit=cluster.emit, clock=cluster.clock,
                              sleep=cluster.sleep, poll=1.0, environ={})
         runner.images = images
@@ -719,7 +720,7 @@ def test_an_image_that_cannot_be_brought_leaves_the_run_failed_on_its_hosts(fake
     def no_image(image, nodes, hosts, **kwargs):
         raise RunError("image nope:1 could not be pulled on gpus-0 (manifest unknown)")
 
-    monkeypatch.setattr(runs, "ensure_image", no_image)
+    monkeypatch.setattr(run_preparation, "ensure_image", no_image)
     with pytest.raises(RunError, match="could not be pulled"):
         runner.run()
     assert sorted((h, p["job_num"], p["container"]) for h, p in recorded) == [
@@ -739,7 +740,7 @@ def test_a_survey_handed_back_serves_the_first_placement_only(fake_hosts):
     assert result["status"] == lc.RUN_DONE
     ops = [op for _host, op, _payload in cluster.log[asked:]]
     assert ops.index("claim") < ops.index("status")   # placed on the survey handed back
-    assert runner._fresh_survey is None
+    assert runner.placing.fresh_survey is None
 
 
 def competitor(cluster):
@@ -911,16 +912,16 @@ def test_event_line_of_an_unknown_kind_is_none():
 
 def test_event_line_of_a_failed_start_names_the_reason_and_message():
     line = actions.event_line({"kind": "job", "run": "train", "job_num": 1, "host": "h1",
-                             "status": "failed", "reason": "executor_error", "exit_code": None,
-                             "message": "no space left"})
+                               "status": "failed", "reason": "executor_error", "exit_code": None,
+                               "message": "no space left"})
     assert line.startswith("train job 1 on h1: failed")
     assert line.endswith("[executor_error]: no space left")
 
 
 def test_event_line_says_nothing_of_an_unknown_exit_code():
     line = actions.event_line({"kind": "job", "run": "train", "job_num": 1, "host": "h1",
-                             "status": "failed", "reason": "instance_unreachable",
-                             "exit_code": None})
+                               "status": "failed", "reason": "instance_unreachable",
+                               "exit_code": None})
     assert line == "train job 1 on h1: failed [instance_unreachable]"
 
 
@@ -1036,7 +1037,7 @@ def test_the_local_engine_is_listed_once_for_fleet_files_and_discovered_fleets(t
     # A file given alone (no discovery) still asks for its own fleet.
     calls[:] = []
     only = surveys.collect_fleets((str(fleet),), docker=Docker("docker", runner), root=root,
-                               discover=False)
+                                  discover=False)
     assert [f["name"] for f in only] == ["lab"]
     assert [c[0] for c in calls] == ["ps", "inspect"]
     assert "label=%s=lab" % local.FLEET_LABEL in calls[0]

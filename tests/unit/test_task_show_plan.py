@@ -24,6 +24,7 @@ import yaml
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions, growth, runs, surveys
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import run_preparation
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import run_output
 
@@ -110,7 +111,7 @@ def test_the_printer_shows_a_plan_in_one_display_call(monkeypatch):
 
 def test_event_line_leaves_the_plan_to_the_printer():
     assert actions.event_line({"kind": "plan", "run": "train", "plan": a_plan(),
-                             "config": task()}) is None
+                               "config": task()}) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -275,7 +276,7 @@ class FakeRunner:
         self.calls.append(("run", self.announce_plan))
         return {"run": self.name, "status": lc.RUN_DONE, "jobs": []}
 
-    def _place(self):
+    def place(self):
         self.calls.append("place")
         return a_plan()
 
@@ -403,9 +404,9 @@ def test_run_key_is_a_2048_bit_rsa_key_pair(tmp_path, monkeypatch, maker):
         # As on a controller without the cryptography package.
         monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives", None)
     spawned = []
-    real = runs._run_key_by_ssh_keygen
-    monkeypatch.setattr(runs, "_run_key_by_ssh_keygen", lambda: spawned.append(1) or real())
-    key = runs.run_key()
+    real = run_preparation._run_key_by_ssh_keygen
+    monkeypatch.setattr(run_preparation, "_run_key_by_ssh_keygen", lambda: spawned.append(1) or real())
+    key = run_preparation.run_key()
     assert spawned == ([1] if maker == "ssh-keygen" else [])
     assert key["private"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
     assert re.match(r"ssh-rsa \S+ dstack_job\s*$", key["public"])
@@ -424,7 +425,7 @@ def test_run_key_is_a_2048_bit_rsa_key_pair(tmp_path, monkeypatch, maker):
 
 @pytest.fixture
 def counted_keys(monkeypatch):
-    """runs.run_key numbered: the n-th key made is PRIVATE-n; ``made`` is set at each."""
+    """run_preparation.run_key numbered: the n-th key made is PRIVATE-n; ``made`` is set at each."""
     made = []
     ready = threading.Event()
 
@@ -434,7 +435,7 @@ def counted_keys(monkeypatch):
         return {"private": "PRIVATE-%d" % len(made), "public": "PUBLIC-%d" % len(made)}
 
     def install():
-        monkeypatch.setattr(runs, "run_key", run_key)   # over fake_hosts' own fixed key
+        monkeypatch.setattr(run_preparation, "run_key", run_key)   # over fake_hosts' own fixed key
         return made, ready
 
     return install

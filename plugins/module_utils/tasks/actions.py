@@ -93,8 +93,8 @@ def load_task(params):
         raise ActionError(str(exc)) from exc
     if config.get("type") not in RUN_TYPES:
         raise ActionError("%s is a %s configuration; this runs tasks and dev environments "
-                         "(type: task, type: dev-environment)"
-                         % (params.get("path") or "config", config.get("type")))
+                          "(type: task, type: dev-environment)"
+                          % (params.get("path") or "config", config.get("type")))
     return config
 
 
@@ -236,7 +236,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
     root, fleets = _fleets(params)
     if not fleets:
         raise ActionError("no fleets found: apply a fleet first (gpufleet apply -f FLEET, or "
-                         "playbooks/fleet.yml), or name fleet files in fleets")
+                          "playbooks/fleet.yml), or name fleet files in fleets")
     local_image = None if config.get("image") else local_task_image(fleets, check_mode)
 
     def make_runner(run_config, array_info=None, code_=None):
@@ -261,7 +261,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
         if check_mode:
             try:
                 try:
-                    placed = runner._place()
+                    placed = runner.place()
                 except NeedsInstances as grow:
                     placed = grow.plan   # on the fleet as it will be once it grew
                 runner.image_and_python(placed)
@@ -320,7 +320,7 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
         runner = make_runner(dict(config, name=batch.names[first]), batch.info(first))
         runner.read_only = True
         try:
-            placed = runner._place()
+            placed = runner.place()
             runner.image_and_python(placed)
         except placement.NoHostFits as exc:
             return {"run": batch.base, "array": batch.base, "status": lifecycle.RUN_FAILED,
@@ -336,8 +336,8 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
         result = batch.run(wait=params["wait"], code=code)
     except NeedsInstances as exc:
         raise ActionError("job array %s: %s, and job arrays do not grow fleets; apply the fleet "
-                         "with enough nodes first (nodes.target), then submit the array"
-                         % (batch.base, exc)) from exc
+                          "with enough nodes first (nodes.target), then submit the array"
+                          % (batch.base, exc)) from exc
     finally:
         if code is not None:
             code.close()

@@ -149,7 +149,7 @@ class QueuePass(object):
         keeper = _TakeKeeper(node, entry, self.by)
         try:
             runner = self.own if own else self.runner_of(entry, self.fleets,
-                                                          queue_node=node, **self.options)
+                                                         queue_node=node, **self.options)
             submission = runner.submit(number, wait_for_capacity=False)
         except (placement.NoHostFits, NeedsInstances) as exc:
             keeper.stop()

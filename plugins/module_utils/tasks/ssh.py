@@ -61,6 +61,19 @@ def parallel(items, function, workers=32):
     return results
 
 
+class Background(object):
+    """``function(*args)`` in a thread of its own, started at once; ``result()`` waits for it
+    (and raises what it raised)."""
+
+    def __init__(self, function, *args):
+        pool = ThreadPoolExecutor(max_workers=1)
+        self._future = pool.submit(function, *args)
+        pool.shutdown(wait=False)
+
+    def result(self):
+        return self._future.result()
+
+
 def control_dir():
     if not os.path.isdir(_CONTROL_DIR):
         os.makedirs(_CONTROL_DIR, mode=0o700, exist_ok=True)

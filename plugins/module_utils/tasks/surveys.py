@@ -19,7 +19,6 @@ from .errors import RunError
 from .ssh import Node, parallel
 
 
-
 def _describe_file(path, docker, root, local_nodes=None):
     from ..spec import SpecError, parse_file
 
