@@ -26,7 +26,8 @@ STANDALONE = ("tasks/hostside/nodeside.py", "tasks/hostside/volumeside.py",
               "tasks/hostside/healthside.py", "tasks/hostside/logside.py",
               "tasks/hostside/indexside.py", "tasks/hostside/bootstrap.py",
               "tasks/hostside/wrapper.py", "tasks/hostside/wrapper_output.py",
-              "tasks/hostside/wrapper_ssh.py", "tasks/hostside/__init__.py", "backends/localpool.py")
+              "tasks/hostside/wrapper_ssh.py", "tasks/hostside/__init__.py",
+              "backends/localpool.py")
 SENT_WITH = {"tasks/hostside/volumeside.py": ["tasks.hostside.nodeside"],
              "tasks/hostside/metricside.py": ["tasks.hostside.nodeside"],
              "tasks/hostside/booking.py": ["tasks.hostside.nodeside"],
@@ -294,3 +295,70 @@ def test_every_file_of_the_host_side_is_standalone():
     host = sorted(p.relative_to(MODULE_UTILS).as_posix()
                   for p in (MODULE_UTILS / "tasks" / "hostside").glob("*.py"))
     assert [p for p in host if p not in STANDALONE] == []
+
+
+OUTSIDE = ("plugins/modules", "plugins/inventory", "plugins/action", "plugins/plugin_utils",
+           "plugins/filter", "plugins/doc_fragments", "gpufleet", "gpufleet/cli")
+
+
+def outside_table(text):
+    """{path or folder (ending in /): set of module_utils packages} from the doc's table
+    "Outside plugins/module_utils"."""
+    section = text.split("## Outside plugins/module_utils", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or cells[0] in ("where", "") or set(cells[0]) <= set("-"):
+            continue
+        packages = {p.strip() for p in cells[2].split(",") if p.strip()}
+        for where in re.findall(r"`([^`]+)`", cells[0]):
+            rows[where] = packages
+    return rows
+
+
+def row_of(rel, rows):
+    """The doc's row for a file: its own path, else its folder's."""
+    if rel in rows:
+        return rows[rel]
+    folder = rel.rsplit("/", 1)[0] + "/"
+    return rows.get(folder)
+
+
+def outside_files():
+    return sorted(p for folder in OUTSIDE for p in (ROOT / folder).glob("*.py"))
+
+
+def test_the_outside_table_names_real_packages():
+    rows = outside_table(DOC.read_text())
+    for where, allowed in rows.items():
+        assert allowed <= set(RULES), "%s depends on unknown packages %s" % (
+            where, sorted(allowed - set(RULES)))
+
+
+@pytest.mark.parametrize("path", outside_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_outside_files_import_only_their_rows_packages(path):
+    rel = path.relative_to(ROOT).as_posix()
+    allowed = row_of(rel, outside_table(DOC.read_text()))
+    assert allowed is not None, "%s has no row in docs/architecture.md's table" % rel
+    used = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = ([node.module + "." + a.name for a in node.names]
+                     if node.module == ABSOLUTE else [node.module])
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        used.update(n[len(ABSOLUTE) + 1:].split(".")[0] for n in names
+                    if (n + ".").startswith(ABSOLUTE + "."))
+    assert used <= allowed, "%s imports %s, which its row of the table does not name" % (
+        rel, ", ".join(sorted(used - allowed)))
+
+
+def test_no_file_of_module_utils_passes_700_lines():
+    # docs/architecture.md: a module that would is split along its seams; the generated
+    # catalogs are data.
+    long = ["%s (%d lines)" % (p.relative_to(MODULE_UTILS), n) for p in python_files()
+            for n in [len(p.read_text().splitlines())]
+            if n > 700 and not p.name.startswith("_catalog_")]
+    assert long == []

@@ -1,5 +1,5 @@
-"""Mounting a network volume on a host (tasks/hostside/volumeside.py): formatted only when it holds no
-filesystem, its root opened to everyone then, mounted once, unmounted; run for real on this
+"""Mounting a network volume on a host (tasks/hostside/volumeside.py): formatted only when it holds
+no filesystem, its root opened to everyone then, mounted once, unmounted; run for real on this
 machine with a file-backed loop device (the tests run as root here)."""
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The host helper's use of the Docker Engine API on its Unix socket (tasks.hostside.nodeside._engine).
+"""The host helper's use of the Docker Engine API on its Unix socket
+(tasks.hostside.nodeside._engine).
 
 A small HTTP server on a Unix socket in a temporary folder stands for the engine: it answers
 the few requests the helper makes and records them. No ``docker`` command is on PATH unless a

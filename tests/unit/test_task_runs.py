@@ -4,9 +4,9 @@
 """The task runner over fake hosts: the supervisor's Watch, the Runner's submissions and
 retries, run records and busy hosts read back from containers, and the runner's output lines.
 
-The fake hosts answer the node-side operations (tasks.hostside.nodeside) from in-memory container lists,
-and a fake clock moves only when the code under test sleeps; at each sleep every container takes
-one step of its program (created -> running -> exited with its code).
+The fake hosts answer the node-side operations (tasks.hostside.nodeside) from in-memory container
+lists, and a fake clock moves only when the code under test sleeps; at each sleep every container
+takes one step of its program (created -> running -> exited with its code).
 """
 
 from __future__ import annotations

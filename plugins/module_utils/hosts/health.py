@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A host's GPU health from what its tools said (tasks.hostside.healthside's probe): dstack's three levels.
+"""A host's GPU health from what its tools said (tasks.hostside.healthside's probe): dstack's three
+levels.
 
 Pure Python. dstack keeps one health per instance, ``healthy``, ``warning`` or ``failure``
 (dstack.md §3.8): DCGM's overall result of ``dcgmi health -c`` (PASS, WARN, FAIL), and a host

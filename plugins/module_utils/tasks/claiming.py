@@ -58,7 +58,8 @@ def busy_map(containers, claims=None):
 
 
 def claim_of(job, run, submission, by=None, lease=CLAIM_LEASE):
-    """The claim a placed job makes on its host (the ``claim`` request of tasks.hostside.booking)."""
+    """The claim a placed job makes on its host (the ``claim`` request of
+    tasks.hostside.booking)."""
     return {
         "run": run["name"],
         "run_id": run["id"],
@@ -78,8 +79,8 @@ def claim_hosts(nodes, placed, run, submission, by=None, extras=None, answers=No
     """Claim every host of ``placed`` for ``run``; ClaimRefused (after releasing what was
     granted) when one is taken. Returns ``{host: claim}``.
 
-    ``extras`` (``{host: {...}}``) go with a host's request: tasks.hostside.booking's ``replace`` and
-    ``image``; each granted host's answer is put in ``answers`` (a dict), when given."""
+    ``extras`` (``{host: {...}}``) go with a host's request: tasks.hostside.booking's ``replace``
+    and ``image``; each granted host's answer is put in ``answers`` (a dict), when given."""
     claims = dict((job["host"], claim_of(job, run, submission, by)) for job in placed["jobs"])
     hosts = sorted(claims)
     asked = []

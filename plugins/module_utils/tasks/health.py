@@ -2,7 +2,8 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Refreshing the GPU health of fleet hosts, as dstack's server checks its instances in the
-background: ask the hosts (tasks.hostside.healthside), judge (hosts.health), keep it in the facts cache.
+background: ask the hosts (tasks.hostside.healthside), judge (hosts.health), keep it in the facts
+cache.
 
 The health lives in each host's cached facts (fleets/state.py's ``facts.json``), next to what
 the last apply measured, so task placement, which reads that cache, uses the refreshed health:

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A run's output as its hosts keep it (tasks.hostside.logside), read page by page: ``gpufleet logs``.
+"""A run's output as its hosts keep it (tasks.hostside.logside), read page by page: ``gpufleet
+logs``.
 
 Every host of the run is asked once, all at once, for the first page of each of its jobs; a
 job with more output is then read on, a page at a time, in rank order. Lines are handed on as

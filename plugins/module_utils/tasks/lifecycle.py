@@ -25,7 +25,8 @@ FAILED = "failed"
 DONE = "done"
 FINISHED = (TERMINATED, ABORTED, FAILED, DONE)
 ALIVE = (PROVISIONING, RUNNING, TERMINATING)
-# What tasks.hostside.nodeside's status says of a job whose folder is there and its container is not.
+# What tasks.hostside.nodeside's status says of a job whose folder is there and its container is
+# not.
 CONTAINER_ABSENT = ("gone", "never-created")
 
 # Termination reasons (dstack's JobTerminationReason, lower case).
@@ -79,9 +80,9 @@ def _int(value):
 def job_status(entry):
     """``(status, reason, exit_code)`` of one job from its container (None: not created yet).
 
-    ``entry`` is what tasks.hostside.nodeside's ``status`` answers for the container: its Docker state
-    and the files of its state folder (``running``: the command started; ``reason``: why it was
-    stopped, written before the stop; ``exit_code``: written by the wrapper when it ends).
+    ``entry`` is what tasks.hostside.nodeside's ``status`` answers for the container: its Docker
+    state and the files of its state folder (``running``: the command started; ``reason``: why it
+    was stopped, written before the stop; ``exit_code``: written by the wrapper when it ends).
     """
     if entry is None:
         return SUBMITTED, None, None
@@ -123,8 +124,8 @@ def job_status(entry):
 def holds_host(entry):
     """Whether a job's container still holds its host: it has not ended (a job that is alive,
     or one that has ended while its wrapper still tells the run's other nodes to stop). The
-    Docker state decides, as it does for tasks.hostside.booking's claims: every alive job's container
-    is in one of those states."""
+    Docker state decides, as it does for tasks.hostside.booking's claims: every alive job's
+    container is in one of those states."""
     return entry is not None and entry.get("state") in ALIVE_STATES
 
 

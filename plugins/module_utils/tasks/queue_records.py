@@ -2,10 +2,10 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The queue's records as every part of the runner reads them: the states of an entry
-(tasks.runbook writes entries, tasks.hostside.booking keeps them on their queue host), the order pending
-entries are tried in, and the host that keeps a run's entry. The pass that acts on them is
-tasks.queue; the run index (tasks.runindex), ps (tasks.listing) and the runner (tasks.runs)
-read the same states from here.
+(tasks.runbook writes entries, tasks.hostside.booking keeps them on their queue host), the order
+pending entries are tried in, and the host that keeps a run's entry. The pass that acts on them is
+tasks.queue; the run index (tasks.runindex), ps (tasks.listing) and the runner (tasks.runs) read the
+same states from here.
 """
 
 from __future__ import annotations

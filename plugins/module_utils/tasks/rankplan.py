@@ -7,10 +7,10 @@ Pure functions, no I/O. ``build_jobs`` turns a normalized task config (docs/conf
 the placement of its jobs (tasks.placement.place) into one job spec per rank: the container's
 name, labels and ``docker run`` options (tasks.container), its mounts (volumes.mounts), and the
 files of its job folder: the environment, the MPI hostfile and the inter-node SSH key
-(tasks.environment) and the command (tasks.command). The wrapper script (tasks.hostside.wrapper) reads those files
-inside the container. This module also names the run and picks its image. Names and formats
-follow dstack: dstack.md §4.2 (environment), §4.3 (hostfile), §4.9 (container), §4.10 (SSH),
-§6.2 (mounts).
+(tasks.environment) and the command (tasks.command). The wrapper script (tasks.hostside.wrapper)
+reads those files inside the container. This module also names the run and picks its image. Names
+and formats follow dstack: dstack.md §4.2 (environment), §4.3 (hostfile), §4.9 (container), §4.10
+(SSH), §6.2 (mounts).
 
 Secrets end up in ``env.sh`` only, never in labels or options, which ``docker inspect`` shows.
 """

@@ -93,8 +93,9 @@ class RunPlacement(object):
     def _own_leftovers(self, containers):
         """Note the hosts where this run's name left containers, or refuse the run when one of
         them is alive (dstack refuses a run name that is running)."""
+        name = self.run.name
         self.leftovers = sorted(h for h, entries in containers.items()
-                                if any(c["labels"].get(RUN_LABEL) == self.run.name for c in entries))
+                                if any(c["labels"].get(RUN_LABEL) == name for c in entries))
         for host, entries in containers.items():
             mine = [c for c in entries if c["labels"].get(RUN_LABEL) == self.run.name]
             if any(lifecycle.holds_host(c) for c in mine):
@@ -148,7 +149,8 @@ class RunPlacement(object):
                 return answer
         raw = {}
         begun = time.monotonic()
-        answer = surveys.survey_with_queues(self.run.nodes, probe=[h for h in stale if h in self.run.nodes],
+        nodes = self.run.nodes
+        answer = surveys.survey_with_queues(nodes, probe=[h for h in stale if h in nodes],
                                             health=raw)
         if raw:
             changes = health.judge_answers(raw)

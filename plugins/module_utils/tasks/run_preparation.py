@@ -146,8 +146,9 @@ class RunPreparation(object):
         default can be had)."""
         fleet_backend = placed["jobs"][0].get("backend")
         image = self.run.config.get("image")
+        local_image = self.run.local_image
         if not image:
-            image = self.run.local_image if (fleet_backend == "local" and self.run.local_image) else (
+            image = local_image if (fleet_backend == "local" and local_image) else (
                 rankplan.default_image(self.run.config))
         available = task_image.PYTHON_VERSIONS if (
             self.run.local_image and image == self.run.local_image) else None
@@ -241,7 +242,8 @@ class RunPreparation(object):
             if claimed.assumed:
                 # The earlier run of the name was to go with the start, which will not come:
                 # it goes now, so that this failure is what ps shows of the name.
-                self.run.nodes[job["host"]].call("remove", {"run": self.run.name, "keep": self.run.run_id})
+                self.run.nodes[job["host"]].call("remove", {"run": self.run.name,
+                                                            "keep": self.run.run_id})
             return self.run.nodes[job["host"]].call("record_failure", {
                 "run": self.run.name, "job_num": job["job_num"],
                 "container": container_name(self.run.name, job["job_num"]), "error": message,
@@ -263,5 +265,5 @@ class RunPreparation(object):
             for answer in answers:
                 self.run.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
                                "message": "volume %s mounted on %s%s" % (
-                                   answer["name"], host,
-                                   " (formatted: it was blank)" if answer.get("formatted") else "")})
+                                   answer["name"], host, " (formatted: it was blank)"
+                                   if answer.get("formatted") else "")})

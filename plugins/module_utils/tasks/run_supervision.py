@@ -46,8 +46,9 @@ class RunSupervision(object):
         if self.judged_at is None or now - self.judged_at >= JUDGE_EVERY:
             self.judged_at = now
             try:
-                fresh = surveys.collect_fleets([f["file"] for f in self.run.fleets if f.get("file")],
-                                               self.run.docker, self.run.root)
+                fresh = surveys.collect_fleets(
+                    [f["file"] for f in self.run.fleets if f.get("file")], self.run.docker,
+                    self.run.root)
                 self.instances = interruption.instance_map(fresh)
                 self.described = set(f["name"] for f in fresh)
             except RunError:
@@ -144,7 +145,8 @@ class RunSupervision(object):
         while True:
             if stop_event is not None and stop_event.is_set():
                 stopped = {"state": "terminated", "reason": lifecycle.TERMINATED_BY_USER}
-                self.run.nodes[host].call("update", {"run": self.run.name, "run_id": self.run.run_id,
+                self.run.nodes[host].call("update", {"run": self.run.name,
+                                                     "run_id": self.run.run_id,
                                                      "changes": stopped})
                 return dict(self.run.result(), status=lifecycle.RUN_TERMINATED,
                             reason=lifecycle.TERMINATED_BY_USER), None
@@ -157,8 +159,8 @@ class RunSupervision(object):
                             reason=lifecycle.NO_CAPACITY,
                             message="the host that kept its queue entry (%s) is gone" % host), None
             report = queue.QueuePass(self.run.fleets, own=self.run, runner_of=self.runner_of,
-                                     root=self.run.root,
-                                     docker=self.run.docker, poll=self.run.poll, sleep=self.run.sleep,
+                                     root=self.run.root, docker=self.run.docker,
+                                     poll=self.run.poll, sleep=self.run.sleep,
                                      clock=self.run.clock, by=self.run.by).run()
             if report["own"] is not None:
                 return None, report["own"]

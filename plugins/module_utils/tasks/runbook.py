@@ -4,13 +4,12 @@
 """A run written down so that any controller can submit it later: the queue's entries.
 
 A run that must wait for capacity, or that may be submitted again (``retry``) after its
-submitter has gone, is kept as an *entry* on a fleet host (tasks.hostside.booking's queue folder, 0600,
-root's). The entry holds what the submitting controller had and another may lack: the task's
-normalized config with the command line's overrides, the secrets and environment variables it
-refers to, the contents of its ``files``, its repo archive (kept beside the entry on that host)
-and its identity (name, run id, submission time, priority). ``enqueue`` writes one down on its
-queue host; tasks.runs.runner_of makes a Runner from an entry on whichever controller acts on
-it.
+submitter has gone, is kept as an *entry* on a fleet host (tasks.hostside.booking's queue folder,
+0600, root's). The entry holds what the submitting controller had and another may lack: the task's
+normalized config with the command line's overrides, the secrets and environment variables it refers
+to, the contents of its ``files``, its repo archive (kept beside the entry on that host) and its
+identity (name, run id, submission time, priority). ``enqueue`` writes one down on its queue host;
+tasks.runs.runner_of makes a Runner from an entry on whichever controller acts on it.
 """
 
 from __future__ import annotations

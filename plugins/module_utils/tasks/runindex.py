@@ -8,8 +8,8 @@ alive (dstack refuses it), and where such a run left containers (the new run cle
 first is guarded anyway: every host a placement picks is claimed under that host's lock
 (tasks.hostside.booking), and a host that is taken refuses the claim. The other two need a record of
 where each run name is, because those hosts may be any of the fleet's. That record is the run
-index (tasks.hostside.indexside), kept on the fleet's record host (``record_host``), the host that also
-keeps the fleet's queue while it answers.
+index (tasks.hostside.indexside), kept on the fleet's record host (``record_host``), the host that
+also keeps the fleet's queue while it answers.
 
 So a submission asks (``partial``):
 

@@ -114,13 +114,13 @@ def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pa
                        index=None, indexes=None):
     """Every host's task containers, live claims and queue entries (tasks.hostside.booking), in one
     request per host: ``(containers, claims, queues, errors)``, each ``{host: ...}``. The hosts
-    named in ``probe`` also read their GPUs' health in that request (tasks.hostside.healthside); what
-    they said goes into the dict ``health`` (``{host: probe}``, for tasks.health). With
-    ``logs`` (a request of tasks.hostside.logside's ``logs``), every host also answers the first pages
-    of that run's jobs it keeps, into the dict ``pages`` (``{host: {job: page}}``, for
+    named in ``probe`` also read their GPUs' health in that request (tasks.hostside.healthside);
+    what they said goes into the dict ``health`` (``{host: probe}``, for tasks.health). With
+    ``logs`` (a request of tasks.hostside.logside's ``logs``), every host also answers the first
+    pages of that run's jobs it keeps, into the dict ``pages`` (``{host: {job: page}}``, for
     tasks.joblogs). ``index`` (``{host: {"fleet", "run"}}``) asks those hosts for the run index
-    (tasks.hostside.indexside); their answers go into the dict ``indexes``. ``timeout``: how long a host
-    may take (the request's default when None; ps and the queue's passes look through
+    (tasks.hostside.indexside); their answers go into the dict ``indexes``. ``timeout``: how long a
+    host may take (the request's default when None; ps and the queue's passes look through
     tasks.silence.look, which gives tasks.supervisor.STATUS_TIMEOUT)."""
     probe = set(probe or ())
     limit = {} if timeout is None else {"timeout": timeout}
