@@ -127,7 +127,7 @@ def _read(config: Config, types: Iterable[str]):
             normalized, _warnings = model.parse_data(dict(config), where)
         except model.SpecError as exc:
             raise GpufleetError(_problems(exc.as_dicts(), where)) from None
-        given = dict(config)
+        given: dict | str = dict(config)
     elif isinstance(config, (str, os.PathLike)):
         path = os.path.abspath(os.path.expanduser(os.fspath(config)))
         result = model.validate_file(path)

@@ -33,7 +33,7 @@ from __future__ import annotations
 class Backend:
     """One backend's client. Subclasses set ``name`` and implement every method here."""
 
-    name = None
+    name: str | None = None
 
     def fleet_instances(self, fleet, regions=None):
         """The raw instances of ``fleet`` that are not gone, found by their labels or tags."""

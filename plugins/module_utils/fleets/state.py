@@ -30,7 +30,7 @@ from ..core.files import locked, write_atomically
 try:
     import yaml
 except ImportError:  # pragma: no cover - ansible-core needs PyYAML
-    yaml = None
+    yaml = None  # type: ignore[assignment]
 
 BACKEND_SETTINGS = "backends.yml"
 

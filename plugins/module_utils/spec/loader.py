@@ -24,7 +24,7 @@ try:
     HAS_YAML = True
     _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
-    yaml = None
+    yaml = None  # type: ignore[assignment]
     HAS_YAML = False
     _BaseLoader = object
 
@@ -51,7 +51,7 @@ NOT_SUPPORTED = {
 }
 
 
-class _Loader(_BaseLoader):
+class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
     """A safe loader that also remembers keys given twice in one mapping (the last one wins,
     as in dstack), so they can be reported as warnings."""
 

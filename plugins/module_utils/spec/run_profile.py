@@ -81,7 +81,7 @@ _CRON_FIELD = re.compile(
     r"^(\*|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?(,(\*|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?)*$"
 )
 _CRON_BOUNDS = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
-_CRON_NAMES = (
+_CRON_NAMES: tuple[dict[str, int], ...] = (
     {},
     {},
     {},
