@@ -119,6 +119,14 @@ def test_the_counter_sees_hints_comments_and_methods(tmp_path):
     ]
 
 
+def test_every_public_function_of_the_typed_packages_carries_hints():
+    for where in FULLY_TYPED:
+        assert where.exists(), f"{where.relative_to(ROOT)} is named in FULLY_TYPED but missing"
+    paths = [path for where in FULLY_TYPED for path in python_files(where)]
+    total, missing = survey(paths)
+    assert total and not missing, "public functions without full hints:\n" + "\n".join(missing)
+
+
 def test_mypy_is_clean():
     """mypy checks plugins/module_utils and gpufleet/ as pyproject.toml's [tool.mypy] says; the
     collection is found as ansible_collections.gpufleet.cluster under its collections path."""
