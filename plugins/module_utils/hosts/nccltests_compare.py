@@ -13,6 +13,7 @@ Pure Python, no Ansible imports.
 """
 
 from __future__ import annotations
+
 from typing import Any
 
 from .nccltests import GIB, NcclTestsError, empty_result, failure_lines, parse

@@ -13,6 +13,7 @@ The normalized shape is documented in docs/config-json.md.
 """
 
 from __future__ import annotations
+
 from typing import Any
 
 from ._errors import Problem, SpecError, format_path

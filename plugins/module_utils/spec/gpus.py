@@ -8,6 +8,7 @@ configuration names GPUs but no vendor, and later to normalise names reported by
 """
 
 from __future__ import annotations
+
 from typing import Iterable
 
 VENDORS = ("nvidia", "amd", "google", "intel", "tenstorrent")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from typing import Any, Iterable
+
 from ..facts.probe import System
 
 DPKG_FORMAT = "${Package}\\t${Version}\\t${Status}\\n"

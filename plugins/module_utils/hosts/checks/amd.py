@@ -33,8 +33,8 @@ import fnmatch
 import os
 import re
 from typing import Any
-from ..facts.probe import System
 
+from ..facts.probe import System
 from ..facts import ToolOutputError, parse_amd_smi
 from ..facts.parsers import AMD_SMI_ARGS, AMD_SMI_DRIVER_ARG
 from . import CheckError, Detection, result

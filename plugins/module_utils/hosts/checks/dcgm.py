@@ -27,8 +27,8 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
-from ..facts.probe import System
 
+from ..facts.probe import System
 from . import CheckError, Detection, result
 from ._packages import installed, unit_state, version_matches
 from ._system import PCI_ROOT, VENDOR_NVIDIA, devices_of, pci_devices

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 from typing import Any
-from ..facts.probe import System
 
+from ..facts.probe import System
 from . import CheckError, Detection, result
 from ._packages import installed, unit_state, version_matches
 

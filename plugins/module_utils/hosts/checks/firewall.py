@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from ..facts.probe import System
 
+from ..facts.probe import System
 from . import CheckError, Detection, result
 from ._packages import unit_state
 from ..firewall_rules import (

@@ -23,8 +23,8 @@ import fnmatch
 import os
 import re
 from typing import Any
-from ..facts.probe import System
 
+from ..facts.probe import System
 from . import CheckError, Detection, _packages, result
 from .infiniband_tools import (
     parse_ibstat,

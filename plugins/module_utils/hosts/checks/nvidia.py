@@ -44,8 +44,8 @@ from __future__ import annotations
 import json
 import re
 from typing import Any
-from ..facts.probe import System
 
+from ..facts.probe import System
 from ..facts import NVIDIA_SMI_ARGS, ToolOutputError, parse_nvidia_smi
 from . import CheckError, Detection, result
 from ._system import PCI_ROOT, VENDOR_NVIDIA, devices_of, pci_devices

@@ -8,6 +8,7 @@ PRIVATE to gpufleet.cluster: the public surface is the ``hostfacts`` package.
 """
 
 from __future__ import annotations
+
 from typing import Any
 
 from ._errors import HostFactsError

@@ -7,6 +7,7 @@ PRIVATE to gpufleet.cluster: the public surface is the ``hostfacts`` package.
 """
 
 from __future__ import annotations
+
 from typing import Callable
 
 NONE = "none"
