@@ -292,8 +292,9 @@ def remove(config: dict[str, Any], name: str, nums: Iterable[int], settings: dic
     return len(chosen)
 
 
-def delete(config: dict[str, Any], name: str, settings: dict[str, Any] | None, check_mode: bool = False,
-           client: Any = None, catalog_dir: str | None = None) -> tuple[dict[str, Any], bool]:
+def delete(config: dict[str, Any], name: str, settings: dict[str, Any] | None,
+           check_mode: bool = False, client: Any = None,
+           catalog_dir: str | None = None) -> tuple[dict[str, Any], bool]:
     """Remove the fleet's instances and what it created. Returns (removed, changed)."""
     backend = _backend(config, name)
     client = _client(settings, backend, client)

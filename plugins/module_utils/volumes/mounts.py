@@ -9,6 +9,7 @@ mounts them. Pure Python: the rank plan, placement and attaching all ask ``mount
 from __future__ import annotations
 
 import posixpath
+from typing import Any
 
 from ..core.errors import GpufleetError
 from ..spec import interpolation
@@ -23,7 +24,7 @@ class VolumeError(GpufleetError):
     """A volume that cannot be made, found, attached or mounted as asked; the message says why."""
 
 
-def mounts(config, job, run):
+def mounts(config: dict[str, Any], job: dict[str, Any], run: str) -> list[dict[str, Any]]:
     """The task's ``volumes`` for one job (dstack.md §6.2), names filled per node."""
     out = []
     for index, volume in enumerate(config.get("volumes") or []):
