@@ -119,6 +119,15 @@ def test_the_counter_sees_hints_comments_and_methods(tmp_path):
     ]
 
 
+def test_most_public_functions_carry_hints():
+    total, missing = survey(python_files(MODULE_UTILS))
+    share = (total - len(missing)) / total
+    assert share >= MIN_SHARE, (
+        f"{share:.0%} of {total} public functions in plugins/module_utils carry full hints, "
+        f"below {MIN_SHARE:.0%}; without them:\n" + "\n".join(missing)
+    )
+
+
 def test_every_public_function_of_the_typed_packages_carries_hints():
     for where in FULLY_TYPED:
         assert where.exists(), f"{where.relative_to(ROOT)} is named in FULLY_TYPED but missing"
