@@ -129,8 +129,8 @@ def host_groups(host):
 def fleet_groups(hosts):
     """``{fleet: [target group, ...]}`` for the given hosts, each fleet's groups ordered by
     instance and exporter. Two hosts with the same instance name in one fleet are refused."""
-    by_fleet: dict[str, Any] = {}
-    seen: dict[tuple[str, str] | None, Any] = {}
+    by_fleet = {}
+    seen = {}
     for host in hosts:
         groups = host_groups(host)
         key = (host["fleet"], groups[0]["labels"]["instance"]) if groups else None

@@ -149,7 +149,7 @@ def select(config, catalogs, reservation=None, regions=None):
         reservation = None
     spots = _spot_choices(config.get("spot_policy"), reserved)
     offers = []
-    rejected: dict[str, Any] = {}
+    rejected = {}
 
     def reject(reason):
         rejected[reason] = rejected.get(reason, 0) + 1
