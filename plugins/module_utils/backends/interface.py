@@ -89,27 +89,27 @@ class VolumeBackend:
         description as ``volume`` gives it (volumes/listing.py)."""
         raise NotImplementedError
 
-    def first_zone(self, region: str) -> str:
+    def first_zone(self, region: str) -> str | None:
         """A zone of ``region`` to create a volume in when the config names none."""
         raise NotImplementedError
 
-    def create_volume(self, name: str, region: str, zone: str, size_gb: int,
+    def create_volume(self, name: str, region: str, zone: str | None, size_gb: int,
                       config_tags: dict[str, str] | None = None) -> dict[str, Any]:
         raise NotImplementedError
 
-    def register_volume(self, name: str, region: str, volume_id: str) -> dict[str, Any]:
+    def register_volume(self, name: str, region: str, volume_id: str) -> dict[str, Any] | None:
         """Mark an existing volume as the gpufleet volume ``name`` (external: kept on delete)."""
         raise NotImplementedError
 
     def delete_volume(self, name: str, region: str, volume: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def host_instance(self, record: dict[str, Any]) -> dict[str, Any]:
+    def host_instance(self, record: dict[str, Any]) -> Any:
         """The raw instance behind an instance record, for attaching volumes to it."""
         raise NotImplementedError
 
     def attach_volume(self, name: str, region: str, volume: dict[str, Any],
-                      instance: dict[str, Any]) -> dict[str, Any]:
+                      instance: Any) -> Any:
         raise NotImplementedError
 
     def detach_volume(self, name: str, region: str, volume: dict[str, Any]) -> None:
