@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._collection import CollectionNotFound, ensure_importable, spec, text
+from ._collection import CollectionNotFound, ensure_importable, errors, spec, text
 from . import runner
 from .runner import PlaybookResult, RunnerError
 
@@ -60,8 +60,20 @@ __all__ = [
 ]
 
 
-class GpufleetError(Exception):
+if TYPE_CHECKING:   # mypy finds the collection on MYPYPATH
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import (
+        GpufleetError as _CoreError,
+    )
+else:   # at run time it is found through the collections path
+    _CoreError = errors().GpufleetError
+
+
+class GpufleetError(_CoreError):
     """What went wrong, and where.
+
+    A subclass of the collection's root error (``core.errors.GpufleetError``, which every
+    error of the modules, plugins and ``gpufleet.direct`` derives from): every failure of a
+    function here is raised as this class, so ``except GpufleetError`` catches them all.
 
     ``message``: for a person. ``host``: the host (or instance) it concerns, when one does.
     ``failures``: every ``{"host", "task", "msg"}`` that ended a host's play. ``record``: the

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from ._collection import spec
+from ._collection import errors, spec
 from .api import GpufleetError
 
 
@@ -53,13 +53,9 @@ def _path(path):
 
 
 def _call(function, *args, **kwargs):
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import (
-        GpufleetError as ModuleError,
-    )
-
     try:
         return function(*args, **kwargs)
-    except ModuleError as exc:
+    except errors().GpufleetError as exc:
         raise CommandError(str(exc)) from None
 
 
