@@ -26,11 +26,13 @@ from __future__ import annotations
 import os
 import socket
 import time
+from typing import Iterable
 
 from ..core.text import shorten
 from ..core.times import parse_time
 from . import interruption, lifecycle, listing, placement, runbook, silence
 from .errors import PlanError, RunError
+from .records import QueueSummary
 from .ssh import NodeError
 from .supervisor import parallel
 
@@ -46,12 +48,12 @@ def controller_id():
     return "%s:%d" % (socket.gethostname(), os.getpid())
 
 
-def entries_of(queues):
+def entries_of(queues: dict[str, list[QueueSummary]]) -> list[tuple[str, QueueSummary]]:
     """``[(host, summary)]`` of every queue entry the survey found."""
     return [(host, entry) for host, found in sorted(queues.items()) for entry in found]
 
 
-def priority_order(entries):
+def priority_order(entries: Iterable[tuple[str, QueueSummary]]) -> list[tuple[str, QueueSummary]]:
     """Pending entries in the order they are tried: higher priority first, then first
     submitted."""
     return sorted((item for item in entries if item[1].get("state") == PENDING),
@@ -60,7 +62,7 @@ def priority_order(entries):
                                     item[1].get("run") or ""))
 
 
-def positions(entries):
+def positions(entries: Iterable[tuple[str, QueueSummary]]) -> dict[str, int]:
     """``{run: place in the queue}`` of the pending runs (1 is tried first)."""
     return dict((entry["run"], index + 1)
                 for index, (_host, entry) in enumerate(priority_order(entries)))
