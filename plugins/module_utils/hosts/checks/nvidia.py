@@ -306,7 +306,8 @@ def parse_nvidia_smi_q(text: str) -> dict[str, Any]:
             stack = []
             continue
         match = _Q_LINE.match(line)
-        assert match is not None   # the pattern matches every line
+        if match is None:   # never: the pattern matches every line
+            continue
         indent, key, value = len(match.group(1)), match.group(2).strip(), match.group(3)
         if indent == 0:
             current = None  # a top-level field or section ends the GPU's section
