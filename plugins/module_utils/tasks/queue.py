@@ -26,13 +26,11 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Iterable
 
 from ..core.times import parse_time
 from . import interruption, lifecycle, listing, placement, silence, surveys
 from .queue_records import ACTIVE, FAILED, PENDING, entries_of, keeps_entry, priority_order
 from .errors import NeedsInstances, PlanError, RunError
-from .records import QueueSummary
 from .ssh import NodeError, parallel
 
 
