@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet import api, runner
+from gpufleet import api
 from gpufleet.runner import RunnerError
-from tests.doubles.playbooks import FakePlaybooks
 
 FLEET = {"type": "fleet", "name": "gpus", "nodes": 2, "placement": "cluster",
          "backends": ["local"]}
@@ -20,11 +19,7 @@ VOLUME = {"type": "volume", "name": "data", "backend": "aws", "region": "us-east
           "size": "100GB"}
 
 
-@pytest.fixture(autouse=True)
-def playbooks(monkeypatch):
-    fake = FakePlaybooks()
-    monkeypatch.setattr(runner, "run_playbook", fake)
-    return fake
+pytestmark = pytest.mark.usefixtures("playbooks")  # the fake playbook runner (conftest.py)
 
 
 def fleet_record(errors=()):

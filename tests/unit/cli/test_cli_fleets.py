@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from gpufleet import api, cli, runner
-from tests.doubles.playbooks import FakePlaybooks, Stdin, run_cli
+from gpufleet import api, cli
+from tests.doubles.playbooks import Stdin, run_cli
 
 NO_TERMINAL = "gpufleet: no terminal to ask on; pass -y to go ahead without asking\n"
 
@@ -25,11 +25,7 @@ def stdin(monkeypatch):
     return fake
 
 
-@pytest.fixture(autouse=True)
-def playbooks(monkeypatch):
-    fake = FakePlaybooks()
-    monkeypatch.setattr(runner, "run_playbook", fake)
-    return fake
+pytestmark = pytest.mark.usefixtures("playbooks")  # the fake playbook runner (conftest.py)
 
 
 run = run_cli

@@ -10,9 +10,8 @@ import sys
 
 import pytest
 
-from gpufleet import runner
 from gpufleet.cli import metrics as metrics_cli
-from tests.doubles.playbooks import FakePlaybooks, Stdin, run_cli
+from tests.doubles.playbooks import Stdin, run_cli
 
 GIB = 1024 ** 3
 
@@ -22,11 +21,7 @@ def stdin(monkeypatch):
     monkeypatch.setattr(sys, "stdin", Stdin(False))
 
 
-@pytest.fixture(autouse=True)
-def playbooks(monkeypatch):
-    fake = FakePlaybooks()
-    monkeypatch.setattr(runner, "run_playbook", fake)
-    return fake
+pytestmark = pytest.mark.usefixtures("playbooks")  # the fake playbook runner (conftest.py)
 
 
 def record(cpu=40.0):

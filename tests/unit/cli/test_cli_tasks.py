@@ -27,7 +27,7 @@ from gpufleet import cli, runner
 from gpufleet.cli import apply as apply_cli
 from gpufleet.direct import CommandError
 from gpufleet.runner import RunnerError
-from tests.doubles.playbooks import FakeDirect, FakePlaybooks, Stdin, run_cli
+from tests.doubles.playbooks import FakeDirect, Stdin, run_cli
 
 TASK = """\
 type: task
@@ -59,11 +59,7 @@ def stdin(monkeypatch):
     return fake
 
 
-@pytest.fixture(autouse=True)
-def playbooks(monkeypatch):
-    fake = FakePlaybooks()
-    monkeypatch.setattr(runner, "run_playbook", fake)
-    return fake
+pytestmark = pytest.mark.usefixtures("playbooks")  # the fake playbook runner (conftest.py)
 
 
 @pytest.fixture(autouse=True)

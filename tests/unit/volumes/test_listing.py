@@ -20,8 +20,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse
 from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import listing
 from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import provision
 
-from gpufleet import api, runner
-from tests.doubles.playbooks import FakePlaybooks, run_cli
+from gpufleet import api
+from tests.doubles.playbooks import run_cli
 
 NOW = "2026-11-22T12:00:00Z"
 
@@ -160,13 +160,6 @@ def test_persistent_disks_are_listed_newest_first_with_the_fleets_they_are_attac
 
 
 # --- the command -----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def playbooks(monkeypatch):
-    fake = FakePlaybooks()
-    monkeypatch.setattr(runner, "run_playbook", fake)
-    return fake
 
 
 run = run_cli
