@@ -15,6 +15,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.offers.select imp
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 
+from ..configs import task
+
 
 def entry(name, cpus, memory_gib, gpu=None, offers=None, arch="x86"):
     return {"name": name, "cpus": cpus, "memory_mib": memory_gib * 1024, "arch": arch,
@@ -59,12 +61,6 @@ CATALOGS = {"aws": AWS, "gcp": GCP}
 
 def fleet(**fields):
     data = {"type": "fleet", "name": "train", "nodes": 2}
-    data.update(fields)
-    return parse_data(data)[0]
-
-
-def task(**fields):
-    data = {"type": "task", "commands": ["true"]}
     data.update(fields)
     return parse_data(data)[0]
 

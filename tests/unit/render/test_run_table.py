@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table as runtable
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleet_table import FleetTableError
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
+
+from ..configs import task
 
 NOW = "2026-01-01T10:05:00Z"
 
@@ -201,13 +202,6 @@ def placed(num, host, gpus=0, blocks=1, total_blocks=1, price=None, backend="ssh
 ])
 def test_job_resources(job, text):
     assert runtable.job_resources(job) == text
-
-
-def task(**fields):
-    data = {"type": "task", "name": "train", "commands": ["python train.py"]}
-    data.update(fields)
-    config, _warnings = parse_data(data)
-    return config
 
 
 def test_run_plan_lines_of_a_two_node_run():

@@ -11,11 +11,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.overrides im
     apply_overrides,
 )
 
-
-def task(**fields):
-    data = {"type": "task", "commands": ["python train.py"]}
-    data.update(fields)
-    return parse_data(data)[0]
+from ..configs import task
 
 
 def refused(config, **overrides):

@@ -17,19 +17,13 @@ import json
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table as runtable
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleet_table import fleet_gpu
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import container, listing, rankplan
+
+from ..configs import task
 
 RUN = {"name": "train", "id": "3f2a9c", "submission": 0, "submitted_at": "2026-08-01T10:00:00Z"}
 KEY = {"private": "PRIVATE", "public": "PUBLIC"}
 NOW = datetime.datetime(2026, 8, 1, 10, 5, tzinfo=datetime.timezone.utc)
-
-
-def task(**fields):
-    data = {"type": "task", "name": "train", "commands": ["python train.py"]}
-    data.update(fields)
-    config, _warnings = parse_data(data)
-    return config
 
 
 def placed_job(num, gpus=0, name="H100", vendor="nvidia", memory_mib=81920, cpus=16):

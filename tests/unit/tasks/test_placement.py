@@ -14,7 +14,6 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.offers.match impo
     host_offer,
     matches,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import placement
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.placement import (
     NoHostFits,
@@ -22,6 +21,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.placement i
     job_requirements,
     place,
 )
+
+from ..configs import task
 
 # ---------------------------------------------------------------------------------------------
 # Hand-built gpufleet_host facts, fleets and tasks
@@ -94,13 +95,6 @@ def instance(fleet, num, **extra):
 def fleet(name, count, placement="cluster", **extra):
     return {"name": name, "placement": placement,
             "instances": [instance(name, num, **extra) for num in range(count)]}
-
-
-def task(**fields):
-    data = {"type": "task", "name": "train", "commands": ["python train.py"]}
-    data.update(fields)
-    config, _warnings = parse_data(data)
-    return config
 
 
 def spec(resources, **fields):

@@ -13,15 +13,10 @@ import zipfile
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local, uv_bundle
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import python_env
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.command import command_script
 
-
-def task(**fields):
-    data = {"type": "task", "commands": ["python train.py"]}
-    data.update(fields)
-    return parse_data(data)[0]
+from ..configs import task
 
 
 def test_only_dstacks_default_image_gets_the_venv():

@@ -18,15 +18,10 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import envi
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import nodeside, rankplan, wrapper
 from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import mounts as volume_mounts
 
+from ..configs import task
+
 RUN = {"name": "train", "id": "3f2a9c", "submission": 2, "submitted_at": "2026-08-01T10:00:00Z"}
 KEY = {"private": "-----BEGIN RSA PRIVATE KEY-----\nabc\n", "public": "ssh-rsa AAAA dstack_job\n"}
-
-
-def task(**fields):
-    data = {"type": "task", "commands": ["echo hi"]}
-    data.update(fields)
-    config, _warnings = parse_data(data)
-    return config
 
 
 def gpu_devices(vendor, count, host=0, ids=None):
@@ -592,7 +587,7 @@ def test_run_names():
         assert re.match(r"^[a-z][a-z0-9-]{1,40}$", name)
         assert re.match(r"^[a-z]+-[a-z]+-[1-9][0-9]*$", name)
     assert rankplan.run_name(task(name="my-run")) == "my-run"
-    assert re.match(r"^[a-z]+-[a-z]+-\d+$", rankplan.run_name(task(), rng))
+    assert re.match(r"^[a-z]+-[a-z]+-\d+$", rankplan.run_name(task(name=None), rng))
 
 
 def test_not_a_task_is_rejected():

@@ -17,7 +17,6 @@ import threading
 import time
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     entry,
     listing,
@@ -32,6 +31,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.errors import RunError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
+
+from ..configs import task
 
 RUN_LABEL = supervisor.RUN_LABEL
 JOB_LABEL = supervisor.JOB_LABEL
@@ -521,13 +522,6 @@ def fleet(name="gpus", count=2):
         })
         facts[host] = cpu_fact("10.1.0.%d" % (num + 2))
     return {"name": name, "placement": "cluster", "instances": instances, "facts": facts}
-
-
-def task(**fields):
-    data = {"type": "task", "name": "train", "commands": ["python train.py"]}
-    data.update(fields)
-    config, _warnings = parse_data(data)
-    return config
 
 
 @pytest.fixture

@@ -16,6 +16,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import at
 
 from tests.doubles.ec2 import Ec2Double
 
+from ..configs import task
+
 pytestmark = pytest.mark.cloud
 
 
@@ -52,9 +54,9 @@ def world(monkeypatch):
     double.stop()
 
 
-def task(volumes_field):
-    return parse_data({"type": "task", "nodes": 2, "commands": ["true"],
-                       "volumes": volumes_field})[0]
+def two_node_task(volumes_field):
+    """A task of 2 nodes with ``volumes`` (tests/unit/configs.py)."""
+    return task(nodes=2, commands=["true"], volumes=volumes_field)
 
 
 PLACED = {"jobs": [{"host": "t-0", "job_num": 0}, {"host": "t-1", "job_num": 1}]}
@@ -70,7 +72,7 @@ def make(world, name):
 def test_each_node_gets_its_own_volume_attached_and_mounted(world):
     make(world, "rank-0")
     make(world, "rank-1")
-    done = volumes.attach_and_mount(task(["rank-${{ dstack.node_rank }}:/data"]), PLACED, RUN,
+    done = volumes.attach_and_mount(two_node_task(["rank-${{ dstack.node_rank }}:/data"]), PLACED, RUN,
                                     world["nodes"], {"aws": world["aws"]})
     assert sorted(done) == ["t-0", "t-1"]
     attached = dict((c["params"]["VolumeId"], c["params"]["InstanceId"])
@@ -83,7 +85,7 @@ def test_each_node_gets_its_own_volume_attached_and_mounted(world):
     assert op == "mount_volume" and payload["name"] == "rank-1"
     assert payload["devices"][0].startswith("/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol")
     # A second submission finds them attached already: nothing new is attached.
-    volumes.attach_and_mount(task(["rank-${{ dstack.node_rank }}:/data"]), PLACED, RUN,
+    volumes.attach_and_mount(two_node_task(["rank-${{ dstack.node_rank }}:/data"]), PLACED, RUN,
                              world["nodes"], {"aws": world["aws"]})
     assert len(world["double"].calls("AttachVolume")) == 2
 
@@ -91,21 +93,21 @@ def test_each_node_gets_its_own_volume_attached_and_mounted(world):
 def test_a_missing_or_busy_volume_and_a_non_cloud_host_are_refused(world):
     with pytest.raises(volumes.VolumeError, match=r"network volume never-0 was not found in "
                                                   r"us-east-1 \(aws\): create it first"):
-        volumes.attach_and_mount(task(["never-${{ dstack.node_rank }}:/data"]), PLACED, RUN,
+        volumes.attach_and_mount(two_node_task(["never-${{ dstack.node_rank }}:/data"]), PLACED, RUN,
                                  world["nodes"], {"aws": world["aws"]})
     make(world, "shared")
     with pytest.raises(volumes.VolumeError, match=r"volume shared \(vol-\w+\) is attached to "
                                                   r"i-\w+: stop the runs that use it there"):
-        volumes.attach_and_mount(task(["shared:/data"]), PLACED, RUN, world["nodes"],
+        volumes.attach_and_mount(two_node_task(["shared:/data"]), PLACED, RUN, world["nodes"],
                                  {"aws": world["aws"]})
     world["nodes"]["t-0"].instance["backend"] = "ssh"
     with pytest.raises(volumes.VolumeError, match="job 0 runs on t-0, a ssh host; network "
                                                   "volumes attach to local nodes and aws and gcp "
                                                   "instances only"):
-        volumes.attach_and_mount(task(["other:/data"]), PLACED, RUN, world["nodes"],
+        volumes.attach_and_mount(two_node_task(["other:/data"]), PLACED, RUN, world["nodes"],
                                  {"aws": world["aws"]})
     # Instance volumes need nothing attached.
-    assert volumes.attach_and_mount(task(["/srv/data:/data"]), PLACED, RUN, world["nodes"],
+    assert volumes.attach_and_mount(two_node_task(["/srv/data:/data"]), PLACED, RUN, world["nodes"],
                                     {}) == {}
 
 
@@ -114,7 +116,7 @@ def test_a_run_is_steered_to_where_its_first_jobs_volumes_are(world):
         cloud_volumes.apply(parse_data({"type": "volume", "name": name, "backend": "aws",
                                         "region": "us-east-1", "availability_zone": zone,
                                         "size": "10GB"})[0], name, client=world["aws"])
-    config = task(["steer-${{ dstack.node_rank }}:/data"])
+    config = two_node_task(["steer-${{ dstack.node_rank }}:/data"])
     where = volumes.locate(config, RUN, {"aws": world["aws"]}, {"aws": ["us-west-2",
                                                                         "us-east-1"]})
     assert where == {"backend": "aws", "region": "us-east-1", "zone": "us-east-1b"}
@@ -123,6 +125,6 @@ def test_a_run_is_steered_to_where_its_first_jobs_volumes_are(world):
         (["aws"], ["us-east-1"], ["us-east-1b"])
     with pytest.raises(volumes.VolumeError, match="network volume nowhere-0 was not found in "
                                                   "any region of the aws backend settings"):
-        volumes.locate(task(["nowhere-${{ dstack.node_rank }}:/d"]), RUN,
+        volumes.locate(two_node_task(["nowhere-${{ dstack.node_rank }}:/d"]), RUN,
                        {"aws": world["aws"]}, {"aws": ["us-east-1"]})
-    assert volumes.locate(task(["/srv:/d"]), RUN, {"aws": world["aws"]}, {}) is None
+    assert volumes.locate(two_node_task(["/srv:/d"]), RUN, {"aws": world["aws"]}, {}) is None

@@ -19,10 +19,11 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.parsing.vault import VaultSecret
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.cluster.plugins.action import task as task_action
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry, environment
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.errors import PlanError
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import secret_store
+
+from ...configs import task
 
 VALUE = "hf_Zq8Xy2-very-secret"
 
@@ -238,18 +239,13 @@ def test_the_loader_without_or_with_a_wrong_password_gives_clear_errors(vault):
 # What a task needs, and the merge
 
 
-def task(env=None, registry_auth=None, commands=("echo hi",)):
-    data = {"type": "task", "commands": list(commands), "image": "ubuntu"}
-    if env is not None:
-        data["env"] = env
-    if registry_auth is not None:
-        data["registry_auth"] = registry_auth
-    config, _warnings = parse_data(data)
-    return config
+def image_task(**fields):
+    """A task on the ``ubuntu`` image that runs ``echo hi``, with ``fields``."""
+    return task(**dict({"image": "ubuntu", "commands": ["echo hi"]}, **fields))
 
 
 def test_needed_names_are_the_secrets_env_and_registry_auth_use_that_are_not_given():
-    config = task(env=["A=${{ secrets.HF_TOKEN }}", "B=x-${{ secrets.OTHER }}-y", "C=plain",
+    config = image_task(env=["A=${{ secrets.HF_TOKEN }}", "B=x-${{ secrets.OTHER }}-y", "C=plain",
                        "D", "E=$${{ secrets.ESCAPED }}"],
                   registry_auth={"username": "${{ secrets.REG_USER }}",
                                  "password": "${{ secrets.HF_TOKEN }}"})
@@ -261,10 +257,10 @@ def test_needed_names_are_the_secrets_env_and_registry_auth_use_that_are_not_giv
 
 
 def test_a_task_without_secrets_needs_none():
-    assert environment.needed_secret_names(task(env={"A": "1"}), {}) == []
-    assert environment.needed_secret_names(task(), {}) == []
+    assert environment.needed_secret_names(image_task(env={"A": "1"}), {}) == []
+    assert environment.needed_secret_names(image_task(), {}) == []
     # commands keep their ${{ secrets.X }} as written: nothing is filled there
-    assert environment.needed_secret_names(task(commands=["echo ${{ secrets.X }}"]), {}) == []
+    assert environment.needed_secret_names(image_task(commands=["echo ${{ secrets.X }}"]), {}) == []
 
 
 def test_merge_puts_the_store_under_the_option_and_takes_only_the_needed_names():
@@ -279,7 +275,7 @@ def test_merge_puts_the_store_under_the_option_and_takes_only_the_needed_names()
 
 
 def test_missing_secrets_say_how_to_set_them():
-    config = task(env={"A": "${{ secrets.NOPE }}"})
+    config = image_task(env={"A": "${{ secrets.NOPE }}"})
     with pytest.raises(PlanError) as caught:
         environment.resolve_env(config, {}, {})
     assert str(caught.value).endswith(
