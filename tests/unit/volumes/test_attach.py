@@ -33,7 +33,9 @@ class RecordingNode:
 
 
 @pytest.fixture
-def world(monkeypatch):
+def aws_nodes(monkeypatch):
+    """Two EC2 instances of fleet t as task nodes that record the host calls, with the Aws
+    client and the EC2 double."""
     # (moto keeps its state per process: names here are unique to this file)
     double = Ec2Double()
     for key, value in double.env().items():
@@ -63,61 +65,61 @@ PLACED = {"jobs": [{"host": "t-0", "job_num": 0}, {"host": "t-1", "job_num": 1}]
 RUN = {"name": "r", "id": "x", "submission": 0, "submitted_at": None}
 
 
-def make(world, name):
+def make(aws_nodes, name):
     cloud_volumes.apply(parse_data({"type": "volume", "name": name, "backend": "aws",
                                     "region": "us-east-1", "availability_zone": "us-east-1a",
-                                    "size": "10GB"})[0], name, client=world["aws"])
+                                    "size": "10GB"})[0], name, client=aws_nodes["aws"])
 
 
-def test_each_node_gets_its_own_volume_attached_and_mounted(world):
-    make(world, "rank-0")
-    make(world, "rank-1")
-    done = volumes.attach_and_mount(two_node_task(["rank-${{ dstack.node_rank }}:/data"]), PLACED, RUN,
-                                    world["nodes"], {"aws": world["aws"]})
+def test_each_node_gets_its_own_volume_attached_and_mounted(aws_nodes):
+    make(aws_nodes, "rank-0")
+    make(aws_nodes, "rank-1")
+    done = volumes.attach_and_mount(two_node_task(["rank-${{ dstack.node_rank }}:/data"]), PLACED,
+                                    RUN, aws_nodes["nodes"], {"aws": aws_nodes["aws"]})
     assert sorted(done) == ["t-0", "t-1"]
     attached = dict((c["params"]["VolumeId"], c["params"]["InstanceId"])
-                    for c in world["double"].calls("AttachVolume"))
-    by_name = dict((n, world["aws"].volume(n, "us-east-1")) for n in ("rank-0", "rank-1"))
-    assert attached == {by_name["rank-0"]["VolumeId"]: world["nodes"]["t-0"].instance[
-        "instance_id"], by_name["rank-1"]["VolumeId"]: world["nodes"]["t-1"].instance[
+                    for c in aws_nodes["double"].calls("AttachVolume"))
+    by_name = dict((n, aws_nodes["aws"].volume(n, "us-east-1")) for n in ("rank-0", "rank-1"))
+    assert attached == {by_name["rank-0"]["VolumeId"]: aws_nodes["nodes"]["t-0"].instance[
+        "instance_id"], by_name["rank-1"]["VolumeId"]: aws_nodes["nodes"]["t-1"].instance[
         "instance_id"]}
-    op, payload = world["nodes"]["t-1"].calls[0]
+    op, payload = aws_nodes["nodes"]["t-1"].calls[0]
     assert op == "mount_volume" and payload["name"] == "rank-1"
     assert payload["devices"][0].startswith("/dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_vol")
     # A second submission finds them attached already: nothing new is attached.
     volumes.attach_and_mount(two_node_task(["rank-${{ dstack.node_rank }}:/data"]), PLACED, RUN,
-                             world["nodes"], {"aws": world["aws"]})
-    assert len(world["double"].calls("AttachVolume")) == 2
+                             aws_nodes["nodes"], {"aws": aws_nodes["aws"]})
+    assert len(aws_nodes["double"].calls("AttachVolume")) == 2
 
 
-def test_a_missing_or_busy_volume_and_a_non_cloud_host_are_refused(world):
+def test_a_missing_or_busy_volume_and_a_non_cloud_host_are_refused(aws_nodes):
     with pytest.raises(volumes.VolumeError, match=r"network volume never-0 was not found in "
                                                   r"us-east-1 \(aws\): create it first"):
-        volumes.attach_and_mount(two_node_task(["never-${{ dstack.node_rank }}:/data"]), PLACED, RUN,
-                                 world["nodes"], {"aws": world["aws"]})
-    make(world, "shared")
+        volumes.attach_and_mount(two_node_task(["never-${{ dstack.node_rank }}:/data"]), PLACED,
+                                 RUN, aws_nodes["nodes"], {"aws": aws_nodes["aws"]})
+    make(aws_nodes, "shared")
     with pytest.raises(volumes.VolumeError, match=r"volume shared \(vol-\w+\) is attached to "
                                                   r"i-\w+: stop the runs that use it there"):
-        volumes.attach_and_mount(two_node_task(["shared:/data"]), PLACED, RUN, world["nodes"],
-                                 {"aws": world["aws"]})
-    world["nodes"]["t-0"].instance["backend"] = "ssh"
+        volumes.attach_and_mount(two_node_task(["shared:/data"]), PLACED, RUN, aws_nodes["nodes"],
+                                 {"aws": aws_nodes["aws"]})
+    aws_nodes["nodes"]["t-0"].instance["backend"] = "ssh"
     with pytest.raises(volumes.VolumeError, match="job 0 runs on t-0, a ssh host; network "
                                                   "volumes attach to local nodes and aws and gcp "
                                                   "instances only"):
-        volumes.attach_and_mount(two_node_task(["other:/data"]), PLACED, RUN, world["nodes"],
-                                 {"aws": world["aws"]})
+        volumes.attach_and_mount(two_node_task(["other:/data"]), PLACED, RUN, aws_nodes["nodes"],
+                                 {"aws": aws_nodes["aws"]})
     # Instance volumes need nothing attached.
-    assert volumes.attach_and_mount(two_node_task(["/srv/data:/data"]), PLACED, RUN, world["nodes"],
-                                    {}) == {}
+    assert volumes.attach_and_mount(two_node_task(["/srv/data:/data"]), PLACED, RUN,
+                                    aws_nodes["nodes"], {}) == {}
 
 
-def test_a_run_is_steered_to_where_its_first_jobs_volumes_are(world):
+def test_a_run_is_steered_to_where_its_first_jobs_volumes_are(aws_nodes):
     for name, zone in (("steer-0", "us-east-1b"), ("steer-1", "us-east-1c")):
         cloud_volumes.apply(parse_data({"type": "volume", "name": name, "backend": "aws",
                                         "region": "us-east-1", "availability_zone": zone,
-                                        "size": "10GB"})[0], name, client=world["aws"])
+                                        "size": "10GB"})[0], name, client=aws_nodes["aws"])
     config = two_node_task(["steer-${{ dstack.node_rank }}:/data"])
-    where = volumes.locate(config, RUN, {"aws": world["aws"]}, {"aws": ["us-west-2",
+    where = volumes.locate(config, RUN, {"aws": aws_nodes["aws"]}, {"aws": ["us-west-2",
                                                                         "us-east-1"]})
     assert where == {"backend": "aws", "region": "us-east-1", "zone": "us-east-1b"}
     steered = volumes.steer(config, where)
@@ -126,5 +128,5 @@ def test_a_run_is_steered_to_where_its_first_jobs_volumes_are(world):
     with pytest.raises(volumes.VolumeError, match="network volume nowhere-0 was not found in "
                                                   "any region of the aws backend settings"):
         volumes.locate(two_node_task(["nowhere-${{ dstack.node_rank }}:/d"]), RUN,
-                       {"aws": world["aws"]}, {"aws": ["us-east-1"]})
-    assert volumes.locate(two_node_task(["/srv:/d"]), RUN, {"aws": world["aws"]}, {}) is None
+                       {"aws": aws_nodes["aws"]}, {"aws": ["us-east-1"]})
+    assert volumes.locate(two_node_task(["/srv:/d"]), RUN, {"aws": aws_nodes["aws"]}, {}) is None
