@@ -8,24 +8,17 @@ prints it. ``gpufleet.runner.run_playbook`` is tests/doubles/playbooks.py's fake
 from __future__ import annotations
 
 import io
-import sys
 
 import pytest
 
 from gpufleet import api, cli
-from tests.doubles.playbooks import Stdin, run_cli
+from tests.doubles.playbooks import run_cli
 
 NO_TERMINAL = "gpufleet: no terminal to ask on; pass -y to go ahead without asking\n"
 
 
-@pytest.fixture(autouse=True)
-def stdin(monkeypatch):
-    fake = Stdin(False)
-    monkeypatch.setattr(sys, "stdin", fake)
-    return fake
-
-
-pytestmark = pytest.mark.usefixtures("playbooks")  # the fake playbook runner (conftest.py)
+# The fake playbook runner and no terminal on stdin (conftest.py)
+pytestmark = pytest.mark.usefixtures("playbooks", "stdin")
 
 
 run = run_cli

@@ -6,22 +6,17 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
 from gpufleet.cli import metrics as metrics_cli
-from tests.doubles.playbooks import Stdin, run_cli
+from tests.doubles.playbooks import run_cli
 
 GIB = 1024 ** 3
 
 
-@pytest.fixture(autouse=True)
-def stdin(monkeypatch):
-    monkeypatch.setattr(sys, "stdin", Stdin(False))
-
-
-pytestmark = pytest.mark.usefixtures("playbooks")  # the fake playbook runner (conftest.py)
+# The fake playbook runner and no terminal on stdin (conftest.py)
+pytestmark = pytest.mark.usefixtures("playbooks", "stdin")
 
 
 def record(cpu=40.0):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table as runtable
@@ -27,7 +26,7 @@ from gpufleet import cli, runner
 from gpufleet.cli import apply as apply_cli
 from gpufleet.direct import CommandError
 from gpufleet.runner import RunnerError
-from tests.doubles.playbooks import FakeDirect, Stdin, run_cli
+from tests.doubles.playbooks import FakeDirect, run_cli
 
 TASK = """\
 type: task
@@ -51,15 +50,8 @@ NO_CAPACITY = ("run train failed (failed_to_start_due_to_no_capacity): no fleet 
 # The fake playbook runner, stdin, and running main()
 
 
-@pytest.fixture(autouse=True)
-def stdin(monkeypatch):
-    """No terminal unless a test says otherwise (``stdin.tty``, ``stdin.answer``)."""
-    fake = Stdin(False)
-    monkeypatch.setattr(sys, "stdin", fake)
-    return fake
-
-
-pytestmark = pytest.mark.usefixtures("playbooks")  # the fake playbook runner (conftest.py)
+# The fake playbook runner and no terminal on stdin (conftest.py)
+pytestmark = pytest.mark.usefixtures("playbooks", "stdin")
 
 
 @pytest.fixture(autouse=True)
