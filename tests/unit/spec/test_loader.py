@@ -1,7 +1,7 @@
 """Pathological inputs to the config loader: every one must end in a SpecError that names the
 source and says what is wrong, quickly, and never in any other exception.
 
-The inputs are also used by test_cli.py (``PATHOLOGICAL``), which writes them to files and runs
+The inputs are also used by cli/test_cli.py (``PATHOLOGICAL``), which writes them to files and runs
 ``gpufleet validate`` over them.
 """
 

@@ -4,7 +4,7 @@
 """Claims on a host (tasks.booking): granted once, refused to a second run while they hold,
 freed when their container ends or their lease lapses; and atomic across processes.
 
-Docker is the fake of test_task_nodeside (a script on PATH answering from a rule table);
+Docker is the fake of test_nodeside (a script on PATH answering from a rule table);
 BOOK_ROOT and RUN_ROOT point into a temporary folder.
 """
 

@@ -5,7 +5,7 @@
 
 A small HTTP server on a Unix socket in a temporary folder stands for the engine: it answers
 the few requests the helper makes and records them. No ``docker`` command is on PATH unless a
-test puts the fake CLI there (test_task_nodeside's), so an answer can only have come from the
+test puts the fake CLI there (test_nodeside's), so an answer can only have come from the
 socket.
 """
 

@@ -1,7 +1,7 @@
 """A run's output as its hosts keep it: the host side (tasks.logside), the controller's paged
 reader (tasks.joblogs) and the jobs whose containers are gone or never made (tasks.nodeside).
 
-Job folders are laid out as the wrapper leaves them (test_task_wrapper checks the wrapper
+Job folders are laid out as the wrapper leaves them (test_wrapper checks the wrapper
 writes this layout); a fake node answers ``call`` by running the host's operations here.
 """
 

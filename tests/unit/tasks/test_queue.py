@@ -4,7 +4,7 @@
 """The queue without a server (tasks.queue): pending runs kept on a fleet host, started in
 priority order by whatever pass comes next, and detached runs resubmitted under retry.
 
-The fake hosts of test_task_runs keep claims and queue entries as tasks.booking does.
+The fake hosts of test_runs keep claims and queue entries as tasks.booking does.
 """
 
 from __future__ import annotations

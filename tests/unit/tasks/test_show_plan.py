@@ -6,7 +6,7 @@ the runner's one ``plan`` event once submission 0 is placed, the action printer'
 it, the option in the module's spec and docs; and the run's SSH key, made early and at
 dstack's size.
 
-The Runner runs over the fake hosts of test_task_runs (its ``fake_hosts`` fixture).
+The Runner runs over the fake hosts of test_runs (its ``fake_hosts`` fixture).
 """
 
 from __future__ import annotations
@@ -478,6 +478,6 @@ def test_without_an_early_key_the_submission_makes_its_own(fake_hosts, counted_k
 
 
 def test_new_local_nodes_have_the_fixed_fact_here():
-    """The autouse ``machine`` fixture of test_task_growth applies here too (new local nodes
+    """The autouse ``machine`` fixture of test_growth applies here too (new local nodes
     have a fixed 8-CPU fact), so the growth plans above do not depend on this machine."""
     assert growth.local_machine_fact()["cpus"] == 8
