@@ -185,7 +185,7 @@ def test_a_specific_reservation_pins_the_machine_and_zone_without_a_placement_po
     gce = gcp_cloud["double"]
     gce.reservations[("us-central1-a", "my-res")] = "g2-standard-4"
     instances, _plan, _changed = apply(gcp_cloud, fleet("reserved", nodes=1, reservation="my-res",
-                                                    resources={"gpu": "L4"}))
+                                                        resources={"gpu": "L4"}))
     assert [(i["instance_type"], i["zone"]) for i in instances] == \
         [("g2-standard-4", "us-central1-a")]
     properties = gce.calls("POST", r"/bulkInsert$")[0]["body"]["instanceProperties"]
@@ -216,7 +216,7 @@ def test_a_preempted_spot_vm_is_an_interruption(gcp_cloud):
     assert inst["error"] is None
     gcp_cloud["double"].preempt(inst["zone"], "preempt-0")
     (after,) = gcp_cloud["client"].records(gcp_cloud["client"].fleet_instances("preempt", [REGION]),
-                                       "preempt", None)
+                                           "preempt", None)
     assert after["status"] == "stopped"
     assert after["error"].startswith("preempted by Compute Engine (spot VM stopped at ")
     reason, message = interruption.judge(after["name"], after, 0)
@@ -238,6 +238,6 @@ def test_instances_made_for_a_run_carry_its_name_and_idle_limit_in_metadata(gcp_
     assert [(i["name"], i["made_for_run"], i["idle_duration"]) for i in instances] == \
         [("grows-0", None, None), ("grows-1", "sweep-3", "off")]
     again = gcp_cloud["client"].records(gcp_cloud["client"].fleet_instances("grows", [REGION]),
-                                    "grows", None)
+                                        "grows", None)
     assert [(i["made_for_run"], i["idle_duration"]) for i in again] == \
         [(None, None), ("sweep-3", "off")]

@@ -120,7 +120,7 @@ def test_a_run_is_steered_to_where_its_first_jobs_volumes_are(aws_nodes):
                                         "size": "10GB"})[0], name, client=aws_nodes["aws"])
     config = two_node_task(["steer-${{ dstack.node_rank }}:/data"])
     where = volumes.locate(config, RUN, {"aws": aws_nodes["aws"]}, {"aws": ["us-west-2",
-                                                                        "us-east-1"]})
+                                                                            "us-east-1"]})
     assert where == {"backend": "aws", "region": "us-east-1", "zone": "us-east-1b"}
     steered = volumes.steer(config, where)
     assert (steered["backends"], steered["regions"], steered["availability_zones"]) == \

@@ -246,9 +246,9 @@ def image_task(**fields):
 
 def test_needed_names_are_the_secrets_env_and_registry_auth_use_that_are_not_given():
     config = image_task(env=["A=${{ secrets.HF_TOKEN }}", "B=x-${{ secrets.OTHER }}-y", "C=plain",
-                       "D", "E=$${{ secrets.ESCAPED }}"],
-                  registry_auth={"username": "${{ secrets.REG_USER }}",
-                                 "password": "${{ secrets.HF_TOKEN }}"})
+                             "D", "E=$${{ secrets.ESCAPED }}"],
+                        registry_auth={"username": "${{ secrets.REG_USER }}",
+                                       "password": "${{ secrets.HF_TOKEN }}"})
     assert environment.needed_secret_names(config, {}) == ["HF_TOKEN", "OTHER", "REG_USER"]
     assert environment.needed_secret_names(config, {"HF_TOKEN": "given"}) == ["OTHER", "REG_USER"]
     # a null in gpufleet_secrets is no value (the runner calls it missing)
