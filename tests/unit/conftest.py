@@ -47,3 +47,40 @@ def closed_port():
     port = sock.getsockname()[1]
     sock.close()
     return port
+
+
+# The fake docker CLI on PATH, for the node-side helper (tasks.hostside.nodeside): the tests of
+# tasks and of repos both use it.
+
+
+@pytest.fixture
+def docker(tmp_path, monkeypatch):
+    """tests/unit/tasks/fakes.FakeDocker on PATH (``on()`` answers, ``calls()`` reads the log);
+    the double is the fixture's value."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import nodeside
+    from tests.unit.tasks.fakes import FakeDocker
+
+    fake = FakeDocker(tmp_path)
+    for key, value in fake.env().items():
+        monkeypatch.setenv(key, value)
+    # The fake is a CLI: the Engine API's socket (nodeside._engine) is not used.
+    monkeypatch.setattr(nodeside, "_ENGINE", {"socket": None})
+    return fake
+
+
+@pytest.fixture
+def run_root(tmp_path, monkeypatch):
+    """The node-side helper's folder of runs, moved under the test's tmp_path."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import nodeside
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    monkeypatch.setattr(nodeside, "RUN_ROOT", str(root))
+    return root
+
+
+@pytest.fixture
+def absent(docker):
+    """Docker answers that the job's container does not exist yet."""
+    docker.on(["container", "inspect"], stderr="Error: No such container: train-1-0", rc=1)
+    return docker

@@ -14,7 +14,7 @@ import pytest
 
 from gpufleet import cli
 
-from ..spec import test_loader as loader_cases  # (the pathological inputs; no tests imported)
+from ..spec import pathological
 
 REPO = Path(__file__).resolve().parents[3]
 JSON_KEYS = {"file", "ok", "runnable", "config", "errors", "unsupported", "warnings"}
@@ -84,7 +84,7 @@ ssh_config:
 def run(*argv):
     """main() in-process; it must return an exit code, never raise, and write no traceback."""
     out, err = io.StringIO(), io.StringIO()
-    with loader_cases.time_limit():
+    with pathological.time_limit():
         code = cli.main(list(argv), out=out, err=err)
     text = out.getvalue() + err.getvalue()
     assert "Traceback" not in text
@@ -336,9 +336,9 @@ def test_json_all_invalid(files):
 # Pathological files: refused with a message, never a traceback
 
 
-@pytest.mark.parametrize("case", sorted(loader_cases.PATHOLOGICAL))
+@pytest.mark.parametrize("case", sorted(pathological.PATHOLOGICAL))
 def test_pathological_file_reports_without_traceback(files, case):
-    data, expected = loader_cases.PATHOLOGICAL[case]
+    data, expected = pathological.PATHOLOGICAL[case]
     path = files("case.yml", data)
     code, out, _err = run("validate", path)
     assert code == 1
@@ -351,7 +351,7 @@ def test_pathological_file_reports_without_traceback(files, case):
 
 
 def test_big_valid_file_is_ok(files):
-    data, _count = loader_cases._large_task()
+    data, _count = pathological.large_task()
     path = files("big.yml", data)
     assert run("validate", path)[:2] == (0, "%s: ok (task)\n" % path)
 
@@ -404,8 +404,8 @@ def test_console_script_validates(files, tmp_path):
 def test_console_script_survives_every_pathological_file(tmp_path):
     """All of test_loader's pathological inputs, including those that once crashed the parser,
     in one run: one verdict per file, exit 1, no traceback (text and --json)."""
-    cases = {name: data for name, (data, _expected) in loader_cases.PATHOLOGICAL.items()}
-    crashers = loader_cases.CRASHERS.items()
+    cases = {name: data for name, (data, _expected) in pathological.PATHOLOGICAL.items()}
+    crashers = pathological.CRASHERS.items()
     cases.update({"crasher-" + name: data for name, (data, _expected) in crashers})
     for name, data in cases.items():
         (tmp_path / (name + ".yml")).write_bytes(data)
@@ -427,7 +427,7 @@ def test_console_script_survives_every_pathological_file(tmp_path):
 def test_console_script_json_for_an_accepted_huge_number(tmp_path):
     """An accepted config must always dump as JSON (nodes given as a ~4800-digit YAML int)."""
     (tmp_path / "t.yml").write_text(
-        "type: task\ncommands: [x]\nnodes: %s\n" % loader_cases.HUGE_HEX)
+        "type: task\ncommands: [x]\nnodes: %s\n" % pathological.HUGE_HEX)
     proc = run_script("validate", "--json", "t.yml", cwd=tmp_path)
     results = json.loads(proc.stdout)
     assert results[0]["file"] == "t.yml"

@@ -25,6 +25,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import list
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 
 from ..plugins.modules import module_runner
+from .fakes import running_local_node
 
 SSH_FLEET = {"type": "fleet", "name": "onprem",
              "ssh_config": {"user": "ubuntu", "identity_file": "/keys/id_ed25519",
@@ -33,17 +34,6 @@ SSH_FLEET = {"type": "fleet", "name": "onprem",
 
 def parsed(data):
     return parse_data(data, "test")[0]
-
-
-def raw_node(fleet, num, placement="cluster", ip=None, spec=None):
-    labels = {local.FLEET_LABEL: fleet, local.INSTANCE_LABEL: str(num),
-              local.PLACEMENT_LABEL: placement, local.CREATED_LABEL: "2026-11-21T10:00:00Z"}
-    if spec is not None:
-        labels[local.SPEC_LABEL] = spec
-    return {"id": "c%d" % num, "name": local.container_name(fleet, num), "state": "running",
-            "labels": labels, "created": "2026-11-21T10:00:00Z",
-            "networks": {local.network_name(fleet, num, placement):
-                         ip or "172.20.0.%d" % (num + 2)}}
 
 
 class Engine:
@@ -115,8 +105,8 @@ def test_a_remembered_file_that_no_longer_reads_says_so(tmp_path, root):
 def test_a_local_fleet_is_found_from_its_node_labels(monkeypatch, root):
     spec = local.spec_label(parsed({"type": "fleet", "name": "web", "nodes": 2,
                                     "placement": "cluster"}))
-    Engine(raw_node("web", 0, spec=spec), raw_node("web", 1, spec=spec),
-           raw_node("other", 0)).install(monkeypatch)
+    Engine(running_local_node("web", 0, spec=spec), running_local_node("web", 1, spec=spec),
+           running_local_node("other", 0)).install(monkeypatch)
     config, path = lookup.find("web", Docker("docker"), root, {})
     assert path is None
     assert (config["name"], config["fleet_type"], config["backends"], config["placement"],
@@ -210,8 +200,8 @@ def test_the_module_refuses_a_fleet_whose_hosts_cannot_be_checked(tmp_path, root
 
 
 def test_local_instances_are_removed_and_the_fleet_stays(monkeypatch, root):
-    engine = Engine(raw_node("web", 0), raw_node("web", 1), raw_node("web", 2)).install(
-        monkeypatch)
+    engine = Engine(running_local_node("web", 0), running_local_node("web", 1),
+                    running_local_node("web", 2)).install(monkeypatch)
     config = parsed({"type": "fleet", "name": "web", "nodes": 3, "placement": "cluster"})
     planned, changed = lookup.delete_instances(config, [1, 7], None, Docker("docker"), root,
                                                check_mode=True)
@@ -396,7 +386,8 @@ def test_an_aws_fleet_is_found_by_its_tags_and_loses_one_instance(tmp_path, monk
 ])
 def test_a_smaller_nodes_count_never_removes_a_busy_or_unknown_instance(root, monkeypatch,
                                                                         alive, message):
-    Engine(raw_node("web", 0), raw_node("web", 1), raw_node("web", 2)).install(monkeypatch)
+    Engine(running_local_node("web", 0), running_local_node("web", 1),
+           running_local_node("web", 2)).install(monkeypatch)
     asked = []
 
     def runs_alive(record, _root):

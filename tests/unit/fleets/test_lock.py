@@ -25,7 +25,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_c
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import apply, lock
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 
-from .test_fleet_delete import raw_node
+from .fakes import running_local_node
 
 
 @pytest.fixture(autouse=True)
@@ -214,9 +214,10 @@ def test_another_controllers_key_is_let_in_once():
         return (0, b"added\n", b"")
 
     client = local.Local(Docker("docker", runner))
-    nodes = [dict(raw_node("web", 0), authorized_key="ssh-ed25519 THEIRS"),
-             dict(raw_node("web", 1), authorized_key="ssh-ed25519 MINE"),
-             dict(raw_node("web", 2), authorized_key="ssh-ed25519 THEIRS", state="exited")]
+    nodes = [dict(running_local_node("web", 0), authorized_key="ssh-ed25519 THEIRS"),
+             dict(running_local_node("web", 1), authorized_key="ssh-ed25519 MINE"),
+             dict(running_local_node("web", 2), authorized_key="ssh-ed25519 THEIRS",
+                  state="exited")]
     assert client.authorize(nodes, "ssh-ed25519 MINE") == ["gpufleet-web-0"]
     assert len(calls) == 1 and calls[0][:3] == ["exec", "--env", "GPUFLEET_KEY=ssh-ed25519 MINE"]
     assert calls[0][3] == "gpufleet-web-0"
@@ -249,7 +250,8 @@ class Engine:
         time.sleep(self.delay)
         self.runs.append(num)
         if all(local.node_num(n) != num for n in self.nodes):
-            self.nodes.append(dict(raw_node(fleet, num, placement), authorized_key=public_key))
+            self.nodes.append(dict(running_local_node(fleet, num, placement),
+                                   authorized_key=public_key))
         return True
 
 
@@ -402,7 +404,7 @@ def test_a_node_says_which_state_dir_made_it_and_a_listing_leaves_other_controll
     mine, theirs = str(tmp_path / "mine"), str(tmp_path / "theirs")
 
     def fleet(name, made_from):
-        node = raw_node(name, 0)
+        node = running_local_node(name, 0)
         node["labels"][local.MADE_FROM_LABEL] = made_from
         key = os.path.join(mine, "fleets", name, "id_ed25519")
         return {"name": name, "instances": local.instance_records([node], name, 1, key)}

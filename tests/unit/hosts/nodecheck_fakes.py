@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A fake host for the component checks: files, commands and HTTP answers from dictionaries."""
+"""A fake host for the component checks: files, commands and HTTP answers from dictionaries;
+and such hosts as the firewall check sees them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import posixpath
 from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks._system import (
     NodeSystem,
 )
+
+from .samples import NFT_GPUFLEET
 
 
 class FakeNode(NodeSystem):
@@ -58,3 +61,37 @@ class FakeNode(NodeSystem):
         target = self.links.get(link)
         return posixpath.normpath(posixpath.join(posixpath.dirname(link), target)) \
             if target else None
+
+
+# The firewall check's hosts
+
+NFT = ("/usr/bin/nft", "-j", "list", "table", "inet", "gpufleet")
+DEBIAN_CONF = ("#!/usr/sbin/nft -f\n\nflush ruleset\n\ntable inet filter {\n}\n"
+               'include "/etc/nftables.d/gpufleet.nft"\n')
+
+
+def units(**states):
+    """systemctl answers: unit=(active, enabled)."""
+    commands = {}
+    for unit, (active, enabled) in states.items():
+        commands[("systemctl", "is-active", unit)] = (0 if active == "active" else 3,
+                                                      active + "\n", "")
+        commands[("systemctl", "is-enabled", unit)] = (0 if enabled == "enabled" else 1,
+                                                       enabled + "\n", "")
+    return commands
+
+
+def nft_host(table=NFT_GPUFLEET, conf=DEBIAN_CONF, enabled="enabled", extra=None):
+    """A host whose nftables lists ``table`` (None: no gpufleet table) and includes the role's
+    rules file from ``conf``."""
+    commands = units(**{"nftables.service": ("inactive", enabled)})
+    if table is None:
+        commands[NFT] = (1, "", "Error: No such file or directory\nlist table inet gpufleet\n"
+                                "                ^^^^^^^^\n")
+    else:
+        commands[NFT] = (0, table, "")
+    commands.update(extra or {})
+    files = {"/etc/nftables.d/gpufleet.nft": "table inet gpufleet\n"}
+    if conf is not None:
+        files["/etc/nftables.conf"] = conf
+    return FakeNode(files=files, commands=commands, bins=["nft", "systemctl"])

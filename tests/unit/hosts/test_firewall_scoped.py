@@ -12,7 +12,8 @@ import json
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts import firewall_rules as fw
 
-from .test_firewall_rules import NFT_GPUFLEET, UFW_STATUS
+from .nodecheck_fakes import nft_host
+from .samples import NFT_GPUFLEET, UFW_STATUS
 
 
 def _with_scrape_rules(controller_range=False):
@@ -120,8 +121,6 @@ def test_scoped_rule_refuses_what_is_not_a_port(port):
 
 
 def _scrape_host(table):
-    from .test_nodecheck_firewall import nft_host
-
     return nft_host(table=table)
 
 

@@ -17,6 +17,16 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks._sys
     NodeSystem,
 )
 
+from .samples import (
+    FAILURE_JSON,
+    FAILURE_TABLE,
+    HEALTHY_JSON,
+    HEALTHY_TABLE,
+    OLD_WARNING_TABLE,
+    WARNING_JSON,
+    WARNING_TABLE,
+)
+
 ROOT = "/sys/bus/pci/devices"
 DCGMI = "/usr/bin/dcgmi"
 SMI = "/usr/bin/nvidia-smi"
@@ -54,199 +64,7 @@ Tue Mar 12 10:04:11 2024
 | GPU  Name                 Persistence-M | Bus-Id        Disp.A | Volatile Uncorr. ECC |
 """
 
-# `dcgmi health -c -j` as dcgmi prints it (jsoncpp's styled output of the report tree; keys in
-# name order; long messages cut into parts of at most 54 characters).
-HEALTHY_JSON = """\
-{
-   "body" : {
-      "Overall Health" : {
-         "value" : "Healthy"
-      }
-   },
-   "header" : [ "Health Monitor Report" ]
-}
-"""
-WARNING_JSON = """\
-{
-   "body" : {
-      "GPU" : {
-         "children" : {
-            "0" : {
-               "children" : {
-                  "Errors" : {
-                     "children" : {
-                        "PCIe system" : {
-                           "overflow" : [
-                              "Detected more than 8 PCIe replays per minute for GPU 0",
-                              ": 13"
-                           ],
-                           "value" : "Warning"
-                        }
-                     }
-                  }
-               },
-               "value" : "Warning"
-            }
-         }
-      },
-      "Overall Health" : {
-         "value" : "Warning"
-      }
-   },
-   "header" : [ "Health Monitor Report" ]
-}
-"""
-FAILURE_JSON = """\
-{
-   "body" : {
-      "GPU" : {
-         "children" : {
-            "1" : {
-               "children" : {
-                  "Errors" : {
-                     "children" : {
-                        "InfoROM system" : {
-                           "overflow" : [
-                              "A corrupt InfoROM has been detected in GPU 1."
-                           ],
-                           "value" : "Warning"
-                        },
-                        "Memory system" : {
-                           "overflow" : [
-                              "Detected 2 volatile double-bit ECC error(s) in GPU 1."
-                           ],
-                           "value" : "Failure"
-                        }
-                     }
-                  }
-               },
-               "value" : "Failure"
-            },
-            "10" : {
-               "children" : {
-                  "Errors" : {
-                     "children" : {
-                        "Thermal system" : {
-                           "overflow" : [
-                              "Clocks event: thermal violation detected for GPU 10 for",
-                              "1200 ms. Check the cooling of the system."
-                           ],
-                           "value" : "Warning"
-                        }
-                     }
-                  }
-               },
-               "value" : "Warning"
-            },
-            "2" : {
-               "children" : {
-                  "Errors" : {
-                     "children" : {
-                        "PCIe system" : {
-                           "overflow" : [
-                              "Detected more than 8 PCIe replays per minute for GPU 2",
-                              ": 9"
-                           ],
-                           "value" : "Warning"
-                        }
-                     }
-                  }
-               },
-               "value" : "Warning"
-            }
-         }
-      },
-      "NvSwitch" : {
-         "children" : {
-            "3" : {
-               "children" : {
-                  "Errors" : {
-                     "children" : {
-                        "NvSwitch F" : {
-                           "overflow" : [
-                              "Detected fatal errors on NvSwitch 3 link 17"
-                           ],
-                           "value" : "Failure"
-                        }
-                     }
-                  }
-               },
-               "value" : "Failure"
-            }
-         }
-      },
-      "Overall Health" : {
-         "value" : "Failure"
-      }
-   },
-   "header" : [ "Health Monitor Report" ]
-}
-"""
-
-# `dcgmi health -c`: the same reports as dcgmi's tree table (columns of 28 and 60 characters).
-HEALTHY_TABLE = """\
-+---------------------------+----------------------------------------------------------+
-| Health Monitor Report                                                                |
-+===========================+==========================================================+
-| Overall Health            | Healthy                                                  |
-+---------------------------+----------------------------------------------------------+
-"""
-WARNING_TABLE = """\
-+---------------------------+----------------------------------------------------------+
-| Health Monitor Report                                                                |
-+===========================+==========================================================+
-| Overall Health            | Warning                                                  |
-| GPU                       |                                                          |
-| -> 0                      | Warning                                                  |
-|    -> Errors              |                                                          |
-|       -> PCIe system      | Warning                                                  |
-|                           | Detected more than 8 PCIe replays per minute for GPU 0   |
-|                           | : 13                                                     |
-+---------------------------+----------------------------------------------------------+
-"""
-FAILURE_TABLE = """\
-+---------------------------+----------------------------------------------------------+
-| Health Monitor Report                                                                |
-+===========================+==========================================================+
-| Overall Health            | Failure                                                  |
-| GPU                       |                                                          |
-| -> 1                      | Failure                                                  |
-|    -> Errors              |                                                          |
-|       -> Memory system    | Failure                                                  |
-|                           | Detected 2 volatile double-bit ECC error(s) in GPU 1.    |
-|       -> InfoROM system   | Warning                                                  |
-|                           | A corrupt InfoROM has been detected in GPU 1.            |
-| -> 2                      | Warning                                                  |
-|    -> Errors              |                                                          |
-|       -> PCIe system      | Warning                                                  |
-|                           | Detected more than 8 PCIe replays per minute for GPU 2   |
-|                           | : 9                                                      |
-| -> 10                     | Warning                                                  |
-|    -> Errors              |                                                          |
-|       -> Thermal system   | Warning                                                  |
-|                           | Clocks event: thermal violation detected for GPU 10 for  |
-|                           | 1200 ms. Check the cooling of the system.                |
-| NvSwitch                  |                                                          |
-| -> 3                      | Failure                                                  |
-|    -> Errors              |                                                          |
-|       -> NvSwitch F       | Failure                                                  |
-|                           | Detected fatal errors on NvSwitch 3 link 17              |
-+---------------------------+----------------------------------------------------------+
-"""
-# An older dcgmi with narrower columns (34 + 44) prints the same tree.
-OLD_WARNING_TABLE = """\
-+---------------------------------+------------------------------------------+
-| Health Monitor Report                                                      |
-+=================================+==========================================+
-| Overall Health                  | Warning                                  |
-| GPU                             |                                          |
-| -> 0                            | Warning                                  |
-|    -> Errors                    |                                          |
-|       -> Memory system          | Warning                                  |
-|                                 | Detected 1 volatile double-bit ECC       |
-|                                 | error(s) in GPU 0.                       |
-+---------------------------------+------------------------------------------+
-"""
+# dcgmi's health reports (JSON and table) are in samples.py.
 NOT_WATCHED = "Error: Health watches not enabled. Please enable watches. \n"
 NO_ENGINE = (
     "Error: unable to establish a connection to the specified host: localhost\n"

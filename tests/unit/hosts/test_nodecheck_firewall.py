@@ -12,13 +12,10 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import CheckError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.hosts.checks import firewall as check
 
-from .nodecheck_fakes import FakeNode
-from .test_firewall_rules import NFT_GPUFLEET, UFW_STATUS
+from .nodecheck_fakes import NFT, FakeNode, nft_host, units
+from .samples import NFT_GPUFLEET, UFW_STATUS
 
-NFT = ("/usr/bin/nft", "-j", "list", "table", "inet", "gpufleet")
 UFW = ("/usr/bin/ufw", "status", "verbose")
-DEBIAN_CONF = ("#!/usr/sbin/nft -f\n\nflush ruleset\n\ntable inet filter {\n}\n"
-               'include "/etc/nftables.d/gpufleet.nft"\n')
 EXPECT = {
     "peers": ["10.79.7.11", "10.79.7.12"],
     "sources": ["192.0.2.0/24", "2001:db8:7::/48"],
@@ -28,31 +25,6 @@ EXPECT = {
     "udp_ports": ["60000-60010"],
     "trusted_interfaces": ["docker0"],
 }
-
-
-def units(**states):
-    """systemctl answers: unit=(active, enabled)."""
-    commands = {}
-    for unit, (active, enabled) in states.items():
-        commands[("systemctl", "is-active", unit)] = (0 if active == "active" else 3,
-                                                      active + "\n", "")
-        commands[("systemctl", "is-enabled", unit)] = (0 if enabled == "enabled" else 1,
-                                                       enabled + "\n", "")
-    return commands
-
-
-def nft_host(table=NFT_GPUFLEET, conf=DEBIAN_CONF, enabled="enabled", extra=None):
-    commands = units(**{"nftables.service": ("inactive", enabled)})
-    if table is None:
-        commands[NFT] = (1, "", "Error: No such file or directory\nlist table inet gpufleet\n"
-                                "                ^^^^^^^^\n")
-    else:
-        commands[NFT] = (0, table, "")
-    commands.update(extra or {})
-    files = {"/etc/nftables.d/gpufleet.nft": "table inet gpufleet\n"}
-    if conf is not None:
-        files["/etc/nftables.conf"] = conf
-    return FakeNode(files=files, commands=commands, bins=["nft", "systemctl"])
 
 
 def ufw_host(status=UFW_STATUS, enabled="enabled", conf="ENABLED=yes\nLOGLEVEL=low\n"):

@@ -22,12 +22,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import nodeside
 
-from ..tasks import test_nodeside as test_task_nodeside
-from ..tasks.test_rankplan import RUN, placed_job, placement
-
-docker = test_task_nodeside.docker  # the fake docker on PATH (a fixture)
-absent = test_task_nodeside.absent
-run_root = test_task_nodeside.run_root
+from ..tasks.fakes import RUN, placed_job, placement
 
 
 def mode(path):

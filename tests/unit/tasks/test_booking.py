@@ -4,7 +4,7 @@
 """Claims on a host (tasks.hostside.booking): granted once, refused to a second run while they hold,
 freed when their container ends or their lease lapses; and atomic across processes.
 
-Docker is the fake of test_nodeside (a script on PATH answering from a rule table);
+Docker is the fake of fakes.py (a script on PATH answering from a rule table);
 BOOK_ROOT and RUN_ROOT point into a temporary folder.
 """
 
@@ -22,10 +22,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
     nodeside,
 )
 
-from . import test_nodeside as test_task_nodeside
-from .test_nodeside import inspect_entry
-
-docker = test_task_nodeside.docker  # the fake docker on PATH (a fixture)
+from .fakes import inspect_entry
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@
 
 A small HTTP server on a Unix socket in a temporary folder stands for the engine: it answers
 the few requests the helper makes and records them. No ``docker`` command is on PATH unless a
-test puts the fake CLI there (test_nodeside's), so an answer can only have come from the
+test puts the fake CLI there (the ``docker`` fixture), so an answer can only have come from the
 socket.
 """
 
@@ -25,11 +25,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
     nodeside,
 )
 
-from tests.unit.tasks import test_nodeside as test_task_nodeside
-from tests.unit.tasks.test_nodeside import inspect_entry, write_state
-
-run_root = test_task_nodeside.run_root  # fixtures shared with the CLI-side tests
-docker = test_task_nodeside.docker
+from tests.unit.tasks.fakes import inspect_entry, write_state
 
 
 class Engine(object):

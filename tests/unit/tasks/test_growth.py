@@ -10,26 +10,11 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.apply import at_least
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import growth, placement
 
-from .test_runs import cpu_fact, task
+from ..configs import task
+from .fakes import backend_fleet, facts_of
 
-
-@pytest.fixture(autouse=True)
-def machine(monkeypatch):
-    """A new local node has this machine's resources: here, a fixed 8-CPU one."""
-    monkeypatch.setattr(growth, "local_machine_fact", lambda blocks=1: cpu_fact(None))
-
-
-def backend_fleet(name="el", count=0, nodes=None, file="/f/el.dstack.yml", backends=("local",)):
-    instances = [{"name": "%s-%d" % (name, n), "num": n, "fleet": name, "backend": "local",
-                  "region": "local", "price": 0.0, "spot": False, "status": "idle",
-                  "hostname": "172.30.0.%d" % (n + 2)} for n in range(count)]
-    return {"name": name, "fleet_type": "backend", "placement": "cluster",
-            "nodes": nodes or {"min": 0, "target": 0, "max": 2}, "backends": list(backends),
-            "blocks": 1, "file": file, "instances": instances}
-
-
-def facts_of(fleet):
-    return dict((i["name"], cpu_fact("10.0.0.%d" % (i["num"] + 2))) for i in fleet["instances"])
+# A new local node has this machine's resources: here, a fixed 8-CPU one.
+pytestmark = pytest.mark.usefixtures("eight_cpu_local_machine")
 
 
 def test_what_exists_is_used_first():

@@ -32,8 +32,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import bootstrap
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 
-from ..hosts.test_nodecheck_dcgm import FAILURE_JSON, HEALTHY_JSON, WARNING_JSON, WARNING_TABLE
-from .test_placement import cpu_fact, fleet, task
+from ..configs import task
+from ..hosts.samples import FAILURE_JSON, HEALTHY_JSON, WARNING_JSON, WARNING_TABLE
+from .fakes import cpu_fact, fleet_of_instances
 
 SAMPLES = Path(__file__).parents[1] / "fixtures" / "health"
 DRIVER_NOT_LOADED = Path(__file__).parents[1] / "fixtures" / "hostfacts" / "nvidia-smi" / \
@@ -243,7 +244,7 @@ class StandIn:
 
 
 def _fleet_record(name, count, **extra):
-    record = fleet(name, count, **extra)
+    record = fleet_of_instances(name, count, **extra)
     for inst in record["instances"]:
         inst["fleet"] = name
     return record

@@ -16,10 +16,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import life
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing, queue, runs, surveys
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import ssh, supervisor
 
-from . import test_runs as test_task_runs
-from .test_runs import fleet, task
-
-fake_hosts = test_task_runs.fake_hosts  # the fixture
+from ..configs import task
+from .fakes import FakeNode, backend_fleet, facts_of, fleet_with_facts
 
 INTERRUPTED = lc.INTERRUPTED_BY_NO_CAPACITY
 
@@ -75,7 +73,7 @@ def gone(fleets, host):
 
 
 def test_an_attached_run_whose_host_goes_is_resubmitted_on_interruption(fake_hosts, monkeypatch):
-    fleets = [fleet(count=3)]
+    fleets = [fleet_with_facts(count=3)]
     config = task(nodes=2, retry={"on_events": ["interruption"], "duration": "1h"})
     runner, cluster = fake_hosts(config, fleets, program=lambda job: (
         (None, None) if job["submission"] == 0 else (2, 0)))
@@ -105,7 +103,7 @@ def test_a_host_name_that_comes_back_is_a_new_instance_and_is_asked(fake_hosts, 
     """gpus-1 goes; the fleet makes an instance of the same name again, and the resubmission
     runs on it. When gpus-0 goes next, the second resubmission clears gpus-1 as any live host
     (the fleet makes gpus-0 again too, and the third submission ends done)."""
-    fleets = [fleet()]
+    fleets = [fleet_with_facts()]
     config = task(nodes=2, retry={"on_events": ["interruption"], "duration": "1h"})
     runner, cluster = fake_hosts(config, fleets, program=lambda job: (
         (None, None) if job["submission"] < 2 else (2, 0)))
@@ -125,7 +123,7 @@ def test_a_host_name_that_comes_back_is_a_new_instance_and_is_asked(fake_hosts, 
     def refresh():   # the fleet makes an instance of the lost one's name again: a bare host
         for host in lost:
             if cluster.nodes[host].down:
-                cluster.nodes[host] = test_task_runs.FakeNode(host, cluster)
+                cluster.nodes[host] = FakeNode(host, cluster)
         runner.fleets = described()
         runner.nodes = surveys.nodes_of(runner.fleets)
 
@@ -145,7 +143,7 @@ def test_a_host_name_that_comes_back_is_a_new_instance_and_is_asked(fake_hosts, 
 
 
 def test_without_retry_the_run_fails_naming_the_host(fake_hosts, monkeypatch):
-    fleets = [fleet()]
+    fleets = [fleet_with_facts()]
     runner, cluster = fake_hosts(task(nodes=2), fleets)
     monkeypatch.setattr(surveys, "collect_fleets", lambda *a, **k: gone(fleets, "gpus-1"))
 
@@ -166,7 +164,7 @@ def test_without_retry_the_run_fails_naming_the_host(fake_hosts, monkeypatch):
 
 
 def test_ps_and_a_pass_see_a_detached_run_whose_host_went(fake_hosts):
-    fleets = [fleet()]
+    fleets = [fleet_with_facts()]
     runner, cluster = fake_hosts(task(nodes=2), fleets)
     runner.run(wait=False)
     cluster.sleep(1)
@@ -191,8 +189,6 @@ def test_ps_and_a_pass_see_a_detached_run_whose_host_went(fake_hosts):
 def test_a_resubmission_grows_its_fleet_when_no_instance_is_free(fake_hosts, monkeypatch):
     """Interrupted on a fleet at its size: the resubmission makes the fleet grow (through the
     grower, the fleet playbook on a controller) and runs on the new instance."""
-    from .test_growth import backend_fleet, facts_of
-
     full = backend_fleet(name="el", count=3, nodes={"min": 0, "target": 2, "max": 3})
     full["facts"] = facts_of(full)
     config = task(nodes=2, retry={"on_events": ["interruption"], "duration": "1h"})
@@ -297,11 +293,11 @@ def test_ps_and_the_queues_pass_give_each_host_the_status_timeout(monkeypatch, t
             return {"containers": [], "claims": [], "queue": []}
 
     nodes = dict((h, Recording(h)) for h in ("a", "b"))
-    monkeypatch.setattr(actions, "_fleets", lambda params: (str(tmp_path), [fleet()]))
+    monkeypatch.setattr(actions, "_fleets", lambda params: (str(tmp_path), [fleet_with_facts()]))
     monkeypatch.setattr(surveys, "nodes_of", lambda *_a, **_k: nodes)
     actions.run_info({})
     actions.run_queue({})
-    queue.QueuePass([fleet()], runner_of=runs.runner_of).run()
+    queue.QueuePass([fleet_with_facts()], runner_of=runs.runner_of).run()
     assert asked and all(t == supervisor.STATUS_TIMEOUT for _h, _op, t in asked), asked
     del asked[:]
     surveys.survey_with_queues(nodes, probe=["b"], health={})
@@ -315,7 +311,7 @@ def test_an_attached_runs_verdict_on_a_silent_host_stands_when_the_host_comes_ba
     two minutes its job fails instance_unreachable. Right after, the host answers again with
     the job still running there: the verdict stands, that container is stopped, and retry on
     error resubmits the run, which ends done."""
-    fleets = [fleet()]
+    fleets = [fleet_with_facts()]
     config = task(nodes=2, retry={"on_events": ["error"], "duration": "1h"})
     runner, cluster = fake_hosts(config, fleets, program=lambda job: (
         (None, None) if job["submission"] == 0 else (2, 0)))
@@ -340,7 +336,7 @@ def test_an_attached_runs_verdict_on_a_silent_host_stands_when_the_host_comes_ba
 def local_fleet(stopped=()):
     """Two local nodes as their backend describes them, ``stopped`` ones with their container
     exited (a node killed and not started again)."""
-    described = fleet()
+    described = fleet_with_facts()
     for inst in described["instances"]:
         inst.update(backend="local", status="stopped" if inst["name"] in stopped else "idle")
     return described

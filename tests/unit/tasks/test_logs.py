@@ -25,9 +25,6 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 
-# The node side's own fixtures: RUN_ROOT in a temporary folder, a fake docker on PATH.
-from .test_nodeside import docker, run_root  # noqa: F401  pylint: disable=unused-import
-
 
 def job_folder(root, run, num, previous=None, current=b"", base=None, index=(), index1=(),
                container=None, setup_error=None, created=True):

@@ -26,110 +26,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
     nodeside,
 )
 
-FAKE_DOCKER = r'''#!{python}
-import json, os, sys
-argv = sys.argv[1:]
-entry = {{"argv": argv}}
-if argv[:1] == ["login"]:
-    entry["stdin"] = sys.stdin.read()
-with open(os.environ["FAKE_DOCKER_LOG"], "a") as handle:
-    handle.write(json.dumps(entry) + "\n")
-with open(os.environ["FAKE_DOCKER_RULES"]) as handle:
-    rules = json.load(handle)
-for rule in rules:
-    if argv[:len(rule["prefix"])] == rule["prefix"]:
-        sys.stdout.write(rule.get("stdout", ""))
-        sys.stderr.write(rule.get("stderr", ""))
-        sys.exit(rule.get("rc", 0))
-sys.exit(0)
-'''
-
-
-class FakeDocker(object):
-    """The fake ``docker`` on PATH: ``on()`` adds an answer, ``calls()`` reads the log."""
-
-    def __init__(self, folder):
-        self.bin_dir = folder / "bin"
-        self.bin_dir.mkdir()
-        self.log = folder / "docker.log"
-        self.rules_file = folder / "rules.json"
-        self.rules = []
-        script = self.bin_dir / "docker"
-        script.write_text(FAKE_DOCKER.format(python=sys.executable))
-        script.chmod(0o755)
-        self._save()
-
-    def _save(self):
-        self.rules_file.write_text(json.dumps(self.rules))
-
-    def on(self, prefix, stdout="", stderr="", rc=0):
-        """Answer calls whose argv starts with ``prefix`` (earlier rules win)."""
-        self.rules.append({"prefix": list(prefix), "stdout": stdout, "stderr": stderr, "rc": rc})
-        self._save()
-
-    def entries(self):
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
-
-    def calls(self):
-        return [e["argv"] for e in self.entries()]
-
-    def env(self):
-        return {
-            "PATH": str(self.bin_dir) + os.pathsep + os.environ.get("PATH", ""),
-            "FAKE_DOCKER_LOG": str(self.log),
-            "FAKE_DOCKER_RULES": str(self.rules_file),
-            # No engine socket there: the helper (in this process or one it starts) uses the
-            # fake CLI, not this machine's Docker Engine API.
-            "DOCKER_HOST": "unix://" + str(self.bin_dir / "no-engine.sock"),
-        }
-
-
-@pytest.fixture
-def docker(tmp_path, monkeypatch):
-    fake = FakeDocker(tmp_path)
-    for key, value in fake.env().items():
-        monkeypatch.setenv(key, value)
-    # The fake is a CLI: the Engine API's socket (nodeside._engine) is not used.
-    monkeypatch.setattr(nodeside, "_ENGINE", {"socket": None})
-    return fake
-
-
-@pytest.fixture
-def run_root(tmp_path, monkeypatch):
-    root = tmp_path / "runs"
-    root.mkdir()
-    monkeypatch.setattr(nodeside, "RUN_ROOT", str(root))
-    return root
-
-
-def inspect_entry(name, run=None, job=None, status="running", exit_code=0, network=None,
-                  **extra):
-    labels = {"gpufleet.submission": "0"}
-    if run is not None:
-        labels["gpufleet.run"] = run
-    if job is not None:
-        labels["gpufleet.job"] = str(job)
-    state = {"Status": status, "ExitCode": exit_code, "OOMKilled": False,
-             "StartedAt": "2024-05-01T10:00:00Z", "FinishedAt": "0001-01-01T00:00:00Z",
-             "Error": ""}
-    state.update(extra)
-    entry = {"Name": "/" + name, "Config": {"Labels": labels}, "State": state}
-    if network == "host":
-        entry["HostConfig"] = {"NetworkMode": "host"}
-    elif network:
-        entry["HostConfig"] = {"NetworkMode": "bridge"}
-        entry["NetworkSettings"] = {"Networks": {"bridge": {"IPAddress": network}}}
-    return entry
-
-
-def write_state(root, run, job, **files):
-    folder = root / run / str(job) / "state"
-    folder.mkdir(parents=True, exist_ok=True)
-    for name, text in files.items():
-        (folder / name).write_text(text)
-    return folder
+from .fakes import inspect_entry, write_state
 
 
 def mode(path):
@@ -286,13 +183,6 @@ def job_spec(**changes):
     }
     job.update(changes)
     return job
-
-
-@pytest.fixture
-def absent(docker):
-    """Docker answers that the job's container does not exist yet."""
-    docker.on(["container", "inspect"], stderr="Error: No such container: train-1-0", rc=1)
-    return docker
 
 
 def run_call(docker):

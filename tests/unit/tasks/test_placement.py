@@ -23,23 +23,11 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.placement i
 )
 
 from ..configs import task
+from .fakes import cpu_fact, fleet_of_instances, instance
 
 # ---------------------------------------------------------------------------------------------
 # Hand-built gpufleet_host facts, fleets and tasks
 # ---------------------------------------------------------------------------------------------
-
-
-def cpu_fact(cpus=8, memory_mib=32768, disk_mib=204800, ip="10.1.0.2", **extra):
-    fact = {
-        "cpus": cpus,
-        "memory": {"bytes": memory_mib * 2**20, "mib": memory_mib},
-        "disk": {"available_bytes": disk_mib * 2**20, "available_mib": disk_mib},
-        "internal_ip": ip,
-        "gpu": {"vendor": "none", "count": 0, "name": None, "memory_mib": 0, "devices": []},
-        "blocks": {"requested": 1, "total": 1},
-    }
-    fact.update(extra)
-    return fact
 
 
 def h100_fact(ip="10.1.0.10", blocks=8):
@@ -79,22 +67,6 @@ def amd_fact(ip="10.1.0.30"):
     fact["gpu"] = {"vendor": "amd", "count": 8, "name": "MI300X", "memory_mib": 196608,
                    "devices": devices}
     return fact
-
-
-def instance(fleet, num, **extra):
-    record = {
-        "name": "%s-%d" % (fleet, num), "num": num, "fleet": fleet, "backend": "ssh",
-        "region": "remote", "instance_type": None, "price": None, "spot": False,
-        "status": "idle", "hostname": "192.0.2.%d" % (num + 1), "internal_ip": None,
-        "blocks": 1,
-    }
-    record.update(extra)
-    return record
-
-
-def fleet(name, count, placement="cluster", **extra):
-    return {"name": name, "placement": placement,
-            "instances": [instance(name, num, **extra) for num in range(count)]}
 
 
 def spec(resources, **fields):
@@ -262,7 +234,7 @@ def test_matches_shows_enough_decimals_to_tell_values_apart():
 
 def test_single_node_takes_one_block_of_eight_and_leaves_busy_gpus_out():
     config = task(resources={"gpu": 1})
-    fleets = [fleet("gpu", 1, placement="any")]
+    fleets = [fleet_of_instances("gpu", 1, placement="any")]
     busy = {"gpu-0": {"blocks": 2, "gpu_ids": ["GPU-0", "GPU-2"]}}
     plan = place(config, fleets, {"gpu-0": h100_fact()}, busy)
     (job,) = plan["jobs"]
@@ -281,14 +253,14 @@ def test_single_node_takes_one_block_of_eight_and_leaves_busy_gpus_out():
 
 def test_single_node_takes_the_fewest_blocks_that_match():
     config = task(resources={"cpu": "40..", "gpu": "0.."})
-    (job,) = place(config, [fleet("gpu", 1)], {"gpu-0": h100_fact()})["jobs"]
+    (job,) = place(config, [fleet_of_instances("gpu", 1)], {"gpu-0": h100_fact()})["jobs"]
     assert job["blocks"] == 3  # 16 CPUs a block
     assert job["cpus"] == 48
     assert len(job["gpus"]) == 3
 
 
 def test_single_node_whole_host_when_the_host_is_one_block():
-    plan = place(task(), [fleet("cpu", 1)], {"cpu-0": cpu_fact()})
+    plan = place(task(), [fleet_of_instances("cpu", 1)], {"cpu-0": cpu_fact()})
     (job,) = plan["jobs"]
     assert job["whole_host"] is True and job["blocks"] == job["total_blocks"] == 1
     assert job["gpus"] == [] and job["gpu_vendor"] == "none"
@@ -298,25 +270,25 @@ def test_single_node_whole_host_when_the_host_is_one_block():
 
 def test_fully_busy_host_and_busy_gpus_are_reported():
     busy = {"gpu-0": {"blocks": 8, "gpu_ids": ["GPU-%d" % i for i in range(8)]}}
-    exc = no_capacity(task(resources={"gpu": 1}), [fleet("gpu", 1)], {"gpu-0": h100_fact()},
-                      busy)
+    exc = no_capacity(task(resources={"gpu": 1}), [fleet_of_instances("gpu", 1)],
+                      {"gpu-0": h100_fact()}, busy)
     assert "gpu-0: busy (all 8 blocks in use)" in str(exc)
     busy = {"gpu-0": {"blocks": 0, "gpu_ids": ["GPU-%d" % i for i in range(8)]}}
-    exc = no_capacity(task(resources={"gpu": 1}), [fleet("gpu", 1)], {"gpu-0": h100_fact()},
-                      busy)
+    exc = no_capacity(task(resources={"gpu": 1}), [fleet_of_instances("gpu", 1)],
+                      {"gpu-0": h100_fact()}, busy)
     assert "gpu-0: only 0 of 8 GPUs free" in str(exc)
 
 
 def test_amd_host_gives_render_nodes():
     config = task(resources={"gpu": "MI300X"})
-    (job,) = place(config, [fleet("amd", 1)], {"amd-0": amd_fact()})["jobs"]
+    (job,) = place(config, [fleet_of_instances("amd", 1)], {"amd-0": amd_fact()})["jobs"]
     assert job["gpu_vendor"] == "amd"
     assert [g["id"] for g in job["gpus"]] == [
         "/dev/dri/renderD128", "/dev/dri/renderD129", "/dev/dri/renderD130",
         "/dev/dri/renderD131", "/dev/dri/renderD132", "/dev/dri/renderD133",
         "/dev/dri/renderD134", "/dev/dri/renderD135"]
     assert job["whole_host"] is True  # one block: the whole host, all of its GPUs
-    exc = no_capacity(config, [fleet("nv", 1)], {"nv-0": h100_fact()})
+    exc = no_capacity(config, [fleet_of_instances("nv", 1)], {"nv-0": h100_fact()})
     assert "nv-0: gpu vendor nvidia, not amd" in str(exc)
 
 
@@ -329,12 +301,13 @@ def test_multi_node_needs_a_cluster_fleet():
     facts = {"any-%d" % i: cpu_fact() for i in range(3)}
     facts.update({"clu-%d" % i: cpu_fact() for i in range(2)})
     config = task(nodes=2)
-    exc = no_capacity(config, [fleet("any", 3, placement="any")], facts)
+    exc = no_capacity(config, [fleet_of_instances("any", 3, placement="any")], facts)
     assert "fleet any: placement is any; multi-node tasks need placement: cluster" in str(exc)
-    plan = place(config, [fleet("any", 3, placement="any"), fleet("clu", 2)], facts)
+    plan = place(config, [fleet_of_instances("any", 3, placement="any"),
+                          fleet_of_instances("clu", 2)], facts)
     assert plan["fleet"] == "clu" and plan["placement"] == "cluster"
     # the same one-node task may use the `any` fleet
-    assert place(task(), [fleet("any", 3, placement="any")], facts)["fleet"] == "any"
+    assert place(task(), [fleet_of_instances("any", 3, placement="any")], facts)["fleet"] == "any"
 
 
 def test_multi_node_takes_whole_free_hosts_only():
@@ -342,11 +315,12 @@ def test_multi_node_takes_whole_free_hosts_only():
     busy = {"gpu-0": {"blocks": 1, "gpu_ids": ["GPU-0"]}}
     config = task(nodes=2, resources={"gpu": "H100:1"})
     # a whole host has 8 GPUs: `gpu: H100:1` is an exact count and does not fit whole hosts
-    exc = no_capacity(config, [fleet("gpu", 3)], facts, busy)
+    exc = no_capacity(config, [fleet_of_instances("gpu", 3)], facts, busy)
     assert "gpu-1: gpu count 8 > 1" in str(exc)
     assert "gpu-0: busy (1 of 8 blocks in use); multi-node tasks need whole free hosts" in str(
         exc)
-    plan = place(task(nodes=2, resources={"gpu": "H100:8"}), [fleet("gpu", 3)], facts, busy)
+    plan = place(task(nodes=2, resources={"gpu": "H100:8"}), [fleet_of_instances("gpu", 3)], facts,
+                 busy)
     assert [j["host"] for j in plan["jobs"]] == ["gpu-1", "gpu-2"]
     for job in plan["jobs"]:
         assert job["whole_host"] is True and job["blocks"] == 8 and len(job["gpus"]) == 8
@@ -420,7 +394,7 @@ def test_group_reasons_name_the_group():
             {"name": "b", "nodes": 1, "commands": ["x"], "resources": {"gpu": "H100:8"}},
         ],
     )
-    exc = no_capacity(config, [fleet("c", 2)], {"c-0": cpu_fact(), "c-1": cpu_fact()})
+    exc = no_capacity(config, [fleet_of_instances("c", 2)], {"c-0": cpu_fact(), "c-1": cpu_fact()})
     message = str(exc)
     assert "needs 2 nodes (group a: 1, group b: 1)" in message
     assert "c-0: cpu 8 < 64 [group a], gpu vendor none, not nvidia [group b]" in message
@@ -432,7 +406,7 @@ def test_group_reasons_name_the_group():
 
 
 def test_fleets_filter_accepts_project_prefixed_names():
-    fleets = [fleet("alpha", 1), fleet("beta", 1)]
+    fleets = [fleet_of_instances("alpha", 1), fleet_of_instances("beta", 1)]
     facts = {"alpha-0": cpu_fact(), "beta-0": cpu_fact()}
     assert place(task(), fleets, facts)["fleet"] == "alpha"
     assert place(task(fleets=["main/beta"]), fleets, facts)["fleet"] == "beta"
@@ -443,7 +417,7 @@ def test_fleets_filter_accepts_project_prefixed_names():
 
 
 def test_instances_pin_the_run():
-    fleets = [fleet("demo", 3)]
+    fleets = [fleet_of_instances("demo", 3)]
     facts = {"demo-%d" % i: cpu_fact() for i in range(3)}
     assert place(task(instances=["demo-2"]), fleets, facts)["jobs"][0]["host"] == "demo-2"
     pinned = task(instances=[{"hostname": "192.0.2.2"}])
@@ -455,7 +429,7 @@ def test_instances_pin_the_run():
 
 
 def test_unhealthy_and_unavailable_hosts_are_skipped():
-    fleets = [fleet("demo", 4)]
+    fleets = [fleet_of_instances("demo", 4)]
     fleets[0]["instances"][1]["status"] = "terminated"
     facts = {
         "demo-0": cpu_fact(health="failure"),
@@ -473,7 +447,7 @@ def test_unhealthy_and_unavailable_hosts_are_skipped():
 
 
 def test_no_capacity_message_names_every_fleet_and_host():
-    fleets = [fleet("demo", 3), fleet("x", 1, placement="any")]
+    fleets = [fleet_of_instances("demo", 3), fleet_of_instances("x", 1, placement="any")]
     facts = {"demo-0": cpu_fact(cpus=4), "demo-1": cpu_fact(cpus=8), "demo-2": cpu_fact(cpus=2),
              "x-0": cpu_fact()}
     exc = no_capacity(task(nodes=3, resources={"cpu": "4.."}), fleets, facts)
@@ -492,7 +466,7 @@ def test_no_capacity_message_names_every_fleet_and_host():
 
 def test_no_capacity_caps_the_host_list():
     facts = {"big-%d" % i: cpu_fact(cpus=2) for i in range(9)}
-    exc = no_capacity(task(resources={"cpu": 4}), [fleet("big", 9)], facts)
+    exc = no_capacity(task(resources={"cpu": 4}), [fleet_of_instances("big", 9)], facts)
     assert "and 4 more" in str(exc)
     assert "big-8" not in str(exc)
     assert "big-8: cpu 2 < 4" in exc.reasons
@@ -504,13 +478,13 @@ def test_no_fleets_at_all():
 
 
 def test_backends_regions_prices_and_spot_policy_filter_hosts():
-    ssh = [fleet("ssh", 1)]
+    ssh = [fleet_of_instances("ssh", 1)]
     facts = {"ssh-0": cpu_fact(), "cloud-0": cpu_fact()}
     assert place(task(backends=["remote"]), ssh, facts)["fleet"] == "ssh"
     exc = no_capacity(task(backends=["aws"]), ssh, facts)
     assert "ssh-0: backend ssh not in [aws]" in str(exc)
-    cloud = [fleet("cloud", 1, backend="aws", region="us-east-1", instance_type="g5.xlarge",
-                   price=1.5, spot=True)]
+    cloud = [fleet_of_instances("cloud", 1, backend="aws", region="us-east-1",
+                                instance_type="g5.xlarge", price=1.5, spot=True)]
     exc = no_capacity(task(spot_policy="auto", regions=["eu-west-1"]), cloud, facts)
     assert "cloud-0: region us-east-1 not in [eu-west-1]" in str(exc)
     exc = no_capacity(task(spot_policy="auto", instance_types=["p5.48xlarge"]), cloud, facts)
@@ -526,7 +500,7 @@ def test_backends_regions_prices_and_spot_policy_filter_hosts():
 
 
 def test_default_image_means_x86_custom_image_takes_any_arch():
-    fleets = [fleet("arm", 1)]
+    fleets = [fleet_of_instances("arm", 1)]
     facts = {"arm-0": cpu_fact(arch="aarch64")}
     exc = no_capacity(task(), fleets, facts)
     assert "arm-0: cpu arch arm, not x86" in str(exc)
@@ -536,16 +510,16 @@ def test_default_image_means_x86_custom_image_takes_any_arch():
 
 
 def test_internal_ip_prefers_the_instance_record():
-    fleets = [fleet("demo", 1, internal_ip="172.16.0.9")]
+    fleets = [fleet_of_instances("demo", 1, internal_ip="172.16.0.9")]
     plan = place(task(), fleets, {"demo-0": cpu_fact(ip="10.9.9.9")})
     assert plan["jobs"][0]["internal_ip"] == "172.16.0.9"
 
 
 def test_incomplete_facts_of_one_host_do_not_stop_the_others():
     facts = {"demo-0": {"cpus": 8}, "demo-1": cpu_fact()}
-    plan = place(task(), [fleet("demo", 2)], facts)
+    plan = place(task(), [fleet_of_instances("demo", 2)], facts)
     assert plan["jobs"][0]["host"] == "demo-1"
-    exc = no_capacity(task(nodes=2), [fleet("demo", 2)], facts)
+    exc = no_capacity(task(nodes=2), [fleet_of_instances("demo", 2)], facts)
     assert "demo-0: host facts of demo-0 lack memory.mib" in str(exc)
 
 
@@ -555,12 +529,12 @@ def test_bad_input_raises_placement_error():
     with pytest.raises(PlacementError, match=r"fleets\[0\] has no name"):
         place(task(), [{"instances": []}], {})
     with pytest.raises(PlacementError, match="price must be a number"):
-        place(task(), [fleet("demo", 1, price="cheap")], {"demo-0": cpu_fact()})
+        place(task(), [fleet_of_instances("demo", 1, price="cheap")], {"demo-0": cpu_fact()})
 
 
 def test_place_does_not_change_its_input():
     config = task(nodes=2)
-    fleets = [fleet("demo", 2)]
+    fleets = [fleet_of_instances("demo", 2)]
     facts = {"demo-0": cpu_fact(), "demo-1": cpu_fact()}
     before = copy.deepcopy((config, fleets, facts))
     place(config, fleets, facts)

@@ -4,7 +4,7 @@
 """The queue without a server (tasks.queue): pending runs kept on a fleet host, started in
 priority order by whatever pass comes next, and detached runs resubmitted under retry.
 
-The fake hosts of test_runs keep claims and queue entries as tasks.hostside.booking does.
+The fake hosts of fakes.py keep claims and queue entries as tasks.hostside.booking does.
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from __future__ import annotations
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import queue, queue_records, runs, surveys
 
-from . import test_runs as test_task_runs
-from .test_runs import JOB_LABEL, RUN_LABEL, STARTED, SUB_LABEL, container, fleet, task
-
-fake_hosts = test_task_runs.fake_hosts  # the fixture
+from ..configs import task
+from .fakes import JOB_LABEL, RUN_LABEL, STARTED, SUB_LABEL, container, fleet_with_facts
 
 WAIT = {"on_events": ["no-capacity"], "duration": "10m"}
 
@@ -49,7 +47,7 @@ def a_pass(cluster, fleets):
 
 
 def test_a_detached_run_without_capacity_waits_in_the_queue_of_its_fleet(fake_hosts):
-    fleets = [fleet()]
+    fleets = [fleet_with_facts()]
     runner, cluster = fake_hosts(task(nodes=2, retry=WAIT), fleets)
     occupy(cluster, ["gpus-0"])
     result = runner.run(wait=False)
@@ -62,7 +60,7 @@ def test_a_detached_run_without_capacity_waits_in_the_queue_of_its_fleet(fake_ho
 
 
 def test_a_pass_starts_the_higher_priority_first_and_keeps_the_other_waiting(fake_hosts):
-    fleets = [fleet()]
+    fleets = [fleet_with_facts()]
     _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
     occupy(cluster, ["gpus-0", "gpus-1"])
     low = task(name="low", nodes=2, priority=10, retry=WAIT)
@@ -84,7 +82,7 @@ def test_a_pass_starts_the_higher_priority_first_and_keeps_the_other_waiting(fak
 
 
 def test_a_detached_run_with_retry_on_error_is_resubmitted_by_the_next_pass(fake_hosts):
-    fleets = [fleet()]
+    fleets = [fleet_with_facts()]
     config = task(nodes=2, retry={"on_events": ["error"], "duration": "1h"})
     runner, cluster = fake_hosts(config, fleets, program=lambda job: (
         (1, 3) if job["submission"] == 0 and job["job_num"] == 1 else (None, None)))
@@ -107,7 +105,7 @@ def test_a_pass_does_not_take_a_stop_for_a_job_that_ended_by_itself(fake_hosts):
     """Rank 1 failed; rank 0 ran when the pass looked, and ended by itself (code 0) just before
     the pass's stop reached it. Its status is its own, not the stop's: the pass decides
     nothing more on a guess, and the next one reads it and resubmits."""
-    fleets = [fleet()]
+    fleets = [fleet_with_facts()]
     config = task(nodes=2, retry={"on_events": ["error"], "duration": "1h"})
     runner, cluster = fake_hosts(config, fleets, program=lambda job: (
         (1, 3) if job["submission"] == 0 and job["job_num"] == 1 else (None, None)))
@@ -130,7 +128,7 @@ def test_a_pass_does_not_take_a_stop_for_a_job_that_ended_by_itself(fake_hosts):
 
 
 def test_a_pending_run_past_its_retry_duration_fails_with_no_capacity(fake_hosts):
-    fleets = [fleet()]
+    fleets = [fleet_with_facts()]
     _runner, cluster = fake_hosts(task(), fleets)
     occupy(cluster, ["gpus-0", "gpus-1"])
     config = task(name="late", retry={"on_events": ["no-capacity"], "duration": "1m"})
@@ -142,7 +140,7 @@ def test_a_pending_run_past_its_retry_duration_fails_with_no_capacity(fake_hosts
 
 
 def test_a_stop_while_a_pass_submits_the_entry_wins(fake_hosts):
-    fleets = [fleet()]
+    fleets = [fleet_with_facts()]
     _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
     occupy(cluster, ["gpus-0", "gpus-1"])
     config = task(name="late", retry=WAIT)
@@ -176,7 +174,7 @@ def test_ps_lists_one_record_when_a_name_is_queued_on_two_hosts():
 def test_logs_of_a_queued_run_are_empty_and_follow_waits_for_its_wait_to_end(fake_hosts):
     from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
 
-    fleets = [fleet()]
+    fleets = [fleet_with_facts()]
     _runner, cluster = fake_hosts(task(), fleets)
     occupy(cluster, ["gpus-0", "gpus-1"])
     config = task(name="late", retry=WAIT)
@@ -201,7 +199,7 @@ def test_attach_to_a_queued_run_says_it_is_not_running_yet_and_ps_finds_it(
     from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import session
     from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
 
-    fleets = [fleet()]
+    fleets = [fleet_with_facts()]
     _runner, cluster = fake_hosts(task(), fleets)
     occupy(cluster, ["gpus-0", "gpus-1"])
     config = task(name="late", retry=WAIT)

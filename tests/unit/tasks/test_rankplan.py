@@ -23,47 +23,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
 from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import mounts as volume_mounts
 
 from ..configs import task
+from .fakes import RUN, gpu_devices, placed_job, placement
 
-RUN = {"name": "train", "id": "3f2a9c", "submission": 2, "submitted_at": "2026-08-01T10:00:00Z"}
 KEY = {"private": "-----BEGIN RSA PRIVATE KEY-----\nabc\n", "public": "ssh-rsa AAAA dstack_job\n"}
-
-
-def gpu_devices(vendor, count, host=0, ids=None):
-    devices = []
-    for index in range(count):
-        if ids is not None:
-            ident = ids[index]
-        elif vendor == "nvidia":
-            ident = "GPU-%d-%d" % (host, index)
-        elif vendor == "amd":
-            ident = "/dev/dri/renderD%d" % (128 + index)
-        elif vendor == "tenstorrent":
-            ident = "board-%d" % index
-        else:
-            ident = str(index)
-        devices.append({"vendor": vendor, "name": "X", "index": index, "id": ident,
-                        "bus_id": None})
-    return devices
-
-
-def placed_job(num, ip="10.1.0.%d", vendor="none", gpus=0, whole_host=True, group=None,
-               **extra):
-    job = {
-        "job_num": num, "group": group, "host": "demo-%d" % num, "fleet": "demo",
-        "instance_num": num, "backend": "ssh", "region": "remote", "instance_type": None,
-        "price": 0.0, "spot": False,
-        "internal_ip": (ip % (num + 2)) if ip and "%" in ip else ip,
-        "whole_host": whole_host, "blocks": 1, "total_blocks": 1, "cpus": 2,
-        "memory_mib": 24000, "disk_mib": 70000, "gpu_vendor": vendor,
-        "gpu_name": None, "gpu_memory_mib": 0, "gpus": gpu_devices(vendor, gpus, num),
-        "resources": {},
-    }
-    job.update(extra)
-    return job
-
-
-def placement(*jobs):
-    return {"fleet": "demo", "placement": "cluster", "jobs": list(jobs)}
 
 
 def build(config, jobs, **kwargs):

@@ -31,25 +31,25 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 
-from .test_runs import (
+from ..configs import task
+from .fakes import (
     JOB_LABEL,
     RUN_LABEL,
     STARTED,
     SUB_LABEL,
     Cluster,
     container,
-    fleet,
-    task,
+    fleet_with_facts,
 )
 
 
 @pytest.fixture
 def shared(monkeypatch, tmp_path):
-    """``(cluster, submit)``: one fake cluster of ``fleet(count=6)``; ``submit(config)`` runs a
-    new Runner (a new submission, as from another ``gpufleet apply``) to its end and returns
+    """``(cluster, submit)``: one fake cluster of ``fleet_with_facts(count=6)``; ``submit(config)``
+    runs a new Runner (a new submission, as from another ``gpufleet apply``) to its end and returns
     ``(result, ops)``, the requests it sent as ``[(host, op)]``."""
     monkeypatch.setenv("GPUFLEET_STATE_DIR", str(tmp_path / "state"))
-    fleets = [fleet(count=6)]
+    fleets = [fleet_with_facts(count=6)]
     cluster = Cluster([i["name"] for i in fleets[0]["instances"]], program=lambda job: (None, None))
     monkeypatch.setattr(surveys, "Node", lambda instance, root=None, connect_timeout=20: (
         cluster.nodes[instance["name"]]))
@@ -222,7 +222,7 @@ def test_the_runner_says_whether_its_look_was_whole(shared, monkeypatch):
     """actions.submit passes over the queue only after a look at every host: a partial look
     shows a run's jobs in part, and a pass would stop the jobs it cannot see."""
     cluster, submit = shared
-    runner = runs.Runner(task(name="rb"), [fleet(count=6)], emit=cluster.emit,
+    runner = runs.Runner(task(name="rb"), [fleet_with_facts(count=6)], emit=cluster.emit,
                          clock=cluster.clock, sleep=cluster.sleep, environ={})
     runner.survey()
     assert runner.surveyed_whole is True   # no index yet
@@ -283,7 +283,7 @@ def test_a_plan_in_check_mode_asks_every_host_and_writes_nothing(shared):
     cluster, submit = shared
     submit(task(name="warm"))
     before = len(cluster.log)
-    runner = runs.Runner(task(name="rb"), [fleet(count=6)], emit=cluster.emit,
+    runner = runs.Runner(task(name="rb"), [fleet_with_facts(count=6)], emit=cluster.emit,
                          clock=cluster.clock, sleep=cluster.sleep, environ={})
     runner.read_only = True
     placed = runner.place()
@@ -439,7 +439,7 @@ def test_runs_waiting_on_a_host_taken_as_free_go_first(shared, placed_on):
 
 
 def test_the_record_host_is_the_lowest_numbered_instance_its_backend_does_not_call_gone():
-    record = fleet(count=3)
+    record = fleet_with_facts(count=3)
     for inst in record["instances"]:
         inst["backend"] = "local"
     record["instances"][0]["status"] = "provisioning"
@@ -452,7 +452,7 @@ def test_the_record_host_is_the_lowest_numbered_instance_its_backend_does_not_ca
     assert runindex.index_requests([record], nodes, "a") is None
     # An SSH fleet's status depends on what this controller measured: not used, so that every
     # controller picks the same host.
-    ssh = fleet(count=2)
+    ssh = fleet_with_facts(count=2)
     ssh["instances"][0]["status"] = "pending"
     assert runindex.record_host(ssh) == "gpus-0"
 
@@ -463,7 +463,7 @@ def test_the_waiting_states_are_the_queues():
 
 
 def test_a_whole_survey_becomes_one_reindex_per_fleet_whose_record_host_answered():
-    fleets = [fleet("x", 3), fleet("y", 2)]
+    fleets = [fleet_with_facts("x", 3), fleet_with_facts("y", 2)]
     nodes = dict((i["name"], None) for f in fleets for i in f["instances"])
     containers = {"x-0": [alive("a")], "x-1": [], "y-1": [alive("b")]}
     claims = {"x-0": [], "x-1": [{"run": "c"}], "y-1": []}

@@ -11,10 +11,8 @@ takes one step of its program (created -> running -> exited with its code).
 
 from __future__ import annotations
 
-import copy
 import json
 import threading
-import time
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
@@ -26,292 +24,23 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import claiming
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import run_preparation
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
-    booking,
-    indexside,
-)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.errors import RunError
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 
 from ..configs import task
-
-RUN_LABEL = supervisor.RUN_LABEL
-JOB_LABEL = supervisor.JOB_LABEL
-SUB_LABEL = supervisor.SUBMISSION_LABEL
-STARTED = "1700000000"
+from .fakes import (
+    JOB_LABEL,
+    RUN_LABEL,
+    STARTED,
+    SUB_LABEL,
+    Cluster,
+    container,
+    fleet_with_facts,
+)
 
 # ---------------------------------------------------------------------------------------------
-# Fake hosts
+# supervisor.Watch over the fake hosts (fakes.Cluster)
 # ---------------------------------------------------------------------------------------------
-
-
-def container(name, labels, state="created", running=None, reason=None, exit_code=None,
-              docker_code=0):
-    """A container entry shaped as nodeside.op_status answers it."""
-    return {
-        "name": name, "labels": dict(labels), "state": state, "exit_code": docker_code,
-        "oom_killed": False, "started_at": "2026-01-01T10:00:00Z", "finished_at": None,
-        "error": None,
-        "files": {"running": running, "reason": reason,
-                  "exit_code": None if exit_code is None else str(exit_code)},
-    }
-
-
-class FakeNode:
-    """A host with the interface of tasks.ssh.Node, its containers kept in a list."""
-
-    def __init__(self, name, cluster):
-        self.name = name
-        self.sudo = ""
-        self.cluster = cluster
-        self.containers = []
-        self.left = {}  # container name -> (ticks left running, exit code or None)
-        self.down = False
-        self.fail_start = None
-        self.claims = []
-        self.queue = {}
-        self.before_claim = None  # a competitor acting between a survey and a claim
-        self.before_stop = None   # a job ending by itself between a survey and a stop
-        # The run index it keeps as a record host (tasks.hostside.indexside's rules, without files):
-        # {fleet: {"entries": {run: {host: noted}}, "completed": time or None}}.
-        self.index = {}
-
-    def call(self, op, payload=None, timeout=120):
-        payload = payload or {}
-        with self.cluster.lock:
-            self.cluster.log.append((self.name, op, copy.deepcopy(payload)))
-            if self.down:
-                raise NodeError(self.name, "unreachable over SSH: Connection timed out",
-                                silent=True)
-            return getattr(self, "op_" + op)(payload)
-
-    def op_status(self, payload):
-        run = payload.get("run")
-        answer = {"containers": [copy.deepcopy(c) for c in self.containers
-                                 if run is None or c["labels"].get(RUN_LABEL) == run]}
-        if run is None:
-            by_sub = booking._containers_by_submission(self.containers)
-            answer["claims"] = [c for c in self.claims
-                                if booking.claim_live(c, by_sub, self.cluster.now)]
-            answer["queue"] = [booking.summary(e) for e in self.queue.values()]
-        if payload.get("index"):
-            kept = self.index.get(payload["index"]["fleet"]) or {}
-            answer["index"] = indexside.view(kept.get("entries") or {}, kept.get("completed"),
-                                             payload["index"]["run"], self.cluster.now)
-        return answer
-
-    def op_note(self, payload):
-        kept = self.index.setdefault(payload["fleet"], {"entries": {}, "completed": None})
-        kept["entries"].update(indexside.noted(kept["entries"], payload["run"], payload["hosts"],
-                                               payload.get("idle"), self.cluster.now))
-        return {"noted": sorted(kept["entries"][payload["run"]]["hosts"])}
-
-    def op_reindex(self, payload):
-        kept = self.index.setdefault(payload["fleet"], {"entries": {}, "completed": None})
-        begun = self.cluster.now - payload["age"]
-        kept["entries"] = indexside.rewritten(kept["entries"], payload["runs"],
-                                              payload["alive"], payload["answered"],
-                                              self.cluster.now, begun, set(payload["members"]))
-        if payload["complete"]:
-            kept["completed"] = begun
-        return {"reindexed": True}
-
-    def op_start(self, payload):
-        # As booking.op_start_booked: the claim under the lock, the clearing of an earlier run
-        # of the name when the claim says "replace", then nodeside's start.
-        job = payload["job"]
-        if self.fail_start:
-            raise NodeError(self.name, self.fail_start)
-        claim = job.get("claim")
-        if claim:
-            answer = self.op_claim(dict(claim, replace=False, image=None, queue=False))
-            if not answer["claimed"]:
-                raise NodeError(self.name, "taken meanwhile: " + answer["reason"])
-            mine = (str(claim["run_id"]), str(claim["submission"]))
-            if claim.get("replace") and not any(
-                    (c["labels"].get("gpufleet.run-id"), c["labels"].get(SUB_LABEL)) == mine
-                    for c in self.containers):
-                self.containers = [c for c in self.containers
-                                   if c["labels"].get(RUN_LABEL) != claim["run"]]
-        if any(c["name"] == job["container"] for c in self.containers):
-            return {"started": False, "exists": True}
-        self.cluster.started.append((self.name, job["job_num"], self.cluster.snapshot()))
-        self.containers.append(container(job["container"], job["labels"]))
-        self.left[job["container"]] = self.cluster.program(job)
-        return {"started": True, "id": "id-" + job["container"]}
-
-    def op_stop(self, payload):
-        # As nodeside.op_stop: no reason for a job whose command ended by itself ("ended").
-        if self.before_stop is not None:
-            self.before_stop, hook = None, self.before_stop
-            hook(self)
-        names = []
-        ended = []
-        for item in payload["jobs"]:
-            for box in self.containers:
-                if box["name"] != item["container"]:
-                    continue
-                if box["files"]["exit_code"] is not None:
-                    ended.append(item["job_num"])
-                elif not box["files"]["reason"]:
-                    box["files"]["reason"] = payload["reason"]
-                if box["state"] in ("created", "running"):
-                    box["state"] = "exited"
-                    box["exit_code"] = 143
-                names.append(box["name"])
-        return {"stopped": names, "ended": ended}
-
-    def op_remove(self, payload):
-        gone = [c["name"] for c in self.containers if c["labels"].get(RUN_LABEL) == payload["run"]]
-        self.containers = [c for c in self.containers if c["name"] not in gone]
-        self.claims = [c for c in self.claims
-                       if c["run"] != payload["run"] or c.get("run_id") == payload.get("keep")]
-        return {"removed": gone}
-
-    def op_record_failure(self, payload):
-        return {"recorded": True}
-
-    def op_image_info(self, payload):
-        return {"present": True, "entrypoint": None, "cmd": None, "working_dir": None}
-
-    # Claims, decided by tasks.hostside.booking's own rules over this host's containers.
-    def op_claim(self, payload):
-        if self.before_claim is not None:
-            self.before_claim, hook = None, self.before_claim
-            hook(self)
-        claim = dict(payload, expires=self.cluster.now + payload.get("lease", 900))
-        others = [c for c in self.claims if c["run"] != claim["run"]]
-        why = booking.conflict(claim, self.claims, self.containers, self.cluster.now)
-        if why:
-            return {"claimed": False, "reason": why}
-        self.claims = others + [claim]
-        answer = {"claimed": True, "claim": claim}
-        # What booking.op_claim does besides: clear the run's leftovers, say the image.
-        if payload.get("replace"):
-            gone = [c["name"] for c in self.containers
-                    if c["labels"].get(RUN_LABEL) == payload["run"]]
-            self.containers = [c for c in self.containers if c["name"] not in gone]
-            answer["replaced"] = gone
-        if payload.get("image"):
-            answer["image"] = self.op_image_info({"image": payload["image"]})
-        if payload.get("queue"):
-            answer["queue"] = [booking.summary(e) for e in self.queue.values()]
-        return answer
-
-    # The queue, kept as booking keeps it (entries by run name), without files.
-    def op_enqueue(self, payload):
-        entry = dict(payload["entry"])
-        old = self.queue.get(entry["run"])
-        if old and old["run_id"] != entry["run_id"] and old["state"] in ("pending", "active"):
-            return {"queued": False, "reason": "run %s is already %s" % (entry["run"],
-                                                                         old["state"])}
-        self.queue[entry["run"]] = entry
-        return {"queued": True}
-
-    def op_take(self, payload):
-        entry = self.queue.get(payload["run"])
-        if not entry or entry["run_id"] != payload["run_id"] or (
-                entry["state"] != payload.get("state", "pending")):
-            return {"taken": False, "reason": "gone"}
-        if (entry.get("taken_until") or 0) > self.cluster.now and (
-                entry.get("taken_by") != payload["by"]):
-            return {"taken": False, "reason": "taken"}
-        entry.update(taken_by=payload["by"], taken_until=self.cluster.now + 600)
-        return {"taken": True, "entry": copy.deepcopy(entry)}
-
-    def op_update(self, payload):
-        entry = self.queue.get(payload["run"])
-        if not entry or entry["run_id"] != payload["run_id"] or any(
-                entry.get(k) != v for k, v in (payload.get("expect") or {}).items()):
-            return {"updated": False}
-        entry.update(payload["changes"], taken_by=None, taken_until=None)
-        return {"updated": True}
-
-    def op_dequeue(self, payload):
-        entry = self.queue.get(payload["run"])
-        if not entry or payload.get("run_id") not in (None, entry["run_id"]) or any(
-                entry.get(k) != v for k, v in (payload.get("expect") or {}).items()):
-            return {"removed": False}
-        del self.queue[payload["run"]]
-        return {"removed": True}
-
-    def op_release(self, payload):
-        before = len(self.claims)
-        self.claims = [c for c in self.claims if c["run"] != payload["run"]]
-        return {"released": len(self.claims) < before}
-
-    def tick(self):
-        for box in self.containers:
-            ticks, code = self.left.get(box["name"], (None, None))
-            if box["state"] == "created":
-                box["state"] = "running"
-                box["files"]["running"] = STARTED
-            elif box["state"] == "running" and not box["files"]["reason"] and ticks is not None:
-                ticks -= 1
-                self.left[box["name"]] = (ticks, code)
-                if ticks <= 0:
-                    box["state"] = "exited"
-                    box["exit_code"] = code
-                    box["files"]["exit_code"] = str(code)
-
-    def run(self, command, data=None, timeout=None):
-        return 0, "", ""
-
-    def popen(self, command, **kwargs):
-        raise OSError("no logs from a fake host")
-
-
-class Cluster:
-    """Fake hosts, a fake clock and a sleep that moves it and steps every container.
-
-    ``program(job)`` gives each started container ``(ticks, exit_code)``: it runs for that many
-    steps after it is up, then exits with that code (``ticks`` None: it runs until stopped).
-    ``hook(cluster)`` runs after each step (to take a host down, for example).
-    """
-
-    def __init__(self, hosts, program=None, hook=None):
-        self.lock = threading.RLock()
-        self.now = 1000.0
-        self.sleeps = []
-        self.log = []
-        self.started = []
-        self.events = []
-        self.program = program or (lambda job: (None, None))
-        self.hook = hook
-        self.nodes = {h: FakeNode(h, self) for h in hosts}
-
-    def clock(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.sleeps.append(seconds)
-        if len(self.sleeps) > 300:
-            raise AssertionError("the watch never ends")
-        time.sleep(0.003)  # let the background stop requests reach the fake hosts
-        with self.lock:
-            self.now += seconds
-            for node in self.nodes.values():
-                node.tick()
-            if self.hook is not None:
-                self.hook(self)
-
-    def emit(self, event):
-        self.events.append((self.now, event))
-
-    def snapshot(self):
-        """``{job_num: (state, running file)}`` of every container of every host."""
-        return {int(c["labels"][JOB_LABEL]): (c["state"], c["files"]["running"])
-                for node in self.nodes.values() for c in node.containers}
-
-    def ops(self, op):
-        return [(host, payload) for host, name, payload in self.log if name == op]
-
-    def job_events(self, num):
-        return [e for _t, e in self.events if e["kind"] == "job" and e["job_num"] == num]
-
-    def run_events(self):
-        return [e for _t, e in self.events if e["kind"] == "run"]
 
 
 def job_spec(num, host, run="train", submission=0):
@@ -501,67 +230,13 @@ def test_observe_counts_only_the_runs_containers_of_the_submission():
 # ---------------------------------------------------------------------------------------------
 
 
-def cpu_fact(ip):
-    return {
-        "cpus": 8,
-        "memory": {"bytes": 32768 * 2**20, "mib": 32768},
-        "disk": {"available_bytes": 204800 * 2**20, "available_mib": 204800},
-        "internal_ip": ip,
-        "gpu": {"vendor": "none", "count": 0, "name": None, "memory_mib": 0, "devices": []},
-        "blocks": {"requested": 1, "total": 1},
-    }
-
-
-def fleet(name="gpus", count=2):
-    instances = []
-    facts = {}
-    for num in range(count):
-        host = "%s-%d" % (name, num)
-        instances.append({
-            "name": host, "num": num, "fleet": name, "backend": "ssh", "region": "remote",
-            "instance_type": None, "price": None, "spot": False, "status": "idle",
-            "hostname": "192.0.2.%d" % (num + 1), "internal_ip": None, "blocks": 1,
-        })
-        facts[host] = cpu_fact("10.1.0.%d" % (num + 2))
-    return {"name": name, "placement": "cluster", "instances": instances, "facts": facts}
-
-
-@pytest.fixture
-def fake_hosts(monkeypatch, tmp_path):
-    """Route runs.Runner to a Cluster's fake hosts; return a function that makes the Runner.
-    The state dir is the test's own: the fleets this machine applied are not the test's."""
-    monkeypatch.setenv("GPUFLEET_STATE_DIR", str(tmp_path / "state"))
-    images = []
-
-    def make(config, fleets, program=None):
-        hosts = [i["name"] for f in fleets for i in f["instances"]]
-        cluster = Cluster(hosts, program=program)
-        monkeypatch.setattr(surveys, "Node", lambda instance, root=None, connect_timeout=20: (
-            cluster.nodes[instance["name"]]))
-        monkeypatch.setattr(run_preparation, "run_key", lambda: {"private": "PRIVATE", "public": "PUBLIC"})
-
-        def ensure_image(image, nodes, hosts, **kwargs):
-            images.append((image, sorted(hosts)))
-            runner.known = kwargs.get("known")
-            return {h: {"present": True, "entrypoint": None, "cmd": None, "working_dir": None}
-                    for h in hosts}
-
-        monkeypatch.setattr(run_preparation, "ensure_image", ensure_image)
-        runner = runs.Runner(config, fleets, emit=cluster.emit, clock=cluster.clock,
-                             sleep=cluster.sleep, poll=1.0, environ={})
-        runner.images = images
-        return runner, cluster
-
-    return make
-
-
 def test_a_users_stop_as_the_run_fails_by_itself_is_not_followed_by_a_resubmission(
         fake_hosts):
     """Retry on error; the only job exits 3 in the same moment the user stops the run (Ctrl-C):
     nothing is left for the stop to end, and the run ends stopped, not submitted again."""
     config = task(nodes=1, retry={"on_events": ["error"], "duration": "1h"})
     stop = threading.Event()
-    runner, cluster = fake_hosts(config, [fleet()], lambda job: (2, 3))
+    runner, cluster = fake_hosts(config, [fleet_with_facts()], lambda job: (2, 3))
 
     def hook(c):
         if any(b["files"]["exit_code"] for b in c.nodes["gpus-0"].containers):
@@ -580,7 +255,7 @@ def test_retry_on_error_resubmits_and_the_second_submission_ends_done(fake_hosts
     def program(job):
         return (1, 3) if job["submission"] == 0 and job["job_num"] == 1 else (1, 0)
 
-    runner, cluster = fake_hosts(config, [fleet()], program)
+    runner, cluster = fake_hosts(config, [fleet_with_facts()], program)
     result = runner.run()
 
     assert result["status"] == lc.RUN_DONE
@@ -607,7 +282,7 @@ def test_retry_on_error_resubmits_and_the_second_submission_ends_done(fake_hosts
 
 def test_a_resubmission_reports_pending_once(fake_hosts):
     config = task(retry={"on_events": ["error"], "duration": "1h"})
-    runner, cluster = fake_hosts(config, [fleet(count=1)],
+    runner, cluster = fake_hosts(config, [fleet_with_facts(count=1)],
                                  lambda job: (1, 3) if job["submission"] == 0 else (1, 0))
     assert runner.run()["status"] == lc.RUN_DONE
     statuses = [e["status"] for e in cluster.run_events()]
@@ -615,7 +290,7 @@ def test_a_resubmission_reports_pending_once(fake_hosts):
 
 
 def test_no_capacity_without_retry_fails_with_the_reason_and_names_the_fleet(fake_hosts):
-    runner, cluster = fake_hosts(task(resources={"cpu": 64}), [fleet()])
+    runner, cluster = fake_hosts(task(resources={"cpu": 64}), [fleet_with_facts()])
     result = runner.run()
     assert result["status"] == lc.RUN_FAILED
     assert result["reason"] == lc.NO_CAPACITY
@@ -627,7 +302,7 @@ def test_no_capacity_without_retry_fails_with_the_reason_and_names_the_fleet(fak
 
 def test_no_capacity_with_retry_backs_off_then_fails(fake_hosts):
     config = task(resources={"cpu": 64}, retry={"on_events": ["no-capacity"], "duration": "30s"})
-    runner, cluster = fake_hosts(config, [fleet()])
+    runner, cluster = fake_hosts(config, [fleet_with_facts()])
     result = runner.run()
     assert cluster.sleeps == [5, 10, 20]  # the backoff; 35 s after submitting it gives up
     assert result["status"] == lc.RUN_FAILED
@@ -645,7 +320,7 @@ def test_no_capacity_with_retry_backs_off_then_fails(fake_hosts):
 @pytest.mark.parametrize("exit_code", [None, 3])
 def test_a_run_of_the_same_name_still_alive_is_refused(fake_hosts, exit_code):
     """Its job runs, or has just ended and its container is finishing (telling the others)."""
-    runner, cluster = fake_hosts(task(), [fleet()])
+    runner, cluster = fake_hosts(task(), [fleet_with_facts()])
     cluster.nodes["gpus-1"].containers.append(container(
         "train-0-0", {RUN_LABEL: "train", JOB_LABEL: "0", SUB_LABEL: "0"}, state="running",
         running=STARTED, exit_code=exit_code))
@@ -657,7 +332,7 @@ def test_a_run_of_the_same_name_still_alive_is_refused(fake_hosts, exit_code):
 
 
 def test_a_finished_run_of_the_same_name_is_replaced(fake_hosts):
-    runner, cluster = fake_hosts(task(), [fleet(count=1)], program=lambda job: (1, 0))
+    runner, cluster = fake_hosts(task(), [fleet_with_facts(count=1)], program=lambda job: (1, 0))
     cluster.nodes["gpus-0"].containers.append(container(
         "train-0-0", {RUN_LABEL: "train", JOB_LABEL: "0", SUB_LABEL: "0"}, state="exited",
         running=STARTED, exit_code=0))
@@ -675,7 +350,7 @@ def test_a_finished_run_of_the_same_name_is_replaced(fake_hosts):
 
 
 def test_a_finished_run_of_the_same_name_on_a_host_it_no_longer_uses_is_removed(fake_hosts):
-    runner, cluster = fake_hosts(task(), [fleet(count=2)], program=lambda job: (1, 0))
+    runner, cluster = fake_hosts(task(), [fleet_with_facts(count=2)], program=lambda job: (1, 0))
     # The earlier run of the name is on gpus-1; gpus-0 is busy with another, ended, run that
     # leaves it free: the new run is placed on gpus-0 (name order) and gpus-1 is cleared.
     cluster.nodes["gpus-1"].containers.append(container(
@@ -691,7 +366,7 @@ def test_a_finished_run_of_the_same_name_on_a_host_it_no_longer_uses_is_removed(
 
 
 def test_a_failed_run_result_says_which_job_failed(fake_hosts):
-    runner, _cluster = fake_hosts(task(nodes=2), [fleet()],
+    runner, _cluster = fake_hosts(task(nodes=2), [fleet_with_facts()],
                                   program=lambda job: (1, 7) if job["job_num"] == 1 else
                                   (None, None))
     result = runner.run()
@@ -705,7 +380,7 @@ def test_a_failed_run_result_says_which_job_failed(fake_hosts):
 
 def test_an_image_that_cannot_be_brought_leaves_the_run_failed_on_its_hosts(fake_hosts,
                                                                             monkeypatch):
-    runner, cluster = fake_hosts(task(nodes=2), [fleet()])
+    runner, cluster = fake_hosts(task(nodes=2), [fleet_with_facts()])
     recorded = []
     for node in cluster.nodes.values():
         node.op_record_failure = lambda payload, node=node: recorded.append(
@@ -727,7 +402,7 @@ def test_an_image_that_cannot_be_brought_leaves_the_run_failed_on_its_hosts(fake
 
 
 def test_a_survey_handed_back_serves_the_first_placement_only(fake_hosts):
-    runner, cluster = fake_hosts(task(), [fleet(count=1)], program=lambda job: (1, 0))
+    runner, cluster = fake_hosts(task(), [fleet_with_facts(count=1)], program=lambda job: (1, 0))
     runner.reuse_survey(runner.survey())
     asked = len(cluster.log)
     result = runner.run()
@@ -747,7 +422,7 @@ def competitor(cluster):
 
 
 def test_a_host_claimed_by_another_submitter_after_the_survey_is_not_double_booked(fake_hosts):
-    runner, cluster = fake_hosts(task(), [fleet()], program=lambda job: (1, 0))
+    runner, cluster = fake_hosts(task(), [fleet_with_facts()], program=lambda job: (1, 0))
 
     cluster.nodes["gpus-0"].before_claim = competitor(cluster)
     result = runner.run()
@@ -761,7 +436,7 @@ def test_a_host_claimed_by_another_submitter_after_the_survey_is_not_double_book
 
 def test_a_multi_node_run_that_loses_one_host_releases_the_other_and_reports_no_capacity(
         fake_hosts):
-    runner, cluster = fake_hosts(task(nodes=2), [fleet()])
+    runner, cluster = fake_hosts(task(nodes=2), [fleet_with_facts()])
 
     cluster.nodes["gpus-1"].before_claim = competitor(cluster)
     result = runner.run()

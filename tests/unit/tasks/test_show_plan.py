@@ -6,7 +6,7 @@ the runner's one ``plan`` event once submission 0 is placed, the action printer'
 it, the option in the module's spec and docs; and the run's SSH key, made early and at
 dstack's size.
 
-The Runner runs over the fake hosts of test_runs (its ``fake_hosts`` fixture).
+The Runner runs over the fake hosts of fakes.py (the ``fake_hosts`` fixture of conftest.py).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import run_
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import run_output
 
-from . import test_growth as test_task_growth, test_runs as test_task_runs
-from .test_runs import fleet, task
+from ..configs import task
+from .fakes import backend_fleet, facts_of, fleet_with_facts
 
-fake_hosts = test_task_runs.fake_hosts   # the fixture
-machine = test_task_growth.machine       # the fixture (autouse): new local nodes have 8 CPUs
+# New local nodes have a fixed 8-CPU fact here (conftest.py).
+pytestmark = pytest.mark.usefixtures("eight_cpu_local_machine")
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -120,7 +120,7 @@ def test_event_line_leaves_the_plan_to_the_printer():
 
 def test_a_runner_announcing_its_plan_emits_it_once_placed_before_the_runs_lines(fake_hosts):
     config = task(nodes=2)
-    runner, cluster = fake_hosts(config, [fleet()], program=lambda job: (1, 0))
+    runner, cluster = fake_hosts(config, [fleet_with_facts()], program=lambda job: (1, 0))
     runner.announce_plan = True
     assert runner.run()["status"] == lc.RUN_DONE
     (event,) = plan_events(cluster)
@@ -133,7 +133,7 @@ def test_a_runner_announcing_its_plan_emits_it_once_placed_before_the_runs_lines
 
 
 def test_a_runner_not_announcing_emits_no_plan(fake_hosts):
-    runner, cluster = fake_hosts(task(), [fleet(count=1)], program=lambda job: (1, 0))
+    runner, cluster = fake_hosts(task(), [fleet_with_facts(count=1)], program=lambda job: (1, 0))
     assert runner.announce_plan is False   # the default
     assert runner.run()["status"] == lc.RUN_DONE
     assert plan_events(cluster) == []
@@ -142,7 +142,7 @@ def test_a_runner_not_announcing_emits_no_plan(fake_hosts):
 
 def test_a_resubmission_announces_no_plan(fake_hosts):
     config = task(retry={"on_events": ["error"], "duration": "1h"})
-    runner, cluster = fake_hosts(config, [fleet(count=1)],
+    runner, cluster = fake_hosts(config, [fleet_with_facts(count=1)],
                                  lambda job: (1, 3) if job["submission"] == 0 else (1, 0))
     runner.announce_plan = True
     result = runner.run()
@@ -152,7 +152,7 @@ def test_a_resubmission_announces_no_plan(fake_hosts):
 
 
 def test_a_run_that_finds_no_room_announces_no_plan(fake_hosts):
-    runner, cluster = fake_hosts(task(resources={"cpu": 64}), [fleet()])
+    runner, cluster = fake_hosts(task(resources={"cpu": 64}), [fleet_with_facts()])
     runner.announce_plan = True
     result = runner.run()
     assert (result["status"], result["reason"]) == (lc.RUN_FAILED, lc.NO_CAPACITY)
@@ -161,7 +161,7 @@ def test_a_run_that_finds_no_room_announces_no_plan(fake_hosts):
 
 def test_a_dev_environment_announces_its_own_config_not_the_task_it_runs_as(fake_hosts):
     config, _warnings = parse_data({"type": "dev-environment", "name": "dev", "ide": "vscode"})
-    runner, cluster = fake_hosts(config, [fleet(count=1)])
+    runner, cluster = fake_hosts(config, [fleet_with_facts(count=1)])
     runner.announce_plan = True
     runner.submit(0)
     (event,) = plan_events(cluster)
@@ -175,7 +175,7 @@ def test_a_run_the_playbook_grows_the_fleet_for_announces_the_plan_on_the_grown_
         fake_hosts):
     """No grower here (the first submission of task.yml): NeedsInstances goes up to the
     playbook, which grows the fleet; the plan says so (new instances, Creates)."""
-    empty = test_task_growth.backend_fleet(count=0)
+    empty = backend_fleet(count=0)
     runner, cluster = fake_hosts(task(nodes=2), [empty])
     runner.create = True
     runner.announce_plan = True
@@ -191,7 +191,7 @@ def test_a_run_the_playbook_grows_the_fleet_for_announces_the_plan_on_the_grown_
 
 
 def test_a_run_that_needs_instances_without_announcing_emits_no_plan(fake_hosts):
-    runner, cluster = fake_hosts(task(), [test_task_growth.backend_fleet(count=0)])
+    runner, cluster = fake_hosts(task(), [backend_fleet(count=0)])
     runner.create = True
     with pytest.raises(runs.NeedsInstances):
         runner.run()
@@ -202,9 +202,9 @@ def test_a_run_that_grows_its_fleet_itself_announces_the_placement_after_growing
         fake_hosts, monkeypatch):
     """With a grower (grow_first, as a pass over the queue does), the fleet grows here and the
     plan is the placement on what exists then, not the one that asked for instances."""
-    empty = test_task_growth.backend_fleet(count=0)
-    grown = test_task_growth.backend_fleet(count=1)
-    grown["facts"] = test_task_growth.facts_of(grown)
+    empty = backend_fleet(count=0)
+    grown = backend_fleet(count=1)
+    grown["facts"] = facts_of(grown)
     # The fake hosts are the grown fleet's; the runner starts from the empty fleet.
     _unused, cluster = fake_hosts(task(), [grown], program=lambda job: (1, 0))
     asked = []
@@ -225,8 +225,8 @@ def test_a_run_still_short_of_instances_after_growing_itself_announces_nothing(
         fake_hosts, monkeypatch):
     """Grown here and still not enough: NeedsInstances goes up, but no playbook grows the fleet
     next, so there is no plan to show."""
-    empty = test_task_growth.backend_fleet(count=0)
-    _unused, cluster = fake_hosts(task(), [fleet(count=1)])
+    empty = backend_fleet(count=0)
+    _unused, cluster = fake_hosts(task(), [fleet_with_facts(count=1)])
     asked = []
     monkeypatch.setattr(surveys, "collect_fleets", lambda files, docker, root: [empty])
     runner = runs.Runner(task(), [empty], emit=cluster.emit, clock=cluster.clock,
@@ -289,7 +289,7 @@ def submitted(monkeypatch):
     """actions.submit over FakeRunner: ``submit(show_plan, check_mode)`` gives the runner."""
     FakeRunner.made = []
     monkeypatch.setattr(runs, "Runner", FakeRunner)
-    monkeypatch.setattr(actions, "_fleets", lambda params: ("/state", [fleet()]))
+    monkeypatch.setattr(actions, "_fleets", lambda params: ("/state", [fleet_with_facts()]))
     monkeypatch.setattr(actions, "drive_queue", lambda *args, **kwargs: {})
     monkeypatch.setattr(actions, "queue_waiting", lambda survey: False)
 
@@ -346,7 +346,7 @@ def test_the_placement_reuses_the_queue_pass_look_unless_an_entry_waits(
                         lambda *args, **kwargs: passes.append(kwargs["survey"]) or {})
     queues = {"gpus-0": [] if state is None else [{"run": "old", "state": state}]}
     runner = _Surveyed(queues)
-    actions._queue_first(runner, [fleet()], "/state", None)
+    actions._queue_first(runner, [fleet_with_facts()], "/state", None)
     assert passes == [({}, {}, queues, {})]
     assert (runner.reused is not None) is reused
 
@@ -448,7 +448,7 @@ def started_keys(cluster):
 
 
 def test_the_key_made_early_is_the_one_the_first_submission_uses(fake_hosts, counted_keys):
-    runner, cluster = fake_hosts(task(nodes=2), [fleet()], program=lambda job: (1, 0))
+    runner, cluster = fake_hosts(task(nodes=2), [fleet_with_facts()], program=lambda job: (1, 0))
     made, ready = counted_keys()
     runner.make_key_early()
     assert ready.wait(10)   # started at once, before any placement
@@ -461,7 +461,7 @@ def test_the_key_made_early_is_the_one_the_first_submission_uses(fake_hosts, cou
 
 def test_a_resubmission_gets_a_fresh_key(fake_hosts, counted_keys):
     config = task(retry={"on_events": ["error"], "duration": "1h"})
-    runner, cluster = fake_hosts(config, [fleet(count=1)],
+    runner, cluster = fake_hosts(config, [fleet_with_facts(count=1)],
                                  lambda job: (1, 3) if job["submission"] == 0 else (1, 0))
     made, _ready = counted_keys()
     runner.make_key_early()
@@ -471,7 +471,7 @@ def test_a_resubmission_gets_a_fresh_key(fake_hosts, counted_keys):
 
 
 def test_without_an_early_key_the_submission_makes_its_own(fake_hosts, counted_keys):
-    runner, cluster = fake_hosts(task(), [fleet(count=1)], program=lambda job: (1, 0))
+    runner, cluster = fake_hosts(task(), [fleet_with_facts(count=1)], program=lambda job: (1, 0))
     made, _ready = counted_keys()
     assert runner.run()["status"] == lc.RUN_DONE
     assert made == [1]
@@ -479,6 +479,6 @@ def test_without_an_early_key_the_submission_makes_its_own(fake_hosts, counted_k
 
 
 def test_new_local_nodes_have_the_fixed_fact_here():
-    """The autouse ``machine`` fixture of test_growth applies here too (new local nodes
-    have a fixed 8-CPU fact), so the growth plans above do not depend on this machine."""
+    """The ``eight_cpu_local_machine`` fixture applies to every test here, as in test_growth (new
+    local nodes have a fixed 8-CPU fact), so the growth plans above do not depend on this machine."""
     assert growth.local_machine_fact()["cpus"] == 8

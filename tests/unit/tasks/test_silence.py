@@ -18,10 +18,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import list
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import silence
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 
-from . import test_runs as test_task_runs
-from .test_runs import fleet, task
-
-fake_hosts = test_task_runs.fake_hosts  # the fixture
+from ..configs import task
+from .fakes import fleet_with_facts
 
 GRACE = lc.JOB_DISCONNECTED_GRACE
 
@@ -53,7 +51,8 @@ def test_a_look_counts_silence_from_the_first_of_a_series_of_silent_looks(
 
 def test_the_series_is_kept_in_the_facts_cache_of_the_hosts_fleet(tmp_path):
     root = str(tmp_path)
-    fleets = [fleet("gpus", count=3), fleet("other", count=1), {"instances": [{"name": "x"}]}]
+    fleets = [fleet_with_facts("gpus", count=3), fleet_with_facts("other", count=1),
+              {"instances": [{"name": "x"}]}]
     # gpus-2 was never applied from here: it is not in the cache, and is not counted.
     applied = dict((h, v) for h, v in fleets[0]["facts"].items() if h != "gpus-2")
     state.write_facts(root, "gpus", applied)
@@ -81,7 +80,7 @@ def test_the_series_is_kept_in_the_facts_cache_of_the_hosts_fleet(tmp_path):
 
 def test_a_cache_that_cannot_be_written_only_counts_from_now(tmp_path, monkeypatch):
     root = str(tmp_path)
-    fleets = [fleet()]
+    fleets = [fleet_with_facts()]
     state.write_facts(root, "gpus", fleets[0]["facts"])
 
     def refused(*_a, **_k):
@@ -94,7 +93,7 @@ def test_a_cache_that_cannot_be_written_only_counts_from_now(tmp_path, monkeypat
 def detached_with_a_silent_host(fake_hosts):
     """A 2-node run started detached; then gpus-1 stops answering while its backend (here an
     SSH fleet, which only knows the host) has nothing to say of it."""
-    fleets = [fleet()]
+    fleets = [fleet_with_facts()]
     runner, cluster = fake_hosts(task(nodes=2), fleets)
     runner.run(wait=False)
     cluster.sleep(1)

@@ -9,16 +9,14 @@ from __future__ import annotations
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions, surveys
 
-from tests.unit.tasks import test_runs as test_task_runs
-from tests.unit.tasks.test_runs import fleet, task
-
-fake_hosts = test_task_runs.fake_hosts
+from tests.unit.configs import task
+from tests.unit.tasks.fakes import fleet_with_facts
 
 
 @pytest.fixture
 def started(fake_hosts, monkeypatch):
     """A 2-node run started (detached) on a 4-host fleet, and entry routed to the fake hosts."""
-    fleets = [fleet(count=4)]
+    fleets = [fleet_with_facts(count=4)]
     runner, cluster = fake_hosts(task(nodes=2), fleets)
     runner.run(wait=False)
     monkeypatch.setattr(actions, "_fleets", lambda params: ("/state", fleets))
