@@ -402,7 +402,7 @@ def test_console_script_validates(files, tmp_path):
 
 @pytest.mark.slow
 def test_console_script_survives_every_pathological_file(tmp_path):
-    """All of test_loader's pathological inputs, including those that once crashed the parser,
+    """All of spec/pathological.py's inputs, including those that once crashed the parser,
     in one run: one verdict per file, exit 1, no traceback (text and --json)."""
     cases = {name: data for name, (data, _expected) in pathological.PATHOLOGICAL.items()}
     crashers = pathological.CRASHERS.items()

@@ -5,10 +5,15 @@ plugins/module_utils (tests/unit/spec/, tests/unit/tasks/, ...), a folder of plu
 (tests/unit/plugins/modules/, ...), the ``gpufleet`` command and API (tests/unit/cli/), or the
 rules of the whole repository (tests/unit/repo/). A deeper folder is named after a subpackage of
 the package above it. Every folder is a Python package, so same-named files never collide.
+
+No test module imports another: the fixtures a package's tests share live in its conftest.py
+(pytest finds them without an import), the plain helpers in a helper module of the package
+(tests/unit/tasks/fakes.py, ...), imported from there by every user.
 """
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -109,3 +114,83 @@ def test_a_misplaced_file_is_named_with_the_reason(place, why):
 ])
 def test_the_places_the_tree_allows(place):
     assert misplaced(UNIT / place) is None
+
+
+def _module_file(folder, parts):
+    """The file or package folder that the dotted ``parts`` name under ``folder``; None if none."""
+    path = folder.joinpath(*parts)
+    if path.with_suffix(".py").is_file():
+        return path.with_suffix(".py")
+    if (path / "__init__.py").is_file():
+        return path
+    return None
+
+
+def imported_test_modules(path, source=None):
+    """The test modules (test_*.py) that the Python file at ``path`` imports, as ``line: what``."""
+    tree = ast.parse(source if source is not None else path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = path.parent
+                for _ in range(node.level - 1):
+                    base = base.parent
+            else:
+                base = ROOT
+            parts = node.module.split(".") if node.module else []
+            targets = [parts] + [parts + [alias.name] for alias in node.names]
+        elif isinstance(node, ast.Import):
+            base = ROOT
+            targets = [alias.name.split(".") for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            for depth in range(1, len(target) + 1):
+                found_file = _module_file(base, target[:depth])
+                if found_file is not None and found_file.name.startswith("test_") and (
+                        found_file.suffix == ".py"):
+                    found.append("line %d: %s" % (node.lineno, ".".join(target[:depth])))
+                    break
+    return sorted(set(found))
+
+
+def unit_python_files():
+    return sorted(p for p in UNIT.rglob("*.py")
+                  if not NOT_TESTS & set(p.relative_to(UNIT).parts))
+
+
+@pytest.mark.parametrize("path", unit_python_files(),
+                         ids=lambda p: p.relative_to(UNIT).as_posix())
+def test_no_test_module_imports_another(path):
+    found = imported_test_modules(path)
+    assert not found, (
+        "%s imports test modules (%s): move what they share into the package's conftest.py "
+        "(fixtures) or a helper module such as fakes.py (plain helpers)" % (
+            path.relative_to(ROOT).as_posix(), "; ".join(found)))
+
+
+@pytest.mark.parametrize("line", [
+    "from .test_runs import fleet_with_facts",
+    "from . import test_runs as runs",
+    "from ..tasks import test_nodeside",
+    "from ..tasks.test_rankplan import RUN",
+    "from tests.unit.tasks import test_runs",
+    "from tests.unit.tasks.test_runs import Cluster",
+    "import tests.unit.tasks.test_runs",
+])
+def test_an_import_of_a_test_module_is_found(line):
+    assert imported_test_modules(UNIT / "tasks" / "test_x.py", source=line + "\n")
+
+
+@pytest.mark.parametrize("line", [
+    "from .fakes import fleet_with_facts",
+    "from . import fakes",
+    "from ..configs import task",
+    "from ..hosts.samples import HEALTHY_JSON",
+    "from tests.unit.tasks.fakes import inspect_entry",
+    "from tests.doubles.playbooks import Stdin",
+    "import pytest",
+])
+def test_an_import_of_a_helper_module_is_allowed(line):
+    assert imported_test_modules(UNIT / "tasks" / "test_x.py", source=line + "\n") == []

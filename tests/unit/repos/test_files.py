@@ -2,7 +2,7 @@
 controller before any host is touched (gpufleet validate reports the same), then carried in the
 start requests and written in the job folder, where the wrapper copies it into the container.
 
-Docker on the host is the fake of tasks/test_nodeside.py; git is real."""
+Docker on the host is the fake of tasks/fakes.py (the ``docker`` fixture); git is real."""
 
 from __future__ import annotations
 

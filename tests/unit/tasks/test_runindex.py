@@ -6,7 +6,7 @@ placement asks only the hosts it needs while the index can be trusted, and every
 cannot; what it skips never double-books a host, hides a live run of the same name, or leaves
 an old run's containers behind.
 
-The Runner tests use the fake hosts of test_runs, several runners sharing one cluster (one
+The Runner tests use the fake hosts of fakes.py, several runners sharing one cluster (one
 controller after another). The host-side tests use the real files under a temporary BOOK_ROOT.
 """
 
