@@ -132,12 +132,7 @@ def imported_test_modules(path, source=None):
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = path.parent
-                for _ in range(node.level - 1):
-                    base = base.parent
-            else:
-                base = ROOT
+            base = path.parents[node.level - 1] if node.level else ROOT
             parts = node.module.split(".") if node.module else []
             targets = [parts] + [parts + [alias.name] for alias in node.names]
         elif isinstance(node, ast.Import):
