@@ -23,6 +23,7 @@ from . import cloud, lock, state
 from ..spec.naming import fleet_name, instance_name
 from .plan import has_changes, lowest_unused, plan_backend
 from .records import fleet_record, ssh_instances
+from .status import InstanceStatus
 
 
 class ApplyError(GpufleetError):
@@ -185,13 +186,10 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
     return record, changed
 
 
-# Instance statuses that do not count as the fleet's: going or gone.
-GONE = ("terminating", "terminated", "failed")
-
-
 def live_instances(record):
     """The record's instances that are there or coming (not going or gone)."""
-    return [i for i in record.get("instances") or [] if i.get("status") not in GONE]
+    return [i for i in record.get("instances") or []
+            if i.get("status") not in InstanceStatus.lost_statuses()]
 
 
 def instances_missing(config, record):

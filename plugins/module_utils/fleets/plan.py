@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 # Backend states of an instance that can serve again (a stopped node is started, not replaced).
-ALIVE = ("running", "restarting", "paused", "exited", "stopped")
+SERVABLE_STATES = ("running", "restarting", "paused", "exited", "stopped")
+# ...of which these are started again.
+STOPPED_STATES = ("exited", "stopped")
 
 
 def lowest_unused(used, count):
@@ -32,9 +34,9 @@ def plan_backend(nodes, existing):
 
     Returns ``{"create": [...], "keep": [...], "start": [...], "remove": [...]}`` of numbers.
     """
-    alive = sorted(i["num"] for i in existing if i.get("state") in ALIVE)
-    broken = sorted(i["num"] for i in existing if i.get("state") not in ALIVE)
-    stopped = sorted(i["num"] for i in existing if i.get("state") in ("exited", "stopped"))
+    alive = sorted(i["num"] for i in existing if i.get("state") in SERVABLE_STATES)
+    broken = sorted(i["num"] for i in existing if i.get("state") not in SERVABLE_STATES)
+    stopped = sorted(i["num"] for i in existing if i.get("state") in STOPPED_STATES)
     target = nodes["target"]
     maximum = nodes.get("max")
     remove = list(broken)

@@ -25,6 +25,7 @@ import datetime
 from ..core.errors import GpufleetError
 from ..core.times import parse_time
 from ..fleets.idle import span
+from ..fleets.status import InstanceStatus
 
 COLUMNS = ("NAME", "NODES", "GPU", "SPOT", "BACKEND", "PRICE", "STATUS", "CREATED")
 VERBOSE_COLUMNS = (
@@ -36,9 +37,6 @@ INSTANCE_INDENT = "   "
 # Where the error of an instance goes in the short table: a line of its own under the instance.
 ERROR_INDENT = "     "
 PLAN_ACTIONS = ("create", "keep", "remove", "release")
-AVAILABLE = ("idle", "busy")
-NOT_MEASURED = ("pending", "provisioning")
-GONE = ("terminating", "terminated")
 
 
 class FleetTableError(GpufleetError, ValueError):
@@ -368,7 +366,7 @@ def instance_status(instance, verbose=False):
     ``(for run X)`` on an instance made because run X needed it (with its idle limit when
     ``verbose``)."""
     status = str(instance.get("status") or "")
-    if status in AVAILABLE:
+    if status in InstanceStatus.available_statuses():
         total = _instance_blocks(instance)
         if total is not None and total > 1:
             status = "%s/%s busy" % (instance.get("busy_blocks") or 0, total)
@@ -378,7 +376,7 @@ def instance_status(instance, verbose=False):
         elif health in ("warning", "failure"):
             status += " (%s)" % health
     run = instance.get("made_for_run")
-    if run and status not in GONE:
+    if run and status not in InstanceStatus.finished_statuses():
         limit = instance.get("idle_duration")
         if verbose and limit is not None:
             status += " (for run %s, idle_duration %s)" % (run, span(limit))
@@ -400,7 +398,7 @@ def _instance_gpu(instance):
     resources = instance.get("resources")
     if not resources:
         # Not measured yet: dstack leaves the column blank while an instance comes up.
-        return "" if instance.get("status") in NOT_MEASURED else "-"
+        return "" if instance.get("status") in InstanceStatus.starting_statuses() else "-"
     return _host_gpu(resources) or "-"
 
 

@@ -21,6 +21,7 @@ from ..core.text import shorten
 from . import lifecycle
 from .container import RESOURCES_LABEL, RUN_SPEC_LABEL
 from .errors import RunError
+from .lifecycle import JobStatus, RunStatus
 from .runs import nodes_of, survey
 from .ssh import missing_key
 from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch, parallel
@@ -91,7 +92,7 @@ def run_records(containers, errors=None, instances=None, silent=None):
             nodes = len(entries)
         lost = _lost_jobs(name, spec, nodes, statuses, containers, instances, silent or {})
         for num in range(nodes):
-            statuses.setdefault(num, (lifecycle.SUBMITTED, None, None))
+            statuses.setdefault(num, (JobStatus.SUBMITTED.value, None, None))
         decision = lifecycle.decide({"stop_criteria": spec.get("stop_criteria"),
                                      "startup_order": spec.get("startup_order")}, statuses)
         jobs = []
@@ -156,8 +157,8 @@ def with_queue(records, queues):
             if entry["run"] in by_name:
                 by_name[entry["run"]]["retry_kept_on"] = host
             continue
-        status = {queue.PENDING: lifecycle.RUN_PENDING, queue.FAILED: lifecycle.RUN_FAILED,
-                  queue.TERMINATED: lifecycle.RUN_TERMINATED}.get(state, state)
+        status = {queue.PENDING: RunStatus.PENDING.value, queue.FAILED: RunStatus.FAILED.value,
+                  queue.TERMINATED: RunStatus.TERMINATED.value}.get(state, state)
         extra = {"status": status, "queued_on": host, "priority": entry.get("priority") or 0,
                  "queue_position": places.get(entry["run"]),
                  "reason": None if state == queue.PENDING else entry.get("reason"),
@@ -198,14 +199,14 @@ def _lost_jobs(run, spec, nodes, statuses, answered, instances, silent):
         quiet = silent.get(host) or 0
         verdict = interruption.judge(host, instances.get(host), quiet)
         if verdict is None:
-            statuses[num] = (lifecycle.RUNNING, None, None)
-            entry = {"status": lifecycle.RUNNING, "reason": None, "unreachable": True,
+            statuses[num] = (JobStatus.RUNNING.value, None, None)
+            entry = {"status": JobStatus.RUNNING.value, "reason": None, "unreachable": True,
                      "message": "host %s does not answer%s" % (host, (
                          " (for %d s; its job fails after %d s)" % (
                              quiet, lifecycle.JOB_DISCONNECTED_GRACE)) if quiet >= 1 else "")}
         else:
-            statuses[num] = (lifecycle.FAILED, verdict[0], None)
-            entry = {"status": lifecycle.FAILED, "reason": verdict[0], "message": verdict[1]}
+            statuses[num] = (JobStatus.FAILED.value, verdict[0], None)
+            entry = {"status": JobStatus.FAILED.value, "reason": verdict[0], "message": verdict[1]}
         lost.append(dict(entry, job_num=num, host=host, container=container_name(run, num),
                          exit_code=None, started_at=None, finished_at=None, gpus=[],
                          resources=""))
@@ -283,7 +284,7 @@ def stop_run(nodes, name, abort=False, surveyed=None):
 
     def stop(host):
         jobs = [c for c in mine[host]
-                if lifecycle.job_status(c)[0] in lifecycle.ALIVE and
+                if lifecycle.job_status(c)[0] in JobStatus.up_statuses() and
                 _submission_of(c) == record["submission"]]
         if not jobs:
             return []
@@ -378,7 +379,7 @@ def _started(nodes, name, emit, sleep):
     while True:
         containers, _claims, queues, errors = survey_with_queues(nodes)
         record, mine = find_run(nodes, name, (containers, errors), queues)
-        if mine or record.get("status") != lifecycle.RUN_PENDING:
+        if mine or record.get("status") != RunStatus.PENDING:
             return record, mine
         if not said:
             emit({"kind": "info", "message": "pending (queue position %s on %s): waiting for "
@@ -433,7 +434,7 @@ def runs_alive(record, root):
     using = {}
     for run in found:
         for job in run["jobs"]:
-            if job["status"] in lifecycle.ALIVE and job["host"] not in unreachable:
+            if job["status"] in JobStatus.up_statuses() and job["host"] not in unreachable:
                 using.setdefault(job["host"], set()).add(run["name"])
     return using, dict((h, _reason(h, e)) for h, e in unreachable.items())
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from ..core.times import parse_time
 from ..fleets import idle as idle_limits
 from ..fleets.idle import OFF, span as _span
+from ..fleets.status import InstanceStatus
 from . import lifecycle
-GONE = ("terminating", "terminated")
 
 
 def idle_since(instance, containers):
@@ -60,12 +60,12 @@ def plan(config, instances, containers, errors, now, claims=None, queues=None):
     nodes = config.get("nodes") or {}
     minimum = nodes.get("min") or 0
     fleet_idle = config.get("idle_duration")
-    alive = [i for i in instances if i.get("status") not in GONE]
+    alive = [i for i in instances if i.get("status") not in InstanceStatus.finished_statuses()]
     reasons = {}
     idle = []
     for instance in alive:
         name = instance["name"]
-        if instance.get("status") not in ("idle", "busy"):
+        if instance.get("status") not in InstanceStatus.available_statuses():
             reasons[name] = "kept: %s" % instance.get("status")
             continue
         if name in errors or name not in containers:

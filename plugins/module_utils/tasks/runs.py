@@ -37,6 +37,7 @@ from . import (claiming, code, devenv, growth, health, lifecycle, placement, pyt
 from .environment import registry_credentials, resolve_env
 from .errors import PlanError, RunError
 from .images import ensure_image
+from .lifecycle import JobStatus, RunStatus
 from .ssh import Node, NodeError
 from .supervisor import RUN_LABEL, Watch, parallel
 
@@ -719,7 +720,7 @@ class Runner(object):
         auth = registry_credentials(self.config, self.env, self.secrets)
         for job in placed["jobs"]:
             self.emit({"kind": "job", "job_num": job["job_num"], "host": job["host"],
-                       "status": lifecycle.PULLING, "reason": None, "exit_code": None})
+                       "status": JobStatus.PULLING.value, "reason": None, "exit_code": None})
         source = self.image_source
         if image == self.local_image and source == "auto":
             source = "push"  # built on this controller: no registry has it
@@ -803,7 +804,7 @@ class Runner(object):
             raise RunError(str(exc)) from exc
         for host, answers in done.items():
             for answer in answers:
-                self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
+                self.emit({"kind": "run", "status": RunStatus.PENDING.value,
                            "message": "volume %s mounted on %s%s" % (
                                answer["name"], host,
                                " (formatted: it was blank)" if answer.get("formatted") else "")})
@@ -843,7 +844,7 @@ class Runner(object):
                         started):
                     raise
                 delay = NO_CAPACITY_BACKOFF[min(attempt, len(NO_CAPACITY_BACKOFF) - 1)]
-                self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
+                self.emit({"kind": "run", "status": RunStatus.PENDING.value,
                            "message": "no capacity, retrying in %d s: %s" % (delay, exc)})
                 attempt += 1
                 self.sleep(delay)
@@ -864,7 +865,8 @@ class Runner(object):
         jobs = []
         if last is not None:
             for job, placed in zip(last.jobs, last.placement["jobs"]):
-                status = (statuses or {}).get(job["job_num"], (lifecycle.SUBMITTED, None, None))
+                status = (statuses or {}).get(job["job_num"],
+                                              (JobStatus.SUBMITTED.value, None, None))
                 jobs.append({"job_num": job["job_num"], "host": job["host"],
                              "container": job["container"], "internal_ip": placed["internal_ip"],
                              "status": status[0], "reason": status[1], "exit_code": status[2]})
@@ -872,7 +874,7 @@ class Runner(object):
             "run": self.name,
             "run_id": self.run_id,
             "fleet": last.placement["fleet"] if last else None,
-            "status": decision.status if decision else lifecycle.RUN_SUBMITTED,
+            "status": decision.status if decision else RunStatus.SUBMITTED.value,
             "reason": decision.reason if decision else None,
             "message": message,
             "submissions": len(self.submissions),
@@ -917,17 +919,17 @@ class Runner(object):
         if entry.get("state") == queue.PENDING:
             return None
         if entry.get("state") in (queue.FAILED, queue.TERMINATED):
-            return dict(self.result(), status=lifecycle.RUN_FAILED if entry.get(
-                "state") == queue.FAILED else lifecycle.RUN_TERMINATED,
+            return dict(self.result(), status=RunStatus.FAILED.value if entry.get(
+                "state") == queue.FAILED else RunStatus.TERMINATED.value,
                 reason=entry.get("reason") or lifecycle.TERMINATED_BY_USER,
                 message=entry.get("message"))
         started = any(c["labels"].get(RUN_ID_LABEL) == self.run_id
                       for found_on in containers.values() for c in found_on)
         if started:
-            return dict(self.result(), status=lifecycle.RUN_SUBMITTED, message=(
+            return dict(self.result(), status=RunStatus.SUBMITTED.value, message=(
                 "another controller's pass over the queue started it; gpufleet ps and "
                 "gpufleet logs -f %s follow it" % self.name))
-        return dict(self.result(), status=lifecycle.RUN_TERMINATED,
+        return dict(self.result(), status=RunStatus.TERMINATED.value,
                     reason=lifecycle.TERMINATED_BY_USER,
                     message="its queue entry was removed before it started")
 
@@ -956,7 +958,7 @@ class Runner(object):
                           clock=self.clock, sleep=self.sleep, poll=self.poll)
         while True:
             decision = watch.run_once()
-            waiting = [s for s in watch.statuses.values() if s[0] == lifecycle.SUBMITTED]
+            waiting = [s for s in watch.statuses.values() if s[0] == JobStatus.SUBMITTED]
             if decision.final or decision.resubmit or not waiting:
                 return self.result(decision, watch.statuses)
             self.sleep(self.poll)
@@ -984,11 +986,11 @@ class Runner(object):
                 "priority": int(self.config.get("priority") or 0)}
         others = [item for item in queue.entries_of(queues) if item[1].get("run") != self.name]
         place = queue.positions(others + [(host, mine)]).get(self.name)
-        self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
+        self.emit({"kind": "run", "status": RunStatus.PENDING.value,
                    "message": "waiting for capacity in the queue (kept on %s): %s"
                    % (host, exc)})
         if not wait:
-            return dict(self.result(), status=lifecycle.RUN_PENDING, reason=None,
+            return dict(self.result(), status=RunStatus.PENDING.value, reason=None,
                         message="waiting for capacity (queue position %s, kept on %s)"
                         % (place or "last", host), queued_on=host), None
         return self._wait_in_queue(host, stop_event)
@@ -1008,14 +1010,14 @@ class Runner(object):
                 stopped = {"state": "terminated", "reason": lifecycle.TERMINATED_BY_USER}
                 self.nodes[host].call("update", {"run": self.name, "run_id": self.run_id,
                                                  "changes": stopped})
-                return dict(self.result(), status=lifecycle.RUN_TERMINATED,
+                return dict(self.result(), status=RunStatus.TERMINATED.value,
                             reason=lifecycle.TERMINATED_BY_USER), None
             self.sleep(NO_CAPACITY_BACKOFF[min(attempt, len(NO_CAPACITY_BACKOFF) - 1)])
             attempt += 1
             self._refresh_quietly()
             if host not in self.nodes:
                 # The queue host's instance is gone, and its entry with it: what ps says.
-                return dict(self.result(), status=lifecycle.RUN_FAILED,
+                return dict(self.result(), status=RunStatus.FAILED.value,
                             reason=lifecycle.NO_CAPACITY,
                             message="the host that kept its queue entry (%s) is gone" % host), None
             report = queue.QueuePass(self.fleets, own=self, root=self.root, docker=self.docker,
@@ -1048,7 +1050,7 @@ class Runner(object):
                 # No host to keep the entry on: wait here, asking again on every try.
                 self.emit({"kind": "info", "message": "%s; waiting in this command" % err})
                 return None, self.submit(number, waited_since=since)
-            self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
+            self.emit({"kind": "run", "status": RunStatus.PENDING.value,
                        "message": "waiting for capacity in the queue (kept on %s): %s"
                        % (host, exc)})
             return self._wait_in_queue(host, stop_event)
@@ -1061,7 +1063,7 @@ class Runner(object):
             if never or not lifecycle.may_retry(self.config.get("retry"),
                                                 lifecycle.EVENT_NO_CAPACITY, self.clock(),
                                                 self.clock()):
-                return dict(self.result(), status=lifecycle.RUN_FAILED,
+                return dict(self.result(), status=RunStatus.FAILED.value,
                             reason=lifecycle.NO_CAPACITY, message="%s%s" % (
                                 exc, (" (%s)" % never) if never else ""))
             result, submission = self._queued(exc, wait, stop_event)
@@ -1086,9 +1088,9 @@ class Runner(object):
                 # The user's stop came as the run failed by itself (nothing was left for the
                 # stop to end): the run ends stopped, as asked, and is not submitted again.
                 return dict(self.result(decision, watch.statuses, failure_message(
-                    decision, submission)), status=lifecycle.RUN_TERMINATED,
+                    decision, submission)), status=RunStatus.TERMINATED.value,
                     reason=lifecycle.TERMINATED_BY_USER)
-            self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
+            self.emit({"kind": "run", "status": RunStatus.PENDING.value,
                        "message": "resubmitting all jobs (retry on %s)"
                        % lifecycle.retry_event(decision.failed_job[1])})
             # A host whose instance is gone has nothing to remove, and would only make the
@@ -1103,7 +1105,7 @@ class Runner(object):
                 ended, submission = self._resubmit(submission.number + 1, self.clock(),
                                                    stop_event)
             except placement.NoHostFits as exc:
-                return dict(self.result(decision, watch.statuses), status=lifecycle.RUN_FAILED,
+                return dict(self.result(decision, watch.statuses), status=RunStatus.FAILED.value,
                             reason=lifecycle.NO_CAPACITY, message=str(exc))
             if ended is not None:
                 return ended
