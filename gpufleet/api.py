@@ -29,7 +29,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ._collection import CollectionNotFound, ensure_importable, spec, text
+from ._collection import CollectionNotFound, config_model, ensure_importable, text
 from . import runner
 from .runner import PlaybookResult, RunnerError
 
@@ -120,7 +120,7 @@ class _Options:
 
 def _read(config: Config, types: Iterable[str]):
     """(normalized config, what to pass the playbook): an absolute path or the mapping."""
-    model = spec()
+    model = config_model()
     if isinstance(config, Mapping):
         where = "inline config"
         try:
@@ -150,7 +150,7 @@ RUN_TYPES = ("task", "dev-environment")
 
 def _check_array(array, given):
     """``array`` checked here with the model's parser (the task module parses it again)."""
-    model = spec()
+    model = config_model()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import overrides
 
     where = given if isinstance(given, str) else "inline config"
@@ -166,7 +166,7 @@ def _task_overrides(normalized, given, name=None, env=None, fleets=None, ide_ver
     carry them to task.yml."""
     if not (name or env or fleets or ide_version):
         return {}
-    model = spec()
+    model = config_model()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import overrides
 
     where = given if isinstance(given, str) else "inline config"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from ._collection import spec
+from ._collection import config_model
 from .api import GpufleetError
 
 
@@ -27,7 +27,7 @@ class CommandError(GpufleetError):
 
 
 def _entry():
-    spec()  # makes the collection importable
+    config_model()  # makes the collection importable
     from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
 
     return entry
@@ -68,10 +68,10 @@ def runs(fleet_files=(), state_dir=None) -> dict:
     "unread": {fleet: {host: reason}}}`` (the fleets some of whose hosts could not be read);
     when something in the queue is due, the pass over it runs first, as there."""
     entry = _entry()
-    params = _params(entry.RUN_INFO_SPEC, fleet_files, state_dir)
+    params = _params(entry.RUN_INFO_ARGS, fleet_files, state_dir)
     found = _call(entry.run_info, params)
     if found.get("queue_due"):
-        found = _call(entry.run_queue, _params(entry.RUN_QUEUE_SPEC, fleet_files, state_dir))
+        found = _call(entry.run_queue, _params(entry.RUN_QUEUE_ARGS, fleet_files, state_dir))
     return {"runs": found["runs"], "unreachable": found.get("unreachable_hosts") or {},
             "unread": found.get("unread_fleets") or {}}
 
@@ -80,7 +80,7 @@ def logs(run, out, job=None, since=None, fleet_files=(), state_dir=None) -> dict
     """A run's logs written to ``out`` as they are read (what ``gpufleet logs`` prints
     through logs.yml with ``stream``); returns the run's record."""
     entry = _entry()
-    params = _params(entry.RUN_LOGS_SPEC, fleet_files, state_dir, name=run, job=job,
+    params = _params(entry.RUN_LOGS_ARGS, fleet_files, state_dir, name=run, job=job,
                      since=since, stream=True)
 
     def emit(event):
@@ -99,9 +99,9 @@ def stop(run, abort=False, fleet_files=(), state_dir=None) -> dict:
     entry = _entry()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import session
 
-    answer = _call(entry.run_stop, _params(entry.RUN_STOP_SPEC, fleet_files, state_dir,
+    answer = _call(entry.run_stop, _params(entry.RUN_STOP_ARGS, fleet_files, state_dir,
                                            name=run, abort=bool(abort)))
-    _call(session.attach_entry, _params(session.ATTACH_SPEC, (), state_dir, name=run,
+    _call(session.attach_entry, _params(session.ATTACH_ARGS, (), state_dir, name=run,
                                         state="absent"))
     return answer["run"]
 
@@ -119,7 +119,7 @@ def submit(path, out, err, fleet_files=(), state_dir=None, name=None, env=None, 
     entry = _entry()
     from ansible_collections.gpufleet.cluster.plugins.plugin_utils.run_output import event_text
 
-    params = _params(entry.TASK_SPEC, fleet_files, state_dir, path=path, name=name, env=env,
+    params = _params(entry.TASK_ARGS, fleet_files, state_dir, path=path, name=name, env=env,
                      fleet_names=list(fleets or []), ide_version=ide_version, wait=False,
                      logs=False, show_plan=bool(show_plan))
     names, optional = entry.stored_secret_names(params)

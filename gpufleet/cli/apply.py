@@ -123,7 +123,7 @@ def _fleet_lock(name, err):
     holds it."""
     from ..api import GpufleetError
 
-    common.spec()
+    common.config_model()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import lock
 
     def waiting(message):
@@ -295,7 +295,7 @@ def _plan_and_ask(args, path, overrides, out, err):
 
 def _random_name():
     """A run name as the task runner makes one for a task without a name (dstack's kind)."""
-    common.spec()
+    common.config_model()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.rankplan import (
         random_run_name,
     )

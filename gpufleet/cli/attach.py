@@ -157,7 +157,7 @@ def follow(run, attached, args, out, err, options) -> int:
 def ports_problem(ports):
     """Why the run's ``ports`` cannot be forwarded here (a named local port in use), else
     None: dstack apply checks before it submits."""
-    common.spec()
+    common.config_model()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import ports as local
 
     try:

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from .._collection import spec, text
+from .._collection import config_model, text
 
 
 def fleet_file_option(parser, help_text):
@@ -28,14 +28,14 @@ def shown_path(path):
 
 def tables():
     """The collection's table renderer (plugins/module_utils/render/fleet_table.py)."""
-    spec()  # makes the collection importable
+    config_model()  # makes the collection importable
     from ansible_collections.gpufleet.cluster.plugins.module_utils.render import fleet_table as fleets
 
     return fleets
 
 
 def run_tables():
-    spec()
+    config_model()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table as runtable
 
     return runtable
@@ -45,7 +45,7 @@ def read_config(path, err, types=("fleet",)):
     """Validate a file before any playbook runs; returns its config or None. (What apply
     refuses in a valid file, the files and repo it names included, the playbook's module says
     with the same messages.)"""
-    result = spec().validate_file(path)
+    result = config_model().validate_file(path)
     for error in result["errors"]:
         err.write(f"{shown_path(path)}: {where(error)}{error['message']}\n")
     if not result["ok"]:

@@ -29,7 +29,7 @@ def add_metrics(commands):
 
 
 def _render():
-    common.spec()
+    common.config_model()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.render import (
         metrics_table,
     )

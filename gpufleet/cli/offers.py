@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from .._collection import spec
+from .._collection import config_model
 from . import common
 
 
@@ -123,7 +123,7 @@ def _gcp_refresh(regions, current, project):
 
 
 def _catalog_refresh(args, out, err) -> int:
-    spec()  # makes the collection importable
+    config_model()  # makes the collection importable
     from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
     from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import (
         catalog,

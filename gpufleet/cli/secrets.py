@@ -68,7 +68,7 @@ def _password_option(parser):
 
 
 def _module():
-    common.spec()  # makes the collection importable
+    common.config_model()  # makes the collection importable
     from ansible_collections.gpufleet.cluster.plugins.plugin_utils import secret_store
 
     return secret_store

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from .._collection import spec
+from .._collection import config_model
 from . import common
 
 
@@ -30,7 +30,7 @@ def add_validate(commands):
 
 
 def _validate(args, out, err) -> int:
-    spec()  # makes the collection importable
+    config_model()  # makes the collection importable
     from ansible_collections.gpufleet.cluster.plugins.module_utils.repos import sources
 
     # The config model's verdict and what each file names on this controller (its files and

@@ -44,7 +44,7 @@ def add_volume(commands):
 
 
 def _tables():
-    common.spec()  # makes the collection importable
+    common.config_model()  # makes the collection importable
     from ansible_collections.gpufleet.cluster.plugins.module_utils.render import volume_table
 
     return volume_table

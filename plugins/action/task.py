@@ -42,7 +42,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         _validation, params = self.validate_argument_spec(
-            argument_spec=entry.TASK_SPEC,
+            argument_spec=entry.TASK_ARGS,
             mutually_exclusive=entry.TASK_MUTUALLY_EXCLUSIVE,
             required_one_of=entry.TASK_REQUIRED_ONE_OF,
         )

@@ -72,7 +72,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entr
 
 
 def main():
-    module = AnsibleModule(argument_spec=entry.RUN_STOP_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=entry.RUN_STOP_ARGS, supports_check_mode=True)
     with fail_json_on_error(module):
         module.exit_json(**entry.run_stop(module.params, check_mode=module.check_mode))
 

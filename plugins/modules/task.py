@@ -296,7 +296,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entr
 
 def main():
     module = AnsibleModule(
-        argument_spec=entry.TASK_SPEC,
+        argument_spec=entry.TASK_ARGS,
         mutually_exclusive=entry.TASK_MUTUALLY_EXCLUSIVE,
         required_one_of=entry.TASK_REQUIRED_ONE_OF,
         supports_check_mode=True,

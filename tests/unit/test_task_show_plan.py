@@ -243,7 +243,7 @@ def test_a_run_still_short_of_instances_after_growing_itself_announces_nothing(
 
 
 def test_task_spec_has_show_plan_off_by_default():
-    assert entry.TASK_SPEC["show_plan"] == {"type": "bool", "default": False}
+    assert entry.TASK_ARGS["show_plan"] == {"type": "bool", "default": False}
 
 
 class FakeRunner:
@@ -293,7 +293,7 @@ def submitted(monkeypatch):
     monkeypatch.setattr(entry, "queue_waiting", lambda survey: False)
 
     def submit(check_mode=False, **params):
-        full = dict((k, v.get("default")) for k, v in entry.TASK_SPEC.items())
+        full = dict((k, v.get("default")) for k, v in entry.TASK_ARGS.items())
         full.update(config={"type": "task", "name": "train", "image": "python:3.11",
                             "commands": ["true"]}, **params)
         result, failed = entry.submit(full, emit=lambda event: None, check_mode=check_mode)
@@ -380,8 +380,8 @@ def _task_options():
 def test_the_task_modules_docs_match_its_argument_spec():
     """What ansible-test's validate-modules checks (make sanity), for this module's options."""
     documented = _task_options()
-    assert sorted(documented) == sorted(entry.TASK_SPEC)
-    for name, spec in entry.TASK_SPEC.items():
+    assert sorted(documented) == sorted(entry.TASK_ARGS)
+    for name, spec in entry.TASK_ARGS.items():
         doc = documented[name]
         assert doc.get("type", "str") == spec.get("type", "str"), name
         assert doc.get("elements") == spec.get("elements"), name

@@ -33,7 +33,7 @@ DEFAULT_USER_CONFIG = "~/.ssh/config"
 
 # The run_attach module's options (its DOCUMENTATION describes them), also what gpufleet stop
 # passes when it forgets a run's aliases in its own process (gpufleet/direct.py).
-ATTACH_SPEC = dict(
+ATTACH_ARGS = dict(
     name=dict(type="str", required=True),
     job=dict(type="int", default=0),
     state=dict(type="str", choices=["present", "absent"], default="present"),

@@ -148,7 +148,7 @@ def _check_options(state, fleet, instance, hosts, controller):
         raise MarkerError("controller must be a host name, got %r" % (controller,))
 
 
-def plan_present(
+def decide_present(
     previous, path, fleet, instance, hosts=None, controller=None, force=False, now=None
 ):
     """(the marker to write or None when ``previous`` is already right, a message).
@@ -201,7 +201,7 @@ def plan_present(
     return marker, "fleet %s claimed this host as instance %d" % (fleet, instance)
 
 
-def plan_absent(previous, path, fleet):
+def decide_absent(previous, path, fleet):
     """(whether to remove the marker, a message). Another fleet's marker is never removed."""
     if previous is None:
         return False, "no fleet marker at %s" % path
@@ -300,7 +300,7 @@ def _ensure(path, state, fleet, instance, hosts, controller, force, check_mode, 
     previous = read_marker(path)
     took_over = None
     if state == PRESENT:
-        marker, msg = plan_present(
+        marker, msg = decide_present(
             previous, path, fleet, instance, hosts, controller, force=force, now=now
         )
         changed = marker is not None
@@ -311,7 +311,7 @@ def _ensure(path, state, fleet, instance, hosts, controller, force, check_mode, 
         if not changed:
             marker = previous
     else:
-        changed, msg = plan_absent(previous, path, fleet)
+        changed, msg = decide_absent(previous, path, fleet)
         if changed and not check_mode:
             remove_marker(path)
         marker = None if changed else previous

@@ -149,11 +149,11 @@ def render(groups):
     return json.dumps(groups, indent=2, sort_keys=True) + "\n"
 
 
-def plan(hosts, existing, prune=True):
+def wanted_files(hosts, existing, prune=True):
     """What the target directory should hold: ``{file name: text}``.
 
     ``existing`` is ``{file name: text or None}`` for the files in the directory now; files of
-    no fleet (other names) are left out of the plan. A fleet file whose fleet has no host here
+    no fleet (other names) are left out. A fleet file whose fleet has no host here
     becomes an empty list when ``prune`` (Prometheus then drops its targets), and is left out
     otherwise."""
     wanted = dict((file_name(fleet), render(groups))

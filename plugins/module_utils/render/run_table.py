@@ -27,7 +27,6 @@ VERBOSE_COLUMNS = (
     "NAME", "BACKEND", "RESOURCES", "INSTANCE TYPE", "PRICE", "STATUS", "SUBMITTED", "ERROR",
 )
 JOB_INDENT = "   "
-ENDED = ("done", "failed", "terminated")
 
 
 def _backend(run):

@@ -84,7 +84,7 @@ def _item(root, rel):
     return {"mode": _mode(info), "size": info.st_size}, info.st_size
 
 
-def _plan(path, hint=""):
+def _contents(path, hint=""):
     """``({relative path: item without data}, total size)`` of the entry at ``path``, or
     FilesError saying why it cannot be shipped (``hint`` follows "does not exist")."""
     try:
@@ -120,7 +120,7 @@ def check(local_path, base_dir=None, environ=None):
     if not os.path.isabs(os.path.expanduser(local_path)):
         hint = " (relative paths start at the task file's folder, %s)" % (
             base_dir or os.getcwd())
-    _items, total = _plan(path, hint)
+    _items, total = _contents(path, hint)
     try:
         limit = local.upload_limit(environ)
     except local.RepoError as exc:
@@ -136,7 +136,7 @@ def check(local_path, base_dir=None, environ=None):
 
 def read(path):
     """The entry at ``path`` as ``{relative path: item}`` with its files' contents."""
-    items, _total = _plan(path)
+    items, _total = _contents(path)
     out = {}
     for rel, item in items.items():
         item = dict(item)

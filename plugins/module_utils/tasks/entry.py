@@ -31,7 +31,7 @@ FLEET_OPTIONS = dict(
     **state_options()
 )
 
-TASK_SPEC = dict(
+TASK_ARGS = dict(
     path=dict(type="path"),
     config=dict(type="dict"),
     name=dict(type="str"),
@@ -53,13 +53,13 @@ TASK_SPEC = dict(
 TASK_MUTUALLY_EXCLUSIVE = [("path", "config")]
 TASK_REQUIRED_ONE_OF = [("path", "config")]
 
-RUN_INFO_SPEC = dict(name=dict(type="str"), **FLEET_OPTIONS)
-RUN_QUEUE_SPEC = dict(**FLEET_OPTIONS)
-RUN_STOP_SPEC = dict(name=dict(type="str", required=True), abort=dict(type="bool", default=False),
+RUN_INFO_ARGS = dict(name=dict(type="str"), **FLEET_OPTIONS)
+RUN_QUEUE_ARGS = dict(**FLEET_OPTIONS)
+RUN_STOP_ARGS = dict(name=dict(type="str", required=True), abort=dict(type="bool", default=False),
                      **FLEET_OPTIONS)
-RUN_METRICS_SPEC = dict(name=dict(type="str", required=True), job=dict(type="int"),
+RUN_METRICS_ARGS = dict(name=dict(type="str", required=True), job=dict(type="int"),
                         **FLEET_OPTIONS)
-RUN_LOGS_SPEC = dict(name=dict(type="str", required=True), follow=dict(type="bool", default=False),
+RUN_LOGS_ARGS = dict(name=dict(type="str", required=True), follow=dict(type="bool", default=False),
                      tail=dict(type="int"), job=dict(type="int"), since=dict(type="str"),
                      stream=dict(type="bool", default=False), output_path=dict(type="path"),
                      **FLEET_OPTIONS)

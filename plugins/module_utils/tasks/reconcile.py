@@ -10,7 +10,7 @@ Pure Python. An instance is idle when no task container of gpufleet is alive on 
 been idle since the last of its task containers finished, or since it was created when it
 never ran one. A host that cannot be asked is never taken for idle.
 
-    decision = plan(config, instances, containers, errors, now)
+    decision = decide(config, instances, containers, errors, now)
     # {"remove": [...], "create": n, "keep": [...], "reasons": {name: why}}
 """
 
@@ -44,7 +44,7 @@ def _whose(instance):
     return " (made for run %s)" % run if run else ""
 
 
-def plan(config, instances, containers, errors, now, claims=None, queues=None):
+def decide(config, instances, containers, errors, now, claims=None, queues=None):
     """What one reconcile pass does to a backend fleet.
 
     ``instances`` are the fleet's instance records, ``containers`` maps host names to their
