@@ -370,7 +370,16 @@ def _delete(args, out, err) -> int:
         return 1
     if config["type"] == "volume":
         return _volume(args, path, "absent", out, err)
-    name = config.get("name") or os.path.basename(path)
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import (
+        NamingError,
+        fleet_name,
+    )
+
+    try:
+        name = fleet_name(config, path)
+    except NamingError as exc:
+        err.write(f"{exc}\n")
+        return 1
     if not common.confirm(f"Delete the fleet {name}?", args, out, err):
         out.write("Nothing was deleted.\n")
         return 1
