@@ -27,7 +27,8 @@ from .ssh import missing_key
 from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch, parallel
 
 
-def _spec(labels):
+def _asked(labels):
+    """What the run asked for: its gpufleet.run-spec label (tasks.container), parsed."""
     try:
         value = json.loads(labels.get(RUN_SPEC_LABEL) or "{}")
     except ValueError:
@@ -84,17 +85,17 @@ def run_records(containers, errors=None, instances=None, silent=None):
         latest = max(_submission_of(e) for e in entries)
         entries = sorted((e for e in entries if _submission_of(e) == latest), key=_job_num)
         labels = entries[0]["labels"]
-        spec = _spec(labels)
+        asked = _asked(labels)
         statuses = dict((_job_num(e), lifecycle.job_status(e)) for e in entries)
         try:
             nodes = int(labels.get("gpufleet.nodes") or len(entries))
         except ValueError:
             nodes = len(entries)
-        lost = _lost_jobs(name, spec, nodes, statuses, containers, instances, silent or {})
+        lost = _lost_jobs(name, asked, nodes, statuses, containers, instances, silent or {})
         for num in range(nodes):
             statuses.setdefault(num, (JobStatus.SUBMITTED.value, None, None))
-        decision = lifecycle.decide({"stop_criteria": spec.get("stop_criteria"),
-                                     "startup_order": spec.get("startup_order")}, statuses)
+        decision = lifecycle.decide({"stop_criteria": asked.get("stop_criteria"),
+                                     "startup_order": asked.get("startup_order")}, statuses)
         jobs = []
         for entry in entries:
             status = statuses[_job_num(entry)]
@@ -112,22 +113,22 @@ def run_records(containers, errors=None, instances=None, silent=None):
             "message": next((m for m in [e.get("setup_error") for e in entries] +
                              [j.get("message") for j in lost] if m), None),
             "name": name,
-            "type": spec.get("type") or "task",
+            "type": asked.get("type") or "task",
             "run_id": labels.get("gpufleet.run-id"),
             "submission": latest,
             "submitted": labels.get("gpufleet.submitted"),
             "status": decision.status,
             "reason": decision.reason,
             "fleet": labels.get("gpufleet.fleet"),
-            "backend": spec.get("backend"),
-            "region": spec.get("region"),
-            "price": spec.get("price"),
-            "spot": spec.get("spot"),
-            "gpu": spec.get("gpu"),
+            "backend": asked.get("backend"),
+            "region": asked.get("region"),
+            "price": asked.get("price"),
+            "spot": asked.get("spot"),
+            "gpu": asked.get("gpu"),
             "nodes": nodes,
             "array": labels.get("gpufleet.array"),
-            "stop_criteria": spec.get("stop_criteria"),
-            "startup_order": spec.get("startup_order"),
+            "stop_criteria": asked.get("stop_criteria"),
+            "startup_order": asked.get("startup_order"),
             "jobs": jobs,
         })
     records.sort(key=lambda r: (r["submitted"] or "", r["name"]), reverse=True)
@@ -180,7 +181,7 @@ def with_queue(records, queues):
     return out
 
 
-def _lost_jobs(run, spec, nodes, statuses, answered, instances, silent):
+def _lost_jobs(run, asked, nodes, statuses, answered, instances, silent):
     """Job entries of ``run`` on hosts that did not answer (their containers unseen: the host
     is silent, or its fleet no longer has it), judged by tasks.interruption from the host's
     record and how long it has been silent (``silent``); their statuses are added to
@@ -190,7 +191,7 @@ def _lost_jobs(run, spec, nodes, statuses, answered, instances, silent):
 
     if instances is None:
         return []
-    hosts = spec.get("hosts") or []
+    hosts = asked.get("hosts") or []
     lost = []
     for num in range(nodes):
         if num in statuses or num >= len(hosts) or hosts[num] in answered:
@@ -288,7 +289,7 @@ def stop_run(nodes, name, abort=False, surveyed=None):
                 _submission_of(c) == record["submission"]]
         if not jobs:
             return []
-        timeout = 0 if abort else max(int(_spec(c["labels"]).get("stop_duration") or 0)
+        timeout = 0 if abort else max(int(_asked(c["labels"]).get("stop_duration") or 0)
                                       for c in jobs)
         answer = nodes[host].call("stop", {
             "reason": lifecycle.TERMINATED_BY_USER, "timeout": timeout,
@@ -404,12 +405,12 @@ def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time, 
         return record   # its wait in the queue ended before it started
     latest = [c for entries in mine.values() for c in entries
               if _submission_of(c) == record["submission"]]
-    spec = _spec(latest[0]["labels"])
+    asked = _asked(latest[0]["labels"])
     jobs = [{"job_num": j["job_num"], "host": j["host"], "container": j["container"],
              "run": name, "submission": record["submission"],
-             "stop_duration": spec.get("stop_duration") or 0} for j in record["jobs"]]
-    policy = {"startup_order": spec.get("startup_order"),
-              "stop_criteria": spec.get("stop_criteria"), "retry": None}
+             "stop_duration": asked.get("stop_duration") or 0} for j in record["jobs"]]
+    policy = {"startup_order": asked.get("startup_order"),
+              "stop_criteria": asked.get("stop_criteria"), "retry": None}
     if job is not None and job not in [j["job_num"] for j in jobs]:
         raise RunError("run %s has no job %d (jobs: %s)" % (
             name, job, ", ".join(str(j["job_num"]) for j in jobs)))

@@ -183,7 +183,7 @@ class LogFollower(object):
 class Watch(object):
     """Carry one submission of a run to its end.
 
-    ``jobs``: the job specs of the submission (tasks.rankplan.build_jobs), by job number;
+    ``jobs``: the jobs of the submission (tasks.rankplan.build_jobs), by job number;
     ``nodes``: ``{host: tasks.ssh.Node}``; ``policy``: startup_order, stop_criteria, retry;
     ``emit(event)``: called with each change (see ``run``); ``follow_logs``: pass the jobs'
     output on too (True, or ``{"job": N or None, "since": epoch or None, "raw": bool}``).
