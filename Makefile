@@ -48,7 +48,20 @@ $(BIN)/activate: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test]'
 	touch $(BIN)/activate
 
+# The venv's Ansible finds this collection from any folder: ansible-core also looks for an
+# ansible_collections/ folder in each sys.path entry (COLLECTIONS_SCAN_SYS_PATH), so a symlink
+# in the venv's site-packages to this checkout is enough for `.venv/bin/ansible-playbook
+# gpufleet.cluster.<playbook>`, ansible-doc and roles by FQCN, with no ANSIBLE_COLLECTIONS_PATH.
+# Made once, and again when it points elsewhere; a real folder there (an install) is left alone.
 venv: $(BIN)/activate
+	@site=$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') && \
+	link=$$site/ansible_collections/gpufleet/cluster && \
+	if [ -e "$$link" ] && [ ! -L "$$link" ]; then \
+		echo "$$link is not a symlink: left as it is"; \
+	elif [ "$$(readlink "$$link")" != "$(CURDIR)" ]; then \
+		mkdir -p "$$(dirname "$$link")" && ln -sfn "$(CURDIR)" "$$link" && \
+		echo "$$link -> $(CURDIR)"; \
+	fi
 
 # The fast tier, for constant use: everything but the multi-second stress and property tests
 # and the tests against local cloud API doubles (unit-all runs those too).

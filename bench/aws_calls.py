@@ -3,7 +3,8 @@
 The goal (issue 6) is a number that does not grow with N: one RunInstances for the whole group
 when capacity allows, the fleet's security group, key pair and placement group once. The
 baseline, counted in the same run against the same endpoint, is dstack's way: the same set-up
-calls, then one RunInstances per instance (dstack.md §5.1: each instance is its own offer).
+calls, then one RunInstances per instance (docs/reference/dstack-runtime.md#aws-instances: each
+instance is its own offer).
 
 Both sides run against the local EC2 double (tests/doubles/ec2.py: moto behind a proxy that
 counts every request), for a cluster of g5.xlarge (no EFA) and of p4d.24xlarge (4 EFA

@@ -70,6 +70,15 @@ def config_model():
     return module
 
 
+def errors():
+    """The collection's root error (plugins/module_utils/core/errors): ``errors().GpufleetError``
+    is the class every error of the collection derives from, gpufleet.api's included."""
+    ensure_importable()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.core import errors as module
+
+    return module
+
+
 def text():
     """The collection's helpers for quoting user input in messages, shortened
     (plugins/module_utils/core/text)."""

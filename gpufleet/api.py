@@ -2,7 +2,12 @@
 
 Every function runs one of the collection's playbooks through ansible-runner, the same ones
 ``ansible-playbook`` and AWX run, and returns the record that playbook publishes with
-``set_stats``; there is no second implementation here. ::
+``set_stats``; there is no second implementation here. :func:`runs`, :func:`logs` (streamed),
+:func:`stop` and a detached :func:`run_task` also take ``in_process=True``: the functions
+those playbooks' modules call then run in this process (gpufleet/direct.py), without paying
+for ansible-playbook's start, ansible-runner and a module process, with the same records and
+errors; what the in-process call cannot do (a job array, secrets from the store, a fleet that
+must grow first) still goes through the playbook. The ``gpufleet`` command asks for that. ::
 
     from gpufleet import api
 
@@ -25,13 +30,14 @@ playbook that cannot start, a host that is not ready, a run that does not end ``
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ._collection import CollectionNotFound, config_model, ensure_importable, text
+from ._collection import CollectionNotFound, config_model, ensure_importable, errors, text
 from . import runner
-from .runner import PlaybookResult, RunnerError
+from .runner import PlaybookResult, RunnerError, progress_printer
 
 Config = str | os.PathLike | Mapping
 OnEvent = Callable[[dict], Any]
@@ -57,11 +63,28 @@ __all__ = [
     "volumes",
     "offers",
     "local_ide_version",
+    "CommandError",
+    "CollectionNotFound",
+    "validate_file",
+    "shorten",
+    "fleet_name",
+    "random_run_name",
+    "ports_problem",
+    "fleet_lock",
+    "refresh_catalog",
+    "secret_store",
+    "check_secret_name",
+    "progress_printer",
+    "ensure_importable",
 ]
 
 
-class GpufleetError(Exception):
+class GpufleetError(errors().GpufleetError):
     """What went wrong, and where.
+
+    A subclass of the collection's root error (``core.errors.GpufleetError``, which every
+    error of the modules, plugins and ``gpufleet.direct`` derives from): every failure of a
+    function here is raised as this class, so ``except GpufleetError`` catches them all.
 
     ``message``: for a person. ``host``: the host (or instance) it concerns, when one does.
     ``failures``: every ``{"host", "task", "msg"}`` that ended a host's play. ``record``: the
@@ -78,6 +101,12 @@ class GpufleetError(Exception):
         self.failures = list(failures)
         self.record = record
         self.result = result
+
+
+class CommandError(GpufleetError):
+    """An operation that ran in this process and failed (``result`` is None, but it is not a
+    playbook that could not start: the ``gpufleet`` command exits 1, as for a failed
+    playbook)."""
 
 
 class _Options:
@@ -108,6 +137,18 @@ class _Options:
             variables["gpufleet_fleet_files"] = list(self.fleet_files)
         return variables
 
+    def here(self):
+        """The options of a call answered in this process (gpufleet/direct.py)."""
+        found = {"fleet_files": list(self.fleet_files)}
+        if self.state_dir:
+            found["state_dir"] = self.state_dir
+        return found
+
+    def lines(self):
+        """Where a call answered in this process writes its lines: ``output``, else
+        ``on_event`` (see :class:`_Events`)."""
+        return self.output if self.output is not None else _Events(self.on_event, "verbose")
+
     def play(self, playbook, variables, check=False, on_event=None):
         try:
             return runner.run_playbook(playbook, variables, check=check,
@@ -116,6 +157,33 @@ class _Options:
                                        **({"output": self.output} if self.output else {}))
         except (RunnerError, CollectionNotFound) as exc:
             raise GpufleetError(str(exc)) from None
+
+
+class _Events:
+    """A writable file that hands each text written to it to ``on_event`` as an event of
+    ``kind`` (``verbose`` for a run's lines, ``warning``), as a playbook's lines come:
+    ``{"event": kind, "stdout": text without its last newline, "in_process": True}``. The
+    text is exactly what the call printed (blank lines kept); ``in_process`` says so."""
+
+    def __init__(self, on_event, kind):
+        self.on_event = on_event
+        self.kind = kind
+
+    def write(self, text):
+        if self.on_event is not None and text:
+            self.on_event({"event": self.kind, "in_process": True,
+                           "stdout": text[:-1] if text.endswith("\n") else text})
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+def _direct():
+    """gpufleet/direct.py: the modules' functions, called in this process."""
+    from . import direct
+
+    return direct
 
 
 def _read(config: Config, types: Iterable[str]):
@@ -389,7 +457,8 @@ def delete_fleet(name: str, instances: Iterable[int] | None = None, check: bool 
 def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
              secrets: Mapping | None = None, image_source: str | None = None,
              name: str | None = None, env=None, fleets=None, array: str | None = None,
-             ide_version: str | None = None, show_plan: bool = False, **options) -> dict:
+             ide_version: str | None = None, show_plan: bool = False, in_process: bool = False,
+             **options) -> dict:
     """Run a task on a fleet (one container per node, dstack's variables, MPI hostfile, SSH).
 
     ``wait``: follow the run to its end (its log lines come to ``on_event``) and return the
@@ -406,8 +475,21 @@ def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
     as ``gpufleet apply`` does). ``show_plan``: once the run is placed, its plan table (what
     :func:`plan` returns, as ``gpufleet apply`` prints it) comes to ``on_event`` (or
     ``output``) before the run's own lines, without a planning pass of its own.
+    ``in_process``: a detached run (``wait=False``) of a task file is submitted in this
+    process, as task.yml's task action submits it, when that is all the playbook would do
+    (no ``array``, ``run_args``, ``secrets``, ``image_source``; no secrets from the store, no
+    fleet that must grow first: those still go through task.yml). Its lines go to ``output``,
+    else to ``on_event`` (``verbose`` events; its warnings as ``warning`` events).
     """
     opts = _Options(**options)
+    if (in_process and not wait and isinstance(task, (str, os.PathLike)) and array is None
+            and run_args is None and not secrets and image_source is None):
+        record = _submit_here(opts, task, name, env, fleets, ide_version, show_plan)
+        if record is not None:
+            if check and record.get("failed"):
+                raise CommandError(record.get("msg") or "the run %s did not start"
+                                   % record.get("run"), record=record)
+            return record
     normalized, given = _read(task, RUN_TYPES)
     if array is not None:
         _check_array(array, given)
@@ -420,6 +502,20 @@ def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
                                gpufleet_task_show_plan=True if show_plan else None)
     result = opts.play("task.yml", variables)
     return _ended(result, result.stats.get("gpufleet_run"), wait, check)
+
+
+def _submit_here(opts, task, name, env, fleets, ide_version, show_plan):
+    """run_task's in-process submission (gpufleet.direct.submit): the run's record, or None
+    when task.yml must submit it. A Ctrl-C here is marked ``in_process`` (nothing of a
+    playbook was started)."""
+    try:
+        return _direct().submit(
+            os.path.abspath(os.path.expanduser(os.fspath(task))), opts.lines(),
+            _Events(opts.on_event, "warning"), **opts.here(), name=name, env=env, fleets=fleets,
+            ide_version=ide_version, show_plan=bool(show_plan))
+    except KeyboardInterrupt as exc:
+        exc.in_process = True
+        raise
 
 
 def wait(run: str, check: bool = True, job: int | None = None, since: str | None = None,
@@ -436,11 +532,14 @@ def wait(run: str, check: bool = True, job: int | None = None, since: str | None
     return _ended(result, record, True, check)
 
 
-def runs(**options) -> dict:
+def runs(in_process: bool = False, **options) -> dict:
     """Every run the fleets' hosts hold, as ``gpufleet ps`` lists them: ``{"runs": [records,
     newest first], "unreachable": {host: error}, "unread": {fleet: {host: reason}}}`` (hosts
-    that did not answer, and the fleets they leave unread: their runs are not listed)."""
+    that did not answer, and the fleets they leave unread: their runs are not listed).
+    ``in_process``: ps.yml's modules' functions, called in this process."""
     opts = _Options(**options)
+    if in_process:
+        return _direct().runs(**opts.here())
     result = opts.play("ps.yml", opts.extravars())
     found = result.stats.get("gpufleet_runs")
     if found is None:
@@ -462,15 +561,19 @@ def status(run: str | None = None, **options) -> list | dict:
 
 
 def logs(run: str, tail: int | None = None, job: int | None = None, since: str | None = None,
-         stream: bool = False, **options) -> dict:
+         stream: bool = False, in_process: bool = False, **options) -> dict:
     """A run's logs, as its hosts keep them (also after its containers are gone): ``{"run":
     record, "lines": ["[run-rank] line", ...], "ranks": [{"rank": 0, "lines": [...]}, ...]}``.
     ``tail`` keeps each job's last lines; ``job`` only that job's (its lines unprefixed, as
     ``dstack logs --job``); ``since`` a duration back from now (``10m``) or an RFC 3339 time
     with its offset. With ``stream``, the lines are shown as they are read, a page at a time
     (to ``output`` when given, else to ``on_event``), and ``lines`` is empty: what the
-    gpufleet command does for any size of output."""
+    gpufleet command does for any size of output. ``in_process``: a streamed read without
+    ``tail`` is logs.yml's module's function, called in this process."""
     opts = _Options(**options)
+    if in_process and stream and tail is None:
+        record = _direct().logs(run, opts.lines(), job=job, since=since, **opts.here())
+        return {"run": record, "lines": [], "ranks": []}
     result = opts.play("logs.yml", opts.extravars(
         run=run, gpufleet_tail=tail, gpufleet_job=job, gpufleet_since=since,
         gpufleet_stream=True if stream else None))
@@ -495,10 +598,13 @@ def metrics(run: str, job: int | None = None, **options) -> dict:
     return record
 
 
-def stop(run: str, abort: bool = False, **options) -> dict:
+def stop(run: str, abort: bool = False, in_process: bool = False, **options) -> dict:
     """Stop every job of a run (TERM, then KILL after its stop_duration; ``abort``: KILL at
-    once). Returns the run's record."""
+    once), then remove its SSH aliases on this controller. Returns the run's record.
+    ``in_process``: stop.yml's one step (the run_stop module's function), in this process."""
     opts = _Options(**options)
+    if in_process:
+        return _direct().stop(run, abort=bool(abort), **opts.here()) or {}
     result = opts.play("stop.yml", opts.extravars(run=run, gpufleet_abort=bool(abort)))
     if not result.ok:
         raise _failed(result)
@@ -639,3 +745,231 @@ def fleets_with_health(files: Iterable[str | os.PathLike] = (), max_age: int = 0
     """:func:`fleets`, with the GPU health of hosts whose health is older than ``max_age``
     seconds read again first (0: every host); ``gpufleet fleet --refresh``."""
     return fleets(files, health_max_age=max_age, **options)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the gpufleet command asks besides the playbooks: answers of this controller alone (the
+# checks of a file, a run's name, the apply lock, local ports, catalogs, the secrets store).
+
+
+def validate_file(path: str | os.PathLike, on_controller: bool = False) -> dict:
+    """The verdict on one file, without raising: ``{"file", "ok", "config", "errors",
+    "warnings", "unsupported", "runnable"}`` (what ``gpufleet validate --json`` prints).
+    ``on_controller``: also what the file names on this controller (its files and local
+    repo), which apply refuses with the same messages."""
+    config_model()  # makes the collection importable
+    if on_controller:
+        from ansible_collections.gpufleet.cluster.plugins.module_utils.repos import sources
+
+        return sources.validate_file(os.fspath(path))
+    return config_model().validate_file(os.fspath(path))
+
+
+def shorten(value, limit: int | None = None) -> str:
+    """``value`` for a message: whole when short, else its start and its length (user input
+    echoed back is shortened by this one helper)."""
+    return text().shorten(value) if limit is None else text().shorten(value, limit)
+
+
+def fleet_name(config: Mapping, path: str | os.PathLike | None = None) -> str:
+    """The fleet's name as applying its file makes it (spec.naming: ``name``, else the name
+    the file gives); a GpufleetError asking for ``name:`` when the file gives none."""
+    config_model()  # makes the collection importable
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import naming
+
+    try:
+        return naming.fleet_name(config, os.fspath(path) if path is not None else None)
+    except naming.NamingError as exc:
+        raise GpufleetError(str(exc)) from exc
+
+
+def random_run_name() -> str:
+    """A run name as the task runner draws one for a task without a name."""
+    ensure_importable()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import rankplan
+
+    return rankplan.random_run_name()
+
+
+def ports_problem(ports) -> str | None:
+    """Why a run's ``ports`` cannot be forwarded to this machine (a named local port in
+    use), else None: dstack apply checks that before it submits."""
+    ensure_importable()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import ports as local
+
+    try:
+        local.choose(ports)
+    except local.PortError as exc:
+        return str(exc)
+    return None
+
+
+@contextlib.contextmanager
+def fleet_lock(name: str, on_wait: Callable[[str], Any] | None = None):
+    """A context manager that holds the apply lock of the fleet ``name`` (fleets/lock.py) while
+    its block runs, e.g. over :func:`apply`; ``on_wait(message)`` once when another apply of
+    it holds the lock. The playbooks run inside it are told that their caller holds it.
+    GpufleetError when the lock cannot be had."""
+    ensure_importable()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import lock
+
+    with contextlib.ExitStack() as stack:
+        try:
+            stack.enter_context(lock.fleet_lock(name, on_wait=on_wait))
+        except lock.LockError as exc:
+            raise GpufleetError(str(exc)) from None
+        before = os.environ.get(lock.HELD_ENV)
+        os.environ[lock.HELD_ENV] = lock.holding(name)[lock.HELD_ENV]
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop(lock.HELD_ENV, None)
+            else:
+                os.environ[lock.HELD_ENV] = before
+
+
+def refresh_catalog(backend: str, regions: Iterable[str] | None = None,
+                    project: str | None = None, output: str | None = None,
+                    ship: bool = False) -> dict:
+    """Rebuild ``backend``'s offer catalog (aws or gcp) from the cloud's own APIs, as
+    ``gpufleet catalog refresh`` does (docs/offers.md), and write it to ``output`` (default:
+    ``<state dir>/catalog/<backend>.json``); ``ship`` also rewrites the catalog shipped in this
+    checkout. Returns ``{"path", "instance_types", "offers", "regions", "notes", "shipped"}``.
+    GpufleetError when the current catalog or the state dir cannot be read, or the cloud's
+    client library is missing; CommandError when the refresh itself fails."""
+    config_model()  # makes the collection importable
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import (
+        catalog,
+        refresh,
+    )
+
+    root = state.state_dir(None)
+    try:
+        current, _source = catalog.load(backend, catalog.directory(root))
+        settings = (state.backend_settings(root).get(backend) or {})
+    except (catalog.CatalogError, state.StateError) as exc:
+        raise GpufleetError(str(exc)) from None
+    if regions is not None:
+        regions = list(regions)
+    else:
+        regions = settings.get("regions") or sorted(set(
+            o["region"] for e in current["instance_types"] for o in e["offers"]))
+    try:
+        if backend == "aws":
+            data = _aws_refresh(refresh, regions, current)
+        else:
+            data = _gcp_refresh(refresh, regions, current, project or settings.get("project_id"))
+    except ImportError as exc:
+        raise GpufleetError(f"refreshing the {backend} catalog needs {exc.name}: "
+                            f"pip install 'gpufleet[{backend}]'") from None
+    except (refresh.RefreshError, catalog.CatalogError) as exc:
+        raise CommandError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - credentials, network: the libraries' own kinds
+        raise CommandError(f"refreshing the {backend} catalog failed: "
+                           f"{type(exc).__name__}: {exc}") from None
+    path = output or os.path.join(catalog.directory(root), backend + ".json")
+    catalog.write(data, path)
+    shipped = None
+    if ship:
+        shipped = os.path.join(os.path.dirname(catalog.__file__), "_catalog_%s.py" % backend)
+        with open(shipped, "w") as handle:
+            handle.write(catalog.module_source(data))
+    return {"path": path, "instance_types": len(data["instance_types"]),
+            "offers": sum(len(e["offers"]) for e in data["instance_types"]),
+            "regions": regions, "notes": list(data["notes"]), "shipped": shipped}
+
+
+def _aws_refresh(refresh, regions, current):
+    import boto3
+
+    return refresh.aws_catalog(lambda service, region: boto3.client(
+        service, region_name=region), regions, previous=current)
+
+
+def _gcp_refresh(refresh, regions, current, project):
+    import google.auth
+    from google.auth.transport.requests import AuthorizedSession
+
+    credentials, found = google.auth.default(
+        scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    session = AuthorizedSession(credentials)
+
+    def get(url, params):
+        response = session.get(url, params=params, timeout=120)
+        if response.status_code >= 400:
+            raise refresh.RefreshError(f"GET {url}: HTTP {response.status_code} "
+                                       f"{response.text[:300]}")
+        return response.json()
+
+    project = project or found
+    if not project:
+        raise refresh.RefreshError("no Google Cloud project: pass --project")
+    compute = os.environ.get("GPUFLEET_GCP_ENDPOINT") or \
+        "https://compute.googleapis.com/compute/v1"
+    billing = os.environ.get("GPUFLEET_GCP_BILLING_ENDPOINT") or \
+        "https://cloudbilling.googleapis.com"
+    return refresh.gcp_catalog(get, project, regions, compute.rstrip("/"), billing.rstrip("/"),
+                               previous=current)
+
+
+def _secret_store():
+    config_model()  # makes the collection importable
+    from ansible_collections.gpufleet.cluster.plugins.plugin_utils import secret_store
+
+    return secret_store
+
+
+class _Secrets:
+    """The secrets store (:func:`secret_store`): ``read()`` (``{name: value}``), ``names()``,
+    ``get(name)``, ``set(name, value)``, ``delete(name)``; each raises GpufleetError with the
+    store's message (a wrong vault password, an unknown name...)."""
+
+    def __init__(self, store, errors):
+        self._store = store
+        self._errors = errors
+
+    def _do(self, method, *args):
+        try:
+            return getattr(self._store, method)(*args)
+        except self._errors as exc:
+            raise GpufleetError(str(exc)) from None
+
+    def read(self) -> dict:
+        return self._do("read")
+
+    def names(self) -> list:
+        return self._do("names")
+
+    def get(self, name: str) -> str:
+        return self._do("get", name)
+
+    def set(self, name: str, value: str) -> None:
+        return self._do("set", name, value)
+
+    def delete(self, name: str) -> None:
+        return self._do("delete", name)
+
+
+def secret_store(vault_password_file: str | None = None) -> _Secrets:
+    """The secrets tasks reference as ``${{ secrets.NAME }}``, kept in ``<state dir>/
+    secrets.yml`` and encrypted with Ansible Vault (plugins/plugin_utils/secret_store.py),
+    opened with ``vault_password_file`` (else ANSIBLE_VAULT_PASSWORD_FILE, else
+    vault_password_file in ansible.cfg). GpufleetError when there is no vault password."""
+    module = _secret_store()
+    try:
+        store = module.SecretStore.open(password_file_=vault_password_file)
+    except module.SecretStoreError as exc:
+        raise GpufleetError(str(exc)) from None
+    return _Secrets(store, module.SecretStoreError)
+
+
+def check_secret_name(name: str) -> None:
+    """GpufleetError when ``name`` cannot be a secret's name (letters, digits and _, not
+    starting with a digit)."""
+    module = _secret_store()
+    try:
+        module.check_name(name)
+    except module.SecretStoreError as exc:
+        raise GpufleetError(str(exc)) from None

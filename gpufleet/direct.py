@@ -1,29 +1,29 @@
-"""``gpufleet ps``, ``gpufleet logs`` (not followed), ``gpufleet stop`` and the detached
-``gpufleet apply -y -d`` of a task, answered in this process.
+"""gpufleet.api's in-process path (``in_process=True``): what ``gpufleet ps``, ``gpufleet
+logs`` (not followed), ``gpufleet stop`` and the detached ``gpufleet apply -y -d`` of a task
+ask, answered in this process. Only gpufleet.api calls this module.
 
 A command a person types to look at a run should answer in about the time one request to
 each host takes. Through a playbook it also pays for ansible-playbook's start, ansible-runner
-and a module process: more than the request itself on a small controller. So these three
-commands call the very functions their modules call (``tasks.entry``'s ``run_info``,
-``run_queue``, ``run_logs``, ``run_stop`` and ``submit``, and the attach session's removal),
-with the parameters the modules would get: the same code, the same answers, the same errors.
-The playbooks (playbooks/ps.yml, logs.yml, stop.yml, task.yml) stay what Ansible users, AWX
-job templates and gpufleet.api run. A submission goes through task.yml whenever the playbook
-does more than the task action's call: when the task takes secrets from the controller's
-store (decrypted with the play's vault password), when a fleet must grow for it
-(playbooks/fleet.yml), for job arrays, and for runs the command stays attached to.
+and a module process: more than the request itself on a small controller. So these calls
+run the very functions the playbooks' modules call (``tasks.entry``'s ``run_info``,
+``run_queue``, ``run_logs`` and ``submit``, and ``attach.stop``'s ``stop_run``, the one
+sequence of a stop), with the parameters the modules would get: the same code, the same
+answers, the same errors. The playbooks (playbooks/ps.yml, logs.yml, stop.yml, task.yml) stay
+what Ansible users, AWX job templates and gpufleet.api without ``in_process`` run. A
+submission goes through task.yml whenever the playbook does more than the task action's call:
+when the task takes secrets from the controller's store (decrypted with the play's vault
+password), when a fleet must grow for it (playbooks/fleet.yml), for job arrays, and for runs
+the command stays attached to.
 """
 
 from __future__ import annotations
 
 import os
 
-from ._collection import config_model
-from .api import GpufleetError
+from ._collection import config_model, errors
+from .api import CommandError
 
-
-class CommandError(GpufleetError):
-    """An operation that ran and failed (exit 1, as a failed playbook's)."""
+__all__ = ["CommandError", "runs", "logs", "stop", "submit"]
 
 
 def _entry():
@@ -53,13 +53,9 @@ def _path(path):
 
 
 def _call(function, *args, **kwargs):
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import (
-        GpufleetError as ModuleError,
-    )
-
     try:
         return function(*args, **kwargs)
-    except ModuleError as exc:
+    except errors().GpufleetError as exc:
         raise CommandError(str(exc)) from None
 
 
@@ -94,15 +90,14 @@ def logs(run, out, job=None, since=None, fleet_files=(), state_dir=None) -> dict
 
 
 def stop(run, abort=False, fleet_files=(), state_dir=None) -> dict:
-    """What playbooks/stop.yml does: every job of the run stopped, the queue moved on, the
-    run's SSH aliases on this controller removed; returns the run's record."""
+    """What playbooks/stop.yml does, with the function its run_stop module calls
+    (attach.stop.stop_run): every job of the run stopped, the queue moved on, the run's SSH
+    aliases on this controller removed; returns the run's record."""
     entry = _entry()
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import session
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import stop as stopping
 
-    answer = _call(entry.run_stop, _params(entry.RUN_STOP_ARGS, fleet_files, state_dir,
-                                           name=run, abort=bool(abort)))
-    _call(session.attach_entry, _params(session.ATTACH_ARGS, (), state_dir, name=run,
-                                        state="absent"))
+    answer = _call(stopping.stop_run, _params(entry.RUN_STOP_ARGS, fleet_files, state_dir,
+                                              name=run, abort=bool(abort)))
     return answer["run"]
 
 

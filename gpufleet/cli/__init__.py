@@ -1,10 +1,14 @@
 """``gpufleet``: dstack-like commands over the gpufleet.cluster collection.
 
-``validate`` reads files with the collection's config model; ``apply``, ``fleet``, ``delete``
-and ``offer`` run the collection's playbooks (fleet.yml, list.yml, delete.yml, offer.yml...)
-through ansible-runner. Each command group is a module of this package that adds its commands
-to the parser (``add_<command>``) and handles them; a new command is a new module and a line in
-COMMANDS. The commands parse arguments and present results; the logic lives in the collection.
+Every command reaches the collection through one door, gpufleet.api: ``apply``, ``fleet``,
+``delete`` and ``offer`` run the collection's playbooks (fleet.yml, list.yml, delete.yml,
+offer.yml...) through ansible-runner; ``ps``, ``logs``, ``stop`` and ``apply -y -d`` of a task
+ask the API to answer in this process (``in_process=True``); ``validate``, ``secret`` and
+``catalog`` use its answers of this controller. The tables are printed with the collection's
+render package (the edge), which is the only other part of the collection imported here.
+Each command group is a module of this package that adds its commands to the parser
+(``add_<command>``) and handles them; a new command is a new module and a line in COMMANDS.
+The commands parse arguments and present results; the logic lives in the collection.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import argparse
 import sys
 
 from .. import __version__
-from .._collection import CollectionNotFound
+from ..api import CollectionNotFound
 from . import apply, attach, fleets, metrics, offers, runs, secrets, validate, volumes
 
 # In the order ``gpufleet --help`` lists them.

@@ -75,8 +75,7 @@ def add_delete(commands):
 
 
 def _apply(args, out, err) -> int:
-    from ..api import GpufleetError, apply, plan, unreachable_of
-    from ..runner import progress_printer
+    from ..api import GpufleetError, apply, plan, progress_printer, unreachable_of
 
     path = os.path.abspath(args.file)
     config = common.read_config(path, err, ("fleet", "task", "dev-environment", "volume"))
@@ -118,32 +117,17 @@ def _apply(args, out, err) -> int:
 
 @contextlib.contextmanager
 def _fleet_lock(name, err):
-    """Hold the fleet's apply lock (fleets/lock.py) over the whole playbook, saying once on
-    ``err`` when another apply of it holds it; the playbook's module is told that its caller
-    holds it."""
-    from ..api import GpufleetError
-
-    common.config_model()
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import lock
+    """Hold the fleet's apply lock (gpufleet.api.fleet_lock) over the whole playbook, saying
+    once on ``err`` when another apply of it holds it; the playbook's module is told that its
+    caller holds it."""
+    from ..api import fleet_lock
 
     def waiting(message):
         err.write(message + "\n")
         getattr(err, "flush", lambda: None)()
 
-    with contextlib.ExitStack() as stack:
-        try:
-            stack.enter_context(lock.fleet_lock(name, on_wait=waiting))
-        except lock.LockError as exc:
-            raise GpufleetError(str(exc)) from None
-        before = os.environ.get(lock.HELD_ENV)
-        os.environ[lock.HELD_ENV] = lock.holding(name)[lock.HELD_ENV]
-        try:
-            yield
-        finally:
-            if before is None:
-                os.environ.pop(lock.HELD_ENV, None)
-            else:
-                os.environ[lock.HELD_ENV] = before
+    with fleet_lock(name, on_wait=waiting):
+        yield
 
 
 def _apply_task(args, path, config, out, err) -> int:
@@ -206,25 +190,20 @@ def _run_task(args, path, config, out, err) -> int:
                 return 1
             attaching = attach_cli.Background(record["run"], out, err,
                                               {"fleet_files": common.fleet_files(args)})
-        if quick and args.detach:
-            # Nothing to follow: the submission runs in this process, as ps and stop do
-            # (gpufleet.direct), unless task.yml must do more than submit (None).
-            from .. import direct
-
-            submitted = direct.submit(
-                path, out, err, fleet_files=common.fleet_files(args), name=overrides["name"],
-                env=args.env, fleets=args.fleets, ide_version=overrides["ide_version"])
-            if submitted is not None:
-                return _submitted(submitted, out, err)
         try:
             if attaching is not None:
                 attaching.start()
             # Attached, the run's lines come through a pipe (output), however many they are.
+            # Detached with -y, nothing to follow: the API submits in this process, as ps and
+            # stop are answered, unless task.yml must do more than submit (in_process).
             record = run_task(path, wait=not args.detach, check=False,
                               fleet_files=common.fleet_files(args), **overrides,
                               show_plan=quick, on_event=common.run_printer(out, err),
+                              in_process=quick and args.detach,
                               **({} if args.detach else {"output": out}))
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            if getattr(exc, "in_process", False):
+                raise   # no playbook was started: nothing goes on in the background
             return _detached(record, attaching, err)
         except GpufleetError as exc:
             # Ctrl-C reaches the playbook first: it ends "canceled", the run goes on.
@@ -295,10 +274,7 @@ def _plan_and_ask(args, path, overrides, out, err):
 
 def _random_name():
     """A run name as the task runner makes one for a task without a name (dstack's kind)."""
-    common.config_model()
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.rankplan import (
-        random_run_name,
-    )
+    from ..api import random_run_name
 
     return random_run_name()
 
@@ -361,8 +337,7 @@ def _volume_line(record):
 
 
 def _delete(args, out, err) -> int:
-    from ..api import GpufleetError, delete
-    from ..runner import progress_printer
+    from ..api import GpufleetError, delete, fleet_name, progress_printer
 
     path = os.path.abspath(args.file)
     config = common.read_config(path, err, ("fleet", "volume"))
@@ -370,14 +345,9 @@ def _delete(args, out, err) -> int:
         return 1
     if config["type"] == "volume":
         return _volume(args, path, "absent", out, err)
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import (
-        NamingError,
-        fleet_name,
-    )
-
     try:
         name = fleet_name(config, path)
-    except NamingError as exc:
+    except GpufleetError as exc:
         err.write(f"{exc}\n")
         return 1
     if not common.confirm(f"Delete the fleet {name}?", args, out, err):

@@ -157,14 +157,9 @@ def follow(run, attached, args, out, err, options) -> int:
 def ports_problem(ports):
     """Why the run's ``ports`` cannot be forwarded here (a named local port in use), else
     None: dstack apply checks before it submits."""
-    common.config_model()
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import ports as local
+    from ..api import ports_problem as problem
 
-    try:
-        local.choose(ports)
-    except local.PortError as exc:
-        return str(exc)
-    return None
+    return problem(ports)
 
 
 class Background:

@@ -1,5 +1,8 @@
 """What the ``gpufleet`` commands share: reading and checking a file before a playbook runs,
-asking before a change, printing records and failures, and the collection's text tables."""
+asking before a change, printing records and failures, and the collection's text tables.
+
+The commands import gpufleet.api and, to print tables, the collection's render package (the
+edge: text made from records); nothing else of the collection."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import json
 import os
 import sys
 
-from .._collection import config_model, text
+from .. import api
 
 
 def fleet_file_option(parser, help_text):
@@ -23,19 +26,19 @@ def fleet_files(args):
 def shown_path(path):
     """A file named on the command line, for a message: whole when it is there, shortened
     (core.text) when it is not, since then it may be any text at all."""
-    return path if os.path.exists(path) else text().shorten(path, 200)
+    return path if os.path.exists(path) else api.shorten(path, 200)
 
 
 def tables():
     """The collection's table renderer (plugins/module_utils/render/fleet_table.py)."""
-    config_model()  # makes the collection importable
+    api.ensure_importable()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.render import fleet_table as fleets
 
     return fleets
 
 
 def run_tables():
-    config_model()
+    api.ensure_importable()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table as runtable
 
     return runtable
@@ -45,7 +48,7 @@ def read_config(path, err, types=("fleet",)):
     """Validate a file before any playbook runs; returns its config or None. (What apply
     refuses in a valid file, the files and repo it names included, the playbook's module says
     with the same messages.)"""
-    result = config_model().validate_file(path)
+    result = api.validate_file(path)
     for error in result["errors"]:
         err.write(f"{shown_path(path)}: {where(error)}{error['message']}\n")
     if not result["ok"]:
@@ -88,10 +91,13 @@ def failed(exc, err) -> int:
             err.write(f"gpufleet: {failure['host']}: {failure['task']}: {failure['msg']}\n")
     else:
         err.write(f"gpufleet: {exc}\n")
-    from ..direct import CommandError
+    return failed_code(exc)
 
-    # An operation that ran and failed (a playbook's, or one answered in this process) is 1.
-    return 2 if exc.result is None and not isinstance(exc, CommandError) else 1
+
+def failed_code(exc) -> int:
+    """The exit status of a GpufleetError: an operation that ran and failed (a playbook's, or
+    one answered in this process) is 1; one that could not start (no playbook ran) is 2."""
+    return 2 if exc.result is None and not isinstance(exc, api.CommandError) else 1
 
 
 def print_records(records, args, out, empty, table):
@@ -108,9 +114,13 @@ def print_records(records, args, out, empty, table):
 
 def run_printer(out, err):
     """Prints what the task runner says while a run goes on (one line per node change, and
-    the rank-prefixed logs), and errors; not the playbook's task names."""
+    the rank-prefixed logs), and errors; not the playbook's task names. What was answered in
+    this process (``in_process`` events) is printed exactly as it was written."""
     def on_event(event):
-        if event.get("event") in ("verbose", "error", "warning"):
+        if event.get("in_process") and event.get("event") == "verbose":
+            out.write((event.get("stdout") or "") + "\n")
+            out.flush()
+        elif event.get("event") in ("verbose", "error", "warning"):
             # Lines of one event come joined with the pty's CRLF.
             text = (event.get("stdout") or "").replace("\r\n", "\n").rstrip("\n")
             if text.strip():

@@ -95,8 +95,7 @@ def _refused(exc, err) -> int:
 
 
 def _delete(args, out, err) -> int:
-    from ..api import GpufleetError, delete_fleet
-    from ..runner import progress_printer
+    from ..api import GpufleetError, delete_fleet, progress_printer
 
     name, nums = args.name, args.instances
     try:

@@ -29,7 +29,9 @@ def add_metrics(commands):
 
 
 def _render():
-    common.config_model()
+    from .. import api
+
+    api.ensure_importable()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.render import (
         metrics_table,
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 
-from .._collection import config_model
 from . import common
 
 
@@ -85,90 +84,21 @@ def _offer(args, out, err) -> int:
     return 0 if found["offers"] else 1
 
 
-def _aws_refresh(regions, current):
-    import boto3
-
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import refresh
-
-    return refresh.aws_catalog(lambda service, region: boto3.client(
-        service, region_name=region), regions, previous=current)
-
-
-def _gcp_refresh(regions, current, project):
-    import google.auth
-    from google.auth.transport.requests import AuthorizedSession
-
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import refresh
-
-    credentials, found = google.auth.default(
-        scopes=["https://www.googleapis.com/auth/cloud-platform"])
-    session = AuthorizedSession(credentials)
-
-    def get(url, params):
-        response = session.get(url, params=params, timeout=120)
-        if response.status_code >= 400:
-            raise refresh.RefreshError(f"GET {url}: HTTP {response.status_code} "
-                                       f"{response.text[:300]}")
-        return response.json()
-
-    project = project or found
-    if not project:
-        raise refresh.RefreshError("no Google Cloud project: pass --project")
-    compute = os.environ.get("GPUFLEET_GCP_ENDPOINT") or \
-        "https://compute.googleapis.com/compute/v1"
-    billing = os.environ.get("GPUFLEET_GCP_BILLING_ENDPOINT") or \
-        "https://cloudbilling.googleapis.com"
-    return refresh.gcp_catalog(get, project, regions, compute.rstrip("/"), billing.rstrip("/"),
-                               previous=current)
-
-
 def _catalog_refresh(args, out, err) -> int:
-    config_model()  # makes the collection importable
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import (
-        catalog,
-        refresh,
-    )
+    from ..api import GpufleetError, refresh_catalog
 
-    root = state.state_dir(None)
+    regions = [r.strip() for r in args.regions.split(",") if r.strip()] if args.regions \
+        else None
     try:
-        current, _source = catalog.load(args.backend, catalog.directory(root))
-        settings = (state.backend_settings(root).get(args.backend) or {})
-    except (catalog.CatalogError, state.StateError) as exc:
+        done = refresh_catalog(args.backend, regions=regions, project=args.project,
+                               output=args.output, ship=args.ship)
+    except GpufleetError as exc:
         err.write(f"gpufleet: {exc}\n")
-        return 2
-    if args.regions:
-        regions = [r.strip() for r in args.regions.split(",") if r.strip()]
-    else:
-        regions = settings.get("regions") or sorted(set(
-            o["region"] for e in current["instance_types"] for o in e["offers"]))
-    try:
-        if args.backend == "aws":
-            data = _aws_refresh(regions, current)
-        else:
-            data = _gcp_refresh(regions, current, args.project or settings.get("project_id"))
-    except ImportError as exc:
-        err.write(f"gpufleet: refreshing the {args.backend} catalog needs {exc.name}: "
-                  f"pip install 'gpufleet[{args.backend}]'\n")
-        return 2
-    except (refresh.RefreshError, catalog.CatalogError) as exc:
-        err.write(f"gpufleet: {exc}\n")
-        return 1
-    except Exception as exc:  # noqa: BLE001 - credentials, network: the libraries' own kinds
-        err.write(f"gpufleet: refreshing the {args.backend} catalog failed: "
-                  f"{type(exc).__name__}: {exc}\n")
-        return 1
-    path = args.output or os.path.join(catalog.directory(root), args.backend + ".json")
-    catalog.write(data, path)
-    offers = sum(len(e["offers"]) for e in data["instance_types"])
-    out.write(f"{path}: {len(data['instance_types'])} instance types, {offers} offers in "
-              f"{len(regions)} regions\n")
-    for note in data["notes"]:
+        return common.failed_code(exc)
+    out.write(f"{done['path']}: {done['instance_types']} instance types, {done['offers']} "
+              f"offers in {len(done['regions'])} regions\n")
+    for note in done["notes"]:
         out.write(f"note: {note}\n")
-    if args.ship:
-        shipped = os.path.join(os.path.dirname(catalog.__file__),
-                               "_catalog_%s.py" % args.backend)
-        with open(shipped, "w") as handle:
-            handle.write(catalog.module_source(data))
-        out.write(f"{shipped}: rewritten\n")
+    if done["shipped"]:
+        out.write(f"{done['shipped']}: rewritten\n")
     return 0

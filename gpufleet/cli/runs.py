@@ -47,11 +47,11 @@ def add_stop(commands):
 
 
 def _ps(args, out, err) -> int:
-    from ..api import GpufleetError
-    from ..direct import runs   # the same functions as ps.yml's modules, in this process
+    from ..api import GpufleetError, runs
 
     try:
-        found = runs(fleet_files=common.fleet_files(args))
+        # In this process: the same functions as ps.yml's modules.
+        found = runs(in_process=True, fleet_files=common.fleet_files(args))
     except GpufleetError as exc:
         return common.failed(exc, err)
     unread = found.get("unread") or {}
@@ -70,31 +70,32 @@ def _ps(args, out, err) -> int:
 
 
 def _logs(args, out, err) -> int:
-    from ..api import GpufleetError, wait
-    from ..direct import logs   # the same function as logs.yml's module, in this process
+    from ..api import GpufleetError, logs, wait
 
     try:
         if args.follow:
             wait(args.run, check=False, job=args.job, since=args.since, output=out,
                  fleet_files=common.fleet_files(args), on_event=common.run_printer(out, err))
             return 0
-        # Streamed: the lines come as the hosts' pages are read, whatever the run printed.
-        logs(args.run, out, job=args.job, since=args.since,
-             fleet_files=common.fleet_files(args))
+        # Streamed: the lines come as the hosts' pages are read, whatever the run printed; in
+        # this process, with the same function as logs.yml's module.
+        logs(args.run, job=args.job, since=args.since, stream=True, in_process=True,
+             output=out, fleet_files=common.fleet_files(args))
     except GpufleetError as exc:
         return common.failed(exc, err)
     return 0
 
 
 def _stop(args, out, err) -> int:
-    from ..api import GpufleetError
-    from ..direct import stop   # the same functions as stop.yml's modules, in this process
+    from ..api import GpufleetError, stop
 
     if not common.confirm(f"Stop the run {args.run}?", args, out, err):
         out.write("Nothing was stopped.\n")
         return 1
     try:
-        record = stop(args.run, abort=args.abort, fleet_files=common.fleet_files(args))
+        # In this process: the function stop.yml's module calls.
+        record = stop(args.run, abort=args.abort, in_process=True,
+                      fleet_files=common.fleet_files(args))
     except GpufleetError as exc:
         return common.failed(exc, err)
     if record.get("runs") is not None:

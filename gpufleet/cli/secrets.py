@@ -10,7 +10,6 @@ from __future__ import annotations
 import getpass
 import sys
 
-from .._collection import text as collection_text
 from . import common
 
 MASK = "*" * 6
@@ -67,22 +66,16 @@ def _password_option(parser):
                              "else vault_password_file in ansible.cfg)")
 
 
-def _module():
-    common.config_model()  # makes the collection importable
-    from ansible_collections.gpufleet.cluster.plugins.plugin_utils import secret_store
-
-    return secret_store
-
-
 def _open(args, err):
-    """(store module, store) or (module, None) after printing why it cannot be opened."""
-    secret_store = _module()
+    """The store (gpufleet.api.secret_store), or None after printing why it cannot be
+    opened."""
+    from ..api import GpufleetError, secret_store
+
     try:
-        return secret_store, secret_store.SecretStore.open(
-            password_file_=args.vault_password_file)
-    except secret_store.SecretStoreError as exc:
+        return secret_store(args.vault_password_file)
+    except GpufleetError as exc:
         err.write(f"gpufleet: {exc}\n")
-        return secret_store, None
+        return None
 
 
 def _table(rows, out):
@@ -93,12 +86,14 @@ def _table(rows, out):
 
 
 def _list(args, out, err) -> int:
-    secret_store, store = _open(args, err)
+    from ..api import GpufleetError
+
+    store = _open(args, err)
     if store is None:
         return 1
     try:
         names = store.names()
-    except secret_store.SecretStoreError as exc:
+    except GpufleetError as exc:
         err.write(f"gpufleet: {exc}\n")
         return 1
     if not names:
@@ -109,12 +104,14 @@ def _list(args, out, err) -> int:
 
 
 def _get(args, out, err) -> int:
-    secret_store, store = _open(args, err)
+    from ..api import GpufleetError
+
+    store = _open(args, err)
     if store is None:
         return 1
     try:
         value = store.get(args.name)
-    except secret_store.SecretStoreError as exc:
+    except GpufleetError as exc:
         err.write(f"gpufleet: {exc}\n")
         return 1
     _table([(args.name, value)], out)
@@ -138,13 +135,14 @@ def _read_value(name):
 
 
 def _set(args, out, err) -> int:
-    secret_store = _module()
+    from ..api import GpufleetError, check_secret_name
+
     try:
-        secret_store.check_name(args.name)
-    except secret_store.SecretStoreError as exc:
+        check_secret_name(args.name)
+    except GpufleetError as exc:
         err.write(f"gpufleet: {exc}\n")
         return 2
-    secret_store, store = _open(args, err)
+    store = _open(args, err)
     if store is None:
         return 1
     try:
@@ -154,7 +152,7 @@ def _set(args, out, err) -> int:
             err.write("gpufleet: no value given; nothing was set\n")
             return 1
         store.set(args.name, value)
-    except secret_store.SecretStoreError as exc:
+    except GpufleetError as exc:
         err.write(f"gpufleet: {exc}\n")
         return 1
     out.write("OK\n")
@@ -162,18 +160,20 @@ def _set(args, out, err) -> int:
 
 
 def _delete(args, out, err) -> int:
-    secret_store, store = _open(args, err)
+    from ..api import GpufleetError, shorten
+
+    store = _open(args, err)
     if store is None:
         return 1
     try:
         if args.name not in store.read():
-            err.write(f"gpufleet: no secret named {collection_text().shorten(args.name)}\n")
+            err.write(f"gpufleet: no secret named {shorten(args.name)}\n")
             return 1
         if not common.confirm(f"Delete the secret {args.name}?", args, out, err):
             out.write("Nothing was deleted.\n")
             return 1
         store.delete(args.name)
-    except secret_store.SecretStoreError as exc:
+    except GpufleetError as exc:
         err.write(f"gpufleet: {exc}\n")
         return 1
     out.write("OK\n")

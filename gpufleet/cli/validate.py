@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from .._collection import config_model
 from . import common
 
 
@@ -30,12 +29,11 @@ def add_validate(commands):
 
 
 def _validate(args, out, err) -> int:
-    config_model()  # makes the collection importable
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.repos import sources
+    from ..api import validate_file
 
     # The config model's verdict and what each file names on this controller (its files and
     # local repo), which apply refuses with the same messages.
-    results = [sources.validate_file(path) for path in args.files]
+    results = [validate_file(path, on_controller=True) for path in args.files]
     if args.json:
         json.dump(results, out, indent=2, sort_keys=False)
         out.write("\n")

@@ -44,7 +44,9 @@ def add_volume(commands):
 
 
 def _tables():
-    common.config_model()  # makes the collection importable
+    from .. import api
+
+    api.ensure_importable()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.render import volume_table
 
     return volume_table

@@ -16,6 +16,9 @@ description:
     the run ends V(terminated) and is never retried.
   - Each container gets SIGTERM, then SIGKILL after the task's C(stop_duration) (or at once
     with O(abort)).
+  - Then the run's SSH aliases, key and forwarded ports on this controller (what
+    M(gpufleet.cluster.run_attach) made) are removed. The C(gpufleet stop) command runs the
+    same steps, through the same function of the collection.
 author:
   - gpufleet maintainers (@gpufleet)
 options:
@@ -36,7 +39,8 @@ attributes:
   check_mode:
     support: full
     details:
-      - In check mode nothing is stopped; C(changed) says whether a job is still going.
+      - In check mode nothing is stopped and no SSH alias is removed; C(changed) says whether
+        a job is still going.
   diff_mode:
     support: none
   idempotent:
@@ -46,6 +50,7 @@ attributes:
 seealso:
   - module: gpufleet.cluster.task
   - module: gpufleet.cluster.run_info
+  - module: gpufleet.cluster.run_attach
 """
 
 EXAMPLES = r"""
@@ -65,6 +70,7 @@ run:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import stop
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
 )
@@ -74,7 +80,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entr
 def main():
     module = AnsibleModule(argument_spec=entry.RUN_STOP_ARGS, supports_check_mode=True)
     with fail_json_on_error(module):
-        module.exit_json(**entry.run_stop(module.params, check_mode=module.check_mode))
+        module.exit_json(**stop.stop_run(module.params, check_mode=module.check_mode))
 
 
 if __name__ == "__main__":

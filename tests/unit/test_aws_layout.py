@@ -1,5 +1,6 @@
 """What the aws backend asks EC2 for: EFA network interfaces as dstack lays them out, the exact
-RunInstances parameters, idempotency tokens and instance numbers from tags (dstack.md §5.1)."""
+RunInstances parameters, idempotency tokens and instance numbers from tags
+(docs/reference/dstack-runtime.md#aws-instances)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """gpufleet.direct: ps, logs and stop answered in the command's process by the functions the
-modules call (tasks.entry), with the parameters the modules would get."""
+modules call (tasks.entry), with the parameters the modules would get. (A stop's one sequence,
+which direct.stop runs, is tested in test_attach_stop.py.)"""
 
 from __future__ import annotations
 
@@ -93,18 +94,6 @@ def test_logs_of_one_job_are_unprefixed(calls):
     direct.logs("train", out, job=1)
     assert out.getvalue() == "x\n"
     assert calls[0][1]["job"] == 1
-
-
-def test_stop_stops_then_forgets_the_runs_ssh_aliases_as_stop_yml_does(calls):
-    calls.answers["run_stop"] = {"run": {"name": "train", "status": "terminated",
-                                         "stopped": ["a"]}, "changed": True}
-    calls.answers["attach_entry"] = {"run": "train", "changed": False}
-    record = direct.stop("train", abort=True, state_dir="/s")
-    assert record["status"] == "terminated"
-    assert [c[0] for c in calls] == ["run_stop", "attach_entry"]
-    assert calls[0][1] == {"name": "train", "abort": True, "fleets": [], "state_dir": "/s"}
-    assert (calls[1][1]["name"], calls[1][1]["state"], calls[1][1]["state_dir"]) == (
-        "train", "absent", "/s")
 
 
 @pytest.mark.parametrize("function, args, name", [

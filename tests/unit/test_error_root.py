@@ -7,6 +7,7 @@ made from another keeps it as its cause."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 from pathlib import Path
@@ -98,3 +99,85 @@ def test_a_tool_output_error_keeps_the_json_error_it_came_from():
     with pytest.raises(ToolOutputError) as info:
         addresses_from_ip_json("not json")
     assert isinstance(info.value.__cause__, ValueError)
+
+
+# ---------------------------------------------------------------------------------------------
+# raise ... from: an error raised while handling another names it as its cause
+
+
+def raises_without_cause(path):
+    """(line, statement) of every ``raise X`` inside an ``except`` block of ``path`` that has no
+    ``from``: the cause (``from exc``) or a deliberate ``from None`` must be written out. A
+    bare ``raise`` re-raises and is fine; a function defined inside the block is its own scope."""
+    tree = ast.parse(path.read_text(), str(path))
+    found = []
+    for handler in ast.walk(tree):
+        if not isinstance(handler, ast.ExceptHandler):
+            continue
+        todo = list(handler.body)
+        while todo:
+            node = todo.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef,
+                                 ast.ExceptHandler)):
+                continue
+            if isinstance(node, ast.Raise) and node.exc is not None and node.cause is None:
+                found.append((node.lineno, ast.unparse(node).splitlines()[0][:120]))
+            todo.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def test_the_raise_walk_finds_a_raise_without_from(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "def f(x):\n"
+        "    try:\n"
+        "        return int(x)\n"
+        "    except ValueError:\n"
+        "        if x:\n"
+        "            raise KeyError(x)\n"
+        "        raise\n"
+        "    except TypeError as exc:\n"
+        "        raise KeyError(x) from exc\n"
+        "    except OSError:\n"
+        "        def later():\n"
+        "            raise KeyError(x)\n"
+        "        raise KeyError(x) from None\n")
+    assert raises_without_cause(sample) == [(6, "raise KeyError(x)")]
+
+
+def test_every_raise_inside_an_except_block_names_its_cause():
+    """In plugins/ and gpufleet/, the standalone host-side files included (they run on the
+    Python 3.6+ of the hosts, which has ``raise ... from``)."""
+    missing = []
+    for folder in ("plugins", "gpufleet"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for line, statement in raises_without_cause(path):
+                missing.append("%s:%d: %s" % (path.relative_to(ROOT), line, statement))
+    assert not missing, (
+        "raise inside an except block without `from exc` (or a deliberate `from None`, with a "
+        "comment saying why):\n" + "\n".join(missing))
+
+
+# ---------------------------------------------------------------------------------------------
+# gpufleet/ (the Python API and the command) shares the root
+
+
+def test_the_api_error_is_the_root_error():
+    from gpufleet import api, direct
+
+    assert issubclass(api.GpufleetError, GpufleetError)
+    assert issubclass(direct.CommandError, api.GpufleetError)
+    error = api.GpufleetError("the Docker engine does not answer", host="gpus-1")
+    assert isinstance(error, GpufleetError) and str(error) == "gpus-1: the Docker engine does not answer"
+
+
+def test_a_module_error_reaching_the_command_in_process_is_an_api_error():
+    from gpufleet import api, direct
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.state import StateError
+
+    def fails():
+        raise StateError("no run named x")
+
+    with pytest.raises(api.GpufleetError) as caught:
+        direct._call(fails)
+    assert str(caught.value) == "no run named x"

@@ -1,4 +1,5 @@
-"""``type: fleet``: nodes, placement, blocks, SSH fleets, backend-only fields (dstack.md §1)."""
+"""``type: fleet``: nodes, placement, blocks, SSH fleets, backend-only fields
+(docs/reference/dstack-files.md#fleet-files)."""
 
 from __future__ import annotations
 

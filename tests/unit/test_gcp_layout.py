@@ -1,5 +1,7 @@
 """What the gcp backend asks Compute Engine for: NIC layouts for A3 High/Mega, A3 Ultra and A4
-(dstack.md §5.2, interconnect.md §2), the bulkInsert body, labels, scheduling, placement."""
+(docs/reference/dstack-runtime.md#gcp-instances,
+docs/reference/interconnect.md#gcp-machine-types), the bulkInsert body, labels, scheduling,
+placement."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""dstack's resource grammar and durations, case by case (dstack.md §1.3, §2)."""
+"""dstack's resource grammar and durations, case by case (docs/reference/dstack-files.md#durations,
+docs/reference/dstack-files.md#resource-grammar)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Host facts: GPU vendor detection, short names and catalog memory (dstack.md §3.4)."""
+"""Host facts: GPU vendor detection, short names and catalog memory
+(docs/reference/dstack-runtime.md#host-resources)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Host facts: the GPU summary, blocks (dstack.md §3.7), addresses and the internal IP (§3.5)."""
+"""Host facts: the GPU summary, blocks
+(docs/reference/dstack-runtime.md#blocks), addresses and the internal IP
+(docs/reference/dstack-runtime.md#internal-ip)."""
 
 from __future__ import annotations
 

@@ -255,7 +255,7 @@ def test_offer_table_shows_the_first_offers_and_the_highest_price():
 
 
 # ---------------------------------------------------------------------------------------------
-# The shipped catalogs against the grammar's examples (dstack.md §2.7)
+# The shipped catalogs against the grammar's examples (docs/reference/dstack-files.md#examples)
 # ---------------------------------------------------------------------------------------------
 
 SHIPPED = dict((b, catalog.shipped(b)) for b in catalog.BACKENDS)

@@ -1,4 +1,5 @@
-"""``type: task``: fields, defaults, cross-field rules and interpolation (dstack.md §4, §6.2, §7)."""
+"""``type: task``: fields, defaults, cross-field rules and interpolation
+(docs/reference/dstack-files.md#task-files, docs/reference/dstack-files.md#volume-mounts)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Task placement: which fleet, which hosts, which rank (dstack.md §2, §3.7, §3.8, §4.4)."""
+"""Task placement: which fleet, which hosts, which rank
+(docs/reference/dstack-files.md#resource-grammar, docs/reference/dstack-runtime.md#blocks,
+docs/reference/dstack-runtime.md#health, docs/reference/dstack-runtime.md#placement)."""
 
 from __future__ import annotations
 
@@ -187,7 +189,7 @@ def test_host_offer_rejects_bad_blocks_and_incomplete_facts():
 
 
 # ---------------------------------------------------------------------------------------------
-# matches, against specs from the real parser (dstack.md §2.7 examples)
+# matches, against specs from the real parser (docs/reference/dstack-files.md#examples)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -223,7 +225,8 @@ def whole(fact):
         ({"gpu": {"name": ["H100"], "compute_capability": "9.0"}}, h100_fact(), None),
         ({"gpu": 0}, h100_fact(), "gpu count 8 > 0"),
         ({"gpu": 0}, cpu_fact(), None),
-        # on the default image a GPU spec without vendor means nvidia (§2.4)
+        # on the default image a GPU spec without vendor means nvidia
+        # (docs/reference/dstack-files.md#gpu)
         ({"gpu": 1}, cpu_fact(), "gpu vendor none, not nvidia"),
         ({"gpu": "nvidia:0.."}, cpu_fact(), "gpu vendor none, not nvidia"),
         ({"shm_size": "24GB"}, cpu_fact(), None),

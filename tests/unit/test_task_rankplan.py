@@ -89,7 +89,7 @@ def sourced(text, tmp_path, names):
 
 
 # ---------------------------------------------------------------------------------------------
-# DSTACK_* (dstack.md §4.2)
+# DSTACK_* (docs/reference/dstack-runtime.md#environment-variables)
 
 
 def test_system_env_three_cpu_nodes():
@@ -258,7 +258,8 @@ def test_registry_credentials_fill_secrets_and_env():
 
 
 # ---------------------------------------------------------------------------------------------
-# hostfile and SSH config (§4.3, §4.10)
+# hostfile and SSH config (docs/reference/dstack-runtime.md#mpi-hostfile,
+# docs/reference/dstack-runtime.md#ssh-between-nodes)
 
 
 def test_hostfile_gpu_nodes():
@@ -370,7 +371,7 @@ def test_group_commands_and_node_ip_references():
 
 
 # ---------------------------------------------------------------------------------------------
-# docker run options (§4.9)
+# docker run options (docs/reference/dstack-runtime.md#container-start)
 
 
 def options(config, job, run=None):
@@ -461,7 +462,7 @@ def test_cpu_job_has_no_gpu_flags():
 
 
 # ---------------------------------------------------------------------------------------------
-# mounts (§6.2)
+# mounts (docs/reference/dstack-files.md#volume-mounts)
 
 
 def test_network_volume_names_per_node_and_instance_volumes():

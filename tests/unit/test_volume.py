@@ -1,4 +1,4 @@
-"""``type: volume`` (dstack.md §6.1)."""
+"""``type: volume`` (docs/reference/dstack-files.md#volume-files)."""
 
 from __future__ import annotations
 

@@ -31,8 +31,8 @@ from . import hosts, ports, sshconfig, tunnel
 
 DEFAULT_USER_CONFIG = "~/.ssh/config"
 
-# The run_attach module's options (its DOCUMENTATION describes them), also what gpufleet stop
-# passes when it forgets a run's aliases in its own process (gpufleet/direct.py).
+# The run_attach module's options (its DOCUMENTATION describes them), also what a run's stop
+# passes when it forgets the run's aliases (attach/stop.py).
 ATTACH_ARGS = dict(
     name=dict(type="str", required=True),
     job=dict(type="int", default=0),

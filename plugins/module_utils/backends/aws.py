@@ -235,7 +235,7 @@ class Aws(CloudBackend):
 
     def ensure_security_group(self, region, vpc_id, fleet, config_tags=None):
         """The fleet's security group in the VPC: SSH from anywhere, everything between the
-        fleet's instances (dstack.md §5.1)."""
+        fleet's instances (docs/reference/dstack-runtime.md#aws-instances)."""
         name = layout.resource_name(fleet)
         found = self._call(region, "finding the security group", "describe_security_groups",
                            Filters=[{"Name": "group-name", "Values": [name]},

@@ -43,7 +43,8 @@ TAG_IDLE = "gpufleet:idle-duration"
 CREATED_BY = "gpufleet"
 SSH_USER = "ubuntu"
 
-# Instance types whose first network card carries no EFA interface (dstack.md §5.1).
+# Instance types whose first network card carries no EFA interface
+# (docs/reference/dstack-runtime.md#aws-instances).
 PRIMARY_CARD_ENA_ONLY = ("p6-b300.48xlarge",)
 # Types on which every fourth network card gets a full EFA interface (with IP) instead of an
 # EFA-only one.

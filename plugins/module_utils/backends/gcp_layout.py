@@ -34,7 +34,8 @@ META_IDLE = "gpufleet-idle-duration"
 SSH_USER = "ubuntu"
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
 
-# Extra gVNIC NICs from extra_vpcs, by machine type (dstack.md §5.2; interconnect.md §2): the
+# Extra gVNIC NICs from extra_vpcs, by machine type (docs/reference/dstack-runtime.md#gcp-instances;
+# docs/reference/interconnect.md#gcp-machine-types): the
 # GPUDirect-TCPX(O) data NICs of A3, the one extra VPC of A3 Ultra and A4.
 EXTRA_VPCS = {
     "a3-megagpu-8g": 8,

@@ -125,8 +125,8 @@ class Pool(VolumeBackend):
             raise BackendError("local volumes: %s" % exc) from exc
         try:
             answer = json.loads(out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            raise BackendError("local volumes: the pool answered %r to %s" % (out[-300:], op))
+        except (ValueError, IndexError) as exc:
+            raise BackendError("local volumes: the pool answered %r to %s" % (out[-300:], op)) from exc
         if answer.get("error"):
             raise BackendError("local volume: %s" % answer["error"])
         return answer

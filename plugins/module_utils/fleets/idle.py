@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""How long an idle instance of a backend fleet is kept, as dstack decides it (dstack.md §1.3).
+"""How long an idle instance of a backend fleet is kept, as dstack decides it
+(docs/reference/dstack-runtime.md#idle-instances).
 
 Both files may leave ``idle_duration`` unset (None in the normalized config), and that is not
 the same as writing the default:

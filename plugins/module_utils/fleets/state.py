@@ -274,9 +274,9 @@ def _facts_lock(root, fleet):
         if os.path.isdir(folder):
             try:
                 held.enter_context(locked(os.path.join(folder, "facts.lock")))
-            except OSError:
+            except OSError as exc:
                 raise StateError("cannot lock the facts of fleet %s in %s: set %s to a "
-                                 "writable directory" % (fleet, folder, ENV))
+                                 "writable directory" % (fleet, folder, ENV)) from exc
         yield
 
 

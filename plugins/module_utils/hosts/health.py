@@ -4,10 +4,10 @@
 """A host's GPU health from what its tools said (tasks.healthside's probe): dstack's three levels.
 
 Pure Python. dstack keeps one health per instance, ``healthy``, ``warning`` or ``failure``
-(dstack.md §3.8): DCGM's overall result of ``dcgmi health -c`` (PASS, WARN, FAIL), and a host
-without DCGM is healthy. gpufleet reads DCGM the same way (hosts.checks.dcgm's parser) and, on a
-host without DCGM's host engine, judges nvidia-smi's counters and the kernel log's XID lines by
-the rules of DCGM's memory health watch, so such a host is not healthy by default:
+(docs/reference/dstack-runtime.md#health): DCGM's overall result of ``dcgmi health -c`` (PASS, WARN,
+FAIL), and a host without DCGM is healthy. gpufleet reads DCGM the same way (hosts.checks.dcgm's
+parser) and, on a host without DCGM's host engine, judges nvidia-smi's counters and the kernel log's
+XID lines by the rules of DCGM's memory health watch, so such a host is not healthy by default:
 
 - volatile uncorrectable (double-bit) ECC errors: failure;
 - pages pending retirement, or rows pending remapping (the GPU needs a reset): warning;

@@ -35,8 +35,9 @@ _FACTOR_KINDS = {
 }
 
 # Published busbw (GB/s) of 2 nodes x 8 GPUs, keyed by platform. ``points`` maps a message size
-# in bytes to the out-of-place busbw measured at that size. Sources: research notes
-# interconnect.md section 8.5, which cites each figure's origin (repeated in ``source``).
+# in bytes to the out-of-place busbw measured at that size. Sources:
+# docs/reference/interconnect.md#published-bandwidth, which names each figure's origin (repeated in
+# ``source``).
 EXPECTED = {
     "p5.48xlarge": {
         "fabric": "efa", "op": "all_reduce", "nodes": 2, "gpus_per_node": 8,

@@ -3,12 +3,12 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Does an offer satisfy a resources spec: the one matcher for hosts and cloud offers.
 
-Pure Python (no Ansible imports). An offer is what one host, a share of it (blocks, dstack.md
-§3.7) or one cloud instance type gives a job: ``{"cpus", "memory_mib", "disk_mib",
-"gpu_vendor", "gpu_name", "gpu_memory_mib", "gpu_count", "arch"}``. Measured hosts become offers
-through ``host_offer`` (from a ``gpufleet_host`` fact); catalog instance types are written in
-the same fact shape, so task placement and cloud offers are matched by the same rules, which
-are dstack's (§2).
+Pure Python (no Ansible imports). An offer is what one host, a share of it (blocks,
+docs/reference/dstack-runtime.md#blocks) or one cloud instance type gives a job: ``{"cpus",
+"memory_mib", "disk_mib", "gpu_vendor", "gpu_name", "gpu_memory_mib", "gpu_count", "arch"}``.
+Measured hosts become offers through ``host_offer`` (from a ``gpufleet_host`` fact); catalog
+instance types are written in the same fact shape, so task placement and cloud offers are matched by
+the same rules, which are dstack's (docs/reference/dstack-files.md#resource-grammar).
 
     offer = host_offer(fact, 1, 8)     # what 1 of 8 blocks of a host gives
     matches(resources, offer)          # None, or why the offer falls short
@@ -26,9 +26,9 @@ class MatchError(GpufleetError):
 
 
 def resolve_arch(resources, default_image):
-    """``resources`` as the dstack server resolves a run's (§2.3): an unset CPU arch on the
-    default image (no image, no docker) is x86; with a custom image it stays unset (any), since
-    the image's architectures are not known here. Returns a copy."""
+    """``resources`` as the dstack server resolves a run's (docs/reference/dstack-files.md#cpu): an
+    unset CPU arch on the default image (no image, no docker) is x86; with a custom image it stays
+    unset (any), since the image's architectures are not known here. Returns a copy."""
     resources = copy.deepcopy(resources)
     cpu = resources.get("cpu") if isinstance(resources, dict) else None
     if default_image and isinstance(cpu, dict) and cpu.get("arch") is None:
@@ -41,7 +41,8 @@ def uses_default_image(config):
     return config.get("image") is None and not config.get("docker")
 
 
-# How facts spell CPU architectures, as resources specs spell them (§2.3).
+# How facts spell CPU architectures, as resources specs spell them
+# (docs/reference/dstack-files.md#cpu).
 ARCH_NAMES = {
     "x86": "x86", "x86_64": "x86", "amd64": "x86", "i386": "x86", "i686": "x86",
     "arm": "arm", "arm64": "arm", "aarch64": "arm",
@@ -147,8 +148,9 @@ def host_capacity(facts, what_host="the host"):
 
 
 def block_offer(host, blocks, total):
-    # dstack's shared offer (§3.7): CPUs, memory and GPUs floor-divided per block, times the
-    # blocks taken; the disk is shared, so every offer sees all of it.
+    # dstack's shared offer (docs/reference/dstack-runtime.md#blocks): CPUs, memory and GPUs
+    # floor-divided per block, times the blocks taken; the disk is shared, so every offer sees all
+    # of it.
     gpu_count = host["gpu_count"] // total * blocks
     return {
         "cpus": host["cpus"] // total * blocks,
@@ -163,7 +165,8 @@ def block_offer(host, blocks, total):
 
 
 def host_offer(facts, blocks, total_blocks):
-    """What ``blocks`` of ``total_blocks`` blocks of a host give a job (dstack.md §3.7).
+    """What ``blocks`` of ``total_blocks`` blocks of a host give a job
+    (docs/reference/dstack-runtime.md#blocks).
 
     Returns {"cpus", "memory_mib", "disk_mib", "gpu_vendor", "gpu_name", "gpu_memory_mib",
     "gpu_count", "arch"}; the disk is not divided. ``facts`` is a ``gpufleet_host`` fact.
@@ -180,14 +183,15 @@ def matches(resources, offer):
     """None when ``offer`` satisfies the resources spec, else a short reason such as
     ``cpu 2 < 4`` or ``gpu name T4 not in [H100]``.
 
-    The checks are gpuhunt's, which dstack runs on every instance offer (§2). Sizes in the spec
+    The checks are gpuhunt's, which dstack runs on every instance offer
+    (docs/reference/dstack-files.md#resource-grammar). Sizes in the spec
     are GB; the offer's are MiB and are compared as MiB / 1024.
     """
     resources = require_mapping(resources, "resources")
     offer = require_mapping(offer, "the offer")
     cpu = resources.get("cpu") or {}
     # An unset arch matches any host here; place() first resolves it as the dstack server does
-    # (§2.3: the default image means x86).
+    # (docs/reference/dstack-files.md#cpu: the default image means x86).
     arch = cpu.get("arch")
     if arch is not None and arch != offer["arch"]:
         return "cpu arch %s, not %s" % (offer["arch"], arch)

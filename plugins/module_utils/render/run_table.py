@@ -196,8 +196,8 @@ def _creates(create):
 
 
 def run_plan_lines(config, plan, path=None):
-    """What submitting a task does, as ``dstack apply`` shows it before asking (dstack.md §8.3):
-    the header, then the host each job is placed on."""
+    """What submitting a task does, as ``dstack apply`` shows it before asking
+    (docs/reference/dstack-runtime.md#run-plan): the header, then the host each job is placed on."""
     header = [
         ("Configuration", path or ""),
         ("Type", "dev-environment" if config.get("type") == "dev-environment"

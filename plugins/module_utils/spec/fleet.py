@@ -155,8 +155,8 @@ def parse_internal_ip(value, ctx):
     text = want_str(value, "an IP address")
     try:
         address = ipaddress.ip_address(text)
-    except ValueError:
-        raise Invalid("invalid IP address %s" % show(text))
+    except ValueError as exc:
+        raise Invalid("invalid IP address %s" % show(text)) from exc
     if not address.is_private:
         raise Invalid(
             "IP address %s is not private: internal_ip is the address hosts use to reach each "
@@ -171,8 +171,8 @@ def parse_network(value, ctx):
     text = want_str(value, "a network such as 10.0.0.0/24")
     try:
         network = ipaddress.ip_network(text, strict=False)
-    except ValueError:
-        raise Invalid("failed to parse network %s: write <ip>/<mask>, e.g. 10.0.0.0/24" % show(text))
+    except ValueError as exc:
+        raise Invalid("failed to parse network %s: write <ip>/<mask>, e.g. 10.0.0.0/24" % show(text)) from exc
     if not network.is_private:
         raise Invalid(
             "public network %s is specified when a private network is required" % text

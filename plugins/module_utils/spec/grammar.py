@@ -255,8 +255,8 @@ def parse_compute_capability(value):
         )
     try:
         major, minor = (want_int(p) for p in parts)
-    except Invalid:
-        raise Invalid("invalid compute capability %s: write major.minor, e.g. 8.0" % show(value))
+    except Invalid as exc:
+        raise Invalid("invalid compute capability %s: write major.minor, e.g. 8.0" % show(value)) from exc
     if major < 0 or minor < 0:
         raise Invalid("invalid compute capability %s: parts must not be negative" % show(value))
     return "%d.%d" % (major, minor)

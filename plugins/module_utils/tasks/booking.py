@@ -370,7 +370,7 @@ def op_enqueue(payload):
             try:
                 os.link(archive, _held_archive(entry["run"]))
             except OSError as exc:
-                raise Failure("cannot keep the run's repo archive %s: %s" % (archive, exc))
+                raise Failure("cannot keep the run's repo archive %s: %s" % (archive, exc)) from exc
             entry["held_archive"] = _held_archive(entry["run"])
         _write_json(_entry_path(entry["run"]), entry)
     return {"queued": True}

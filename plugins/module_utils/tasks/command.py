@@ -6,7 +6,8 @@
 Part of the rank plan (tasks.rankplan). Pure functions, no I/O. The task's ``commands`` (or
 those of the job's group) are joined as dstack joins them, ``${{ run.args }}`` and
 ``${{ groups[i].nodes[j].IP_ADDRESS }}`` filled in, and run by the task's shell; with an
-``entrypoint``, or with neither, the image's own ENTRYPOINT and CMD (dstack.md §4.9).
+``entrypoint``, or with neither, the image's own ENTRYPOINT and CMD
+(docs/reference/dstack-runtime.md#container-start).
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def _shell_check(shell):
 
 def command_script(config, group=None, image_cmd=None, run_args=(), group_ips=None,
                    python_setup=None):
-    """The ``command.sh`` of a job: POSIX sh that execs the job's process (dstack.md §4.9).
+    """The ``command.sh`` of a job: POSIX sh that execs the job's process
+    (docs/reference/dstack-runtime.md#container-start).
 
     ``commands`` run as ``<shell> -c 'c1 && c2'``; with ``entrypoint``, the entrypoint's words
     followed by the commands; with neither, ``image_cmd`` (the image's ENTRYPOINT + CMD).

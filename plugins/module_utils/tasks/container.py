@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The container of a job: its name, its labels and its ``docker run`` options.
 
-Part of the rank plan (tasks.rankplan). Pure functions, no I/O (dstack.md §4.9). The labels are
+Part of the rank plan (tasks.rankplan). Pure functions, no I/O
+(docs/reference/dstack-runtime.md#container-start). The labels are
 the only record a run has: ``ps``, ``logs`` and ``stop`` read them back (tasks.listing). They
 carry data, never text made for people: the job's resources and the GPU the task asked for are
 stored as JSON, and render/run_table.py makes the table's text of them.
@@ -97,7 +98,8 @@ def _gpu_args(job):
 
 
 def docker_args(config, job, run, labels):
-    """The ``docker run`` options of one job (dstack.md §4.9), without ``-d``, image and command.
+    """The ``docker run`` options of one job (docs/reference/dstack-runtime.md#container-start),
+    without ``-d``, image and command.
 
     Host-dependent flags (/dev/infiniband, hugepages) are left to the node side: see the job
     spec's ``conditional``. So are the job folder and volume mounts (see ``mounts``).

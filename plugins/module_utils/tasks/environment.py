@@ -6,8 +6,10 @@ variables and secrets filled, the ``DSTACK_*`` variables, the MPI hostfile and t
 config the jobs reach each other with, and the ``env.sh`` that exports them.
 
 Part of the rank plan (tasks.rankplan). Pure functions, no I/O; names and formats follow
-dstack.md §4.2 (environment), §4.3 (hostfile) and §4.10 (SSH). Secrets end up in ``env.sh``
-only, never in labels or ``docker run`` options, which ``docker inspect`` shows.
+docs/reference/dstack-runtime.md#environment-variables,
+docs/reference/dstack-runtime.md#mpi-hostfile and
+docs/reference/dstack-runtime.md#ssh-between-nodes. Secrets end up in ``env.sh`` only, never in
+labels or ``docker run`` options, which ``docker inspect`` shows.
 """
 
 from __future__ import annotations
@@ -132,7 +134,8 @@ def by_rank(jobs):
 
 
 def system_env(run, jobs, job, repo_id=None):
-    """The 13 ``DSTACK_*`` variables of one job (dstack.md §4.2).
+    """The 13 ``DSTACK_*`` variables of one job
+    (docs/reference/dstack-runtime.md#environment-variables).
 
     ``DSTACK_REPO_DIR`` and ``DSTACK_WORKING_DIR`` are left empty here: the wrapper sets them to
     the folders it resolves in the container. ``DSTACK_REPO_ID`` is the run's repo id, ``none``
@@ -158,7 +161,8 @@ def system_env(run, jobs, job, repo_id=None):
 
 
 def hostfile(jobs):
-    """The MPI hostfile (dstack.md §4.3): empty when any job has no internal IP."""
+    """The MPI hostfile (docs/reference/dstack-runtime.md#mpi-hostfile): empty when any job has no
+    internal IP."""
     jobs = by_rank(jobs)
     if any(not job_ip(j) for j in jobs):
         return ""
@@ -170,7 +174,8 @@ def hostfile(jobs):
 
 
 def ssh_client_config(jobs):
-    """``~/.ssh/config`` entries for every node (dstack.md §4.10); empty below two IPs."""
+    """``~/.ssh/config`` entries for every node
+    (docs/reference/dstack-runtime.md#ssh-between-nodes); empty below two IPs."""
     ips = [job_ip(j) for j in by_rank(jobs) if job_ip(j)]
     if len(ips) < 2:
         return ""

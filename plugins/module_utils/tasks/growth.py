@@ -2,9 +2,9 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Instances made on demand: a run that does not fit the hosts a backend fleet has may make the
-fleet grow, up to ``nodes.max`` (dstack.md §1.2: "Runs can add instances to a backend fleet up
-to nodes.max"; a fleet whose ``nodes`` range starts at 0 is only a template until a run needs
-it).
+fleet grow, up to ``nodes.max`` (docs/reference/dstack-runtime.md#fleet-size-over-time: "Runs can
+add instances to a backend fleet up to nodes.max"; a fleet whose ``nodes`` range starts at 0 is only
+a template until a run needs it).
 
 Pure Python. ``place(config, fleets, facts, busy, settings, catalog_dir)`` first places the run
 on the hosts that exist (tasks.placement); when nothing fits and the task's ``creation_policy``

@@ -5,7 +5,7 @@
 
 A host that does not answer SSH is asked about through its backend, which is the truth about
 instances: the fleet records (fleets.records) say whether the instance still exists and runs.
-dstack's rules (dstack.md §4.7), made without a server:
+dstack's rules (docs/reference/dstack-runtime.md#failure-and-retry), made without a server:
 
 - the instance is gone (terminated, stopped, preempted or its spot capacity reclaimed, a local
   node container killed or removed): the job failed with ``interrupted_by_no_capacity``, whose

@@ -1,7 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The life of a run, as dstack defines it (dstack.md §4.5 to §4.8, §4.11): pure decisions.
+"""The life of a run, as dstack defines it: pure decisions. dstack's rules are in
+docs/reference/dstack-runtime.md#startup-order, docs/reference/dstack-runtime.md#stop-criteria,
+docs/reference/dstack-runtime.md#failure-and-retry,
+docs/reference/dstack-runtime.md#durations-of-a-run and
+docs/reference/dstack-runtime.md#job-and-run-statuses.
 
 The supervisor observes the containers of the current submission and asks ``decide`` what to do
 next: which jobs may start (startup_order), which must stop and why (a failed node, master-done,
@@ -98,7 +102,8 @@ DONE_BY_RUNNER = "done_by_runner"
 NO_CAPACITY = "failed_to_start_due_to_no_capacity"
 # The instance went away under the job (spot reclaimed, terminated, its node gone), or a spot
 # instance stopped answering for JOB_DISCONNECTED_GRACE: dstack's interruption. An on-demand
-# instance that stops answering for as long is instance_unreachable, an error (§4.7).
+# instance that stops answering for as long is instance_unreachable, an error
+# (docs/reference/dstack-runtime.md#failure-and-retry).
 INTERRUPTED_BY_NO_CAPACITY = "interrupted_by_no_capacity"
 INSTANCE_UNREACHABLE = "instance_unreachable"
 JOB_DISCONNECTED_GRACE = 120
@@ -110,7 +115,8 @@ STOP_REASONS = {
     DONE_BY_RUNNER: JobStatus.DONE.value,
 }
 
-# Retry events (dstack's RetryEvent) and the reasons that map to them (§4.7).
+# Retry events (dstack's RetryEvent) and the reasons that map to them
+# (docs/reference/dstack-runtime.md#failure-and-retry).
 EVENT_NO_CAPACITY = "no-capacity"
 EVENT_INTERRUPTION = "interruption"
 EVENT_ERROR = "error"
@@ -190,7 +196,8 @@ def retry_event(reason):
 def may_retry(retry, event, now, since):
     """Whether ``retry`` ({on_events, duration} or None) resubmits after ``event``.
 
-    ``since`` is where dstack starts the retry clock (§4.7): the run's submission for no-capacity
+    ``since`` is where dstack starts the retry clock
+    (docs/reference/dstack-runtime.md#failure-and-retry): the run's submission for no-capacity
     before it ever ran, else the moment the last submission was seen alive.
     """
     if not retry or event is None or event not in (retry.get("on_events") or ()):

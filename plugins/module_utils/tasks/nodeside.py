@@ -88,7 +88,8 @@ def bootstrap(cache=HELPER_CACHE):
 
 BOOTSTRAP = bootstrap()
 STATE_FILES = ("running", "reason", "exit_code")
-# Host features a container gets when the host has them (dstack.md §4.9).
+# Host features a container gets when the host has them
+# (docs/reference/dstack-runtime.md#container-start).
 CONDITIONAL = {
     "infiniband": ("/dev/infiniband", ["--device", "/dev/infiniband", "--ulimit",
                                        "memlock=-1:-1"]),
@@ -106,9 +107,9 @@ def _docker(args, data=None, check=True):
     try:
         proc = subprocess.run(["docker"] + list(args), input=data, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, check=False)
-    except OSError:
+    except OSError as exc:
         raise Failure("docker is not installed on this host (install Docker; see "
-                      "docs/preflight.md)")
+                      "docs/preflight.md)") from exc
     out = proc.stdout.decode("utf-8", "replace")
     err = proc.stderr.decode("utf-8", "replace")
     if check and proc.returncode != 0:
@@ -188,9 +189,9 @@ def _engine(method, path, query=None, ok=(200,)):
                 break
             parts.append(chunk)
         status, body = _http_response(b"".join(parts))
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
         _ENGINE["socket"] = None   # the CLI from now on, in this request
-        raise _EngineUnavailable()
+        raise _EngineUnavailable() from exc
     finally:
         sock.close()
     try:
@@ -558,7 +559,7 @@ def _write(path, data, mode):
             handle.write(data)
         os.chmod(path, mode)
     except (IOError, OSError) as exc:
-        raise Failure("cannot write %s on this host: %s" % (path, exc))
+        raise Failure("cannot write %s on this host: %s" % (path, exc)) from exc
 
 
 def _place(path, item):
@@ -575,7 +576,7 @@ def _place(path, item):
             os.makedirs(folder, 0o755)
         os.symlink(item["link"], path)
     except (IOError, OSError) as exc:
-        raise Failure("cannot write %s on this host: %s" % (path, exc))
+        raise Failure("cannot write %s on this host: %s" % (path, exc)) from exc
 
 
 def _prepare_mount(mount):
@@ -588,7 +589,7 @@ def _prepare_mount(mount):
                 os.chmod(source, 0o777)
             except (IOError, OSError) as exc:
                 raise Failure("instance volume %s: cannot create the folder on this host (%s); "
-                              "fix the path in volumes" % (source, exc))
+                              "fix the path in volumes" % (source, exc)) from exc
         return ["-v", "%s:%s" % (source, mount["target"])]
     if not os.path.isdir(source):
         raise Failure("network volume %s is not attached to this host (expected at %s): "
@@ -613,7 +614,7 @@ def _link_repo(archive, target):
 
             shutil.copyfile(archive, target)
         except (IOError, OSError) as exc:
-            raise Failure("cannot put the repo archive in the job folder: %s" % exc)
+            raise Failure("cannot put the repo archive in the job folder: %s" % exc) from exc
     os.chmod(target, 0o644)
 
 
@@ -742,7 +743,7 @@ def _run(argv):
     try:
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
     except OSError as exc:
-        raise Failure("%s: %s" % (argv[0], exc))
+        raise Failure("%s: %s" % (argv[0], exc)) from exc
     return (proc.returncode, proc.stdout.decode("utf-8", "replace"),
             proc.stderr.decode("utf-8", "replace"))
 
@@ -783,10 +784,11 @@ def _bind_volume(payload, mountpoint):
 
 
 def op_mount_volume(payload):
-    """Mount an attached network volume at ``<root>/<name>`` (dstack.md §6.1): the first of
-    ``devices`` that appears within ``wait`` seconds; formatted ext4 only when it holds no
-    filesystem, and then its root opened to everyone, as dstack does. With ``pool``, a local
-    volume: the folder ``devices[0]`` bind-mounted (_bind_volume)."""
+    """Mount an attached network volume at ``<root>/<name>``
+    (docs/reference/dstack-files.md#volume-files): the first of ``devices`` that appears within
+    ``wait`` seconds; formatted ext4 only when it holds no filesystem, and then its root opened to
+    everyone, as dstack does. With ``pool``, a local volume: the folder ``devices[0]`` bind-mounted
+    (_bind_volume)."""
     root = payload.get("root") or NETWORK_VOLUMES_ROOT
     if payload.get("pool"):
         return _bind_volume(payload, os.path.join(root, payload["name"]))

@@ -6,7 +6,9 @@
 Pure Python (no Ansible imports). The input is the normalized task config
 (docs/config-json.md), the fleet records with their instance records, the ``gpufleet_host`` fact
 of every measured host (docs/host-facts.md) and what already runs on each host. The rules are
-dstack's (dstack.md §2 matching, §3.7 blocks, §3.8 health, §4.1 jobs, §4.4 placement):
+dstack's (matching: docs/reference/dstack-files.md#resource-grammar; then
+docs/reference/dstack-runtime.md#blocks, docs/reference/dstack-runtime.md#health,
+docs/reference/dstack-runtime.md#jobs and docs/reference/dstack-runtime.md#placement):
 
     jobs = job_requirements(config)          # one entry per job, rank order
     plan = place(config, fleets, facts, busy)   # {"fleet", "placement", "jobs": [...]}
@@ -38,9 +40,11 @@ from ..offers.match import (
     whole_number,
 )
 
-# DCGM health that keeps a host out of scheduling; "warning" hosts are still used (§3.8).
+# DCGM health that keeps a host out of scheduling; "warning" hosts are still used
+# (docs/reference/dstack-runtime.md#health).
 EXCLUDED_HEALTH = frozenset(("failure",))
-# An SSH fleet instance has backend "ssh"; dstack calls that backend "remote" (§1.4).
+# An SSH fleet instance has backend "ssh"; dstack calls that backend "remote"
+# (docs/reference/dstack-files.md#ssh-hosts).
 SSH_BACKEND_NAMES = frozenset(("ssh", "remote"))
 SPOT_POLICIES = ("spot", "on-demand", "auto")
 NO_FACTS = "no host facts (apply the fleet first)"
@@ -89,7 +93,8 @@ def _price(instance):
 
 
 def job_requirements(config):
-    """One entry per job in rank order: {"job_num", "group", "resources"} (dstack.md §4.1).
+    """One entry per job in rank order: {"job_num", "group", "resources"}
+    (docs/reference/dstack-runtime.md#jobs).
 
     ``nodes: N`` gives N jobs with the task's resources; ``groups`` are expanded in order, each
     job with its group's resources (groups do not inherit the task's). Job 0 is the master.
@@ -149,8 +154,9 @@ def _listed(value, allowed):
 def _profile_reason(instance, config):
     """Why the run's profile (instances, backends, regions, prices...) rules the instance out."""
     status = instance.get("status")
-    # dstack schedules only available instances, i.e. idle or busy (§3.6); unreachable hosts
-    # would fail the job at once.
+    # dstack schedules only available instances, i.e. idle or busy
+    # (docs/reference/dstack-runtime.md#instance-statuses); unreachable hosts would fail the
+    # job at once.
     if status in InstanceStatus.unavailable_statuses():
         return "status %s" % status
     selectors = config.get("instances")
@@ -217,8 +223,9 @@ class _Host(object):
     def fit(self, resources, whole):
         """(allocation, None) when the host can take a job with ``resources``, else (None, why).
 
-        A multi-node job takes the whole host, which must be entirely free (§3.7); a single job
-        takes the fewest blocks whose offer matches.
+        A multi-node job takes the whole host, which must be entirely free
+        (docs/reference/dstack-runtime.md#blocks); a single job takes the fewest blocks whose offer
+        matches.
         """
         total = self.total
         if whole:
@@ -356,7 +363,7 @@ def _try_fleet(fleet, jobs, config, facts, busy):
     name = fleet["name"]
     placement = fleet.get("placement") or "any"
     multinode = len(jobs) >= 2
-    # Multi-node runs only go to cluster fleets (§4.4).
+    # Multi-node runs only go to cluster fleets (docs/reference/dstack-runtime.md#placement).
     if multinode and placement != "cluster":
         return None, ("placement is any; multi-node tasks need placement: cluster", [])
     instances = fleet.get("instances") or []
@@ -373,7 +380,8 @@ def _try_fleet(fleet, jobs, config, facts, busy):
                             fleet=instance.get("fleet") or name))
     if not records:
         return None, ("no instances", [])
-    # Cheapest first, then by instance number: the first eligible host becomes rank 0 (§4.4).
+    # Cheapest first, then by instance number: the first eligible host becomes rank 0
+    # (docs/reference/dstack-runtime.md#placement).
     records.sort(key=lambda r: (_price(r), r["num"]))
 
     rejected = []
@@ -415,7 +423,8 @@ def _try_fleet(fleet, jobs, config, facts, busy):
         else:
             matching.append(index)
 
-    # The other jobs stay with the master's backend and region (§4.4): try each backend/region
+    # The other jobs stay with the master's backend and region
+    # (docs/reference/dstack-runtime.md#placement): try each backend/region
     # in the order of its cheapest matching host.
     zones = []
     for index in matching:

@@ -9,8 +9,9 @@ name, labels and ``docker run`` options (tasks.container), its mounts (volumes.m
 files of its job folder: the environment, the MPI hostfile and the inter-node SSH key
 (tasks.environment) and the command (tasks.command). The wrapper script (tasks.wrapper) reads those files
 inside the container. This module also names the run and picks its image. Names and formats
-follow dstack: dstack.md §4.2 (environment), §4.3 (hostfile), §4.9 (container), §4.10 (SSH),
-§6.2 (mounts).
+follow dstack: docs/reference/dstack-runtime.md#environment-variables,
+docs/reference/dstack-runtime.md#mpi-hostfile, docs/reference/dstack-runtime.md#container-start,
+docs/reference/dstack-runtime.md#ssh-between-nodes and docs/reference/dstack-files.md#volume-mounts.
 
 Secrets end up in ``env.sh`` only, never in labels or options, which ``docker inspect`` shows.
 """
@@ -84,7 +85,8 @@ def run_name(config, rng=random):
 
 
 def default_image(config):
-    """The image a task without ``image`` runs in (dstack.md §4.9)."""
+    """The image a task without ``image`` runs in
+    (docs/reference/dstack-runtime.md#container-start)."""
     if config.get("image"):
         return config["image"]
     if config.get("docker"):

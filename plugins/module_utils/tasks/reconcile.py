@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What dstack's server does to backend fleets in the background, as one pass to schedule:
 instances idle longer than their ``idle_duration`` go, down to ``nodes.min``; a fleet below
-``nodes.min`` gets instances again (dstack.md §1.2, §1.3). An instance's ``idle_duration`` is
+``nodes.min`` gets instances again (docs/reference/dstack-runtime.md#fleet-size-over-time,
+docs/reference/dstack-runtime.md#idle-instances). An instance's ``idle_duration`` is
 the fleet's, or the one it was made with for a run (fleets/idle.py).
 
 Pure Python. An instance is idle when no task container of gpufleet is alive on it; it has

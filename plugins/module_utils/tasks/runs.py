@@ -195,8 +195,9 @@ def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pa
 
 
 def run_key():
-    """One RSA key pair per run for SSH between its containers (dstack.md §4.10), 2048 bits as
-    dstack's server makes it (its utils.crypto).
+    """One RSA key pair per run for SSH between its containers
+    (docs/reference/dstack-runtime.md#ssh-between-nodes), 2048 bits as dstack's server makes it (its
+    utils.crypto).
 
     Made in this process with the ``cryptography`` package (which ansible-core itself needs)
     when it imports: ssh-keygen spends 0.06-0.4 s on the same key, in a process of its own,

@@ -195,9 +195,9 @@ class Node(object):
                 self.argv(command), input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 timeout=timeout, check=False,
             )
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as exc:
             raise NodeError(self.name, "no answer within %s s to: %s"
-                            % (timeout, what or command[:200]), silent=True)
+                            % (timeout, what or command[:200]), silent=True) from exc
         except OSError as exc:
             raise NodeError(self.name, "cannot run ssh on the controller: %s" % exc) from exc
         out = proc.stdout.decode("utf-8", "replace") if isinstance(proc.stdout, bytes) else (

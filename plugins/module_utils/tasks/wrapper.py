@@ -3,9 +3,12 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The job wrapper: the POSIX sh script each task container runs as its first process.
 
-It does inside the container what dstack's runner does (dstack.md §4.2, §4.3, §4.8, §4.10): it
-reads the job folder written from the rank plan (tasks.rankplan), mounted read-only at
-``/gpufleet`` with a writable ``/gpufleet/state``, then
+It does inside the container what dstack's runner does (see
+docs/reference/dstack-runtime.md#environment-variables,
+docs/reference/dstack-runtime.md#mpi-hostfile, docs/reference/dstack-runtime.md#durations-of-a-run
+and docs/reference/dstack-runtime.md#ssh-between-nodes): it reads the job folder written from the
+rank plan (tasks.rankplan), mounted read-only at ``/gpufleet`` with a writable ``/gpufleet/state``,
+then
 
 1. sources ``env.sh`` and settles the working and repo folders (``DSTACK_WORKING_DIR``,
    ``DSTACK_REPO_DIR``);

@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Network volumes at task time (dstack.md §6.2): the run placed where its first job's volumes
-are, each job's volumes attached to its host and mounted where the container binds them.
+"""Network volumes at task time (docs/reference/dstack-files.md#volume-mounts): the run placed where
+its first job's volumes are, each job's volumes attached to its host and mounted where the container
+binds them.
 
     where = locate(config, run, clients, regions)           # {"backend", "region", "zone"}
     config = steer(config, where)                            # for placement
@@ -44,7 +45,8 @@ def _location(backend, found):
 def locate(config, run, clients, regions):
     """Where the first job's network volumes live: ``{"backend", "region", "zone"}``, or None
     without network volumes. ``regions`` maps each backend of ``clients`` to the regions to
-    look in. A run goes where its first job's volumes are (dstack.md §6.2)."""
+    look in. A run goes where its first job's volumes are
+    (docs/reference/dstack-files.md#volume-mounts)."""
     names = network_names(config, {"job_num": 0}, run)
     if not names:
         return None

@@ -1,9 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A task's ``volumes`` as one job sees them (dstack.md §6.2): instance volumes bound from the
-host, network volumes named per node (``${{ dstack.node_rank }}``) and bound from where the host
-mounts them. Pure Python: the rank plan, placement and attaching all ask ``mounts``.
+"""A task's ``volumes`` as one job sees them (docs/reference/dstack-files.md#volume-mounts):
+instance volumes bound from the host, network volumes named per node (``${{ dstack.node_rank }}``)
+and bound from where the host mounts them. Pure Python: the rank plan, placement and attaching all
+ask ``mounts``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ class VolumeError(GpufleetError):
 
 
 def mounts(config, job, run):
-    """The task's ``volumes`` for one job (dstack.md §6.2), names filled per node."""
+    """The task's ``volumes`` for one job (docs/reference/dstack-files.md#volume-mounts), names
+    filled per node."""
     out = []
     for index, volume in enumerate(config.get("volumes") or []):
         field = "volumes[%d]" % index

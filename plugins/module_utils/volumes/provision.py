@@ -1,9 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Network volumes (``type: volume``, dstack.md §6.1) in the clouds: EBS volumes on aws,
-persistent disks on gcp, created, registered (an existing ``volume_id``) and deleted; and on the
-local backend, folders in the engine's volume pool (backends/local_volumes.py).
+"""Network volumes (``type: volume``, docs/reference/dstack-files.md#volume-files) in the clouds:
+EBS volumes on aws, persistent disks on gcp, created, registered (an existing ``volume_id``) and
+deleted; and on the local backend, folders in the engine's volume pool (backends/local_volumes.py).
 
 The volume's name is a tag (aws ``gpufleet:volume``) or label (gcp ``gpufleet-volume``) on the
 volume itself, the only record; a registered volume is also marked external, so deleting it

@@ -5,10 +5,10 @@
 the packages, their pin and hold, the ``nvidia-dcgm`` service and its health-watch drop-in
 and, with ``probe_hardware``, asks ``dcgmi health -c -j`` for the GPUs' passive health.
 
-The health is dstack's (dstack.md §3.8): ``healthy``, ``warning`` or ``failure`` (DCGM's PASS,
-WARN, FAIL), with one incident per entity (GPU, NvSwitch, ...) and watched system (PCIe,
-memory, ...), and the first incident's message as the host's health message. Task placement
-leaves ``failure`` hosts out.
+The health is dstack's (docs/reference/dstack-runtime.md#health): ``healthy``, ``warning`` or
+``failure`` (DCGM's PASS, WARN, FAIL), with one incident per entity (GPU, NvSwitch, ...) and watched
+system (PCIe, memory, ...), and the first incident's message as the host's health message. Task
+placement leaves ``failure`` hosts out.
 
 ``expect`` keys: ``version`` (upstream version every package must have, e.g. "4.2.3"),
 ``held`` (bool: the packages must be held / version-locked), ``service_active`` (bool).

@@ -47,8 +47,8 @@ def _docker_info(system):
         return None, (err or out).strip()
     try:
         return json.loads(out), None
-    except ValueError:
-        raise CheckError("docker info printed something that is not JSON: %s" % out[:200])
+    except ValueError as exc:
+        raise CheckError("docker info printed something that is not JSON: %s" % out[:200]) from exc
 
 
 def _missing(wanted, actual, prefix=""):

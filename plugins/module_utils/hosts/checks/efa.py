@@ -49,10 +49,10 @@ def _instance_types():
     where the count is not recorded; whether it does GPUDirect RDMA over EFA, where
     FI_EFA_USE_DEVICE_RDMA=1 is set).
 
-    Counts: interconnect notes §1.1 (ADT instance-profiles.conf, AWS "EFA supported instance
-    types"); types with a single network card attach one EFA. The types follow dstack's
-    _AWS_EFA_ENABLED_INSTANCE_TYPE_PATTERNS. A type missing here still gets the role when its
-    EFA devices show on the PCI bus."""
+    Counts: docs/reference/interconnect.md#efa-instance-types (ADT instance-profiles.conf, AWS "EFA
+    supported instance types"); types with a single network card attach one EFA. The types follow
+    dstack's _AWS_EFA_ENABLED_INSTANCE_TYPE_PATTERNS. A type missing here still gets the role when
+    its EFA devices show on the PCI bus."""
     table = {
         "p6e-gb200.36xlarge": (4, True),
         "p6-b300.48xlarge": (None, True),

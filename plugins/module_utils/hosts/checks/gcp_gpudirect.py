@@ -37,7 +37,7 @@ from ._system import (
     pci_devices,
 )
 
-# Machine type -> GPUDirect mode (interconnect notes, section 2.1).
+# Machine type -> GPUDirect mode (docs/reference/interconnect.md#gcp-machine-types).
 MACHINE_TYPES = {
     "a3-highgpu-8g": "tcpx",
     "a3-edgegpu-8g": "tcpx",
@@ -277,8 +277,8 @@ def _check_rxdm(system, settings, facts, problems):
 def _count(value, what):
     try:
         return int(value)
-    except (TypeError, ValueError):
-        raise CheckError("expect.%s must be a number, not %r" % (what, value))
+    except (TypeError, ValueError) as exc:
+        raise CheckError("expect.%s must be a number, not %r" % (what, value)) from exc
 
 
 def _check_hardware(system, params, mode, settings, facts, problems):

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A host's addresses and the one its peers should use (dstack.md §3.5).
+"""A host's addresses and the one its peers should use
+(docs/reference/dstack-runtime.md#internal-ip).
 
 Addresses are CIDR strings ("10.0.0.5/24", "fe80::1/64"), in interface order and, within an
 interface, in the order the kernel lists them; loopback addresses are left out. That is the list
@@ -61,11 +62,11 @@ def addresses_from_ip_json(text):
                 continue
             try:
                 pairs.append((info["local"], int(info["prefixlen"])))
-            except (TypeError, ValueError):
+            except (TypeError, ValueError) as exc:
                 raise ToolOutputError(
                     "ip -j addr",
                     "interface %s: bad address %s" % (link.get("ifname"), excerpt(info)),
-                )
+                ) from exc
     try:
         return addresses_from_pairs(pairs)
     except ValueError as exc:
@@ -90,10 +91,10 @@ def parse_if_inet6(text):
         try:
             ip = ipaddress.IPv6Address(int(fields[0], 16))
             index, prefixlen = int(fields[1], 16), int(fields[2], 16)
-        except ValueError:
+        except ValueError as exc:
             raise ToolOutputError(
                 "/proc/net/if_inet6", "unexpected line %s" % excerpt(line), number
-            )
+            ) from exc
         entries.append((index, fields[5], cidr(ip, prefixlen)))
     return entries
 

@@ -217,10 +217,10 @@ def _amd_vram_mib(vram, where):
         raise ToolOutputError("amd-smi", "%s: vram.size.value is not a number" % where)
     try:
         number = float(value)
-    except ValueError:
+    except ValueError as exc:
         raise ToolOutputError(
             "amd-smi", "%s: vram.size.value is not a number: %s" % (where, excerpt(value))
-        )
+        ) from exc
     factor = _AMD_UNITS_TO_MIB.get(unit.upper() if isinstance(unit, str) else unit)
     if factor is None:
         raise ToolOutputError("amd-smi", "%s: unknown vram.size.unit %s" % (where, excerpt(unit)))

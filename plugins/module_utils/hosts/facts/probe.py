@@ -309,7 +309,8 @@ def gather_addresses(system, warnings):
 
 
 def dstack_host_info(facts):
-    """The host_info.json dstack's shim would write for these facts (dstack.md §3.4)."""
+    """The host_info.json dstack's shim would write for these facts
+    (docs/reference/dstack-runtime.md#host-resources)."""
     gpu_facts = facts["gpu"]
     return {
         "gpu_vendor": gpu_facts["vendor"],

@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""From raw host measurements to the resources dstack offers: the GPU summary (dstack.md §3.4)
-and the split of a host into blocks (§3.7).
+"""From raw host measurements to the resources dstack offers: the GPU summary
+(docs/reference/dstack-runtime.md#host-resources) and the split of a host into blocks
+(docs/reference/dstack-runtime.md#blocks).
 
 PRIVATE to gpufleet.cluster: the public surface is the ``hostfacts`` package.
 """
