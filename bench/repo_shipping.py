@@ -56,7 +56,7 @@ from gpufleet._collection import ensure_importable  # noqa: E402
 ensure_importable()
 from gpufleet.runner import run_playbook  # noqa: E402
 from ansible_collections.gpufleet.cluster.plugins.module_utils.repos import local, ship  # noqa: E402,E501
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import runs  # noqa: E402
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import surveys  # noqa: E402
 
 FLEET = "benchrepo"
 TARGET_RATIO = 1.5
@@ -330,7 +330,7 @@ def main(argv=None):
             why = "\n".join(result.failure_lines())
             raise SystemExit("fleet.yml failed:\n%s\n%s" % (why, result.stdout[-4000:]))
         record = next(f for f in result.stats["gpufleet_fleets"] if f["name"] == name)
-        nodes = runs.nodes_of([record], root=str(state_dir))
+        nodes = surveys.nodes_of([record], root=str(state_dir))
         if len(nodes) != args.nodes:
             raise SystemExit("fleet %s has %d nodes with an address, expected %d"
                              % (name, len(nodes), args.nodes))

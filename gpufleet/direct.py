@@ -5,7 +5,7 @@ ask, answered in this process. Only gpufleet.api calls this module.
 A command a person types to look at a run should answer in about the time one request to
 each host takes. Through a playbook it also pays for ansible-playbook's start, ansible-runner
 and a module process: more than the request itself on a small controller. So these calls
-run the very functions the playbooks' modules call (``tasks.entry``'s ``run_info``,
+run the very functions the playbooks' modules call (``tasks.actions``'s ``run_info``,
 ``run_queue``, ``run_logs`` and ``submit``, and ``attach.stop``'s ``stop_run``, the one
 sequence of a stop), with the parameters the modules would get: the same code, the same
 answers, the same errors. The playbooks (playbooks/ps.yml, logs.yml, stop.yml, task.yml) stay
@@ -26,11 +26,11 @@ from .api import CommandError
 __all__ = ["CommandError", "runs", "logs", "stop", "submit"]
 
 
-def _entry():
+def _actions():
     config_model()  # makes the collection importable
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
-    return entry
+    return actions
 
 
 def _params(argument_spec, fleet_files=(), state_dir=None, **given):
@@ -63,11 +63,11 @@ def runs(fleet_files=(), state_dir=None) -> dict:
     """What playbooks/ps.yml publishes: ``{"runs": [...], "unreachable": {host: error},
     "unread": {fleet: {host: reason}}}`` (the fleets some of whose hosts could not be read);
     when something in the queue is due, the pass over it runs first, as there."""
-    entry = _entry()
-    params = _params(entry.RUN_INFO_ARGS, fleet_files, state_dir)
-    found = _call(entry.run_info, params)
+    actions = _actions()
+    params = _params(actions.RUN_INFO_ARGS, fleet_files, state_dir)
+    found = _call(actions.run_info, params)
     if found.get("queue_due"):
-        found = _call(entry.run_queue, _params(entry.RUN_QUEUE_ARGS, fleet_files, state_dir))
+        found = _call(actions.run_queue, _params(actions.RUN_QUEUE_ARGS, fleet_files, state_dir))
     return {"runs": found["runs"], "unreachable": found.get("unreachable_hosts") or {},
             "unread": found.get("unread_fleets") or {}}
 
@@ -75,16 +75,16 @@ def runs(fleet_files=(), state_dir=None) -> dict:
 def logs(run, out, job=None, since=None, fleet_files=(), state_dir=None) -> dict:
     """A run's logs written to ``out`` as they are read (what ``gpufleet logs`` prints
     through logs.yml with ``stream``); returns the run's record."""
-    entry = _entry()
-    params = _params(entry.RUN_LOGS_ARGS, fleet_files, state_dir, name=run, job=job,
+    actions = _actions()
+    params = _params(actions.RUN_LOGS_ARGS, fleet_files, state_dir, name=run, job=job,
                      since=since, stream=True)
 
     def emit(event):
-        line = entry.event_line(event)
+        line = actions.event_line(event)
         if line is not None:
             out.write(line + "\n")
 
-    answer = _call(entry.run_logs, params, emit=emit)
+    answer = _call(actions.run_logs, params, emit=emit)
     out.flush()
     return answer.get("run")
 
@@ -93,10 +93,10 @@ def stop(run, abort=False, fleet_files=(), state_dir=None) -> dict:
     """What playbooks/stop.yml does, with the function its run_stop module calls
     (attach.stop.stop_run): every job of the run stopped, the queue moved on, the run's SSH
     aliases on this controller removed; returns the run's record."""
-    entry = _entry()
+    actions = _actions()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import stop as stopping
 
-    answer = _call(stopping.stop_run, _params(entry.RUN_STOP_ARGS, fleet_files, state_dir,
+    answer = _call(stopping.stop_run, _params(actions.RUN_STOP_ARGS, fleet_files, state_dir,
                                               name=run, abort=bool(abort)))
     return answer["run"]
 
@@ -111,13 +111,13 @@ def submit(path, out, err, fleet_files=(), state_dir=None, name=None, env=None, 
     first (nothing was started then)."""
     import threading
 
-    entry = _entry()
+    actions = _actions()
     from ansible_collections.gpufleet.cluster.plugins.plugin_utils.run_output import event_text
 
-    params = _params(entry.TASK_ARGS, fleet_files, state_dir, path=path, name=name, env=env,
+    params = _params(actions.TASK_ARGS, fleet_files, state_dir, path=path, name=name, env=env,
                      fleet_names=list(fleets or []), ide_version=ide_version, wait=False,
                      logs=False, show_plan=bool(show_plan))
-    names, optional = entry.stored_secret_names(params)
+    names, optional = actions.stored_secret_names(params)
     if names or optional:
         return None
     lock = threading.Lock()
@@ -129,7 +129,7 @@ def submit(path, out, err, fleet_files=(), state_dir=None, name=None, env=None, 
                 out.write(text + "\n")
                 out.flush()
 
-    answer, failed = _call(entry.submit, params, emit=emit)
+    answer, failed = _call(actions.submit, params, emit=emit)
     if answer.get("grow"):
         # Placed on instances the fleet does not have yet: nothing started, no plan shown
         # (tasks.runs announces a plan only on what exists).
@@ -138,5 +138,5 @@ def submit(path, out, err, fleet_files=(), state_dir=None, name=None, env=None, 
         err.write("[WARNING]: %s\n" % warning)
     answer.pop("changed", None)
     if failed:
-        answer.update(failed=True, msg=entry.failure_summary(answer))
+        answer.update(failed=True, msg=actions.failure_summary(answer))
     return answer

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.run_output import printer
 
 
@@ -18,10 +18,10 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
-        _validation, params = self.validate_argument_spec(argument_spec=entry.RUN_LOGS_ARGS)
-        params = entry.expand_paths(params)
+        _validation, params = self.validate_argument_spec(argument_spec=actions.RUN_LOGS_ARGS)
+        params = actions.expand_paths(params)
         try:
-            result.update(entry.run_logs(params, emit=printer(params.get("output_path"))))
-        except entry.EntryError as exc:
+            result.update(actions.run_logs(params, emit=printer(params.get("output_path"))))
+        except actions.ActionError as exc:
             result.update(failed=True, msg=str(exc))
         return result

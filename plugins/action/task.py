@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import secret_store
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.run_output import printer
 
 
 def with_stored_secrets(params, read_store):
     """``params`` with ``secrets`` completed from the store, when the task references names the
-    option lacks (entry.stored_secret_names). ``read_store(path)`` returns the store's
-    mapping. A task file that does not load is left for ``entry.submit`` to report."""
-    names, optional = entry.stored_secret_names(params)
+    option lacks (actions.stored_secret_names). ``read_store(path)`` returns the store's
+    mapping. A task file that does not load is left for ``actions.submit`` to report."""
+    names, optional = actions.stored_secret_names(params)
     if not names and not optional:
         return params
     try:
@@ -42,21 +42,21 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         _validation, params = self.validate_argument_spec(
-            argument_spec=entry.TASK_ARGS,
-            mutually_exclusive=entry.TASK_MUTUALLY_EXCLUSIVE,
-            required_one_of=entry.TASK_REQUIRED_ONE_OF,
+            argument_spec=actions.TASK_ARGS,
+            mutually_exclusive=actions.TASK_MUTUALLY_EXCLUSIVE,
+            required_one_of=actions.TASK_REQUIRED_ONE_OF,
         )
-        params = entry.expand_paths(params)
+        params = actions.expand_paths(params)
         try:
             params = with_stored_secrets(
                 params, lambda path: secret_store.read_with_loader(path, self._loader))
-            answer, failed = entry.submit(params, emit=printer(params.get("output_path"),
-                                                               params.get("path")),
-                                          check_mode=bool(self._task.check_mode))
-        except (entry.EntryError, secret_store.SecretStoreError) as exc:
+            answer, failed = actions.submit(params, emit=printer(params.get("output_path"),
+                                                                 params.get("path")),
+                                            check_mode=bool(self._task.check_mode))
+        except (actions.ActionError, secret_store.SecretStoreError) as exc:
             result.update(failed=True, msg=str(exc))
             return result
         result.update(answer)
         if failed:
-            result.update(failed=True, msg=entry.failure_summary(answer))
+            result.update(failed=True, msg=actions.failure_summary(answer))
         return result

@@ -137,7 +137,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     health,
     reconcile,
-    runs,
+    surveys,
 )
 
 
@@ -152,12 +152,12 @@ def reconcile_fleet(module, path, root, settings, docker, now):
     if base.select(config, fleet_name(config, path)) not in base.CLOUD_BACKENDS:
         docker.ping()
     record = apply.describe(config, path, docker, root, settings=settings)
-    nodes = runs.nodes_of([record], root)
+    nodes = surveys.nodes_of([record], root)
     # Every host with cached facts reads its GPU health in the survey's request.
     probe = [h for h in health.due([record], root, max_age=0, now=now) if h in nodes]
     raw = {}
     containers, claims, queues, errors = (
-        runs.survey_with_queues(nodes, probe=probe, health=raw) if nodes
+        surveys.survey_with_queues(nodes, probe=probe, health=raw) if nodes
         else ({}, {}, {}, {}))
     said = health.from_survey(raw, record["name"], root, now, module.check_mode)
     decision = reconcile.decide(config, record["instances"], containers,

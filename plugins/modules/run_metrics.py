@@ -131,13 +131,13 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
 
 def main():
-    module = AnsibleModule(argument_spec=entry.RUN_METRICS_ARGS, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=actions.RUN_METRICS_ARGS, supports_check_mode=True)
     with fail_json_on_error(module):
-        module.exit_json(**entry.run_metrics(module.params))
+        module.exit_json(**actions.run_metrics(module.params))
 
 
 if __name__ == "__main__":

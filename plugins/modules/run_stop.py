@@ -74,11 +74,11 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import sto
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
 
 def main():
-    module = AnsibleModule(argument_spec=entry.RUN_STOP_ARGS, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=actions.RUN_STOP_ARGS, supports_check_mode=True)
     with fail_json_on_error(module):
         module.exit_json(**stop.stop_run(module.params, check_mode=module.check_mode))
 

@@ -291,20 +291,20 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
 
 def main():
     module = AnsibleModule(
-        argument_spec=entry.TASK_ARGS,
-        mutually_exclusive=entry.TASK_MUTUALLY_EXCLUSIVE,
-        required_one_of=entry.TASK_REQUIRED_ONE_OF,
+        argument_spec=actions.TASK_ARGS,
+        mutually_exclusive=actions.TASK_MUTUALLY_EXCLUSIVE,
+        required_one_of=actions.TASK_REQUIRED_ONE_OF,
         supports_check_mode=True,
     )
     with fail_json_on_error(module):
-        result, failed = entry.submit(module.params, check_mode=module.check_mode)
+        result, failed = actions.submit(module.params, check_mode=module.check_mode)
     if failed:
-        module.fail_json(msg=entry.failure_summary(result), **result)
+        module.fail_json(msg=actions.failure_summary(result), **result)
     module.exit_json(**result)
 
 

@@ -9,16 +9,16 @@ import os
 import threading
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
 
 def event_text(event, source=None):
     """What is shown for a runner event (None: nothing): a ``plan`` event (the task's
     ``show_plan``) is the table ``gpufleet apply`` shows before submitting, for the task file
-    ``source``, and a blank line; any other event is tasks.entry.event_line's line."""
+    ``source``, and a blank line; any other event is tasks.actions.event_line's line."""
     if event.get("kind") == "plan":
         return "\n".join(run_table.run_plan_lines(event["config"], event["plan"], source) + [""])
-    return entry.event_line(event)
+    return actions.event_line(event)
 
 
 def printer(output_path=None, source=None):

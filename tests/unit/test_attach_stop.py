@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import session, stop
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
 from gpufleet import direct
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture
 def calls(monkeypatch):
-    """entry.run_stop and the attach session's entry replaced by recorders of ``(name,
+    """actions.run_stop and the attach session's entry replaced by recorders of ``(name,
     params, kwargs)``, answering ``calls.answers[name]``."""
     class Calls(list):
         answers = {}
@@ -34,7 +34,7 @@ def calls(monkeypatch):
             return made.answers[name]
         return function
 
-    monkeypatch.setattr(entry, "run_stop", fake("run_stop"))
+    monkeypatch.setattr(actions, "run_stop", fake("run_stop"))
     monkeypatch.setattr(session, "attach_entry", fake("attach_entry"))
     made.answers["run_stop"] = {"run": {"name": "train", "status": "terminated",
                                         "stopped": ["a"]}, "changed": True}
@@ -88,4 +88,4 @@ def test_stop_yml_and_the_run_stop_module_have_the_sequence_once():
     assert "gpufleet.cluster.run_attach" not in modules
     tree = ast.parse((ROOT / "plugins" / "modules" / "run_stop.py").read_text())
     called = [ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)]
-    assert "stop.stop_run" in called and "entry.run_stop" not in called
+    assert "stop.stop_run" in called and "actions.run_stop" not in called

@@ -168,7 +168,7 @@ def test_a_task_submission_does_not_import_the_cloud_sdks():
     code = ("import sys\n"
             "from gpufleet._collection import ensure_importable\n"
             "ensure_importable()\n"
-            "from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry\n"
+            "from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions\n"
             "from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base\n"
             "base.client('local', docker=object())\n"
             "print(sorted(m for m in ('boto3', 'botocore', 'google.auth') if m in sys.modules))\n"

@@ -499,15 +499,15 @@ def refused_lines(path):
 
 
 def test_validate_refuses_a_repo_that_is_not_there_as_apply_does(files, tmp_path, monkeypatch):
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
     path = files("code.dstack.yml", "type: task\ncommands: [x]\nrepos: [./nowhere]\n")
     assert refused_lines(path) == [(
         "repos[0].local_path", "%s is not a folder on this controller (relative paths start "
         "at the task file's folder, %s)" % (tmp_path / "nowhere", tmp_path))]
-    monkeypatch.setattr(entry, "_fleets", lambda params: pytest.fail("hosts were looked at"))
-    with pytest.raises(entry.EntryError) as caught:
-        entry.submit({"path": path})
+    monkeypatch.setattr(actions, "_fleets", lambda params: pytest.fail("hosts were looked at"))
+    with pytest.raises(actions.ActionError) as caught:
+        actions.submit({"path": path})
     assert str(caught.value) == ": ".join(refused_lines(path)[0])
 
 

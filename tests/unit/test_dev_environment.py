@@ -104,13 +104,13 @@ def test_the_ide_server_install_names_its_version_and_never_fails_the_job(tmp_pa
 
 
 def test_the_task_modules_ide_version_becomes_the_servers_version():
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
-    config = entry.load_task({"config": {"type": "dev-environment", "ide": "cursor"},
-                              "ide_version": "0.42.3"})
+    config = actions.load_task({"config": {"type": "dev-environment", "ide": "cursor"},
+                                "ide_version": "0.42.3"})
     assert config["version"] == "0.42.3"
     commands = devenv.runnable(config)["commands"]
     assert any("remote-releases/0.42.3/" in c for c in commands)
-    with pytest.raises(entry.EntryError) as caught:
-        entry.load_task({"config": {"type": "dev-environment"}, "ide_version": "0.42.3"})
+    with pytest.raises(actions.ActionError) as caught:
+        actions.load_task({"config": {"type": "dev-environment"}, "ide_version": "0.42.3"})
     assert "ide_version: the dev environment sets no ide" in str(caught.value)

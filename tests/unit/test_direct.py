@@ -1,5 +1,5 @@
 """gpufleet.direct: ps, logs and stop answered in the command's process by the functions the
-modules call (tasks.entry), with the parameters the modules would get. (A stop's one sequence,
+modules call (tasks.actions), with the parameters the modules would get. (A stop's one sequence,
 which direct.stop runs, is tested in test_attach_stop.py.)"""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import session
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
 from gpufleet import direct
 
@@ -33,7 +33,7 @@ def calls(monkeypatch):
         return function
 
     for name in ("run_info", "run_queue", "run_logs", "run_stop", "submit"):
-        monkeypatch.setattr(entry, name, fake(name))
+        monkeypatch.setattr(actions, name, fake(name))
     monkeypatch.setattr(session, "attach_entry", fake("attach_entry"))
     return made
 
@@ -101,7 +101,7 @@ def test_logs_of_one_job_are_unprefixed(calls):
     (direct.logs, ("nope", io.StringIO()), "run_logs")])
 def test_an_error_of_the_operation_is_a_command_error_with_its_message(
         calls, function, args, name):
-    calls.answers[name] = entry.EntryError("no run named nope on the fleets' hosts")
+    calls.answers[name] = actions.ActionError("no run named nope on the fleets' hosts")
     with pytest.raises(direct.CommandError, match="no run named nope on the fleets' hosts"):
         function(*args)
 
@@ -182,6 +182,6 @@ def test_submit_leaves_secrets_from_the_store_to_the_playbook(calls, tmp_path, m
 
 
 def test_submit_errors_are_command_errors(calls):
-    calls.answers["submit"] = entry.EntryError("no fleets found: apply a fleet first")
+    calls.answers["submit"] = actions.ActionError("no fleets found: apply a fleet first")
     with pytest.raises(direct.CommandError, match="no fleets found"):
         direct.submit("t.yml", io.StringIO(), io.StringIO())

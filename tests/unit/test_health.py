@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """GPU health, refreshed as dstack's server refreshes it: the verdict from DCGM or from
 nvidia-smi's counters and the kernel log (hosts.health), the probe the hosts run
-(tasks.healthside, run here as the hosts run it), the refresh into the facts cache
+(tasks.hostside.healthside, run here as the hosts run it), the refresh into the facts cache
 (tasks.health), the fleet table's status and reason, and placement reading the refreshed
 health."""
 
@@ -25,11 +25,11 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleet_tabl
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     health,
-    nodeside,
     placement,
-    runs,
     ssh,
+    surveys,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import bootstrap
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 
 from .test_nodecheck_dcgm import FAILURE_JSON, HEALTHY_JSON, WARNING_JSON, WARNING_TABLE
@@ -176,9 +176,9 @@ def host_answer(tmp_path, request, tools):
     folder.mkdir(exist_ok=True)
     for name, body in tools.items():
         _tool(folder, name, body)
-    data = ssh.host_source() + b"\n" + nodeside.SEPARATOR + b"\n" + json.dumps(request).encode()
+    data = ssh.host_source() + b"\n" + bootstrap.SEPARATOR + b"\n" + json.dumps(request).encode()
     env = dict(os.environ, PATH="%s:%s" % (folder, os.environ.get("PATH", "")))
-    proc = subprocess.run([sys.executable, "-c", nodeside.BOOTSTRAP], input=data,
+    proc = subprocess.run([sys.executable, "-c", bootstrap.BOOTSTRAP], input=data,
                           stdout=subprocess.PIPE, env=env, check=True, timeout=60)
     return json.loads(proc.stdout.decode().strip().splitlines()[-1])
 
@@ -328,7 +328,7 @@ def test_the_survey_reads_health_only_where_asked_and_placement_reads_the_cache(
     nodes = {"gpus-0": SurveyNode(smi_probe("synthetic.h100-x8.uncorrectable-ecc.csv")),
              "gpus-1": SurveyNode({})}
     raw = {}
-    runs.survey_with_queues(nodes, probe=["gpus-0"], health=raw)
+    surveys.survey_with_queues(nodes, probe=["gpus-0"], health=raw)
     assert nodes["gpus-0"].payloads == [("status", {"health": True})]
     assert nodes["gpus-1"].payloads == [("status", {})]
     said = health.from_survey(raw, "gpus", cached, NOW)

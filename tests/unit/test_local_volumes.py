@@ -24,7 +24,10 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_c
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.files import module_source
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data, support
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import SpecError
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import nodeside
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
+    nodeside,
+    volumeside,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import attach, listing
 from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import provision
 from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes.mounts import VolumeError
@@ -343,15 +346,15 @@ def test_the_labels_read_on_nodes_are_the_ones_job_containers_carry():
 
     assert local_volumes.RUN_ID_LABEL == container.RUN_ID_LABEL
     assert local_volumes.SUBMISSION_LABEL == container.SUBMISSION_LABEL
-    assert local_volumes.MOUNT_ROOT == nodeside.NETWORK_VOLUMES_ROOT
+    assert local_volumes.MOUNT_ROOT == volumeside.NETWORK_VOLUMES_ROOT
 
 
 def test_a_node_without_the_pool_says_to_recreate_the_fleet(tmp_path):
     (tmp_path / "pool").mkdir()
     with pytest.raises(nodeside.Failure, match=r"volume data: this node has no local volume "
                                                r"pool at .*recreate the fleet"):
-        nodeside.op_mount_volume({"name": "data", "devices": [str(tmp_path / "pool/data/data")],
-                                  "pool": str(tmp_path / "pool"), "root": str(tmp_path / "m")})
+        volumeside.op_mount_volume({"name": "data", "devices": [str(tmp_path / "pool/data/data")],
+                                    "pool": str(tmp_path / "pool"), "root": str(tmp_path / "m")})
 
 
 def test_the_node_binds_the_folder_once_and_unmounts_it(tmp_path):
@@ -362,13 +365,13 @@ def test_the_node_binds_the_folder_once_and_unmounts_it(tmp_path):
     payload = {"name": "data", "devices": [str(pool / "data" / "data")], "pool": str(pool),
                "root": str(tmp_path / "m")}
     try:
-        assert nodeside.op_mount_volume(payload)["mounted"] is True
+        assert volumeside.op_mount_volume(payload)["mounted"] is True
         (tmp_path / "m" / "data" / "f").write_text("x")
         assert (pool / "data" / "data" / "f").read_text() == "x"
-        assert nodeside.op_mount_volume(payload)["mounted"] is False
-        assert nodeside.op_unmount_volume(payload) == {"unmounted": True}
+        assert volumeside.op_mount_volume(payload)["mounted"] is False
+        assert volumeside.op_unmount_volume(payload) == {"unmounted": True}
     finally:
-        nodeside.op_unmount_volume(payload)
+        volumeside.op_unmount_volume(payload)
         subprocess.run(["umount", str(pool)], check=False)
 
 

@@ -1,5 +1,5 @@
-"""Mounting a network volume on a host (tasks/nodeside.py): formatted only when it holds no
-filesystem, its root opened to everyone then, mounted once, unmounted; run for real on this
+"""Mounting a network volume on a host (tasks/hostside/volumeside.py): formatted only when it holds
+no filesystem, its root opened to everyone then, mounted once, unmounted; run for real on this
 machine with a file-backed loop device (the tests run as root here)."""
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ import stat
 import subprocess
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import nodeside
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
+    nodeside,
+    volumeside,
+)
 
 
 def can_loop_mount():
@@ -29,25 +32,25 @@ def test_a_blank_volume_is_formatted_once_and_keeps_its_data(tmp_path):
     payload = {"name": "data", "devices": [str(tmp_path / "nvme9n1"), str(disk)],
                "root": str(root), "wait": 1}
     try:
-        first = nodeside.op_mount_volume(payload)
+        first = volumeside.op_mount_volume(payload)
         assert first == {"device": str(disk), "mountpoint": str(root / "data"),
                          "formatted": True, "mounted": True}
         assert stat.S_IMODE(os.stat(root / "data").st_mode) == 0o777
         (root / "data" / "kept.txt").write_text("checkpoint\n")
-        again = nodeside.op_mount_volume(payload)
+        again = volumeside.op_mount_volume(payload)
         assert again["mounted"] is False            # already there: nothing done
-        assert nodeside.op_unmount_volume(payload) == {"unmounted": True}
+        assert volumeside.op_unmount_volume(payload) == {"unmounted": True}
         assert not (root / "data" / "kept.txt").exists()
-        second = nodeside.op_mount_volume(payload)
+        second = volumeside.op_mount_volume(payload)
         assert second["formatted"] is False
         assert (root / "data" / "kept.txt").read_text() == "checkpoint\n"
     finally:
-        nodeside.op_unmount_volume(payload)
-    assert nodeside.op_unmount_volume(payload) == {"unmounted": False}
+        volumeside.op_unmount_volume(payload)
+    assert volumeside.op_unmount_volume(payload) == {"unmounted": False}
 
 
 def test_a_volume_that_never_appears_is_named(tmp_path):
     with pytest.raises(nodeside.Failure, match=r"volume data: none of /nonexistent/a appeared "
                                                r"on this host within 0 s; is it attached\?"):
-        nodeside.op_mount_volume({"name": "data", "devices": ["/nonexistent/a"],
-                                  "root": str(tmp_path), "wait": 0})
+        volumeside.op_mount_volume({"name": "data", "devices": ["/nonexistent/a"],
+                                    "root": str(tmp_path), "wait": 0})

@@ -393,9 +393,9 @@ def test_a_runs_plan_to_grow_a_cloud_fleet_looks_in_the_settings_regions(tmp_pat
                     "resources": parse_data({"type": "fleet", "nodes": 1,
                                              "resources": {"gpu": "H100:8"}})[0]["resources"],
                     "spot_policy": "on-demand"}
-    assert runner._offer_for(fleet_record)["region"] == "us-east-1"   # the cheapest there
+    assert runner.placing.offer_for(fleet_record)["region"] == "us-east-1"   # the cheapest there
     (state_dir / "backends.yml").write_text("aws:\n  regions: [us-west-2]\n")
-    assert runner._offer_for(fleet_record)["region"] == "us-west-2"
+    assert runner.placing.offer_for(fleet_record)["region"] == "us-west-2"
 
 
 def test_offer_info_names_an_unnamed_fleet_file_as_applying_it_does(tmp_path):

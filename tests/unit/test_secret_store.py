@@ -20,7 +20,7 @@ from ansible.parsing.vault import VaultSecret
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.cluster.plugins.action import task as task_action
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry, environment
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions, environment
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.errors import PlanError
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import secret_store
 
@@ -297,7 +297,7 @@ def params_for(tmp_path, text, secrets=None, state_dir=None):
     params = {"path": str(path), "config": None, "name": None, "env": None, "fleet_names": [],
               "secrets": secrets or {}, "wait": True, "logs": False, "image_source": "auto",
               "run_args": [], "poll_interval": 1.0, "fleets": [], "state_dir": state_dir}
-    return entry.expand_paths(params)
+    return actions.expand_paths(params)
 
 
 TASK = "type: task\nimage: ubuntu\nenv:\n  - TOKEN=${{ secrets.HF_TOKEN }}\ncommands: [env]\n"
@@ -342,7 +342,7 @@ def test_a_remote_repo_takes_its_credential_from_the_store_when_there_and_needs_
 
 def run_action(monkeypatch, params, loader):
     """ActionModule.run with Ansible's side (argument validation) and the runner replaced:
-    returns (the result, the params entry.submit was given)."""
+    returns (the result, the params actions.submit was given)."""
     submitted = []
 
     def submit(params, emit=None, check_mode=False):
@@ -352,7 +352,7 @@ def run_action(monkeypatch, params, loader):
     monkeypatch.setattr(ActionBase, "run", lambda self, tmp=None, task_vars=None: {})
     monkeypatch.setattr(task_action.ActionModule, "validate_argument_spec",
                         lambda self, **kwargs: (None, dict(params)))
-    monkeypatch.setattr(entry, "submit", submit)
+    monkeypatch.setattr(actions, "submit", submit)
     action = task_action.ActionModule.__new__(task_action.ActionModule)
     action._loader = loader
     action._task = SimpleNamespace(check_mode=False)

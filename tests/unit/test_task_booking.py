@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Claims on a host (tasks.booking): granted once, refused to a second run while they hold,
+"""Claims on a host (tasks.hostside.booking): granted once, refused to a second run while they hold,
 freed when their container ends or their lease lapses; and atomic across processes.
 
 Docker is the fake of test_task_nodeside (a script on PATH answering from a rule table);
@@ -17,7 +17,10 @@ import sys
 import time
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking, nodeside
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
+    booking,
+    nodeside,
+)
 
 from . import test_task_nodeside
 from .test_task_nodeside import inspect_entry

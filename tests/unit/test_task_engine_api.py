@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The host helper's use of the Docker Engine API on its Unix socket (tasks.nodeside._engine).
+"""The host helper's use of the Docker Engine API on its Unix socket
+(tasks.hostside.nodeside._engine).
 
 A small HTTP server on a Unix socket in a temporary folder stands for the engine: it answers
 the few requests the helper makes and records them. No ``docker`` command is on PATH unless a
@@ -19,7 +20,10 @@ from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking, nodeside
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
+    booking,
+    nodeside,
+)
 
 from tests.unit import test_task_nodeside
 from tests.unit.test_task_nodeside import inspect_entry, write_state

@@ -10,7 +10,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import e
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import GpufleetError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import SpecError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
-    entry,
+    actions,
     errors,
     placement,
     rankplan,
@@ -19,7 +19,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
 )
 
 
-@pytest.mark.parametrize("cls", [errors.PlanError, errors.RunError, entry.EntryError,
+@pytest.mark.parametrize("cls", [errors.PlanError, errors.RunError, actions.ActionError,
                                  ssh.NodeError, placement.NoHostFits])
 def test_every_error_of_the_runner_is_a_gpufleet_error(cls):
     assert issubclass(cls, GpufleetError)
@@ -41,7 +41,7 @@ def test_no_host_fits_is_not_a_cloud_without_capacity():
 def test_an_error_made_from_another_keeps_it_as_its_cause(tmp_path):
     path = tmp_path / "task.dstack.yml"
     path.write_text("type: task\ncommands: [echo]\nnodes: many\n")
-    with pytest.raises(entry.EntryError) as info:
-        entry.load_task({"path": str(path)})
+    with pytest.raises(actions.ActionError) as info:
+        actions.load_task({"path": str(path)})
     assert isinstance(info.value.__cause__, SpecError)
     assert str(info.value) == str(info.value.__cause__)

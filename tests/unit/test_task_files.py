@@ -15,12 +15,12 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils import spec
 from ansible_collections.gpufleet.cluster.plugins.module_utils.repos import files, sources
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
-    entry,
-    nodeside,
+    actions,
     rankplan,
+    run_preparation,
     runbook,
-    runs,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import nodeside
 
 from . import test_task_nodeside
 from .test_task_rankplan import RUN, placed_job, placement
@@ -78,7 +78,7 @@ def test_a_folder_reaches_the_job_folder_instead_of_failing_as_a_directory(
                               "files": ["conf:/data/conf", "single.txt"]})[0]
     jobs = rankplan.build_jobs(config, placement(placed_job(0)), dict(RUN), environ={},
                                config_dir=str(conf.parent))
-    inlined = runs._inline_files(jobs)[0]
+    inlined = run_preparation._inline_files(jobs)[0]
     assert inlined["files"]["files/0"] == {"dir": True, "mode": mode(conf)}
     assert decoded(inlined["files"]["files/0/sub/deep.txt"]) == "deep\n"
     assert decoded(inlined["files"]["files/1"]) == "one\n"
@@ -113,7 +113,7 @@ def test_a_queued_run_carries_a_folder_and_reads_an_earlier_entry(conf):
     assert runbook.ENTRY_VERSION in runbook.READ_VERSIONS and 1 in runbook.READ_VERSIONS
     # An entry written before folders were carried holds a file's base64 text alone.
     earlier = {"files/0": {"local_path": "/gone/train.py", "target": "train.py"}}
-    job = runs._inline_files([{"files": earlier}], {"/gone/train.py": "b25lCg=="})[0]
+    job = run_preparation._inline_files([{"files": earlier}], {"/gone/train.py": "b25lCg=="})[0]
     assert job["files"] == {"files/0": {"data": "b25lCg=="}}
 
 
@@ -158,9 +158,9 @@ def test_apply_refuses_before_any_host_is_touched(tmp_path, monkeypatch):
     def no_hosts(params):
         raise AssertionError("the fleets (and their hosts) were looked at")
 
-    monkeypatch.setattr(entry, "_fleets", no_hosts)
-    with pytest.raises(entry.EntryError) as info:
-        entry.submit({"path": str(path)})
+    monkeypatch.setattr(actions, "_fleets", no_hosts)
+    with pytest.raises(actions.ActionError) as info:
+        actions.submit({"path": str(path)})
     assert str(info.value) == ("files[0]: %s does not exist on this controller (relative paths "
                                "start at the task file's folder, %s)"
                                % (tmp_path / "missing", tmp_path))

@@ -119,12 +119,12 @@ def test_a_run_no_fleet_can_ever_hold_is_told_so_rather_than_queued():
 
 
 def test_a_run_too_big_for_every_fleet_fails_even_with_retry(monkeypatch):
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import runs
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import runs, surveys
 
     fleet = backend_fleet(count=0)
     runner = runs.Runner(task(nodes=3, retry={"on_events": ["no-capacity"], "duration": "1h"}),
                          [fleet], environ={}, create=True)
-    monkeypatch.setattr(runs, "survey_with_queues", lambda nodes, **_: ({}, {}, {}, {}))
+    monkeypatch.setattr(surveys, "survey_with_queues", lambda nodes, **_: ({}, {}, {}, {}))
     result = runner.run(wait=False)
     assert (result["status"], result["reason"]) == ("failed", "failed_to_start_due_to_no_capacity")
     assert "no fleet can ever have that many (el: at most 2)" in result["message"]

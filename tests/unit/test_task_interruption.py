@@ -13,7 +13,7 @@ import time
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import interruption
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing, queue, runs
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing, queue, runs, surveys
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import ssh, supervisor
 
 from . import test_task_runs
@@ -79,7 +79,7 @@ def test_an_attached_run_whose_host_goes_is_resubmitted_on_interruption(fake_hos
     config = task(nodes=2, retry={"on_events": ["interruption"], "duration": "1h"})
     runner, cluster = fake_hosts(config, fleets, program=lambda job: (
         (None, None) if job["submission"] == 0 else (2, 0)))
-    monkeypatch.setattr(runs, "collect_fleets", lambda *a, **k: gone(fleets, "gpus-1"))
+    monkeypatch.setattr(surveys, "collect_fleets", lambda *a, **k: gone(fleets, "gpus-1"))
 
     killed_at = []
 
@@ -127,7 +127,7 @@ def test_a_host_name_that_comes_back_is_a_new_instance_and_is_asked(fake_hosts, 
             if cluster.nodes[host].down:
                 cluster.nodes[host] = test_task_runs.FakeNode(host, cluster)
         runner.fleets = described()
-        runner.nodes = runs.nodes_of(runner.fleets)
+        runner.nodes = surveys.nodes_of(runner.fleets)
 
     def hook(c):
         if len(c.sleeps) == 3:
@@ -135,7 +135,7 @@ def test_a_host_name_that_comes_back_is_a_new_instance_and_is_asked(fake_hosts, 
         elif lost == ["gpus-1"] and len(c.sleeps) > 8:
             kill(c, "gpus-0")
 
-    monkeypatch.setattr(runs, "collect_fleets", described)
+    monkeypatch.setattr(surveys, "collect_fleets", described)
     monkeypatch.setattr(runner, "_refresh_fleets", refresh)
     cluster.hook = hook
     result = runner.run()
@@ -147,7 +147,7 @@ def test_a_host_name_that_comes_back_is_a_new_instance_and_is_asked(fake_hosts, 
 def test_without_retry_the_run_fails_naming_the_host(fake_hosts, monkeypatch):
     fleets = [fleet()]
     runner, cluster = fake_hosts(task(nodes=2), fleets)
-    monkeypatch.setattr(runs, "collect_fleets", lambda *a, **k: gone(fleets, "gpus-1"))
+    monkeypatch.setattr(surveys, "collect_fleets", lambda *a, **k: gone(fleets, "gpus-1"))
 
     killed_at = []
 
@@ -173,17 +173,17 @@ def test_ps_and_a_pass_see_a_detached_run_whose_host_went(fake_hosts):
     cluster.sleep(1)
     cluster.nodes["gpus-1"].down = True
     instances = interruption.instance_map(gone(fleets, "gpus-1"))
-    survey = runs.survey_with_queues(dict((h, cluster.nodes[h]) for h in cluster.nodes))
+    survey = surveys.survey_with_queues(dict((h, cluster.nodes[h]) for h in cluster.nodes))
     (found,) = listing.run_records(survey[0], survey[3], instances)
     assert found["status"] == lc.RunStatus.TERMINATING   # rank 0 still runs: a pass is due
     assert found["message"] == "host gpus-1: the instance is gone (its backend no longer has it)"
     assert [(j["job_num"], j["host"], j["status"], j["reason"]) for j in found["jobs"]] == [
         (0, "gpus-0", lc.JobStatus.RUNNING, None), (1, "gpus-1", lc.JobStatus.FAILED, INTERRUPTED)]
     assert queue.is_due(survey, instances)
-    report = queue.QueuePass(gone(fleets, "gpus-1"), clock=cluster.clock,
+    report = queue.QueuePass(gone(fleets, "gpus-1"), runner_of=runs.runner_of, clock=cluster.clock,
                              sleep=cluster.sleep).run(survey)
     assert report["stopped"] == ["train-0-0"]
-    survey = runs.survey_with_queues(dict((h, cluster.nodes[h]) for h in cluster.nodes))
+    survey = surveys.survey_with_queues(dict((h, cluster.nodes[h]) for h in cluster.nodes))
     (found,) = listing.run_records(survey[0], survey[3], instances)
     assert (found["status"], found["reason"]) == (lc.RunStatus.FAILED, "job_failed")
     assert not queue.is_due(survey, instances)
@@ -204,7 +204,7 @@ def test_a_resubmission_grows_its_fleet_when_no_instance_is_free(fake_hosts, mon
     runner.nodes = dict((h, cluster.nodes[h]) for h in ("el-0", "el-1"))
     grown = []
     after = [dict(full, instances=[full["instances"][0], full["instances"][2]])]
-    monkeypatch.setattr(runs, "collect_fleets", lambda *a, **k: copy.deepcopy(
+    monkeypatch.setattr(surveys, "collect_fleets", lambda *a, **k: copy.deepcopy(
         after if grown else [dict(two, instances=[two["instances"][0]])]))
     runner.grower = grown.append
 
@@ -285,7 +285,7 @@ def test_ps_and_the_queues_pass_give_each_host_the_status_timeout(monkeypatch, t
     watch's STATUS_TIMEOUT, so a host that went away silently holds them 15 s, not a minute;
     a survey for placement, stop or logs keeps the request's default (a first page of logs
     over a slow link, a slow host that must not drop out of a placement)."""
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
     asked = []
 
@@ -298,15 +298,15 @@ def test_ps_and_the_queues_pass_give_each_host_the_status_timeout(monkeypatch, t
             return {"containers": [], "claims": [], "queue": []}
 
     nodes = dict((h, Recording(h)) for h in ("a", "b"))
-    monkeypatch.setattr(entry, "_fleets", lambda params: (str(tmp_path), [fleet()]))
-    monkeypatch.setattr(runs, "nodes_of", lambda *_a, **_k: nodes)
-    entry.run_info({})
-    entry.run_queue({})
-    queue.QueuePass([fleet()]).run()
+    monkeypatch.setattr(actions, "_fleets", lambda params: (str(tmp_path), [fleet()]))
+    monkeypatch.setattr(surveys, "nodes_of", lambda *_a, **_k: nodes)
+    actions.run_info({})
+    actions.run_queue({})
+    queue.QueuePass([fleet()], runner_of=runs.runner_of).run()
     assert asked and all(t == supervisor.STATUS_TIMEOUT for _h, _op, t in asked), asked
     del asked[:]
-    runs.survey_with_queues(nodes, probe=["b"], health={})
-    runs.survey_with_queues(nodes, logs={"run": "x"})
+    surveys.survey_with_queues(nodes, probe=["b"], health={})
+    surveys.survey_with_queues(nodes, logs={"run": "x"})
     assert [t for _h, _op, t in asked] == ["default"] * 4
 
 
@@ -320,7 +320,7 @@ def test_an_attached_runs_verdict_on_a_silent_host_stands_when_the_host_comes_ba
     config = task(nodes=2, retry={"on_events": ["error"], "duration": "1h"})
     runner, cluster = fake_hosts(config, fleets, program=lambda job: (
         (None, None) if job["submission"] == 0 else (2, 0)))
-    monkeypatch.setattr(runs, "collect_fleets", lambda *a, **k: copy.deepcopy(fleets))
+    monkeypatch.setattr(surveys, "collect_fleets", lambda *a, **k: copy.deepcopy(fleets))
 
     def partition(c):
         if len(c.sleeps) == 3:
@@ -374,7 +374,7 @@ def test_an_attached_retry_sees_its_killed_node_come_back_and_ps_says_pending(
     runner, cluster = fake_hosts(config, [local_fleet()], program=lambda job: (
         (None, None) if job["submission"] == 0 else (2, 0)))
     state = {"killed": False, "seen": []}
-    monkeypatch.setattr(runs, "collect_fleets", lambda *a, **k: [local_fleet(
+    monkeypatch.setattr(surveys, "collect_fleets", lambda *a, **k: [local_fleet(
         ["gpus-1"] if cluster.nodes["gpus-1"].down else [])])
 
     def hook(c):
@@ -419,7 +419,7 @@ def test_an_attached_retry_that_waits_without_a_queue_host_asks_the_backend_each
         described.append(down)
         return [fresh]
 
-    monkeypatch.setattr(runs, "collect_fleets", describe)
+    monkeypatch.setattr(surveys, "collect_fleets", describe)
 
     def hook(c):
         node = c.nodes["gpus-1"]

@@ -1,5 +1,6 @@
-"""A run's output as its hosts keep it: the host side (tasks.logside), the controller's paged
-reader (tasks.joblogs) and the jobs whose containers are gone or never made (tasks.nodeside).
+"""A run's output as its hosts keep it: the host side (tasks.hostside.logside), the controller's
+paged reader (tasks.joblogs) and the jobs whose containers are gone or never made
+(tasks.hostside.nodeside).
 
 Job folders are laid out as the wrapper leaves them (test_task_wrapper checks the wrapper
 writes this layout); a fake node answers ``call`` by running the host's operations here.
@@ -14,9 +15,11 @@ import os
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
-    entry,
+    actions,
     joblogs,
     lifecycle,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
     logside,
     nodeside,
 )
@@ -339,15 +342,15 @@ def test_since_refuses_what_dstack_refuses(text, message):
 def test_streamed_lines_go_out_in_batches_of_one_rank():
     sent = []
     lines = [(0, "x" * 40000), (0, "y" * 40000), (0, "z"), (1, "a")]
-    entry._stream(iter(lines), lambda rank, batch: sent.append((rank, batch)))
+    actions._stream(iter(lines), lambda rank, batch: sent.append((rank, batch)))
     assert sent == [(0, ["x" * 40000, "y" * 40000]), (0, ["z"]), (1, ["a"])]
 
 
 def test_log_events_print_prefixed_or_raw():
     event = {"kind": "log", "run": "train", "rank": 1, "lines": ["a", "b"]}
-    assert entry.event_line(event) == "[train-1] a\n[train-1] b"
-    assert entry.event_line(dict(event, raw=True)) == "a\nb"
-    assert entry.event_line({"kind": "log", "run": "t", "rank": 0, "line": "x"}) == "[t-0] x"
+    assert actions.event_line(event) == "[train-1] a\n[train-1] b"
+    assert actions.event_line(dict(event, raw=True)) == "a\nb"
+    assert actions.event_line({"kind": "log", "run": "t", "rank": 0, "line": "x"}) == "[t-0] x"
 
 
 def test_a_jobs_end_is_said_after_its_last_lines_without_holding_up_the_run():
@@ -449,7 +452,7 @@ class HostNode(object):
         self.calls = []
 
     def call(self, op, payload=None, timeout=None):
-        from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking
+        from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import booking
 
         self.calls.append(op)
         ops = dict(nodeside.OPS, **booking.BOOK_OPS)
@@ -460,7 +463,7 @@ def test_logs_find_the_run_and_read_its_first_pages_in_one_request_per_host(
         run_root, docker, monkeypatch):
     from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
 
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import booking
 
     monkeypatch.setattr(booking, "BOOK_ROOT", str(run_root.parent / "book"))
     monkeypatch.setattr(joblogs, "FIRST_PAGE", 8)
@@ -480,7 +483,7 @@ def test_logs_find_the_run_and_read_its_first_pages_in_one_request_per_host(
 
 
 def test_a_survey_asked_for_logs_answers_them_beside_the_status(run_root, docker, monkeypatch):
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import booking
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import booking
 
     monkeypatch.setattr(booking, "BOOK_ROOT", str(run_root.parent / "book"))
     docker.on(["ps"], stdout="")

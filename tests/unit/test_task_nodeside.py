@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The node side of the task runner (tasks.nodeside), without root and without Docker.
+"""The node side of the task runner (tasks.hostside.nodeside), without root and without Docker.
 
 A fake ``docker`` executable comes first on PATH: it appends each call (argv, and stdin for
 ``login``) as one JSON line to a log and answers from a rule table the test sets (the first rule
@@ -20,7 +20,11 @@ import sys
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core import files
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.files import module_source
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import nodeside
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
+    bootstrap as starter,
+    metricside,
+    nodeside,
+)
 
 FAKE_DOCKER = r'''#!{python}
 import json, os, sys
@@ -703,15 +707,15 @@ def test_serve_answers_an_error_when_the_host_refuses_a_folder(absent, run_root,
 
 
 def bootstrap(request, env):
-    data = module_source(vars(nodeside)) + b"\n" + nodeside.SEPARATOR + b"\n" + request
-    return subprocess.run([sys.executable, "-c", nodeside.BOOTSTRAP], input=data,
+    data = module_source(vars(nodeside)) + b"\n" + starter.SEPARATOR + b"\n" + request
+    return subprocess.run([sys.executable, "-c", starter.BOOTSTRAP], input=data,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                           timeout=60, check=False)
 
 
 def test_the_source_does_not_contain_the_separator_line():
-    assert (b"\n" + nodeside.SEPARATOR + b"\n") not in module_source(vars(nodeside))
-    assert nodeside.SEPARATOR.decode("ascii") in nodeside.BOOTSTRAP
+    assert (b"\n" + starter.SEPARATOR + b"\n") not in module_source(vars(nodeside))
+    assert starter.SEPARATOR.decode("ascii") in starter.BOOTSTRAP
 
 
 def test_bootstrap_runs_the_sent_source(docker):
@@ -748,8 +752,8 @@ def test_bootstrap_status_through_the_sent_source(docker):
 def cached_call(cache, source, request, digest="0123456789abcdef01234567", env=None):
     """The bootstrap as a host runs it (``python3 -S -c BOOTSTRAP DIGEST``), caching in
     ``cache``."""
-    data = source + b"\n" + nodeside.SEPARATOR + b"\n" + request
-    proc = subprocess.run([sys.executable, "-S", "-c", nodeside.bootstrap(str(cache)), digest],
+    data = source + b"\n" + starter.SEPARATOR + b"\n" + request
+    proc = subprocess.run([sys.executable, "-S", "-c", starter.bootstrap(str(cache)), digest],
                           input=data, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           env=env, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -836,15 +840,15 @@ def test_source_is_read_from_a_zip_as_in_a_modules_payload(tmp_path):
     archive = tmp_path / "payload.zip"
     package = "ansible_collections/gpufleet/cluster/plugins/module_utils"
     with zipfile.ZipFile(archive, "w") as zipped:
-        parts = (package + "/tasks").split("/")
+        parts = (package + "/tasks/hostside").split("/")
         for depth in range(1, len(parts) + 1):
             zipped.writestr("/".join(parts[:depth]) + "/__init__.py", "")
         zipped.writestr(package + "/core/__init__.py", "")
         zipped.writestr(package + "/core/files.py", module_source(vars(files)))
-        zipped.writestr(package + "/tasks/nodeside.py", module_source(vars(nodeside)))
+        zipped.writestr(package + "/tasks/hostside/nodeside.py", module_source(vars(nodeside)))
     proc = subprocess.run(
         [sys.executable, "-c",
-         "from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import nodeside;"
+         "from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import nodeside;"
          "from ansible_collections.gpufleet.cluster.plugins.module_utils.core import files;"
          "import sys; sys.stdout.buffer.write(files.module_source(vars(nodeside)))"],
         env={"PYTHONPATH": str(archive), "PATH": "/usr/bin:/bin"}, capture_output=True,
@@ -884,7 +888,7 @@ def test_metrics_answers_the_runs_containers_and_each_jobs_samples_since(docker,
 
     # The window is counted back from each file's newest sample (1010), not from now: a job
     # that ended long ago keeps its last samples.
-    answer = nodeside.op_metrics({"run": "train", "window": 10})
+    answer = metricside.op_metrics({"run": "train", "window": 10})
 
     assert docker.calls()[0] == ["ps", "-a", "-q", "--no-trunc", "--filter",
                                  "label=gpufleet.run=train"]
@@ -896,7 +900,7 @@ def test_metrics_answers_the_runs_containers_and_each_jobs_samples_since(docker,
 
 def test_metrics_refuses_a_run_name_that_is_no_name(docker, run_root):
     with pytest.raises(nodeside.Failure, match="bad run name"):
-        nodeside.op_metrics({"run": "../etc"})
+        metricside.op_metrics({"run": "../etc"})
 
 
 def test_metrics_reads_only_a_regular_file(docker, run_root, tmp_path):
@@ -911,7 +915,7 @@ def test_metrics_reads_only_a_regular_file(docker, run_root, tmp_path):
     os.symlink(str(secret), str(folder / "metrics"))      # a link the container made
     folder = write_state(run_root, "train", 1)
     os.mkfifo(str(folder / "metrics"))                    # a FIFO would block a plain read
-    answer = nodeside.op_metrics({"run": "train"})
+    answer = metricside.op_metrics({"run": "train"})
     assert answer["metrics"] == {"0": "", "1": ""}
 
 

@@ -4,13 +4,13 @@
 """The queue without a server (tasks.queue): pending runs kept on a fleet host, started in
 priority order by whatever pass comes next, and detached runs resubmitted under retry.
 
-The fake hosts of test_task_runs keep claims and queue entries as tasks.booking does.
+The fake hosts of test_task_runs keep claims and queue entries as tasks.hostside.booking does.
 """
 
 from __future__ import annotations
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import queue, runs
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import queue, queue_records, runs, surveys
 
 from . import test_task_runs
 from .test_task_runs import JOB_LABEL, RUN_LABEL, STARTED, SUB_LABEL, container, fleet, task
@@ -44,8 +44,8 @@ def submit_detached(fake_hosts, cluster, config, fleets):
 
 
 def a_pass(cluster, fleets):
-    return queue.QueuePass(fleets, clock=cluster.clock, sleep=cluster.sleep, poll=1.0,
-                           emit=cluster.emit).run()
+    return queue.QueuePass(fleets, runner_of=runs.runner_of, clock=cluster.clock,
+                           sleep=cluster.sleep, poll=1.0, emit=cluster.emit).run()
 
 
 def test_a_detached_run_without_capacity_waits_in_the_queue_of_its_fleet(fake_hosts):
@@ -79,7 +79,7 @@ def test_a_pass_starts_the_higher_priority_first_and_keeps_the_other_waiting(fak
     queued = cluster.nodes["gpus-0"].queue
     assert "high" not in queued   # no retry on error: nothing to keep once started
     assert queued["low"]["state"] == "pending"
-    assert queue.positions(queue.entries_of(
+    assert queue_records.positions(queue_records.entries_of(
         {"gpus-0": list(queued.values())})) == {"low": 1}
 
 
@@ -206,7 +206,7 @@ def test_attach_to_a_queued_run_says_it_is_not_running_yet_and_ps_finds_it(
     occupy(cluster, ["gpus-0", "gpus-1"])
     config = task(name="late", retry=WAIT)
     assert submit_detached(fake_hosts, cluster, config, fleets)["status"] == lc.RunStatus.PENDING
-    containers, _claims, queues, errors = runs.survey_with_queues(cluster.nodes)
+    containers, _claims, queues, errors = surveys.survey_with_queues(cluster.nodes)
     record, mine = listing.find_run(cluster.nodes, "late", (containers, errors), queues)
     assert (record["status"], mine) == (lc.RunStatus.PENDING, {})
     try:

@@ -15,7 +15,11 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import command as plan_command
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import container as plan_container
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import environment as plan_env
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import nodeside, rankplan, wrapper
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import rankplan
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
+    volumeside,
+    wrapper,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.volumes import mounts as volume_mounts
 
 RUN = {"name": "train", "id": "3f2a9c", "submission": 2, "submitted_at": "2026-08-01T10:00:00Z"}
@@ -490,7 +494,7 @@ def test_a_network_volume_without_a_name_is_refused_with_its_field():
 
 def test_hosts_mount_network_volumes_where_the_plan_binds_them_from():
     # nodeside.py travels to the hosts alone, so it keeps its own copy of the root.
-    assert nodeside.NETWORK_VOLUMES_ROOT == volume_mounts.NETWORK_VOLUMES_ROOT
+    assert volumeside.NETWORK_VOLUMES_ROOT == volume_mounts.NETWORK_VOLUMES_ROOT
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The run index (tasks.runindex on the controller, tasks.indexside on the record host): a
+"""The run index (tasks.runindex on the controller, tasks.hostside.indexside on the record host): a
 placement asks only the hosts it needs while the index can be trusted, and every host when it
 cannot; what it skips never double-books a host, hides a live run of the same name, or leaves
 an old run's containers behind.
@@ -17,12 +17,17 @@ import os
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
-    booking,
-    indexside,
     listing,
-    queue,
+    queue_records,
+    run_preparation,
     runindex,
     runs,
+    ssh,
+    surveys,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
+    booking,
+    indexside,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 
@@ -46,10 +51,10 @@ def shared(monkeypatch, tmp_path):
     monkeypatch.setenv("GPUFLEET_STATE_DIR", str(tmp_path / "state"))
     fleets = [fleet(count=6)]
     cluster = Cluster([i["name"] for i in fleets[0]["instances"]], program=lambda job: (None, None))
-    monkeypatch.setattr(runs, "Node", lambda instance, root=None, connect_timeout=20: (
+    monkeypatch.setattr(surveys, "Node", lambda instance, root=None, connect_timeout=20: (
         cluster.nodes[instance["name"]]))
-    monkeypatch.setattr(runs, "run_key", lambda: {"private": "PRIVATE", "public": "PUBLIC"})
-    monkeypatch.setattr(runs, "ensure_image", lambda image, nodes, hosts, **kw: dict(
+    monkeypatch.setattr(run_preparation, "run_key", lambda: {"private": "PRIVATE", "public": "PUBLIC"})
+    monkeypatch.setattr(run_preparation, "ensure_image", lambda image, nodes, hosts, **kw: dict(
         (h, {"present": True, "entrypoint": None, "cmd": None, "working_dir": None})
         for h in hosts))
 
@@ -214,7 +219,7 @@ def test_every_host_is_asked_when_the_index_cannot_be_trusted(shared, why):
 
 
 def test_the_runner_says_whether_its_look_was_whole(shared, monkeypatch):
-    """entry.submit passes over the queue only after a look at every host: a partial look
+    """actions.submit passes over the queue only after a look at every host: a partial look
     shows a run's jobs in part, and a pass would stop the jobs it cannot see."""
     cluster, submit = shared
     runner = runs.Runner(task(name="rb"), [fleet(count=6)], emit=cluster.emit,
@@ -249,7 +254,7 @@ def test_a_note_that_fails_lets_the_hosts_go_and_the_run_is_placed_after_a_whole
     def note_once_down(payload):
         calls.append(payload["run"])
         if len(calls) == 1:
-            raise runs.NodeError("gpus-0", "unreachable over SSH: Connection timed out")
+            raise ssh.NodeError("gpus-0", "unreachable over SSH: Connection timed out")
         return real(payload)
 
     monkeypatch.setattr(record, "op_note", note_once_down)
@@ -266,7 +271,7 @@ def test_a_note_that_always_fails_does_not_stop_a_run_on_a_whole_look(shared, mo
     submit(task(name="warm"))
 
     def down(payload):
-        raise runs.NodeError("gpus-0", "No space left on device")
+        raise ssh.NodeError("gpus-0", "No space left on device")
 
     monkeypatch.setattr(cluster.nodes["gpus-0"], "op_note", down)
     result, ops = submit(task(name="rb"))
@@ -281,7 +286,7 @@ def test_a_plan_in_check_mode_asks_every_host_and_writes_nothing(shared):
     runner = runs.Runner(task(name="rb"), [fleet(count=6)], emit=cluster.emit,
                          clock=cluster.clock, sleep=cluster.sleep, environ={})
     runner.read_only = True
-    placed = runner._place()
+    placed = runner.place()
     assert [j["host"] for j in placed["jobs"]] == ["gpus-1"]
     ops = [(h, op) for h, op, _p in cluster.log[before:]]
     assert statuses(ops) == ["gpus-%d" % n for n in range(6)]
@@ -365,7 +370,7 @@ def test_an_image_that_cannot_be_brought_clears_the_ended_run_before_recording_t
     def no_image(image, nodes, hosts, **kw):
         raise runs.RunError("image nope: not found")
 
-    monkeypatch.setattr(runs, "ensure_image", no_image)
+    monkeypatch.setattr(run_preparation, "ensure_image", no_image)
     with pytest.raises(runs.RunError):
         submit(task(name="ra", nodes=2))
     # gpus-1 was taken as free unasked, so its claim cleared nothing; the failure's record
@@ -410,7 +415,7 @@ def test_runs_waiting_on_a_host_taken_as_free_go_first(shared, placed_on):
     passes = []
 
     def queue_first(runner):
-        # As tasks.entry: a look at every host, and the waiting run goes (here: dequeued).
+        # As tasks.actions: a look at every host, and the waiting run goes (here: dequeued).
         runner.survey(whole=True)
         passes.append(runner.surveyed_whole)
         cluster.nodes["gpus-2"].queue.clear()
@@ -453,7 +458,8 @@ def test_the_record_host_is_the_lowest_numbered_instance_its_backend_does_not_ca
 
 
 def test_the_waiting_states_are_the_queues():
-    assert runindex.WAITING == queue.WAITING
+    assert runindex.WAITING is queue_records.WAITING
+    assert set(queue_records.WAITING) == {queue_records.PENDING, queue_records.ACTIVE}
 
 
 def test_a_whole_survey_becomes_one_reindex_per_fleet_whose_record_host_answered():

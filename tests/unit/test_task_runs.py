@@ -4,9 +4,9 @@
 """The task runner over fake hosts: the supervisor's Watch, the Runner's submissions and
 retries, run records and busy hosts read back from containers, and the runner's output lines.
 
-The fake hosts answer the node-side operations (tasks.nodeside) from in-memory container lists,
-and a fake clock moves only when the code under test sleeps; at each sleep every container takes
-one step of its program (created -> running -> exited with its code).
+The fake hosts answer the node-side operations (tasks.hostside.nodeside) from in-memory container
+lists, and a fake clock moves only when the code under test sleeps; at each sleep every container
+takes one step of its program (created -> running -> exited with its code).
 """
 
 from __future__ import annotations
@@ -19,14 +19,16 @@ import time
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
-    entry,
+    actions,
     listing,
     runs,
+    surveys,
     supervisor,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import claiming
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import run_preparation
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
     booking,
-    claiming,
     indexside,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
@@ -70,7 +72,7 @@ class FakeNode:
         self.queue = {}
         self.before_claim = None  # a competitor acting between a survey and a claim
         self.before_stop = None   # a job ending by itself between a survey and a stop
-        # The run index it keeps as a record host (tasks.indexside's rules, without files):
+        # The run index it keeps as a record host (tasks.hostside.indexside's rules, without files):
         # {fleet: {"entries": {run: {host: noted}}, "completed": time or None}}.
         self.index = {}
 
@@ -172,7 +174,7 @@ class FakeNode:
     def op_image_info(self, payload):
         return {"present": True, "entrypoint": None, "cmd": None, "working_dir": None}
 
-    # Claims, decided by tasks.booking's own rules over this host's containers.
+    # Claims, decided by tasks.hostside.booking's own rules over this host's containers.
     def op_claim(self, payload):
         if self.before_claim is not None:
             self.before_claim, hook = None, self.before_claim
@@ -540,9 +542,9 @@ def fake_hosts(monkeypatch, tmp_path):
     def make(config, fleets, program=None):
         hosts = [i["name"] for f in fleets for i in f["instances"]]
         cluster = Cluster(hosts, program=program)
-        monkeypatch.setattr(runs, "Node", lambda instance, root=None, connect_timeout=20: (
+        monkeypatch.setattr(surveys, "Node", lambda instance, root=None, connect_timeout=20: (
             cluster.nodes[instance["name"]]))
-        monkeypatch.setattr(runs, "run_key", lambda: {"private": "PRIVATE", "public": "PUBLIC"})
+        monkeypatch.setattr(run_preparation, "run_key", lambda: {"private": "PRIVATE", "public": "PUBLIC"})
 
         def ensure_image(image, nodes, hosts, **kwargs):
             images.append((image, sorted(hosts)))
@@ -550,7 +552,7 @@ def fake_hosts(monkeypatch, tmp_path):
             return {h: {"present": True, "entrypoint": None, "cmd": None, "working_dir": None}
                     for h in hosts}
 
-        monkeypatch.setattr(runs, "ensure_image", ensure_image)
+        monkeypatch.setattr(run_preparation, "ensure_image", ensure_image)
         runner = runs.Runner(config, fleets, emit=cluster.emit, clock=cluster.clock,
                              sleep=cluster.sleep, poll=1.0, environ={})
         runner.images = images
@@ -718,7 +720,7 @@ def test_an_image_that_cannot_be_brought_leaves_the_run_failed_on_its_hosts(fake
     def no_image(image, nodes, hosts, **kwargs):
         raise RunError("image nope:1 could not be pulled on gpus-0 (manifest unknown)")
 
-    monkeypatch.setattr(runs, "ensure_image", no_image)
+    monkeypatch.setattr(run_preparation, "ensure_image", no_image)
     with pytest.raises(RunError, match="could not be pulled"):
         runner.run()
     assert sorted((h, p["job_num"], p["container"]) for h, p in recorded) == [
@@ -738,7 +740,7 @@ def test_a_survey_handed_back_serves_the_first_placement_only(fake_hosts):
     assert result["status"] == lc.RunStatus.DONE
     ops = [op for _host, op, _payload in cluster.log[asked:]]
     assert ops.index("claim") < ops.index("status")   # placed on the survey handed back
-    assert runner._fresh_survey is None
+    assert runner.placing.fresh_survey is None
 
 
 def competitor(cluster):
@@ -875,7 +877,7 @@ def test_busy_map_counts_alive_containers_only():
 
 
 # ---------------------------------------------------------------------------------------------
-# entry.event_line and entry.failure_summary
+# actions.event_line and actions.failure_summary
 # ---------------------------------------------------------------------------------------------
 
 
@@ -900,26 +902,26 @@ def test_busy_map_counts_alive_containers_only():
      "train: pulling img on h0"),
 ])
 def test_event_line(event, line):
-    assert entry.event_line(event) == line
+    assert actions.event_line(event) == line
 
 
 def test_event_line_of_an_unknown_kind_is_none():
-    assert entry.event_line({"kind": "progress", "run": "train"}) is None
-    assert entry.event_line({}) is None
+    assert actions.event_line({"kind": "progress", "run": "train"}) is None
+    assert actions.event_line({}) is None
 
 
 def test_event_line_of_a_failed_start_names_the_reason_and_message():
-    line = entry.event_line({"kind": "job", "run": "train", "job_num": 1, "host": "h1",
-                             "status": "failed", "reason": "executor_error", "exit_code": None,
-                             "message": "no space left"})
+    line = actions.event_line({"kind": "job", "run": "train", "job_num": 1, "host": "h1",
+                               "status": "failed", "reason": "executor_error", "exit_code": None,
+                               "message": "no space left"})
     assert line.startswith("train job 1 on h1: failed")
     assert line.endswith("[executor_error]: no space left")
 
 
 def test_event_line_says_nothing_of_an_unknown_exit_code():
-    line = entry.event_line({"kind": "job", "run": "train", "job_num": 1, "host": "h1",
-                             "status": "failed", "reason": "instance_unreachable",
-                             "exit_code": None})
+    line = actions.event_line({"kind": "job", "run": "train", "job_num": 1, "host": "h1",
+                               "status": "failed", "reason": "instance_unreachable",
+                               "exit_code": None})
     assert line == "train job 1 on h1: failed [instance_unreachable]"
 
 
@@ -934,7 +936,7 @@ def test_event_line_says_nothing_of_an_unknown_exit_code():
      "run train submitted: still starting"),
 ])
 def test_failure_summary(result, text):
-    assert entry.failure_summary(result) == text
+    assert actions.failure_summary(result) == text
 
 
 def test_fields_the_runner_cannot_honour_are_refused_or_warned():
@@ -950,9 +952,9 @@ def test_fields_the_runner_cannot_honour_are_refused_or_warned():
     with pytest.raises(runs.RunError, match=r"repos\[0\]\.url: unsupported URL scheme ftp"):
         runs.Runner(config(repos=[{"url": "ftp://example.com/org/repo.git"}]), [])
     # ports are forwarded by gpufleet attach (and apply, which attaches): no note.
-    notes = entry.ignored_fields(config(ports=[8080], dstack=True))
+    notes = actions.ignored_fields(config(ports=[8080], dstack=True))
     assert [n.split(":")[0] for n in notes] == ["dstack"]
-    assert entry.ignored_fields(config()) == []
+    assert actions.ignored_fields(config()) == []
 
 
 def test_fleets_come_from_files_labels_and_remembered_files(tmp_path):
@@ -969,12 +971,12 @@ def test_fleets_come_from_files_labels_and_remembered_files(tmp_path):
     broken = tmp_path / "gone.dstack.yml"
     broken.write_text("type: fleet\nname: gone\nnodes: x\n")
     state.remember_file(root, "gone", str(broken))
-    found = runs.collect_fleets((), docker=None, root=root)
+    found = surveys.collect_fleets((), docker=None, root=root)
     assert [f["name"] for f in found] == ["lab"]  # the unreadable remembered file is skipped
     statuses = dict((i["name"], i["status"]) for i in found[0]["instances"])
     assert statuses == {"lab-0": "idle", "lab-1": "pending"}  # facts mean it passed its checks
     with pytest.raises(runs.RunError):
-        runs.collect_fleets((str(broken),), docker=None, root=root)  # a file given must read
+        surveys.collect_fleets((str(broken),), docker=None, root=root)  # a file given must read
 
 
 def test_a_fleets_bare_env_names_come_from_the_controller():
@@ -1026,7 +1028,7 @@ def test_the_local_engine_is_listed_once_for_fleet_files_and_discovered_fleets(t
     fleet = tmp_path / "lab.dstack.yml"
     fleet.write_text("type: fleet\nname: lab\nnodes: 2\nplacement: cluster\nbackends: [local]\n")
     state.remember_file(root, "lab", str(fleet))
-    found = runs.collect_fleets((), docker=Docker("docker", runner), root=root)
+    found = surveys.collect_fleets((), docker=Docker("docker", runner), root=root)
     assert sorted(f["name"] for f in found) == ["lab", "spare"]
     lab = next(f for f in found if f["name"] == "lab")
     assert lab.get("file") == str(fleet)   # described from its file, not only its labels
@@ -1034,8 +1036,8 @@ def test_the_local_engine_is_listed_once_for_fleet_files_and_discovered_fleets(t
     assert [c[0] for c in calls] == ["ps", "inspect"]
     # A file given alone (no discovery) still asks for its own fleet.
     calls[:] = []
-    only = runs.collect_fleets((str(fleet),), docker=Docker("docker", runner), root=root,
-                               discover=False)
+    only = surveys.collect_fleets((str(fleet),), docker=Docker("docker", runner), root=root,
+                                  discover=False)
     assert [f["name"] for f in only] == ["lab"]
     assert [c[0] for c in calls] == ["ps", "inspect"]
     assert "label=%s=lab" % local.FLEET_LABEL in calls[0]
@@ -1046,4 +1048,4 @@ def test_the_local_engine_is_listed_once_for_fleet_files_and_discovered_fleets(t
         calls.append(argv[1:])
         return 1, b"", b"Cannot connect to the Docker daemon"
 
-    assert runs.collect_fleets((), docker=Docker("docker", down), root=root) == []
+    assert surveys.collect_fleets((), docker=Docker("docker", down), root=root) == []

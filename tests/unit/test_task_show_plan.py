@@ -23,7 +23,8 @@ import pytest
 import yaml
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry, growth, runs
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions, growth, runs, surveys
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import run_preparation
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import run_output
 
@@ -86,7 +87,7 @@ def test_the_printer_still_writes_every_other_event_as_its_lines(tmp_path):
     ]
     for event in events:
         emit(event)
-    expected = [entry.event_line(e) for e in events if entry.event_line(e) is not None]
+    expected = [actions.event_line(e) for e in events if actions.event_line(e) is not None]
     assert len(expected) == 4
     assert "[train-1] a\n[train-1] b" in expected
     assert target.read_text() == "".join(line + "\n" for line in expected)
@@ -109,8 +110,8 @@ def test_the_printer_shows_a_plan_in_one_display_call(monkeypatch):
 
 
 def test_event_line_leaves_the_plan_to_the_printer():
-    assert entry.event_line({"kind": "plan", "run": "train", "plan": a_plan(),
-                             "config": task()}) is None
+    assert actions.event_line({"kind": "plan", "run": "train", "plan": a_plan(),
+                               "config": task()}) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -207,7 +208,7 @@ def test_a_run_that_grows_its_fleet_itself_announces_the_placement_after_growing
     # The fake hosts are the grown fleet's; the runner starts from the empty fleet.
     _unused, cluster = fake_hosts(task(), [grown], program=lambda job: (1, 0))
     asked = []
-    monkeypatch.setattr(runs, "collect_fleets", lambda files, docker, root: [grown])
+    monkeypatch.setattr(surveys, "collect_fleets", lambda files, docker, root: [grown])
     runner = runs.Runner(task(), [empty], emit=cluster.emit, clock=cluster.clock,
                          sleep=cluster.sleep, poll=1.0, environ={},
                          grower=asked.append, grow_first=True)
@@ -227,7 +228,7 @@ def test_a_run_still_short_of_instances_after_growing_itself_announces_nothing(
     empty = test_task_growth.backend_fleet(count=0)
     _unused, cluster = fake_hosts(task(), [fleet(count=1)])
     asked = []
-    monkeypatch.setattr(runs, "collect_fleets", lambda files, docker, root: [empty])
+    monkeypatch.setattr(surveys, "collect_fleets", lambda files, docker, root: [empty])
     runner = runs.Runner(task(), [empty], emit=cluster.emit, clock=cluster.clock,
                          sleep=cluster.sleep, poll=1.0, environ={},
                          grower=asked.append, grow_first=True)
@@ -239,15 +240,15 @@ def test_a_run_still_short_of_instances_after_growing_itself_announces_nothing(
 
 
 # ---------------------------------------------------------------------------------------------
-# (c) the module's option and entry.submit
+# (c) the module's option and actions.submit
 
 
 def test_task_spec_has_show_plan_off_by_default():
-    assert entry.TASK_ARGS["show_plan"] == {"type": "bool", "default": False}
+    assert actions.TASK_ARGS["show_plan"] == {"type": "bool", "default": False}
 
 
 class FakeRunner:
-    """Stands in for runs.Runner in entry.submit: records what is called, in order."""
+    """Stands in for runs.Runner in actions.submit: records what is called, in order."""
 
     made = []
 
@@ -256,9 +257,9 @@ class FakeRunner:
         self.name = config["name"]
         self.calls = []
         self.submissions = []
-        self.announce_plan = None   # entry.submit must set it, True or False
+        self.announce_plan = None   # actions.submit must set it, True or False
         self.surveyed_whole = True   # the survey below stands for a look at every host
-        self.queue_first = None   # entry.submit sets it when runs that wait go first
+        self.queue_first = None   # actions.submit sets it when runs that wait go first
         FakeRunner.made.append(self)
 
     def make_key_early(self):
@@ -275,7 +276,7 @@ class FakeRunner:
         self.calls.append(("run", self.announce_plan))
         return {"run": self.name, "status": lc.RunStatus.DONE, "jobs": []}
 
-    def _place(self):
+    def place(self):
         self.calls.append("place")
         return a_plan()
 
@@ -285,18 +286,18 @@ class FakeRunner:
 
 @pytest.fixture
 def submitted(monkeypatch):
-    """entry.submit over FakeRunner: ``submit(show_plan, check_mode)`` gives the runner."""
+    """actions.submit over FakeRunner: ``submit(show_plan, check_mode)`` gives the runner."""
     FakeRunner.made = []
     monkeypatch.setattr(runs, "Runner", FakeRunner)
-    monkeypatch.setattr(entry, "_fleets", lambda params: ("/state", [fleet()]))
-    monkeypatch.setattr(entry, "drive_queue", lambda *args, **kwargs: {})
-    monkeypatch.setattr(entry, "queue_waiting", lambda survey: False)
+    monkeypatch.setattr(actions, "_fleets", lambda params: ("/state", [fleet()]))
+    monkeypatch.setattr(actions, "drive_queue", lambda *args, **kwargs: {})
+    monkeypatch.setattr(actions, "queue_waiting", lambda survey: False)
 
     def submit(check_mode=False, **params):
-        full = dict((k, v.get("default")) for k, v in entry.TASK_ARGS.items())
+        full = dict((k, v.get("default")) for k, v in actions.TASK_ARGS.items())
         full.update(config={"type": "task", "name": "train", "image": "python:3.11",
                             "commands": ["true"]}, **params)
-        result, failed = entry.submit(full, emit=lambda event: None, check_mode=check_mode)
+        result, failed = actions.submit(full, emit=lambda event: None, check_mode=check_mode)
         (runner,) = FakeRunner.made
         return runner, result, failed
 
@@ -341,11 +342,11 @@ def test_the_placement_reuses_the_queue_pass_look_unless_an_entry_waits(
     nothing to act on: no entry, or only ended ones (kept a day for ps). An entry that waits
     or follows a run may change the hosts, so the placement looks again."""
     passes = []
-    monkeypatch.setattr(entry, "drive_queue",
+    monkeypatch.setattr(actions, "drive_queue",
                         lambda *args, **kwargs: passes.append(kwargs["survey"]) or {})
     queues = {"gpus-0": [] if state is None else [{"run": "old", "state": state}]}
     runner = _Surveyed(queues)
-    entry._queue_first(runner, [fleet()], "/state", None)
+    actions._queue_first(runner, [fleet()], "/state", None)
     assert passes == [({}, {}, queues, {})]
     assert (runner.reused is not None) is reused
 
@@ -380,8 +381,8 @@ def _task_options():
 def test_the_task_modules_docs_match_its_argument_spec():
     """What ansible-test's validate-modules checks (make sanity), for this module's options."""
     documented = _task_options()
-    assert sorted(documented) == sorted(entry.TASK_ARGS)
-    for name, spec in entry.TASK_ARGS.items():
+    assert sorted(documented) == sorted(actions.TASK_ARGS)
+    for name, spec in actions.TASK_ARGS.items():
         doc = documented[name]
         assert doc.get("type", "str") == spec.get("type", "str"), name
         assert doc.get("elements") == spec.get("elements"), name
@@ -403,9 +404,9 @@ def test_run_key_is_a_2048_bit_rsa_key_pair(tmp_path, monkeypatch, maker):
         # As on a controller without the cryptography package.
         monkeypatch.setitem(sys.modules, "cryptography.hazmat.primitives", None)
     spawned = []
-    real = runs._run_key_by_ssh_keygen
-    monkeypatch.setattr(runs, "_run_key_by_ssh_keygen", lambda: spawned.append(1) or real())
-    key = runs.run_key()
+    real = run_preparation._run_key_by_ssh_keygen
+    monkeypatch.setattr(run_preparation, "_run_key_by_ssh_keygen", lambda: spawned.append(1) or real())
+    key = run_preparation.run_key()
     assert spawned == ([1] if maker == "ssh-keygen" else [])
     assert key["private"].startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
     assert re.match(r"ssh-rsa \S+ dstack_job\s*$", key["public"])
@@ -424,7 +425,7 @@ def test_run_key_is_a_2048_bit_rsa_key_pair(tmp_path, monkeypatch, maker):
 
 @pytest.fixture
 def counted_keys(monkeypatch):
-    """runs.run_key numbered: the n-th key made is PRIVATE-n; ``made`` is set at each."""
+    """run_preparation.run_key numbered: the n-th key made is PRIVATE-n; ``made`` is set at each."""
     made = []
     ready = threading.Event()
 
@@ -434,7 +435,7 @@ def counted_keys(monkeypatch):
         return {"private": "PRIVATE-%d" % len(made), "public": "PUBLIC-%d" % len(made)}
 
     def install():
-        monkeypatch.setattr(runs, "run_key", run_key)   # over fake_hosts' own fixed key
+        monkeypatch.setattr(run_preparation, "run_key", run_key)   # over fake_hosts' own fixed key
         return made, ready
 
     return install

@@ -12,9 +12,9 @@ import types
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry, interruption
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions, interruption
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing, queue, runs
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing, queue, runs, surveys
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import silence
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 
@@ -103,7 +103,7 @@ def detached_with_a_silent_host(fake_hosts):
 
 
 def look(cluster):
-    return runs.survey_with_queues(dict((h, cluster.nodes[h]) for h in cluster.nodes))
+    return surveys.survey_with_queues(dict((h, cluster.nodes[h]) for h in cluster.nodes))
 
 
 @pytest.mark.parametrize("backend, spot, reason", [
@@ -134,21 +134,21 @@ def test_ps_judges_a_silent_host_once_it_was_silent_for_the_grace(fake_hosts, ba
 
 def test_ps_counts_the_silence_across_its_looks_and_a_pass_ends_the_run(fake_hosts, tmp_path,
                                                                         monkeypatch):
-    """The whole way a user sees it: ``gpufleet ps`` (entry.run_info) once, and again after
+    """The whole way a user sees it: ``gpufleet ps`` (actions.run_info) once, and again after
     the grace; then the queue's pass that ps runs when one is due stops rank 0, and the run
     ends failed. The host that answers again is forgotten."""
     fleets, cluster = detached_with_a_silent_host(fake_hosts)
     root = str(tmp_path / "state")
     state.write_facts(root, "gpus", fleets[0]["facts"])
     nodes = dict((h, cluster.nodes[h]) for h in cluster.nodes)
-    monkeypatch.setattr(entry, "_fleets", lambda params: (root, fleets))
-    monkeypatch.setattr(runs, "nodes_of", lambda *_a, **_k: nodes)
+    monkeypatch.setattr(actions, "_fleets", lambda params: (root, fleets))
+    monkeypatch.setattr(surveys, "nodes_of", lambda *_a, **_k: nodes)
     clock = {"now": 50000.0}
     fake = types.SimpleNamespace(time=lambda: clock["now"], monotonic=time.monotonic,
                                  sleep=time.sleep)
     monkeypatch.setattr(silence, "time", fake)   # when a look began, and its note
 
-    first = entry.run_info({})
+    first = actions.run_info({})
     (found,) = first["runs"]
     assert found["status"] == lc.RunStatus.RUNNING
     assert found["message"] == "host gpus-1 does not answer"
@@ -159,31 +159,31 @@ def test_ps_counts_the_silence_across_its_looks_and_a_pass_ends_the_run(fake_hos
     assert state.read_facts(root, "gpus")["gpus-1"][silence.SINCE] == 50000.0
 
     clock["now"] += GRACE
-    later = entry.run_info({})
+    later = actions.run_info({})
     (found,) = later["runs"]
     assert [(j["job_num"], j["status"], j["reason"]) for j in found["jobs"]] == [
         (0, lc.JobStatus.RUNNING, None), (1, lc.JobStatus.FAILED, lc.INSTANCE_UNREACHABLE)]
     assert later["queue_due"]
 
     # The pass (with the test's clock for its waits) judges the same way from the cache.
-    report = queue.QueuePass(fleets, root=root, clock=lambda: clock["now"],
-                             sleep=cluster.sleep).run()
+    report = queue.QueuePass(fleets, runner_of=runs.runner_of, root=root,
+                             clock=lambda: clock["now"], sleep=cluster.sleep).run()
     assert report["stopped"] == ["train-0-0"]
-    (found,) = entry.run_info({})["runs"]
+    (found,) = actions.run_info({})["runs"]
     assert (found["status"], found["reason"]) == (lc.RunStatus.FAILED, "job_failed")
 
     # The host answers again, its job still running: the run that ended stays ended. The
     # next pass stops that job too (dstack's server stops it once the instance is back).
     cluster.nodes["gpus-1"].down = False
-    back = entry.run_info({})
+    back = actions.run_info({})
     assert back["unread_fleets"] == {}
     assert state.read_facts(root, "gpus") == fleets[0]["facts"]
     (found,) = back["runs"]
     assert found["status"] == lc.RunStatus.TERMINATING and back["queue_due"]
-    report = queue.QueuePass(fleets, root=root, clock=lambda: clock["now"],
-                             sleep=cluster.sleep).run()
+    report = queue.QueuePass(fleets, runner_of=runs.runner_of, root=root,
+                             clock=lambda: clock["now"], sleep=cluster.sleep).run()
     assert report["stopped"] == ["train-1-0"]
-    (found,) = entry.run_info({})["runs"]
+    (found,) = actions.run_info({})["runs"]
     assert (found["status"], found["reason"]) == (lc.RunStatus.TERMINATED, lc.TERMINATED_BY_SERVER)
     assert [(j["job_num"], j["status"], j["reason"]) for j in found["jobs"]] == [
         (0, lc.JobStatus.TERMINATED, lc.TERMINATED_BY_SERVER),
@@ -194,7 +194,8 @@ def test_a_pass_without_a_state_dir_does_not_judge_a_silent_host_running_on(fake
     """A QueuePass made without a root (as attached runners' tests make it) counts nothing:
     the host may come back."""
     fleets, cluster = detached_with_a_silent_host(fake_hosts)
-    report = queue.QueuePass(fleets, clock=cluster.clock, sleep=cluster.sleep).run(look(cluster))
+    report = queue.QueuePass(fleets, runner_of=runs.runner_of, clock=cluster.clock,
+                             sleep=cluster.sleep).run(look(cluster))
     assert report["stopped"] == []
 
 

@@ -18,13 +18,16 @@ import subprocess
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.files import module_source
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import ssh
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
     booking,
+    bootstrap,
     healthside,
     indexside,
     logside,
+    metricside,
     nodeside,
-    ssh,
+    volumeside,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import Node, NodeError
 
@@ -242,7 +245,7 @@ def test_sudo_for_login_users_other_than_root(user, prefix):
     node.call("status")
 
     command = runner.calls[0][0][-1]
-    assert command == "%spython3 -S -c %s %s" % (prefix, shlex.quote(nodeside.BOOTSTRAP),
+    assert command == "%spython3 -S -c %s %s" % (prefix, shlex.quote(bootstrap.BOOTSTRAP),
                                                  ssh.host_source_digest())
 
 
@@ -297,15 +300,17 @@ def test_call_sends_the_source_and_the_request_on_stdin():
     assert result == {"containers": []}
     ((argv, kwargs),) = runner.calls
     assert argv[-2] == "--"
-    assert shlex.split(argv[-1]) == ["sudo", "-n", "python3", "-S", "-c", nodeside.BOOTSTRAP,
+    assert shlex.split(argv[-1]) == ["sudo", "-n", "python3", "-S", "-c", bootstrap.BOOTSTRAP,
                                      ssh.host_source_digest()]
     assert kwargs["timeout"] == 45
     assert kwargs["stdout"] == subprocess.PIPE and kwargs["stderr"] == subprocess.PIPE
     data = kwargs["input"]
-    # Split the way BOOTSTRAP splits it on the host: nodeside's source, then booking's,
-    # healthside's, logside's and indexside's.
-    source, sep, request = data.partition(b"\n" + nodeside.SEPARATOR + b"\n")
+    # Split the way BOOTSTRAP splits it on the host: nodeside's source, then volumeside's,
+    # metricside's, booking's, healthside's, logside's and indexside's.
+    source, sep, request = data.partition(b"\n" + bootstrap.SEPARATOR + b"\n")
     assert sep and source == b"\n".join((module_source(vars(nodeside)),
+                                         module_source(vars(volumeside)),
+                                         module_source(vars(metricside)),
                                          module_source(vars(booking)),
                                          module_source(vars(healthside)),
                                          module_source(vars(logside)),
@@ -319,7 +324,7 @@ def test_call_without_payload_sends_an_empty_one():
     Node(local_instance(), runner=runner).call("image_info")
 
     data = runner.calls[0][1]["input"]
-    request = data.partition(b"\n" + nodeside.SEPARATOR + b"\n")[2]
+    request = data.partition(b"\n" + bootstrap.SEPARATOR + b"\n")[2]
     assert json.loads(request.decode("utf-8")) == {"op": "image_info", "payload": {}}
     assert runner.calls[0][1]["timeout"] == 120
 

@@ -1,13 +1,13 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""entry.run_stop: how often it asks the hosts (a stop should cost one look at every host, the
+"""actions.run_stop: how often it asks the hosts (a stop should cost one look at every host, the
 stop, and a look at the run's own hosts), and when it moves the queue."""
 
 from __future__ import annotations
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import entry, runs
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions, surveys
 
 from tests.unit import test_task_runs
 from tests.unit.test_task_runs import fleet, task
@@ -21,10 +21,10 @@ def started(fake_hosts, monkeypatch):
     fleets = [fleet(count=4)]
     runner, cluster = fake_hosts(task(nodes=2), fleets)
     runner.run(wait=False)
-    monkeypatch.setattr(entry, "_fleets", lambda params: ("/state", fleets))
-    monkeypatch.setattr(runs, "nodes_of", lambda found, root=None: dict(cluster.nodes))
+    monkeypatch.setattr(actions, "_fleets", lambda params: ("/state", fleets))
+    monkeypatch.setattr(surveys, "nodes_of", lambda found, root=None: dict(cluster.nodes))
     moved = []
-    monkeypatch.setattr(entry, "drive_queue", lambda *a, **k: moved.append(a) or {})
+    monkeypatch.setattr(actions, "drive_queue", lambda *a, **k: moved.append(a) or {})
     del cluster.log[:]
     return cluster, moved
 
@@ -35,7 +35,7 @@ def statuses(cluster):
 
 def test_a_stop_looks_at_every_host_once_then_only_at_the_runs_hosts(started):
     cluster, moved = started
-    answer = entry.run_stop({"name": "train", "abort": False, "fleets": [], "state_dir": None})
+    answer = actions.run_stop({"name": "train", "abort": False, "fleets": [], "state_dir": None})
     assert answer["changed"] and sorted(answer["run"]["stopped"]) == ["train-0-0", "train-1-0"]
     assert answer["run"]["name"] == "train"
     assert statuses(cluster) == ["gpus-0", "gpus-0", "gpus-1", "gpus-1", "gpus-2", "gpus-3"]
@@ -52,13 +52,13 @@ def test_a_stop_moves_the_queue_when_something_waits_in_it(started, state, passe
     cluster.nodes["gpus-3"].queue["later"] = {
         "run": "later", "run_id": "x", "state": state, "priority": 0,
         "submitted_at": "2026-01-01T09:00:00Z", "config": {}}
-    entry.run_stop({"name": "train", "abort": True, "fleets": [], "state_dir": None})
+    actions.run_stop({"name": "train", "abort": True, "fleets": [], "state_dir": None})
     assert len(moved) == passes
 
 
 def test_a_stop_in_check_mode_says_a_change_for_a_run_with_jobs_up_and_stops_nothing(started):
     cluster, _moved = started
-    answer = entry.run_stop({"name": "train", "abort": False, "fleets": [], "state_dir": None},
-                            check_mode=True)
+    answer = actions.run_stop({"name": "train", "abort": False, "fleets": [], "state_dir": None},
+                              check_mode=True)
     assert answer["changed"] and answer["run"]["name"] == "train"
     assert [op for _h, op, _p in cluster.log if op == "stop"] == []

@@ -1,4 +1,4 @@
-"""The job wrapper (tasks.wrapper), run for real with dash and, when installed, busybox sh.
+"""The job wrapper (tasks.hostside.wrapper), run for real with dash and, when installed, busybox sh.
 
 Each test builds a job folder from tasks.rankplan.build_jobs, points the wrapper's paths into a
 temporary folder (GPUFLEET_DIR, DSTACK_DIR, GPUFLEET_ETC, HOME) and runs ``job.sh``.
@@ -19,10 +19,10 @@ import time
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import environment as plan_env
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import rankplan
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
     logside,
     nodeside,
-    rankplan,
     wrapper,
 )
 
@@ -977,7 +977,7 @@ def test_since_skips_what_was_printed_before_a_quiet_spell(tmp_path, shell, monk
 
 
 def test_the_host_reads_what_the_wrapper_kept(tmp_path, monkeypatch):
-    # The host side (tasks.logside) on the very files a wrapper wrote, rotation included.
+    # The host side (tasks.hostside.logside) on the very files a wrapper wrote, rotation included.
     burst = "i=0; while [ $i -lt 700 ]; do printf '%%01023d\\n' %d; i=$((i+1)); done"
     job = Job(tmp_path, {"commands": [burst % 1, "sleep 2", burst % 2, "echo last"]})
     done = job.run((["/bin/sh"], os.environ.get("PATH", "/usr/bin:/bin")),

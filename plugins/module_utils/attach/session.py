@@ -101,7 +101,7 @@ def _spec(entry):
 
 def attach(params, nodes, root):
     """The module's result. ``nodes``: ``{instance name: tasks.ssh.Node}`` of the fleets."""
-    from ..tasks.runs import survey_with_queues
+    from ..tasks.surveys import survey_with_queues
 
     name = params["name"]
     if params.get("state") == "absent":
@@ -192,12 +192,12 @@ def attach(params, nodes, root):
 
 def attach_entry(params):
     """The run_attach module's result, from its parameters; AttachError with the reason."""
-    from ..tasks import runs
+    from ..tasks import surveys
 
     root = state.state_dir(params.get("state_dir"))
     try:
-        fleets = runs.collect_fleets(params.get("fleets") or (), _docker(), root)
-        nodes = runs.nodes_of(fleets, root)
+        fleets = surveys.collect_fleets(params.get("fleets") or (), _docker(), root)
+        nodes = surveys.nodes_of(fleets, root)
         return attach(params, nodes, root)
     except (RunError, tunnel.TunnelError, ports.PortError, sshconfig.SshConfigError) as exc:
         raise AttachError(str(exc)) from exc

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A run's stop, the one sequence of its steps: every job of the run stopped (tasks.entry's
+"""A run's stop, the one sequence of its steps: every job of the run stopped (tasks.actions's
 ``run_stop``, which also moves the queue on), then the run's SSH aliases, key and forwarded
 ports on this controller removed (the attach session with ``state: absent``).
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from ..tasks import entry
+from ..tasks import actions
 from . import session
 
 
@@ -32,10 +32,10 @@ def forget_params(params):
 
 def stop_run(params, check_mode=False):
     """Stop the run (or job array) ``params["name"]`` and forget its SSH aliases here.
-    ``params``: the run_stop module's (tasks.entry.RUN_STOP_ARGS). Returns run_stop's result
+    ``params``: the run_stop module's (tasks.actions.RUN_STOP_ARGS). Returns run_stop's result
     (``run``, ``changed``; ``changed`` also when aliases were removed). In check mode nothing
     is stopped and nothing is forgotten."""
-    answer = entry.run_stop(params, check_mode=check_mode)
+    answer = actions.run_stop(params, check_mode=check_mode)
     if check_mode:
         return answer
     forgotten = session.attach_entry(forget_params(params))

@@ -9,7 +9,7 @@ changed only by localpool.py (sent to a throwaway ``docker run --network none`` 
 the node image, under the pool's lock). Every local node mounts the pool at
 ``/var/lib/gpufleet/volumes`` (NODE_POOL_DIR); at task time the volume is attached to the node
 of the job (the record's holder) and the node bind-mounts its folder where it mounts a cloud
-volume (``/mnt/disks/dstack-volumes/<name>``, tasks.nodeside ``mount_volume``).
+volume (``/mnt/disks/dstack-volumes/<name>``, tasks.hostside.volumeside ``mount_volume``).
 
 A volume is in use, and neither moves to another node nor is deleted, while its holder node
 runs and either a running container there binds it or the attach is younger than
@@ -44,7 +44,8 @@ POOL_LABEL = "gpufleet.pool"
 # The job containers' labels that name their run submission (tasks/container.py sets them).
 RUN_ID_LABEL = "gpufleet.run-id"
 SUBMISSION_LABEL = "gpufleet.submission"
-# Where a node mounts a network volume (volumes/mounts.py, tasks/nodeside.py keep it too).
+# Where a node mounts a network volume (volumes/mounts.py, tasks/hostside/volumeside.py keep it
+# too).
 MOUNT_ROOT = "/mnt/disks/dstack-volumes"
 REGION = "local"
 

@@ -9,7 +9,7 @@ input passes it through ``shorten`` (as text) or ``quote`` (in quotes, as Python
 writes it): up to ``LIMIT`` characters are kept, then ``... (N characters)`` says how long the
 whole was.
 
-Pure Python, no imports: tasks/nodeside.py and the other files sent to hosts do not use it.
+Pure Python, no imports: tasks/hostside/nodeside.py and the other files sent to hosts do not use it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A host's GPU health from what its tools said (tasks.healthside's probe): dstack's three levels.
+"""A host's GPU health from what its tools said (tasks.hostside.healthside's probe): dstack's three
+levels.
 
 Pure Python. dstack keeps one health per instance, ``healthy``, ``warning`` or ``failure``
 (docs/reference/dstack-runtime.md#health): DCGM's overall result of ``dcgmi health -c`` (PASS, WARN,
@@ -169,7 +170,7 @@ def _result(status, source, incidents, checked_at, error=None):
 
 
 def judge(probe, checked_at=None):
-    """The health of a host from its probe (tasks.healthside.probe_health's answer)."""
+    """The health of a host from its probe (tasks.hostside.healthside.probe_health's answer)."""
     probe = probe if isinstance(probe, dict) else {}
     dcgmi = probe.get("dcgmi") or {}
     if dcgmi.get("rc") == 0 and "Overall Health" in (dcgmi.get("out") or ""):

@@ -12,8 +12,8 @@ link to a folder outside by an empty folder). Each entry is limited to
 
 An entry reads as ``{relative path: item}``: ``""`` is the local path itself, a folder's files
 are under it. An item is ``{"data": base64, "mode"}``, ``{"dir": True, "mode"}`` or ``{"link":
-target}``: what tasks.nodeside writes in the job folder (``files/N``, ``files/N/<path>``), and
-the wrapper then copies to the entry's path in the container.
+target}``: what tasks.hostside.nodeside writes in the job folder (``files/N``, ``files/N/<path>``),
+and the wrapper then copies to the entry's path in the container.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
 
 The one place this is decided: ``gpufleet validate`` and the ``config_info`` module report it
 (``validate_file``, spec.validate_file's object with these refusals added to ``unsupported``),
-and tasks.entry refuses a submission on the same Problems before any host is touched. The
+and tasks.actions refuses a submission on the same Problems before any host is touched. The
 field paths and messages are spec.support's kind: ``files[0]``, ``repos[0].local_path``.
 """
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from ..core.text import shorten
-from . import lifecycle, listing, placement, runs
+from . import lifecycle, listing, placement, rankplan, surveys
 from .container import ARRAY_LABEL
 from .errors import PlanError, RunError
 from .lifecycle import RunStatus
@@ -36,7 +36,7 @@ def member_names(base, indices):
 
 def array_statuses(nodes, base):
     """``{run name: status}`` of the array's runs on the hosts (the latest submission of each)."""
-    containers, _errors = runs.survey(nodes)
+    containers, _errors = surveys.survey(nodes)
     mine = dict((h, [c for c in entries if c["labels"].get(ARRAY_LABEL) == base])
                 for h, entries in containers.items())
     return dict((r["name"], r["status"]) for r in listing.run_records(mine))
@@ -51,7 +51,7 @@ class ArrayRunner(object):
 
     def __init__(self, config, array, make_runner, statuses, emit=None, clock=time.time,
                  sleep=time.sleep, poll=2.0, rng=None):
-        self.base = config.get("name") or runs.rankplan.random_run_name(
+        self.base = config.get("name") or rankplan.random_run_name(
             *([rng] if rng is not None else []))
         self.indices = array["indices"]
         self.limit = array.get("limit")

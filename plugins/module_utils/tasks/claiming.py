@@ -2,7 +2,7 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Claiming the hosts of a placement before anything is started on them (the controller's side
-of tasks.booking).
+of tasks.hostside.booking).
 
 Placement reads what is busy from a survey, which another controller may be acting on at the
 same moment. So a placement is only a proposal until every host of it has granted a claim: each
@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..core.errors import GpufleetError
 from . import lifecycle
 from .lifecycle import JobStatus
-from .supervisor import parallel
+from .ssh import parallel
 
 CLAIM_LEASE = 900
 
@@ -59,7 +59,8 @@ def busy_map(containers, claims=None):
 
 
 def claim_of(job, run, submission, by=None, lease=CLAIM_LEASE):
-    """The claim a placed job makes on its host (the ``claim`` request of tasks.booking)."""
+    """The claim a placed job makes on its host (the ``claim`` request of
+    tasks.hostside.booking)."""
     return {
         "run": run["name"],
         "run_id": run["id"],
@@ -79,8 +80,8 @@ def claim_hosts(nodes, placed, run, submission, by=None, extras=None, answers=No
     """Claim every host of ``placed`` for ``run``; ClaimRefused (after releasing what was
     granted) when one is taken. Returns ``{host: claim}``.
 
-    ``extras`` (``{host: {...}}``) go with a host's request: tasks.booking's ``replace`` and
-    ``image``; each granted host's answer is put in ``answers`` (a dict), when given."""
+    ``extras`` (``{host: {...}}``) go with a host's request: tasks.hostside.booking's ``replace``
+    and ``image``; each granted host's answer is put in ``answers`` (a dict), when given."""
     claims = dict((job["host"], claim_of(job, run, submission, by)) for job in placed["jobs"])
     hosts = sorted(claims)
     asked = []

@@ -6,7 +6,7 @@
 The rank plan is made by tasks.rankplan from its parts (tasks.environment, tasks.command,
 tasks.container), and a run is carried by tasks.runs with tasks.images and tasks.listing; each
 group raises one error class, defined here so that no part has to import the module that
-composes it. Errors of a single module (NodeError, PlacementError, EntryError) stay in it.
+composes it. Errors of a single module (NodeError, PlacementError, ActionError) stay in it.
 """
 
 from __future__ import annotations
@@ -20,3 +20,15 @@ class PlanError(GpufleetError):
 
 class RunError(GpufleetError):
     """The run cannot be submitted or acted on; the message says why and what to do."""
+
+
+class NeedsInstances(RunError):
+    """The run fits only once a backend fleet grows (tasks.growth): ``create`` says which fleet,
+    by how many instances, and ``plan`` is the placement on the grown fleet."""
+
+    def __init__(self, create, plan):
+        super(NeedsInstances, self).__init__(
+            "fleet %s needs %d more instance%s for this run" % (
+                create["fleet"], create["instances"], "" if create["instances"] == 1 else "s"))
+        self.create = create
+        self.plan = plan

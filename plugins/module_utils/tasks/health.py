@@ -2,7 +2,8 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Refreshing the GPU health of fleet hosts, as dstack's server checks its instances in the
-background: ask the hosts (tasks.healthside), judge (hosts.health), keep it in the facts cache.
+background: ask the hosts (tasks.hostside.healthside), judge (hosts.health), keep it in the facts
+cache.
 
 The health lives in each host's cached facts (fleets/state.py's ``facts.json``), next to what
 the last apply measured, so task placement, which reads that cache, uses the refreshed health:
@@ -14,7 +15,7 @@ the last apply measured, so task placement, which reads that cache, uses the ref
     health_checked_at   when it was read (ISO 8601, UTC)
     health_error        why the last probe could not say (the health stays what it was)
 
-``reconcile`` asks in the survey it makes anyway (tasks.runs.survey_with_queues with
+``reconcile`` asks in the survey it makes anyway (tasks.surveys.survey_with_queues with
 ``probe``); ``gpufleet fleet`` asks, in one request per host, only the hosts whose health is
 older than ``max_age`` seconds (``MAX_AGE``; 0: every host).
 """
@@ -26,9 +27,9 @@ import datetime
 from ..core.times import parse_time
 from ..fleets import report, state
 from ..fleets.status import InstanceStatus
+from . import surveys
 from .claiming import busy_map
-from .ssh import Node
-from .supervisor import parallel
+from .ssh import Node, parallel
 
 MAX_AGE = 300
 PROBE_TIMEOUT = 90
@@ -152,9 +153,8 @@ def refresh(records, root, max_age=MAX_AGE, now=None, connect_timeout=10, node_f
     raw = {}
     if occupancy:
         # The survey every command makes (tasks.runs), with the health where it is due.
-        from .runs import survey_with_queues
 
-        containers, claims, _queues, errors = survey_with_queues(
+        containers, claims, _queues, errors = surveys.survey_with_queues(
             nodes, probe=asked, health=raw, timeout=PROBE_TIMEOUT)
     else:
         answers = parallel(sorted(nodes), lambda host: nodes[host].call(

@@ -5,7 +5,7 @@
 
 An image a host already has is kept; otherwise each host pulls it (with the task's registry
 credentials), and an image no host can pull is pushed from the controller (``docker save``
-here, ``docker load`` there). All hosts are asked at once (tasks.supervisor.parallel).
+here, ``docker load`` there). All hosts are asked at once (tasks.ssh.parallel).
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ import tempfile
 
 from ..backends.docker_cli import DockerError
 from .errors import RunError
-from .ssh import NodeError
-from .supervisor import parallel
+from .ssh import NodeError, parallel
 
 IMAGE_SOURCES = ("auto", "pull", "push", "present")
 

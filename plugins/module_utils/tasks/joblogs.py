@@ -1,7 +1,8 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A run's output as its hosts keep it (tasks.logside), read page by page: ``gpufleet logs``.
+"""A run's output as its hosts keep it (tasks.hostside.logside), read page by page: ``gpufleet
+logs``.
 
 Every host of the run is asked once, all at once, for the first page of each of its jobs; a
 job with more output is then read on, a page at a time, in rank order. Lines are handed on as
@@ -18,8 +19,7 @@ import codecs
 from ..core.errors import GpufleetError
 from ..core.times import parse_time
 from ..spec.grammar import Invalid, parse_duration
-from .ssh import NodeError
-from .supervisor import parallel
+from .ssh import NodeError, parallel
 
 FIRST_PAGE = 256 * 1024
 PAGE = 1024 * 1024
@@ -85,7 +85,7 @@ def _request(run, nums, containers, since, tail, limit, starts=None):
 
 def first_request(run, job=None, since=None, tail=None):
     """The ``logs`` request for the first pages of every job of ``run`` a host keeps (only
-    ``job``'s when given), sent with the survey (tasks.runs.survey_with_queues)."""
+    ``job``'s when given), sent with the survey (tasks.surveys.survey_with_queues)."""
     return _request(run, None if job is None else [job], {}, since, tail, FIRST_PAGE)
 
 

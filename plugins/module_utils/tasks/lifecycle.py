@@ -16,7 +16,7 @@ resubmitted under its retry policy. Nothing here touches a host or a clock of it
 from __future__ import annotations
 
 from ..core.enums import StrEnum
-from .booking import HOLDING_STATES
+from .hostside.booking import HOLDING_STATES
 
 
 class JobStatus(StrEnum):
@@ -86,7 +86,8 @@ class RunStatus(StrEnum):
         return self in self.finished_statuses()
 
 
-# What tasks.nodeside's status says of a job whose folder is there and its container is not.
+# What tasks.hostside.nodeside's status says of a job whose folder is there and its container is
+# not.
 CONTAINER_ABSENT = ("gone", "never-created")
 
 # Termination reasons (dstack's JobTerminationReason, lower case).
@@ -132,9 +133,9 @@ def _int(value):
 def job_status(entry):
     """``(status, reason, exit_code)`` of one job from its container (None: not created yet).
 
-    ``entry`` is what tasks.nodeside's ``status`` answers for the container: its Docker state
-    and the files of its state folder (``running``: the command started; ``reason``: why it was
-    stopped, written before the stop; ``exit_code``: written by the wrapper when it ends).
+    ``entry`` is what tasks.hostside.nodeside's ``status`` answers for the container: its Docker
+    state and the files of its state folder (``running``: the command started; ``reason``: why it
+    was stopped, written before the stop; ``exit_code``: written by the wrapper when it ends).
     """
     if entry is None:
         return JobStatus.SUBMITTED.value, None, None
@@ -142,7 +143,7 @@ def job_status(entry):
     reason = files.get("reason")
     state = entry.get("state")
     if entry.get("setup_error"):
-        # Its container could not be created (tasks.nodeside's start).
+        # Its container could not be created (tasks.hostside.nodeside's start).
         return JobStatus.FAILED.value, EXECUTOR_ERROR, None
     if state == "gone" and not files.get("exit_code") and reason not in STOP_REASONS:
         # Its container was removed under it, by someone else (docker rm).
@@ -177,8 +178,8 @@ def job_status(entry):
 def holds_host(entry):
     """Whether a job's container still holds its host: it has not ended (a job that is alive,
     or one that has ended while its wrapper still tells the run's other nodes to stop). The
-    Docker state decides, as it does for tasks.booking's claims: every alive job's container
-    is in one of those states."""
+    Docker state decides, as it does for tasks.hostside.booking's claims: every alive job's
+    container is in one of those states."""
     return entry is not None and entry.get("state") in HOLDING_STATES
 
 

@@ -5,7 +5,7 @@
 state files.
 
 A run has no record but its containers (tasks.container writes their labels), so each
-operation here asks the hosts for their task containers (tasks.runs.survey) and rebuilds the
+operation here asks the hosts for their task containers (tasks.surveys.survey) and rebuilds the
 run records from what they carry. The records hold data: the job's resources and the GPU the
 task asked for come as labels wrote them, and render/run_table.py makes the ``ps`` table's text.
 Labels written by earlier versions, which held that text already, are read as they are.
@@ -18,17 +18,16 @@ import os
 import time
 
 from ..core.text import shorten
-from . import lifecycle
+from . import lifecycle, queue_records, surveys
+from .lifecycle import JobStatus, RunStatus
 from .container import RESOURCES_LABEL, RUN_SPEC_LABEL
 from .errors import RunError
-from .lifecycle import JobStatus, RunStatus
-from .runs import nodes_of, survey
-from .ssh import missing_key
-from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch, parallel
+from .ssh import missing_key, parallel
+from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch
 
 
 def _asked(labels):
-    """What the run asked for: its gpufleet.run-spec label (tasks.container), parsed."""
+    """What the run asked for: its gpufleet.run-asked label (tasks.container), parsed."""
     try:
         value = json.loads(labels.get(RUN_SPEC_LABEL) or "{}")
     except ValueError:
@@ -139,34 +138,33 @@ def with_queue(records, queues):
     """The run records with what the queue entries (tasks.queue) add: a pending run (waiting for
     capacity, or to be resubmitted) with its place in the queue, and one whose wait ended
     (failed for no capacity, or stopped) before it ever ran."""
-    from . import queue
-
     newest = {}
-    for host, entry in queue.entries_of(queues):
+    for host, entry in queue_records.entries_of(queues):
         # The same name on two queue hosts (the queue host changed): the newest entry counts.
         key = entry.get("run")
         if key not in newest or float(entry.get("submitted_epoch") or 0) > float(
                 newest[key][1].get("submitted_epoch") or 0):
             newest[key] = (host, entry)
     entries = list(newest.values())
-    places = queue.positions(entries)
+    places = queue_records.positions(entries)
     by_name = dict((r["name"], r) for r in records)
     out = list(records)
     for host, entry in entries:
         state = entry.get("state")
-        if state == queue.ACTIVE:
+        if state == queue_records.ACTIVE:
             if entry["run"] in by_name:
                 by_name[entry["run"]]["retry_kept_on"] = host
             continue
-        status = {queue.PENDING: RunStatus.PENDING.value, queue.FAILED: RunStatus.FAILED.value,
-                  queue.TERMINATED: RunStatus.TERMINATED.value}.get(state, state)
+        status = {queue_records.PENDING: RunStatus.PENDING.value,
+                  queue_records.FAILED: RunStatus.FAILED.value,
+                  queue_records.TERMINATED: RunStatus.TERMINATED.value}.get(state, state)
         extra = {"status": status, "queued_on": host, "priority": entry.get("priority") or 0,
                  "queue_position": places.get(entry["run"]),
-                 "reason": None if state == queue.PENDING else entry.get("reason"),
+                 "reason": None if state == queue_records.PENDING else entry.get("reason"),
                  "message": entry.get("message") or entry.get("reason")}
         record = by_name.get(entry["run"])
         if record is not None and record.get("run_id") == entry.get("run_id"):
-            if state == queue.PENDING:   # its failed submission went; the next one waits
+            if state == queue_records.PENDING:   # its failed submission went; the next one waits
                 record.update(extra, submission=entry.get("submissions"))
             continue
         if record is not None and record in out:
@@ -217,9 +215,8 @@ def _lost_jobs(run, asked, nodes, statuses, answered, instances, silent):
 def list_runs(nodes, survey_result=None, instances=None, silent=None):
     """``(run records, {host: error})`` for every run on the hosts, queued ones included
     (``instances`` and ``silent``: see run_records)."""
-    from .runs import survey_with_queues
 
-    containers, _claims, queues, errors = survey_result or survey_with_queues(nodes)
+    containers, _claims, queues, errors = survey_result or surveys.survey_with_queues(nodes)
     records = with_queue(run_records(containers, errors, instances, silent), queues)
     return records, dict((h, str(e)) for h, e in errors.items())
 
@@ -259,9 +256,9 @@ def own_errors(fleets, errors, root=None):
 
 def find_run(nodes, name, surveyed=None, queues=None):
     """``(record, {host: containers})`` of run ``name``, from the hosts (or from ``surveyed``,
-    what tasks.runs.survey answered); with ``queues`` (the survey's queue entries) a run that
+    what tasks.surveys.survey answered); with ``queues`` (the survey's queue entries) a run that
     waits in the queue is found too, with no containers. RunError if no host has it."""
-    containers, errors = surveyed or survey(nodes)
+    containers, errors = surveyed or surveys.survey(nodes)
     mine = dict((h, [c for c in entries if c["labels"].get(RUN_LABEL) == name])
                 for h, entries in containers.items())
     mine = dict((h, c) for h, c in mine.items() if c)
@@ -279,7 +276,7 @@ def stop_run(nodes, name, abort=False, surveyed=None):
     """Stop every live job of run ``name`` (``terminated_by_user``); return the run record.
 
     A graceful stop gives each job stop_duration seconds after TERM; ``abort`` kills at once.
-    ``surveyed``: what tasks.runs.survey answered a moment ago, instead of asking again.
+    ``surveyed``: what tasks.surveys.survey answered a moment ago, instead of asking again.
     """
     record, mine = find_run(nodes, name, surveyed)
 
@@ -313,11 +310,10 @@ def run_logs(nodes, name, tail=None, job=None, since=None):
     hosts keep it (tasks.joblogs): ``(record, [(rank, line), ...])`` in rank order, lines
     read lazily (the second item is an iterator)."""
     from . import joblogs
-    from .runs import survey_with_queues
 
-    # One request per host finds the run and brings its jobs' first pages (tasks.logside).
+    # One request per host finds the run and brings its jobs' first pages (tasks.hostside.logside).
     firsts = {}
-    containers, _claims, queues, errors = survey_with_queues(
+    containers, _claims, queues, errors = surveys.survey_with_queues(
         nodes, logs=joblogs.first_request(name, job=job, since=since, tail=tail),
         pages=firsts)
     # A run waiting in the queue has printed nothing yet: its logs are empty, as in dstack.
@@ -374,11 +370,10 @@ QUEUE_POLL = 5.0
 def _started(nodes, name, emit, sleep):
     """``find_run`` of a run that may still wait in the queue: until its containers are made
     (or its wait ends), say where it waits once and look again every QUEUE_POLL seconds."""
-    from .runs import survey_with_queues
 
     said = False
     while True:
-        containers, _claims, queues, errors = survey_with_queues(nodes)
+        containers, _claims, queues, errors = surveys.survey_with_queues(nodes)
         record, mine = find_run(nodes, name, (containers, errors), queues)
         if mine or record.get("status") != RunStatus.PENDING:
             return record, mine
@@ -396,7 +391,7 @@ def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time, 
     supervise it as the runner does (a failed job stops the others, master-done, a stop asked
     meanwhile) until it ends; return the final run record.
 
-    A detached run also supervises itself (tasks.wrapper: a job that ends the run asks the
+    A detached run also supervises itself (tasks.hostside.wrapper: a job that ends the run asks the
     others to stop over the run's SSH); retry cannot resubmit from here, so a failure ends the
     run failed.
     """
@@ -428,7 +423,7 @@ def runs_alive(record, root):
     them, and the instances that could not be asked, with why. An instance is busy, idle or
     unknown: one that could not be asked is never taken for idle (a short wait: a host that
     does not answer should not hold up the command long)."""
-    nodes = nodes_of([record], root, connect_timeout=5)
+    nodes = surveys.nodes_of([record], root, connect_timeout=5)
     if not nodes:
         return {}, {}
     found, unreachable = list_runs(nodes)

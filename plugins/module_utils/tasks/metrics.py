@@ -5,9 +5,9 @@
 
 dstack's runner samples, inside the container, the cgroup's CPU time and memory and the GPUs'
 utilisation and memory (nvidia-smi, amd-smi); its server polls it every 10 seconds and keeps
-the last hour of a running job. Here the wrapper (tasks.wrapper) samples the same values every
-10 seconds into the job's ``state/metrics`` on its host, and ``gpufleet metrics`` reads the last
-hour of every job in one request per host (nodeside ``metrics``). No server keeps anything.
+the last hour of a running job. Here the wrapper (tasks.hostside.wrapper) samples the same values
+every 10 seconds into the job's ``state/metrics`` on its host, and ``gpufleet metrics`` reads the
+last hour of every job in one request per host (nodeside ``metrics``). No server keeps anything.
 
 Pure Python: ``parse(text)`` reads the samples, ``job_metrics(samples, gpus)`` makes dstack's
 series from them (``cpu_usage_percent`` from two consecutive samples, the memory working set

@@ -27,95 +27,16 @@ import os
 import socket
 import time
 
-from ..core.text import shorten
 from ..core.times import parse_time
-from ..fleets.status import InstanceStatus
-from . import interruption, lifecycle, listing, placement, runbook, silence
-from .errors import PlanError, RunError
+from . import interruption, lifecycle, listing, placement, silence, surveys
 from .lifecycle import JobStatus, RunStatus
-from .ssh import NodeError
-from .supervisor import parallel
-
-PENDING = "pending"
-ACTIVE = "active"
-FAILED = "failed"
-TERMINATED = "terminated"
-WAITING = (PENDING, ACTIVE)
-RESUBMITTED_ON = (lifecycle.EVENT_ERROR, lifecycle.EVENT_INTERRUPTION)
+from .queue_records import ACTIVE, FAILED, PENDING, entries_of, keeps_entry, priority_order
+from .errors import NeedsInstances, PlanError, RunError
+from .ssh import NodeError, parallel
 
 
 def controller_id():
     return "%s:%d" % (socket.gethostname(), os.getpid())
-
-
-def entries_of(queues):
-    """``[(host, summary)]`` of every queue entry the survey found."""
-    return [(host, entry) for host, found in sorted(queues.items()) for entry in found]
-
-
-def priority_order(entries):
-    """Pending entries in the order they are tried: higher priority first, then first
-    submitted."""
-    return sorted((item for item in entries if item[1].get("state") == PENDING),
-                  key=lambda item: (-int(item[1].get("priority") or 0),
-                                    float(item[1].get("submitted_epoch") or 0),
-                                    item[1].get("run") or ""))
-
-
-def positions(entries):
-    """``{run: place in the queue}`` of the pending runs (1 is tried first)."""
-    return dict((entry["run"], index + 1)
-                for index, (_host, entry) in enumerate(priority_order(entries)))
-
-
-def keeps_entry(config):
-    """Whether a started run keeps an entry so that retry can submit it again."""
-    retry = config.get("retry") or {}
-    return any(event in RESUBMITTED_ON for event in retry.get("on_events") or ())
-
-
-def queue_host(fleets, names, errors):
-    """The host that keeps a run's entry: the reachable ready instance with the lowest number
-    of the first of its fleets that has one."""
-    for fleet in fleets:
-        if names and fleet.get("name") not in names:
-            continue
-        for inst in sorted(fleet.get("instances") or [], key=lambda i: i.get("num") or 0):
-            if inst.get("hostname") and (
-                    inst.get("status") in InstanceStatus.available_statuses()) and (
-                    inst["name"] not in errors):
-                return inst["name"]
-    return None
-
-
-def candidate_fleets(config, fleets):
-    wanted = [str(ref).rsplit("/", 1)[-1] for ref in config.get("fleets") or []]
-    return wanted or [f["name"] for f in fleets]
-
-
-def enqueue(runner, errors, reason, number=0, retry_since=None, state=PENDING, hosts=()):
-    """Write ``runner``'s run down as an entry on its queue host; returns that host."""
-    names = candidate_fleets(runner.config, runner.fleets)
-    host = queue_host(runner.fleets, names, errors)
-    if host is None:
-        raise RunError("run %s cannot wait for capacity: none of its fleets (%s) has a reachable "
-                       "host to keep it on" % (runner.name, ", ".join(shorten(n) for n in names)
-                                               or "none"))
-    entry = runbook.entry_of(runner, names, state=state, reason=reason, number=number,
-                             retry_since=retry_since)
-    entry["queued_on"] = host
-    entry["hosts"] = list(hosts)
-    archive = None
-    if entry.get("repo"):
-        runner.code.ship(runner.nodes, [host], None, runner.secrets)
-        archive = runbook.local_archive(runner)
-    try:
-        answer = runner.nodes[host].call("enqueue", {"entry": entry, "archive": archive})
-    except NodeError as exc:
-        raise RunError(str(exc)) from exc
-    if not answer.get("queued"):
-        raise RunError(answer.get("reason") or "the queue refused run %s" % runner.name)
-    return host
 
 
 def _epoch(value, default):
@@ -128,20 +49,23 @@ class QueuePass(object):
 
     ``own``: an attached Runner waiting for capacity; when its own entry's turn comes and it
     fits, the submission is returned to it (``report["own"]``) instead of started here.
-    ``options`` go to each Runner made from an entry (root, docker, emit, poll, clock, sleep).
+    ``runner_of(entry, fleets, queue_node=..., **options)`` makes the Runner of an entry
+    (tasks.runs.runner_of, passed in: the runner is above the queue). ``options`` go to each
+    Runner made from an entry (root, docker, emit, poll, clock, sleep).
     """
 
-    def __init__(self, fleets, own=None, emit=None, clock=time.time, by=None, **options):
-        from .runs import nodes_of
+    def __init__(self, fleets, own=None, emit=None, clock=time.time, by=None, runner_of=None,
+                 **options):
 
         self.fleets = fleets
         self.own = own
+        self.runner_of = runner_of
         self.emit = emit or (lambda event: None)
         self.clock = clock
         self.by = by or controller_id()
         self.options = dict(options, clock=clock)
         self.options.setdefault("emit", self.emit)
-        self.nodes = nodes_of(fleets, options.get("root"))
+        self.nodes = surveys.nodes_of(fleets, options.get("root"))
         self.report = {"started": [], "resubmitted": [], "expired": [], "stopped": [],
                        "forgotten": [], "failed": [], "own": None}
         self.silent = set()
@@ -203,7 +127,6 @@ class QueuePass(object):
     def _try(self, host, summary):
         """Submit one pending entry if it fits now; True when it was the own run's."""
         from .claiming import release_hosts
-        from .runs import NeedsInstances
 
         node = self.nodes[host]
         retry = summary.get("retry") or {}
@@ -226,8 +149,8 @@ class QueuePass(object):
         runner = None
         keeper = _TakeKeeper(node, entry, self.by)
         try:
-            runner = self.own if own else runbook.runner_of(entry, self.fleets,
-                                                            queue_node=node, **self.options)
+            runner = self.own if own else self.runner_of(entry, self.fleets,
+                                                         queue_node=node, **self.options)
             submission = runner.submit(number, wait_for_capacity=False)
         except (placement.NoHostFits, NeedsInstances) as exc:
             keeper.stop()

@@ -7,9 +7,9 @@ Pure functions, no I/O. ``build_jobs`` turns a normalized task config (docs/conf
 the placement of its jobs (tasks.placement.place) into one job per rank: the container's
 name, labels and ``docker run`` options (tasks.container), its mounts (volumes.mounts), and the
 files of its job folder: the environment, the MPI hostfile and the inter-node SSH key
-(tasks.environment) and the command (tasks.command). The wrapper script (tasks.wrapper) reads those files
-inside the container. This module also names the run and picks its image. Names and formats
-follow dstack: docs/reference/dstack-runtime.md#environment-variables,
+(tasks.environment) and the command (tasks.command). The wrapper script (tasks.hostside.wrapper)
+reads those files inside the container. This module also names the run and picks its image. Names
+and formats follow dstack: docs/reference/dstack-runtime.md#environment-variables,
 docs/reference/dstack-runtime.md#mpi-hostfile, docs/reference/dstack-runtime.md#container-start,
 docs/reference/dstack-runtime.md#ssh-between-nodes and docs/reference/dstack-files.md#volume-mounts.
 
@@ -227,7 +227,7 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
     dstack's venv for the default image (tasks.python_env.choose), or None; ``fleet_env``: the
     SSH fleet's ``env`` (values filled), under the task's own ``env`` as in dstack.
     """
-    from . import wrapper
+    from .hostside import wrapper
 
     if not isinstance(config, dict) or config.get("type") != "task":
         raise PlanError("type: build_jobs needs a task configuration (type: task)")

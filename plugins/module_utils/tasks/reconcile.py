@@ -26,7 +26,7 @@ from . import lifecycle
 
 def idle_since(instance, containers):
     """When the instance became idle (None: busy now). ``containers`` are its task containers
-    as tasks.nodeside's ``status`` lists them."""
+    as tasks.hostside.nodeside's ``status`` lists them."""
     finished = []
     for entry in containers:
         if lifecycle.holds_host(entry):
@@ -50,11 +50,11 @@ def decide(config, instances, containers, errors, now, claims=None, queues=None)
 
     ``instances`` are the fleet's instance records, ``containers`` maps host names to their
     task containers, ``errors`` host names to why they could not be asked, ``now`` an aware
-    datetime; ``claims`` maps host names to their live claims (tasks.booking): a host claimed by
-    a run about to start is busy, and so is one that keeps queue entries of runs still waiting
-    or running (``queues``: host names to tasks.booking's entry summaries), which would go with
-    it. Idle instances go highest number first, never below ``nodes.min``; ``create`` is how
-    many instances bring the fleet back to ``nodes.min``.
+    datetime; ``claims`` maps host names to their live claims (tasks.hostside.booking): a host
+    claimed by a run about to start is busy, and so is one that keeps queue entries of runs still
+    waiting or running (``queues``: host names to tasks.hostside.booking's entry summaries), which
+    would go with it. Idle instances go highest number first, never below ``nodes.min``; ``create``
+    is how many instances bring the fleet back to ``nodes.min``.
     """
     claims = claims or {}
     queues = queues or {}

@@ -4,12 +4,12 @@
 """A run written down so that any controller can submit it later: the queue's entries.
 
 A run that must wait for capacity, or that may be submitted again (``retry``) after its
-submitter has gone, is kept as an *entry* on a fleet host (tasks.booking's queue folder, 0600,
-root's). The entry holds what the submitting controller had and another may lack: the task's
-normalized config with the command line's overrides, the secrets and environment variables it
-refers to, the contents of its ``files``, its repo archive (kept beside the entry on that host)
-and its identity (name, run id, submission time, priority). ``runner_of`` makes a
-tasks.runs.Runner from an entry on whichever controller acts on it.
+submitter has gone, is kept as an *entry* on a fleet host (tasks.hostside.booking's queue folder,
+0600, root's). The entry holds what the submitting controller had and another may lack: the task's
+normalized config with the command line's overrides, the secrets and environment variables it refers
+to, the contents of its ``files``, its repo archive (kept beside the entry on that host) and its
+identity (name, run id, submission time, priority). ``enqueue`` writes one down on its queue host;
+tasks.runs.runner_of makes a Runner from an entry on whichever controller acts on it.
 """
 
 from __future__ import annotations
@@ -20,12 +20,14 @@ import re
 import shutil
 import subprocess
 import tempfile
-import time
 
+from ..core.text import shorten
 from ..repos import files as shipped_files
 from ..repos import ship
 from . import code as codes
 from .errors import RunError
+from .queue_records import PENDING, candidate_fleets, queue_host
+from .ssh import NodeError
 
 # 2: ``files_data`` holds repos.files.read's contents (a folder's files too); a version 1
 # entry, whose files are base64 text, is still read. An earlier gpufleet refuses a version 2
@@ -178,26 +180,26 @@ class HeldCode(object):
             self._folder = None
 
 
-def runner_of(entry, fleets, queue_node=None, **options):
-    """A tasks.runs.Runner for ``entry`` on this controller (``options``: root, docker, emit,
-    poll, clock, sleep...)."""
-    from .runs import Runner
-
-    if entry.get("version") not in READ_VERSIONS:
-        raise RunError("run %s was queued by a gpufleet of another version (entry version %s); "
-                       "stop it and submit it again" % (entry.get("run"), entry.get("version")))
-    code_ = None
-    repo = entry.get("repo")
-    if repo and repo.get("kind") == "local":
-        code_ = HeldCode(entry, queue_node)
-    runner = Runner(entry["config"], fleets, secrets=entry.get("secrets") or {},
-                    environ=entry.get("environ") or {}, image_source=entry.get("image_source")
-                    or "auto", run_args=entry.get("run_args") or (),
-                    local_image=entry.get("local_image"), config_dir=entry.get("config_dir"),
-                    array=entry.get("array"), code_=code_,
-                    files_data=entry.get("files_data") or {}, **options)
-    runner.run_id = entry["run_id"]
-    runner.submitted_at = entry["submitted_at"]
-    runner.submitted_epoch = entry.get("submitted_epoch") or time.time()
-    runner._owns_code = code_ is not None
-    return runner
+def enqueue(runner, errors, reason, number=0, retry_since=None, state=PENDING, hosts=()):
+    """Write ``runner``'s run down as an entry on its queue host; returns that host."""
+    names = candidate_fleets(runner.config, runner.fleets)
+    host = queue_host(runner.fleets, names, errors)
+    if host is None:
+        raise RunError("run %s cannot wait for capacity: none of its fleets (%s) has a reachable "
+                       "host to keep it on" % (runner.name, ", ".join(shorten(n) for n in names)
+                                               or "none"))
+    entry = entry_of(runner, names, state=state, reason=reason, number=number,
+                     retry_since=retry_since)
+    entry["queued_on"] = host
+    entry["hosts"] = list(hosts)
+    archive = None
+    if entry.get("repo"):
+        runner.code.ship(runner.nodes, [host], None, runner.secrets)
+        archive = local_archive(runner)
+    try:
+        answer = runner.nodes[host].call("enqueue", {"entry": entry, "archive": archive})
+    except NodeError as exc:
+        raise RunError(str(exc)) from exc
+    if not answer.get("queued"):
+        raise RunError(answer.get("reason") or "the queue refused run %s" % runner.name)
+    return host

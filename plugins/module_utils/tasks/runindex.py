@@ -6,10 +6,10 @@
 A placement needs three things from the hosts: which are busy, whether a run of the same name is
 alive (dstack refuses it), and where such a run left containers (the new run clears them). The
 first is guarded anyway: every host a placement picks is claimed under that host's lock
-(tasks.booking), and a host that is taken refuses the claim. The other two need a record of
+(tasks.hostside.booking), and a host that is taken refuses the claim. The other two need a record of
 where each run name is, because those hosts may be any of the fleet's. That record is the run
-index (tasks.indexside), kept on the fleet's record host (``record_host``), the host that also
-keeps the fleet's queue while it answers.
+index (tasks.hostside.indexside), kept on the fleet's record host (``record_host``), the host that
+also keeps the fleet's queue while it answers.
 
 So a submission asks (``partial``):
 
@@ -43,16 +43,14 @@ Pure Python: the caller sends the requests (tasks.runs).
 from __future__ import annotations
 
 from ..fleets.status import InstanceStatus
-from .booking import HOLDING_STATES, is_run_name
+from .hostside.booking import HOLDING_STATES, is_run_name
 from .health import MAX_AGE as HEALTH_MAX_AGE
+from .queue_records import WAITING
 from .supervisor import RUN_LABEL
 
 # How long a rewritten index is trusted: the health period, so that one whole survey serves
 # both.
 MAX_AGE = HEALTH_MAX_AGE
-# The queue states a pass acts on: tasks.queue.WAITING, which cannot be imported here (queue
-# imports the runner, which imports this); a test holds the two together.
-WAITING = ("pending", "active")
 
 
 def fleet_hosts(fleet, nodes):
@@ -89,7 +87,7 @@ def index_requests(fleets, nodes, run):
 
 
 def trusted(view, max_age=MAX_AGE):
-    """Whether an index's answer (tasks.indexside.index_view) may stand for its fleet."""
+    """Whether an index's answer (tasks.hostside.indexside.index_view) may stand for its fleet."""
     age = (view or {}).get("age")
     return age is not None and age <= max_age
 
@@ -107,7 +105,7 @@ def merge(first, second):
 def partial(nodes, fleets, run, ask, assumed=None):
     """The survey a placement of ``run`` needs when every fleet's index can be trusted, else
     None (ask every host). ``ask(nodes, index=None, indexes=None)`` is
-    tasks.runs.survey_with_queues. Hosts it leaves out are in none of the four dicts.
+    tasks.surveys.survey_with_queues. Hosts it leaves out are in none of the four dicts.
 
     With ``assumed`` (a set), the hosts that the index names for ``run`` alone (where only an
     earlier run of this name may be alive) are not asked but added to ``assumed``: the caller

@@ -27,6 +27,7 @@ import math
 import time
 
 from ..fleets import state
+from . import surveys
 from .supervisor import STATUS_TIMEOUT
 
 SINCE = "silent_since"
@@ -67,16 +68,15 @@ def update(cached, silent, answered, now):
 
 def look(nodes, root, fleets, survey=None, clock=None, check_mode=False):
     """A look at every host as ps and the queue's passes make it: ``(survey, {host: seconds
-    silent})``, the survey being tasks.runs.survey_with_queues's answer, each host given
+    silent})``, the survey being tasks.surveys.survey_with_queues's answer, each host given
     STATUS_TIMEOUT as a run's watch gives it (a host that went away silently would hold the
     look a minute), and the silence noted (``note``). A host that did not answer was silent
     from the look's start (``clock()``, time.time by default). ``survey``: one made a moment
     ago, used instead of asking again."""
-    from .runs import survey_with_queues
 
     begun = (clock or time.time)()
     if survey is None:
-        survey = survey_with_queues(nodes, timeout=STATUS_TIMEOUT)
+        survey = surveys.survey_with_queues(nodes, timeout=STATUS_TIMEOUT)
     return survey, note(root, fleets, survey[3], survey[0], begun, check_mode)
 
 

@@ -18,6 +18,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 from ..core.errors import GpufleetError
 from ..core.files import module_source
@@ -41,6 +42,38 @@ class NodeError(GpufleetError):
         self.silent = silent
 
 
+def parallel(items, function, workers=32):
+    """``{item: (result, error)}`` of ``function(item)`` for every item, all at once."""
+    items = list(items)
+    results = {}
+    if not items:
+        return results
+
+    def one(item):
+        try:
+            return item, function(item), None
+        except NodeError as exc:
+            return item, None, exc
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        for item, value, error in pool.map(one, items):
+            results[item] = (value, error)
+    return results
+
+
+class Background(object):
+    """``function(*args)`` in a thread of its own, started at once; ``result()`` waits for it
+    (and raises what it raised)."""
+
+    def __init__(self, function, *args):
+        pool = ThreadPoolExecutor(max_workers=1)
+        self._future = pool.submit(function, *args)
+        pool.shutdown(wait=False)
+
+    def result(self):
+        return self._future.result()
+
+
 def control_dir():
     if not os.path.isdir(_CONTROL_DIR):
         os.makedirs(_CONTROL_DIR, mode=0o700, exist_ok=True)
@@ -53,14 +86,18 @@ _HOST_SOURCE = {}
 
 
 def host_source():
-    """What runs on a host for each request: tasks.nodeside, then tasks.booking (claims and the
-    queue), then tasks.healthside (the GPU health probe), tasks.logside (the kept output) and
-    tasks.indexside (the run index), in one namespace. Their own sources are sent, so nothing
-    is installed on the host and a new controller version never meets an old helper."""
+    """What runs on a host for each request, from tasks.hostside: nodeside, then its parts
+    volumeside (network volumes) and metricside (a run's metrics), then booking (claims and the
+    queue), healthside (the GPU health probe), logside (the kept output) and indexside (the run
+    index), in one namespace. Their own sources are sent, so nothing is installed on the host
+    and a new controller version never meets an old helper."""
     if "source" not in _HOST_SOURCE:
-        from . import booking, healthside, indexside, logside, nodeside
+        from .hostside import (booking, healthside, indexside, logside, metricside, nodeside,
+                               volumeside)
 
         _HOST_SOURCE["source"] = b"\n".join((module_source(vars(nodeside)),
+                                             module_source(vars(volumeside)),
+                                             module_source(vars(metricside)),
                                              module_source(vars(booking)),
                                              module_source(vars(healthside)),
                                              module_source(vars(logside)),
@@ -69,8 +106,8 @@ def host_source():
 
 
 def host_source_digest():
-    """What the host keeps the compiled helper under (tasks.nodeside.bootstrap): 24 hex digits
-    of the source's SHA-256."""
+    """What the host keeps the compiled helper under (tasks.hostside.bootstrap): 24 hex
+    digits of the source's SHA-256."""
     if "digest" not in _HOST_SOURCE:
         _HOST_SOURCE["digest"] = hashlib.sha256(host_source()).hexdigest()[:24]
     return _HOST_SOURCE["digest"]
@@ -80,9 +117,9 @@ def helper_command(sudo=""):
     """The command line a request runs on a host: the bootstrap under ``python3 -S`` (the
     helper needs the standard library only, so site's start-up work is skipped), with the
     source's digest as its argument."""
-    from . import nodeside
+    from .hostside import bootstrap
 
-    return "%spython3 -S -c %s %s" % (sudo, shlex.quote(nodeside.BOOTSTRAP),
+    return "%spython3 -S -c %s %s" % (sudo, shlex.quote(bootstrap.BOOTSTRAP),
                                       host_source_digest())
 
 
@@ -232,15 +269,15 @@ class Node(object):
         return subprocess.Popen(self.argv(command), **kwargs)
 
     def call(self, op, payload=None, timeout=120):
-        """Run one operation of the node-side helper (tasks.nodeside) as root; return its answer.
+        """Run one operation of the host helper (tasks.hostside) as root; return its answer.
 
         The helper's source travels on stdin with the request, so nothing is installed on the
         host and a new controller version never meets an old helper.
         """
-        from . import nodeside
+        from .hostside import bootstrap
 
         request = json.dumps({"op": op, "payload": payload or {}}).encode("utf-8")
-        data = host_source() + b"\n" + nodeside.SEPARATOR + b"\n" + request
+        data = host_source() + b"\n" + bootstrap.SEPARATOR + b"\n" + request
         rc, out, err = self.run(helper_command(self.sudo), data=data, timeout=timeout,
                                 what="the %s request" % op)
         if rc == 255:

@@ -10,34 +10,14 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
-from . import lifecycle
+from . import joblogs, lifecycle
 from .lifecycle import JobStatus, RunStatus
-from .ssh import NodeError
+from .ssh import NodeError, parallel
 
 SUBMISSION_LABEL = "gpufleet.submission"
 JOB_LABEL = "gpufleet.job"
 RUN_LABEL = "gpufleet.run"
-
-
-def parallel(items, function, workers=32):
-    """``{item: (result, error)}`` of ``function(item)`` for every item, all at once."""
-    items = list(items)
-    results = {}
-    if not items:
-        return results
-
-    def one(item):
-        try:
-            return item, function(item), None
-        except NodeError as exc:
-            return item, None, exc
-
-    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
-        for item, value, error in pool.map(one, items):
-            results[item] = (value, error)
-    return results
 
 
 # How long a status look waits for a host. A healthy host answers in well under a second. One
@@ -119,16 +99,14 @@ class LogFollower(object):
     def _run(self):
         import subprocess
 
-        from .joblogs import Lines, LogsError
-
-        lines = Lines()
+        lines = joblogs.Lines()
         if self.kept is not None:
             try:
                 for data in self.kept():
                     if self._stopped.is_set():
                         return
                     self._pass_on(lines.feed(data))
-            except LogsError as exc:
+            except joblogs.LogsError as exc:
                 self._pass_on(["gpufleet: %s" % exc])
             self._pass_on(lines.close())
             return
@@ -183,7 +161,7 @@ class LogFollower(object):
 class Watch(object):
     """Carry one submission of a run to its end.
 
-    ``jobs``: the jobs of the submission (tasks.rankplan.build_jobs), by job number;
+    ``jobs``: the job specs of the submission (tasks.rankplan.build_jobs), by job number;
     ``nodes``: ``{host: tasks.ssh.Node}``; ``policy``: startup_order, stop_criteria, retry;
     ``emit(event)``: called with each change (see ``run``); ``follow_logs``: pass the jobs'
     output on too (True, or ``{"job": N or None, "since": epoch or None, "raw": bool}``).
@@ -358,8 +336,6 @@ class Watch(object):
         # rather than of docker logs, and also when its container is gone.
         if (entry.get("state") in lifecycle.CONTAINER_ABSENT
                 or lifecycle.job_status(entry)[0] in JobStatus.finished_statuses()):
-            from . import joblogs
-
             record = {"name": self.run, "jobs": [job]}
 
             def read_kept():

@@ -16,7 +16,7 @@ that holds it uses it, and the node bind-mounts its folder (docs/volumes.md "Loc
 A job's volume names are filled per node (``${{ dstack.node_rank }}``) by volumes/mounts.py. A volume is
 attached to the job's instance unless it already is; one attached to another host is refused
 with the host named (the run that uses it there must stop first). The host then formats it if
-it is blank and mounts it at /mnt/disks/dstack-volumes/<name> (tasks.nodeside).
+it is blank and mounts it at /mnt/disks/dstack-volumes/<name> (tasks.hostside.volumeside).
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ import posixpath
 from ..core.errors import GpufleetError
 from ..spec import interpolation
 
-# Where a host mounts a network volume; tasks/nodeside.py, which is sent to the hosts on its own,
-# keeps the same value (a unit test holds the two together).
+# Where a host mounts a network volume; tasks/hostside/volumeside.py, which is sent to the hosts
+# on its own, keeps the same value (a unit test holds the two together).
 NETWORK_VOLUMES_ROOT = "/mnt/disks/dstack-volumes"
 NETWORK_VOLUMES_DIR = NETWORK_VOLUMES_ROOT
 

@@ -19,8 +19,8 @@ from ..core.errors import GpufleetError
 from ..core.module import state_options
 from ..core.text import shorten
 from ..fleets import state
-from . import images, lifecycle, listing, placement, runindex, runs, silence
-from .errors import PlanError, RunError
+from . import images, lifecycle, listing, placement, runindex, runs, silence, surveys
+from .errors import NeedsInstances, PlanError, RunError
 from .grower import grower
 from .lifecycle import JobStatus, RunStatus
 from .ssh import NodeError
@@ -69,13 +69,13 @@ STREAM_BATCH = 65536
 RUN_TYPES = ("task", "dev-environment")
 
 
-class EntryError(GpufleetError):
+class ActionError(GpufleetError):
     """Bad input or an operation that cannot go on; the message is the module's ``msg``."""
 
 
 def load_task(params):
     """The normalized task config from ``path`` or ``config`` with the command line's ``name``,
-    ``env``, ``fleet_names`` and ``ide_version`` applied (spec.overrides), or EntryError."""
+    ``env``, ``fleet_names`` and ``ide_version`` applied (spec.overrides), or ActionError."""
     from ..spec import SpecError, parse_data, parse_file
     from ..spec.overrides import apply_overrides
 
@@ -90,11 +90,11 @@ def load_task(params):
                                      fleets=params.get("fleet_names"), source=source,
                                      ide_version=params.get("ide_version"))
     except SpecError as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
     if config.get("type") not in RUN_TYPES:
-        raise EntryError("%s is a %s configuration; this runs tasks and dev environments "
-                         "(type: task, type: dev-environment)"
-                         % (params.get("path") or "config", config.get("type")))
+        raise ActionError("%s is a %s configuration; this runs tasks and dev environments "
+                          "(type: task, type: dev-environment)"
+                          % (params.get("path") or "config", config.get("type")))
     return config
 
 
@@ -110,7 +110,7 @@ def stored_secret_names(params):
     given = params.get("secrets") or {}
     try:
         config = load_task(params)
-    except EntryError:
+    except ActionError:
         return [], []
     optional = []
     if any(repo.get("url") for repo in config.get("repos") or []):
@@ -121,9 +121,9 @@ def stored_secret_names(params):
 def _fleets(params):
     root = state.state_dir(params.get("state_dir"))
     try:
-        fleets = runs.collect_fleets(params.get("fleets") or (), Docker(), root)
+        fleets = surveys.collect_fleets(params.get("fleets") or (), Docker(), root)
     except RunError as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
     return root, fleets
 
 
@@ -136,7 +136,7 @@ def local_task_image(fleets, check_mode=False):
     try:
         ref, _built = task_image.ensure_task_image(Docker(), check_mode=check_mode)
     except Exception as exc:  # BuildError, DockerError: say what to install
-        raise EntryError("cannot build the local task image: %s" % exc) from exc
+        raise ActionError("cannot build the local task image: %s" % exc) from exc
     return ref
 
 
@@ -211,7 +211,7 @@ def _array(params):
     try:
         return parse_array(params["array"], params.get("path") or "config")
     except SpecError as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
 
 
 def _check_local(config, config_dir):
@@ -222,7 +222,7 @@ def _check_local(config, config_dir):
 
     refused = sources.local_refusals(config, config_dir, os.environ)
     if refused:
-        raise EntryError("; ".join(str(p) for p in refused))
+        raise ActionError("; ".join(str(p) for p in refused))
 
 
 def submit(params, emit=None, check_mode=False, stop_event=None):
@@ -235,8 +235,8 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
     _check_local(config, config_dir)
     root, fleets = _fleets(params)
     if not fleets:
-        raise EntryError("no fleets found: apply a fleet first (gpufleet apply -f FLEET, or "
-                         "playbooks/fleet.yml), or name fleet files in fleets")
+        raise ActionError("no fleets found: apply a fleet first (gpufleet apply -f FLEET, or "
+                          "playbooks/fleet.yml), or name fleet files in fleets")
     local_image = None if config.get("image") else local_task_image(fleets, check_mode)
 
     def make_runner(run_config, array_info=None, code_=None):
@@ -261,8 +261,8 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
         if check_mode:
             try:
                 try:
-                    placed = runner._place()
-                except runs.NeedsInstances as grow:
+                    placed = runner.place()
+                except NeedsInstances as grow:
                     placed = grow.plan   # on the fleet as it will be once it grew
                 runner.image_and_python(placed)
             except placement.NoHostFits as exc:
@@ -280,14 +280,14 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
                     "config": config, "changed": True}, False
         try:
             result = runner.run(wait=params["wait"], stop_event=stop_event)
-        except runs.NeedsInstances as grow:
+        except NeedsInstances as grow:
             # The playbook grows the fleet (playbooks/fleet.yml) and submits again.
             return {"run": runner.name, "status": RunStatus.PENDING.value, "grow": grow.create,
                     "message": "%s; the fleet grows first" % grow, "changed": False}, False
         if params["wait"]:
             drive_queue(fleets, root, emit)   # the end of a run frees its hosts
     except (RunError, NodeError, PlanError, placement.PlacementError) as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
     result["changed"] = True
     if ignored_fields(config):
         result["warnings"] = ignored_fields(config)
@@ -311,7 +311,7 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
     from . import array as arrays
     from .code import Code
 
-    nodes = runs.nodes_of(fleets, root)
+    nodes = surveys.nodes_of(fleets, root)
     batch = arrays.ArrayRunner(config, array_spec, make_runner,
                                lambda: arrays.array_statuses(nodes, batch.base), emit=emit,
                                poll=max(params["poll_interval"], 1.0))
@@ -320,7 +320,7 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
         runner = make_runner(dict(config, name=batch.names[first]), batch.info(first))
         runner.read_only = True
         try:
-            placed = runner._place()
+            placed = runner.place()
             runner.image_and_python(placed)
         except placement.NoHostFits as exc:
             return {"run": batch.base, "array": batch.base, "status": RunStatus.FAILED.value,
@@ -334,10 +334,10 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
         code = Code(config["repos"][0], config_dir, os.environ)
     try:
         result = batch.run(wait=params["wait"], code=code)
-    except runs.NeedsInstances as exc:
-        raise EntryError("job array %s: %s, and job arrays do not grow fleets; apply the fleet "
-                         "with enough nodes first (nodes.target), then submit the array"
-                         % (batch.base, exc)) from exc
+    except NeedsInstances as exc:
+        raise ActionError("job array %s: %s, and job arrays do not grow fleets; apply the fleet "
+                          "with enough nodes first (nodes.target), then submit the array"
+                          % (batch.base, exc)) from exc
     finally:
         if code is not None:
             code.close()
@@ -362,7 +362,7 @@ def _queue_first(runner, fleets, root, emit, whole=False):
 
 
 def queue_waiting(survey):
-    """Whether the queues a survey (runs.survey_with_queues) read hold an entry that a pass
+    """Whether the queues a survey (surveys.survey_with_queues) read hold an entry that a pass
     acts on: a pending or an active one. Ended entries, which the hosts keep for a day so that
     ps can say why a run failed, are not: a pass leaves them as they are."""
     return runindex.waiting(survey[2])
@@ -376,11 +376,12 @@ def drive_queue(fleets, root, emit=None, survey=None, check_mode=False):
     from . import interruption
 
     if check_mode:
-        survey, silent = silence.look(runs.nodes_of(fleets, root), root, fleets, survey,
+        survey, silent = silence.look(surveys.nodes_of(fleets, root), root, fleets, survey,
                                       check_mode=True)
         return {"due": queue.is_due(survey, interruption.instance_map(fleets), silent)}
     report = queue.QueuePass(fleets, root=root, docker=Docker(), emit=emit,
-                             grower=grower(root, emit), grow_first=True).run(survey)
+                             grower=grower(root, emit), grow_first=True,
+                             runner_of=runs.runner_of).run(survey)
     report.pop("own", None)
     return report
 
@@ -389,7 +390,7 @@ def run_info(params):
     from . import interruption, queue
 
     root, fleets = _fleets(params)
-    found, silent = silence.look(runs.nodes_of(fleets, root), root, fleets)
+    found, silent = silence.look(surveys.nodes_of(fleets, root), root, fleets)
     instances = interruption.instance_map(fleets)
     records, errors = listing.list_runs(None, found, instances, silent)
     if params.get("name"):
@@ -406,14 +407,14 @@ def run_queue(params, check_mode=False, emit=None):
     try:
         report = drive_queue(fleets, root, emit, check_mode=check_mode)
     except (RunError, NodeError, PlanError, placement.PlacementError) as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
     if check_mode:
         return {"report": {}, "due": report["due"], "changed": report["due"]}
     changed = any(report[k] for k in ("started", "resubmitted", "expired", "stopped",
                                       "forgotten", "failed"))
     from . import interruption
 
-    found, silent = silence.look(runs.nodes_of(fleets, root), root, fleets)
+    found, silent = silence.look(surveys.nodes_of(fleets, root), root, fleets)
     records, errors = listing.list_runs(None, found, interruption.instance_map(fleets), silent)
     return {"report": report, "runs": records,
             "unreachable_hosts": listing.own_errors(fleets, errors, root),
@@ -425,9 +426,9 @@ def run_stop(params, check_mode=False):
     from . import array as arrays
 
     root, fleets = _fleets(params)
-    nodes = runs.nodes_of(fleets, root)
+    nodes = surveys.nodes_of(fleets, root)
     try:
-        found = runs.survey_with_queues(nodes)   # one look at every host serves all below
+        found = surveys.survey_with_queues(nodes)   # one look at every host serves all below
         records, _errors = listing.list_runs(nodes, found)
         record = next((r for r in records if r["name"] == params["name"]), None)
         if record is not None and record.get("queued_on") and not record.get("jobs"):
@@ -453,7 +454,7 @@ def run_stop(params, check_mode=False):
         if queue_waiting(found):
             drive_queue(fleets, root)   # what waited for these hosts may start now
     except (RunError, NodeError) as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
     return {"run": record, "changed": bool(record.get("stopped"))}
 
 
@@ -473,11 +474,11 @@ def _cancel_queued(nodes, record, check_mode):
 def run_metrics(params):
     """The run's metrics (tasks.metrics), as ``dstack metrics`` shows them."""
     root, fleets = _fleets(params)
-    nodes = runs.nodes_of(fleets, root)
+    nodes = surveys.nodes_of(fleets, root)
     try:
         result = listing.run_metrics(nodes, params["name"], job=params.get("job"))
     except RunError as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
     return {"metrics": result, "changed": False}
 
 
@@ -487,14 +488,14 @@ def run_logs(params, emit=None):
     from . import joblogs
 
     root, fleets = _fleets(params)
-    nodes = runs.nodes_of(fleets, root)
+    nodes = surveys.nodes_of(fleets, root)
     name, job = params["name"], params.get("job")
     since = None
     if params.get("since"):
         try:
             since = joblogs.parse_since(params["since"], time.time())
         except joblogs.LogsError as exc:
-            raise EntryError(str(exc)) from exc
+            raise ActionError(str(exc)) from exc
     empty = {"lines": [], "ranks": [], "changed": False}
     try:
         if params.get("follow") and emit is not None:
@@ -510,7 +511,7 @@ def run_logs(params, emit=None):
             return dict(empty, run=record)
         lines = list(lines)
     except RunError as exc:
-        raise EntryError(str(exc)) from exc
+        raise ActionError(str(exc)) from exc
     ranks = {}
     for rank, line in lines:
         ranks.setdefault(rank, []).append(line)

@@ -4,11 +4,12 @@
 """The run index, on a fleet's record host: on which of the fleet's hosts each run name has, or
 may have, containers and claims.
 
-This file travels to the hosts after tasks.nodeside and tasks.booking (tasks.ssh.host_source)
-and runs in their namespace, so it uses the standard library only and the Python 3.6+ of any
-Ansible-managed host. The controller's side, and why the index exists, is tasks.runindex: with
-it, a placement asks the record host, the hosts the index names for the run's name, and the
-hosts it picks (whose claims guard their capacity), instead of every host of every fleet.
+This file travels to the hosts after tasks.hostside.nodeside and tasks.hostside.booking
+(tasks.ssh.host_source) and runs in their namespace, so it uses the standard library only and the
+Python 3.6+ of any Ansible-managed host. The controller's side, and why the index exists, is
+tasks.runindex: with it, a placement asks the record host, the hosts the index names for the run's
+name, and the hosts it picks (whose claims guard their capacity), instead of every host of every
+fleet.
 
 On the host, under ``BOOK_ROOT/index/<fleet>/``:
 

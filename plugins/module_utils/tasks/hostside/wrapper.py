@@ -31,12 +31,19 @@ It runs with dash, busybox ash and bash, using only tools that busybox also has.
 paths come from the environment: ``GPUFLEET_DIR`` (``/gpufleet``), ``GPUFLEET_STATE``
 (``$GPUFLEET_DIR/state``), ``DSTACK_DIR`` (``/dstack``) and ``GPUFLEET_ETC`` (``/etc``; its
 parent also roots ``run/sshd``).
+
+The script is one text: sections 0 (the output kept on the host) and 5 (inter-node SSH) are
+kept in tasks.hostside.wrapper_output and tasks.hostside.wrapper_ssh and joined in where they
+stand.
 """
 
 from __future__ import annotations
 
+from .wrapper_output import OUTPUT
+from .wrapper_ssh import SSH
+
 WRAPPER = r"""#!/bin/sh
-# gpufleet job wrapper (plugins/module_utils/tasks/wrapper.py): PID 1 of a task container.
+# gpufleet job wrapper (plugins/module_utils/tasks/hostside/wrapper.py): PID 1 of a task container.
 _gf_start_dir=$(pwd)
 GPUFLEET_DIR=${GPUFLEET_DIR:-/gpufleet}
 GPUFLEET_STATE=${GPUFLEET_STATE:-$GPUFLEET_DIR/state}
@@ -148,152 +155,7 @@ trap _gf_forward INT
 
 mkdir -p "$GPUFLEET_STATE" 2>/dev/null
 
-# --- 0. the job's output, kept on the host ----------------------------------------------------
-# Everything the job prints, this wrapper's own messages included, goes to the container's
-# output (docker logs) and to state/output.log, which lives on the host beside the job's state,
-# so gpufleet logs reads it after the container is gone (tasks/logside.py). Standard output and
-# standard error each pass through a tee (docker keeps them apart); both append to one file, as
-# a terminal shows them. The keeper (below) copies output.log to output.log.1 and empties it
-# once it passes half of GPUFLEET_LOGS_MAX_MB (100), and notes "EPOCH OFFSET" lines in
-# output.idx for --since: OFFSET counts every byte written since the job began. output.base
-# holds "BASE1 BASE" (the offsets where output.log.1 and output.log begin). Only root reads
-# them. Images without tee or mkfifo keep only docker's copy.
-_gf_tee_out=
-_gf_tee_err=
-_gf_keeper=
-_gf_capture() {
-    command -v tee > /dev/null 2>&1 && command -v mkfifo > /dev/null 2>&1 || return 0
-    mkdir -p "$DSTACK_DIR" 2>/dev/null
-    _gf_log_file=$GPUFLEET_STATE/output.log
-    ( umask 077; : >> "$_gf_log_file" ) 2>/dev/null || return 0
-    for _gf_s in out err; do
-        _gf_fifo=$DSTACK_DIR/.output-$_gf_s.$$
-        rm -f "$_gf_fifo"
-        mkfifo -m 600 "$_gf_fifo" 2>/dev/null || return 0
-        # Both ends are opened here, before the FIFO's name goes: fd 9 holds the pipe open
-        # both ways, so that neither open waits for the other; tee gets its end as fd 8.
-        exec 9<> "$_gf_fifo"
-        exec 8< "$_gf_fifo"
-        if [ "$_gf_s" = out ]; then
-            tee -a "$_gf_log_file" <&8 8<&- 9>&- &
-            _gf_tee_out=$!
-            exec > "$_gf_fifo"
-        else
-            tee -a "$_gf_log_file" <&8 >&2 8<&- 9>&- &
-            _gf_tee_err=$!
-            exec 2> "$_gf_fifo"
-        fi
-        exec 8<&- 9>&-
-        rm -f "$_gf_fifo"
-    done
-    ( umask 077
-      printf '0 0\n' > "$GPUFLEET_STATE/output.base"
-      printf '%s 0\n' "$(date +%s)" > "$GPUFLEET_STATE/output.idx" )
-}
-
-# _gf_size FILE: its size in bytes (empty when it cannot be read).
-_gf_size() {
-    set -- $(ls -ln "$1" 2>/dev/null)
-    printf '%s' "$5"
-}
-
-# The keeper: once a second, a note of how much was written (when it grew: the moment before
-# and now), and the rotation. A TERM cuts its sleep short (a trapped signal ends a wait at
-# once), then it makes its last note and stops (see _gf_drain): a job's end used to wait out
-# the rest of the keeper's second, up to a second on every job.
-_gf_keep_output() {
-    umask 077
-    _gf_quit=
-    trap '_gf_quit=1' TERM
-    _gf_cap=${GPUFLEET_LOGS_MAX_MB:-100}
-    while [ "${_gf_cap#0}" != "$_gf_cap" ]; do _gf_cap=${_gf_cap#0}; done
-    case $_gf_cap in
-        '') _gf_cap=1 ;;                     # 0: the least there is, 1 MB
-        *[!0-9]*) _gf_cap=100 ;;
-        ?????????*) _gf_cap=10000000 ;;      # 10 TB: the arithmetic stays in 64 bits
-    esac
-    _gf_half=$(( _gf_cap * 524288 ))
-    _gf_lf=$GPUFLEET_STATE/output.log
-    _gf_idx=$GPUFLEET_STATE/output.idx
-    _gf_b1=0
-    _gf_base=0
-    _gf_then=$(date +%s)
-    _gf_total=0
-    _gf_was=0
-    while [ -z "$_gf_quit" ]; do
-        sleep 1 < /dev/null > /dev/null 2>&1 &
-        wait $! || kill $! 2>/dev/null
-        _gf_now=$(date +%s)
-        _gf_sz=$(_gf_size "$_gf_lf")
-        [ -n "$_gf_sz" ] || continue
-        if [ $(( _gf_base + _gf_sz )) != "$_gf_total" ]; then
-            # What was written by the last tick was written before it; the rest after.
-            _gf_total=$(( _gf_base + _gf_sz ))
-            printf '%s %s\n%s %s\n' "$_gf_then" "$_gf_was" "$_gf_now" "$_gf_total" \
-                >> "$_gf_idx"
-        fi
-        _gf_was=$_gf_total
-        _gf_then=$_gf_now
-        if [ "$_gf_sz" -gt "$_gf_half" ]; then
-            # Copy, then empty at once: what is written between the two is lost (as with
-            # logrotate's copytruncate), and only a shell builtin runs between them. The new
-            # bases are written right after; readers check output.log.1's size against them
-            # (tasks/logside.py) and wait out the moment until it is in place.
-            cp "$_gf_lf" "$_gf_lf.1.tmp" 2>/dev/null || continue
-            : > "$_gf_lf"
-            _gf_copied=$(_gf_size "$_gf_lf.1.tmp")
-            _gf_b1=$_gf_base
-            _gf_base=$(( _gf_base + ${_gf_copied:-0} ))
-            printf '%s %s\n' "$_gf_b1" "$_gf_base" > "$GPUFLEET_STATE/output.base"
-            mv -f "$_gf_lf.1.tmp" "$_gf_lf.1"
-            mv -f "$_gf_idx" "$_gf_idx.1"
-            printf '%s %s\n' "$_gf_now" "$_gf_base" > "$_gf_idx"
-            _gf_total=$_gf_base
-            _gf_was=$_gf_total
-        elif [ "$(_gf_size "$_gf_idx")" -gt 4194304 ] 2>/dev/null; then
-            mv -f "$_gf_idx" "$_gf_idx.1"   # a long job that prints a little, all the time
-        fi
-    done
-}
-
-# At the end: stop the keeper (it makes its last note first), let both tees write what is still
-# in their pipes (at most 2 seconds, in case a process the job left behind holds a pipe open),
-# then note where the output ended. Signals no longer interrupt this.
-_gf_drain() {
-    [ -n "$_gf_tee_out$_gf_tee_err" ] || return 0
-    trap '' TERM INT
-    if [ -n "$_gf_keeper" ]; then
-        # A TERM that reaches the keeper before it has set its own trap is lost: the subshell
-        # takes it under the trap it inherited, then drops it as it resets its traps (dash and
-        # busybox alike; a job that fails at once hit it). So it is sent again each second,
-        # and KILL ends the keeper after three. Timers started from here ignore TERM (the trap
-        # above is inherited): they are stopped with KILL.
-        kill "$_gf_keeper" 2>/dev/null
-        ( for _gf_x in 1 2 3; do sleep 1; kill "$_gf_keeper" || exit 0; done
-          kill -KILL "$_gf_keeper" ) > /dev/null 2>&1 &
-        _gf_timer=$!
-        wait "$_gf_keeper" 2>/dev/null
-        kill -KILL "$_gf_timer" 2>/dev/null
-    fi
-    exec > /dev/null 2>&1
-    ( sleep 2; kill $_gf_tee_out $_gf_tee_err ) > /dev/null 2>&1 &
-    _gf_timer=$!
-    for _gf_t in $_gf_tee_out $_gf_tee_err; do
-        wait "$_gf_t" 2>/dev/null
-    done
-    kill -KILL "$_gf_timer" 2>/dev/null
-    _gf_tee_out=
-    _gf_tee_err=
-    rm -f "$GPUFLEET_STATE/output.log.1.tmp"
-    read -r _gf_b1 _gf_b < "$GPUFLEET_STATE/output.base" 2>/dev/null || _gf_b=0
-    _gf_sz=$(_gf_size "$GPUFLEET_STATE/output.log")
-    printf '%s %s\n' "$(date +%s)" "$(( ${_gf_b:-0} + ${_gf_sz:-0} ))" \
-        >> "$GPUFLEET_STATE/output.idx" 2>/dev/null
-}
-
-_gf_capture
-
-# --- 1. environment ----------------------------------------------------------------------------
+""" + OUTPUT + r"""# --- 1. environment ----------------------------------------------------------------------------
 [ -r "$GPUFLEET_DIR/env.sh" ] ||
     _gf_fail "$GPUFLEET_DIR/env.sh is missing: the job folder is not mounted"
 . "$GPUFLEET_DIR/env.sh" || _gf_fail "cannot read $GPUFLEET_DIR/env.sh"
@@ -555,137 +417,7 @@ if [ -r "$GPUFLEET_DIR/files.list" ]; then
     done < "$GPUFLEET_DIR/files.list"
 fi
 
-# --- 5. inter-node SSH -------------------------------------------------------------------------
-_gf_sshd_start() {
-    _gf_sshd=$(command -v sshd 2>/dev/null)
-    case $_gf_sshd in /*) ;; *) _gf_sshd= ;; esac
-    if [ -z "$_gf_sshd" ] && [ "$GPUFLEET_MULTINODE" != 1 ] && [ "$GPUFLEET_SSHD" != install ]
-    then
-        # Not in the job's log: a single-node run does not need sshd to do its work.
-        printf 'no sshd in the image: ssh to this run (gpufleet attach) is not available\n' \
-            > "$GPUFLEET_STATE/sshd.log"
-        return 0
-    fi
-    if [ -z "$_gf_sshd" ] && [ "$_gf_cur_uid" = 0 ]; then
-        # As dstack does: install openssh-server when the image has no sshd.
-        {
-            if command -v apt-get >/dev/null 2>&1; then
-                apt-get update && DEBIAN_FRONTEND=noninteractive \
-                    apt-get install -y --no-install-recommends openssh-server
-            elif command -v dnf >/dev/null 2>&1; then
-                dnf install -y openssh-server
-            elif command -v yum >/dev/null 2>&1; then
-                yum install -y openssh-server
-            elif command -v apk >/dev/null 2>&1; then
-                apk add --no-cache openssh-server
-            fi
-        } > "$GPUFLEET_STATE/sshd-install.log" 2>&1
-        _gf_sshd=$(command -v sshd 2>/dev/null)
-        case $_gf_sshd in /*) ;; *) _gf_sshd= ;; esac
-    fi
-    if [ -z "$_gf_sshd" ]; then
-        _gf_log "warning: no sshd in the image and openssh-server could not be installed;" \
-            "the nodes cannot ssh to each other (mpirun over ssh will fail)"
-        return 0
-    fi
-    set -- "$GPUFLEET_ETC"/ssh/ssh_host_*_key
-    if [ ! -e "$1" ]; then
-        # Host keys of the two types every OpenSSH since 6.5 reads, as dstack's runner makes:
-        # an RSA key (what "ssh-keygen -A" also makes) costs a few hundred CPU milliseconds, on
-        # every node of every run. "-A" remains for an ssh-keygen too old for ed25519.
-        mkdir -p "$GPUFLEET_ETC/ssh" 2>/dev/null
-        for _gf_type in ecdsa ed25519; do
-            ssh-keygen -q -t "$_gf_type" -N '' \
-                -f "$GPUFLEET_ETC/ssh/ssh_host_${_gf_type}_key" < /dev/null > /dev/null 2>&1
-        done
-        set -- "$GPUFLEET_ETC"/ssh/ssh_host_*_key
-        if [ ! -e "$1" ]; then
-            ssh-keygen -A > /dev/null 2>&1 ||
-                _gf_log "warning: ssh-keygen -A failed: sshd may not start"
-        fi
-    fi
-    # sshd's privilege separation folder (Debian: /run/sshd).
-    _gf_root=${GPUFLEET_ETC%/etc}
-    mkdir -p "$_gf_root/run/sshd" 2>/dev/null && chmod 755 "$_gf_root/run/sshd" 2>/dev/null
-    # Without an audit capability pam_loginuid fails every session in a container.
-    if [ -w "$GPUFLEET_ETC/pam.d/sshd" ]; then
-        _gf_s='[[:space:]]*'
-        _gf_e="s/^session${_gf_s}required${_gf_s}pam_loginuid.so/session optional pam_loginuid.so/"
-        sed -i "$_gf_e" "$GPUFLEET_ETC/pam.d/sshd" 2>/dev/null
-    fi
-    # An SSH session reads the job's environment first, whatever it runs: sshd runs every
-    # session through session.sh (ForceCommand), which sources /dstack/profile and then runs the
-    # command asked for, or a login shell. (bash skips BASH_ENV for commands run by sshd.) sftp
-    # (and so scp) goes to the image's sftp-server.
-    _gf_sftp=internal-sftp
-    for _gf_p in /usr/lib/openssh/sftp-server /usr/libexec/openssh/sftp-server \
-        /usr/lib/ssh/sftp-server /usr/libexec/sftp-server; do
-        if [ -x "$_gf_root$_gf_p" ]; then _gf_sftp=$_gf_p; break; fi
-    done
-    {
-        printf '#!/bin/sh\n'
-        printf '[ -r "%s/profile" ] && . "%s/profile"\n' "$DSTACK_DIR" "$DSTACK_DIR"
-        printf 'case ${SSH_ORIGINAL_COMMAND-} in\n'
-        printf "    '') exec \"\${SHELL:-/bin/sh}\" -l ;;\n"
-        printf '    %s|internal-sftp) exec %s ;;\n' "$_gf_sftp" "$_gf_sftp"
-        printf 'esac\n'
-        printf 'exec "${SHELL:-/bin/sh}" -c "$SSH_ORIGINAL_COMMAND"\n'
-    } > "$DSTACK_DIR/ssh/session.sh"
-    chmod 755 "$DSTACK_DIR/ssh/session.sh"
-    {
-        printf 'Port 10022\n'
-        printf 'PasswordAuthentication no\n'
-        printf 'UsePAM yes\n'
-        printf 'StrictModes no\n'
-        printf 'AuthorizedKeysFile %s .ssh/authorized_keys\n' "$DSTACK_DIR/ssh/authorized_keys"
-        printf 'ClientAliveInterval 30\n'
-        printf 'PidFile %s\n' "$DSTACK_DIR/ssh/sshd.pid"
-        printf 'Subsystem sftp %s\n' "$_gf_sftp"
-        printf 'ForceCommand %s/ssh/session.sh\n' "$DSTACK_DIR"
-        for _gf_key in "$GPUFLEET_ETC"/ssh/ssh_host_*_key; do
-            [ -e "$_gf_key" ] && printf 'HostKey %s\n' "$_gf_key"
-        done
-    } > "$DSTACK_DIR/ssh/sshd_config"
-    "$_gf_sshd" -f "$DSTACK_DIR/ssh/sshd_config" -E "$GPUFLEET_STATE/sshd.log" < /dev/null \
-        || _gf_log "warning: sshd did not start (see $GPUFLEET_STATE/sshd.log);" \
-            "the nodes cannot ssh to each other"
-    return 0
-}
-
-if [ -r "$GPUFLEET_DIR/ssh/dstack_job.pub" ]; then
-    # The other nodes are reached with the run's key and client config (multi-node runs).
-    if [ "$GPUFLEET_MULTINODE" = 1 ]; then
-        _gf_ssh=${_gf_home%/}/.ssh
-        mkdir -p "$_gf_ssh" || _gf_fail "cannot create $_gf_ssh"
-        chmod 700 "$_gf_ssh"
-        chown "$_gf_uid:$_gf_gid" "$_gf_ssh"
-        cp "$GPUFLEET_DIR/ssh/dstack_job" "$_gf_ssh/dstack_job" ||
-            _gf_fail "cannot write $_gf_ssh/dstack_job"
-        chmod 600 "$_gf_ssh/dstack_job"
-        chown "$_gf_uid:$_gf_gid" "$_gf_ssh/dstack_job"
-        if [ -s "$GPUFLEET_DIR/ssh/config" ]; then
-            if [ -s "$_gf_ssh/config" ] && [ -n "$(tail -c 1 "$_gf_ssh/config")" ]; then
-                printf '\n' >> "$_gf_ssh/config"
-            fi
-            cat "$GPUFLEET_DIR/ssh/config" >> "$_gf_ssh/config" ||
-                _gf_fail "cannot write $_gf_ssh/config"
-            chmod 600 "$_gf_ssh/config"
-            chown "$_gf_uid:$_gf_gid" "$_gf_ssh/config"
-        fi
-    fi
-    mkdir -p "$DSTACK_DIR/ssh" || _gf_fail "cannot create $DSTACK_DIR/ssh"
-    cp "$GPUFLEET_DIR/ssh/dstack_job.pub" "$DSTACK_DIR/ssh/authorized_keys" ||
-        _gf_fail "cannot write $DSTACK_DIR/ssh/authorized_keys"
-    chmod 644 "$DSTACK_DIR/ssh/authorized_keys"
-    # Where another node of the run leaves a stop request (see _gf_peers_verdict).
-    mkdir -p "$DSTACK_DIR/run" || _gf_fail "cannot create $DSTACK_DIR/run"
-    rm -f "$DSTACK_DIR/run/stop"
-    chown "$_gf_uid:$_gf_gid" "$DSTACK_DIR/run" 2>/dev/null
-    chmod 700 "$DSTACK_DIR/run"
-    _gf_sshd_start
-fi
-
-# --- 6. running --------------------------------------------------------------------------------
+""" + SSH + r"""# --- 6. running --------------------------------------------------------------------------------
 [ -r "$GPUFLEET_DIR/command.sh" ] ||
     _gf_fail "$GPUFLEET_DIR/command.sh is missing: the task has neither commands nor" \
         "entrypoint and the image has no ENTRYPOINT/CMD"

@@ -3,12 +3,12 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Booking a host, on the host: claims on its capacity and the fleet's queue of pending runs.
 
-This file travels to the hosts with tasks.nodeside (tasks.ssh.Node.call sends both sources and
-runs them in one namespace), so it uses the standard library only and the Python 3.6+ of any
+This file travels to the hosts with tasks.hostside.nodeside (tasks.ssh.Node.call sends both sources
+and runs them in one namespace), so it uses the standard library only and the Python 3.6+ of any
 Ansible-managed host. Every operation that reads and then writes the booking folder holds an
-exclusive ``flock`` on ``BOOK_ROOT/lock`` for the whole read-check-write, so two controllers (or
-ten ``gpufleet apply`` at once) asking the same host are served one after the other: the second
-sees the first's claim. That lock is the only point of serialisation gpufleet has.
+exclusive ``flock`` on ``BOOK_ROOT/lock`` for the whole read-check-write, so two controllers (or ten
+``gpufleet apply`` at once) asking the same host are served one after the other: the second sees the
+first's claim. That lock is the only point of serialisation gpufleet has.
 
 Claims (``claims/<run>.json``): a run's share of this host (blocks, GPU ids, whole host) from the
 moment a controller chose the host until the run's container here ends. A claim is live while a

@@ -3,21 +3,22 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A run's output as its hosts keep it, read on a fleet host: the ``logs`` operation.
 
-This file travels to the hosts after tasks.nodeside, tasks.booking and tasks.healthside
-(tasks.ssh.host_source) and runs in their namespace: standard library only, Python 3.6+.
+This file travels to the hosts after tasks.hostside.nodeside, tasks.hostside.booking and
+tasks.hostside.healthside (tasks.ssh.host_source) and runs in their namespace: standard library
+only, Python 3.6+.
 
-Each job's wrapper (tasks.wrapper) appends everything the job prints to ``state/output.log`` in
-the job's folder, moves it to ``output.log.1`` when it grows past its half of the cap, and keeps
-``output.base`` (the offset where ``output.log`` begins, counting every byte the job ever
-printed) and ``output.idx`` / ``output.idx.1`` (``EPOCH OFFSET`` lines: by EPOCH, OFFSET bytes
-had been printed). The folder outlives the container, so this reads a run's output after its
-containers are gone, for a job whose container could never be made (``state/setup_error``),
-and from any controller. Reads are paged by offset, so a controller never holds more than one
-page per job: ``{"run", "jobs": [N, ...] or null, "from": {N: offset}, "since": epoch,
-"tail": lines, "limit": bytes}`` answers per job ``{"data": base64, "start", "next", "end",
-"first", "skipped", "setup_error", "source"}``; ``next == end`` means nothing more is kept now.
-A job started by a wrapper that kept no file (an image without tee) is read from ``docker
-logs``, once: its last PAGE_MAX bytes.
+Each job's wrapper (tasks.hostside.wrapper) appends everything the job prints to
+``state/output.log`` in the job's folder, moves it to ``output.log.1`` when it grows past its half
+of the cap, and keeps ``output.base`` (the offset where ``output.log`` begins, counting every byte
+the job ever printed) and ``output.idx`` / ``output.idx.1`` (``EPOCH OFFSET`` lines: by EPOCH,
+OFFSET bytes had been printed). The folder outlives the container, so this reads a run's output
+after its containers are gone, for a job whose container could never be made
+(``state/setup_error``), and from any controller. Reads are paged by offset, so a controller never
+holds more than one page per job: ``{"run", "jobs": [N, ...] or null, "from": {N: offset}, "since":
+epoch, "tail": lines, "limit": bytes}`` answers per job ``{"data": base64, "start", "next", "end",
+"first", "skipped", "setup_error", "source"}``; ``next == end`` means nothing more is kept now. A
+job started by a wrapper that kept no file (an image without tee) is read from ``docker logs``,
+once: its last PAGE_MAX bytes.
 """
 
 import os

@@ -4,10 +4,12 @@
 """What the task runner does on a fleet host, as root: one short Python process per request.
 
 The controller sends this file's source and a JSON request on the standard input of
-``python3 -S -c BOOTSTRAP`` (see tasks.ssh.Node.call); nothing is installed and nothing keeps
-running on the host besides the run's containers (the host keeps the compiled source in
-HELPER_CACHE, see bootstrap). It uses the standard library only and runs on
-the Python 3.6+ that any Ansible-managed host has. Every answer is one JSON line.
+``python3 -S -c BOOTSTRAP`` (tasks.hostside.bootstrap, see tasks.ssh.Node.call); nothing is
+installed and nothing keeps running on the host besides the run's containers (the host keeps
+the compiled source in HELPER_CACHE, see bootstrap). It uses the standard library only and runs
+on the Python 3.6+ that any Ansible-managed host has. Every answer is one JSON line. The parts
+sent with it (volumeside, metricside, booking and the files sent with booking) add their
+operations to OPS or booking's BOOK_OPS.
 
 The run's state lives with the containers: their labels say which run, job and submission they
 belong to, and each job's state folder (``RUN_ROOT/<run>/<job>/state``, written by the job's
@@ -26,67 +28,9 @@ import time
 # three cost a host about 7 ms of every request's 40.
 
 RUN_ROOT = "/var/lib/gpufleet/runs"
-# Where network volumes are mounted on a host (dstack's path; tasks bind them from there).
-NETWORK_VOLUMES_ROOT = "/mnt/disks/dstack-volumes"
 RUN_LABEL = "gpufleet.run"
-SEPARATOR = b"#--gpufleet-request--"
-# Where a host keeps the helper compiled, one file per helper source and Python (see bootstrap).
-HELPER_CACHE = "/var/lib/gpufleet/helper"
 
 
-def bootstrap(cache=HELPER_CACHE):
-    """The program ``python3 -S -c`` runs on a host for every request (tasks.ssh.Node.call).
-
-    stdin holds the helper's source, the separator line and the request. Compiling the ~60 KB
-    source costs about as much as the request itself, so the controller also passes a digest
-    of the source as the first argument, and the code object is kept in ``cache`` (marshal,
-    one file per digest and Python). It is read only from a folder and a file owned by the
-    user it runs as and writable by nobody else; anything odd about the cache (missing,
-    foreign, unreadable, another Python) falls back to compiling, so the cache can never
-    change what runs, only how soon.
-    """
-    return (
-        "import sys\n"
-        "d = sys.stdin.buffer.read()\n"
-        "s, _, r = d.partition(b'\\n#--gpufleet-request--\\n')\n"
-        "c = p = None\n"
-        "try:\n"
-        "    import os, marshal\n"
-        "    k = sys.argv[1] if len(sys.argv) > 1 else ''\n"
-        "    t = sys.implementation.cache_tag\n"
-        "    if t and len(k) == 24 and not k.strip('0123456789abcdef'):\n"
-        "        f = %r\n"
-        "        p = os.path.join(f, k + '.' + t)\n"
-        "        def mine(x):\n"
-        "            st = os.lstat(x)\n"
-        "            return st.st_uid == os.geteuid() and not st.st_mode & 0o022\n"
-        "        if os.path.isfile(p) and mine(f) and mine(p):\n"
-        "            with open(p, 'rb') as h:\n"
-        "                c = marshal.load(h)\n"
-        "except Exception:\n"
-        "    c = None\n"
-        "if c is None:\n"
-        "    c = compile(s, 'gpufleet_node', 'exec')\n"
-        "    try:\n"
-        "        if p:\n"
-        "            os.makedirs(f, 0o700, exist_ok=True)\n"
-        "            if mine(f):\n"
-        "                for n in os.listdir(f):\n"
-        "                    if n != os.path.basename(p):\n"
-        "                        os.unlink(os.path.join(f, n))\n"
-        "                w = '%%s.%%d' %% (p, os.getpid())\n"
-        "                with open(w, 'wb') as h:\n"
-        "                    marshal.dump(c, h)\n"
-        "                os.replace(w, p)\n"
-        "    except Exception:\n"
-        "        pass\n"
-        "g = {'__name__': 'gpufleet_node'}\n"
-        "exec(c, g)\n"
-        "g['serve'](r)\n"
-    ) % cache
-
-
-BOOTSTRAP = bootstrap()
 STATE_FILES = ("running", "reason", "exit_code")
 # Host features a container gets when the host has them
 # (docs/reference/dstack-runtime.md#container-start).
@@ -449,62 +393,6 @@ def op_run_key(payload):
         return {"key": None}
 
 
-# The most of a job's metrics file read in one request (its wrapper keeps far less).
-METRICS_READ_MAX = 8 * 1024 * 1024
-
-
-def _metrics_window(path, window):
-    """The samples of a job's ``state/metrics`` (tasks.wrapper) taken within ``window``
-    seconds of its newest one. The file lies in a folder the container writes: only a regular
-    file is read (no link, no FIFO), and at most METRICS_READ_MAX bytes of its end."""
-    fd = _open_regular(path)
-    if fd is None:
-        return ""
-    try:
-        info = os.fstat(fd)
-        if info.st_size > METRICS_READ_MAX:
-            os.lseek(fd, info.st_size - METRICS_READ_MAX, os.SEEK_SET)
-        data = b""
-        while len(data) < METRICS_READ_MAX:
-            chunk = os.read(fd, 1024 * 1024)
-            if not chunk:
-                break
-            data += chunk
-    finally:
-        os.close(fd)
-    lines = data.decode("utf-8", "replace").splitlines()
-    # Each line with the epoch of the sample it belongs to (None: before any readable header).
-    stamped, epoch = [], None
-    for line in lines:
-        if line.startswith("@ "):
-            field = line.split()[1:2]
-            epoch = int(field[0]) if field and field[0].isdigit() else None
-        stamped.append((epoch, line))
-    stamps = [e for e, _line in stamped if e is not None]
-    if not stamps:
-        return ""
-    since = max(stamps) - window
-    return "\n".join(line for e, line in stamped if e is not None and e >= since)
-
-
-def op_metrics(payload):
-    """A run's containers on this host (as ``status``) and, per job, the metrics its wrapper
-    sampled within ``window`` seconds of its newest sample: ``{"containers", "metrics": {job:
-    text}}``. A job that ended keeps its last window (its newest samples are old)."""
-    run = str(payload.get("run") or "")
-    if not _RUN_NAME.match(run):
-        raise Failure("metrics: bad run name %r" % run)
-    window = int(payload.get("window") or 3600)
-    found = op_status({"run": run})
-    metrics = {}
-    for entry in found["containers"]:
-        job = (entry.get("labels") or {}).get("gpufleet.job")
-        if job is not None and str(job).isdigit():
-            metrics[str(job)] = _metrics_window(
-                os.path.join(job_dir(run, int(job)), "state", "metrics"), window)
-    return {"containers": found["containers"], "metrics": metrics}
-
-
 def op_image_info(payload):
     """Whether the host has ``image``, and its ENTRYPOINT, CMD and WORKDIR."""
     try:
@@ -737,116 +625,8 @@ def op_remove(payload):
     return {"removed": names}
 
 
-def _run(argv):
-    import subprocess
-
-    try:
-        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, check=False)
-    except OSError as exc:
-        raise Failure("%s: %s" % (argv[0], exc)) from exc
-    return (proc.returncode, proc.stdout.decode("utf-8", "replace"),
-            proc.stderr.decode("utf-8", "replace"))
-
-
-def _mounted_at(mountpoint):
-    """The source mounted at ``mountpoint`` (from /proc/mounts), or None."""
-    try:
-        with open("/proc/mounts") as handle:
-            for line in handle:
-                fields = line.split()
-                if len(fields) > 1 and fields[1] == mountpoint:
-                    return fields[0]
-    except (IOError, OSError):
-        pass
-    return None
-
-
-def _bind_volume(payload, mountpoint):
-    """A local volume (backends/local_volumes.py): its folder in the node's volume pool
-    (``pool``, a mount every local node made since local volumes exist has), bind-mounted."""
-    name, pool, folder = payload["name"], payload["pool"], payload["devices"][0]
-    if not _mounted_at(pool):
-        raise Failure("volume %s: this node has no local volume pool at %s: it was made before "
-                      "local volumes existed; recreate the fleet (gpufleet delete -f <fleet "
-                      "file>, then gpufleet apply -f <fleet file>)" % (name, pool))
-    if not os.path.isdir(folder):
-        raise Failure("volume %s: its folder %s is not in the pool (was the volume deleted?)"
-                      % (name, folder))
-    if _mounted_at(mountpoint):
-        return {"device": folder, "mountpoint": mountpoint, "formatted": False, "mounted": False}
-    if not os.path.isdir(mountpoint):
-        os.makedirs(mountpoint, 0o755)
-    rc, _out, err = _run(["mount", "--bind", folder, mountpoint])
-    if rc != 0:
-        raise Failure("volume %s: binding %s at %s failed: %s"
-                      % (name, folder, mountpoint, err.strip()[-500:]))
-    return {"device": folder, "mountpoint": mountpoint, "formatted": False, "mounted": True}
-
-
-def op_mount_volume(payload):
-    """Mount an attached network volume at ``<root>/<name>``
-    (docs/reference/dstack-files.md#volume-files): the first of ``devices`` that appears within
-    ``wait`` seconds; formatted ext4 only when it holds no filesystem, and then its root opened to
-    everyone, as dstack does. With ``pool``, a local volume: the folder ``devices[0]`` bind-mounted
-    (_bind_volume)."""
-    root = payload.get("root") or NETWORK_VOLUMES_ROOT
-    if payload.get("pool"):
-        return _bind_volume(payload, os.path.join(root, payload["name"]))
-    mountpoint = os.path.join(root, payload["name"])
-    deadline = time.time() + float(payload.get("wait", 60))
-    device = None
-    while device is None:
-        device = next((d for d in payload["devices"] if os.path.exists(d)), None)
-        if device is None:
-            if time.time() > deadline:
-                raise Failure("volume %s: none of %s appeared on this host within %s s; is it "
-                              "attached?" % (payload["name"], ", ".join(payload["devices"]),
-                                             payload.get("wait", 60)))
-            time.sleep(1)
-    device = os.path.realpath(device)
-    if _mounted_at(mountpoint):
-        return {"device": device, "mountpoint": mountpoint, "formatted": False,
-                "mounted": False}
-    rc, out, _err = _run(["blkid", "-p", "-o", "value", "-s", "TYPE", device])
-    formatted = False
-    if rc == 2 or (rc == 0 and not out.strip()):
-        rc, _out, err = _run(["mkfs.ext4", "-F", "-q", device])
-        if rc != 0:
-            raise Failure("volume %s: mkfs.ext4 %s failed: %s"
-                          % (payload["name"], device, err.strip()[-500:]))
-        formatted = True
-    elif rc != 0:
-        raise Failure("volume %s: blkid %s failed (exit %d)" % (payload["name"], device, rc))
-    if not os.path.isdir(mountpoint):
-        os.makedirs(mountpoint, 0o755)
-    options = ["-o", "loop"] if os.path.isfile(device) else []
-    rc, _out, err = _run(["mount"] + options + [device, mountpoint])
-    if rc != 0:
-        raise Failure("volume %s: mounting %s at %s failed: %s"
-                      % (payload["name"], device, mountpoint, err.strip()[-500:]))
-    if formatted:
-        os.chmod(mountpoint, 0o777)
-    return {"device": device, "mountpoint": mountpoint, "formatted": formatted,
-            "mounted": True}
-
-
-def op_unmount_volume(payload):
-    """Unmount ``<root>/<name>`` if it is mounted (before the volume is detached)."""
-    root = payload.get("root") or NETWORK_VOLUMES_ROOT
-    mountpoint = os.path.join(root, payload["name"])
-    if not _mounted_at(mountpoint):
-        return {"unmounted": False}
-    rc, _out, err = _run(["umount", mountpoint])
-    if rc != 0:
-        raise Failure("volume %s: umount %s failed: %s" % (payload["name"], mountpoint,
-                                                           err.strip()[-500:]))
-    return {"unmounted": True}
-
-
 OPS = {
     "status": op_status,
-    "mount_volume": op_mount_volume,
-    "unmount_volume": op_unmount_volume,
     "image_info": op_image_info,
     "pull": op_pull,
     "start": op_start,
@@ -854,7 +634,6 @@ OPS = {
     "remove": op_remove,
     "record_failure": op_record_failure,
     "run_key": op_run_key,
-    "metrics": op_metrics,
 }
 
 
@@ -864,7 +643,7 @@ def serve(request):
         data = json.loads(request.decode("utf-8"))
         op = data["op"]
         ops = dict(OPS)
-        ops.update(globals().get("BOOK_OPS") or {})  # tasks.booking, sent along (tasks.ssh)
+        ops.update(globals().get("BOOK_OPS") or {})  # tasks.hostside.booking, sent along (tasks.ssh)
         answer = ops[op](data.get("payload") or {})
     except Failure as exc:
         answer = {"error": str(exc)}

@@ -3,9 +3,9 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The GPU health probe, on a fleet host: what the tools say, raw, for the controller to judge.
 
-This file travels to the hosts after tasks.nodeside and tasks.booking (tasks.ssh.host_source)
-and runs in their namespace, so it uses the standard library only and the Python 3.6+ of any
-Ansible-managed host. It adds two operations:
+This file travels to the hosts after tasks.hostside.nodeside and tasks.hostside.booking
+(tasks.ssh.host_source) and runs in their namespace, so it uses the standard library only and the
+Python 3.6+ of any Ansible-managed host. It adds two operations:
 
 - ``status`` with ``{"health": true}`` in its payload answers as before and adds ``health``,
   so a survey that already asks every host for its containers (reconcile, task placement) reads

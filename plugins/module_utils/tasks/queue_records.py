@@ -1,0 +1,66 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The queue's records as every part of the runner reads them: the states of an entry
+(tasks.runbook writes entries, tasks.hostside.booking keeps them on their queue host), the order
+pending entries are tried in, and the host that keeps a run's entry. The pass that acts on them is
+tasks.queue; the run index (tasks.runindex), ps (tasks.listing) and the runner (tasks.runs) read the
+same states from here.
+"""
+
+from __future__ import annotations
+
+from ..fleets.status import InstanceStatus
+from . import lifecycle
+
+PENDING = "pending"
+ACTIVE = "active"
+FAILED = "failed"
+TERMINATED = "terminated"
+WAITING = (PENDING, ACTIVE)
+RESUBMITTED_ON = (lifecycle.EVENT_ERROR, lifecycle.EVENT_INTERRUPTION)
+
+
+def entries_of(queues):
+    """``[(host, summary)]`` of every queue entry the survey found."""
+    return [(host, entry) for host, found in sorted(queues.items()) for entry in found]
+
+
+def priority_order(entries):
+    """Pending entries in the order they are tried: higher priority first, then first
+    submitted."""
+    return sorted((item for item in entries if item[1].get("state") == PENDING),
+                  key=lambda item: (-int(item[1].get("priority") or 0),
+                                    float(item[1].get("submitted_epoch") or 0),
+                                    item[1].get("run") or ""))
+
+
+def positions(entries):
+    """``{run: place in the queue}`` of the pending runs (1 is tried first)."""
+    return dict((entry["run"], index + 1)
+                for index, (_host, entry) in enumerate(priority_order(entries)))
+
+
+def keeps_entry(config):
+    """Whether a started run keeps an entry so that retry can submit it again."""
+    retry = config.get("retry") or {}
+    return any(event in RESUBMITTED_ON for event in retry.get("on_events") or ())
+
+
+def queue_host(fleets, names, errors):
+    """The host that keeps a run's entry: the reachable ready instance with the lowest number
+    of the first of its fleets that has one."""
+    for fleet in fleets:
+        if names and fleet.get("name") not in names:
+            continue
+        for inst in sorted(fleet.get("instances") or [], key=lambda i: i.get("num") or 0):
+            if inst.get("hostname") and (
+                    inst.get("status") in InstanceStatus.available_statuses()) and (
+                    inst["name"] not in errors):
+                return inst["name"]
+    return None
+
+
+def candidate_fleets(config, fleets):
+    wanted = [str(ref).rsplit("/", 1)[-1] for ref in config.get("fleets") or []]
+    return wanted or [f["name"] for f in fleets]

@@ -1,0 +1,154 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fleets and their hosts as a run sees them: the fleet records (from the fleet files, the
+backends and the SSH fleets this controller applied), a Node per host, and the survey that asks
+every host at once for its task containers, claims and queue entries (one request per host).
+Placing a run (tasks.runs), listing runs (tasks.listing), the queue's passes (tasks.queue) and
+the health and silence checks all start from here.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..backends.docker_cli import DockerError
+from ..fleets import apply as fleet_apply
+from ..fleets import state
+from .errors import RunError
+from .ssh import Node, parallel
+
+
+def _describe_file(path, docker, root, local_nodes=None):
+    from ..spec import SpecError, parse_file
+
+    try:
+        config, _warnings = parse_file(path)
+    except SpecError as exc:
+        raise RunError(str(exc)) from exc
+    if config.get("type") != "fleet":
+        raise RunError("%s is a %s file; fleets must be fleet files (type: fleet)"
+                       % (path, config.get("type")))
+    try:
+        return fleet_apply.describe(config, path, docker, root,
+                                    settings=state.backend_settings(root),
+                                    local_nodes=local_nodes)
+    except (fleet_apply.ApplyError, DockerError, state.StateError) as exc:
+        raise RunError(str(exc)) from exc
+
+
+def collect_fleets(paths=(), docker=None, root=None, discover=True):
+    """Fleet records: the fleets of the given fleet files, then every fleet the backends hold,
+    then SSH fleets this controller applied (their files are remembered in the state dir).
+
+    Each record gets ``facts`` (``{instance: gpufleet_host}``), the host facts cached when the
+    fleet was applied. An SSH host with cached facts counts as ready (``idle``): it passed its
+    checks when the fleet was last applied, and the runner asks it again before using it.
+    """
+    root = state.state_dir(root)
+    found = []
+    seen = set()
+    given = [os.path.abspath(p) for p in paths or ()]
+    remembered = []
+    # The local engine is asked once for the nodes of every fleet: the files' local fleets
+    # and the discovered ones are read from that one answer (two docker calls, not two per
+    # fleet file and two more). Without an answer each file asks on its own, as it says why,
+    # and no local fleet is discovered.
+    local_nodes = None
+    if discover:
+        remembered = [p for p in state.remembered_files(root).values()
+                      if os.path.abspath(p) not in given]
+        if docker is not None:
+            try:
+                local_nodes = fleet_apply.local_fleet_nodes(docker)
+            except DockerError:
+                pass
+    for path in given + remembered:
+        try:
+            record = _describe_file(path, docker, root, local_nodes)
+        except RunError:
+            if path in given:
+                raise
+            continue  # a remembered file that no longer reads is only a stale cache entry
+        if record["name"] in seen:
+            continue
+        found.append(record)
+        seen.add(record["name"])
+    if discover:
+        try:
+            settings = state.backend_settings(root)
+            held = fleet_apply.discover(None if local_nodes is None else docker, root,
+                                        settings=settings, local_nodes=local_nodes)
+        except (fleet_apply.ApplyError, state.StateError) as exc:
+            raise RunError(str(exc)) from exc
+        for record in held:
+            if record["name"] not in seen:
+                found.append(record)
+                seen.add(record["name"])
+    for record in found:
+        record["facts"] = state.read_facts(root, record["name"])
+        for instance in record["instances"]:
+            if instance.get("backend") == "ssh" and instance["name"] in record["facts"]:
+                instance["status"] = "idle"
+    return found
+
+
+def nodes_of(fleets, root=None, connect_timeout=20):
+    """``{instance name: Node}`` for every instance with an address."""
+    result = {}
+    for fleet in fleets:
+        for instance in fleet.get("instances") or []:
+            if instance.get("hostname"):
+                result[instance["name"]] = Node(instance, root=root,
+                                                connect_timeout=connect_timeout)
+    return result
+
+
+def survey(nodes):
+    """Ask every host for its task containers: ``({host: [containers]}, {host: error})``."""
+    containers, _claims, _queues, errors = survey_with_queues(nodes)
+    return containers, errors
+
+
+def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pages=None,
+                       index=None, indexes=None):
+    """Every host's task containers, live claims and queue entries (tasks.hostside.booking), in one
+    request per host: ``(containers, claims, queues, errors)``, each ``{host: ...}``. The hosts
+    named in ``probe`` also read their GPUs' health in that request (tasks.hostside.healthside);
+    what they said goes into the dict ``health`` (``{host: probe}``, for tasks.health). With
+    ``logs`` (a request of tasks.hostside.logside's ``logs``), every host also answers the first
+    pages of that run's jobs it keeps, into the dict ``pages`` (``{host: {job: page}}``, for
+    tasks.joblogs). ``index`` (``{host: {"fleet", "run"}}``) asks those hosts for the run index
+    (tasks.hostside.indexside); their answers go into the dict ``indexes``. ``timeout``: how long a
+    host may take (the request's default when None; ps and the queue's passes look through
+    tasks.silence.look, which gives tasks.supervisor.STATUS_TIMEOUT)."""
+    probe = set(probe or ())
+    limit = {} if timeout is None else {"timeout": timeout}
+
+    def payload(host):
+        asked = {"health": True} if host in probe else {}
+        if logs:
+            asked["logs"] = logs
+        if index and host in index:
+            asked["index"] = index[host]
+        return asked
+
+    answers = parallel(sorted(nodes), lambda h: nodes[h].call("status", payload(h), **limit))
+    containers = {}
+    claims = {}
+    queues = {}
+    errors = {}
+    for host, (answer, error) in answers.items():
+        if error is not None:
+            errors[host] = error
+        else:
+            containers[host] = answer["containers"]
+            claims[host] = answer.get("claims") or []
+            queues[host] = answer.get("queue") or []
+            if health is not None and host in probe and "health" in answer:
+                health[host] = answer["health"]
+            if pages is not None and logs and "logs" in answer:
+                pages[host] = answer["logs"]
+            if indexes is not None and "index" in answer:
+                indexes[host] = answer["index"]
+    return containers, claims, queues, errors
