@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._collection import CollectionNotFound, config_model, ensure_importable, errors, text
 from . import runner
@@ -79,7 +79,15 @@ __all__ = [
 ]
 
 
-class GpufleetError(errors().GpufleetError):
+if TYPE_CHECKING:   # mypy finds the collection on MYPYPATH
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import (
+        GpufleetError as _CoreError,
+    )
+else:   # at run time it is found through the collections path
+    _CoreError = errors().GpufleetError
+
+
+class GpufleetError(_CoreError):
     """What went wrong, and where.
 
     A subclass of the collection's root error (``core.errors.GpufleetError``, which every
@@ -195,7 +203,7 @@ def _read(config: Config, types: Iterable[str]):
             normalized, _warnings = model.parse_data(dict(config), where)
         except model.SpecError as exc:
             raise GpufleetError(_problems(exc.as_dicts(), where)) from None
-        given = dict(config)
+        given: dict | str = dict(config)
     elif isinstance(config, (str, os.PathLike)):
         path = os.path.abspath(os.path.expanduser(os.fspath(config)))
         result = model.validate_file(path)
@@ -285,8 +293,10 @@ def unreachable_of(record: Mapping) -> dict:
                 if isinstance(i, Mapping) and i.get("status") == "unreachable")
 
 
-def plan(config: Config, delete: bool = False, name: str | None = None, env=None, fleets=None,
-         array: str | None = None, ide_version: str | None = None, **options) -> dict:
+def plan(config: Config, delete: bool = False, name: str | None = None,
+         env: Iterable[str] | Mapping[str, str] | None = None,
+         fleets: Iterable[str] | None = None, array: str | None = None,
+         ide_version: str | None = None, **options: Any) -> dict:
     """What applying ``config`` (or, with ``delete``, deleting it) would do, changing nothing:
     the playbooks in check mode.
 
@@ -322,7 +332,7 @@ def plan(config: Config, delete: bool = False, name: str | None = None, env=None
 
 
 def apply(config: Config, roles: Iterable[str] = (), unreachable: Mapping | None = None,
-          **options) -> dict:
+          **options: Any) -> dict:
     """Make ``config`` real, as ``gpufleet apply -f`` does.
 
     A fleet: provisioned (backend fleets) or adopted (SSH fleets), every host checked, measured
@@ -368,7 +378,7 @@ def apply(config: Config, roles: Iterable[str] = (), unreachable: Mapping | None
     return record
 
 
-def delete(config: Config, force: bool = False, **options) -> dict:
+def delete(config: Config, force: bool = False, **options: Any) -> dict:
     """Delete a fleet (remove a backend fleet's nodes, release an SSH fleet's hosts) or a
     volume. Returns the record with what was removed; deleting what is gone does nothing.
     A fleet that still runs a task, or whose hosts cannot be checked (they do not answer, or
@@ -406,7 +416,7 @@ def volume_config(record: Mapping) -> dict:
     return config
 
 
-def delete_volume(name: str, **options) -> dict:
+def delete_volume(name: str, **options: Any) -> dict:
     """Delete the volume named ``name``, as ``gpufleet volume delete NAME`` does: found in the
     listing (:func:`volumes`), then deleted as its file would be (a volume in use is refused).
     GpufleetError when no volume, or more than one, has that name."""
@@ -421,7 +431,7 @@ def delete_volume(name: str, **options) -> dict:
 
 
 def delete_fleet(name: str, instances: Iterable[int] | None = None, check: bool = False,
-                 force: bool = False, **options) -> dict:
+                 force: bool = False, **options: Any) -> dict:
     """Delete the fleet named ``name``, as ``gpufleet fleet delete NAME`` does: found from the
     file this controller applied it from, else from the backends' labels and tags.
 
@@ -454,11 +464,13 @@ def delete_fleet(name: str, instances: Iterable[int] | None = None, check: bool 
     return record
 
 
-def run_task(task: Config, wait: bool = True, check: bool = True, run_args=None,
+def run_task(task: Config, wait: bool = True, check: bool = True,
+             run_args: Iterable[str] | None = None,
              secrets: Mapping | None = None, image_source: str | None = None,
-             name: str | None = None, env=None, fleets=None, array: str | None = None,
+             name: str | None = None, env: Iterable[str] | Mapping[str, str] | None = None,
+             fleets: Iterable[str] | None = None, array: str | None = None,
              ide_version: str | None = None, show_plan: bool = False, in_process: bool = False,
-             **options) -> dict:
+             **options: Any) -> dict:
     """Run a task on a fleet (one container per node, dstack's variables, MPI hostfile, SSH).
 
     ``wait``: follow the run to its end (its log lines come to ``on_event``) and return the
@@ -519,7 +531,7 @@ def _submit_here(opts, task, name, env, fleets, ide_version, show_plan):
 
 
 def wait(run: str, check: bool = True, job: int | None = None, since: str | None = None,
-         **options) -> dict:
+         **options: Any) -> dict:
     """Follow a run until it ends (its log lines come to ``on_event``; only ``job``'s, without
     the rank prefix, when given; from ``since`` as logs() takes it); returns its record, or
     raises GpufleetError when it did not end ``done`` and ``check`` is true."""
@@ -532,7 +544,7 @@ def wait(run: str, check: bool = True, job: int | None = None, since: str | None
     return _ended(result, record, True, check)
 
 
-def runs(in_process: bool = False, **options) -> dict:
+def runs(in_process: bool = False, **options: Any) -> dict:
     """Every run the fleets' hosts hold, as ``gpufleet ps`` lists them: ``{"runs": [records,
     newest first], "unreachable": {host: error}, "unread": {fleet: {host: reason}}}`` (hosts
     that did not answer, and the fleets they leave unread: their runs are not listed).
@@ -548,7 +560,7 @@ def runs(in_process: bool = False, **options) -> dict:
             "unread": result.stats.get("gpufleet_unread") or {}}
 
 
-def status(run: str | None = None, **options) -> list | dict:
+def status(run: str | None = None, **options: Any) -> list | dict:
     """The records of every run, newest first; with ``run``, that run's record (GpufleetError
     when no host holds it)."""
     found = runs(**options)["runs"]
@@ -561,7 +573,7 @@ def status(run: str | None = None, **options) -> list | dict:
 
 
 def logs(run: str, tail: int | None = None, job: int | None = None, since: str | None = None,
-         stream: bool = False, in_process: bool = False, **options) -> dict:
+         stream: bool = False, in_process: bool = False, **options: Any) -> dict:
     """A run's logs, as its hosts keep them (also after its containers are gone): ``{"run":
     record, "lines": ["[run-rank] line", ...], "ranks": [{"rank": 0, "lines": [...]}, ...]}``.
     ``tail`` keeps each job's last lines; ``job`` only that job's (its lines unprefixed, as
@@ -584,7 +596,7 @@ def logs(run: str, tail: int | None = None, job: int | None = None, since: str |
             "ranks": result.stats.get("gpufleet_log_ranks") or []}
 
 
-def metrics(run: str, job: int | None = None, **options) -> dict:
+def metrics(run: str, job: int | None = None, **options: Any) -> dict:
     """A run's metrics over the last hour, as ``dstack metrics`` shows them: ``{"run",
     "status", "newest", "jobs": [{"job_num", "host", "status", "cpus", "cpu_percent",
     "memory_bytes", "memory_total_bytes", "gpus": [{"index", "util_percent", "memory_bytes",
@@ -598,7 +610,7 @@ def metrics(run: str, job: int | None = None, **options) -> dict:
     return record
 
 
-def stop(run: str, abort: bool = False, in_process: bool = False, **options) -> dict:
+def stop(run: str, abort: bool = False, in_process: bool = False, **options: Any) -> dict:
     """Stop every job of a run (TERM, then KILL after its stop_duration; ``abort``: KILL at
     once), then remove its SSH aliases on this controller. Returns the run's record.
     ``in_process``: stop.yml's one step (the run_stop module's function), in this process."""
@@ -612,7 +624,7 @@ def stop(run: str, abort: bool = False, in_process: bool = False, **options) -> 
 
 
 def attach(run: str, job: int = 0, forward: bool = True, ports: dict | None = None,
-           **options) -> dict:
+           **options: Any) -> dict:
     """Reach a run as ``dstack attach`` does: SSH aliases on this machine (``ssh RUN`` lands in
     job ``job``'s container, ``ssh RUN-N`` in job N's) and, with ``forward``, the run's
     ``ports`` forwarded to localhost until :func:`detach`. ``ports`` maps container ports to
@@ -628,7 +640,7 @@ def attach(run: str, job: int = 0, forward: bool = True, ports: dict | None = No
     return attached
 
 
-def detach(run: str, remove: bool = False, **options) -> dict:
+def detach(run: str, remove: bool = False, **options: Any) -> dict:
     """Close a run's forwarded ports; with ``remove``, remove its SSH aliases and key too."""
     opts = _Options(**options)
     variables = opts.extravars(run=run, gpufleet_forward=False)
@@ -641,7 +653,7 @@ def detach(run: str, remove: bool = False, **options) -> dict:
 
 
 def fleets(files: Iterable[str | os.PathLike] = (), health_max_age: int | None = None,
-           **options) -> list:
+           **options: Any) -> list:
     """Fleet records as ``gpufleet fleet`` lists them: every fleet the backends hold, or the
     fleets of the fleet ``files`` (SSH fleets are listed only from their files).
     ``health_max_age``: read the GPU health of hosts whose health is older than that many
@@ -659,7 +671,7 @@ def fleets(files: Iterable[str | os.PathLike] = (), health_max_age: int | None =
     return _stat(result, "gpufleet_fleets")
 
 
-def volumes(**options) -> list:
+def volumes(**options: Any) -> list:
     """Volume records as ``gpufleet volume list`` lists them: every network volume the cloud
     backends that the backend settings configure hold (found by their tags and labels), newest
     first, and the local volumes of this machine's Docker engine when it answers."""
@@ -671,7 +683,7 @@ def volumes(**options) -> list:
     return records
 
 
-def offers(config: Config, limit: int = 10, **options) -> dict:
+def offers(config: Config, limit: int = 10, **options: Any) -> dict:
     """The cloud offers a fleet or task would take, cheapest first: ``{"offers": [...],
     "total", "max_price", "rejected", "catalogs", "msg"}``. Nothing is created, no cloud API
     is called."""
@@ -741,7 +753,7 @@ def _ended(result, record, waited, check):
 
 
 def fleets_with_health(files: Iterable[str | os.PathLike] = (), max_age: int = 0,
-                       **options) -> list:
+                       **options: Any) -> list:
     """:func:`fleets`, with the GPU health of hosts whose health is older than ``max_age``
     seconds read again first (0: every host); ``gpufleet fleet --refresh``."""
     return fleets(files, health_max_age=max_age, **options)

@@ -289,7 +289,7 @@ def _detached(record, attaching, err) -> int:
 
 def _array_summary(record, args, out) -> int:
     """The end of ``apply --array``: each run's status and one line for the array."""
-    counts = {}
+    counts: dict[str, int] = {}
     for run in record["runs"]:
         counts[run["status"]] = counts.get(run["status"], 0) + 1
         out.write(f"{run['run']} {run['status']}" +

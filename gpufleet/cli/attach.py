@@ -99,8 +99,12 @@ def _attach(args, out, err) -> int:
         out.write(f"Attaching to {args.run}...\n")
         out.flush()
 
+    def pause(seconds):   # waits; never asks to stop waiting
+        time.sleep(seconds)
+        return False
+
     try:
-        attached = attach_when_running(args.run, options, lambda s: time.sleep(s) or False,
+        attached = attach_when_running(args.run, options, pause,
                                        on_wait=waiting, job=args.job, ports=ports)
     except GpufleetError as exc:
         return common.failed(exc, err)

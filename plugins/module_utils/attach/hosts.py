@@ -16,12 +16,14 @@ and options.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..fleets.records import OWN_HOST_KEYS, host_key_options
 
 CONTAINER_SSH_PORT = 10022
 
 
-def login_user(user):
+def login_user(user: str | None) -> str:
     """The user an SSH session logs in as: the name of the task's ``user`` (``name`` or
     ``name:group``), root for none or a numeric id (sshd needs a name)."""
     name = str(user or "").split(":", 1)[0]
@@ -50,7 +52,8 @@ def _instance_entries(alias, instance, known_hosts):
     return entries
 
 
-def entries(run, jobs, key_file, known_hosts=None, attached=0):
+def entries(run: str, jobs: list[dict[str, Any]], key_file: str, known_hosts: str | None = None,
+            attached: int = 0) -> list[tuple[list[str], list[tuple[str, str]]]]:
     """``[(aliases, options)]`` for every job of a run.
 
     ``jobs``: ``[{"job_num", "instance" (its instance record), "address" (the container seen

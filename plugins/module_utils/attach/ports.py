@@ -12,6 +12,7 @@ forwarded. Pure Python; whether a port is free is asked of ``is_free(port)``.
 from __future__ import annotations
 
 import socket
+from typing import Any, Callable
 
 from ..core.errors import GpufleetError
 
@@ -23,7 +24,7 @@ class PortError(GpufleetError):
     """A local port that cannot be used; the message says which and what to do."""
 
 
-def is_free(port, host="127.0.0.1"):
+def is_free(port: int, host: str = "127.0.0.1") -> bool:
     """Whether ``port`` can be listened on at ``host`` now."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
@@ -35,7 +36,8 @@ def is_free(port, host="127.0.0.1"):
         sock.close()
 
 
-def choose(ports, is_free=is_free, overrides=None):
+def choose(ports: list[dict[str, Any]], is_free: Callable[[int], bool] = is_free,
+           overrides: dict[int, int] | None = None) -> list[dict[str, Any]]:
     """``[{"local_port", "container_port", "url"}]`` for the normalized ``ports`` of a run
     (``{"local_port": int or None, "container_port": int}``); ``overrides`` maps container
     ports to local ones (``-p LOCAL:CONTAINER``). PortError when a named port is taken."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from ..core.errors import GpufleetError
 from ..core.files import write_atomically
@@ -50,11 +51,11 @@ class AttachError(GpufleetError):
     """The run cannot be attached to; the message says why and what to do."""
 
 
-def config_path(root):
+def config_path(root: str) -> str:
     return os.path.join(root, "ssh", "config")
 
 
-def key_path(root, run):
+def key_path(root: str, run: str) -> str:
     return os.path.join(root, "ssh", "keys", run)
 
 
@@ -99,7 +100,7 @@ def _spec(entry):
         return {}
 
 
-def attach(params, nodes, root):
+def attach(params: dict[str, Any], nodes: dict[str, Any], root: str) -> dict[str, Any]:
     """The module's result. ``nodes``: ``{instance name: tasks.ssh.Node}`` of the fleets."""
     from ..tasks.surveys import survey_with_queues
 
@@ -190,7 +191,7 @@ def attach(params, nodes, root):
             "warnings": warnings}
 
 
-def attach_entry(params):
+def attach_entry(params: dict[str, Any]) -> dict[str, Any]:
     """The run_attach module's result, from its parameters; AttachError with the reason."""
     from ..tasks import surveys
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+from typing import Iterable
 
 from ..core.errors import GpufleetError
 from ..core.files import write_atomically
@@ -34,7 +35,7 @@ def _value(value):
     return '"%s"' % text if (" " in text or not text) else text
 
 
-def host_block(aliases, options):
+def host_block(aliases: Iterable[str], options: Iterable[tuple[str, object]]) -> str:
     """``Host a b`` and its options (a list of ``(key, value)``), four spaces in."""
     lines = ["Host %s" % " ".join(aliases)]
     lines += ["    %s %s" % (key, _value(value)) for key, value in options]
@@ -98,12 +99,12 @@ def _write(path, text, mode):
         raise SshConfigError("cannot write %s: %s" % (path, exc)) from exc
 
 
-def runs(path):
+def runs(path: str) -> list[str]:
     """The runs our file has a section for."""
     return [run for run, _text in _sections(_read(path)) if run]
 
 
-def set_run(path, run, blocks):
+def set_run(path: str, run: str, blocks: list[str]) -> bool:
     """Give ``run`` exactly ``blocks`` (host_block texts) in our file at ``path``; ``blocks``
     empty or None drops its section. Returns whether the file changed."""
     with _Locked(path):
@@ -120,11 +121,11 @@ def set_run(path, run, blocks):
         return True
 
 
-def include_line(path):
+def include_line(path: str) -> str:
     return "Include %s\n" % _value(path)
 
 
-def ensure_include(user_config, ours):
+def ensure_include(user_config: str, ours: str) -> bool:
     """Put ``Include <ours>`` first in the user's SSH config (made, 0600 in a 0700 folder,
     when missing). Returns whether it changed; a link is followed, the rest of the file is
     kept byte for byte."""

@@ -15,6 +15,7 @@ import hashlib
 import os
 import subprocess
 import tempfile
+from typing import Any, Callable
 
 from ..core.errors import GpufleetError
 from ..tasks.ssh import control_dir
@@ -26,7 +27,7 @@ class TunnelError(GpufleetError):
     """The forwards could not be opened; the message has OpenSSH's reason."""
 
 
-def control_path(run):
+def control_path(run: str) -> str:
     """The run's control socket: short enough for a Unix socket name."""
     return os.path.join(control_dir(), "attach-%s" % hashlib.sha1(
         run.encode("utf-8")).hexdigest()[:12])
@@ -42,11 +43,11 @@ def _ask(control, what, runner):
     return proc.returncode == 0
 
 
-def is_open(control, runner=subprocess.run):
+def is_open(control: str, runner: Callable[..., Any] = subprocess.run) -> bool:
     return os.path.exists(control) and _ask(control, "check", runner)
 
 
-def close(control, runner=subprocess.run):
+def close(control: str, runner: Callable[..., Any] = subprocess.run) -> bool:
     """Close the forwards (whether they were open)."""
     was = is_open(control, runner)
     if was:
@@ -59,7 +60,8 @@ def close(control, runner=subprocess.run):
     return was
 
 
-def open_tunnel(config_file, run, address, forwards, control, runner=subprocess.run):
+def open_tunnel(config_file: str, run: str, address: str | None, forwards: list[dict[str, Any]],
+                control: str, runner: Callable[..., Any] = subprocess.run) -> Any:
     """Open the run's tunnel: through the container's sshd, else (ports only) through its
     instance. TunnelError says why neither worked."""
     try:
@@ -71,7 +73,9 @@ def open_tunnel(config_file, run, address, forwards, control, runner=subprocess.
     return open_forwards(config_file, run + "-host", address, forwards, control, runner)
 
 
-def open_forwards(config_file, host_alias, address, forwards, control, runner=subprocess.run):
+def open_forwards(config_file: str, host_alias: str, address: str | None,
+                  forwards: list[dict[str, Any]], control: str,
+                  runner: Callable[..., Any] = subprocess.run) -> None:
     """Forward each ``{"local_port", "container_port"}`` from 127.0.0.1 to ``address`` (the
     container, seen from ``host_alias``). Returns once they listen; TunnelError when not."""
     argv = ["ssh", "-F", config_file, "-f", "-N", "-M", "-S", control,

@@ -18,6 +18,8 @@ EC2 double).
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import aws_layout as layout
 from .aws_layout import instance_records
 from .cloud_common import launch_in_turn, merged_settings
@@ -43,7 +45,7 @@ LISTED_STATES = ("pending", "running", "stopping", "stopped")
 # How long to wait for launched instances to run, and between polls.
 RUNNING_TIMEOUT = 600
 
-DEFAULT_SETTINGS = {
+DEFAULT_SETTINGS: dict[str, Any] = {
     "regions": None,          # the regions to use (default: every region of the catalog)
     "vpc_ids": {},            # region -> VPC id (default: the region's default VPC)
     "subnet_ids": {},         # region -> [subnet ids] (default: the VPC's subnets)

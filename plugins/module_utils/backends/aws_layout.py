@@ -24,6 +24,7 @@ import datetime
 import hashlib
 import json
 import re
+from typing import Any, Iterable, Mapping
 
 from .cloud_common import instance_record
 from .errors import LayoutError
@@ -70,7 +71,8 @@ QUOTA_ERRORS = frozenset(("VcpuLimitExceeded", "InstanceLimitExceeded"))
 ROOT_DEVICE = "/dev/sda1"
 
 
-def fleet_tags(fleet, config_tags=None, extra=None):
+def fleet_tags(fleet: str, config_tags: dict[str, str] | None = None,
+               extra: dict[str, str] | None = None) -> dict[str, str]:
     """The tags every resource of the fleet gets: the fleet's ``tags`` first, ours last (ours
     win, so a user tag cannot detach a resource from its fleet)."""
     tags = dict(config_tags or {})
@@ -79,25 +81,27 @@ def fleet_tags(fleet, config_tags=None, extra=None):
     return tags
 
 
-def tag_list(tags):
+def tag_list(tags: Mapping[str, object]) -> list[dict[str, str]]:
     return [{"Key": k, "Value": str(v)} for k, v in sorted(tags.items())]
 
 
-def tags_of(resource):
+def tags_of(resource: dict[str, Any]) -> dict[str, str]:
     return dict((t["Key"], t["Value"]) for t in resource.get("Tags") or [])
 
 
-def tag_specifications(tags, kinds=("instance", "volume", "network-interface")):
+def tag_specifications(tags: Mapping[str, object],
+                       kinds: Iterable[str] = ("instance", "volume", "network-interface"),
+                       ) -> list[dict[str, Any]]:
     return [{"ResourceType": kind, "Tags": tag_list(tags)} for kind in kinds]
 
 
-def resource_name(fleet, what=None):
+def resource_name(fleet: str, what: str | None = None) -> str:
     """``gpufleet-<fleet>`` (or ``gpufleet-<fleet>-<what>``): security group, placement group
     and key pair names."""
     return "gpufleet-%s" % fleet + ("-%s" % what if what else "")
 
 
-def security_group_rules(group_id):
+def security_group_rules(group_id: str) -> list[dict[str, Any]]:
     """Ingress of a fleet's security group: SSH from anywhere, and all traffic from the group
     itself, which EFA and NCCL between the fleet's instances need."""
     return [
@@ -110,7 +114,7 @@ def security_group_rules(group_id):
     ]
 
 
-def efa_interfaces(type_info):
+def efa_interfaces(type_info: dict[str, Any]) -> int:
     """How many EFA interfaces an instance type takes (0: none), from DescribeInstanceTypes."""
     network = type_info.get("NetworkInfo") or {}
     if not network.get("EfaSupported"):
@@ -118,7 +122,8 @@ def efa_interfaces(type_info):
     return int((network.get("EfaInfo") or {}).get("MaximumEfaInterfaces") or 0)
 
 
-def network_interfaces(type_info, subnet_id, group_ids, public_ip):
+def network_interfaces(type_info: dict[str, Any], subnet_id: str, group_ids: list[str],
+                       public_ip: bool) -> list[dict[str, Any]] | None:
     """The NetworkInterfaces of a launch on an EFA type, laid out as dstack does; None for a
     type without EFA (the launch then names the subnet and groups itself).
 
@@ -161,11 +166,12 @@ def needs_elastic_ip(interfaces, public_ips):
     return bool(public_ips) and bool(interfaces) and len(interfaces) > 1
 
 
-def uses_placement_group(config, instance_type):
+def uses_placement_group(config: dict[str, Any], instance_type: str) -> bool:
     return config.get("placement") == "cluster" and not NO_CLUSTER_PLACEMENT.match(instance_type)
 
 
-def client_token(fleet, nums, offer, zone, attempt=0):
+def client_token(fleet: str, nums: list[int], offer: dict[str, Any], zone: str,
+                 attempt: int = 0) -> str:
     """The idempotency token of one launch: the same fleet, numbers, offer and zone give the
     same token, so a retried or re-run call returns the instances already launched instead of
     launching more. ``attempt`` moves on when EC2 answers a token with instances that are
@@ -175,7 +181,7 @@ def client_token(fleet, nums, offer, zone, attempt=0):
     return "gpufleet-" + hashlib.sha256(key.encode()).hexdigest()[:48]
 
 
-def run_instances_request(launch):
+def run_instances_request(launch: dict[str, Any]) -> dict[str, Any]:
     """The RunInstances parameters of one launch.
 
     ``launch``: {fleet, nums, offer (offers/select.py), zone, image_id, key_name, subnet_id,
@@ -241,7 +247,7 @@ def run_instances_request(launch):
     return request
 
 
-def instance_nums(instance):
+def instance_nums(instance: dict[str, Any]) -> int | None:
     """The instance number of a described instance: its launch index into ``gpufleet:nums``;
     None for an instance that is not one of ours or whose tags are damaged."""
     tags = tags_of(instance)
@@ -294,7 +300,8 @@ def _iso(value):
     return value
 
 
-def instance_records(placed, fleet, key_file, public_ips=True, user=SSH_USER):
+def instance_records(placed: list[tuple[str, dict[str, Any]]], fleet: str, key_file: str,
+                     public_ips: bool = True, user: str = SSH_USER) -> list[dict[str, Any]]:
     """Instance records (fleets.records) of the fleet's described instances."""
     records = []
     for region, instance in placed:

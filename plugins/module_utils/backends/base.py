@@ -17,6 +17,8 @@ for where it was built. The contract the clients keep is interface.py's (re-expo
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..core.errors import GpufleetError
 from ..spec import support
 from .errors import BackendError, UnsupportedBackend
@@ -77,13 +79,14 @@ CLOUD_BACKENDS = ("aws", "gcp")
 POLICY_SETTINGS = ("retry_delays",)
 
 
-def configured(settings):
+def configured(settings: dict[str, Any] | None) -> list[str]:
     """The cloud backends the backend settings configure (a section each), in registry order:
     what a fleet without ``backends`` may use, as dstack uses every backend of its project."""
     return [b for b in CLOUD_BACKENDS if (settings or {}).get(b) is not None]
 
 
-def default_backends(config, settings=None, catalog_dir=None):
+def default_backends(config: dict[str, Any], settings: dict[str, Any] | None = None,
+                     catalog_dir: str | None = None) -> list[str]:
     """The backends a fleet may use: its ``backends``; without them, as dstack uses every
     backend of its project, every configured cloud backend (the one with the cheapest offer
     for the fleet first), ``local`` when none is configured."""
@@ -112,7 +115,8 @@ def _by_price(config, clouds, catalog_dir):
     return order + [b for b in clouds if b not in order]
 
 
-def select(config, name, settings=None, catalog_dir=None):
+def select(config: dict[str, Any], name: str, settings: dict[str, Any] | None = None,
+           catalog_dir: str | None = None) -> str:
     """The backend that provisions the backend fleet ``name``: ``local`` when its backends
     (default_backends: the file's, else the configured ones) list it (local nodes cost
     nothing, so a list with ``local`` gets it, as the cheapest offer), else the first one
@@ -126,7 +130,7 @@ def select(config, name, settings=None, catalog_dir=None):
     return next(backend for backend in wanted if backend in BACKENDS)
 
 
-def settings_section(settings, backend):
+def settings_section(settings: dict[str, Any] | None, backend: str) -> dict[str, Any]:
     """The backend's section of the backend settings (``{"aws": {...}}``), {} when absent."""
     section = (settings or {}).get(backend) or {}
     if not isinstance(section, dict):

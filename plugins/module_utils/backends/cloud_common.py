@@ -8,12 +8,16 @@ NoCapacity it ends with, and the instance record made of what a backend read off
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from ..spec.naming import instance_name
 from .made_for import read as read_made_for
 from .errors import CapacityError, NoCapacity
 
 
-def launch_in_turn(fleet, nums, offers, launch, number):
+def launch_in_turn(fleet: str, nums: list[int], offers: list[dict[str, Any]],
+                   launch: Callable[..., list[dict[str, Any]]],
+                   number: Callable[[dict[str, Any]], int | None]) -> list[dict[str, Any]]:
     """Launch instances numbered ``nums`` from the first offers and zones that have capacity.
 
     ``launch(missing, offer, zone)`` makes one call for the numbers still missing and returns
@@ -21,7 +25,7 @@ def launch_in_turn(fleet, nums, offers, launch, number):
     an instance's number. Raises NoCapacity, naming every attempt, when numbers remain.
     """
     missing = list(nums)
-    launched = []
+    launched: list[Any] = []
     attempts = []
     for offer in offers:
         for zone in offer["zones"]:
@@ -44,7 +48,8 @@ def launch_in_turn(fleet, nums, offers, launch, number):
     return launched
 
 
-def merged_settings(backend, defaults, settings, error):
+def merged_settings(backend: str, defaults: dict[str, Any], settings: dict[str, Any] | None,
+                    error: type[Exception]) -> dict[str, Any]:
     """A backend's settings over its defaults; ``error`` (the backend's error class) names an
     unknown key with the known ones. None leaves a default as it is."""
     merged = dict(defaults)
@@ -83,7 +88,7 @@ def instance_record(fleet, num, backend, found, key_file, user, public_ips=True)
     }
 
 
-def no_capacity(fleet, missing, attempts):
+def no_capacity(fleet: str, missing: int, attempts: list[dict[str, Any]]) -> NoCapacity:
     """The NoCapacity of a launch that left ``missing`` instances, naming the attempts."""
     return NoCapacity(
         "fleet %s: no capacity for %d instance(s) in %d offer(s) tried: %s"

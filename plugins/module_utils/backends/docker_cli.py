@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+from typing import Any
 
 from ..core.errors import GpufleetError
 
@@ -53,7 +54,7 @@ class Docker(object):
         self.binary = binary or shutil.which("docker")
         self._runner = runner or _default_runner
 
-    def run(self, *args, **kwargs):
+    def run(self, *args: str, **kwargs: Any) -> Any:
         """Run ``docker args...``; return stdout as text; raise DockerError on failure."""
         if not self.binary:
             raise DockerError(NOT_INSTALLED)
@@ -68,7 +69,7 @@ class Docker(object):
             )
         return out if check else (rc, out, err)
 
-    def ping(self):
+    def ping(self) -> str:
         """Check the engine answers; return its version. Raise DockerError saying what to fix."""
         if not self.binary:
             raise DockerError(NOT_INSTALLED)
@@ -78,7 +79,7 @@ class Docker(object):
             raise DockerError(NOT_RUNNING % reason)
         return out.strip()
 
-    def image_labels(self, ref):
+    def image_labels(self, ref: str) -> dict[str, str] | None:
         """The labels of image ``ref``, or None when the engine has no such image."""
         rc, out, _err = self.run("image", "inspect", "--format", "{{json .Config.Labels}}", ref,
                                  check=False)

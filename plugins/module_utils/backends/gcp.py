@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from ..spec.naming import instance_name
 from . import gcp_layout as layout
@@ -40,7 +41,7 @@ GPU_IMAGE = ("projects/ubuntu-os-accelerator-images/global/images/family/"
 CPU_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
 OPERATION_TIMEOUT = 900
 
-DEFAULT_SETTINGS = {
+DEFAULT_SETTINGS: dict[str, Any] = {
     "project_id": None,       # default: the credentials' project
     "regions": None,          # default: every region of the catalog
     "vpc_name": "default",    # the main network

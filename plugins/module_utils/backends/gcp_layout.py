@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from typing import Any, Iterable
 
 from .errors import LayoutError
 from .made_for import values as made_for_values
@@ -62,13 +63,14 @@ CAPACITY_ERRORS = frozenset((
 ))
 
 
-def label_value(value):
+def label_value(value: object) -> str:
     """A label value as Compute Engine takes it: lower-case letters, digits, ``_`` and ``-``,
     at most 63 characters."""
     return _LABEL_BAD.sub("-", str(value).lower())[:63]
 
 
-def fleet_labels(fleet, tags=None, placement="any"):
+def fleet_labels(fleet: str, tags: dict[str, object] | None = None,
+                 placement: str | None = "any") -> dict[str, str]:
     """The fleet's ``tags`` as labels, then ours (ours win)."""
     labels = dict((label_value(k), label_value(v)) for k, v in (tags or {}).items())
     labels.update({LABEL_FLEET: label_value(fleet), LABEL_CREATED_BY: "gpufleet",
@@ -76,12 +78,12 @@ def fleet_labels(fleet, tags=None, placement="any"):
     return labels
 
 
-def network_tag(fleet):
+def network_tag(fleet: str) -> str:
     """The network tag the fleet's firewall rules target."""
     return "gpufleet-" + fleet
 
 
-def resource_name(fleet, what=None):
+def resource_name(fleet: str, what: str | None = None) -> str:
     return "gpufleet-%s" % fleet + ("-%s" % what if what else "")
 
 
@@ -94,8 +96,9 @@ def _subnet_url(project, region, name):
         project, region, name)
 
 
-def network_interfaces(machine_type, project, region, main, extras=(), roce=None,
-                       public_ip=True):
+def network_interfaces(machine_type: str, project: str, region: str, main: dict[str, Any],
+                       extras: Iterable[dict[str, Any]] = (), roce: dict[str, Any] | None = None,
+                       public_ip: bool = True) -> list[dict[str, Any]]:
     """The networkInterfaces of an instance, laid out as dstack lays them out.
 
     ``main`` is ``{"network", "subnetwork"}`` (subnetwork may be None: the network's subnet in
@@ -193,7 +196,8 @@ def instance_properties(launch):
     return properties
 
 
-def bulk_insert_body(names, properties, all_at_once):
+def bulk_insert_body(names: list[str], properties: dict[str, Any],
+                     all_at_once: bool) -> dict[str, Any]:
     """instances.bulkInsert: the named instances, all of them or as many as the zone has."""
     return {
         "count": str(len(names)),
@@ -203,14 +207,16 @@ def bulk_insert_body(names, properties, all_at_once):
     }
 
 
-def request_id(fleet, names, offer, zone, attempt=0):
+def request_id(fleet: str, names: list[str], offer: dict[str, Any], zone: str,
+               attempt: int = 0) -> str:
     """The requestId of one launch: the same launch repeated is the same request."""
     key = "|".join([fleet, ",".join(sorted(names)), offer["instance_type"], offer["region"],
                     zone, "spot" if offer["spot"] else "standard", str(attempt)])
     return str(uuid.uuid5(uuid.NAMESPACE_URL, "gpufleet:" + key))
 
 
-def disk_body(name, zone, size_gb, tags=None):
+def disk_body(name: str, zone: str, size_gb: int | float,
+              tags: dict[str, object] | None = None) -> dict[str, Any]:
     """disks.insert of a network volume: a balanced persistent disk, labelled."""
     labels = dict((label_value(k), label_value(v)) for k, v in (tags or {}).items())
     labels.update({LABEL_VOLUME: label_value(name), LABEL_CREATED_BY: "gpufleet"})
@@ -218,7 +224,7 @@ def disk_body(name, zone, size_gb, tags=None):
             "type": "zones/%s/diskTypes/pd-balanced" % zone, "labels": labels}
 
 
-def resource_policy_body(fleet):
+def resource_policy_body(fleet: str) -> dict[str, Any]:
     """The compact placement policy of a cluster fleet (one availability domain)."""
     return {
         "name": resource_name(fleet),
@@ -227,7 +233,7 @@ def resource_policy_body(fleet):
     }
 
 
-def firewall_bodies(project, fleet, networks):
+def firewall_bodies(project: str, fleet: str, networks: Iterable[str]) -> list[dict[str, Any]]:
     """SSH from anywhere and all traffic among the fleet's instances, on each network the
     instances use (the main VPC and the extra ones)."""
     tag = network_tag(fleet)
@@ -253,7 +259,7 @@ def firewall_bodies(project, fleet, networks):
     return rules
 
 
-def instance_num(instance, fleet):
+def instance_num(instance: dict[str, Any], fleet: str) -> int | None:
     """The number in ``<fleet>-<num>``; None for another name."""
     name = instance.get("name") or ""
     prefix = fleet + "-"

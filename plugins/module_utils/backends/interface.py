@@ -29,41 +29,48 @@ Registry, the choice of a fleet's backend, and client construction are in base.p
 
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 
 class Backend:
     """One backend's client. Subclasses set ``name`` and implement every method here."""
 
-    name = None
+    name: str | None = None
 
-    def fleet_instances(self, fleet, regions=None):
+    def fleet_instances(self, fleet: str,
+                        regions: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """The raw instances of ``fleet`` that are not gone, found by their labels or tags."""
         raise NotImplementedError
 
-    def all_fleet_instances(self, regions=None):
+    def all_fleet_instances(
+            self, regions: Iterable[str] | None = None,
+    ) -> dict[str, list[dict[str, Any]]]:
         """``{fleet name: [raw instance]}`` of every gpufleet fleet this backend holds."""
         raise NotImplementedError
 
-    def view(self, placed):
+    def view(self, placed: Any) -> dict[str, Any]:
         """What the fleets code needs of one raw instance: at least ``num`` (the instance's
         number, None when unreadable), ``state`` (as fleets/plan.py reads it: a state in
         plan.SERVABLE_STATES can serve again, one in plan.STOPPED_STATES is started) and
         ``placement``."""
         raise NotImplementedError
 
-    def records(self, placed, fleet, key_file):
+    def records(self, placed: list[Any], fleet: str,
+                key_file: str) -> list[dict[str, Any]]:
         """Instance records (fleets/records.py) of the fleet's raw instances, by number;
         ``key_file`` is the fleet's private key, for the records' ``identity_file``."""
         raise NotImplementedError
 
-    def start(self, placed):
+    def start(self, placed: list[Any]) -> None:
         """Start the stopped instances among ``placed``."""
         raise NotImplementedError
 
-    def terminate(self, placed):
+    def terminate(self, placed: list[Any]) -> None:
         """Remove the instances ``placed`` (and what each of them alone used)."""
         raise NotImplementedError
 
-    def delete_fleet(self, fleet, regions=None, check_mode=False):
+    def delete_fleet(self, fleet: str, regions: Iterable[str] | None = None,
+                     check_mode: bool = False) -> dict[str, list[str]]:
         """Remove the fleet's instances and everything made for it. Returns what was (in
         check mode: would be) removed, as ``{kind: [names or ids]}``."""
         raise NotImplementedError
@@ -74,37 +81,39 @@ class VolumeBackend:
     (EBS volumes, persistent disks) and by the local one (local_volumes.Pool: folders in a
     Docker volume, attached to one node at a time). ``region`` is ``local`` there."""
 
-    def volume(self, name, region):
+    def volume(self, name: str, region: str) -> dict[str, Any] | None:
         """The cloud's description of the gpufleet volume ``name``, or None."""
         raise NotImplementedError
 
-    def all_volumes(self, regions):
+    def all_volumes(self, regions: Iterable[str]) -> list[tuple[str, str, dict[str, Any]]]:
         """``[(name, region, description)]`` of every gpufleet volume in ``regions``, the
         description as ``volume`` gives it (volumes/listing.py)."""
         raise NotImplementedError
 
-    def first_zone(self, region):
+    def first_zone(self, region: str) -> str | None:
         """A zone of ``region`` to create a volume in when the config names none."""
         raise NotImplementedError
 
-    def create_volume(self, name, region, zone, size_gb, config_tags=None):
+    def create_volume(self, name: str, region: str, zone: str | None, size_gb: int,
+                      config_tags: dict[str, str] | None = None) -> dict[str, Any]:
         raise NotImplementedError
 
-    def register_volume(self, name, region, volume_id):
+    def register_volume(self, name: str, region: str, volume_id: str) -> dict[str, Any] | None:
         """Mark an existing volume as the gpufleet volume ``name`` (external: kept on delete)."""
         raise NotImplementedError
 
-    def delete_volume(self, name, region, volume):
+    def delete_volume(self, name: str, region: str, volume: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def host_instance(self, record):
+    def host_instance(self, record: dict[str, Any]) -> Any:
         """The raw instance behind an instance record, for attaching volumes to it."""
         raise NotImplementedError
 
-    def attach_volume(self, name, region, volume, instance):
+    def attach_volume(self, name: str, region: str, volume: dict[str, Any],
+                      instance: Any) -> Any:
         raise NotImplementedError
 
-    def detach_volume(self, name, region, volume):
+    def detach_volume(self, name: str, region: str, volume: dict[str, Any]) -> None:
         raise NotImplementedError
 
 
@@ -114,17 +123,19 @@ class CloudBackend(Backend, VolumeBackend):
 
     settings = None
 
-    def launch_group(self, fleet, nums, offers, config, public_key, disk_gb, all_at_once):
+    def launch_group(self, fleet: str, nums: list[int], offers: list[dict[str, Any]],
+                     config: dict[str, Any], public_key: str, disk_gb: int | float | None,
+                     all_at_once: bool) -> list[dict[str, Any]]:
         """Launch instances numbered ``nums`` from the first offers (cheapest first) and zones
         that have capacity, all in one zone when ``all_at_once``. Returns the raw instances
         launched; raises errors.NoCapacity, naming every attempt, when numbers remain."""
         raise NotImplementedError
 
-    def wait_running(self, placed):
+    def wait_running(self, placed: list[Any]) -> list[dict[str, Any]]:
         """The raw instances ``placed`` once each runs and has its addresses."""
         raise NotImplementedError
 
-    def reservation(self, reservation_id, regions):
+    def reservation(self, reservation_id: str, regions: Iterable[str]) -> dict[str, Any]:
         """What the cloud says of a reservation: ``{"backend", "instance_type", "region",
         "zone", "capacity_block", "state"}``."""
         raise NotImplementedError

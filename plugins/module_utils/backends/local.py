@@ -24,6 +24,9 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from typing import Any, Callable, Iterable
+
+from .docker_cli import Docker
 
 from ..core.errors import GpufleetError
 from ..core.files import exclusive
@@ -91,12 +94,12 @@ POOL_VOLUME = "gpufleet-volumes"
 NODE_POOL_DIR = "/var/lib/gpufleet/volumes"
 
 
-def pool_mount():
+def pool_mount() -> list[str]:
     """The ``docker run`` arguments that give a node the volume pool."""
     return ["--mount", "type=volume,source=%s,target=%s" % (POOL_VOLUME, NODE_POOL_DIR)]
 
 
-def recipe():
+def recipe() -> dict[str, Any]:
     """Everything that determines the node image's content."""
     return {
         "suite": DEBIAN_SUITE,
@@ -108,12 +111,12 @@ def recipe():
     }
 
 
-def recipe_digest():
+def recipe_digest() -> str:
     data = json.dumps(recipe(), sort_keys=True).encode("utf-8")
     return hashlib.sha256(data).hexdigest()
 
 
-def image_ref():
+def image_ref() -> str:
     """The node image for the current recipe, e.g. ``gpufleet/node:3f9c1a2b7d4e``."""
     return "%s:%s" % (IMAGE_REPOSITORY, recipe_digest()[:12])
 
@@ -122,7 +125,8 @@ class BuildError(GpufleetError):
     """Building the node image failed; the message says what to install or fix."""
 
 
-def ensure_node_image(docker, mirror=DEFAULT_MIRROR, workdir=None, check_mode=False):
+def ensure_node_image(docker: Docker, mirror: str = DEFAULT_MIRROR, workdir: str | None = None,
+                      check_mode: bool = False) -> tuple[str, bool]:
     """Make sure the engine has the node image of the current recipe; build it when missing.
 
     Returns ``(ref, built)``. In check mode nothing is built; ``built`` says a build is due.
@@ -132,7 +136,8 @@ def ensure_node_image(docker, mirror=DEFAULT_MIRROR, workdir=None, check_mode=Fa
         lambda ref: build_node_image(docker, ref, mirror=mirror, workdir=workdir))
 
 
-def ensure_recipe_image(docker, ref, digest, check_mode, build):
+def ensure_recipe_image(docker: Docker, ref: str, digest: str, check_mode: bool,
+                        build: Callable[..., Any]) -> tuple[str, bool]:
     """``(ref, built)``: the image ``ref`` is kept when its recipe label is ``digest``, else
     ``build(ref)`` makes it (not in check mode, where ``built`` only says a build is due)."""
     docker.ping()
@@ -154,8 +159,10 @@ def _has_recipe(docker, ref, digest):
     return labels is not None and labels.get(LABEL_PREFIX + "recipe") == digest
 
 
-def build_rootfs_image(docker, ref, what, packages, install, changes, labels,
-                       mirror=DEFAULT_MIRROR, workdir=None):
+def build_rootfs_image(docker: Docker, ref: str, what: str, packages: Iterable[str],
+                       install: Callable[[str], Any], changes: Iterable[str],
+                       labels: dict[str, str], mirror: str = DEFAULT_MIRROR,
+                       workdir: str | None = None) -> None:
     """debootstrap a Debian root filesystem with ``packages``, let ``install(rootfs)`` add its
     files, and import it as ``ref`` with Dockerfile-style ``changes`` and ``labels``."""
     debootstrap = require_debootstrap(what)
@@ -171,7 +178,8 @@ def build_rootfs_image(docker, ref, what, packages, install, changes, labels,
         shutil.rmtree(base, ignore_errors=True)
 
 
-def build_node_image(docker, ref, mirror=DEFAULT_MIRROR, workdir=None):
+def build_node_image(docker: Docker, ref: str, mirror: str = DEFAULT_MIRROR,
+                     workdir: str | None = None) -> None:
     """debootstrap a Debian root filesystem, add the node's files, and import it as ``ref``."""
     build_rootfs_image(
         docker, ref, "local node image", NODE_PACKAGES, install_node_files,
@@ -183,7 +191,7 @@ def build_node_image(docker, ref, mirror=DEFAULT_MIRROR, workdir=None):
 # --- Root filesystems, shared by every image built here (node, task base) -------------------
 
 
-def require_debootstrap(what):
+def require_debootstrap(what: str) -> str:
     """The debootstrap command, checked usable: installed, and this process is root.
 
     ``what`` names the image in the message, e.g. "local node image".
@@ -204,7 +212,8 @@ def require_debootstrap(what):
     return debootstrap
 
 
-def debootstrap_rootfs(debootstrap, rootfs, packages, mirror=DEFAULT_MIRROR):
+def debootstrap_rootfs(debootstrap: str, rootfs: str, packages: Iterable[str],
+                       mirror: str = DEFAULT_MIRROR) -> None:
     """Make a minbase Debian root filesystem at ``rootfs`` with ``packages`` installed."""
     command = [
         debootstrap, "--variant=minbase", "--include=" + ",".join(packages),
@@ -220,7 +229,7 @@ def debootstrap_rootfs(debootstrap, rootfs, packages, mirror=DEFAULT_MIRROR):
         )
 
 
-def write_rootfs_file(rootfs, path, text, mode):
+def write_rootfs_file(rootfs: str, path: str, text: str, mode: int) -> None:
     """Write ``text`` to the absolute ``path`` inside ``rootfs`` with permissions ``mode``."""
     full = os.path.join(rootfs, path.lstrip("/"))
     os.makedirs(os.path.dirname(full), exist_ok=True)
@@ -229,7 +238,7 @@ def write_rootfs_file(rootfs, path, text, mode):
     os.chmod(full, mode)
 
 
-def prune_rootfs(rootfs):
+def prune_rootfs(rootfs: str) -> None:
     """Remove SSH host keys (made per container at start) and apt's package lists and cache."""
     for directory, prefix in (("/etc/ssh", "ssh_host_"), ("/var/cache/apt/archives", ""),
                               ("/var/lib/apt/lists", "")):
@@ -243,7 +252,7 @@ def prune_rootfs(rootfs):
                     os.remove(path)
 
 
-def install_node_files(rootfs):
+def install_node_files(rootfs: str) -> None:
     """Add the login user, sudo rule, sshd settings and init script to a root filesystem."""
     write_rootfs_file(rootfs, "/usr/local/sbin/gpufleet-node-init", NODE_INIT, 0o755)
     write_rootfs_file(rootfs, "/etc/ssh/sshd_config.d/gpufleet.conf", SSHD_CONFIG, 0o644)
@@ -262,11 +271,11 @@ def install_node_files(rootfs):
     prune_rootfs(rootfs)
 
 
-def run_flags(privileged_allowed):
+def run_flags(privileged_allowed: bool) -> tuple[str, ...]:
     return PRIVILEGED_FLAGS if privileged_allowed else FALLBACK_FLAGS
 
 
-def privilege_refused(message):
+def privilege_refused(message: str) -> bool:
     """True when a failed ``docker run`` was refused --privileged by the host's capabilities."""
     return PRIVILEGE_REFUSED in message
 
@@ -301,15 +310,15 @@ class FleetError(GpufleetError):
     """A local fleet cannot be changed as asked; the message says why and what to do."""
 
 
-def container_name(fleet, num):
+def container_name(fleet: str, num: int) -> str:
     return "gpufleet-%s-%d" % (fleet, num)
 
 
-def volume_name(fleet, num):
+def volume_name(fleet: str, num: int) -> str:
     return "gpufleet-%s-%d-docker" % (fleet, num)
 
 
-def network_name(fleet, num, placement):
+def network_name(fleet: str, num: int, placement: str) -> str:
     """``placement: cluster`` nodes share one network; other nodes get one network each."""
     if placement == "cluster":
         return "gpufleet-%s" % fleet
@@ -320,7 +329,7 @@ def _lines(text):
     return [line for line in text.splitlines() if line.strip()]
 
 
-def list_nodes(docker, fleet=None):
+def list_nodes(docker: Docker, fleet: str | None = None) -> list[dict[str, Any]]:
     """The engine's raw answer for the nodes of ``fleet`` (every local fleet when None).
 
     A list of ``{id, name, state, labels, created, networks: {name: ip}}``, sorted by fleet and
@@ -372,14 +381,15 @@ _STATUS = {
 }
 
 
-def node_num(node):
+def node_num(node: dict[str, Any]) -> int | None:
     try:
         return int(node["labels"].get(INSTANCE_LABEL))
     except (TypeError, ValueError):
         return None
 
 
-def instance_records(nodes, fleet, blocks, key_file):
+def instance_records(nodes: list[dict[str, Any]], fleet: str, blocks: int | str,
+                     key_file: str) -> list[dict[str, Any]]:
     """Instance records (see fleets.records) for the raw nodes of one fleet."""
     records = []
     for node in nodes:
@@ -424,19 +434,19 @@ def _made_from(labels):
     return {"made_from": where} if where else {}
 
 
-def check_local_fleet(config, name):
+def check_local_fleet(config: dict[str, Any], name: str) -> None:
     """Refuse what local nodes cannot offer: GPUs, and a placement change of a live fleet."""
     why = support.local_gpus_refusal(config)   # what gpufleet validate reports too
     if why:
         raise FleetError("fleet %s: resources.gpu %s" % (name, why))
 
 
-def spec_label(config):
+def spec_label(config: dict[str, Any]) -> str:
     """The label value that lets a fleet be listed without its file."""
     return json.dumps(dict((k, config.get(k)) for k in SPEC_KEYS), sort_keys=True)
 
 
-def spec_from_nodes(nodes):
+def spec_from_nodes(nodes: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The fleet settings stored on a fleet's nodes (the newest node's), or None."""
     for node in sorted(nodes, key=lambda n: n.get("created") or "", reverse=True):
         try:
@@ -475,7 +485,7 @@ def _run_node(docker, fleet, num, placement, image, public_key, created, flags, 
     return docker.run(*(args + list(flags) + [image]), check=False)
 
 
-def made_by():
+def made_by() -> str:
     """``user@host`` of this process, for the label that says who made a node."""
     try:
         user = getpass.getuser()
@@ -533,14 +543,14 @@ def start_node(docker, fleet, num, placement, image, public_key, created, privil
     raise FleetError("could not start node %s-%d" % (fleet, num))
 
 
-def remove_node(docker, fleet, num, placement):
+def remove_node(docker: Docker, fleet: str, num: int, placement: str) -> None:
     docker.run("rm", "-f", "-v", container_name(fleet, num), check=False)
     docker.run("volume", "rm", "-f", volume_name(fleet, num), check=False)
     if placement != "cluster":
         docker.run("network", "rm", network_name(fleet, num, placement), check=False)
 
 
-def remove_fleet(docker, fleet, check_mode=False):
+def remove_fleet(docker: Docker, fleet: str, check_mode: bool = False) -> dict[str, list[str]]:
     """Remove every container, volume and network labelled with ``fleet``.
 
     Returns ``{"containers": [...], "volumes": [...], "networks": [...]}`` (what was, or in check
@@ -576,11 +586,14 @@ class Local(Backend):
     def __init__(self, docker):
         self.docker = docker
 
-    def fleet_instances(self, fleet, regions=None):
+    def fleet_instances(self, fleet: str,
+                        regions: Iterable[str] | None = None) -> list[dict[str, Any]]:
         return list_nodes(self.docker, fleet)
 
-    def all_fleet_instances(self, regions=None):
-        found = {}
+    def all_fleet_instances(
+            self, regions: Iterable[str] | None = None,
+    ) -> dict[str, list[dict[str, Any]]]:
+        found: dict[str, Any] = {}
         for node in list_nodes(self.docker):
             fleet = node["labels"].get(FLEET_LABEL)
             if fleet:
@@ -588,18 +601,19 @@ class Local(Backend):
         return found
 
     @staticmethod
-    def view(placed):
+    def view(placed: dict[str, Any]) -> dict[str, Any]:
         """A node's number, its engine state (exited nodes are started again) and placement."""
         return {"num": node_num(placed), "state": placed["state"],
                 "placement": placed["labels"].get(PLACEMENT_LABEL) or "any"}
 
-    def records(self, placed, fleet, key_file, blocks=1):
+    def records(self, placed: list[dict[str, Any]], fleet: str, key_file: str,
+                blocks: int | str = 1) -> list[dict[str, Any]]:
         """As Backend.records; a node does not carry ``blocks``, so the caller passes the
         fleet's (from its file, or from spec_from_nodes)."""
         return instance_records(placed, fleet, blocks, key_file)
 
     @staticmethod
-    def check(config, name):
+    def check(config: dict[str, Any], name: str) -> None:
         """Refuse a fleet that local nodes cannot be (check_local_fleet)."""
         check_local_fleet(config, name)
 
@@ -616,7 +630,7 @@ class Local(Backend):
                                     created, privileged, spec=spec, made_for=made_for,
                                     made_from=made_from)
 
-    def start(self, placed):
+    def start(self, placed: list[dict[str, Any]]) -> None:
         for node in placed:
             self.docker.run("start", node["name"])
 
@@ -635,7 +649,7 @@ class Local(Backend):
                 added.append(node["name"])
         return added
 
-    def terminate(self, placed):
+    def terminate(self, placed: list[dict[str, Any]]) -> None:
         """Remove each node with its volume, and its network unless the fleet is a cluster
         (whose nodes share one network, removed with the fleet)."""
         for node in placed:
@@ -643,5 +657,6 @@ class Local(Backend):
             remove_node(self.docker, node["labels"].get(FLEET_LABEL), view["num"],
                         view["placement"])
 
-    def delete_fleet(self, fleet, regions=None, check_mode=False):
+    def delete_fleet(self, fleet: str, regions: Iterable[str] | None = None,
+                     check_mode: bool = False) -> dict[str, list[str]]:
         return remove_fleet(self.docker, fleet, check_mode=check_mode)

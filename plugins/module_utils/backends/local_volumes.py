@@ -29,6 +29,9 @@ import getpass
 import json
 import socket
 import time
+from typing import Any, Iterable
+
+from .docker_cli import Docker
 
 from ..core.files import module_source
 from . import localpool
@@ -50,7 +53,7 @@ MOUNT_ROOT = "/mnt/disks/dstack-volumes"
 REGION = "local"
 
 
-def who():
+def who() -> str:
     """Who makes a record: ``user@host`` of this controller."""
     try:
         user = getpass.getuser()
@@ -59,7 +62,7 @@ def who():
     return "%s@%s" % (user, socket.gethostname())
 
 
-def node_folder(name):
+def node_folder(name: str) -> str:
     """Where a node sees the folder of volume ``name`` (localpool.py's ``data/<name>``)."""
     return "%s/data/%s" % (NODE_POOL_DIR, name)
 
@@ -72,7 +75,7 @@ def _with_fleet(raw, live):
     return dict(raw, fleet=(live.get(raw.get("attached")) or (None, None))[1])
 
 
-def volume_record(name, raw):
+def volume_record(name: str, raw: dict[str, Any]) -> dict[str, Any]:
     """A volume record (volumes/provision.py's) of a pool record (``fleet``: the fleet of the
     node it is attached to, for ``attached_fleets``)."""
     attached = raw.get("attached")
@@ -85,7 +88,7 @@ def volume_record(name, raw):
     }
 
 
-def ensure_pool(docker):
+def ensure_pool(docker: Docker) -> None:
     """The pool's Docker volume, made when missing (labelled, so it is known as gpufleet's)."""
     rc, _out, _err = docker.run("volume", "inspect", POOL_VOLUME, check=False)
     if rc != 0:
@@ -109,11 +112,11 @@ class Pool(VolumeBackend):
             self.image = ensure_node_image(self.docker)[0]
         return self.image
 
-    def pool_exists(self):
+    def pool_exists(self) -> bool:
         rc, _out, _err = self.docker.run("volume", "inspect", POOL_VOLUME, check=False)
         return rc == 0
 
-    def call(self, op, args):
+    def call(self, op: str, args: dict[str, Any]) -> dict[str, Any]:
         """Run localpool.py's ``op``; its answer, BackendError on a refusal. Only ``create``
         makes the pool when the engine has none."""
         try:
@@ -132,7 +135,7 @@ class Pool(VolumeBackend):
             raise BackendError("local volume: %s" % answer["error"])
         return answer
 
-    def running(self):
+    def running(self) -> dict[str, tuple[str, str | None]]:
         """``{id or name: (name, fleet)}`` of every running container of the engine."""
         out = self.docker.run("ps", "--no-trunc", "--format",
                               '{{.ID}}\t{{.Names}}\t{{.Label "gpufleet.fleet"}}')
@@ -143,7 +146,8 @@ class Pool(VolumeBackend):
                 found[parts[0]] = found[parts[1]] = (parts[1], parts[2] or None)
         return found
 
-    def containers(self, holder, name):
+    def containers(self, holder: str | None,
+                   name: str) -> list[tuple[str, bool, str | None, list[str]]]:
         """``[(name, running, "run id/submission", [mount sources])]`` of every container on
         node ``holder``; BackendError when the node cannot tell (the volume then counts as in
         use: nothing is booked twice on a guess)."""
@@ -162,7 +166,7 @@ class Pool(VolumeBackend):
                 found.append((fields[0].lstrip("/"), fields[1] == "true", fields[2], fields[3:]))
         return found
 
-    def in_use(self, raw):
+    def in_use(self, raw: dict[str, Any]) -> str | None:
         """Why the volume cannot move or go now, or None when it can: its holder node runs and
         a running container there binds it, or it was attached there less than
         localpool.FRESH_S ago for a run submission that has no container there yet."""
@@ -183,7 +187,7 @@ class Pool(VolumeBackend):
 
     # -- interface.VolumeBackend
 
-    def volume(self, name, region=REGION):
+    def volume(self, name: str, region: str = REGION) -> dict[str, Any] | None:
         """The pool's record of ``name`` (with ``attached``, ``fresh``, ``fleet``), or None;
         none without a pool (nothing is made by looking)."""
         if not self.pool_exists():
@@ -192,7 +196,8 @@ class Pool(VolumeBackend):
         raw = self.call("describe", {"name": name, "live": sorted(live)})["volume"]
         return _with_fleet(raw, live) if raw else None
 
-    def all_volumes(self, regions=None):
+    def all_volumes(self,
+                    regions: Iterable[str] | None = None) -> list[tuple[str, str, dict[str, Any]]]:
         """Every local volume; none when the engine has no pool yet (nothing is made)."""
         if not self.pool_exists():
             return []
@@ -200,30 +205,32 @@ class Pool(VolumeBackend):
         raws = self.call("list", {"live": sorted(live)})["volumes"]
         return [(r["name"], REGION, _with_fleet(r, live)) for r in raws]
 
-    def first_zone(self, region):
+    def first_zone(self, region: str) -> str | None:
         return None
 
-    def create_volume(self, name, region, zone, size_gb, config_tags=None):
+    def create_volume(self, name: str, region: str, zone: str | None, size_gb: int,
+                      config_tags: dict[str, str] | None = None) -> dict[str, Any]:
         answer = self.call("create", {"name": name, "size": size_gb, "created": _iso(time.time()),
                                       "created_by": who()})
         return answer["volume"]
 
-    def register_volume(self, name, region, volume_id):
+    def register_volume(self, name: str, region: str, volume_id: str) -> dict[str, Any] | None:
         raise BackendError("volume %s: a local volume cannot be registered (volume_id): remove "
                            "volume_id and set size to make one" % name)
 
-    def delete_volume(self, name, region, volume):
+    def delete_volume(self, name: str, region: str, volume: dict[str, Any]) -> None:
         why = self.in_use(volume)
         if why:
             raise BackendError("volume %s is %s: stop the run that uses it (gpufleet stop), "
                                "then delete the volume" % (name, why))
         self.call("delete", {"name": name, "generation": volume["generation"]})
 
-    def host_instance(self, record):
+    def host_instance(self, record: dict[str, Any]) -> Any:
         """The node container of a local instance record."""
         return record["container"]
 
-    def attach_volume(self, name, region, volume, instance, run=None):
+    def attach_volume(self, name: str, region: str, volume: dict[str, Any], instance: Any,
+                      run: dict[str, Any] | None = None) -> Any:
         """Attach the volume to the node container ``instance`` (moving it from a node where
         it is not in use) for ``run`` (``{"id", "submission"}``: the submission whose job
         will bind it); returns the folder the node bind-mounts, as a one-item list."""
@@ -250,7 +257,7 @@ class Pool(VolumeBackend):
                             check=False)
         return [node_folder(name)]
 
-    def detach_volume(self, name, region, volume):
+    def detach_volume(self, name: str, region: str, volume: dict[str, Any]) -> None:
         """Free the volume of its holder node, unless a run there uses it."""
         holder = volume.get("attached")
         if not holder:

@@ -11,10 +11,12 @@ fleet's own). Pure Python.
 
 from __future__ import annotations
 
+from typing import Any
+
 OFF = "off"
 
 
-def values(made_for):
+def values(made_for: dict[str, Any] | None) -> tuple[str, str] | None:
     """``(run, limit text)`` to store, or None for an instance of the fleet's own."""
     if not made_for or not made_for.get("run"):
         return None

@@ -23,6 +23,9 @@ import hashlib
 import json
 import os
 import subprocess
+from typing import Any
+
+from .docker_cli import Docker
 
 from . import uv_bundle
 from .local import (
@@ -64,7 +67,7 @@ TASK_SUDOERS = "%s ALL=(ALL) NOPASSWD:ALL\n" % TASK_USER
 TASK_DIRS = (TASK_WORKDIR, "/run/sshd")
 
 
-def task_recipe():
+def task_recipe() -> dict[str, Any]:
     """Everything that determines the task base image's content."""
     return {
         "suite": DEBIAN_SUITE,
@@ -82,22 +85,22 @@ def task_recipe():
     }
 
 
-def task_recipe_digest():
+def task_recipe_digest() -> str:
     data = json.dumps(task_recipe(), sort_keys=True).encode("utf-8")
     return hashlib.sha256(data).hexdigest()
 
 
-def task_image_ref():
+def task_image_ref() -> str:
     """The task base image for the current recipe, e.g. ``gpufleet/task-base:3f9c1a2b7d4e``."""
     return "%s:%s" % (TASK_IMAGE_REPOSITORY, task_recipe_digest()[:12])
 
 
-def task_image_labels():
+def task_image_labels() -> dict[str, str]:
     return {LABEL_PREFIX + "recipe": task_recipe_digest(), LABEL_PREFIX + "image": TASK_IMAGE_KIND,
             LABEL_PREFIX + "pythons": ",".join(PYTHON_VERSIONS)}
 
 
-def task_image_changes():
+def task_image_changes() -> list[str]:
     """The Dockerfile instructions ``docker import`` applies to the root filesystem."""
     changes = ["ENV %s=%s" % (name, json.dumps(value)) for name, value in TASK_ENV]
     changes.append("WORKDIR %s" % TASK_WORKDIR)
@@ -105,7 +108,8 @@ def task_image_changes():
     return changes
 
 
-def ensure_task_image(docker, mirror=DEFAULT_MIRROR, workdir=None, check_mode=False):
+def ensure_task_image(docker: Docker, mirror: str = DEFAULT_MIRROR, workdir: str | None = None,
+                      check_mode: bool = False) -> tuple[str, bool]:
     """Make sure the engine has the task base image of the current recipe; build it if missing.
 
     Returns ``(ref, built)``. In check mode nothing is built; ``built`` says a build is due.
@@ -115,7 +119,8 @@ def ensure_task_image(docker, mirror=DEFAULT_MIRROR, workdir=None, check_mode=Fa
         lambda ref: build_task_image(docker, ref, mirror=mirror, workdir=workdir))
 
 
-def build_task_image(docker, ref, mirror=DEFAULT_MIRROR, workdir=None):
+def build_task_image(docker: Docker, ref: str, mirror: str = DEFAULT_MIRROR,
+                     workdir: str | None = None) -> None:
     """debootstrap a Debian root filesystem, add dstack's settings, and import it as ``ref``."""
     require_debootstrap("local task base image")
     wheels = uv_bundle.fetch()   # before debootstrap: a missing index fails fast
@@ -125,7 +130,7 @@ def build_task_image(docker, ref, mirror=DEFAULT_MIRROR, workdir=None):
                        workdir=workdir)
 
 
-def install_task_files(rootfs, wheels=None):
+def install_task_files(rootfs: str, wheels: dict[str, str] | None = None) -> None:
     """Add the ``dstack`` user, its sudo rule, the image's directories and (given ``wheels``,
     uv_bundle.fetch's) uv and the seed wheels to a root filesystem; check its Python."""
     for directory in TASK_DIRS:

@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from typing import Any, Callable
 
 from .local import BuildError
 
@@ -47,20 +48,20 @@ IMAGE_ENV = (
 )
 
 
-def machine():
+def machine() -> str:
     """The architecture the local nodes run (the controller's own)."""
     name = platform.machine().lower()
     return {"amd64": "x86_64", "arm64": "aarch64"}.get(name, name)
 
 
-def recipe():
+def recipe() -> dict[str, Any]:
     """What the bundle adds to the image recipe (its digest changes when a pin does)."""
     return {"wheels": [[name, version, sorted(digests.items())]
                        for name, version, digests in PINNED],
             "env": [list(pair) for pair in IMAGE_ENV], "wheels_dir": WHEELS_DIR}
 
 
-def cache_dir():
+def cache_dir() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "gpufleet", "wheels")
 
@@ -83,7 +84,8 @@ def _cached(folder, name, version, wanted):
     return None
 
 
-def fetch(folder=None, arch=None, runner=subprocess.run):
+def fetch(folder: str | None = None, arch: str | None = None,
+          runner: Callable[..., Any] = subprocess.run) -> dict[str, str]:
     """``{name: wheel path}`` for every pinned wheel, downloaded into ``folder`` (the cache)
     unless there already; BuildError naming the package when pip cannot get it or its hash is
     not the pinned one."""
@@ -120,7 +122,7 @@ def fetch(folder=None, arch=None, runner=subprocess.run):
     return out
 
 
-def install(rootfs, wheels):
+def install(rootfs: str, wheels: dict[str, str]) -> None:
     """Put ``uv`` in the root filesystem's /usr/local/bin and the other wheels in WHEELS_DIR."""
     target = os.path.join(rootfs, WHEELS_DIR.lstrip("/"))
     os.makedirs(target, exist_ok=True)

@@ -10,9 +10,10 @@ import contextlib
 import fcntl
 import os
 import tempfile
+from typing import Any, Iterator, Mapping
 
 
-def write_atomically(path, text, mode):
+def write_atomically(path: str, text: str, mode: int) -> None:
     """Replace ``path`` with ``text``: a temporary file in the same directory (made 0600, so the
     content is never readable by others on the way), synced, given ``mode``, then renamed over
     ``path``. The temporary file is removed when anything fails; OSError is left to the caller,
@@ -36,7 +37,7 @@ def write_atomically(path, text, mode):
 
 
 @contextlib.contextmanager
-def exclusive(name):
+def exclusive(name: str) -> Iterator[None]:
     """Hold an exclusive ``flock`` on the lock file ``name`` in this user's gpufleet folder of
     the temporary directory while the block runs, so that two processes of this machine that
     would do the same work (build one image) do it one after the other. The lock goes with the
@@ -48,7 +49,7 @@ def exclusive(name):
 
 
 @contextlib.contextmanager
-def locked(path):
+def locked(path: str) -> Iterator[None]:
     """Hold an exclusive ``flock`` on the file at ``path`` (made empty when missing) while the
     block runs. OSError when the file cannot be opened."""
     with open(path, "a") as handle:
@@ -59,12 +60,12 @@ def locked(path):
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def module_source(module_globals):
+def module_source(module_globals: Mapping[str, Any]) -> bytes:
     """The source of the module whose globals are ``module_globals`` (``vars(module)``), as
     bytes, for code sent to run elsewhere (the hosts' helper, the local volume pool). It is
     read through the module's loader, since inside a module's AnsiballZ payload it lives in a
     zip file, and from its file otherwise."""
-    loader = module_globals.get("__loader__")
+    loader: Any = module_globals.get("__loader__")   # None: read the file
     path = module_globals["__file__"].replace(".pyc", ".py")
     name = module_globals["__name__"]
     for read in (lambda: loader.get_source(name), lambda: loader.get_data(path)):

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import traceback
+from typing import Any, Iterator
 
 from .errors import GpufleetError
 
 INTERNAL_ERROR = "internal error in %s (please report it): %s"
 
 
-def state_options(backend_settings=False):
+def state_options(backend_settings: bool = False) -> dict[str, dict[str, str]]:
     """The argument spec of the options several modules share, declared once as they are
     documented once (doc_fragments/state.py): ``state_dir`` and, with ``backend_settings``, the
     cloud backends' settings. A new dict each call, so no module changes another's spec."""
@@ -37,11 +38,12 @@ def state_options(backend_settings=False):
     return options
 
 
-def failure(exc, prefix="", problems=False, extras=None):
+def failure(exc: BaseException, prefix: str = "", problems: bool = False,
+            extras: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``fail_json`` arguments for a GpufleetError: its message after ``prefix``, then
     ``extras``, and with ``problems`` the config model's list of problems when the error has one
     (SpecError.as_dicts)."""
-    result = dict(msg=prefix + str(exc))
+    result: dict[str, Any] = dict(msg=prefix + str(exc))
     if problems and hasattr(exc, "as_dicts"):
         result["problems"] = exc.as_dicts()
     result.update(extras or {})
@@ -49,7 +51,9 @@ def failure(exc, prefix="", problems=False, extras=None):
 
 
 @contextlib.contextmanager
-def fail_json_on_error(module, what="gpufleet", prefix="", problems=False, extras=None):
+def fail_json_on_error(module: Any, what: str = "gpufleet", prefix: str = "",
+                       problems: bool = False,
+                       extras: dict[str, Any] | None = None) -> Iterator[None]:
     """Run the block; fail the module on any exception it raises.
 
     ``what`` names the code in the internal-error message ("gpufleet preflight", ...);

@@ -17,7 +17,7 @@ from __future__ import annotations
 LIMIT = 60
 
 
-def shorten(text, limit=LIMIT):
+def shorten(text: object, limit: int = LIMIT) -> str:
     """``text`` whole when it has at most ``limit`` characters, else its first ``limit`` and
     how long it is: ``aaaa... (5000 characters)``."""
     text = text if isinstance(text, str) else str(text)
@@ -26,7 +26,7 @@ def shorten(text, limit=LIMIT):
     return "%s... (%d characters)" % (text[:limit], len(text))
 
 
-def quote(text, limit=LIMIT):
+def quote(text: object, limit: int = LIMIT) -> str:
     """``text`` quoted as ``repr`` quotes it (control characters escaped), shortened as
     ``shorten`` does: ``'aaaa'... (5000 characters)``."""
     text = text if isinstance(text, str) else str(text)

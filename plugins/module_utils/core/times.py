@@ -11,7 +11,7 @@ import re
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 
 
-def parse_time(value):
+def parse_time(value: str | datetime.datetime | None) -> datetime.datetime | None:
     """An aware datetime from an ISO 8601 string (``Z`` allowed; Docker's nanoseconds cut to the
     microseconds Python takes) or a datetime; None when unset, unreadable, or Docker's year 1
     (what it writes for a container that never finished)."""

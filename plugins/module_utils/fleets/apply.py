@@ -14,7 +14,10 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+from typing import Any, Callable, Iterable
 
+from ..backends.docker_cli import Docker
+from .types import FleetRecord, InstanceRecord
 from ..backends import base, local
 from ..backends.errors import BackendError
 from ..core.errors import GpufleetError
@@ -30,7 +33,7 @@ class ApplyError(GpufleetError):
     """The fleet cannot be applied as written; the message says why and what to do."""
 
 
-def utcnow():
+def utcnow() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -42,7 +45,8 @@ def _backend(config, name):
         raise ApplyError(str(exc)) from exc
 
 
-def resolved(config, settings=None, root=None):
+def resolved(config: dict[str, Any], settings: dict[str, Any] | None = None,
+             root: str | None = None) -> dict[str, Any]:
     """A backend fleet's config with ``backends`` as gpufleet uses them (base.default_backends:
     without the field, the configured cloud backends, else local); SSH fleets as they are."""
     if config.get("fleet_type") == "ssh" or config.get("backends"):
@@ -62,7 +66,9 @@ def _names(fleet, nums):
     return [instance_name(fleet, n) for n in nums]
 
 
-def describe(config, path=None, docker=None, root=None, settings=None, local_nodes=None):
+def describe(config: dict[str, Any], path: str | None = None, docker: Docker | None = None,
+             root: str | None = None, settings: dict[str, Any] | None = None,
+             local_nodes: dict[str, list[dict[str, Any]]] | None = None) -> FleetRecord:
     """The fleet record as it is now, without changing anything. ``local_nodes`` is the local
     engine's ``{fleet: nodes}`` when the caller listed it already (see ``local_fleet_nodes``)."""
     config = resolved(config, settings, root)
@@ -95,14 +101,15 @@ def describe(config, path=None, docker=None, root=None, settings=None, local_nod
     return record
 
 
-def local_fleet_nodes(docker):
+def local_fleet_nodes(docker: Docker | None) -> dict[str, list[dict[str, Any]]]:
     """The local engine's nodes of every fleet, ``{fleet: nodes}``, listed once for a caller
     that both describes fleet files and discovers fleets (``describe``/``discover``'s
     ``local_nodes``). Raises DockerError when the engine does not answer."""
     return base.client("local", docker=docker).all_fleet_instances()
 
 
-def discover(docker, root=None, settings=None, local_nodes=None):
+def discover(docker: Docker | None, root: str | None = None, settings: dict[str, Any] | None = None,
+             local_nodes: dict[str, list[dict[str, Any]]] | None = None) -> list[FleetRecord]:
     """Every fleet the backends hold, from their labels and tags alone (no files): fleet
     records. Cloud fleets are looked for in the backends that ``settings`` configure; without
     a Docker engine (``docker`` None) local fleets are not. ``local_nodes``: the engine's
@@ -130,7 +137,7 @@ def discover(docker, root=None, settings=None, local_nodes=None):
     return found
 
 
-def at_least(config, count):
+def at_least(config: dict[str, Any], count: int) -> dict[str, Any]:
     """``config`` with ``nodes.target`` raised to ``count`` instances (a run's need, see
     tasks.growth), never above ``nodes.max``; unchanged for SSH fleets or a smaller count."""
     nodes = config.get("nodes")
@@ -142,8 +149,11 @@ def at_least(config, count):
     return dict(config, nodes=dict(nodes, target=target))
 
 
-def apply(config, path=None, docker=None, root=None, check_mode=False, image=None,
-          build_image=None, settings=None, made_for=None, on_wait=None, before_remove=None):
+def apply(config: dict[str, Any], path: str | None = None, docker: Docker | None = None,
+          root: str | None = None, check_mode: bool = False, image: str | None = None,
+          build_image: Callable[[bool], str] | None = None, settings: dict[str, Any] | None = None,
+          made_for: dict[str, Any] | None = None, on_wait: Callable[..., Any] | None = None,
+          before_remove: Callable[[FleetRecord], Any] | None = None) -> tuple[FleetRecord, bool]:
     """Converge a fleet to its config. Returns ``(fleet record, changed)``.
 
     The record's ``plan`` says what was (in check mode: would be) done, by instance name:
@@ -186,13 +196,13 @@ def apply(config, path=None, docker=None, root=None, check_mode=False, image=Non
     return record, changed
 
 
-def live_instances(record):
+def live_instances(record: FleetRecord) -> list[InstanceRecord]:
     """The record's instances that are there or coming (not going or gone)."""
     return [i for i in record.get("instances") or []
             if i.get("status") not in InstanceStatus.lost_statuses()]
 
 
-def instances_missing(config, record):
+def instances_missing(config: dict[str, Any], record: FleetRecord) -> list[str]:
     """The names of the instances a backend fleet lacks to have as many live ones as its
     ``nodes.target`` (the lowest free numbers); empty when it has them."""
     target = int((config.get("nodes") or {}).get("target") or 0)
@@ -287,7 +297,9 @@ def _apply_backend(config, name, backend, path, docker, root, check_mode, image,
     return record, changed
 
 
-def remove_instances(config, nums, path=None, docker=None, root=None, settings=None):
+def remove_instances(config: dict[str, Any], nums: Iterable[int], path: str | None = None,
+                     docker: Docker | None = None, root: str | None = None,
+                     settings: dict[str, Any] | None = None) -> int:
     """Remove a backend fleet's instances numbered ``nums`` (reconcile.py's idle ones)."""
     root = state.state_dir(root)
     config = resolved(config, settings, root)
@@ -307,7 +319,9 @@ def remove_instances(config, nums, path=None, docker=None, root=None, settings=N
     return len(chosen)
 
 
-def delete(config, path=None, docker=None, root=None, check_mode=False, settings=None):
+def delete(config: dict[str, Any], path: str | None = None, docker: Docker | None = None,
+           root: str | None = None, check_mode: bool = False,
+           settings: dict[str, Any] | None = None) -> tuple[FleetRecord, bool]:
     """Remove a fleet's nodes, volumes, networks and local files. Returns (record, changed).
 
     For an SSH fleet only the local files go here; the hosts are released by the play.
@@ -317,7 +331,7 @@ def delete(config, path=None, docker=None, root=None, check_mode=False, settings
     name = fleet_name(config, path)
     record = describe(config, path, docker, root) if config["fleet_type"] == "ssh" else \
         fleet_record(config, name, path)
-    removed = {"containers": [], "volumes": [], "networks": []}
+    removed: dict[str, Any] = {"containers": [], "volumes": [], "networks": []}
     backend = _backend(config, name) if config["fleet_type"] != "ssh" else None
     if backend in base.CLOUD_BACKENDS:
         try:

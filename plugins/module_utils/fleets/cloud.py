@@ -17,6 +17,7 @@ tried again after growing waits (``retry_delays`` in the backend settings) until
 from __future__ import annotations
 
 import time
+from typing import Any, Callable, Iterable
 
 from ..backends import base
 from ..backends.errors import BackendError, NoCapacity
@@ -54,7 +55,8 @@ def _settings(settings, backend):
         raise CloudError(str(exc)) from exc
 
 
-def regions(config, settings, backend="aws", catalog_dir=None):
+def regions(config: dict[str, Any], settings: dict[str, Any] | None, backend: str = "aws",
+            catalog_dir: str | None = None) -> list[str]:
     """The regions to look for the fleet's instances in and to launch in, lower-case."""
     data, _source = catalog.load(backend, catalog_dir)
     known = sorted(set(o["region"] for e in data["instance_types"] for o in e["offers"]))
@@ -69,7 +71,8 @@ def regions(config, settings, backend="aws", catalog_dir=None):
     return chosen
 
 
-def offer_regions(config, settings, backends, catalog_dir=None):
+def offer_regions(config: dict[str, Any], settings: dict[str, Any] | None, backends: Iterable[str],
+                  catalog_dir: str | None = None) -> tuple[dict[str, list[str]], dict[str, str]]:
     """``({backend: regions}, {backend: why none})``: the regions where each of the cloud
     ``backends`` takes offers for ``config``, as a fleet applied from it launches in them
     (``regions``: the config's, within the backend settings' ``regions``, else the catalog's).
@@ -96,7 +99,8 @@ def _client(settings, backend, client):
         raise CloudError(str(exc)) from exc
 
 
-def describe(config, name, key_file, settings, client=None, catalog_dir=None):
+def describe(config: dict[str, Any], name: str, key_file: str, settings: dict[str, Any] | None,
+             client: Any = None, catalog_dir: str | None = None) -> list[dict[str, Any]]:
     """The fleet's instance records as the cloud has them."""
     backend = _backend(config, name)
     client = _client(settings, backend, client)
@@ -166,8 +170,11 @@ def _launch(client, config, name, nums, offers, public_key, disk, delays, sleep)
             raise CloudError(str(exc)) from exc
 
 
-def apply(config, name, root, settings, check_mode=False, client=None, catalog_dir=None,
-          sleep=time.sleep):
+def apply(
+        config: dict[str, Any], name: str, root: str, settings: dict[str, Any] | None,
+        check_mode: bool = False, client: Any = None, catalog_dir: str | None = None,
+        sleep: Callable[[float], Any] = time.sleep,
+) -> tuple[list[dict[str, Any]], dict[str, Any], bool, list[dict[str, Any]]]:
     """Converge a cloud fleet. Returns ``(instances, plan, changed, offers)``: ``offers`` are
     those new instances were (in check mode: would be) launched from, cheapest first."""
     backend = _backend(config, name)
@@ -248,7 +255,9 @@ def apply(config, name, root, settings, check_mode=False, client=None, catalog_d
     return instances, plan, changed, offers
 
 
-def discover(settings, root, catalog_dir=None):
+def discover(
+    settings: dict[str, Any] | None, root: str, catalog_dir: str | None = None,
+) -> list[tuple[str, str, str, list[dict[str, Any]]]]:
     """Every cloud fleet the configured backends hold, from tags and labels alone (no files):
     ``[(backend, fleet name, placement, instance records)]``. Only backends with a section in
     the settings are asked."""
@@ -268,7 +277,8 @@ def discover(settings, root, catalog_dir=None):
     return found
 
 
-def remove(config, name, nums, settings, client=None, catalog_dir=None):
+def remove(config: dict[str, Any], name: str, nums: Iterable[int], settings: dict[str, Any] | None,
+           client: Any = None, catalog_dir: str | None = None) -> int:
     """Terminate the fleet's instances numbered ``nums``."""
     backend = _backend(config, name)
     client = _client(settings, backend, client)
@@ -282,7 +292,9 @@ def remove(config, name, nums, settings, client=None, catalog_dir=None):
     return len(chosen)
 
 
-def delete(config, name, settings, check_mode=False, client=None, catalog_dir=None):
+def delete(config: dict[str, Any], name: str, settings: dict[str, Any] | None,
+           check_mode: bool = False, client: Any = None,
+           catalog_dir: str | None = None) -> tuple[dict[str, Any], bool]:
     """Remove the fleet's instances and what it created. Returns (removed, changed)."""
     backend = _backend(config, name)
     client = _client(settings, backend, client)

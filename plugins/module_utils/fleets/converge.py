@@ -13,6 +13,7 @@ than a no-change apply's own work. Anywhere else the module runs and calls the s
 from __future__ import annotations
 
 import sys
+from typing import Any, Callable
 
 from ..backends import base, local
 from ..backends.docker_cli import Docker
@@ -95,7 +96,9 @@ def _config(params, root, docker):
     return config, path, warnings
 
 
-def converge(params, runs_alive, check_mode=False, warn=None, docker=None):
+def converge(params: dict[str, Any], runs_alive: Callable[..., Any], check_mode: bool = False,
+             warn: Callable[[str], Any] | None = None,
+             docker: Docker | None = None) -> dict[str, Any]:
     """Do what the module's ``params`` (validated against FLEET_ARGS) ask; returns the module's
     result. ``runs_alive(record, root)`` says which runs a fleet's hosts have alive (the
     tasks package's tasks.listing.runs_alive: this package may not import it), for a delete

@@ -7,6 +7,9 @@ plugin and task placement read."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from .types import FleetRecord
 from ..core.module import state_options
 from . import records, state
 
@@ -14,7 +17,8 @@ from . import records, state
 FACTS_CACHE_ARGS = dict(fleet=dict(type="dict", required=True), **state_options())
 
 
-def cache_facts(fleet, root, check_mode=False):
+def cache_facts(fleet: FleetRecord, root: str,
+                check_mode: bool = False) -> tuple[bool, str, dict[str, Any]]:
     """Write the cache for a fleet record; returns (changed, path, facts)."""
     name = fleet.get("name")
     if not name or not isinstance(name, str):

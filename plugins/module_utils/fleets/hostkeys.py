@@ -28,24 +28,24 @@ _REFUSALS = (
 LEAD = "the SSH host key of "
 
 
-def refused(text):
+def refused(text: str) -> bool:
     """Whether OpenSSH's output ``text`` says it refused a host's key."""
     text = str(text or "")
     return any(marker in text for marker in _REFUSALS)
 
 
-def is_message(text):
+def is_message(text: object) -> bool:
     """Whether ``text`` holds a message made by ``changed_message``."""
     return LEAD in str(text or "") and "ssh-keygen -R" in str(text or "")
 
 
-def known_hosts_entry(hostname, port):
+def known_hosts_entry(hostname: str, port: int) -> str:
     """How known_hosts names a host: ``host`` on port 22, ``[host]:port`` on another."""
     port = int(port or 22)
     return hostname if port == 22 else "[%s]:%d" % (hostname, port)
 
 
-def accept_command(hostname, port, known_hosts):
+def accept_command(hostname: str, port: int, known_hosts: str | None) -> str:
     """The command that forgets a host's recorded key, so the next connection records the new
     one (what a user runs once they know why the key changed)."""
     argv = ["ssh-keygen", "-R", known_hosts_entry(hostname, port)]
@@ -75,7 +75,7 @@ def changed_message(instance, known_hosts):
            accept_command(hostname, port, known_hosts)))
 
 
-def known_hosts_of(common_args):
+def known_hosts_of(common_args: str | None) -> str | None:
     """The ``UserKnownHostsFile`` that ``ansible_ssh_common_args`` (records.ssh_common_args)
     name for the host itself (not its jump host's ProxyCommand), or None."""
     try:

@@ -23,6 +23,7 @@ from ..core.errors import GpufleetError
 from ..spec import grammar
 from ..spec.fleet import DEFAULT_FLEET_IDLE_DURATION
 from ..spec.task import DEFAULT_RUN_IDLE_DURATION
+from .types import InstanceRecord
 
 OFF = "off"
 
@@ -31,12 +32,12 @@ class IdleError(GpufleetError):
     """A ``made_for`` whose idle limit is not a duration."""
 
 
-def of_fleet(fleet_idle):
+def of_fleet(fleet_idle: int | str | None) -> int | str:
     """The limit of the instances a fleet's own apply makes."""
     return DEFAULT_FLEET_IDLE_DURATION if fleet_idle is None else fleet_idle
 
 
-def for_run(fleet_idle, run_idle):
+def for_run(fleet_idle: int | str | None, run_idle: int | str | None) -> int | str:
     """The limit of an instance made for a run: seconds, or ``off``."""
     given = [value for value in (fleet_idle, run_idle) if value is not None]
     if not given:
@@ -64,14 +65,14 @@ def made_for(option, fleet_config):
     return {"run": option["run"], "idle_duration": limit}
 
 
-def own_limit_of(instance):
+def own_limit_of(instance: InstanceRecord) -> str | None:
     """The run whose limit ``instance`` (an instance record) keeps, or None: the fleet's
     applies."""
     run = instance.get("made_for_run")
     return run if run and instance.get("idle_duration") is not None else None
 
 
-def of_instance(instance, fleet_idle):
+def of_instance(instance: InstanceRecord, fleet_idle: int | str | None) -> int | str | None:
     """The limit that applies to ``instance`` of a fleet whose file says ``fleet_idle``: the
     one it was made with for a run, else the fleet's."""
     if own_limit_of(instance):
@@ -79,7 +80,7 @@ def of_instance(instance, fleet_idle):
     return of_fleet(fleet_idle)
 
 
-def span(seconds):
+def span(seconds: int | str) -> str:
     """``3d2h``, ``5m30s``, ``45s``: the two largest units that are not zero; ``off`` as is."""
     if seconds == OFF:
         return OFF

@@ -30,6 +30,7 @@ import os
 import socket
 import stat
 import time
+from typing import Any, Callable, Iterator, Mapping
 
 from ..core.errors import GpufleetError
 
@@ -47,16 +48,16 @@ class LockError(GpufleetError):
     """The fleet's lock could not be had; the message says who holds it and what to do."""
 
 
-def lock_dir(environ=None):
+def lock_dir(environ: Mapping[str, str] | None = None) -> str:
     environ = os.environ if environ is None else environ
     return environ.get(DIR_ENV) or DEFAULT_DIR
 
 
-def lock_path(fleet, environ=None):
+def lock_path(fleet: str, environ: Mapping[str, str] | None = None) -> str:
     return os.path.join(lock_dir(environ), "fleet-%s.lock" % fleet)
 
 
-def timeout(environ=None):
+def timeout(environ: Mapping[str, str] | None = None) -> float:
     """The wait limit: ``$GPUFLEET_LOCK_TIMEOUT`` seconds when it is a number, else the
     default."""
     environ = os.environ if environ is None else environ
@@ -67,7 +68,7 @@ def timeout(environ=None):
     return value if value >= 0 else DEFAULT_TIMEOUT
 
 
-def held_by_caller(fleet, environ=None):
+def held_by_caller(fleet: str, environ: Mapping[str, str] | None = None) -> bool:
     """True when this process's caller holds the lock of ``fleet`` (``$GPUFLEET_LOCK_HELD``)."""
     environ = os.environ if environ is None else environ
     return fleet in [n.strip() for n in (environ.get(HELD_ENV) or "").split(",")]
@@ -106,7 +107,8 @@ def _open(path):
     return fd
 
 
-def holder_text(pid=None, user=None, host=None, since=None):
+def holder_text(pid: int | None = None, user: str | None = None, host: str | None = None,
+                since: str | None = None) -> str:
     """What the holder writes into the lock file: ``pid user host since``."""
     try:
         user = user or getpass.getuser()
@@ -117,7 +119,7 @@ def holder_text(pid=None, user=None, host=None, since=None):
         since or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
 
 
-def describe_holder(text):
+def describe_holder(text: str) -> str:
     """``pid 123, user me, host h, since T`` from a lock file's text, or ``unknown`` when the
     file says nothing usable."""
     parts = (text or "").split()
@@ -145,8 +147,10 @@ def _note(fd):
 
 
 @contextlib.contextmanager
-def fleet_lock(fleet, on_wait=None, limit=None, environ=None, clock=time.monotonic,
-               sleep=time.sleep):
+def fleet_lock(fleet: str, on_wait: Callable[[str], Any] | None = None, limit: float | None = None,
+               environ: Mapping[str, str] | None = None,
+               clock: Callable[[], float] = time.monotonic,
+               sleep: Callable[[float], Any] = time.sleep) -> Iterator[bool]:
     """Hold the apply lock of ``fleet`` while the block runs; yields whether it was waited for.
 
     When another process holds it, ``on_wait(message)`` is called once with a line that says
@@ -202,7 +206,7 @@ def fleet_lock(fleet, on_wait=None, limit=None, environ=None, clock=time.monoton
         os.close(fd)
 
 
-def holding(fleet, environ=None):
+def holding(fleet: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """``environ`` (a copy of this process's when None) telling child processes that the lock
     of ``fleet`` is held for them (``$GPUFLEET_LOCK_HELD``)."""
     env = dict(os.environ if environ is None else environ)

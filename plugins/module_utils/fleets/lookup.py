@@ -24,6 +24,9 @@ not place jobs on them until the fleet is applied again.
 
 from __future__ import annotations
 
+from typing import Any, Iterable
+
+from ..backends.docker_cli import Docker
 from ..backends import base, local
 from ..backends.docker_cli import DockerError
 from ..backends.errors import BackendError
@@ -42,7 +45,7 @@ class FleetInUse(apply.ApplyError):
     """The instances to delete still run tasks; the message names the runs."""
 
 
-def not_found_message(name):
+def not_found_message(name: str) -> str:
     """What dstack says of a fleet name it does not know."""
     return "Fleet %s does not exist" % shorten(name)
 
@@ -99,7 +102,8 @@ def _from_clouds(name, root, settings):
     return None
 
 
-def find(name, docker=None, root=None, settings=None):
+def find(name: str, docker: Docker | None = None, root: str | None = None,
+         settings: dict[str, Any] | None = None) -> tuple[dict[str, Any], str | None]:
     """``(config, path)`` of the fleet named ``name``: its remembered file first, else a
     backend fleet found by its labels or tags (``path`` None; the config then holds what a
     deletion needs: name, backends, placement). FleetNotFound when there is none."""
@@ -166,8 +170,10 @@ def _unread(unread):
     return "; ".join("%s could not be checked (%s)" % (host, reason) for host, reason in unread)
 
 
-def delete_instances(config, nums, path=None, docker=None, root=None, check_mode=False,
-                     settings=None, current=None):
+def delete_instances(config: dict[str, Any], nums: Iterable[int], path: str | None = None,
+                     docker: Docker | None = None, root: str | None = None,
+                     check_mode: bool = False, settings: dict[str, Any] | None = None,
+                     current: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
     """Delete a fleet's instances numbered ``nums`` and keep the fleet. Returns
     ``(record, changed)``; numbers the fleet does not have are left out, as dstack does.
 

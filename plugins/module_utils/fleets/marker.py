@@ -22,6 +22,7 @@ import fcntl
 import json
 import os
 import time
+from typing import Any, Iterable
 
 from ..core.errors import GpufleetError
 from ..core.files import write_atomically
@@ -45,7 +46,7 @@ class MarkerError(GpufleetError):
     """
 
 
-def utc_now():
+def utc_now() -> str:
     """The current time as an ISO 8601 UTC timestamp, to the second."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -88,7 +89,7 @@ def check_marker(content, path):
         raise _damaged(path, "hosts is not a list of host names")
 
 
-def read_marker(path):
+def read_marker(path: str) -> dict[str, Any] | None:
     """The marker at ``path`` as a dict, or None when there is none."""
     try:
         with open(path, encoding="utf-8") as handle:
@@ -109,14 +110,14 @@ def read_marker(path):
     return content
 
 
-def marker_text(content):
+def marker_text(content: dict[str, Any] | None) -> str:
     """The file text of a marker (None: no file, empty text)."""
     if content is None:
         return ""
     return json.dumps(content, indent=2, sort_keys=True) + "\n"
 
 
-def describe_owner(marker, path):
+def describe_owner(marker: dict[str, Any], path: str) -> str:
     """'fleet F as instance N (marker PATH, written WHEN from CONTROLLER)'."""
     instance = marker.get("instance")
     text = "fleet %s" % marker["fleet"]
@@ -148,9 +149,9 @@ def _check_options(state, fleet, instance, hosts, controller):
         raise MarkerError("controller must be a host name, got %r" % (controller,))
 
 
-def decide_present(
-    previous, path, fleet, instance, hosts=None, controller=None, force=False, now=None
-):
+def decide_present(previous: dict[str, Any] | None, path: str, fleet: str, instance: int,
+                 hosts: Iterable[str] | None = None, controller: str | None = None,
+                 force: bool = False, now: str | None = None) -> tuple[dict[str, Any] | None, str]:
     """(the marker to write or None when ``previous`` is already right, a message).
 
     ``hosts`` and ``controller`` left as None keep what the marker has. Raises MarkerError when
@@ -201,7 +202,7 @@ def decide_present(
     return marker, "fleet %s claimed this host as instance %d" % (fleet, instance)
 
 
-def decide_absent(previous, path, fleet):
+def decide_absent(previous: dict[str, Any] | None, path: str, fleet: str) -> tuple[bool, str]:
     """(whether to remove the marker, a message). Another fleet's marker is never removed."""
     if previous is None:
         return False, "no fleet marker at %s" % path
@@ -214,7 +215,7 @@ def decide_absent(previous, path, fleet):
     return True, "released this host from fleet %s (removed %s)" % (fleet, path)
 
 
-def write_marker(path, content):
+def write_marker(path: str, content: dict[str, Any]) -> None:
     """Write the marker atomically: a temporary file in the same directory, then a rename.
 
     A missing directory is created with mode 0755; the file gets mode 0644.
@@ -232,7 +233,7 @@ def write_marker(path, content):
         ) from None
 
 
-def remove_marker(path):
+def remove_marker(path: str) -> None:
     try:
         os.unlink(path)
     except FileNotFoundError:
@@ -244,17 +245,9 @@ def remove_marker(path):
         ) from None
 
 
-def ensure(
-    path,
-    state,
-    fleet,
-    instance=None,
-    hosts=None,
-    controller=None,
-    force=False,
-    check_mode=False,
-    now=None,
-):
+def ensure(path: str, state: str, fleet: str, instance: int | None = None,
+           hosts: Iterable[str] | None = None, controller: str | None = None, force: bool = False,
+           check_mode: bool = False, now: str | None = None) -> dict[str, Any]:
     """Bring the marker at ``path`` to ``state`` for ``fleet``; return
     {"changed", "marker", "previous", "msg", "took_over"}.
 
@@ -324,7 +317,8 @@ def _ensure(path, state, fleet, instance, hosts, controller, force, check_mode, 
     }
 
 
-def released_hosts(current_hosts, markers, fleet=None):
+def released_hosts(current_hosts: Iterable[str] | None, markers: Iterable[Any],
+                   fleet: str | None = None) -> list[str]:
     """The hosts a fleet had but no longer lists, sorted.
 
     ``current_hosts``: the host names in the fleet's configuration now; ``markers``: the
@@ -332,7 +326,7 @@ def released_hosts(current_hosts, markers, fleet=None):
     some marker lists; those no longer in ``current_hosts`` were removed from the file and are
     to be released. With ``fleet``, markers of other fleets are ignored.
     """
-    before = set()
+    before: set[Any] = set()
     for marker in markers or []:
         if not isinstance(marker, dict):
             continue

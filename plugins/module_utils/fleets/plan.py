@@ -5,16 +5,18 @@
 
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 # Backend states of an instance that can serve again (a stopped node is started, not replaced).
 SERVABLE_STATES = ("running", "restarting", "paused", "exited", "stopped")
 # ...of which these are started again.
 STOPPED_STATES = ("exited", "stopped")
 
 
-def lowest_unused(used, count):
+def lowest_unused(used: Iterable[int], count: int) -> list[int]:
     """The ``count`` lowest instance numbers not in ``used`` (dstack numbers new instances so)."""
     taken = set(used)
-    found = []
+    found: list[Any] = []
     num = 0
     while len(found) < count:
         if num not in taken:
@@ -23,7 +25,7 @@ def lowest_unused(used, count):
     return found
 
 
-def plan_backend(nodes, existing):
+def plan_backend(nodes: dict[str, Any], existing: list[dict[str, Any]]) -> dict[str, list[int]]:
     """Plan the instances of a backend fleet.
 
     ``nodes`` is the config's ``{min, target, max}``; ``existing`` is a list of
@@ -56,5 +58,5 @@ def plan_backend(nodes, existing):
     }
 
 
-def has_changes(plan):
+def has_changes(plan: dict[str, Any]) -> bool:
     return any(plan.get(key) for key in ("create", "start", "remove", "release"))

@@ -19,8 +19,10 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+from typing import Any, cast
 
 from . import state
+from .types import FleetRecord, InstanceRecord
 from ..spec.naming import group_name, instance_name
 
 # The host key policy of a host gpufleet itself created (a backend node, a task container): a
@@ -32,7 +34,7 @@ OWN_HOST_KEYS = (("StrictHostKeyChecking", "no"), ("UserKnownHostsFile", "/dev/n
 LOCAL_NODE_PYTHON = "/usr/bin/python3"
 
 
-def resolve_path(path, base_dir=None):
+def resolve_path(path: str | None, base_dir: str | None = None) -> str | None:
     """``~`` expanded; a relative path is taken relative to the fleet file's directory."""
     if not path:
         return path
@@ -42,7 +44,7 @@ def resolve_path(path, base_dir=None):
     return os.path.normpath(path)
 
 
-def relative_keys(config):
+def relative_keys(config: dict[str, Any]) -> list[str]:
     """The field paths of an SSH fleet's relative ``identity_file`` paths, with their values.
 
     A fleet file's relative paths are taken from the file's directory; a fleet given inline has
@@ -62,7 +64,7 @@ def relative_keys(config):
     return found
 
 
-def fleet_record(config, name, path=None):
+def fleet_record(config: dict[str, Any], name: str, path: str | None = None) -> FleetRecord:
     """The fleet part of a fleet record (without instances), from a normalized config."""
     ssh = config.get("ssh_config")
     return {
@@ -89,10 +91,11 @@ def fleet_record(config, name, path=None):
     }
 
 
-def ssh_instances(config, name, base_dir=None):
+def ssh_instances(config: dict[str, Any], name: str,
+                  base_dir: str | None = None) -> list[InstanceRecord]:
     """The instances of an SSH fleet, numbered by their place in ``ssh_config.hosts``."""
     ssh = config["ssh_config"]
-    records = []
+    records: list[InstanceRecord] = []
     for num, host in enumerate(ssh["hosts"]):
         jump = host.get("proxy_jump")
         if jump:
@@ -122,7 +125,7 @@ def ssh_instances(config, name, base_dir=None):
     return records
 
 
-def host_key_options(backend, known_hosts=None):
+def host_key_options(backend: str, known_hosts: str | None = None) -> list[tuple[str, str]]:
     """The host key policy for a host of ``backend`` as ``(option, value)`` pairs: SSH fleet
     hosts and jump hosts (``"ssh"``) are trusted on first use and remembered in the fleet's
     ``known_hosts``; hosts gpufleet created are not recorded (OWN_HOST_KEYS)."""
@@ -147,7 +150,7 @@ def _proxy_command(jump, known_hosts):
     return " ".join(shlex.quote(a) for a in argv)
 
 
-def ssh_common_args(record, known_hosts=None):
+def ssh_common_args(record: InstanceRecord, known_hosts: str | None = None) -> str:
     """The ``ansible_ssh_common_args`` for an instance: host key policy and the jump host.
 
     SSH fleet hosts are trusted on first use and remembered in the fleet's own known_hosts
@@ -162,7 +165,7 @@ def ssh_common_args(record, known_hosts=None):
     return " ".join(shlex.quote(a) for a in args)
 
 
-def control_path(record, common_args):
+def control_path(record: InstanceRecord, common_args: str) -> str:
     """The ``ansible_control_path`` of an instance: Ansible keys its multiplexed SSH connections
     by address, port and user alone, so two fleets that reach one address differently (a jump
     host, another key or known_hosts) would share a connection, and the second would run over
@@ -175,11 +178,11 @@ def control_path(record, common_args):
     return "%(directory)s/gf-" + hashlib.sha256(route.encode("utf-8")).hexdigest()[:12]
 
 
-def hostvars(record, root=None):
+def hostvars(record: InstanceRecord, root: str | None = None) -> dict[str, Any]:
     """Host variables for an instance record. ``root`` is the state dir (for known_hosts)."""
     known_hosts = state.known_hosts_path(root, record["fleet"]) if root else None
     common_args = ssh_common_args(record, known_hosts)
-    variables = {
+    variables: dict[str, Any] = {
         "ansible_host": record["hostname"],
         "ansible_port": record["port"],
         "ansible_user": record["user"],
@@ -213,12 +216,12 @@ def hostvars(record, root=None):
     return variables
 
 
-def fleet_group(fleet):
+def fleet_group(fleet: str) -> str:
     """The group of a fleet's hosts: ``fleet_<name>``."""
     return group_name("fleet", fleet)
 
 
-def groups(record, gpu_vendor=None):
+def groups(record: InstanceRecord, gpu_vendor: str | None = None) -> list[str]:
     """The groups an instance belongs to (besides ``all``)."""
     names = [
         "gpufleet",
@@ -232,7 +235,8 @@ def groups(record, gpu_vendor=None):
     return names
 
 
-def host_entry(record, root=None, gpu_vendor=None, facts=None):
+def host_entry(record: InstanceRecord, root: str | None = None, gpu_vendor: str | None = None,
+               facts: dict[str, Any] | None = None) -> dict[str, Any]:
     """One instance as a host: ``{"name", "groups", "vars"}``.
 
     The inventory plugin adds its hosts from these, and the fleet module returns them for
@@ -248,14 +252,14 @@ def host_entry(record, root=None, gpu_vendor=None, facts=None):
     return {"name": record["name"], "groups": groups(record, gpu_vendor), "vars": variables}
 
 
-def host_entries(fleet, root=None):
+def host_entries(fleet: FleetRecord, root: str | None = None) -> list[dict[str, Any]]:
     """``host_entry`` for each instance of a fleet record that has an address, without cached
     facts (a play measures its hosts afresh)."""
     vendor = spec_gpu_vendor(fleet)
     return [host_entry(i, root, vendor) for i in fleet["instances"] if i.get("hostname")]
 
 
-def last_peers(fleet, facts):
+def last_peers(fleet: FleetRecord, facts: dict[str, Any]) -> list[dict[str, Any]]:
     """The peers (``{name, address, port}``, as preflight takes them) of a fleet record's
     instances that were ready at the last apply, at the internal IP measured then (``facts``:
     the facts cache, ``{instance name: facts}``)."""
@@ -268,24 +272,26 @@ def last_peers(fleet, facts):
     return peers
 
 
-def ready_facts(fleet):
+def ready_facts(fleet: FleetRecord) -> dict[str, Any]:
     """``{instance name: resources}`` for the instances of a fleet record that are ready (status
     ``idle``) and were measured: what the facts cache keeps (``state.write_facts``)."""
     return dict((i["name"], i["resources"]) for i in fleet.get("instances") or []
                 if i.get("status") == "idle" and i.get("resources"))
 
 
-def spec_gpu_vendor(config):
+def spec_gpu_vendor(config: dict[str, Any] | FleetRecord) -> str | None:
     """The GPU vendor a fleet's resources ask for, or None."""
     resources = config.get("resources") or {}
     gpu = resources.get("gpu") or {}
     count = gpu.get("count") or {}
-    if gpu.get("vendor") and (count.get("max") is None or count.get("max") > 0):
+    maximum = count.get("max")
+    if gpu.get("vendor") and (maximum is None or maximum > 0):
         return gpu["vendor"]
     return None
 
 
-def release_hostvars(config, name, path=None, root=None):
+def release_hostvars(config: dict[str, Any], name: str, path: str | None = None,
+                     root: str | None = None) -> dict[str, Any]:
     """Connection variables for a host that left an SSH fleet's file: the fleet-level settings.
 
     A host removed from ``ssh_config.hosts`` is released (its marker removed) with the
@@ -304,6 +310,7 @@ def release_hostvars(config, name, path=None, root=None):
         "proxy_jump": jump, "internal_ip": None, "network": None, "blocks": 1,
         "placement": config.get("placement") or "any",
     }
-    variables = hostvars(record, root)
+    # Only the connection fields matter here: the host has no name, number or address.
+    variables = hostvars(cast(InstanceRecord, record), root)
     return dict((k, v) for k, v in variables.items()
                 if k.startswith("ansible_") and k not in ("ansible_host", "ansible_control_path"))

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Iterable, Mapping
+
 from . import hostkeys
 from .status import InstanceStatus
 
@@ -17,7 +19,7 @@ def _jump(instance):
                                                 jump.get("port") or 22)
 
 
-def unreachable_message(instance, detail):
+def unreachable_message(instance: dict[str, Any], detail: str | None) -> str:
     """A connection failure, said with everything the user needs to find the cause. A host
     refused for a changed key is said as such (hostkeys.changed_message), not as a host that
     cannot be reached; a detail that is such a message already, from this command's plan, is
@@ -34,7 +36,8 @@ def unreachable_message(instance, detail):
     )
 
 
-def fold(record, node_reports, released=None):
+def fold(record: dict[str, Any], node_reports: dict[str, Any] | None,
+         released: Iterable[str] | None = None) -> dict[str, Any]:
     """A copy of the fleet ``record`` with each instance's status, error and resources.
 
     ``node_reports`` maps instance names to what the play found:
@@ -51,7 +54,7 @@ def fold(record, node_reports, released=None):
     reached is ``unreachable``, one whose instances all failed ``failed``: not ``active``.
     """
     node_reports = node_reports or {}
-    result = dict(record)
+    result: dict[str, Any] = dict(record)
     plan = record.get("plan")
     if plan is None:
         names = [i["name"] for i in record.get("instances") or []]
@@ -93,7 +96,7 @@ def fold(record, node_reports, released=None):
     return result
 
 
-def fleet_status(record):
+def fleet_status(record: Mapping[str, Any]) -> str:
     """The fleet's status from its instances: ``active`` while any is ready (or coming up) or
     it has none; else ``unreachable`` when some could not be reached, ``failed`` when all
     failed their checks. A fleet whose only host cannot be reached is not active."""
@@ -110,7 +113,7 @@ def fleet_status(record):
     return current
 
 
-def failures(record):
+def failures(record: Mapping[str, Any]) -> list[str]:
     """``["<instance>: <error>", ...]`` for the instances that failed a check."""
     return [
         "%s (%s): %s" % (i["name"], i.get("hostname"), i["error"])
@@ -129,7 +132,7 @@ SUMMARY_KEYS = (
 )
 
 
-def check_summary(check):
+def check_summary(check: dict[str, Any]) -> str:
     """One line for one role's verification: skipped (why), ok (key facts) or its problems."""
     if not check.get("applies", True):
         return "skipped: %s" % (check.get("reason") or "does not apply")
@@ -147,7 +150,7 @@ def check_summary(check):
     return "ok" + (" (%s)" % ", ".join(shown) if shown else "")
 
 
-def check_lines(record):
+def check_lines(record: Mapping[str, Any]) -> list[str]:
     """``<instance>: <role>: <summary>`` for every role check of every instance."""
     lines = []
     for instance in record.get("instances") or []:

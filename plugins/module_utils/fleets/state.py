@@ -23,6 +23,7 @@ import os
 import shutil
 import stat
 import subprocess
+from typing import Any, Callable, Mapping
 
 from ..core.errors import GpufleetError
 from ..core.files import locked, write_atomically
@@ -30,7 +31,7 @@ from ..core.files import locked, write_atomically
 try:
     import yaml
 except ImportError:  # pragma: no cover - ansible-core needs PyYAML
-    yaml = None
+    yaml = None  # type: ignore[assignment]
 
 BACKEND_SETTINGS = "backends.yml"
 
@@ -44,7 +45,7 @@ class StateError(GpufleetError):
     """The state dir cannot be used; the message names the path and what to do."""
 
 
-def state_dir(override=None, environ=None):
+def state_dir(override: str | None = None, environ: Mapping[str, str] | None = None) -> str:
     environ = os.environ if environ is None else environ
     if override:
         return os.path.abspath(os.path.expanduser(override))
@@ -56,19 +57,19 @@ def state_dir(override=None, environ=None):
     return os.path.join(os.path.abspath(data_home), "gpufleet")
 
 
-def fleet_dir(root, fleet):
+def fleet_dir(root: str, fleet: str) -> str:
     return os.path.join(root, "fleets", fleet)
 
 
-def key_path(root, fleet):
+def key_path(root: str, fleet: str) -> str:
     return os.path.join(fleet_dir(root, fleet), "id_ed25519")
 
 
-def known_hosts_path(root, fleet):
+def known_hosts_path(root: str, fleet: str) -> str:
     return os.path.join(fleet_dir(root, fleet), "known_hosts")
 
 
-def ensure_known_hosts_dir(root, fleet):
+def ensure_known_hosts_dir(root: str, fleet: str) -> str:
     """Make the folder of a fleet's known_hosts before the first connection to its hosts, and
     return the file's path: OpenSSH records a host's key on first contact only where the file
     can be made, and without a record every later key would be taken as new."""
@@ -76,17 +77,17 @@ def ensure_known_hosts_dir(root, fleet):
     return known_hosts_path(root, fleet)
 
 
-def facts_path(root, fleet):
+def facts_path(root: str, fleet: str) -> str:
     return os.path.join(fleet_dir(root, fleet), "facts.json")
 
 
-def file_path(root, fleet):
+def file_path(root: str, fleet: str) -> str:
     """Where the path of the fleet's file is remembered (a cache: SSH fleets live only in their
     files, and this lets ``gpufleet ps`` and task placement find them without being told)."""
     return os.path.join(fleet_dir(root, fleet), "fleet-file")
 
 
-def remember_file(root, fleet, path):
+def remember_file(root: str, fleet: str, path: str) -> None:
     """Note the file a fleet was applied from (see ``file_path``)."""
     ensure_fleet_dir(root, fleet)
     target = file_path(root, fleet)
@@ -101,12 +102,12 @@ def remember_file(root, fleet, path):
         handle.write(text)
 
 
-def inline_path(root, fleet):
+def inline_path(root: str, fleet: str) -> str:
     """Where a fleet given inline (as data, not a file) is kept once applied."""
     return os.path.join(fleet_dir(root, fleet), "inline.dstack.yml")
 
 
-def save_inline(root, fleet, data):
+def save_inline(root: str, fleet: str, data: dict[str, Any]) -> str:
     """Keep a fleet given inline as a file in its state dir and remember it as the fleet's file
     (tasks, ``ps`` and reconcile then find it as they find applied files). Returns the path."""
     if yaml is None:
@@ -126,7 +127,7 @@ def save_inline(root, fleet, data):
     return path
 
 
-def backend_settings(root, given=None):
+def backend_settings(root: str, given: dict[str, Any] | None = None) -> dict[str, Any]:
     """The cloud backends' settings: ``given`` (a playbook's variable) when set, else
     ``<state dir>/backends.yml`` when there is one, else none (``{}``)."""
     if given:
@@ -147,9 +148,9 @@ def backend_settings(root, given=None):
     return data
 
 
-def remembered_files(root):
+def remembered_files(root: str) -> dict[str, str]:
     """``{fleet: file}`` for every fleet whose file this controller applied and still exists."""
-    found = {}
+    found: dict[str, Any] = {}
     base = os.path.join(root, "fleets")
     try:
         names = sorted(os.listdir(base))
@@ -166,7 +167,7 @@ def remembered_files(root):
     return found
 
 
-def ensure_fleet_dir(root, fleet):
+def ensure_fleet_dir(root: str, fleet: str) -> str:
     path = fleet_dir(root, fleet)
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
@@ -177,7 +178,7 @@ def ensure_fleet_dir(root, fleet):
     return path
 
 
-def ensure_key(root, fleet, check_mode=False):
+def ensure_key(root: str, fleet: str, check_mode: bool = False) -> tuple[str, str | None, bool]:
     """The fleet's SSH key pair, made with ssh-keygen when missing. Returns (path, public, made)."""
     path = key_path(root, fleet)
     if os.path.exists(path) and os.path.exists(path + ".pub"):
@@ -208,7 +209,7 @@ def ensure_key(root, fleet, check_mode=False):
         return path, handle.read().strip(), True
 
 
-def remove_fleet_dir(root, fleet, check_mode=False):
+def remove_fleet_dir(root: str, fleet: str, check_mode: bool = False) -> bool:
     """Remove the fleet's key, known hosts and cached facts. Returns True if anything was there."""
     path = fleet_dir(root, fleet)
     if not os.path.exists(path):
@@ -218,7 +219,7 @@ def remove_fleet_dir(root, fleet, check_mode=False):
     return True
 
 
-def read_facts(root, fleet):
+def read_facts(root: str, fleet: str) -> dict[str, dict[str, Any]]:
     """Cached host facts of a fleet, ``{host: facts}``; empty when missing or unreadable."""
     try:
         with open(facts_path(root, fleet)) as handle:
@@ -230,13 +231,14 @@ def read_facts(root, fleet):
     return dict((k, v) for k, v in data.items() if isinstance(v, dict))
 
 
-def facts_text(facts):
+def facts_text(facts: dict[str, Any]) -> str:
     """The facts cache's text: indented ASCII JSON with sorted keys (as ``to_nice_json`` makes
     it, which wrote the cache before)."""
     return json.dumps(facts, indent=4, sort_keys=True, separators=(",", ": "))
 
 
-def update_facts(root, fleet, changes, check_mode=False):
+def update_facts(root: str, fleet: str, changes: dict[str, dict[str, Any]],
+                 check_mode: bool = False) -> bool:
     """Merge ``{host: {key: value}}`` into the cached facts of hosts already in the cache (a
     host not in it stays out: only an apply puts hosts there). Returns whether the file
     changed."""
@@ -250,7 +252,8 @@ def update_facts(root, fleet, changes, check_mode=False):
     return edit_facts(root, fleet, merge, check_mode=check_mode)
 
 
-def edit_facts(root, fleet, edit, check_mode=False):
+def edit_facts(root: str, fleet: str, edit: Callable[[dict[str, Any]], dict[str, Any]],
+               check_mode: bool = False) -> bool:
     """Replace a fleet's cached facts with ``edit(facts)`` (the cache as read), holding this
     machine's lock on the file from the read to the write, so that two commands changing
     different keys (a health read, a host found silent, an apply's facts) never lose each
@@ -280,7 +283,7 @@ def _facts_lock(root, fleet):
         yield
 
 
-def write_facts(root, fleet, facts, check_mode=False):
+def write_facts(root: str, fleet: str, facts: dict[str, Any], check_mode: bool = False) -> bool:
     """Cache the host facts of a fleet, ``{host: facts}``, where ``read_facts`` finds them.
 
     The file is replaced atomically (a reader sees the old cache or the new one, never a part)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+from typing import Any, Iterable
 
 from ..core.errors import GpufleetError
 
@@ -24,7 +25,7 @@ class FirewallParseError(GpufleetError, ValueError):
 
 # --- addresses and ports -----------------------------------------------------------------------
 
-def address_range(text):
+def address_range(text: str) -> tuple[int, int, int]:
     """``(version, low, high)`` integers for an address, a CIDR or ``LOW-HIGH`` (as nft lists
     auto-merged elements); ValueError for anything else."""
     text = str(text).strip()
@@ -48,7 +49,7 @@ def _merged(ranges):
     return merged
 
 
-def covered(address, allowed):
+def covered(address: str, allowed: Iterable[str]) -> bool:
     """Whether every address of ``address`` (address, CIDR or range) is allowed by ``allowed``
     (a list of the same forms, taken together). Unreadable elements allow nothing."""
     try:
@@ -66,7 +67,7 @@ def covered(address, allowed):
     return any(m_low <= low and high <= m_high for m_low, m_high in _merged(ranges))
 
 
-def port_range(value):
+def port_range(value: int | str) -> tuple[int, int]:
     """``(low, high)`` for a port number or a ``LOW-HIGH`` / ``LOW:HIGH`` range."""
     text = str(value).strip().replace(":", "-")
     match = re.match(r"^(\d+)(?:-(\d+))?$", text)
@@ -79,12 +80,12 @@ def port_range(value):
     return low, high
 
 
-def port_text(low, high):
+def port_text(low: int, high: int) -> int | str:
     """A port as the facts show it: the number, or "LOW-HIGH" for a range."""
     return low if low == high else "%d-%d" % (low, high)
 
 
-def port_open(port, open_ports):
+def port_open(port: int | str, open_ports: Iterable[int | str]) -> bool:
     """Whether every port of ``port`` is inside ``open_ports`` (numbers or ranges) taken
     together."""
     low, high = port_range(port)
@@ -153,7 +154,8 @@ def _nft_rule(expressions):
     return rule
 
 
-def parse_nft_table(text, family="inet", name="gpufleet"):
+def parse_nft_table(text: str, family: str = "inet",
+                    name: str = "gpufleet") -> dict[str, Any] | None:
     """The table ``family name`` from ``nft -j list table`` (or ``list ruleset``) output.
 
     Returns ``{"family", "name", "chains": {name: {type, hook, prio, policy, rules}},
@@ -166,8 +168,8 @@ def parse_nft_table(text, family="inet", name="gpufleet"):
         raise FirewallParseError("nft -j printed JSON without an \"nftables\" list: %.200s"
                                  % text)
     table = None
-    chains = {}
-    sets = {}
+    chains: dict[Any, dict[str, Any]] = {}
+    sets: dict[Any, dict[str, Any]] = {}
     for item in document["nftables"]:
         if not isinstance(item, dict) or len(item) != 1:
             continue
@@ -219,7 +221,7 @@ def _set_kind(value):
     return None
 
 
-def nft_summary(table):
+def nft_summary(table: dict[str, Any]) -> dict[str, Any]:
     """What the table's input chain(s) let in: ``{"policy", "hook_chains", "addresses":
     {kind: [...]}, "tcp_ports", "udp_ports", "interfaces", "established", "loopback", "icmp",
     "icmpv6", "forward_chains", "scoped"}``. Only rules with one match and an accept verdict
@@ -227,7 +229,7 @@ def nft_summary(table):
     ``scoped`` lists the ports open to some sources only (rules matching a source address and a
     destination port, the form the role writes for the monitoring scrape), as ``scoped_rules``
     makes them."""
-    summary = {
+    summary: dict[str, Any] = {
         "policy": None, "input_chains": [], "forward_chains": [], "addresses": {},
         "tcp_ports": [], "udp_ports": [], "interfaces": [], "established": False,
         "loopback": False, "icmp": False, "icmpv6": False, "scoped": [],
@@ -275,7 +277,7 @@ def nft_summary(table):
     return summary
 
 
-def scoped_rule(source, proto, port):
+def scoped_rule(source: str, proto: str, port: int | str) -> dict[str, Any]:
     """One port open to one source: ``{"source", "proto", "port"}`` (the port as ``port_text``
     gives it)."""
     low, high = port_range(port)
@@ -305,7 +307,8 @@ def _nft_scoped(matches, sets):
     return rules
 
 
-def scoped_open(scoped, source, port, proto="tcp"):
+def scoped_open(scoped: Iterable[dict[str, Any]], source: str, port: int | str,
+                proto: str = "tcp") -> bool:
     """Whether ``scoped`` (a summary's ``scoped`` rules) lets every address of ``source`` reach
     every port of ``port`` over ``proto``."""
     low, high = port_range(port)
@@ -326,7 +329,7 @@ _UFW_DEFAULT = re.compile(r"(\w+) \((incoming|outgoing|routed)\)")
 _UFW_PORTS = re.compile(r"^(?P<ports>[\d,:]+)(?:/(?P<proto>tcp|udp))?$")
 
 
-def parse_ufw_status(text):
+def parse_ufw_status(text: str) -> dict[str, Any]:
     """``ufw status verbose`` as ``{"active", "defaults": {"incoming": "deny", ...}, "rules":
     [{"to", "action", "direction", "from", "comment", "v6"}]}``."""
     status = None
@@ -360,7 +363,7 @@ def parse_ufw_status(text):
     return {"active": status == "active", "defaults": defaults, "rules": rules}
 
 
-def ufw_summary(status, comment_prefix="gpufleet"):
+def ufw_summary(status: dict[str, Any], comment_prefix: str = "gpufleet") -> dict[str, Any]:
     """What ufw lets in, in the shape of ``nft_summary``. Rules commented
     ``<comment_prefix>:peer`` (``:control``) count as peers (the controller); other sources
     allowed everything count as sources; a port allowed from one source only is ``scoped``.

@@ -30,6 +30,7 @@ from __future__ import annotations
 import csv
 import io
 import re
+from typing import Any, Iterable
 
 from .checks import CheckError
 from .checks.dcgm import HEALTH_LEVELS, parse_health, worst_message
@@ -52,10 +53,10 @@ _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+)\b")
 _NOT_A_VALUE = ("", "n/a", "[n/a]", "[not supported]", "not supported", "[unknown error]")
 
 
-def worst(statuses):
+def worst(statuses: Iterable[str | None]) -> str:
     """The worst of some health levels (``healthy`` for none)."""
     known = [s for s in statuses if s in HEALTH_LEVELS]
-    return max(known, key=HEALTH_LEVELS.get) if known else "healthy"
+    return max(known, key=lambda s: HEALTH_LEVELS[s]) if known else "healthy"
 
 
 def _bus(text):
@@ -90,7 +91,7 @@ def _flag(value):
     return None if number is None else number > 0
 
 
-def parse_csv(text, what="nvidia-smi"):
+def parse_csv(text: str | None, what: str = "nvidia-smi") -> list[dict[str, str]]:
     """Rows of nvidia-smi's ``--format=csv[,nounits]`` output as dicts by field name (units in
     the header, ``memory.total [MiB]``, are dropped)."""
     lines = [line for line in (text or "").splitlines() if line.strip()]
@@ -105,7 +106,8 @@ def _incident(gpu, status, message):
     return {"entity": "GPU %s" % gpu, "health": status, "message": message}
 
 
-def judge_counters(gpus, remaps=(), xid_lines=()):
+def judge_counters(gpus: list[dict[str, str]], remaps: Iterable[dict[str, str]] = (),
+                   xid_lines: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Incidents from nvidia-smi's counters (``gpus``: rows of the ``--query-gpu`` CSV;
     ``remaps``: rows of ``--query-remapped-rows``) and the kernel log's XID lines."""
     incidents = []
@@ -169,7 +171,7 @@ def _result(status, source, incidents, checked_at, error=None):
             "checked_at": checked_at, "error": error}
 
 
-def judge(probe, checked_at=None):
+def judge(probe: dict[str, Any], checked_at: str | None = None) -> dict[str, Any]:
     """The health of a host from its probe (tasks.hostside.healthside.probe_health's answer)."""
     probe = probe if isinstance(probe, dict) else {}
     dcgmi = probe.get("dcgmi") or {}

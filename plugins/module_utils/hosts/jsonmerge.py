@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import Any, Iterable, Sequence
 
 from ..core.errors import GpufleetError
 
@@ -24,7 +25,7 @@ class JsonMergeError(GpufleetError):
     """The file cannot be merged into (not JSON, not an object); the message says what to do."""
 
 
-def parse(text, path):
+def parse(text: str, path: str) -> dict[str, Any]:
     """The JSON object in ``text`` (the content of ``path``); an empty file is an empty object."""
     if not text.strip():
         return {}
@@ -41,7 +42,7 @@ def parse(text, path):
     return data
 
 
-def merge(current, settings):
+def merge(current: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """``current`` with ``settings`` merged in (a new dict; neither argument changes)."""
     merged = copy.deepcopy(current)
     for key, value in settings.items():
@@ -52,11 +53,11 @@ def merge(current, settings):
     return merged
 
 
-def remove(current, paths):
+def remove(current: dict[str, Any], paths: Iterable[Sequence[str]]) -> dict[str, Any]:
     """``current`` without the keys at ``paths`` (each a list of keys into nested objects)."""
     result = copy.deepcopy(current)
     for path in paths:
-        parent = result
+        parent: Any = result
         for key in path[:-1]:
             parent = parent.get(key) if isinstance(parent, dict) else None
             if parent is None:
@@ -66,6 +67,6 @@ def remove(current, paths):
     return result
 
 
-def render(data):
+def render(data: dict[str, Any]) -> str:
     """The file content for ``data``: indented, keys in their order, a final newline."""
     return json.dumps(data, indent=2) + "\n"

@@ -23,6 +23,7 @@ unit tests call it directly.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ..core.errors import GpufleetError
 
@@ -65,7 +66,7 @@ class NcclTestsError(GpufleetError, ValueError):
     """Input the parser or the comparison cannot use; the message says why."""
 
 
-def strip_prefix(line):
+def strip_prefix(line: str) -> str:
     """``line`` without launcher prefixes (gpufleet logs, Open MPI --tag-output, srun -l)."""
     for _round in range(3):
         before = line
@@ -76,7 +77,7 @@ def strip_prefix(line):
     return line
 
 
-def parse_size(value):
+def parse_size(value: int | str) -> int:
     """Bytes from an nccl-tests size argument: ``8``, ``512K``, ``128M``, ``8G`` (units of 1024,
     as nccl-tests' ``parsesize``), or an integer."""
     if isinstance(value, bool):
@@ -90,7 +91,8 @@ def parse_size(value):
     return int(float(match.group("number")) * units[match.group("unit").lower()])
 
 
-def expected_sizes(min_bytes, max_bytes, factor=2, step_bytes=None):
+def expected_sizes(min_bytes: int | str, max_bytes: int | str, factor: int = 2,
+                   step_bytes: int | str | None = None) -> list[int]:
     """The message sizes an nccl-tests run walks through (``-b``, ``-e``, ``-f`` or ``-i``),
     before the per-collective rounding of the count."""
     low, high = parse_size(min_bytes), parse_size(max_bytes)
@@ -228,7 +230,7 @@ def _blank():
     }
 
 
-def parse(text):
+def parse(text: str | list[str]) -> dict[str, Any]:
     """The results of one nccl-tests / rccl-tests run from its output (a string or a list of
     lines). Raises NcclTestsError when the output holds no results table at all."""
     lines = text.splitlines() if isinstance(text, str) else [str(x) for x in text or []]
@@ -340,7 +342,7 @@ def _summarize(result):
     return result
 
 
-def op_of(test):
+def op_of(test: str | None) -> str | None:
     """``all_reduce`` from ``all_reduce_perf`` (or a path to it); None when unknown."""
     if not test:
         return None
@@ -351,12 +353,12 @@ def op_of(test):
     return name
 
 
-def empty_result():
+def empty_result() -> dict[str, Any]:
     """What parse() returns for output without any result (a run that printed nothing)."""
     return _summarize(_blank())
 
 
-def failure_lines(text):
+def failure_lines(text: str | list[str]) -> list[str]:
     """The lines of output (a string or a list of lines) that report a test failure, without
     their launcher prefixes: what a run that printed no results still says."""
     lines = text.splitlines() if isinstance(text, str) else text or []

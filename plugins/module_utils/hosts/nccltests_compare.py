@@ -14,6 +14,8 @@ Pure Python, no Ansible imports.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .nccltests import GIB, NcclTestsError, empty_result, failure_lines, parse
 
 VERDICT_PASS = "pass"
@@ -92,7 +94,7 @@ EXPECTED = {
 }
 
 
-def busbw_factor(op, ranks):
+def busbw_factor(op: str, ranks: int) -> float:
     """busbw / algbw for collective ``op`` (``all_reduce``, ...) over ``ranks`` ranks."""
     kind = _FACTOR_KINDS.get(op)
     if kind is None:
@@ -108,7 +110,7 @@ def busbw_factor(op, ranks):
     return 1.0
 
 
-def anchor(key):
+def anchor(key: str) -> dict[str, Any]:
     """The expected-figure entry named ``key`` (see EXPECTED), or NcclTestsError."""
     if key not in EXPECTED:
         raise NcclTestsError("no expected figure named %r; known: %s"
@@ -124,7 +126,8 @@ def _measured_at(result, size):
     return half["busbw"] if half else None
 
 
-def compare(result, expected_busbw=None, expected=None, tolerance=DEFAULT_TOLERANCE):
+def compare(result: dict[str, Any], expected_busbw: float | None = None,
+            expected: str | None = None, tolerance: float = DEFAULT_TOLERANCE) -> dict[str, Any]:
     """Measure a parsed run against an expected bus bandwidth.
 
     ``expected_busbw`` (GB/s) is compared with the out-of-place busbw of the run's largest
@@ -201,7 +204,8 @@ def _judge(outcome, figure, size, measured):
     return outcome
 
 
-def summary(result, comparison, fabric=None):
+def summary(result: dict[str, Any], comparison: dict[str, Any],
+            fabric: str | None = None) -> dict[str, Any]:
     """The facts the role publishes (``nccl_tests_check``) from a parsed run and its
     comparison."""
     return {
@@ -236,7 +240,7 @@ def summary(result, comparison, fabric=None):
     }
 
 
-def report_lines(facts):
+def report_lines(facts: dict[str, Any]) -> list[str]:
     """Human-readable lines: one per size, then the figures and the verdict."""
     lines = []
     for entry in facts["sizes"]:
@@ -259,8 +263,9 @@ def _fmt(value):
     return str(value)
 
 
-def result_facts(text, expected_busbw=None, expected=None, tolerance=DEFAULT_TOLERANCE,
-                 fabric=None, allow_empty=False):
+def result_facts(text: str | list[str], expected_busbw: float | None = None,
+                 expected: str | None = None, tolerance: float = DEFAULT_TOLERANCE,
+                 fabric: str | None = None, allow_empty: bool = False) -> dict[str, Any]:
     """parse + compare + summary (+ report lines) in one call: what the filter plugin
     exposes. With ``allow_empty``, output without results gives facts with no sizes (and the
     verdict unknown) instead of an error."""

@@ -26,6 +26,7 @@ import math
 import os
 import socket
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterable
 
 from ..core.errors import GpufleetError
 from .facts import System, matching_probe
@@ -75,7 +76,7 @@ class PreflightError(GpufleetError):
     """
 
 
-def tcp_connect(address, port, timeout):
+def tcp_connect(address: str, port: int, timeout: float) -> None:
     """Open a TCP connection to address:port within ``timeout`` seconds and close it again.
 
     Raises OSError (socket.timeout, ConnectionRefusedError, socket.gaierror...) when it cannot.
@@ -110,11 +111,11 @@ class Host(System):
         self.user = user if user is not None else _login_name(self.euid, self.env)
 
     @property
-    def is_root(self):
+    def is_root(self) -> bool:
         return self.euid == 0
 
 
-def find_command(host, name, dirs):
+def find_command(host: Host, name: str, dirs: Iterable[str]) -> str | None:
     """The path of command ``name``: on PATH, else the first of ``dirs`` holding it; or None."""
     found = host.which(name)
     if found:
@@ -126,7 +127,7 @@ def find_command(host, name, dirs):
     return None
 
 
-def error_tail(*texts):
+def error_tail(*texts: str | None) -> str:
     """The last non-empty line of the first text that has one, cut to ERROR_LIMIT characters."""
     for text in texts:
         lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
@@ -138,7 +139,7 @@ def error_tail(*texts):
     return ""
 
 
-def check_result(name, status, message):
+def check_result(name: str, status: str, message: str) -> dict[str, str]:
     return {"name": name, "status": status, "message": message}
 
 
@@ -150,7 +151,7 @@ def _sudoers_hint(user):
     )
 
 
-def check_sudo(host):
+def check_sudo(host: Host) -> tuple[dict[str, str], list[str] | None]:
     """(result, command prefix for privileged commands or None when there is none)."""
     if host.is_root:
         return check_result(SUDO, OK, "running as root (uid 0): sudo is not needed"), []
@@ -183,7 +184,7 @@ def check_sudo(host):
     )
 
 
-def parse_docker_info(text):
+def parse_docker_info(text: str) -> dict[str, Any] | None:
     """The JSON object ``docker info --format '{{json .}}'`` printed, or None if it is not one."""
     try:
         info = json.loads(text.strip())
@@ -192,7 +193,7 @@ def parse_docker_info(text):
     return info if isinstance(info, dict) else None
 
 
-def docker_summary(info):
+def docker_summary(info: dict[str, Any]) -> dict[str, Any]:
     """What the preflight reports about a running engine, from docker info's JSON."""
     runtimes = info.get("Runtimes") or {}
     return {
@@ -203,7 +204,8 @@ def docker_summary(info):
     }
 
 
-def check_docker(host, prefix):
+def check_docker(host: Host,
+                 prefix: list[str]) -> tuple[dict[str, str], dict[str, Any] | None]:
     """(result, docker summary or None)."""
     docker = find_command(host, "docker", DOCKER_DIRS)
     if docker is None:
@@ -244,7 +246,7 @@ def check_docker(host, prefix):
             ),
             None,
         )
-    summary = docker_summary(info)
+    summary = docker_summary(info or {})   # a dict: a failed parse returned above
     return (
         check_result(
             DOCKER,
@@ -256,7 +258,7 @@ def check_docker(host, prefix):
     )
 
 
-def nvidia_gpu(host, gpu_vendor):
+def nvidia_gpu(host: Host, gpu_vendor: str | None) -> tuple[bool, str]:
     """(whether the host has NVIDIA GPUs, how that was decided)."""
     if gpu_vendor:
         return gpu_vendor == "nvidia", "gpu_vendor: %s" % gpu_vendor
@@ -266,7 +268,8 @@ def nvidia_gpu(host, gpu_vendor):
     return False, "no /dev/nvidiactl"
 
 
-def check_nvidia_toolkit(host, gpu_vendor, docker):
+def check_nvidia_toolkit(host: Host, gpu_vendor: str | None,
+                         docker: dict[str, Any] | None) -> dict[str, str]:
     has_gpu, why = nvidia_gpu(host, gpu_vendor)
     if not has_gpu:
         return check_result(
@@ -296,7 +299,7 @@ def check_nvidia_toolkit(host, gpu_vendor, docker):
     )
 
 
-def match_spec(user, ssh_connection):
+def match_spec(user: str | None, ssh_connection: str | None) -> str | None:
     """The ``sshd -T -C`` connection spec for this SSH session, or None without SSH_CONNECTION.
 
     SSH_CONNECTION is "client-address client-port server-address server-port"; the client
@@ -311,10 +314,10 @@ def match_spec(user, ssh_connection):
     return ",".join(fields)
 
 
-def parse_sshd_settings(text):
+def parse_sshd_settings(text: str) -> dict[str, str]:
     """sshd -T output ("keyword value" lines) as {keyword: value}; the first line of a keyword
     wins, as it does in sshd_config."""
-    settings = {}
+    settings: dict[str, Any] = {}
     for line in text.splitlines():
         parts = line.strip().split(None, 1)
         if parts:
@@ -326,7 +329,7 @@ def _reload_hint():
     return "then reload sshd (sudo systemctl reload ssh, or sshd on RHEL-like systems)"
 
 
-def check_tcp_forwarding(host, prefix):
+def check_tcp_forwarding(host: Host, prefix: list[str]) -> dict[str, str]:
     sshd = find_command(host, "sshd", SSHD_DIRS)
     if sshd is None:
         return check_result(
@@ -339,7 +342,7 @@ def check_tcp_forwarding(host, prefix):
         )
     connection = host.env.get("SSH_CONNECTION")
     spec = match_spec(host.user, connection)
-    attempts = []
+    attempts: list[tuple[list[str], str | None]] = []
     if spec:
         client = connection.split()[0]
         attempts.append(
@@ -405,7 +408,8 @@ def check_tcp_forwarding(host, prefix):
     )
 
 
-def normalize_peers(peers, self_name=None):
+def normalize_peers(peers: Iterable[Any] | None,
+                    self_name: str | None = None) -> list[dict[str, Any]]:
     """Peers as [{"name", "address", "port"}], leaving out the one named ``self_name``."""
     if peers is None:
         return []
@@ -442,7 +446,7 @@ def _format_seconds(seconds):
     return ("%.3f" % seconds).rstrip("0").rstrip(".")
 
 
-def connect_error(exc, timeout):
+def connect_error(exc: OSError, timeout: float) -> str:
     """A short description of why a TCP connection failed."""
     # socket.timeout: the timeout given ran out (an alias of TimeoutError from Python 3.10 on);
     # TimeoutError: the kernel gave up (ETIMEDOUT).
@@ -459,7 +463,7 @@ def _endpoint(address, port):
     return "[%s]:%d" % (address, port) if ":" in address else "%s:%d" % (address, port)
 
 
-def probe_peer(host, peer, timeout):
+def probe_peer(host: Host, peer: dict[str, Any], timeout: float) -> dict[str, Any]:
     """The peer with ``reachable`` and ``error`` (None when reachable) added."""
     result = dict(peer, reachable=True, error=None)
     try:
@@ -469,7 +473,7 @@ def probe_peer(host, peer, timeout):
     return result
 
 
-def probe_peers(host, peers, timeout):
+def probe_peers(host: Host, peers: list[dict[str, Any]], timeout: float) -> list[dict[str, Any]]:
     """Every peer probed at once (one thread each, up to MAX_PEER_THREADS), in input order.
 
     A peer that timed out or had no route is tried once more, a few at a time, before it is
@@ -494,7 +498,7 @@ def _transient(error):
     return error.startswith("timed out") or "No route to host" in error
 
 
-def check_peers(probed):
+def check_peers(probed: list[dict[str, Any]]) -> dict[str, str]:
     if not probed:
         return check_result(PEERS, OK, "no other nodes to reach")
     failed = [p for p in probed if not p["reachable"]]
@@ -517,7 +521,7 @@ def check_peers(probed):
     )
 
 
-def select_checks(checks, peers):
+def select_checks(checks: Iterable[str] | None, peers: Any) -> list[str]:
     """The checks to run, in CHECKS order; all but ``peers`` by default, ``peers`` too when
     there are peers."""
     if checks is None:
@@ -533,14 +537,10 @@ def select_checks(checks, peers):
     return [c for c in CHECKS if c in checks]
 
 
-def run_preflight(
-    host,
-    checks=None,
-    peers=None,
-    self_name=None,
-    gpu_vendor=None,
-    peer_timeout=DEFAULT_PEER_TIMEOUT,
-):
+def run_preflight(host: Host, checks: Iterable[str] | None = None,
+                  peers: Iterable[Any] | None = None, self_name: str | None = None,
+                  gpu_vendor: str | None = None,
+                  peer_timeout: float = DEFAULT_PEER_TIMEOUT) -> dict[str, Any]:
     """Check the host; return {"ok", "checks", "docker", "peers"}.
 
     ``checks`` chooses checks (None: the default set). ``sudo`` runs as well whenever a chosen
@@ -569,7 +569,7 @@ def run_preflight(
         chosen.insert(0, SUDO)
 
     results = []
-    prefix = []
+    prefix: list[str] | None = []
     docker = None
     probed = []
     if SUDO in chosen:
@@ -578,15 +578,15 @@ def run_preflight(
     for name in chosen:
         if name == SUDO:
             continue
-        if name in NEEDS_SUDO and prefix is None:
+        if prefix is None and name in NEEDS_SUDO:
             results.append(check_result(name, SKIPPED, "needs passwordless sudo"))
         elif name == DOCKER:
-            result, docker = check_docker(host, prefix)
+            result, docker = check_docker(host, prefix or [])   # not None: NEEDS_SUDO
             results.append(result)
         elif name == NVIDIA_TOOLKIT:
             results.append(check_nvidia_toolkit(host, gpu_vendor, docker))
         elif name == TCP_FORWARDING:
-            results.append(check_tcp_forwarding(host, prefix))
+            results.append(check_tcp_forwarding(host, prefix or []))   # as above
         elif name == PEERS:
             probed = probe_peers(host, peer_list, float(peer_timeout))
             results.append(check_peers(probed))
@@ -601,7 +601,8 @@ def run_preflight(
     }
 
 
-def peers_reached(probed, wanted, self_name=None):
+def peers_reached(probed: list[dict[str, Any]], wanted: Iterable[Any] | None,
+                  self_name: str | None = None) -> bool:
     """Whether ``probed`` (a preflight's ``peers``) shows every peer of ``wanted`` but the one
     named ``self_name`` reached at its address and port: then a peers check of ``wanted``
     would pass now, and need not be made again. A peer not tried there, or tried elsewhere,
@@ -612,7 +613,7 @@ def peers_reached(probed, wanted, self_name=None):
                for peer in normalize_peers(wanted, self_name))
 
 
-def failure_message(result):
+def failure_message(result: dict[str, Any]) -> str | None:
     """The one-line message for a failed preflight, or None when every check passed."""
     failed = [r["message"] for r in result["checks"] if r["status"] == FAILED]
     if result["ok"] or not failed:

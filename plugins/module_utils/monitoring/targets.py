@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+from typing import Any, Iterable
 
 from ..core.errors import GpufleetError
 
@@ -32,7 +33,7 @@ class TargetsError(GpufleetError, ValueError):
     """A host cannot be turned into targets; the message names it and what is missing."""
 
 
-def file_name(fleet):
+def file_name(fleet: str) -> str:
     """The target file of a fleet: ``gpufleet-<fleet>.json``."""
     if not isinstance(fleet, str) or not _FLEET_NAME.match(fleet):
         raise TargetsError("%r is not a fleet name (lowercase letters, digits and dashes)"
@@ -40,7 +41,7 @@ def file_name(fleet):
     return FILE_PREFIX + fleet + FILE_SUFFIX
 
 
-def fleet_of(name):
+def fleet_of(name: str) -> str | None:
     """The fleet whose target file ``name`` is, or None for any other file."""
     if not (name.startswith(FILE_PREFIX) and name.endswith(FILE_SUFFIX)):
         return None
@@ -48,7 +49,7 @@ def fleet_of(name):
     return fleet if _FLEET_NAME.match(fleet) else None
 
 
-def gpu_label(gpu=None, vendor=None):
+def gpu_label(gpu: dict[str, Any] | None = None, vendor: str | None = None) -> str:
     """The ``gpu`` label: the GPU's short name from the host facts (``H100``), else the vendor
     that detection or the fleet's resources name (``nvidia``), else ``none``."""
     gpu = gpu or {}
@@ -61,7 +62,7 @@ def gpu_label(gpu=None, vendor=None):
     return "none"
 
 
-def address_with_port(address, port):
+def address_with_port(address: str, port: int | str) -> str:
     """``host:port``, with an IPv6 address in brackets."""
     try:
         if ipaddress.ip_address(str(address)).version == 6:
@@ -82,7 +83,7 @@ def _port(value, host, exporter):
     return port
 
 
-def host_exporters(host):
+def host_exporters(host: dict[str, Any]) -> dict[str, int]:
     """``{exporter: port}`` for what a host runs: the ``exporters`` the monitoring role recorded
     (a port, or null for an exporter it does not run), else the node exporter on its default
     port and, on an NVIDIA host, the DCGM exporter on its default port."""
@@ -144,12 +145,13 @@ def fleet_groups(hosts):
     return by_fleet
 
 
-def render(groups):
+def render(groups: list[dict[str, Any]]) -> str:
     """A target file's text: the groups as indented JSON with sorted keys, newline-ended."""
     return json.dumps(groups, indent=2, sort_keys=True) + "\n"
 
 
-def wanted_files(hosts, existing, prune=True):
+def wanted_files(hosts: Iterable[dict[str, Any]], existing: dict[str, str],
+                 prune: bool = True) -> dict[str, str]:
     """What the target directory should hold: ``{file name: text}``.
 
     ``existing`` is ``{file name: text or None}`` for the files in the directory now; files of
@@ -165,6 +167,6 @@ def wanted_files(hosts, existing, prune=True):
     return wanted
 
 
-def changes(wanted, existing):
+def changes(wanted: dict[str, str], existing: dict[str, str]) -> list[str]:
     """The names in ``wanted`` whose text differs from ``existing`` (or is missing), sorted."""
     return sorted(name for name, text in wanted.items() if existing.get(name) != text)

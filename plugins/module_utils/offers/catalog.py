@@ -25,6 +25,7 @@ import copy
 import json
 import os
 import pprint
+from typing import Any
 
 from ..core.errors import GpufleetError
 
@@ -57,7 +58,7 @@ class CatalogError(GpufleetError):
     """A catalog that cannot be used; the message names the file and the field."""
 
 
-def directory(state_dir):
+def directory(state_dir: str) -> str:
     """Where refreshed catalogs live: ``<state dir>/catalog``."""
     return os.path.join(state_dir, "catalog")
 
@@ -116,7 +117,7 @@ def _check_offer(offer, source, path):
         _number(offer["spot_price"], source, path + ".spot_price")
 
 
-def check(data, backend, source):
+def check(data: Any, backend: str | None, source: str) -> dict[str, Any]:
     """Raise CatalogError unless ``data`` is a well-formed catalog of ``backend``."""
     if not isinstance(data, dict):
         _fail(source, "(top)", "must be a mapping, got %s" % type(data).__name__)
@@ -148,7 +149,7 @@ def check(data, backend, source):
     return data
 
 
-def shipped(backend):
+def shipped(backend: str) -> dict[str, Any]:
     """The catalog that ships with this version of the collection."""
     if backend not in SHIPPED:
         raise CatalogError("no catalog for backend %s (catalogs: %s)"
@@ -157,7 +158,7 @@ def shipped(backend):
                  "the shipped %s catalog" % backend)
 
 
-def load(backend, catalog_dir=None):
+def load(backend: str, catalog_dir: str | None = None) -> tuple[dict[str, Any], str]:
     """``backend``'s catalog: ``<catalog_dir>/<backend>.json`` when there is one, else the
     shipped catalog. Returns ``(catalog, source)``, source being the file or ``shipped``."""
     if catalog_dir:
@@ -173,7 +174,7 @@ def load(backend, catalog_dir=None):
     return shipped(backend), "shipped"
 
 
-def write(data, path):
+def write(data: Any, path: str) -> None:
     """Write a catalog as JSON (what a refresh leaves in the state dir), checked first."""
     check(data, data.get("backend") if isinstance(data, dict) else None, path)
     parent = os.path.dirname(path)
@@ -186,7 +187,7 @@ def write(data, path):
     os.replace(temporary, path)
 
 
-def module_source(data):
+def module_source(data: dict[str, Any]) -> str:
     """The text of ``_catalog_<backend>.py`` for a catalog: how a catalog ships (modules carry
     only Python files to where they run). The data is a Python literal, long strings split
     so that every line stays short."""

@@ -17,6 +17,7 @@ the same rules, which are dstack's (docs/reference/dstack-files.md#resource-gram
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from ..core.errors import GpufleetError
 
@@ -25,7 +26,7 @@ class MatchError(GpufleetError):
     """Input that cannot be matched: a malformed fact, offer or range."""
 
 
-def resolve_arch(resources, default_image):
+def resolve_arch(resources: dict[str, Any], default_image: bool) -> dict[str, Any]:
     """``resources`` as the dstack server resolves a run's (docs/reference/dstack-files.md#cpu): an
     unset CPU arch on the default image (no image, no docker) is x86; with a custom image it stays
     unset (any), since the image's architectures are not known here. Returns a copy."""
@@ -36,7 +37,7 @@ def resolve_arch(resources, default_image):
     return resources
 
 
-def uses_default_image(config):
+def uses_default_image(config: dict[str, Any]) -> bool:
     """Whether a task runs dstack's default image (no ``image``, no ``docker``)."""
     return config.get("image") is None and not config.get("docker")
 
@@ -49,11 +50,11 @@ ARCH_NAMES = {
 }
 
 
-def type_name(value):
+def type_name(value: object) -> str:
     return type(value).__name__
 
 
-def whole_number(value, what, minimum=0):
+def whole_number(value: Any, what: str, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise MatchError(
             "%s must be a whole number of at least %d, got %r" % (what, minimum, value)
@@ -61,7 +62,7 @@ def whole_number(value, what, minimum=0):
     return value
 
 
-def require_mapping(value, what):
+def require_mapping(value: Any, what: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise MatchError("%s must be a mapping, got %s" % (what, type_name(value)))
     return value
@@ -80,7 +81,7 @@ def _fact(facts, path, what_host):
     return value
 
 
-def short_number(value, digits):
+def short_number(value: float, digits: int) -> str:
     text = "%.*f" % (digits, value)
     if "." in text:
         text = text.rstrip("0").rstrip(".")
@@ -111,7 +112,7 @@ def _range_reason(label, value, spec, unit=""):
     return None
 
 
-def host_capacity(facts, what_host="the host"):
+def host_capacity(facts: Any, what_host: str = "the host") -> dict[str, Any]:
     """The parts of a ``gpufleet_host`` fact that placement reads, checked."""
     facts = require_mapping(facts, "host facts of %s" % what_host)
     cpus = whole_number(_fact(facts, "cpus", what_host), "cpus of %s" % what_host)
@@ -147,7 +148,7 @@ def host_capacity(facts, what_host="the host"):
     }
 
 
-def block_offer(host, blocks, total):
+def block_offer(host: dict[str, Any], blocks: int, total: int) -> dict[str, Any]:
     # dstack's shared offer (docs/reference/dstack-runtime.md#blocks): CPUs, memory and GPUs
     # floor-divided per block, times the blocks taken; the disk is shared, so every offer sees all
     # of it.
@@ -164,7 +165,7 @@ def block_offer(host, blocks, total):
     }
 
 
-def host_offer(facts, blocks, total_blocks):
+def host_offer(facts: Any, blocks: int | str, total_blocks: int | str) -> dict[str, Any]:
     """What ``blocks`` of ``total_blocks`` blocks of a host give a job
     (docs/reference/dstack-runtime.md#blocks).
 
@@ -179,7 +180,7 @@ def host_offer(facts, blocks, total_blocks):
     return block_offer(host, taken, total)
 
 
-def matches(resources, offer):
+def matches(resources: dict[str, Any], offer: dict[str, Any]) -> str | None:
     """None when ``offer`` satisfies the resources spec, else a short reason such as
     ``cpu 2 < 4`` or ``gpu name T4 not in [H100]``.
 

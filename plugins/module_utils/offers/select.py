@@ -23,6 +23,8 @@ never spot; a known reservation also pins the instance type and zone).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..core.errors import GpufleetError
 from .match import host_offer, matches, resolve_arch, uses_default_image
 
@@ -41,7 +43,7 @@ def _lower(values):
     return None if values is None else set(str(v).lower() for v in values)
 
 
-def disk_gb(config, backend):
+def disk_gb(config: dict[str, Any], backend: str) -> int | float | None:
     """The boot disk size an offer gets: the spec's minimum, else 100 GB; None when the spec's
     range allows no size the backend makes."""
     disk = (config.get("resources") or {}).get("disk") or {}
@@ -57,7 +59,7 @@ def disk_gb(config, backend):
     return wanted
 
 
-def offer_resources(entry, disk):
+def offer_resources(entry: dict[str, Any], disk: int | float) -> dict[str, Any]:
     """An instance type's resources as a ``gpufleet_host``-shaped fact with ``disk`` GB."""
     gpu = entry.get("gpu")
     return {
@@ -75,7 +77,7 @@ def _match_view(resources):
     return host_offer(fact, 1, 1)
 
 
-def backends_for(config, catalogs):
+def backends_for(config: dict[str, Any], catalogs: dict[str, Any]) -> list[str]:
     """The backends whose catalogs the config's ``backends`` allows (all when unset)."""
     wanted = config.get("backends")
     available = sorted(catalogs)
@@ -211,7 +213,7 @@ REASON_TEXT = {
 }
 
 
-def no_offers_message(name, rejected):
+def no_offers_message(name: str, rejected: dict[str, int]) -> str:
     """Why a config has no offers: ``fleet x: no offers: 40 instance types and regions do not
     have the resources, 3 cost more than max_price``; what to relax comes last."""
     parts = ["%d %s" % (count, REASON_TEXT.get(reason, reason))

@@ -21,6 +21,7 @@ name) raise FleetTableError.
 from __future__ import annotations
 
 import datetime
+from typing import Any, Callable
 
 from ..core.errors import GpufleetError
 from ..core.times import parse_time
@@ -63,7 +64,7 @@ def _gb(value):
     return "%sGB" % _number(value)
 
 
-def format_range(value, unit=None):
+def format_range(value: object, unit: Callable[[Any], str] | None = None) -> str:
     """A ``{"min", "max"}`` range as dstack writes it: ``a``, ``a..b``, ``a..``, ``..b``.
 
     ``unit`` formats each end (``_gb`` for sizes). A plain number is an exact value. An empty
@@ -82,7 +83,7 @@ def format_range(value, unit=None):
     return "%s..%s" % ("" if low is None else fmt(low), "" if high is None else fmt(high))
 
 
-def format_price(price):
+def format_price(price: float | str | None) -> str:
     """``$0.5``, ``$1.2345``, ``$0``; blank when unknown."""
     if price is None:
         return ""
@@ -104,7 +105,7 @@ def _ago(count, unit):
     return "%d %s ago" % (count, unit if count == 1 else unit + "s")
 
 
-def pretty_date(value, now=None):
+def pretty_date(value: str | datetime.datetime | None, now: datetime.datetime | None = None) -> str:
     """How long ago ``value`` (ISO 8601 string or datetime) was, the way dstack's tables say it.
 
     ``now``, ``12 sec ago``, ``1 min ago``, ``3 mins ago``, ``1 hour ago``, ``5 hours ago``,
@@ -164,7 +165,7 @@ def _gpu_spec_parts(gpu, with_vendor):
     return parts
 
 
-def pretty_resources(resources):
+def pretty_resources(resources: dict[str, Any] | None) -> str:
     """A resources spec (normalized config) as dstack's plans show it.
 
     ``cpu=2.. mem=8GB.. disk=100GB.. gpu=H100:80GB:8``; parts that are not set are left out, the
@@ -196,7 +197,7 @@ def pretty_resources(resources):
     return " ".join(parts)
 
 
-def fleet_gpu(resources):
+def fleet_gpu(resources: dict[str, Any] | None) -> str:
     """The GPU a fleet asks for, in the table's GPU column: ``H100:80GB..:8``, ``gpu:1..2``.
 
     Blank when the fleet asks for no GPU (no spec, or a count of ``0`` or ``0..``).
@@ -234,7 +235,7 @@ def _host_gpu(resources):
     return "gpu=" + ":".join(parts)
 
 
-def host_resources(resources):
+def host_resources(resources: dict[str, Any] | None) -> str:
     """A measured host (gpufleet_host fact) as dstack shows an instance's resources.
 
     ``cpu=16 mem=251.5GB disk=1741.8GB gpu=H100:80GB:8``: memory and disk from MiB, rounded to a
@@ -332,7 +333,7 @@ def _instance_blocks(instance):
     return None
 
 
-def instance_health(instance):
+def instance_health(instance: dict[str, Any]) -> str | None:
     """``healthy``, ``warning`` or ``failure``: the instance's GPU health (its ``health``
     record, else the ``health`` of its measured resources); None when unknown."""
     health = instance.get("health")
@@ -346,10 +347,10 @@ def instance_health(instance):
     return None
 
 
-def health_reason(instance):
+def health_reason(instance: dict[str, Any]) -> str:
     """Why an instance is not healthy (the worst incident's message, or why its health could
     not be read), for the verbose table; "" when there is nothing to say."""
-    health = instance.get("health") if isinstance(instance.get("health"), dict) else {}
+    health: Any = instance.get("health") if isinstance(instance.get("health"), dict) else {}
     status = instance_health(instance)
     said = []
     if status in ("warning", "failure"):
@@ -360,7 +361,7 @@ def health_reason(instance):
     return "; ".join(said)
 
 
-def instance_status(instance, verbose=False):
+def instance_status(instance: dict[str, Any], verbose: bool = False) -> str:
     """``idle``, ``busy``, ``2/8 busy`` (blocks), with ``(unreachable)`` when flagged, else
     ``(warning)`` or ``(failure)`` for its GPU health, as dstack shows them, and
     ``(for run X)`` on an instance made because run X needed it (with its idle limit when
@@ -450,7 +451,8 @@ def _render(columns, rows):
     return lines
 
 
-def fleet_table(fleets, now=None, verbose=False):
+def fleet_table(fleets: list[dict[str, Any]], now: datetime.datetime | None = None,
+                verbose: bool = False) -> list[str]:
     """The fleets as the lines of dstack's ``dstack fleet`` table (``verbose``: ``-v``).
 
     A row per fleet, newest first (fleets without a date last, then by name), each followed by
@@ -506,7 +508,7 @@ def _plan_nodes(fleet):
     return text
 
 
-def plan_lines(fleet):
+def plan_lines(fleet: dict[str, Any]) -> list[str]:
     """What applying a fleet record does, as lines: dstack's plan header, then the changes.
 
     The header is ``Configuration``, ``Type``, ``Fleet type`` (``cloud`` for backend fleets,
@@ -580,7 +582,7 @@ def plan_lines(fleet):
 OFFER_COLUMNS = ("#", "BACKEND", "REGION", "INSTANCE", "RESOURCES", "SPOT", "PRICE")
 
 
-def offer_table(offers, limit=3):
+def offer_table(offers: list[dict[str, Any]], limit: int | None = 3) -> list[str]:
     """Offers (offers/select.py records, cheapest first) as dstack's offers table.
 
     The first ``limit`` offers (all when None) get a numbered row; when some are left out a

@@ -16,6 +16,7 @@ terminal or a playbook's output alike.
 from __future__ import annotations
 
 import time
+from typing import Any, Sequence
 
 SPARKS = u"\u2581\u2582\u2583\u2584\u2585\u2586\u2587"
 AXIS_RULE = u"\u2504"
@@ -30,12 +31,12 @@ FIXED = 30
 WINDOW = 3600
 
 
-def spark_width(columns, label_width=0):
+def spark_width(columns: int, label_width: int = 0) -> int:
     """How many cells each sparkline gets on a terminal ``columns`` wide."""
     return max(MIN_WIDTH, min(MAX_WIDTH, (columns - FIXED - label_width) // 2))
 
 
-def cells(values, width):
+def cells(values: Sequence[float], width: int) -> list[float]:
     """The peak of each cell, oldest first: the series spread over ``width`` cells, the last
     cell holding only the newest value (so it agrees with the number printed beside it)."""
     values = list(values)
@@ -52,7 +53,7 @@ def cells(values, width):
     return out
 
 
-def sparkline(values, width, top=100.0):
+def sparkline(values: Sequence[float], width: int, top: float = 100.0) -> str:
     """The sparkline of ``values`` on a fixed 0..top scale (never scaled to the data)."""
     line = u""
     for peak in cells(values, width):
@@ -61,7 +62,7 @@ def sparkline(values, width, top=100.0):
     return line
 
 
-def memory(num_bytes):
+def memory(num_bytes: float) -> str:
     """Bytes as dstack writes them in this table: whole MB below a GB, else whole GB."""
     mib = num_bytes / 1024.0 / 1024.0
     if mib >= 1024:
@@ -103,7 +104,7 @@ def _stamp(epoch, now, clock_only=False):
     return "%d %s" % (moment.tm_mday, time.strftime("%b %H:%M", moment))
 
 
-def axis(width, first, last, now):
+def axis(width: int, first: float | None, last: float | None, now: float) -> str:
     """The time axis under the charts, exactly ``width`` wide (empty when it does not fit)."""
     left, right = _stamp(first, now), _stamp(last, now)
     if len(left) + len(right) + 3 > width:
@@ -121,7 +122,8 @@ def _series_of(job):
         yield gpu.get("memory_bytes") or []
 
 
-def metrics_lines(record, columns=100, now=None):
+def metrics_lines(record: dict[str, Any], columns: int = 100,
+                  now: float | None = None) -> list[str]:
     """The lines of ``gpufleet metrics`` for a metrics record (tasks.metrics.run_metrics)."""
     now = time.time() if now is None else now
     jobs = record.get("jobs") or []

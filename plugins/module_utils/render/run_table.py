@@ -12,6 +12,7 @@ an earlier version hold that text already, and it is shown as it is.
 
 from __future__ import annotations
 
+from ..tasks.records import RunRecord
 from .fleet_table import (
     FleetTableError,
     _mib_as_gb,
@@ -21,6 +22,8 @@ from .fleet_table import (
     pretty_date,
     pretty_resources,
 )
+import datetime
+from typing import Any
 
 COLUMNS = ("NAME", "BACKEND", "GPU", "PRICE", "STATUS", "SUBMITTED")
 VERBOSE_COLUMNS = (
@@ -67,7 +70,8 @@ def _job_error(job):
     return (job.get("reason") or "").replace("_", " ")
 
 
-def run_table(runs, now=None, verbose=False):
+def run_table(runs: list[RunRecord], now: datetime.datetime | None = None,
+              verbose: bool = False) -> list[str]:
     """The lines of ``dstack ps`` (``verbose``: ``-v``): a row per run, newest first; a run of
     several jobs is followed by a row per job (``   job=N``), a single-job run is one row."""
     if not isinstance(runs, (list, tuple)):
@@ -108,7 +112,7 @@ def run_table(runs, now=None, verbose=False):
     return _render(columns, rows)
 
 
-def job_lines(jobs, run=None):
+def job_lines(jobs: list[dict[str, Any]] | None, run: str | None = None) -> list[str]:
     """``<run> job N on HOST (IP): STATUS [exit code, reason]`` for each job of a run."""
     lines = []
     for job in jobs or []:
@@ -139,13 +143,13 @@ def _resources(item, gpu_count):
     return " ".join(parts)
 
 
-def job_resources(job):
+def job_resources(job: dict[str, Any]) -> str:
     """A placed job's resources as dstack's run plan shows them:
     ``cpu=2 mem=24GB disk=70GB gpu=H100:80GB:8``."""
     return _resources(job, len(job.get("gpus") or []))
 
 
-def run_resources(value):
+def run_resources(value: dict[str, Any] | str | None) -> str:
     """A run record's job ``resources`` as text, as job_resources shows the placed job: from the
     data the ``gpufleet.resources`` label holds (tasks.container.resources_of), or the text an
     earlier version's label held, as it is."""
@@ -154,7 +158,7 @@ def run_resources(value):
     return value or ""
 
 
-def run_gpu(value):
+def run_gpu(value: Any) -> str:
     """A run record's ``gpu`` as the GPU column shows it (``H100:80GB:8``, blank without GPUs):
     from the task's GPU requirement (docs/config-json.md), or the text of an earlier version's
     label, as it is."""
@@ -195,7 +199,8 @@ def _creates(create):
         format_price(create.get("price")) or "$0", kept)
 
 
-def run_plan_lines(config, plan, path=None):
+def run_plan_lines(config: dict[str, Any], plan: dict[str, Any],
+                   path: str | None = None) -> list[str]:
     """What submitting a task does, as ``dstack apply`` shows it before asking
     (docs/reference/dstack-runtime.md#run-plan): the header, then the host each job is placed on."""
     header = [

@@ -17,6 +17,8 @@ Rows keep the records' order (the listing gives them newest first).
 from __future__ import annotations
 
 from .fleet_table import FleetTableError, _now, _one_line, _render, pretty_date
+import datetime
+from typing import Any
 
 COLUMNS = ("NAME", "BACKEND", "STATUS", "CREATED")
 VERBOSE_COLUMNS = ("NAME", "BACKEND", "REGION", "STATUS", "ATTACHED", "CREATED", "ERROR")
@@ -48,7 +50,8 @@ def _row(volume, now, verbose):
     }
 
 
-def volume_table(volumes, now=None, verbose=False):
+def volume_table(volumes: list[dict[str, Any]], now: datetime.datetime | None = None,
+                 verbose: bool = False) -> list[str]:
     """The volumes as the lines of dstack's ``dstack volume list`` table (``verbose``: ``-v``).
 
     ``now`` (a datetime or ISO 8601 string, default: the current time) is what CREATED is

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import os
 import stat
+from typing import Any, Mapping
 
 from ..core.errors import GpufleetError
 from . import local
@@ -30,7 +31,7 @@ class FilesError(GpufleetError):
     """A ``files`` entry that cannot be shipped; the message names the path and what to do."""
 
 
-def resolve(local_path, base_dir=None):
+def resolve(local_path: str, base_dir: str | None = None) -> str:
     """The entry's absolute path: ``~`` expanded, a relative path taken from the task file's
     folder (``base_dir``; else the current one), as dstack resolves it."""
     path = os.path.expanduser(local_path)
@@ -111,7 +112,8 @@ def _contents(path, hint=""):
     return items, total
 
 
-def check(local_path, base_dir=None, environ=None):
+def check(local_path: str, base_dir: str | None = None,
+          environ: Mapping[str, str] | None = None) -> None:
     """FilesError unless the entry ``local_path`` (as the task gives it; see ``resolve``) can
     be shipped: it exists, is a file or a folder this user can read, with files it can read,
     within the limit (``environ``'s DSTACK_SERVER_CODE_UPLOAD_LIMIT)."""
@@ -134,7 +136,7 @@ def check(local_path, base_dir=None, environ=None):
                                                      local.UPLOAD_LIMIT_VARIABLE))
 
 
-def read(path):
+def read(path: str) -> dict[str, dict[str, Any]]:
     """The entry at ``path`` as ``{relative path: item}`` with its files' contents."""
     items, _total = _contents(path)
     out = {}
@@ -151,7 +153,7 @@ def read(path):
     return out
 
 
-def job_files(name, content):
+def job_files(name: str, content: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """The job folder's files for an entry read by ``read`` (``name``: ``files/N``). A queue
     entry of an earlier gpufleet holds a file's content alone (base64 text)."""
     if isinstance(content, str):

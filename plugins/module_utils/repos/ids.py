@@ -36,11 +36,11 @@ def _base36(data):
     return "".join(reversed(out))
 
 
-def slug(prefix, key, size=8):
+def slug(prefix: str, key: str, size: int = 8) -> str:
     return "%s-%s" % (prefix, _base36(hashlib.sha256(key.encode("utf-8")).digest())[:size])
 
 
-def parse_url(url):
+def parse_url(url: str) -> tuple[str, str, str]:
     """``(scheme, host, path)`` of a Git URL; RepoUrlError for anything else."""
     match = _URL.match(url)
     if match is None:
@@ -57,16 +57,16 @@ def parse_url(url):
     return scheme, (match.group("host") or "").lower(), match.group("path") or "/"
 
 
-def clean_path(path):
+def clean_path(path: str) -> str:
     path = path.rstrip("/")
     return path[:-4] if path.endswith(".git") else path
 
 
-def repo_name(url):
+def repo_name(url: str) -> str:
     return clean_path(parse_url(url)[2]).rsplit("/", 1)[-1] or "unknown"
 
 
-def repo_id(url=None, local_dir=None):
+def repo_id(url: str | None = None, local_dir: str | None = None) -> str:
     """dstack's id of the repo at ``url``; without a URL (a local folder with no remote), the
     same recipe over the folder's absolute path on the controller."""
     if url:

@@ -26,6 +26,7 @@ import subprocess
 import tarfile
 import tempfile
 import zlib
+from typing import Iterable, Mapping
 
 from ..core.errors import GpufleetError
 from . import ids
@@ -39,7 +40,7 @@ class RepoError(GpufleetError):
     """A local repo that cannot be shipped; the message names the path and what to do."""
 
 
-def size_text(size):
+def size_text(size: float) -> str:
     """Bytes as dstack prints them (``2.0MiB``)."""
     value = float(size)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
@@ -49,7 +50,7 @@ def size_text(size):
     return "%.1fTiB" % value
 
 
-def upload_limit(environ):
+def upload_limit(environ: Mapping[str, str] | None) -> int | None:
     """The limit in bytes (None: no limit) from ``DSTACK_SERVER_CODE_UPLOAD_LIMIT``."""
     text = (environ or {}).get(UPLOAD_LIMIT_VARIABLE)
     if text in (None, ""):
@@ -62,7 +63,8 @@ def upload_limit(environ):
     return value if value > 0 else None
 
 
-def resolve(local_path, config_dir=None, field="repos[0].local_path"):
+def resolve(local_path: str, config_dir: str | None = None,
+            field: str | None = "repos[0].local_path") -> str:
     """The repo's absolute folder: ``~`` expanded, a relative path taken from the configuration
     file's folder (else the current one), as dstack resolves it. The error's message starts
     with ``field`` (None: with the path)."""
@@ -129,10 +131,10 @@ class Snapshot(object):
         self.commit = commit
 
     @property
-    def repo_id(self):
+    def repo_id(self) -> str:
         return ids.repo_id(url=self.url, local_dir=self.root)
 
-    def size(self, paths=None):
+    def size(self, paths: Iterable[str] | None = None) -> int:
         total = 0
         for rel in self.files if paths is None else paths:
             try:
@@ -142,7 +144,8 @@ class Snapshot(object):
             total += info.st_size
         return total
 
-    def check_limit(self, environ, field="repos[0]"):
+    def check_limit(self, environ: Mapping[str, str] | None,
+                    field: str | None = "repos[0]") -> None:
         """RepoError when the part dstack would upload is over the limit (its message starts
         with ``field``, unless None)."""
         limit = upload_limit(environ)
@@ -231,7 +234,7 @@ def _folder_snapshot(root):
     return Snapshot(root, files, files, False)
 
 
-def snapshot(root):
+def snapshot(root: str) -> Snapshot:
     """The Snapshot of the folder ``root`` (absolute; see ``resolve``)."""
     if _is_work_tree(root):
         return _git_snapshot(root)

@@ -16,6 +16,7 @@ import posixpath
 import shlex
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Iterable
 
 from ..core.errors import GpufleetError
 
@@ -27,7 +28,7 @@ class ShipError(GpufleetError):
     """An archive that did not reach a host; the message names the host."""
 
 
-def host_path(sha256):
+def host_path(sha256: str) -> str:
     return posixpath.join(REPOS_ROOT, "%s.tar.gz" % sha256)
 
 
@@ -45,7 +46,8 @@ def _receive_command(sha256):
     return "sh -c %s" % shlex.quote(script)
 
 
-def ship(archive, nodes, hosts, runner=subprocess.run):
+def ship(archive: dict[str, Any], nodes: dict[str, Any], hosts: Iterable[str],
+         runner: Callable[..., Any] = subprocess.run) -> dict[str, str]:
     """Send ``archive`` (repos.local.build_archive's record) to each of ``hosts`` that lacks it.
 
     Returns ``{host: "sent" | "present"}``; raises ShipError naming the first host that failed.

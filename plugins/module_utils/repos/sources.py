@@ -13,6 +13,7 @@ field paths and messages are spec.support's kind: ``files[0]``, ``repos[0].local
 from __future__ import annotations
 
 import os
+from typing import Any, Mapping
 
 from .. import spec
 from ..spec import Problem
@@ -22,7 +23,8 @@ from . import local
 RUN_TYPES = ("task", "dev-environment")
 
 
-def local_refusals(config, base_dir=None, environ=None):
+def local_refusals(config: dict[str, Any], base_dir: str | None = None,
+                   environ: Mapping[str, str] | None = None) -> list[Problem]:
     """Problems with what a task or dev environment names on this controller: each ``files``
     entry's local path (it exists, is a file or a folder this user can read, within the upload
     limit) and a local repo (a folder, within the limit). Relative paths start at ``base_dir``
@@ -48,7 +50,7 @@ def local_refusals(config, base_dir=None, environ=None):
     return out
 
 
-def validate_file(path, environ=None):
+def validate_file(path: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """spec.validate_file's object for ``path``, with ``local_refusals`` (relative paths from
     the file's folder; ``environ``: the process's environment by default) in ``unsupported``."""
     result = spec.validate_file(path)

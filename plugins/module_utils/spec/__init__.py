@@ -14,6 +14,8 @@ The normalized shape is documented in docs/config-json.md.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._errors import Problem, SpecError, format_path
 from .loader import HAS_YAML, parse_data, parse_file, parse_text
 
@@ -29,7 +31,7 @@ __all__ = [
 ]
 
 
-def validate_file(path):
+def validate_file(path: str) -> dict[str, Any]:
     """Validate one file without raising: the object ``gpufleet validate --json`` prints.
 
     ``ok``: dstack would accept it; ``unsupported``: what gpufleet's ``apply`` refuses in it

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any, Callable, Iterable, Sequence
 
 from ..core.errors import GpufleetError
 from ..core.text import LIMIT, quote, shorten
@@ -23,7 +24,7 @@ _PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _OPTION = re.compile(r"--[a-z][a-z-]*")  # a command-line option (spec.overrides)
 
 
-def format_path(path):
+def format_path(path: Iterable[str | int]) -> str:
     """Render a field path the way users write it: ``ssh_config.hosts[2].port``. A key longer
     than core.text.LIMIT characters is shortened (``tags["aaaa"... (5000 characters)]``)."""
     out = ""
@@ -42,12 +43,12 @@ def format_path(path):
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def one_line(text):
+def one_line(text: str) -> str:
     """Escape control characters so that a message always prints as a single line."""
     return _CONTROL.sub(lambda m: json.dumps(m.group())[1:-1], text)
 
 
-def show(value, limit=LIMIT):
+def show(value: object, limit: int = LIMIT) -> str:
     """A short, safe rendering of a user value for an error message."""
     if value is None:
         return "null"
@@ -61,7 +62,7 @@ def show(value, limit=LIMIT):
         try:
             text = repr(value)
         except ValueError:  # Python refuses to print integers of thousands of digits
-            return "an integer of about %d digits" % int(value.bit_length() * 0.30103)
+            return "an integer of about %d digits" % int(int(value).bit_length() * 0.30103)
         return shorten(text, limit)
     if isinstance(value, list):
         return "a list of %d item%s" % (len(value), "" if len(value) == 1 else "s")
@@ -70,13 +71,13 @@ def show(value, limit=LIMIT):
     return "a value of type %s" % type(value).__name__
 
 
-def show_keys(mapping, limit=6):
+def show_keys(mapping: Sequence[object] | dict[Any, Any], limit: int = 6) -> str:
     keys = [shorten(str(k)) for k in list(mapping)[:limit]]
     more = "" if len(mapping) <= limit else ", ..."
     return "[" + ", ".join(keys) + more + "]"
 
 
-def describe(value):
+def describe(value: object) -> str:
     """The YAML kind of a value, for 'expected X, got Y' messages."""
     if value is None:
         return "an empty value (null)"
@@ -110,10 +111,10 @@ class Problem(object):
         self.message = one_line(message)
 
     @property
-    def where(self):
+    def where(self) -> str:
         return format_path(self.path)
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, str]:
         return {"path": self.where, "message": self.message}
 
     def __repr__(self):
@@ -135,11 +136,11 @@ class SpecError(GpufleetError):
         self.source = source
         super(SpecError, self).__init__(self.render())
 
-    def render(self):
+    def render(self) -> str:
         prefix = "%s: " % self.source if self.source else ""
         return "\n".join(prefix + str(p) for p in self.problems)
 
-    def as_dicts(self):
+    def as_dicts(self) -> list[dict[str, str]]:
         return [p.as_dict() for p in self.problems]
 
 
@@ -189,16 +190,16 @@ class Ctx(object):
         self.path = tuple(path)
         self._sink = sink if sink is not None else _Sink()
 
-    def child(self, key):
+    def child(self, key: str | int) -> Ctx:
         return Ctx(self.path + (key,), self._sink)
 
-    def error(self, message, subpath=()):
+    def error(self, message: str, subpath: Iterable[str | int] = ()) -> None:
         self._sink.add(Problem(self.path + tuple(subpath), message))
 
-    def warn(self, message):
+    def warn(self, message: str) -> None:
         self._sink.warnings.append(Problem(self.path, message))
 
-    def run(self, key, parser, value):
+    def run(self, key: str | int | None, parser: Parser, value: Any) -> Any:
         """Parse ``value`` found at ``key`` with ``parser(value, ctx)``.
 
         Problems are recorded, never raised; INVALID is returned in their place.
@@ -211,26 +212,26 @@ class Ctx(object):
             return INVALID
 
     @property
-    def problems(self):
+    def problems(self) -> list[Problem]:
         return self._sink.problems
 
     @property
-    def warnings(self):
+    def warnings(self) -> list[Problem]:
         return self._sink.warnings
 
     @property
-    def full(self):
+    def full(self) -> bool:
         """True once no further problem will be shown: callers may skip building messages."""
         return len(self._sink.problems) >= MAX_PROBLEMS
 
-    def mark(self):
+    def mark(self) -> int:
         """A point to ask ``failed_since`` about: were problems recorded after it?"""
         return len(self._sink.problems) + self._sink.dropped
 
-    def failed_since(self, mark):
+    def failed_since(self, mark: int) -> bool:
         return len(self._sink.problems) + self._sink.dropped > mark
 
-    def raise_if_failed(self, source=None):
+    def raise_if_failed(self, source: str | None = None) -> None:
         problems = list(self._sink.problems)
         if self._sink.dropped:
             problems.append(
@@ -238,6 +239,11 @@ class Ctx(object):
             )
         if problems:
             raise SpecError(problems, source)
+
+
+# A field parser: ``parser(value, ctx)`` gives the parsed value, raises Invalid, or returns
+# INVALID after recording problems under ``ctx``.
+Parser = Callable[[Any, Ctx], Any]
 
 
 class _Sink(object):

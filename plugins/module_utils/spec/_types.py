@@ -14,9 +14,10 @@ from __future__ import annotations
 import difflib
 import math
 import re
+from typing import Any, Callable, Collection, Iterable, Mapping, Sequence, TypeVar
 
 from ..core.text import quote
-from ._errors import INVALID, Invalid, describe, show
+from ._errors import INVALID, Ctx, Invalid, Parser, describe, show
 
 _INT_RE = re.compile(r"[+-]?[0-9]+")
 _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
@@ -27,22 +28,24 @@ MAX_NUMBER_TEXT = 64
 MAX_INT = 2**63 - 1
 _TRUE = frozenset(["true", "yes", "on", "1", "t", "y"])
 _FALSE = frozenset(["false", "no", "off", "0", "f", "n"])
+_Number = TypeVar("_Number", int, float)
 
 
-def want_str(value, what="a string"):
+def want_str(value: object, what: str = "a string") -> str:
     if isinstance(value, str):
         return value
     raise Invalid("expected %s, got %s" % (what, describe(value)))
 
 
-def want_nonempty_str(value, what="a non-empty string"):
+def want_nonempty_str(value: object, what: str = "a non-empty string") -> str:
     text = want_str(value, what)
     if not text:
         raise Invalid("must not be an empty string")
     return text
 
 
-def want_int(value, minimum=None, maximum=None, what="an integer"):
+def want_int(value: object, minimum: int | None = None, maximum: int | None = None,
+             what: str = "an integer") -> int:
     if isinstance(value, bool):
         raise Invalid("expected %s, got %s" % (what, describe(value)))
     if isinstance(value, int):
@@ -60,13 +63,14 @@ def want_int(value, minimum=None, maximum=None, what="an integer"):
     return number
 
 
-def check_magnitude(number):
+def check_magnitude(number: _Number) -> _Number:
     if isinstance(number, int) and abs(number) > MAX_INT:
         raise Invalid("too large: %s (the limit is %d)" % (show(number), MAX_INT))
     return number
 
 
-def want_number(value, minimum=None, maximum=None, exclusive_minimum=None, what="a number"):
+def want_number(value: object, minimum: float | None = None, maximum: float | None = None,
+                exclusive_minimum: float | None = None, what: str = "a number") -> int | float:
     if isinstance(value, bool):
         raise Invalid("expected %s, got %s" % (what, describe(value)))
     if isinstance(value, (int, float)):
@@ -95,7 +99,7 @@ def _check_bounds(number, minimum, maximum):
         raise Invalid("must be at most %s, got %s" % (maximum, show(number)))
 
 
-def want_bool(value):
+def want_bool(value: object) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, int) and value in (0, 1):
@@ -109,7 +113,7 @@ def want_bool(value):
     raise Invalid("expected true or false, got %s" % describe(value))
 
 
-def want_choice(value, choices):
+def want_choice(value: object, choices: Sequence[str]) -> str:
     """One of a fixed set of lower-case words, compared exactly as dstack does."""
     if isinstance(value, str) and value in choices:
         return value
@@ -123,7 +127,7 @@ def want_choice(value, choices):
     )
 
 
-def want_list(value, what="a list"):
+def want_list(value: object, what: str = "a list") -> list[Any]:
     if isinstance(value, list):
         return value
     extra = ""
@@ -132,7 +136,7 @@ def want_list(value, what="a list"):
     raise Invalid("expected %s, got %s%s" % (what, describe(value), extra))
 
 
-def want_mapping(value, what="a mapping"):
+def want_mapping(value: object, what: str = "a mapping") -> dict[str, Any]:
     if not isinstance(value, dict):
         raise Invalid("expected %s, got %s" % (what, describe(value)))
     for key in value:
@@ -141,7 +145,7 @@ def want_mapping(value, what="a mapping"):
     return value
 
 
-def list_of(item_parser, what="a list", min_items=0):
+def list_of(item_parser: Parser, what: str = "a list", min_items: int = 0) -> Parser:
     """A parser for a list whose items are parsed by ``item_parser(value, ctx)``."""
 
     def parse(value, ctx):
@@ -159,7 +163,7 @@ def list_of(item_parser, what="a list", min_items=0):
     return parse
 
 
-def leaf(function, *args, **kwargs):
+def leaf(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Parser:
     """Adapt a plain coercion ``function(value, *args)`` to the ``parser(value, ctx)`` shape."""
 
     def parse(value, ctx):
@@ -168,11 +172,12 @@ def leaf(function, *args, **kwargs):
     return parse
 
 
-def str_list(value, ctx):
+def str_list(value: object, ctx: Ctx) -> Any:
     return list_of(leaf(want_str))(value, ctx)
 
 
-def parse_fields(data, ctx, fields, unknown=None):
+def parse_fields(data: dict[str, Any], ctx: Ctx, fields: Mapping[str, Parser],
+                 unknown: Callable[[str, Ctx], Any] | None = None) -> dict[str, Any]:
     """Parse the known ``fields`` of a mapping; report unknown keys.
 
     ``fields`` maps a key to ``parser(value, ctx)``. Returns a dict with the parsed value for every
@@ -194,7 +199,9 @@ def parse_fields(data, ctx, fields, unknown=None):
     return out
 
 
-def parse_object(data, ctx, fields, required=(), owner="this mapping", hint="", unknown=None):
+def parse_object(data: dict[str, Any], ctx: Ctx, fields: Mapping[str, Parser],
+                 required: Iterable[str] = (), owner: str = "this mapping", hint: str = "",
+                 unknown: Callable[[str, Ctx], Any] | None = None) -> Any:
     """Parse a mapping with ``parse_fields``, then require the keys in ``required``.
 
     Nested problems are recorded first; a missing key raises Invalid ("<owner> needs a, b<hint>");
@@ -209,7 +216,7 @@ def parse_object(data, ctx, fields, required=(), owner="this mapping", hint="", 
     return parsed
 
 
-def unknown_field_message(key, known):
+def unknown_field_message(key: str, known: Collection[str]) -> str:
     shown = quote(key)
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.7)
     if close:

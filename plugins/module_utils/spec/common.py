@@ -6,9 +6,10 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from . import grammar
-from ._errors import INVALID, Invalid, describe, show
+from ._errors import INVALID, Ctx, Invalid, describe, show
 from ._types import (
     parse_fields,
     str_list,
@@ -47,7 +48,7 @@ REMOVED_FIELDS = {
 RESOURCE_KEYS = ("cpu", "memory", "gpu", "disk", "shm_size")
 
 
-def explain_removed(key, ctx):
+def explain_removed(key: str, ctx: Ctx) -> bool:
     """An ``unknown`` hook for parse_fields: specific messages for fields dstack removed and for
     resource keys written at the top level instead of under ``resources``."""
     if key in REMOVED_FIELDS:
@@ -62,7 +63,7 @@ def explain_removed(key, ctx):
     return False
 
 
-def parse_name(value, ctx):
+def parse_name(value: object, ctx: Ctx) -> str | None:
     if value is None:
         return None
     name = want_str(value, "a name")
@@ -74,7 +75,7 @@ def parse_name(value, ctx):
     return name
 
 
-def parse_tags(value, ctx):
+def parse_tags(value: object, ctx: Ctx) -> Any:
     if value is None:
         return None
     tags = want_mapping(value, "a mapping of tag names to values")
@@ -98,7 +99,7 @@ def parse_tags(value, ctx):
     return out
 
 
-def parse_backends(value, ctx):
+def parse_backends(value: object, ctx: Ctx) -> Any:
     if value is None:
         return None
     items = want_list(value, "a list of backends")
@@ -111,31 +112,31 @@ def parse_backends(value, ctx):
     return out
 
 
-def parse_optional_str_list(value, ctx):
+def parse_optional_str_list(value: object, ctx: Ctx) -> Any:
     if value is None:
         return None
     return str_list(value, ctx)
 
 
-def parse_optional_str(value, ctx):
+def parse_optional_str(value: object, ctx: Ctx) -> str | None:
     if value is None:
         return None
     return want_str(value)
 
 
-def parse_spot_policy(value, ctx):
+def parse_spot_policy(value: object, ctx: Ctx) -> str:
     if value is None:
         return "on-demand"
     return want_choice(value, SPOT_POLICIES)
 
 
-def parse_max_price(value, ctx):
+def parse_max_price(value: object, ctx: Ctx) -> int | float | None:
     if value is None:
         return None
     return want_number(value, exclusive_minimum=0, what="a price in dollars per hour")
 
 
-def parse_retry(value, ctx):
+def parse_retry(value: object, ctx: Ctx) -> Any:
     """``retry: true`` (all events for 1h), ``false``, or ``{on_events, duration}``; off is None."""
     if value is None or value is False:
         return None
@@ -194,7 +195,7 @@ VASTAI_OPTIONS = {
 }
 
 
-def parse_backend_options(value, ctx):
+def parse_backend_options(value: object, ctx: Ctx) -> Any:
     if value is None:
         return None
     items = want_list(value, "a list of backend option blocks")

@@ -15,9 +15,10 @@ with no SSH connection; off by default). The normalized config is a task's (``co
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from . import grammar
-from ._errors import INVALID, Invalid, show
+from ._errors import INVALID, Ctx, Invalid, show
 from ._types import want_choice, want_str
 from .task import parse_commands, parse_task
 
@@ -34,7 +35,7 @@ NOT_HERE = {
 }
 
 
-def parse_inactivity_duration(value, ctx):
+def parse_inactivity_duration(value: object, ctx: Ctx) -> int | None:
     """dstack's: off, false, true and unset mean off (None); else a duration, never negative."""
     if value is None or value is True or value is False or value == grammar.OFF:
         return None
@@ -44,7 +45,7 @@ def parse_inactivity_duration(value, ctx):
     return grammar.parse_duration(value)
 
 
-def check_version(ide, version):
+def check_version(ide: str | None, version: str) -> str:
     """``version`` for ``ide`` as dstack takes it, or Invalid saying why."""
     if ide is None:
         raise Invalid("`version` requires `ide` to be set")
@@ -78,7 +79,7 @@ def _parse_dev(data, ctx):
     return found
 
 
-def parse_dev_environment(data, ctx):
+def parse_dev_environment(data: dict[str, Any], ctx: Ctx) -> Any:
     for key, why in NOT_HERE.items():
         if key in data:
             ctx.child(key).error(why)

@@ -10,16 +10,17 @@ its value is taken from the environment of whoever submits the run, as ``dstack 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from ..core.text import shorten
-from ._errors import Invalid, describe, show
+from ._errors import Ctx, Invalid, describe, show
 from ._types import check_magnitude, want_list, want_mapping
 
 _ENTRY = re.compile(r"^([a-zA-Z_][a-zA-Z0-9_]*)(=.*)?$")
 _NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 
-def parse_env(value, ctx):
+def parse_env(value: object, ctx: Ctx) -> dict[str, Any]:
     if value is None:
         return {}
     if isinstance(value, list):

@@ -6,10 +6,11 @@
 from __future__ import annotations
 
 import ipaddress
+from typing import Any
 
 from ..core.text import shorten
 from . import common, grammar
-from ._errors import INVALID, Invalid, describe, show
+from ._errors import INVALID, Ctx, Invalid, describe, show
 from ._types import (
     list_of,
     parse_fields,
@@ -33,13 +34,13 @@ BACKEND_ONLY = (
 )
 
 
-def parse_placement(value, ctx):
+def parse_placement(value: object, ctx: Ctx) -> str:
     if value is None:
         return "any"
     return want_choice(value, PLACEMENTS)
 
 
-def parse_blocks(value, ctx):
+def parse_blocks(value: object, ctx: Ctx) -> int | str:
     if value == "auto":
         return "auto"
     if isinstance(value, str) and not value.strip().lstrip("+").isdigit():
@@ -59,7 +60,7 @@ def _node_count(value, name):
         raise Invalid("nodes.%s: %s" % (name, exc.message)) from exc
 
 
-def parse_nodes(value, ctx):
+def parse_nodes(value: object, ctx: Ctx) -> Any:
     """``nodes: 2``, ``"1..4"``, ``"..2"``, ``"1.."`` or ``{min, target, max}``."""
     if value is None:
         return None
@@ -125,7 +126,7 @@ def _opt_str(value, ctx):
     return None if value is None else want_nonempty_str(value)
 
 
-def parse_proxy_jump(value, ctx):
+def parse_proxy_jump(value: object, ctx: Ctx) -> Any:
     if value is None:
         return None
     data = want_mapping(value, "a mapping with hostname, user, identity_file and optional port")
@@ -149,7 +150,7 @@ def parse_proxy_jump(value, ctx):
     }
 
 
-def parse_internal_ip(value, ctx):
+def parse_internal_ip(value: object, ctx: Ctx) -> str | None:
     if value is None:
         return None
     text = want_str(value, "an IP address")
@@ -165,7 +166,7 @@ def parse_internal_ip(value, ctx):
     return text
 
 
-def parse_network(value, ctx):
+def parse_network(value: object, ctx: Ctx) -> str | None:
     if value is None:
         return None
     text = want_str(value, "a network such as 10.0.0.0/24")
@@ -192,7 +193,7 @@ HOST_FIELDS = {
 }
 
 
-def parse_host(value, ctx):
+def parse_host(value: object, ctx: Ctx) -> Any:
     if isinstance(value, str):
         if not value:
             raise Invalid("a host must not be an empty string")
@@ -217,7 +218,7 @@ def _copy(mapping):
     return dict(mapping) if mapping is not None else None
 
 
-def parse_ssh_config(value, ctx, blocks):
+def parse_ssh_config(value: object, ctx: Ctx, blocks: int | str) -> Any:
     """Parse ``ssh_config`` and merge each host with the fleet-wide defaults.
 
     Each host in the result has every connection setting resolved as dstack resolves it: its own
@@ -234,7 +235,7 @@ def parse_ssh_config(value, ctx, blocks):
     if not hosts:
         raise Invalid("ssh_config.hosts must list at least one host", ("hosts",))
     merged = []
-    seen = {}
+    seen: dict[tuple[str, int], int] = {}
     mark = ctx.mark()
     for index, host in enumerate(hosts):
         host_ctx = ctx.child("hosts").child(index)
@@ -325,7 +326,7 @@ FIELDS = {
 }
 
 
-def parse_fleet(data, ctx):
+def parse_fleet(data: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     parsed = parse_fields(data, ctx, FIELDS, unknown=common.explain_removed)
     blocks = parsed.get("blocks", 1)
     has_ssh = data.get("ssh_config") is not None

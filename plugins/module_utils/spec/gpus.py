@@ -9,6 +9,8 @@ configuration names GPUs but no vendor, and later to normalise names reported by
 
 from __future__ import annotations
 
+from typing import Iterable
+
 VENDORS = ("nvidia", "amd", "google", "intel", "tenstorrent")
 VENDOR_ALIASES = {"tpu": "google", "tt": "tenstorrent"}
 
@@ -33,7 +35,7 @@ for _vendor, _names in _NAMES.items():
         NAME_TO_VENDOR[_name.lower()] = _vendor
 
 
-def vendor_from_token(token):
+def vendor_from_token(token: str) -> str | None:
     """The vendor a spec token names (``nvidia``, ``AMD``, ``tpu``, ``tt``...), else None."""
     lowered = token.lower()
     if lowered in VENDORS:
@@ -41,7 +43,7 @@ def vendor_from_token(token):
     return VENDOR_ALIASES.get(lowered)
 
 
-def vendor_of_name(name):
+def vendor_of_name(name: str) -> str | None:
     """The vendor making a GPU called ``name``, or None when the name is not known.
 
     TPU names such as ``v5p-64`` or ``v6e`` belong to Google.
@@ -54,7 +56,7 @@ def vendor_of_name(name):
     return None
 
 
-def infer_vendor(names):
+def infer_vendor(names: Iterable[str]) -> str | None:
     """The single vendor all ``names`` belong to, or None when mixed or unknown."""
     vendors = set(vendor_of_name(n) for n in names)
     if len(vendors) == 1:

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any, Callable
 
 from . import gpus
-from ._errors import INVALID, Invalid, describe, show
+from ._errors import INVALID, Ctx, Invalid, Parser, describe, show
 from ._types import (
     MAX_NUMBER_TEXT,
     check_magnitude,
@@ -32,7 +33,7 @@ from ._types import (
 # Numbers
 
 
-def gb(value):
+def gb(value: float) -> int | float:
     """Render a GB quantity: integral values as int, others as float."""
     return int(value) if float(value).is_integer() else float(value)
 
@@ -41,7 +42,7 @@ _MEMORY_RE = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?(tb|gb
 _MEMORY_UNITS = {"tb": 1024.0, "gb": 1.0, "mb": 1.0 / 1024, None: 1.0}
 
 
-def parse_memory(value):
+def parse_memory(value: object) -> int | float:
     """A size in GB from ``16GB``, ``512MB``, ``1 TB``, ``1.5`` (GB) or a number."""
     if isinstance(value, bool):
         raise Invalid("expected a size such as 16GB, 512MB or 1TB, got %s" % describe(value))
@@ -66,7 +67,7 @@ def parse_memory(value):
     return gb(size)
 
 
-def parse_count(value):
+def parse_count(value: object) -> int:
     """A non-negative whole count (CPUs, GPUs)."""
     number = want_int(value, what="a whole number")
     if number < 0:
@@ -78,7 +79,7 @@ def parse_count(value):
 # Ranges
 
 
-def parse_range(scalar, unit_hint):
+def parse_range(scalar: Callable[[Any], Any], unit_hint: str) -> Parser:
     """A parser for ``a..b`` / ``a..`` / ``..b`` / exact ``a`` / ``{min, max}``.
 
     ``scalar(text_or_number)`` parses one end; ``unit_hint`` is an example used in messages.
@@ -129,7 +130,7 @@ count_range = parse_range(parse_count, "2, 2.. or 1..8")
 memory_range = parse_range(parse_memory, "16GB, 8GB.. or 40GB..80GB")
 
 
-def at_least(value):
+def at_least(value: int | float) -> dict[str, Any]:
     return {"min": value, "max": None}
 
 
@@ -139,7 +140,7 @@ def at_least(value):
 CPU_ARCHES = ("x86", "arm")
 
 
-def default_cpu_count():
+def default_cpu_count() -> dict[str, Any]:
     return at_least(2)
 
 
@@ -152,7 +153,7 @@ def _cpu_arch(token, whole):
     return arch
 
 
-def parse_cpu(value, ctx):
+def parse_cpu(value: object, ctx: Ctx) -> Any:
     """``cpu: 4``, ``16..``, ``x86:2``, ``2..:arm``, ``{min, max}`` or ``{arch, count}``."""
     if isinstance(value, bool) or value is None:
         raise Invalid(
@@ -238,7 +239,7 @@ def _gpu_name_field(value, ctx):
     return _gpu_names(names, ctx)
 
 
-def parse_compute_capability(value):
+def parse_compute_capability(value: object) -> str:
     """``7.5``, ``"8.0"`` or ``[9, 0]``, rendered as the string ``"major.minor"``."""
     parts = None
     if isinstance(value, bool):
@@ -278,7 +279,7 @@ def _gpu_result(spec):
     }
 
 
-def parse_gpu(value, ctx):
+def parse_gpu(value: object, ctx: Ctx) -> Any:
     """The GPU spec: ``H100:8``, ``24GB``, ``A10G,A100``, ``amd:MI300X:8``, ``0`` or an object.
 
     String tokens are separated by ``:`` and classified in dstack's order: a vendor name; else a
@@ -334,7 +335,7 @@ def parse_gpu(value, ctx):
     raise Invalid("expected a GPU spec such as H100:8 or 24GB, got %s" % describe(value))
 
 
-def infer_gpu_vendor(gpu, default_image):
+def infer_gpu_vendor(gpu: dict[str, Any], default_image: bool) -> dict[str, Any]:
     """dstack's vendor inference, applied when the vendor is unset and GPUs may be requested.
 
     Names that all belong to one known vendor give that vendor; with no names, a run on the
@@ -355,7 +356,7 @@ def infer_gpu_vendor(gpu, default_image):
 # Disk, shm, resources
 
 
-def parse_disk(value, ctx):
+def parse_disk(value: object, ctx: Ctx) -> Any:
     """``disk: 100GB..`` is shorthand for ``disk: {size: 100GB..}``."""
     if isinstance(value, dict):
         data = want_mapping(value)
@@ -367,7 +368,7 @@ def parse_disk(value, ctx):
     return INVALID if size is INVALID else {"size": size}
 
 
-def parse_shm_size(value, ctx):
+def parse_shm_size(value: object, ctx: Ctx) -> int | float | None:
     if isinstance(value, str) and ".." in value:
         raise Invalid("shm_size is a single size, not a range: got %s" % show(value))
     return parse_memory(value)
@@ -376,7 +377,7 @@ def parse_shm_size(value, ctx):
 # Each call builds new dicts: results never share objects with each other or with defaults.
 
 
-def unconstrained_resources():
+def unconstrained_resources() -> dict[str, Any]:
     """What a fleet without ``resources`` accepts: any host at all (dstack PR #3776)."""
     return {
         "cpu": {"arch": None, "count": at_least(1)},
@@ -387,7 +388,7 @@ def unconstrained_resources():
     }
 
 
-def run_default_resources():
+def run_default_resources() -> dict[str, Any]:
     """dstack's defaults for a run: cpu 2.., memory 8GB.., disk 100GB.., gpu 0.. (any)."""
     return {
         "cpu": {"arch": None, "count": default_cpu_count()},
@@ -398,7 +399,7 @@ def run_default_resources():
     }
 
 
-def any_gpu():
+def any_gpu() -> dict[str, Any]:
     return _gpu_result({"count": at_least(0)})
 
 
@@ -427,7 +428,7 @@ RESOURCE_FIELDS = {
 }
 
 
-def parse_resources(value, ctx, default_image=True):
+def parse_resources(value: object, ctx: Ctx, default_image: bool = True) -> Any:
     """A resources block, with dstack's run defaults for every key left out.
 
     The result always has ``cpu``, ``memory``, ``disk``, ``shm_size`` and ``gpu``; an unset GPU
@@ -457,7 +458,7 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 OFF = "off"
 
 
-def parse_duration(value):
+def parse_duration(value: object) -> int:
     """Seconds from an integer, ``90``, ``30s``, ``15m``, ``2h``, ``1d`` or ``1w``."""
     if isinstance(value, bool) or value is None:
         raise Invalid("expected a duration such as 30s, 15m, 2h or 1d, got %s" % describe(value))
@@ -489,7 +490,7 @@ def parse_duration(value):
     raise Invalid("expected a duration such as 30s, 15m, 2h or 1d, got %s" % describe(value))
 
 
-def offable_duration(default):
+def offable_duration(default: int | str | None) -> Parser:
     """``max_duration`` / ``stop_duration``: a duration, ``off``/false, or true/unset (default)."""
 
     def parse(value, ctx):
@@ -505,7 +506,7 @@ def offable_duration(default):
     return parse
 
 
-def idle_duration(default):
+def idle_duration(default: int | str | None) -> Parser:
     """``idle_duration``: like dstack, ``off``, false and any negative number mean off."""
 
     def parse(value, ctx):
@@ -519,7 +520,7 @@ def idle_duration(default):
     return parse
 
 
-def required_duration(value, ctx):
+def required_duration(value: object, ctx: Ctx) -> int:
     seconds = parse_duration(value)
     if seconds < 0:
         raise Invalid("duration cannot be negative, got %s" % show(value))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import string
+from typing import Any, Collection, Iterator, Mapping
 
 from ..core.errors import GpufleetError
 from ..core.text import shorten
@@ -28,7 +29,7 @@ class InterpolationError(GpufleetError, ValueError):
     """A reference is malformed, unknown or unfilled. Never carries a variable's value."""
 
 
-def valid_name(name):
+def valid_name(name: str) -> bool:
     """``ns.name``: exactly one dot, each side starting with a letter or underscore."""
     if name.count(".") != 1:
         return False
@@ -40,11 +41,11 @@ def valid_name(name):
     return all(c in _CHARS for c in name)
 
 
-def namespace_of(name):
+def namespace_of(name: str) -> str:
     return name.split(".")[0].split("[")[0]
 
 
-def references(text):
+def references(text: str) -> Iterator[str]:
     """Yield every reference name in ``text``, in order; raise on a malformed one."""
     for kind, piece in _scan(text):
         if kind == "ref":
@@ -78,7 +79,7 @@ def _scan(text):
         start = closing + len(CLOSING)
 
 
-def check(text, allowed, groups=False):
+def check(text: str, allowed: Mapping[str, Collection[str] | None], groups: bool = False) -> None:
     """Raise InterpolationError unless every reference in ``text`` is well formed and allowed.
 
     ``allowed`` maps a namespace to the names it admits (None: any name).
@@ -118,7 +119,8 @@ def _describe_allowed(allowed):
     return ", ".join(parts)
 
 
-def interpolate(text, values, keep=()):
+def interpolate(text: str, values: Mapping[str, Mapping[str, Any]],
+                keep: Collection[str] = ()) -> str:
     """Fill references from ``values`` (``{"secrets": {...}, "run": {...}}``).
 
     References in a namespace listed in ``keep`` are left as written, for a later stage; ``$$``

@@ -10,6 +10,7 @@ the only exception that leaves this module is SpecError.
 from __future__ import annotations
 
 import os
+from typing import Any, Collection, NoReturn
 
 from ..core.text import quote, shorten
 from ._errors import Ctx, Problem, SpecError, describe, show
@@ -24,7 +25,7 @@ try:
     HAS_YAML = True
     _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
-    yaml = None
+    yaml = None  # type: ignore[assignment]
     HAS_YAML = False
     _BaseLoader = object
 
@@ -51,7 +52,7 @@ NOT_SUPPORTED = {
 }
 
 
-class _Loader(_BaseLoader):
+class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
     """A safe loader that also remembers keys given twice in one mapping (the last one wins,
     as in dstack), so they can be reported as warnings."""
 
@@ -77,11 +78,11 @@ class _Loader(_BaseLoader):
         return super(_Loader, self).construct_mapping(node, deep=deep)
 
 
-def _fail(message, source):
+def _fail(message: str, source: str | None) -> NoReturn:
     raise SpecError([Problem((), message)], source)
 
 
-def decode(data, source=None):
+def decode(data: str | bytes, source: str | None = None) -> str:
     """Bytes to text: UTF-8 (a BOM is allowed), no NUL bytes, within MAX_BYTES."""
     if isinstance(data, bytes):
         if len(data) > MAX_BYTES:
@@ -111,7 +112,7 @@ def decode(data, source=None):
     return data
 
 
-def load_yaml(text, source=None):
+def load_yaml(text: str | bytes, source: str | None = None) -> tuple[Any, list[Problem]]:
     """Parse YAML text into Python data; returns (data, warnings)."""
     if not HAS_YAML:
         _fail("PyYAML is required to read configuration files; install it (pip install PyYAML)",
@@ -207,7 +208,8 @@ def _check_size(data, source):
                   "and aliases are expanded" % (MAX_VALUES, MAX_CHARS // 1048576), source)
 
 
-def parse_data(data, source=None, expect=None):
+def parse_data(data: object, source: str | None = None,
+               expect: str | Collection[str] | None = None) -> tuple[dict[str, Any], list[Problem]]:
     """Validate and normalize already-loaded data (a dict from YAML, JSON or Ansible).
 
     ``expect`` restricts the accepted ``type`` (``"fleet"``, ``"task"``, ``"volume"`` or a tuple).
@@ -251,7 +253,8 @@ def parse_data(data, source=None, expect=None):
     return config, list(ctx.warnings)
 
 
-def parse_text(text, source=None, expect=None):
+def parse_text(text: str | bytes, source: str | None = None,
+               expect: str | Collection[str] | None = None) -> tuple[dict[str, Any], list[Problem]]:
     """Parse YAML text or bytes; returns ``(config, warnings)`` or raises SpecError."""
     data, yaml_warnings = load_yaml(text, source)
     if data is None and not _has_content(decode(text, source)):
@@ -269,7 +272,8 @@ def _has_content(text):
     return False
 
 
-def parse_file(path, expect=None):
+def parse_file(path: str,
+               expect: str | Collection[str] | None = None) -> tuple[dict[str, Any], list[Problem]]:
     """Read and parse a configuration file; returns ``(config, warnings)``."""
     try:
         with open(path, "rb") as handle:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from ..core.errors import GpufleetError
 from .common import NAME_RE
@@ -23,7 +25,7 @@ class NamingError(GpufleetError):
     """A fleet has no usable name; the message says what to add."""
 
 
-def name_from_file(path):
+def name_from_file(path: str) -> str | None:
     """The fleet name derived from a file name: ``gpu-cluster.dstack.yml`` -> ``gpu-cluster``.
 
     Returns None when the file name does not make a valid dstack name.
@@ -38,7 +40,7 @@ def name_from_file(path):
     return candidate if NAME_RE.fullmatch(candidate) else None
 
 
-def fleet_name(config, path=None):
+def fleet_name(config: dict[str, Any], path: str | None = None) -> str:
     """The name of a fleet: ``name`` from the file, else derived from the file name.
 
     dstack gives an unnamed fleet a random name on each apply; gpufleet has no server to remember
@@ -58,7 +60,7 @@ def fleet_name(config, path=None):
     )
 
 
-def label(config, path=None):
+def label(config: Mapping[str, Any], path: str | None = None) -> str:
     """What a message calls a configuration of any type: its ``name``, else the name its file
     gives (``fleet_name``'s rule), else the file's own name; "inline config" without a file."""
     if config.get("name"):
@@ -68,11 +70,11 @@ def label(config, path=None):
     return name_from_file(path) or os.path.basename(path)
 
 
-def instance_name(fleet, num):
+def instance_name(fleet: str, num: int) -> str:
     """dstack's instance name: ``<fleet>-<n>``."""
     return "%s-%d" % (fleet, num)
 
 
-def group_name(*parts):
+def group_name(*parts: object) -> str:
     """An Ansible group name: letters, digits and underscores only (``my-fleet`` -> ``my_fleet``)."""
     return _GROUP_BAD.sub("_", "_".join(str(p) for p in parts if p not in (None, "")))

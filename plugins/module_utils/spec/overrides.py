@@ -17,6 +17,7 @@ this one function.
 from __future__ import annotations
 
 import re
+from typing import Any, Iterable, Mapping, NoReturn
 
 from ._errors import INVALID, Ctx, Invalid, Problem, SpecError, describe, show
 from ._types import want_str
@@ -68,7 +69,9 @@ def _ide_version(config, value):
     return check_version(config["ide"], version)
 
 
-def apply_overrides(config, env=None, name=None, fleets=None, source=None, ide_version=None):
+def apply_overrides(config: dict[str, Any], env: Iterable[str] | Mapping[str, Any] | None = None,
+                    name: str | None = None, fleets: Iterable[str] | None = None,
+                    source: str | None = None, ide_version: str | None = None) -> dict[str, Any]:
     """``config`` (a normalized task or dev environment) with the command line's values
     applied.
 
@@ -113,11 +116,11 @@ MAX_ARRAY_RUNS = 1000
 _ARRAY_ITEM = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
 
 
-def parse_array(text, source=None):
+def parse_array(text: str, source: str | None = None) -> dict[str, Any]:
     """A job array as Slurm writes it: ``1-100``, ``1,3,8-10``, ``0-15:4``, each optionally
     followed by ``%N`` (at most N runs at a time). Returns ``{"indices", "limit", "text"}``
     (indices sorted, each once; limit None without ``%N``); SpecError on ``--array``."""
-    def fail(message):
+    def fail(message: str) -> NoReturn:
         raise SpecError([Problem(("--array",), "%s %s: %s" % (
             "invalid array", show(text), message))], source)
 
@@ -130,7 +133,7 @@ def parse_array(text, source=None):
         if not limit_text.isdigit() or int(limit_text) < 1:
             fail("%N must be a whole number of runs at a time, 1 or more")
         limit = int(limit_text)
-    indices = set()
+    indices: set[int] = set()
     for item in spec.split(","):
         match = _ARRAY_ITEM.match(item.strip())
         if not match:

@@ -7,9 +7,10 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from . import grammar
-from ._errors import INVALID, Invalid, show, show_keys
+from ._errors import INVALID, Ctx, Invalid, show, show_keys
 from ._types import (
     list_of,
     parse_object,
@@ -44,7 +45,7 @@ def _fleet_ref(value, ctx):
     return text
 
 
-def parse_fleets(value, ctx):
+def parse_fleets(value: object, ctx: Ctx) -> Any:
     if value is None:
         return None
     return list_of(_fleet_ref, "a list of fleet names")(value, ctx)
@@ -71,7 +72,7 @@ def _instance_selector(value, ctx):
     )
 
 
-def parse_instances(value, ctx):
+def parse_instances(value: object, ctx: Ctx) -> Any:
     if value is None:
         return None
     return list_of(_instance_selector, "a list of instances", min_items=1)(value, ctx)
@@ -81,7 +82,7 @@ _CRON_FIELD = re.compile(
     r"^(\*|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?(,(\*|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?)*$"
 )
 _CRON_BOUNDS = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
-_CRON_NAMES = (
+_CRON_NAMES: tuple[dict[str, int], ...] = (
     {},
     {},
     {},
@@ -90,7 +91,7 @@ _CRON_NAMES = (
 )
 
 
-def validate_cron(expression):
+def validate_cron(expression: str) -> str:
     if len(expression) > 1000:
         raise Invalid("invalid cron expression: longer than 1000 characters")
     fields = expression.split()
@@ -117,7 +118,7 @@ def validate_cron(expression):
     return expression
 
 
-def parse_schedule(value, ctx):
+def parse_schedule(value: object, ctx: Ctx) -> Any:
     if value is None:
         return None
     data = want_mapping(value, "a mapping with cron")
@@ -137,7 +138,7 @@ def parse_schedule(value, ctx):
     return parse_object(data, ctx, {"cron": crons}, ("cron",), owner="schedule")
 
 
-def parse_utilization_policy(value, ctx):
+def parse_utilization_policy(value: object, ctx: Ctx) -> Any:
     if value is None:
         return None
     data = want_mapping(value, "a mapping with min_gpu_utilization and time_window")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from typing import Any, Iterable
 
 from ..core.text import quote
 from ._errors import Problem
@@ -36,7 +37,7 @@ RUN_BACKENDS = FLEET_BACKENDS + ("remote",)
 VOLUME_BACKENDS = ("local", "aws", "gcp")
 
 
-def fleet_backends_refusal(backends):
+def fleet_backends_refusal(backends: Iterable[str] | None) -> str | None:
     """Why a backend fleet that may use ``backends`` gets no nodes from gpufleet, or None: the
     backends are named first (``azure, lambda cannot provision nodes ...``)."""
     if not backends or any(b in FLEET_BACKENDS for b in backends):
@@ -46,7 +47,7 @@ def fleet_backends_refusal(backends):
             % (", ".join(backends), ", ".join(FLEET_BACKENDS)))
 
 
-def run_backends_refusal(backends):
+def run_backends_refusal(backends: Iterable[str] | None) -> str | None:
     """Why a run limited to ``backends`` can be placed on no instance gpufleet has, or None."""
     if backends is None or any(b in RUN_BACKENDS for b in backends):
         return None
@@ -55,7 +56,7 @@ def run_backends_refusal(backends):
             "remove backends" % " or ".join(backends))
 
 
-def volume_backend_refusal(backend):
+def volume_backend_refusal(backend: str | None) -> str | None:
     """Why gpufleet makes no volume in ``backend``, or None."""
     if backend in VOLUME_BACKENDS:
         return None
@@ -63,7 +64,7 @@ def volume_backend_refusal(backend):
             % (backend, ", ".join(VOLUME_BACKENDS)))
 
 
-def local_gpus_refusal(config):
+def local_gpus_refusal(config: dict[str, Any]) -> str | None:
     """Why local nodes cannot be this fleet, or None: they are containers without GPUs."""
     gpu = (config.get("resources") or {}).get("gpu") or {}
     wanted = (gpu.get("count") or {}).get("min") or 0
@@ -74,7 +75,7 @@ def local_gpus_refusal(config):
             % wanted)
 
 
-def file_target_refusal(target):
+def file_target_refusal(target: str) -> str | None:
     """Why ``target`` (a ``files`` entry's path in the container) cannot be written, or None:
     the list of files the wrapper reads has one entry a line."""
     if "\n" in target or "\x00" in target:
@@ -85,7 +86,7 @@ def file_target_refusal(target):
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def env_name_refusal(name):
+def env_name_refusal(name: str) -> str | None:
     """Why ``name`` (a key of ``env``) cannot be exported in a job, or None."""
     if isinstance(name, str) and _SHELL_NAME.fullmatch(name):
         return None
@@ -93,14 +94,14 @@ def env_name_refusal(name):
             "start with a digit" % quote(str(name)))
 
 
-def env_value_refusal(value):
+def env_value_refusal(value: object) -> str | None:
     """Why ``value`` cannot be an environment variable's value, or None."""
     if isinstance(value, str) and "\x00" in value:
         return "the value contains a NUL character, which no environment variable can hold"
     return None
 
 
-def entrypoint_refusal(entrypoint):
+def entrypoint_refusal(entrypoint: str) -> str | None:
     """Why ``entrypoint`` cannot be split into words (as the job's command is made), or None."""
     try:
         shlex.split(entrypoint)
@@ -109,7 +110,7 @@ def entrypoint_refusal(entrypoint):
     return None
 
 
-def refusals(config):
+def refusals(config: dict[str, Any]) -> list[Problem]:
     """Problems that stop ``apply`` of this configuration (an empty list when it can run)."""
     kind = config.get("type")
     if kind == "fleet":
@@ -155,9 +156,9 @@ def _fleet_refusals(config):
     return []
 
 
-def notes(config):
+def notes(config: dict[str, Any]) -> list[Problem]:
     """Warnings for fields gpufleet accepts but does not act on."""
-    out = []
+    out: list[Problem] = []
     if config.get("type") not in RUN_TYPES:
         return out
     if config.get("utilization_policy"):

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import re
 import string
+from typing import Any
 
 from ..core.text import shorten
 from . import common, grammar, interpolation
-from ._errors import INVALID, Invalid, describe, show
+from ._errors import INVALID, Ctx, Invalid, describe, show
 from ._types import (
     list_of,
     parse_fields,
@@ -52,7 +53,7 @@ COMMAND_REFS = {"secrets": None, "run": ("args",)}
 # Small fields
 
 
-def parse_python(value, ctx):
+def parse_python(value: object, ctx: Ctx) -> str | None:
     if value is None:
         return None
     if isinstance(value, float):
@@ -64,7 +65,7 @@ def parse_python(value, ctx):
     return want_choice(value, PYTHON_VERSIONS)
 
 
-def parse_shell(value, ctx):
+def parse_shell(value: object, ctx: Ctx) -> str | None:
     if value is None:
         return None
     text = want_str(value)
@@ -77,7 +78,7 @@ def parse_shell(value, ctx):
     raise Invalid("the value must be sh, bash, or an absolute path, got %s" % show(text))
 
 
-def parse_user(value, ctx):
+def parse_user(value: object, ctx: Ctx) -> str | None:
     """``name_or_uid[:group_or_gid]`` as Docker takes it."""
     if value is None:
         return None
@@ -93,11 +94,11 @@ def parse_user(value, ctx):
     return text
 
 
-def parse_opt_bool(value, ctx):
+def parse_opt_bool(value: object, ctx: Ctx) -> bool | None:
     return None if value is None else want_bool(value)
 
 
-def parse_commands(value, ctx):
+def parse_commands(value: object, ctx: Ctx) -> Any:
     if value is None:
         return []
     return list_of(lambda v, c: want_str(v, "a command string"), "a list of commands")(value, ctx)
@@ -121,7 +122,7 @@ def _port_number(value):
     return want_int(value, minimum=1, maximum=65535, what="a port number")
 
 
-def parse_port(value, ctx):
+def parse_port(value: object, ctx: Ctx) -> Any:
     """``8080``, ``"80:8080"``, ``"*:8080"`` or ``{local_port, container_port}``."""
     if isinstance(value, bool):
         raise Invalid("expected a port, got %s" % describe(value))
@@ -154,7 +155,7 @@ def parse_port(value, ctx):
     return {"local_port": parsed.get("local_port"), "container_port": parsed["container_port"]}
 
 
-def parse_registry_auth(value, ctx):
+def parse_registry_auth(value: object, ctx: Ctx) -> Any:
     if value is None:
         return None
     data = want_mapping(value, "a mapping with username and password")
@@ -193,7 +194,7 @@ def _container_file_path(value):
     return text
 
 
-def parse_file(value, ctx):
+def parse_file(value: object, ctx: Ctx) -> Any:
     """``local[:container]`` or ``{local_path, path}``."""
     if isinstance(value, str):
         parts = _split_local_path(value)
@@ -237,7 +238,7 @@ _REPO_FIELDS = {
 }
 
 
-def parse_repo(value, ctx):
+def parse_repo(value: object, ctx: Ctx) -> Any:
     if isinstance(value, str):
         data = _repo_from_string(value)
     else:
@@ -245,8 +246,8 @@ def parse_repo(value, ctx):
         data = parse_fields(data, ctx, _REPO_FIELDS)
         if any(v is INVALID for v in data.values()):
             return INVALID
-    repo = {"local_path": None, "url": None, "branch": None, "hash": None, "path": ".",
-            "if_exists": "error"}
+    repo: dict[str, Any] = {"local_path": None, "url": None, "branch": None, "hash": None,
+                            "path": ".", "if_exists": "error"}
     repo.update(data)
     if repo["local_path"] and repo["url"]:
         raise Invalid("local_path and url are mutually exclusive")
@@ -258,7 +259,7 @@ def parse_repo(value, ctx):
     return repo
 
 
-def parse_repos(value, ctx):
+def parse_repos(value: object, ctx: Ctx) -> Any:
     if value is None:
         return []
     items = want_list(value, "a list of repos")
@@ -281,7 +282,7 @@ def _group_name(value, ctx):
     return name
 
 
-def parse_groups(value, ctx, default_image):
+def parse_groups(value: object, ctx: Ctx, default_image: bool) -> Any:
     items = want_list(value, "a list of node groups")
     if not items:
         raise Invalid("groups cannot be an empty list")
@@ -321,7 +322,7 @@ def parse_groups(value, ctx, default_image):
         )
     if failed:
         return INVALID
-    counts = {}
+    counts: dict[str, int] = {}
     for group in out:
         counts[group["name"]] = counts.get(group["name"], 0) + 1
     duplicates = sorted(name for name, count in counts.items() if count > 1)
@@ -347,7 +348,7 @@ def _group_commands(value, ctx):
 # The task
 
 
-def parse_env_with_refs(value, ctx):
+def parse_env_with_refs(value: object, ctx: Ctx) -> dict[str, Any]:
     env = parse_env(value, ctx)
     for name, text in env.items():
         if text is not None:
@@ -419,7 +420,7 @@ FIELDS = {
 }
 
 
-def parse_task(data, ctx):
+def parse_task(data: dict[str, Any], ctx: Ctx) -> dict[str, Any]:
     parsed = parse_fields(data, ctx, FIELDS, unknown=common.explain_removed)
     get = parsed.get
     image, python, docker, nvcc = get("image"), get("python"), get("docker"), get("nvcc")

@@ -6,9 +6,10 @@
 from __future__ import annotations
 
 import posixpath
+from typing import Any
 
 from . import common, grammar, interpolation
-from ._errors import INVALID, Invalid, describe, show
+from ._errors import INVALID, Ctx, Invalid, describe, show
 from ._types import parse_fields, parse_object, str_list, want_bool, want_list, want_mapping, want_str
 
 VOLUME_BACKENDS = ("aws", "gcp", "runpod", "kubernetes", "local")
@@ -76,7 +77,7 @@ FIELDS_BY_BACKEND = {"aws": _CLOUD, "gcp": _CLOUD, "runpod": _CLOUD, "kubernetes
                      "local": _LOCAL}
 
 
-def parse_volume(data, ctx):
+def parse_volume(data: dict[str, Any], ctx: Ctx) -> Any:
     backend = data.get("backend")
     if backend is None:
         ctx.child("backend").error(
@@ -127,7 +128,7 @@ def parse_volume(data, ctx):
 # Mount points (`volumes:` in a task)
 
 
-def mount_path(value):
+def mount_path(value: object) -> str:
     text = want_str(value, "an absolute path")
     if not text:
         raise Invalid("empty path")
@@ -181,7 +182,7 @@ _INSTANCE_FIELDS = {
 }
 
 
-def parse_mount(value, ctx):
+def parse_mount(value: object, ctx: Ctx) -> Any:
     """``name:/path`` / ``/host/dir:/path`` or ``{name, path}`` / ``{instance_path, path, optional}``.
 
     The result is ``{"type": "network", "name": [...], "path"}`` (one of the names is mounted)

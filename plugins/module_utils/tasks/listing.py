@@ -16,12 +16,14 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import Any
 
 from ..core.text import shorten
 from . import lifecycle, queue_records, surveys
 from .lifecycle import JobStatus, RunStatus
 from .container import RESOURCES_LABEL, RUN_SPEC_LABEL
 from .errors import RunError
+from .records import JobRecord, RunRecord
 from .ssh import missing_key, parallel
 from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch
 
@@ -60,7 +62,9 @@ def _job_num(entry):
         return -1
 
 
-def run_records(containers, errors=None, instances=None, silent=None):
+def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, str] | None = None,
+                instances: dict[str, Any] | None = None,
+                silent: dict[str, float] | None = None) -> list[RunRecord]:
     """Run records from the task containers of every host (``{host: [containers]}``).
 
     A record: name, run_id, submission, submitted, status, reason, fleet, backend, region,
@@ -73,13 +77,13 @@ def run_records(containers, errors=None, instances=None, silent=None):
     and ``silent`` (``{host: seconds it has not answered}``, tasks.silence) judge the jobs of
     hosts in ``errors``; without ``instances`` they are left out.
     """
-    by_run = {}
+    by_run: dict[str, list[dict[str, Any]]] = {}
     for host, entries in containers.items():
         for entry in entries:
             name = entry["labels"].get(RUN_LABEL)
             if name:
                 by_run.setdefault(name, []).append(dict(entry, host=host))
-    records = []
+    records: list[RunRecord] = []
     for name, entries in by_run.items():
         latest = max(_submission_of(e) for e in entries)
         entries = sorted((e for e in entries if _submission_of(e) == latest), key=_job_num)
@@ -95,7 +99,7 @@ def run_records(containers, errors=None, instances=None, silent=None):
             statuses.setdefault(num, (JobStatus.SUBMITTED.value, None, None))
         decision = lifecycle.decide({"stop_criteria": asked.get("stop_criteria"),
                                      "startup_order": asked.get("startup_order")}, statuses)
-        jobs = []
+        jobs: list[JobRecord] = []
         for entry in entries:
             status = statuses[_job_num(entry)]
             jobs.append({

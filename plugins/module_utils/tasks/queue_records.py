@@ -10,8 +10,11 @@ same states from here.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 from ..fleets.status import InstanceStatus
 from . import lifecycle
+from .records import QueueSummary
 
 PENDING = "pending"
 ACTIVE = "active"
@@ -21,12 +24,13 @@ WAITING = (PENDING, ACTIVE)
 RESUBMITTED_ON = (lifecycle.EVENT_ERROR, lifecycle.EVENT_INTERRUPTION)
 
 
-def entries_of(queues):
+def entries_of(queues: dict[str, list[QueueSummary]]) -> list[tuple[str, QueueSummary]]:
     """``[(host, summary)]`` of every queue entry the survey found."""
     return [(host, entry) for host, found in sorted(queues.items()) for entry in found]
 
 
-def priority_order(entries):
+def priority_order(entries: Iterable[tuple[str, QueueSummary]]
+                   ) -> list[tuple[str, QueueSummary]]:
     """Pending entries in the order they are tried: higher priority first, then first
     submitted."""
     return sorted((item for item in entries if item[1].get("state") == PENDING),
@@ -35,7 +39,7 @@ def priority_order(entries):
                                     item[1].get("run") or ""))
 
 
-def positions(entries):
+def positions(entries: Iterable[tuple[str, QueueSummary]]) -> dict[str, int]:
     """``{run: place in the queue}`` of the pending runs (1 is tried first)."""
     return dict((entry["run"], index + 1)
                 for index, (_host, entry) in enumerate(priority_order(entries)))

@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from typing import Any, Iterable
 
 from ..core.text import shorten
 from ..repos import files as shipped_files
@@ -27,6 +28,7 @@ from ..repos import ship
 from . import code as codes
 from .errors import RunError
 from .queue_records import PENDING, candidate_fleets, queue_host
+from .records import QueueEntry
 from .ssh import NodeError
 
 # 2: ``files_data`` holds repos.files.read's contents (a folder's files too); a version 1
@@ -73,7 +75,9 @@ def file_contents(runner):
     return out
 
 
-def entry_of(runner, fleet_names, state="pending", reason=None, number=0, retry_since=None):
+def entry_of(runner: Any, fleet_names: Iterable[str], state: str = "pending",
+             reason: str | None = None, number: int = 0,
+             retry_since: float | None = None) -> QueueEntry:
     """The entry of ``runner``'s run (tasks.runs.Runner)."""
     repo = None
     if runner.code is not None and not runner.code.url:

@@ -82,7 +82,7 @@ def control_dir():
 
 # Computed once per process; threads may race to fill it, each with the same value (a dict
 # entry is set whole, so a reader never sees a half-made one).
-_HOST_SOURCE = {}
+_HOST_SOURCE: dict = {}
 
 
 def host_source():

@@ -21,6 +21,8 @@ it is blank and mounts it at /mnt/disks/dstack-volumes/<name> (tasks.hostside.vo
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..backends.errors import BackendError
 from ..backends.local import NODE_POOL_DIR
 from .mounts import VolumeError, mounts
@@ -30,7 +32,7 @@ BACKENDS = CLOUD + ("local",)
 MOUNT_WAIT = 120
 
 
-def network_names(config, job, run):
+def network_names(config: dict[str, Any], job: dict[str, Any], run: str) -> list[str]:
     return [m["name"] for m in mounts(config, job, run) if m["kind"] == "network"]
 
 
@@ -42,7 +44,7 @@ def _location(backend, found):
     return found[0]
 
 
-def locate(config, run, clients, regions):
+def locate(config: dict[str, Any], run: str, clients: Any, regions: Any) -> dict[str, Any] | None:
     """Where the first job's network volumes live: ``{"backend", "region", "zone"}``, or None
     without network volumes. ``regions`` maps each backend of ``clients`` to the regions to
     look in. A run goes where its first job's volumes are
@@ -77,7 +79,7 @@ def locate(config, run, clients, regions):
     return where
 
 
-def steer(config, where):
+def steer(config: dict[str, Any], where: dict[str, Any]) -> dict[str, Any]:
     """The config narrowed to the volumes' backend, region and zone, for placement."""
     if where["backend"] == "local":
         return dict(config, backends=["local"])
@@ -85,9 +87,10 @@ def steer(config, where):
                 availability_zones=[where["zone"]])
 
 
-def attach_and_mount(config, placed, run, nodes, clients):
+def attach_and_mount(config: dict[str, Any], placed: Any, run: str, nodes: dict[str, Any],
+                     clients: Any) -> dict[str, list[dict[str, Any]]]:
     """Attach and mount every job's network volumes; returns ``{host: [mount answers]}``."""
-    done = {}
+    done: dict[str, Any] = {}
     for job in placed["jobs"]:
         names = network_names(config, job, run)
         if not names:

@@ -18,6 +18,8 @@ dstack's ATTACHED column shows), found from the instances' own tags and labels.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..backends import aws_layout, base, local_volumes
 from ..backends import gcp as gcp_backend
 from ..backends.docker_cli import Docker, DockerError
@@ -30,7 +32,7 @@ RECORDS = {"aws": aws_layout.volume_record,
            "gcp": lambda name, _region, found: gcp_backend.volume_record(name, *found)}
 
 
-def local_records(pool=None):
+def local_records(pool: Any = None) -> list[dict[str, Any]]:
     """Records of the local volumes; none when the Docker engine does not answer."""
     try:
         if pool is None:
@@ -63,7 +65,8 @@ def _newest_first(records):
     return sorted(sorted(records, key=lambda r: (r["name"], r["backend"], r["region"])), key=key)
 
 
-def list_volumes(settings, catalog_dir=None, clients=None):
+def list_volumes(settings: dict[str, Any] | None, catalog_dir: str | None = None,
+                 clients: Any = None) -> list[dict[str, Any]]:
     """Volume records (provision.py's, with ``attached_fleets``) of every gpufleet volume the
     cloud backends with a section in ``settings`` hold, and the local ones, newest first.
     ``clients`` maps backend names to clients to use instead of making them (tests; local

@@ -10,6 +10,7 @@ ask ``mounts``.
 from __future__ import annotations
 
 import posixpath
+from typing import Any
 
 from ..core.errors import GpufleetError
 from ..spec import interpolation
@@ -24,7 +25,7 @@ class VolumeError(GpufleetError):
     """A volume that cannot be made, found, attached or mounted as asked; the message says why."""
 
 
-def mounts(config, job, run):
+def mounts(config: dict[str, Any], job: dict[str, Any], run: str) -> list[dict[str, Any]]:
     """The task's ``volumes`` for one job (docs/reference/dstack-files.md#volume-mounts), names
     filled per node."""
     out = []

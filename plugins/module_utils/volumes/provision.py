@@ -15,6 +15,8 @@ only takes those marks off and never destroys the user's data. A volume record i
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..backends import aws_layout
 from ..backends import base
 from ..backends import gcp as gcp_backend
@@ -54,7 +56,8 @@ def _record(config, name, found):
     return RECORDS[config["backend"]](name, config["region"], found)
 
 
-def describe(config, name, settings=None, client=None):
+def describe(config: dict[str, Any], name: str, settings: dict[str, Any] | None = None,
+             client: Any = None) -> dict[str, Any]:
     client = _client(config, settings, client)
     try:
         return _record(config, name, client.volume(name, config["region"]))
@@ -62,7 +65,8 @@ def describe(config, name, settings=None, client=None):
         raise VolumeError(str(exc)) from exc
 
 
-def apply(config, name, settings=None, check_mode=False, client=None):
+def apply(config: dict[str, Any], name: str, settings: dict[str, Any] | None = None,
+          check_mode: bool = False, client: Any = None) -> tuple[dict[str, Any], bool]:
     """Make the volume exist: create it, or register ``volume_id``. Returns (record, changed)."""
     client = _client(config, settings, client)
     region = config["region"]
@@ -85,7 +89,8 @@ def apply(config, name, settings=None, check_mode=False, client=None):
     return _record(config, name, found), True
 
 
-def delete(config, name, settings=None, check_mode=False, client=None):
+def delete(config: dict[str, Any], name: str, settings: dict[str, Any] | None = None,
+           check_mode: bool = False, client: Any = None) -> tuple[dict[str, Any], bool]:
     """Delete the volume (an external one is only released). Returns (record, changed)."""
     client = _client(config, settings, client)
     region = config["region"]

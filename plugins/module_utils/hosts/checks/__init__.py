@@ -25,6 +25,7 @@ from __future__ import annotations
 
 # Absolute: ansible-test's pylint does not follow a relative import three levels up.
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import GpufleetError
+from typing import Any, Iterable
 
 COMPONENTS = (
     "docker", "nvidia", "amd", "efa", "infiniband", "gcp_gpudirect", "firewall", "dcgm",
@@ -44,11 +45,12 @@ class Detection:
         self.reason = reason
         self.details = details or {}
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return {"applies": self.applies, "reason": self.reason, "details": self.details}
 
 
-def result(ok=None, problems=None, **facts):
+def result(ok: bool | None = None, problems: Iterable[str] | None = None,
+           **facts: Any) -> dict[str, Any]:
     """A verification result: the facts plus ``ok`` and ``problems``.
 
     ``ok`` defaults to "no problems"."""

@@ -9,12 +9,15 @@ PRIVATE to gpufleet.cluster.
 from __future__ import annotations
 
 import re
+from typing import Any, Iterable
+
+from ..facts.probe import System
 
 DPKG_FORMAT = "${Package}\\t${Version}\\t${Status}\\n"
 RPM_FORMAT = "%{NAME}\\t%{EPOCH}:%{VERSION}-%{RELEASE}\\n"
 
 
-def installed(system, names):
+def installed(system: System, names: Iterable[str]) -> dict[str, dict[str, Any]]:
     """{name: {"version": str, "held": bool}} for the installed ones among ``names``
     (dpkg on Debian and Ubuntu, rpm elsewhere); missing packages are left out."""
     names = list(names)
@@ -43,14 +46,14 @@ def installed(system, names):
     return {}
 
 
-def version_matches(package_version, wanted):
+def version_matches(package_version: str, wanted: str) -> bool:
     """Whether a package version (``5:27.3.1-1~debian.12~bookworm``, ``27.3.1-1.el9``) is the
     upstream version ``wanted`` (``27.3.1``) or one starting with it (``27.3``)."""
     upstream = re.sub(r"^\d+:", "", package_version)
     return upstream == wanted or re.match(re.escape(wanted) + r"[-.~+]", upstream) is not None
 
 
-def unit_state(system, unit):
+def unit_state(system: System, unit: str) -> tuple[str, str]:
     """(active, enabled): systemctl's answers for ``unit`` ("active", "enabled", ...)."""
     _rc, active, _err = system.run(["systemctl", "is-active", unit])
     _rc, enabled, _err = system.run(["systemctl", "is-enabled", unit])

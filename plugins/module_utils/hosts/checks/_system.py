@@ -10,6 +10,7 @@ PRIVATE to gpufleet.cluster.
 from __future__ import annotations
 
 import os
+from typing import Iterable
 
 from ..facts.probe import System
 
@@ -43,7 +44,7 @@ def _read_id(system, path):
     return value[2:] if value.startswith("0x") else value
 
 
-def pci_devices(system, root=PCI_ROOT):
+def pci_devices(system: System, root: str = PCI_ROOT) -> list[dict[str, str]]:
     """Every PCI function under ``root``: dicts with address, vendor, device, class (hex
     strings without 0x) and driver (the bound kernel driver's name, or None)."""
     devices = []
@@ -60,7 +61,8 @@ def pci_devices(system, root=PCI_ROOT):
     return devices
 
 
-def devices_of(devices, vendor, classes=None):
+def devices_of(devices: list[dict[str, str]], vendor: str,
+               classes: Iterable[str] | None = None) -> list[dict[str, str]]:
     """The devices of ``vendor`` whose class starts with one of ``classes`` (e.g. "0302")."""
     found = []
     for device in devices:
@@ -72,7 +74,8 @@ def devices_of(devices, vendor, classes=None):
     return found
 
 
-def aws_instance_type(system, base_url=AWS_IMDS_URL, timeout=2):
+def aws_instance_type(system: NodeSystem, base_url: str = AWS_IMDS_URL,
+                      timeout: float = 2) -> tuple[str | None, str | None]:
     """The EC2 instance type from the instance metadata service (IMDSv2, then v1), or
     ``(None, why)`` when no metadata service answers (not on EC2)."""
     base = base_url.rstrip("/")
@@ -92,7 +95,8 @@ def aws_instance_type(system, base_url=AWS_IMDS_URL, timeout=2):
     return text.strip(), None
 
 
-def gcp_machine_type(system, base_url=GCP_METADATA_URL, timeout=2):
+def gcp_machine_type(system: NodeSystem, base_url: str = GCP_METADATA_URL,
+                     timeout: float = 2) -> tuple[str | None, str | None]:
     """The Compute Engine machine type (e.g. ``a3-highgpu-8g``) from the metadata server, or
     ``(None, why)`` when no metadata server answers (not on GCP)."""
     base = base_url.rstrip("/")

@@ -32,7 +32,9 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from typing import Any
 
+from ..facts.probe import System
 from ..facts import ToolOutputError, parse_amd_smi
 from ..facts.parsers import AMD_SMI_ARGS, AMD_SMI_DRIVER_ARG
 from . import CheckError, Detection, result
@@ -61,7 +63,7 @@ def _gpu_devices(system, params):
     return root, devices, devices_of(devices, VENDOR_AMD, GPU_CLASSES)
 
 
-def detect(system, params):
+def detect(system: System, params: dict[str, Any]) -> Detection:
     """Applies when the host has at least one AMD GPU or accelerator on PCI."""
     root, devices, gpus = _gpu_devices(system, params)
     if not gpus:
@@ -111,7 +113,7 @@ def _expected_packages(expect):
                 for name, pattern in packages.items())
 
 
-def parse_dpkg_query(text):
+def parse_dpkg_query(text: str) -> dict[str, tuple[str, str, str]]:
     """{package: (want, state, version)} from ``dpkg-query -W -f`` with DPKG_FORMAT."""
     found = {}
     for number, line in enumerate(text.splitlines(), 1):
@@ -126,7 +128,7 @@ def parse_dpkg_query(text):
     return found
 
 
-def parse_rpm_query(text):
+def parse_rpm_query(text: str) -> dict[str, str]:
     """{package: version} from ``rpm -q --qf`` with RPM_FORMAT; missing packages are absent."""
     found = {}
     for number, line in enumerate(text.splitlines(), 1):
@@ -141,7 +143,7 @@ def parse_rpm_query(text):
     return found
 
 
-def versionlocked(text, name):
+def versionlocked(text: str, name: str) -> bool:
     """Whether dnf's versionlock list (``name-[epoch:]version-release.arch`` per line) locks
     ``name``."""
     pattern = re.compile(r"^%s-(\d+:)?\d" % re.escape(name))
@@ -224,7 +226,7 @@ def _file_mentions(system, path, needle, what, problems):
     return {"path": path, "present": True, "mentions": needle, "found": found}
 
 
-def parse_rocm_version(text):
+def parse_rocm_version(text: str) -> tuple[str, str] | None:
     """("6.4.1", "83") from the text of ``/opt/rocm/.info/version`` (``6.4.1-83``)."""
     value = (text or "").strip()
     match = re.match(r"^(\d+(?:\.\d+)*)(?:-(\S+))?$", value)
@@ -366,9 +368,9 @@ def _hardware(system, params, facts, problems):
         problems.append("amd-smi lists %d GPU(s), expected %d" % (len(gpus), int(wanted)))
 
 
-def verify(system, params):
+def verify(system: System, params: dict[str, Any]) -> dict[str, Any]:
     """The state the amd role leaves: software always, the GPUs with ``probe_hardware``."""
-    problems = []
+    problems: list[Any] = []
     facts = _software(system, params, problems)
     facts["hardware_probed"] = bool(params.get("probe_hardware"))
     if params.get("probe_hardware"):

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
+from ..facts.probe import System
 from . import CheckError, Detection, result
 from ._packages import installed, unit_state, version_matches
 from ._system import PCI_ROOT, VENDOR_NVIDIA, devices_of, pci_devices
@@ -55,7 +57,7 @@ _PIN = re.compile(r"^Pin:\s*version\s+(\S+)\s*$", re.MULTILINE)
 # ---------------------------------------------------------------------------------------------
 
 
-def cuda_major_for_driver(version):
+def cuda_major_for_driver(version: str | None) -> int | None:
     """The newest CUDA major version a driver version (``550.54.15``) supports, or None."""
     match = re.match(r"(\d+)", version or "")
     if not match:
@@ -67,14 +69,14 @@ def cuda_major_for_driver(version):
     return None
 
 
-def parse_nvrm_version(text):
+def parse_nvrm_version(text: str) -> str | None:
     """The driver version from ``/proc/driver/nvidia/version`` (proprietary and open kernel
     modules), or None."""
     match = _NVRM_VERSION.search(text or "")
     return match.group(1) if match else None
 
 
-def parse_smi_header(text):
+def parse_smi_header(text: str) -> tuple[str | None, int | None]:
     """(driver version, CUDA major) from ``nvidia-smi``'s header or ``nvidia-smi -q``;
     either is None when not shown."""
     driver = _SMI_DRIVER.search(text or "")
@@ -82,11 +84,11 @@ def parse_smi_header(text):
     return (driver.group(1) if driver else None, int(cuda.group(1)) if cuda else None)
 
 
-def driver_info(system):
+def driver_info(system: System) -> dict[str, Any]:
     """What the loaded NVIDIA driver says: {driver_loaded, driver_version, cuda_major,
     cuda_major_from}. Nothing is run when no driver is loaded."""
-    info = {"driver_loaded": False, "driver_version": None, "cuda_major": None,
-            "cuda_major_from": None}
+    info: dict[str, Any] = {"driver_loaded": False, "driver_version": None, "cuda_major": None,
+                            "cuda_major_from": None}
     try:
         nvrm = system.read_text(DRIVER_VERSION_FILE)
     except (OSError, IOError):
@@ -109,7 +111,7 @@ def driver_info(system):
     return info
 
 
-def detect(system, params):
+def detect(system: System, params: dict[str, Any]) -> Detection:
     devices = pci_devices(system, params.get("pci_root") or PCI_ROOT)
     gpus = devices_of(devices, VENDOR_NVIDIA, GPU_CLASSES)
     if not gpus:
@@ -130,7 +132,7 @@ def detect(system, params):
 # ---------------------------------------------------------------------------------------------
 
 
-def health_word(word):
+def health_word(word: object) -> str | None:
     """healthy, warning or failure for DCGM's word ("Healthy", "Warning", "Failure"), or None."""
     return DCGM_WORDS.get(str(word or "").strip().lower())
 
@@ -156,7 +158,7 @@ def _children(node):
     return children if isinstance(children, dict) else {}
 
 
-def parse_health_json(text):
+def parse_health_json(text: str) -> dict[str, Any]:
     """{overall, incidents} from ``dcgmi health -c -j``.
 
     dcgmi prints its report tree as JSON (dcgmi DcgmiOutput.cpp): ``{"header": [...], "body":
@@ -216,7 +218,7 @@ def _table_row(line):
     return (arrow // 3 + 1, left[arrow + 2:].strip(), value)
 
 
-def parse_health_table(text):
+def parse_health_table(text: str) -> dict[str, Any]:
     """{overall, incidents} from ``dcgmi health -c`` (the plain-text tree table):
 
     ``| Overall Health | Warning |``, then per entity group ``| GPU | |``, ``| -> 0 | Warning |``,
@@ -256,7 +258,7 @@ def parse_health_table(text):
         for i in incidents]}
 
 
-def parse_health(text):
+def parse_health(text: str) -> dict[str, Any]:
     """{health, overall, incidents, message} from ``dcgmi health -c`` with or without ``-j``:
     JSON when the output has it, the plain-text table otherwise."""
     stripped = (text or "").lstrip()
@@ -269,7 +271,7 @@ def parse_health(text):
     return parsed
 
 
-def worst_message(incidents):
+def worst_message(incidents: list[dict[str, Any]]) -> str | None:
     """The message of the first of the worst incidents (dstack shows one message per host;
     dcgmi's JSON orders incidents by name, so "first" alone would be arbitrary)."""
     said = [i for i in incidents if i["message"]]
@@ -286,7 +288,8 @@ def _first_line(*texts):
     return (errors or lines or ["no output"])[0]
 
 
-def check_health(system, group=None):
+def check_health(system: System,
+                 group: str | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """(parsed health or None, problem or None) from ``dcgmi health -c -j``; dcgmi versions
     that do not take ``-j`` are asked again without it and their table is read."""
     dcgmi = system.which("dcgmi")
@@ -321,7 +324,7 @@ def _installed_dcgm_packages(system):
     return []
 
 
-def versionlocked(system):
+def versionlocked(system: System) -> list[str] | None:
     """The dnf versionlock list's lines, or None when there is no dnf versionlock."""
     if system.which("dpkg-query") or not system.which("dnf"):
         return None
@@ -416,14 +419,14 @@ def _health_problem(parsed, fail_on):
     return "DCGM reports the GPUs' health as %s%s" % (health, (": " + said) if said else "")
 
 
-def verify(system, params):
+def verify(system: System, params: dict[str, Any]) -> dict[str, Any]:
     settings = params.get("settings") or {}
     expect = params.get("expect") or {}
     fail_on = str(settings.get("fail_on_health") or "none")
     if fail_on != "none" and fail_on not in HEALTH_LEVELS:
         raise CheckError("settings.fail_on_health must be none, warning or failure, not %r"
                          % fail_on)
-    problems = []
+    problems: list[Any] = []
     facts = _software(system, settings, expect, problems)
     facts.update({"health": None, "health_checked": False, "overall_health": None,
                   "incidents": [], "message": None})
@@ -431,7 +434,7 @@ def verify(system, params):
         parsed, problem = check_health(system, settings.get("group"))
         if problem:
             problems.append(problem)
-        else:
+        elif parsed is not None:
             facts.update({"health": parsed["health"], "health_checked": True,
                           "overall_health": parsed["overall"],
                           "incidents": parsed["incidents"], "message": parsed["message"]})

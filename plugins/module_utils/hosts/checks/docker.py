@@ -15,7 +15,9 @@ PRIVATE to gpufleet.cluster.
 from __future__ import annotations
 
 import json
+from typing import Any
 
+from ..facts.probe import System
 from . import CheckError, Detection, result
 from ._packages import installed, unit_state, version_matches
 
@@ -31,7 +33,7 @@ INFO_FIELDS = {
 }
 
 
-def detect(system, params):
+def detect(system: System, params: dict[str, Any]) -> Detection:
     found = installed(system, PACKAGES)
     if found:
         names = ", ".join("%s %s" % (n, found[n]["version"]) for n in sorted(found))
@@ -71,7 +73,7 @@ def _group_members(system, group):
     return [m for m in members.split(",") if m]
 
 
-def verify(system, params):
+def verify(system: System, params: dict[str, Any]) -> dict[str, Any]:
     expect = params.get("expect") or {}
     settings = params.get("settings") or {}
     path = settings.get("daemon_json") or DAEMON_JSON

@@ -35,9 +35,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from typing import Any
 
 from . import CheckError, Detection, result
-from ._system import AWS_IMDS_URL, PCI_ROOT, VENDOR_AMAZON, aws_instance_type, pci_devices
+from ._system import (
+    AWS_IMDS_URL, PCI_ROOT, VENDOR_AMAZON, NodeSystem, aws_instance_type, pci_devices,
+)
 
 # PCI device ids of the EFA generations; the installer matches any "1d0f:efa"
 # (EFA_PCI_PREFIX in efa_installer.sh).
@@ -108,7 +111,7 @@ _PLUGIN_NAMES = ("libnccl-net-ofi.so", "libnccl-net.so")
 _INSTALLER_EXPECTATIONS = ("installer_version", "kernel_module", "libfabric", "ofi_nccl")
 
 
-def instance_type_efa(instance_type):
+def instance_type_efa(instance_type: str | None) -> dict[str, Any] | None:
     """``{"interfaces": n or None, "device_rdma": bool}`` for an EFA-capable instance type,
     None for any other."""
     found = EFA_INSTANCE_TYPES.get((instance_type or "").strip().lower())
@@ -117,7 +120,7 @@ def instance_type_efa(instance_type):
     return {"interfaces": found[0], "device_rdma": found[1]}
 
 
-def efa_pci_devices(system, root=PCI_ROOT):
+def efa_pci_devices(system: NodeSystem, root: str = PCI_ROOT) -> list[str]:
     """The PCI addresses of the EFA devices (vendor 1d0f, device efa0..efa3)."""
     return [d["address"] for d in pci_devices(system, root)
             if d["vendor"] == VENDOR_AMAZON and d["device"] in EFA_PCI_DEVICE_IDS]
@@ -132,7 +135,7 @@ def _interfaces(capability):
     return _plural(count, "interface") if count is not None else "interface count not recorded"
 
 
-def detect(system, params):
+def detect(system: NodeSystem, params: dict[str, Any]) -> Detection:
     """Applies when an EFA device is attached or the instance type supports EFA."""
     devices = efa_pci_devices(system, params.get("pci_root") or PCI_ROOT)
     instance_type, why = aws_instance_type(system, params.get("aws_imds_url") or AWS_IMDS_URL)
@@ -163,7 +166,7 @@ def detect(system, params):
                      details)
 
 
-def package_name(entry):
+def package_name(entry: str) -> str:
     """The package name in an installed-packages entry: ``libfabric-aws-bin_1.22.0_amd64``
     (deb) or ``libfabric-aws-1.22.0-1.amzn2.x86_64`` (rpm)."""
     if not _RPM_ARCH.search(entry):
@@ -172,7 +175,7 @@ def package_name(entry):
     return match.group(1) if match else entry
 
 
-def parse_installed_packages(text):
+def parse_installed_packages(text: str) -> dict[str, Any]:
     """The installer's record: ``# EFA installer version: X``, ``# Debug packages installed:
     yes|no``, ``# Packages installed:`` then the package file names, space separated."""
     version = _VERSION_LINE.search(text)
@@ -190,7 +193,7 @@ def parse_installed_packages(text):
     }
 
 
-def parse_fi_info(text):
+def parse_fi_info(text: str) -> list[dict[str, str]]:
     """``fi_info`` listing -> one dict per provider block (provider, fabric, domain, type...)."""
     blocks = []
     for line in text.splitlines():
@@ -205,7 +208,7 @@ def parse_fi_info(text):
     return blocks
 
 
-def parse_fi_info_version(text):
+def parse_fi_info_version(text: str) -> dict[str, str]:
     """``fi_info --version`` -> {"fi_info": v, "libfabric": v, "libfabric api": v}."""
     found = {}
     for line in text.splitlines():
@@ -217,7 +220,7 @@ def parse_fi_info_version(text):
     return found
 
 
-def parse_profile(text):
+def parse_profile(text: str) -> dict[str, str]:
     """``export NAME=VALUE`` lines of a profile script -> {NAME: VALUE} (shell quoting removed,
     expansions kept as written)."""
     env = {}
@@ -233,13 +236,13 @@ def parse_profile(text):
     return env
 
 
-def path_entries(value):
+def path_entries(value: str | None) -> list[str]:
     """The directories of a PATH-like value, without shell expansions such as
     ``${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}``."""
     return [entry for entry in _SHELL_EXPANSION.sub("", value or "").split(":") if entry]
 
 
-def parse_ld_conf(text):
+def parse_ld_conf(text: str) -> list[str]:
     """Directories listed in an ld.so.conf file (comments and include lines left out)."""
     dirs = []
     for line in text.splitlines():
@@ -249,7 +252,7 @@ def parse_ld_conf(text):
     return dirs
 
 
-def parse_sysctl(text):
+def parse_sysctl(text: str) -> dict[str, str]:
     """``key = value`` lines of a sysctl.d file -> dict."""
     found = {}
     for line in text.splitlines():
@@ -274,7 +277,7 @@ def _settings(params):
     return settings
 
 
-def ofi_nccl_library(system, prefix):
+def ofi_nccl_library(system: NodeSystem, prefix: str) -> str | None:
     """The OFI NCCL plugin library under ``prefix``: in lib/ (installer 1.44 and later),
     lib/<arch>-linux-gnu/ (earlier installers) or lib64/; None when there is none."""
     lib = os.path.join(prefix, "lib")
@@ -289,7 +292,7 @@ def ofi_nccl_library(system, prefix):
     return None
 
 
-def efa_rdma_devices(system, root):
+def efa_rdma_devices(system: NodeSystem, root: str) -> list[str]:
     """The RDMA devices under /sys/class/infiniband that EFA provides: bound to the efa
     driver, of Amazon's vendor id, or named efa_N."""
     found = []
@@ -453,11 +456,11 @@ def _hardware(system, settings, expect, facts, problems):
             _plural(len(domains), "EFA domain"), int(expected)))
 
 
-def verify(system, params):
+def verify(system: NodeSystem, params: dict[str, Any]) -> dict[str, Any]:
     """The EFA facts (see the module docstring), ``ok`` and ``problems``."""
     settings = _settings(params)
     expect = params.get("expect") or {}
-    problems = []
+    problems: list[Any] = []
     facts = _installer(system, settings, expect, problems)
     facts.update(_libraries(system, settings, expect, problems))
     _environment(system, settings, expect, facts, problems)

@@ -27,7 +27,9 @@ PRIVATE to gpufleet.cluster.
 from __future__ import annotations
 
 import re
+from typing import Any
 
+from ..facts.probe import System
 from . import CheckError, Detection, result
 from ._packages import unit_state
 from ..firewall_rules import (
@@ -69,7 +71,7 @@ def _firewalld_active(system):
     return active == "active"
 
 
-def detect(system, params):
+def detect(system: System, params: dict[str, Any]) -> Detection:
     settings = _settings(params)
     if not settings.get("enabled", True):
         return Detection(False, "the firewall is disabled on this host (firewall_enabled: false)",
@@ -298,7 +300,7 @@ def _compare_scoped(scoped, expect):
     return problems
 
 
-def verify(system, params):
+def verify(system: System, params: dict[str, Any]) -> dict[str, Any]:
     settings = _settings(params)
     expect = params.get("expect") or {}
     backend = settings.get("backend") or "nftables"

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 from . import CheckError, Detection, result
 from ._system import (
@@ -32,6 +33,7 @@ from ._system import (
     VENDOR_GOOGLE,
     VENDOR_MELLANOX,
     VENDOR_NVIDIA,
+    NodeSystem,
     devices_of,
     gcp_machine_type,
     pci_devices,
@@ -48,7 +50,7 @@ MACHINE_TYPES = {
 
 # Per mode: the stack's name, the NICs that carry GPU traffic and how many, the gVNICs the
 # machine has in all (primary included), and the interface names of Ubuntu/Debian images.
-MODES = {
+MODES: dict[str, dict[str, Any]] = {
     "tcpx": {
         "stack": "GPUDirect-TCPX",
         "nic_kind": "gvnic",
@@ -103,7 +105,7 @@ PLUGIN_DIRS = {"tcpx": "/var/lib/tcpx/lib64", "tcpxo": "/var/lib/tcpxo/lib64",
 _EXPORT = re.compile(r"^\s*export\s+([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
-def mode_of(machine_type):
+def mode_of(machine_type: str | None) -> str | None:
     """The GPUDirect mode of a machine type (``tcpx``, ``tcpxo``, ``roce``) or None."""
     return MACHINE_TYPES.get((machine_type or "").strip())
 
@@ -116,7 +118,7 @@ def _supported():
                      for mode, types in sorted(by_mode.items()))
 
 
-def detect(system, params):
+def detect(system: NodeSystem, params: dict[str, Any]) -> Detection:
     base_url = params.get("gcp_metadata_url") or GCP_METADATA_URL
     machine_type, why = gcp_machine_type(system, base_url)
     if machine_type is None:
@@ -148,7 +150,7 @@ def detect(system, params):
         details)
 
 
-def parse_env_profile(text):
+def parse_env_profile(text: str) -> dict[str, str]:
     """The variables a profile exports, as ``{name: value}`` with the value as written between
     its quotes (``export NAME="VALUE"``, ``export NAME='VALUE'`` or ``export NAME=VALUE``);
     comments, blank lines and other statements are skipped."""
@@ -326,11 +328,11 @@ def _check_hardware(system, params, mode, settings, facts, problems):
                             "00-a3-megagpu.rules)" % (APERTURE_DIR, len(mounted), len(apertures)))
 
 
-def verify(system, params):
+def verify(system: NodeSystem, params: dict[str, Any]) -> dict[str, Any]:
     settings = _settings(params)
     mode = settings["mode"]
     info = MODES[mode]
-    problems = []
+    problems: list[Any] = []
     facts = {"mode": mode, "stack": info["stack"]}
     _check_machine(system, params, mode, facts, problems)
     _check_plugin(system, settings, facts, problems)

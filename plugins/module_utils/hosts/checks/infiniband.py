@@ -22,7 +22,9 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from typing import Any
 
+from ..facts.probe import System
 from . import CheckError, Detection, _packages, result
 from .infiniband_tools import (
     parse_ibstat,
@@ -117,7 +119,7 @@ def _sysfs_port(system, device_dir, port):
     return info
 
 
-def rdma_devices(system, root=SYS_CLASS_INFINIBAND):
+def rdma_devices(system: System, root: str = SYS_CLASS_INFINIBAND) -> list[dict[str, Any]]:
     """The RDMA devices in ``root`` (/sys/class/infiniband): name, kind (``connectx``,
     ``efa``, ``software`` without a PCI device, ``other`` for other vendors' adapters), PCI
     vendor and address, firmware, node GUID and ports."""
@@ -152,7 +154,7 @@ def rdma_devices(system, root=SYS_CLASS_INFINIBAND):
     return devices
 
 
-def nccl_suggestions(devices):
+def nccl_suggestions(devices: list[dict[str, Any]]) -> dict[str, Any]:
     """What the environment profile should say for ``devices`` (the counted RDMA devices):
     ``{"ports": [...], "link_layer", "nccl_ib_hca", "ucx_net_devices", "roce_gid_index"}``.
 
@@ -182,7 +184,7 @@ def nccl_suggestions(devices):
     }
 
 
-def detect(system, params):
+def detect(system: System, params: dict[str, Any]) -> Detection:
     settings = params.get("settings") or {}
     pci = pci_devices(system, params.get("pci_root") or PCI_ROOT)
     connectx = [
@@ -442,7 +444,7 @@ def _check_expectations(expect, listed, active, problems):
                 len(slow), want, ", ".join(str(p.get("rate")) for p in slow)))
 
 
-def verify(system, params):
+def verify(system: System, params: dict[str, Any]) -> dict[str, Any]:
     settings = params.get("settings") or {}
     expect = params.get("expect") or {}
     unknown = set(expect) - {"devices", "active_ports", "link_layer", "rate"}
@@ -452,7 +454,7 @@ def verify(system, params):
     stack = settings.get("stack", "inbox")
     if stack not in ("inbox", "doca"):
         raise CheckError("settings.stack must be inbox or doca, not %r" % (stack,))
-    problems = []
+    problems: list[Any] = []
     facts = {"stack": stack, "probe_hardware": bool(params.get("probe_hardware", True))}
     _verify_packages(system, settings, facts, problems)
     _verify_files(system, settings, facts, problems)

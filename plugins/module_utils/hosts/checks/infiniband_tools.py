@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from typing import Any
 
 from . import CheckError
 
@@ -27,7 +28,7 @@ _STATES = {
 }
 
 
-def port_state(text):
+def port_state(text: str | None) -> str | None:
     """``ACTIVE``, ``DOWN``, ``INIT``, ``ARMED`` from any of the tools' spellings, or the text
     itself (upper case) when it is none of them."""
     word = (text or "").strip()
@@ -37,7 +38,7 @@ def port_state(text):
     return _STATES.get(word.lower(), word.upper() or None)
 
 
-def rate_gbps(text):
+def rate_gbps(text: str | None) -> int | float | None:
     """The rate in Gb/s from sysfs ("400 Gb/sec (4X NDR)") or ibstat ("400", "2.5",
     "10 (FDR10)"); an int when whole. None when there is no number."""
     match = re.match(r"\s*([0-9]+(?:\.[0-9]+)?)", text or "")
@@ -47,21 +48,21 @@ def rate_gbps(text):
     return int(value) if value.is_integer() else value
 
 
-def parse_ibstat(text):
+def parse_ibstat(text: str) -> list[dict[str, Any]]:
     """``ibstat`` output (infiniband-diags) as a list of CAs: ``{"name", "node_type",
     "ca_type", "ports_count", "firmware", "hardware", "node_guid", "system_image_guid",
     "ports": [{"port", "state", "physical_state", "rate", "base_lid", "lmc", "sm_lid",
     "capability_mask", "port_guid", "link_layer"}]}``. Raises CheckError on text that is not
     ibstat's format."""
-    cas = []
-    ca = None
-    port = None
-    ca_fields = {
+    cas: list[dict[str, Any]] = []
+    ca: Any = None
+    port: Any = None
+    ca_fields: dict[str, tuple[str, Any]] = {
         "number of ports": ("ports_count", int), "firmware version": ("firmware", str),
         "hardware version": ("hardware", str), "node guid": ("node_guid", str),
         "system image guid": ("system_image_guid", str),
     }
-    port_fields = {
+    port_fields: dict[str, tuple[str, Any]] = {
         "state": ("state", port_state), "physical state": ("physical_state", str),
         "rate": ("rate", rate_gbps), "base lid": ("base_lid", int), "lmc": ("lmc", int),
         "sm lid": ("sm_lid", int), "capability mask": ("capability_mask", str),
@@ -102,7 +103,7 @@ def parse_ibstat(text):
     return cas
 
 
-def parse_ibv_devinfo(text):
+def parse_ibv_devinfo(text: str) -> list[dict[str, Any]]:
     """``ibv_devinfo`` output (libibverbs, with or without -v) as a list of devices:
     ``{"name", "transport", "fw_ver", "node_guid", "sys_image_guid", "vendor_id",
     "vendor_part_id", "hw_ver", "board_id", "phys_port_cnt", "ports": [{"port", "state",
@@ -110,9 +111,9 @@ def parse_ibv_devinfo(text):
     code in parentheses ("PORT_ACTIVE (4)", "4096 (5)") keep the text before it; states are
     normalized (ACTIVE, DOWN, INIT, ARMED). Raises CheckError on text that is not
     ibv_devinfo's format."""
-    devices = []
-    device = None
-    port = None
+    devices: list[dict[str, Any]] = []
+    device: Any = None
+    port: Any = None
     numbers = ("phys_port_cnt", "vendor_part_id", "sm_lid", "port_lid", "max_mtu",
                "active_mtu")
     for number, raw in enumerate(text.splitlines(), 1):
@@ -158,7 +159,7 @@ def parse_ibv_devinfo(text):
     return devices
 
 
-def parse_ofed_info(text):
+def parse_ofed_info(text: str) -> str | None:
     """The version line of ``ofed_info -s`` ("OFED-internal-25.07-0.9.7:",
     "MLNX_OFED_LINUX-24.10-1.1.4.0:") without its colon, or None."""
     for line in text.splitlines():
@@ -168,10 +169,10 @@ def parse_ofed_info(text):
     return None
 
 
-def parse_limits_conf(text):
+def parse_limits_conf(text: str) -> dict[str, dict[str, str]]:
     """memlock entries of a limits.conf(5) file: {domain: {"soft": value, "hard": value}}
     (``-`` sets both)."""
-    found = {}
+    found: dict[str, Any] = {}
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         fields = line.split()
@@ -184,7 +185,7 @@ def parse_limits_conf(text):
     return found
 
 
-def parse_profile(text):
+def parse_profile(text: str) -> dict[str, str]:
     """``export NAME=VALUE`` lines of a shell profile (values shell-unquoted): a dict."""
     env = {}
     for line in text.splitlines():
@@ -202,7 +203,7 @@ def parse_profile(text):
     return env
 
 
-def parse_proc_limits(text):
+def parse_proc_limits(text: str) -> dict[str, int | str] | None:
     """The locked-memory limit of /proc/<pid>/limits: {"soft", "hard"} each "unlimited" or a
     number of bytes, or None when the line is missing."""
     for line in text.splitlines():
@@ -214,6 +215,6 @@ def parse_proc_limits(text):
     return None
 
 
-def parse_proc_modules(text):
+def parse_proc_modules(text: str) -> set[str]:
     """Names of the loaded kernel modules in /proc/modules."""
     return set(line.split()[0] for line in text.splitlines() if line.strip())

@@ -43,7 +43,9 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
+from ..facts.probe import System
 from ..facts import NVIDIA_SMI_ARGS, ToolOutputError, parse_nvidia_smi
 from . import CheckError, Detection, result
 from ._system import PCI_ROOT, VENDOR_NVIDIA, devices_of, pci_devices
@@ -70,7 +72,7 @@ def _device_ids(devices):
     return sorted(set(d["device"] for d in devices if d["device"]))
 
 
-def detect(system, params):
+def detect(system: System, params: dict[str, Any]) -> Detection:
     """NVIDIA GPUs among the PCI devices (and NVSwitches, which call for the fabric manager)."""
     root = params.get("pci_root") or PCI_ROOT
     devices = pci_devices(system, root)
@@ -192,7 +194,7 @@ def _read(system, path):
         return None
 
 
-def module_version(system):
+def module_version(system: System) -> tuple[str | None, str | None]:
     """(installed, loaded): the nvidia kernel module's version as modinfo finds it for the
     running kernel, and the version of the loaded module; None where there is none."""
     installed = None
@@ -205,11 +207,11 @@ def module_version(system):
     return installed, (loaded.strip() or None) if loaded else None
 
 
-def docker_state(system, path, default_wanted=None):
+def docker_state(system: System, path: str, default_wanted: str | None = None) -> dict[str, Any]:
     """Docker's nvidia runtime as daemon.json declares it."""
-    state = {"installed": bool(system.which("dockerd")),
-             "config": path, "config_exists": False, "runtime_nvidia": False,
-             "runtime_path": None, "default_runtime": None, "problems": []}
+    state: dict[str, Any] = {"installed": bool(system.which("dockerd")),
+                             "config": path, "config_exists": False, "runtime_nvidia": False,
+                             "runtime_path": None, "default_runtime": None, "problems": []}
     text = _read(system, path)
     if text is None:
         return state
@@ -239,7 +241,7 @@ def docker_state(system, path, default_wanted=None):
     return state
 
 
-def nouveau_state(system, path):
+def nouveau_state(system: System, path: str) -> dict[str, Any]:
     text = _read(system, path) if path else None
     lines = [line.split("#", 1)[0].split() for line in (text or "").splitlines()]
     return {
@@ -249,7 +251,7 @@ def nouveau_state(system, path):
     }
 
 
-def service_state(system, name):
+def service_state(system: System, name: str) -> dict[str, str]:
     """{"enabled": systemctl is-enabled's word, "active": systemctl is-active's word}."""
     systemctl = system.which("systemctl")
     if not systemctl:
@@ -262,8 +264,8 @@ def service_state(system, name):
     return state
 
 
-def reboot_state(system, marker, nouveau_loaded):
-    reasons = []
+def reboot_state(system: System, marker: str, nouveau_loaded: bool) -> dict[str, Any]:
+    reasons: list[Any] = []
     text = _read(system, marker) if marker else None
     if text is not None:
         reasons.extend(line.strip() for line in text.splitlines() if line.strip())
@@ -279,17 +281,17 @@ def reboot_state(system, marker, nouveau_loaded):
 _Q_LINE = re.compile(r"^( *)([^:]*?)\s*(?::\s?(.*))?$")
 
 
-def parse_nvidia_smi_q(text):
+def parse_nvidia_smi_q(text: str) -> dict[str, Any]:
     """The parts of ``nvidia-smi -q`` the checks use.
 
     Returns ``{"driver_version", "cuda_version", "gpus": [{"bus_id", "persistence_mode",
     "fabric_state", "fabric_status", ...}]}``. Sections nest by four spaces; a GPU's section
     starts with ``GPU <bus id>`` at the left margin. Values such as ``N/A`` are kept as printed.
     """
-    top = {}
+    top: dict[str, Any] = {}
     gpus = []
     current = None
-    stack = []  # (indent, section name)
+    stack: list[Any] = []  # (indent, section name)
     saw_header = False
     for raw in text.splitlines():
         line = raw.rstrip()
@@ -304,6 +306,8 @@ def parse_nvidia_smi_q(text):
             stack = []
             continue
         match = _Q_LINE.match(line)
+        if match is None:   # never: the pattern matches every line
+            continue
         indent, key, value = len(match.group(1)), match.group(2).strip(), match.group(3)
         if indent == 0:
             current = None  # a top-level field or section ends the GPU's section
@@ -317,8 +321,9 @@ def parse_nvidia_smi_q(text):
     if not saw_header or "Driver Version" not in top:
         raise ToolOutputError("nvidia-smi -q", "not an NVSMI LOG: no %s" % (
             "driver version" if saw_header else "NVSMI LOG header"))
-    out = {"driver_version": top.get("Driver Version"), "cuda_version": top.get("CUDA Version"),
-           "attached_gpus": top.get("Attached GPUs"), "gpus": []}
+    out: dict[str, Any] = {
+        "driver_version": top.get("Driver Version"), "cuda_version": top.get("CUDA Version"),
+        "attached_gpus": top.get("Attached GPUs"), "gpus": []}
     for fields in gpus:
         out["gpus"].append({
             "bus_id": fields["bus_id"],
@@ -341,10 +346,11 @@ def _smi(system, smi, args):
     return out, None
 
 
-def probe_gpus(system, settings, expect):
+def probe_gpus(system: System, settings: dict[str, Any],
+               expect: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """(facts, problems) from nvidia-smi."""
-    facts = {"gpu_count": None, "gpus": [], "driver_version": None, "cuda_version": None,
-             "persistence_mode": None}
+    facts: dict[str, Any] = {"gpu_count": None, "gpus": [], "driver_version": None,
+                             "cuda_version": None, "persistence_mode": None}
     smi = system.which("nvidia-smi")
     if not smi:
         return facts, ["nvidia-smi is not installed, so the driver cannot be checked"]
@@ -408,7 +414,7 @@ def probe_gpus(system, settings, expect):
 # --- verify -------------------------------------------------------------------------------------
 
 
-def verify(system, params):
+def verify(system: System, params: dict[str, Any]) -> dict[str, Any]:
     settings = params.get("settings") or {}
     expect = params.get("expect") or {}
     manager = settings.get("package_manager") or (

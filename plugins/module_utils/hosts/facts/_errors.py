@@ -17,7 +17,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors impor
 EXCERPT_LIMIT = 120
 
 
-def excerpt(text, limit=EXCERPT_LIMIT):
+def excerpt(text: object, limit: int = EXCERPT_LIMIT) -> str:
     """Quote ``text`` on one line, cut to ``limit`` characters, for use inside a message."""
     text = str(text)
     if len(text) > limit:

@@ -36,7 +36,7 @@ _NVIDIA_GLUE = (
 _NVIDIA_MODEL = re.compile(r"[AHLPTV]\d+\w*")
 
 
-def nvidia_short_name(reported):
+def nvidia_short_name(reported: str) -> str:
     """The short name of an NVIDIA GPU from the ``name`` nvidia-smi reports.
 
     "NVIDIA H100 80GB HBM3" -> "H100", "NVIDIA A100-SXM4-80GB" -> "A100", "Tesla T4" -> "T4",
@@ -71,7 +71,7 @@ _AMD_INSTINCT = re.compile(
 _AMD_ALIASES = {"MI300X-O": "MI300X"}
 
 
-def amd_short_name(market_name):
+def amd_short_name(market_name: str) -> str:
     """The short name of an AMD accelerator from amd-smi's ``asic.market_name``."""
     found = _AMD_INSTINCT.search(market_name)
     name = found.group("model") if found else market_name
@@ -89,7 +89,7 @@ _GAUDI_BOARDS = (
 )
 
 
-def intel_short_name(reported):
+def intel_short_name(reported: str) -> str:
     """The product name of an Intel Gaudi board from the ``name`` hl-smi reports
     ("HL-225" -> "Gaudi2"); an unknown board keeps its reported name."""
     for board, product in _GAUDI_BOARDS:
@@ -159,7 +159,7 @@ KNOWN_MEMORY_GIB = {
 CATALOG_TOLERANCE = 0.07
 
 
-def catalog_memory_gib(name, reported_mib):
+def catalog_memory_gib(name: str, reported_mib: int | float) -> int:
     """Whole GiB of memory for a GPU named ``name`` (a short name) that reports ``reported_mib``.
 
     The catalog size closest to the report is used when it is within 7% of it; otherwise the

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from typing import Any, Iterable
 
 from ._errors import HostFactsError, ToolOutputError, excerpt
 
@@ -28,12 +29,12 @@ def _is_loopback(address):
     return ipaddress.ip_interface(address).ip.is_loopback
 
 
-def cidr(ip, prefixlen):
+def cidr(ip: str | ipaddress.IPv4Address | ipaddress.IPv6Address, prefixlen: int | str) -> str:
     """``ip/prefixlen`` in the canonical spelling ("fe80::1/64"); ValueError if not an address."""
     return str(ipaddress.ip_interface("%s/%s" % (ip, prefixlen)))
 
 
-def addresses_from_pairs(pairs):
+def addresses_from_pairs(pairs: Iterable[tuple[str, int | str]]) -> list[str]:
     """CIDR strings from (ip, prefix length) pairs in order, leaving out loopback addresses."""
     addresses = []
     for ip, prefixlen in pairs:
@@ -43,7 +44,7 @@ def addresses_from_pairs(pairs):
     return addresses
 
 
-def addresses_from_ip_json(text):
+def addresses_from_ip_json(text: str) -> list[str]:
     """Addresses from the output of ``ip -j addr`` (iproute2), interfaces in the order listed."""
     try:
         links = json.loads(text)
@@ -73,7 +74,7 @@ def addresses_from_ip_json(text):
         raise ToolOutputError("ip -j addr", str(exc)) from exc
 
 
-def parse_if_inet6(text):
+def parse_if_inet6(text: str) -> list[tuple[int, str, str]]:
     """(interface index, interface name, CIDR) for each line of /proc/net/if_inet6.
 
     A line holds the address as 32 hex digits, the interface index, the prefix length, scope and
@@ -110,7 +111,8 @@ def _ipv4_addresses(addresses):
     return found
 
 
-def select_internal_ip(addresses, internal_ip=None, network=None):
+def select_internal_ip(addresses: list[str], internal_ip: str | None = None,
+                       network: str | None = None) -> tuple[str | None, str]:
     """The address the other hosts of a fleet reach this host on, and how it was chosen.
 
     Returns (ip or None, ``internal_ip`` | ``network`` | ``auto``):
@@ -156,7 +158,8 @@ def _first_in_network(ips, network):
     return None
 
 
-def addresses_from_interfaces(interfaces, ipv4, inet6):
+def addresses_from_interfaces(interfaces: Iterable[tuple[int, str]], ipv4: Any,
+                              inet6: Iterable[tuple[int, str, str]]) -> list[str]:
     """Addresses gathered without iproute2, in the order ``ip addr`` would list them.
 
     ``interfaces`` is [(index, name)] (``socket.if_nameindex()``), ``ipv4`` maps an interface

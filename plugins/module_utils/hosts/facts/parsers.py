@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+from typing import Any, Callable, Sequence
 
 from ._errors import ToolOutputError, excerpt
 from .names import amd_short_name, intel_short_name, nvidia_short_name
@@ -43,9 +44,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _FIELD_ALIASES = {"gpu_name": "name", "gpu_uuid": "uuid"}
 
 
-def gpu(
-    vendor, name, reported_name, memory_mib, index, gpu_id=None, bus_id=None, driver_version=None
-):
+def gpu(vendor: str, name: str, reported_name: str, memory_mib: int, index: int,
+        gpu_id: str | None = None, bus_id: str | None = None,
+        driver_version: str | None = None) -> dict[str, Any]:
     """One accelerator as the readers return it.
 
     ``name`` is the short name (``H100``), ``reported_name`` what the tool printed, ``memory_mib``
@@ -65,7 +66,7 @@ def gpu(
     }
 
 
-def normalize_driver_version(value):
+def normalize_driver_version(value: str | None) -> str | None:
     """A driver version with surrounding space removed, or None for a placeholder or nothing."""
     if not isinstance(value, str):
         return None
@@ -123,7 +124,7 @@ def _required(tool, record, field, number):
     return value
 
 
-def parse_nvidia_smi(text, fields=NVIDIA_SMI_FIELDS):
+def parse_nvidia_smi(text: str, fields: Sequence[str] = NVIDIA_SMI_FIELDS) -> list[dict[str, Any]]:
     """GPUs from ``nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits``.
 
     ``fields`` is the query's field list; it must hold ``name`` and ``memory.total``, and may
@@ -148,7 +149,7 @@ def parse_nvidia_smi(text, fields=NVIDIA_SMI_FIELDS):
     return gpus
 
 
-def parse_hl_smi(text, fields=HL_SMI_FIELDS):
+def parse_hl_smi(text: str, fields: Sequence[str] = HL_SMI_FIELDS) -> list[dict[str, Any]]:
     """Intel Gaudi accelerators from ``hl-smi --query-aip=<fields> --format=csv,noheader,nounits``.
 
     The default ``fields`` is the query dstack's shim makes; the id of each device is its
@@ -239,7 +240,7 @@ def _amd_driver_version(driver):
     return None
 
 
-def parse_amd_smi(text):
+def parse_amd_smi(text: str) -> list[dict[str, Any]]:
     """AMD GPUs from ``amd-smi static --json --asic --vram --bus [--driver]``.
 
     Reads both shapes amd-smi prints: a JSON array of GPUs (ROCm 6) and an object whose
@@ -281,12 +282,14 @@ def parse_amd_smi(text):
     return gpus
 
 
-def render_node_link(bus_id):
+def render_node_link(bus_id: str) -> str:
     """The udev link to the render node of the GPU at PCI address ``bus_id``."""
     return "/dev/dri/by-path/pci-%s-render" % bus_id
 
 
-def assign_render_nodes(gpus, resolve):
+def assign_render_nodes(
+        gpus: list[dict[str, Any]], resolve: Callable[[str], str | None],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Fill the ``id`` of AMD GPUs with their render node (``/dev/dri/renderD128``...).
 
     ``resolve(link)`` returns the path a udev link points to, or None. As in dstack, a GPU whose
@@ -363,7 +366,7 @@ def _tt_chips(data):
     return chips
 
 
-def parse_tt_smi(text):
+def parse_tt_smi(text: str) -> list[dict[str, Any]]:
     """Tenstorrent accelerators from ``tt-smi -s`` (a JSON snapshot).
 
     tt-smi lists chips; dstack counts boards, and so does this:
@@ -379,7 +382,7 @@ def parse_tt_smi(text):
     if not isinstance(data, dict):
         raise ToolOutputError("tt-smi", "expected a JSON object with device_info")
     chips = _tt_chips(data)
-    boards = []
+    boards: list[Any] = []
 
     def board_for(chip, same_name):
         for board in boards:
@@ -436,6 +439,6 @@ def parse_tt_smi(text):
     ]
 
 
-def parse_tt_driver_version(text):
+def parse_tt_driver_version(text: str) -> str | None:
     """The Tenstorrent kernel driver version from /sys/module/tenstorrent/version, or None."""
     return normalize_driver_version(text)

@@ -17,6 +17,7 @@ import os
 import re
 import socket
 import struct
+from typing import Any
 
 from ._errors import HostFactsError, excerpt
 from .network import (
@@ -74,38 +75,38 @@ class System:
         self.run = run
         self.which = which
 
-    def exists(self, path):
+    def exists(self, path: str) -> bool:
         return os.path.exists(path)
 
-    def read_text(self, path):
+    def read_text(self, path: str) -> str:
         with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
 
-    def listdir(self, path):
+    def listdir(self, path: str) -> list[str]:
         try:
             return sorted(os.listdir(path))
         except OSError:
             return []
 
-    def resolve(self, link):
+    def resolve(self, link: str) -> str | None:
         """The path a symbolic link leads to, or None when it leads nowhere."""
         return os.path.realpath(link) if os.path.exists(link) else None
 
-    def cpu_count(self):
+    def cpu_count(self) -> int:
         """Logical CPUs this process may run on, like Go's runtime.NumCPU (the affinity mask)."""
         if hasattr(os, "sched_getaffinity"):
             return len(os.sched_getaffinity(0))
         return os.cpu_count() or 1
 
-    def available_bytes(self, path):
+    def available_bytes(self, path: str) -> int:
         """Bytes available to unprivileged users on the file system holding ``path``."""
         stat = os.statvfs(path)
         return stat.f_bavail * stat.f_bsize
 
-    def interfaces(self):
+    def interfaces(self) -> list[tuple[int, str]]:
         return socket.if_nameindex()
 
-    def ipv4_address(self, name):
+    def ipv4_address(self, name: str) -> tuple[str, int] | None:
         """(ip, prefix length) of an interface's primary IPv4 address, or None."""
         request = struct.pack("256s", name.encode("utf-8")[:15])
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -231,7 +232,8 @@ _GATHERERS = {
 }
 
 
-def gather_gpus(system, warnings):
+def gather_gpus(system: System,
+                warnings: list[str]) -> tuple[str, tuple[str, ...], list[dict[str, Any]], str]:
     """(detected vendor, device paths that showed it, GPU records, where they came from)."""
     vendor, evidence = matching_probe(system.exists)
     if vendor == NONE:
@@ -240,7 +242,7 @@ def gather_gpus(system, warnings):
     return vendor, evidence, gpus, source
 
 
-def parse_meminfo(text):
+def parse_meminfo(text: str) -> int:
     """Total RAM in bytes from /proc/meminfo (``MemTotal``, given there in kB)."""
     for line in text.splitlines():
         key, _sep, rest = line.partition(":")
@@ -252,7 +254,7 @@ def parse_meminfo(text):
     raise HostFactsError("%s has no readable MemTotal line" % MEMINFO)
 
 
-def docker_root(system, warnings):
+def docker_root(system: System, warnings: list[str]) -> tuple[str, str]:
     """(Docker's root directory, ``docker`` or ``default``): what ``docker info`` says, else
     /var/lib/docker."""
     docker = system.which("docker")
@@ -271,7 +273,7 @@ def docker_root(system, warnings):
     return DEFAULT_DOCKER_ROOT, "default"
 
 
-def measure_disk(system, root, warnings):
+def measure_disk(system: System, root: str, warnings: list[str]) -> tuple[str, int]:
     """(path measured, bytes available): on ``root`` or, if it does not exist yet, on the
     nearest directory above it, which is where it would be created."""
     path = root
@@ -285,7 +287,7 @@ def measure_disk(system, root, warnings):
         raise HostFactsError("cannot measure the disk at %s: %s" % (path, exc)) from exc
 
 
-def gather_addresses(system, warnings):
+def gather_addresses(system: System, warnings: list[str]) -> tuple[list[str], str]:
     """(non-loopback addresses as CIDR strings in interface order, ``ip`` or ``kernel``)."""
     ip = system.which("ip")
     if ip is not None:
@@ -308,7 +310,7 @@ def gather_addresses(system, warnings):
     return addresses_from_interfaces(interfaces, ipv4, inet6), "kernel"
 
 
-def dstack_host_info(facts):
+def dstack_host_info(facts: dict[str, Any]) -> dict[str, Any]:
     """The host_info.json dstack's shim would write for these facts
     (docs/reference/dstack-runtime.md#host-resources)."""
     gpu_facts = facts["gpu"]
@@ -324,14 +326,15 @@ def dstack_host_info(facts):
     }
 
 
-def gather(system, internal_ip=None, network=None, blocks=1):
+def gather(system: System, internal_ip: str | None = None, network: str | None = None,
+           blocks: int | str = 1) -> tuple[dict[str, Any], list[str]]:
     """All facts of the host ``system`` reaches, and the warnings gathering them gave.
 
     ``internal_ip``, ``network`` and ``blocks`` are the fleet settings for this host; they choose
     the internal IP and the block split. Raises HostFactsError when the host breaks a rule dstack
     enforces or a tool's output cannot be read.
     """
-    warnings = []
+    warnings: list[Any] = []
     blocks = parse_blocks(blocks)
     vendor, evidence, gpus, source = gather_gpus(system, warnings)
     try:

@@ -10,6 +10,8 @@ PRIVATE to gpufleet.cluster: the public surface is the ``hostfacts`` package.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ._errors import HostFactsError
 from .names import catalog_memory_gib
 from .vendor import NONE
@@ -18,7 +20,7 @@ MIB = 1024 * 1024
 AUTO = "auto"
 
 
-def summarize_gpus(gpus):
+def summarize_gpus(gpus: list[dict[str, Any]]) -> dict[str, Any]:
     """What a host offers in GPUs, from the records the tool readers return.
 
     As in dstack, all GPUs of a host are taken to be alike: the count is the number of records
@@ -54,12 +56,13 @@ def summarize_gpus(gpus):
     }
 
 
-def bytes_and_mib(value):
+def bytes_and_mib(value: int) -> dict[str, int]:
     """A size in bytes together with its whole MiB (rounded down), as dstack stores it."""
     return {"bytes": value, "mib": value // MIB}
 
 
-def host_resources(gpus, cpus, memory_bytes, disk_available_bytes):
+def host_resources(gpus: list[dict[str, Any]], cpus: int, memory_bytes: int,
+                   disk_available_bytes: int) -> dict[str, Any]:
     """The resources of a host as a fleet offers them.
 
     ``cpus`` is the number of logical CPUs the agent may use, ``memory_bytes`` the RAM (MemTotal),
@@ -76,7 +79,7 @@ def host_resources(gpus, cpus, memory_bytes, disk_available_bytes):
     }
 
 
-def parse_blocks(value):
+def parse_blocks(value: object) -> int | str:
     """A fleet's ``blocks`` value: a whole number of at least 1, or ``auto``."""
     if isinstance(value, str):
         text = value.strip()
@@ -91,7 +94,7 @@ def parse_blocks(value):
     return value
 
 
-def resolve_blocks(cpus, gpu_count, blocks, tpu=False):
+def resolve_blocks(cpus: int, gpu_count: int, blocks: int | str, tpu: bool = False) -> int:
     """The number of blocks a host with ``cpus`` CPUs and ``gpu_count`` GPUs is split into.
 
     ``auto`` means as many as possible: one per GPU (at most one per CPU), or one per CPU on a
@@ -101,7 +104,7 @@ def resolve_blocks(cpus, gpu_count, blocks, tpu=False):
     if tpu and gpu_count > 0:
         gpu_count = 1
     requested = parse_blocks(blocks)
-    if requested == AUTO:
+    if isinstance(requested, str):   # AUTO
         total = min(cpus, gpu_count) if gpu_count > 0 else cpus
     else:
         total = requested
@@ -113,7 +116,7 @@ def resolve_blocks(cpus, gpu_count, blocks, tpu=False):
     return total
 
 
-def shared_offer(resources, blocks, total_blocks):
+def shared_offer(resources: dict[str, Any], blocks: int, total_blocks: int) -> dict[str, Any]:
     """What ``blocks`` of ``total_blocks`` blocks of a host give a job.
 
     ``resources`` holds ``cpus``, ``memory_mib``, ``gpus`` (a list) and ``disk_mib``. CPUs, memory

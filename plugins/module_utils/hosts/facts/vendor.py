@@ -8,6 +8,8 @@ PRIVATE to gpufleet.cluster: the public surface is the ``hostfacts`` package.
 
 from __future__ import annotations
 
+from typing import Callable
+
 NONE = "none"
 NVIDIA = "nvidia"
 AMD = "amd"
@@ -29,7 +31,7 @@ VENDOR_PROBES = (
 )
 
 
-def matching_probe(exists):
+def matching_probe(exists: Callable[[str], bool]) -> tuple[str, tuple[str, ...]]:
     """The (vendor, paths) of the first probe whose paths all satisfy ``exists(path)``,
     or (``none``, ()) when no probe matches."""
     for vendor, paths in VENDOR_PROBES:
@@ -38,7 +40,7 @@ def matching_probe(exists):
     return NONE, ()
 
 
-def detect_vendor(exists):
+def detect_vendor(exists: Callable[[str], bool]) -> str:
     """The GPU vendor of a host: ``nvidia``, ``amd``, ``intel``, ``tenstorrent`` or ``none``.
 
     ``exists(path)`` says whether a path exists on the host; passing it in keeps this testable.

@@ -70,7 +70,7 @@ def _docker(args, data=None, check=True):
 # the same engine: DOCKER_HOST unset (or this socket) and no other Docker context.
 DOCKER_SOCKET = "/var/run/docker.sock"
 ENGINE_API = "/v1.24"   # the oldest version current engines still serve; enough here
-_ENGINE = {}
+_ENGINE: dict = {}
 
 
 class _EngineUnavailable(Exception):

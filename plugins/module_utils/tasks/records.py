@@ -1,0 +1,142 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The shapes of the task runner's records, for type checking: run records and their jobs
+(tasks.listing.run_records and with_queue, read by render.run_table and the gpufleet command),
+queue entries (tasks.runbook.entry_of, kept on a queue host by tasks.booking) and the entry
+summaries a queue host answers with (tasks.booking.summary, read by tasks.queue).
+
+They describe the dicts as they are built and change nothing in them: the records go to JSON,
+container labels and files as they always did. This module imports nothing of gpufleet, so any
+module may name these types without an import cycle; the files sent to hosts do not import it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class _Job(TypedDict):
+    job_num: int
+    host: str
+    container: str
+    status: str
+    reason: str | None
+    exit_code: int | None
+    started_at: str | None
+    finished_at: str | None
+    gpus: list[str]
+    # What the job was given (tasks.container.resources_of), or the text a container labelled
+    # by an earlier version held ("" for a job whose container was never seen).
+    resources: dict[str, Any] | str
+
+
+class JobRecord(_Job, total=False):
+    """One job of a run record."""
+
+    # A job on a host that did not answer (tasks.listing): whether it is only unreachable so
+    # far, and what happened.
+    unreachable: bool
+    message: str | None
+
+
+class _Run(TypedDict):
+    name: str
+    run_id: str | None
+    submission: int
+    submitted: str | None           # when, as ISO 8601 text
+    status: str
+    reason: str | None
+    message: str | None
+    fleet: str | None
+    backend: str | None
+    region: str | None
+    price: float | None
+    spot: bool | None
+    gpu: dict[str, Any] | str | None
+    nodes: int
+    array: str | None               # the job array's name
+    jobs: list[JobRecord]
+
+
+class RunRecord(_Run, total=False):
+    """One run as ``gpufleet ps`` lists it (tasks.listing.run_records); a run that only waits
+    in the queue has no jobs and no spec fields (tasks.listing.with_queue)."""
+
+    type: str                       # "task" or "dev-environment"
+    stop_criteria: str | None
+    startup_order: str | None
+    # From the queue: the host whose queue holds the run, its place and priority there, and
+    # the host that keeps a running run's retries.
+    queued_on: str
+    queue_position: int | None
+    priority: int
+    retry_kept_on: str
+
+
+class _QueueEntry(TypedDict):
+    version: int
+    run: str
+    run_id: str
+    submitted_at: str
+    submitted_epoch: float
+    priority: int
+    state: str                      # tasks.queue: PENDING, ACTIVE, FAILED, TERMINATED
+    reason: str | None
+    message: str | None
+    fleets: list[str]
+    nodes: int
+    submissions: int
+    retry: dict[str, Any] | None
+    policy: dict[str, Any]
+    retry_since: float | None
+    array: dict[str, Any] | None
+    hosts: list[str]
+    config: dict[str, Any]
+    secrets: dict[str, str]
+    environ: dict[str, str]
+    files_data: dict[str, Any]
+    config_dir: str | None
+    image_source: str
+    run_args: list[str]
+    local_image: str | None
+    repo: dict[str, Any] | None
+
+
+class QueueEntry(_QueueEntry, total=False):
+    """A run waiting for capacity or for its next submission (tasks.runbook.entry_of): all that
+    is needed to submit it again, kept on its queue host (tasks.booking)."""
+
+    queued_on: str
+    # Set on the queue host: who took the entry to submit it and until when, when it ended,
+    # and where a local repo's archive is held.
+    taken_by: str | None
+    taken_until: float
+    ended_at: float
+    held_archive: str
+
+
+class QueueSummary(TypedDict):
+    """A queue entry as a queue host lists it (tasks.booking.summary, SUMMARY_FIELDS): without
+    what it carries to be submitted. A field the entry does not have is None."""
+
+    run: str
+    run_id: str | None
+    priority: int | None
+    submitted_at: str | None
+    submitted_epoch: float | None
+    state: str | None
+    reason: str | None
+    message: str | None
+    fleets: list[str] | None
+    nodes: int | None
+    taken_by: str | None
+    taken_until: float | None
+    submissions: int | None
+    retry_since: float | None
+    retry: dict[str, Any] | None
+    array: dict[str, Any] | None
+    hosts: list[str] | None
+    ended_at: float | None
+    queued_on: str | None
+    policy: dict[str, Any] | None
