@@ -790,7 +790,7 @@ def fleet_name(config: Mapping, path: str | os.PathLike | None = None) -> str:
     from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import naming
 
     try:
-        return naming.fleet_name(config, os.fspath(path) if path is not None else None)
+        return naming.fleet_name(dict(config), os.fspath(path) if path is not None else None)
     except naming.NamingError as exc:
         raise GpufleetError(str(exc)) from exc
 
