@@ -150,8 +150,9 @@ def _check_options(state, fleet, instance, hosts, controller):
 
 
 def decide_present(previous: dict[str, Any] | None, path: str, fleet: str, instance: int,
-                 hosts: Iterable[str] | None = None, controller: str | None = None,
-                 force: bool = False, now: str | None = None) -> tuple[dict[str, Any] | None, str]:
+                   hosts: Iterable[str] | None = None, controller: str | None = None,
+                   force: bool = False,
+                   now: str | None = None) -> tuple[dict[str, Any] | None, str]:
     """(the marker to write or None when ``previous`` is already right, a message).
 
     ``hosts`` and ``controller`` left as None keep what the marker has. Raises MarkerError when

@@ -23,7 +23,7 @@ from ..fleets import cloud as fleet_cloud
 from ..fleets import state
 from ..repos import files as shipped_files
 from ..volumes import attach as volumes
-from . import claiming, lifecycle, python_env, rankplan
+from . import claiming, python_env, rankplan
 from .lifecycle import JobStatus, RunStatus
 from .environment import registry_credentials
 from .errors import PlanError, RunError
