@@ -4,7 +4,7 @@
     .venv/bin/python scripts/gendocs.py --check   # write nothing; exit 1 naming the stale pages
 
 One function per page (or family of pages) returns ``{path relative to the checkout: text}``;
-PAGES lists them and main() writes them all. tests/unit/test_reference_docs.py calls the same
+PAGES lists them and main() writes them all. tests/unit/repo/test_reference_docs.py calls the same
 functions and fails when a checked-in page differs from what they return now.
 
 * configuration_page: docs/reference/configuration.md, from the config model's field tables

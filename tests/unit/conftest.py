@@ -18,6 +18,18 @@ ensure_importable()
 
 
 @pytest.fixture
+def playbooks(monkeypatch):
+    """``gpufleet.runner.run_playbook`` replaced by tests/doubles/playbooks.FakePlaybooks, which
+    records each run and answers as a test tells it; the double is the fixture's value."""
+    from gpufleet import runner
+    from tests.doubles.playbooks import FakePlaybooks
+
+    fake = FakePlaybooks()
+    monkeypatch.setattr(runner, "run_playbook", fake)
+    return fake
+
+
+@pytest.fixture
 def listener():
     """A TCP port on 127.0.0.1 that accepts connections."""
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

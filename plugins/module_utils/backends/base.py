@@ -73,7 +73,7 @@ class _Registry(object):
 
 
 BACKENDS = _Registry()
-# Those whose class is a CloudBackend (tests/unit/test_backends_base.py checks it).
+# Those whose class is a CloudBackend (tests/unit/backends/test_base.py checks it).
 CLOUD_BACKENDS = ("aws", "gcp")
 # Read by the fleet's retry policy (fleets/cloud.py), not by the client.
 POLICY_SETTINGS = ("retry_delays",)

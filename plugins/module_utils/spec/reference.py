@@ -6,7 +6,7 @@
 Data only. scripts/gendocs.py walks the parser's own field tables (fleet.FIELDS, task.FIELDS,
 grammar.RESOURCE_FIELDS, ...) and takes each field's description from here; the default shown
 for a field is what the parser gives when the field is left out, never a value written here.
-tests/unit/test_reference_docs.py fails when a field of the model has no entry here, when an
+tests/unit/repo/test_reference_docs.py fails when a field of the model has no entry here, when an
 entry names a field the model does not have, and when the checked-in page is stale.
 
 SECTIONS (its fleet and task sections in spec/reference_fleet.py and spec/reference_task.py,

@@ -29,7 +29,7 @@ ssh_config:
 
 
 @pytest.fixture
-def path(tmp_path):
+def fleet_file(tmp_path):
     fleet = tmp_path / "onprem.dstack.yml"
     fleet.write_text(FLEET)
     return str(fleet)
@@ -47,23 +47,23 @@ def without_state_dir(result, root):
 
 
 @pytest.mark.parametrize("check_mode", [True, False])
-def test_in_process_the_result_is_the_modules(make_action, path, tmp_path, check_mode):
+def test_in_process_the_result_is_the_modules(make_action, fleet_file, tmp_path, check_mode):
     by_module, by_action = str(tmp_path / "m"), str(tmp_path / "a")
     code, expected = module_runner.run_module(
-        fleet_module.main, {"path": path, "state_dir": by_module,
+        fleet_module.main, {"path": fleet_file, "state_dir": by_module,
                             "_ansible_check_mode": check_mode})
     assert code == 0, expected
-    action = make_action(fleet_action, {"path": path, "state_dir": by_action},
+    action = make_action(fleet_action, {"path": fleet_file, "state_dir": by_action},
                          check_mode=check_mode)
     result = action.run(task_vars=OWN)
     assert action.sent == []   # nothing was sent anywhere
     # ansible-core 2.19 wraps a module's warnings (and keeps those of earlier modules run in
     # this process); Ansible wraps an action plugin's plain strings the same way.
     warned = [w["event"]["msg"] if isinstance(w, dict) else w for w in expected.pop("warnings")]
-    assert result.pop("warnings") == [w for w in warned if w.startswith(path)]
-    assert [w for w in warned if w.startswith(path)] == [
-        path + ": the key 'placement' is given twice in one mapping (again at line 4); the last "
-        "one is used"]
+    assert result.pop("warnings") == [w for w in warned if w.startswith(fleet_file)]
+    assert [w for w in warned if w.startswith(fleet_file)] == [
+        fleet_file + ": the key 'placement' is given twice in one mapping (again at line 4); the "
+        "last one is used"]
     expected.pop("invocation", None)
     assert without_state_dir(result, by_action) == without_state_dir(expected, by_module)
     assert [h["name"] for h in result["hosts"]] == ["onprem-0", "onprem-1"]
@@ -71,35 +71,35 @@ def test_in_process_the_result_is_the_modules(make_action, path, tmp_path, check
     assert result["last_peers"] == []   # never applied: no facts measured
 
 
-def test_the_last_peers_come_from_the_facts_cache(make_action, path, tmp_path):
+def test_the_last_peers_come_from_the_facts_cache(make_action, fleet_file, tmp_path):
     root = str(tmp_path / "s")
     state.write_facts(root, "onprem", {"onprem-1": {"internal_ip": "192.168.0.2"}})
-    result = make_action(fleet_action, {"path": path, "state_dir": root}).run(task_vars=OWN)
+    result = make_action(fleet_action, {"path": fleet_file, "state_dir": root}).run(task_vars=OWN)
     assert result["last_peers"] == [{"name": "onprem-1", "address": "192.168.0.2", "port": 22}]
 
 
-def test_in_process_a_refusal_is_the_modules_message(make_action, path, tmp_path):
-    args = {"path": path, "state_dir": str(tmp_path / "s"), "instances": [1]}
+def test_in_process_a_refusal_is_the_modules_message(make_action, fleet_file, tmp_path):
+    args = {"path": fleet_file, "state_dir": str(tmp_path / "s"), "instances": [1]}
     _code, expected = module_runner.run_module(fleet_module.main, dict(args))
     result = make_action(fleet_action, dict(args)).run(task_vars=OWN)
     assert result["failed"] is True and result["msg"] == expected["msg"]
     assert result["msg"].startswith("instances: only with state=absent")
 
 
-def test_in_process_a_bug_is_reported_not_raised(make_action, path, tmp_path, monkeypatch):
+def test_in_process_a_bug_is_reported_not_raised(make_action, fleet_file, tmp_path, monkeypatch):
     def broken(*_args, **_kwargs):
         raise KeyError("hosts")
 
     monkeypatch.setattr(converge.apply, "apply", broken)
-    result = make_action(fleet_action, {"path": path, "state_dir": str(tmp_path / "s")}).run(
+    result = make_action(fleet_action, {"path": fleet_file, "state_dir": str(tmp_path / "s")}).run(
         task_vars=OWN)
     assert result["failed"] is True
     assert result["msg"] == "internal error in gpufleet (please report it): 'hosts'"
     assert "KeyError" in result["exception"]
 
 
-def test_elsewhere_the_module_is_sent_with_the_task_arguments(make_action, path):
-    args = {"path": path, "at_least": 2}
+def test_elsewhere_the_module_is_sent_with_the_task_arguments(make_action, fleet_file):
+    args = {"path": fleet_file, "at_least": 2}
     answer = {"changed": False, "fleet": {"name": "onprem"}, "hosts": []}
     for kwargs in ({"become": True}, {"transport": "ssh"}, {"async_val": 600}):
         action = make_action(fleet_action, dict(args), sent=answer, **kwargs)

@@ -1,0 +1,240 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Claims on a host (tasks.hostside.booking): granted once, refused to a second run while they hold,
+freed when their container ends or their lease lapses; and atomic across processes.
+
+Docker is the fake of test_nodeside (a script on PATH answering from a rule table);
+BOOK_ROOT and RUN_ROOT point into a temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
+    booking,
+    nodeside,
+)
+
+from . import test_nodeside as test_task_nodeside
+from .test_nodeside import inspect_entry
+
+docker = test_task_nodeside.docker  # the fake docker on PATH (a fixture)
+
+
+@pytest.fixture
+def book(tmp_path, monkeypatch):
+    root = tmp_path / "book"
+    monkeypatch.setattr(booking, "BOOK_ROOT", str(root))
+    monkeypatch.setattr(nodeside, "RUN_ROOT", str(tmp_path / "runs"))
+    return root
+
+
+def claim(run, run_id=None, blocks=1, total=1, whole=True, gpus=(), lease=900, submission=0):
+    return {"run": run, "run_id": run_id or run + "-id", "submission": submission,
+            "jobs": [0], "blocks": blocks, "total_blocks": total, "gpu_ids": list(gpus),
+            "whole": whole, "lease": lease}
+
+
+def containers(docker, *entries):
+    """The host's task containers, as ``docker ps`` and ``docker inspect`` answer them."""
+    docker.rules[:] = []
+    docker.on(["ps"], stdout="".join("c%d\n" % i for i in range(len(entries))))
+    docker.on(["inspect"], stdout=json.dumps(list(entries)))
+
+
+def test_a_whole_host_goes_to_one_run_and_the_second_is_told_who_holds_it(docker, book):
+    containers(docker)
+    assert booking.op_claim(claim("a"))["claimed"]
+    refused = booking.op_claim(claim("b"))
+    assert refused == {"claimed": False, "reason": "busy (1 of 1 blocks held by a)"}
+    # Claiming again under the same run id renews the lease.
+    assert booking.op_claim(claim("a"))["claimed"]
+    assert stat_mode(book / "claims" / "a.json") == 0o600
+
+
+def stat_mode(path):
+    return os.stat(str(path)).st_mode & 0o777
+
+
+def test_blocks_and_gpus_are_shared_until_they_run_out(docker, book):
+    containers(docker)
+    assert booking.op_claim(claim("a", blocks=2, total=4, whole=False, gpus=["0", "1"]))["claimed"]
+    assert booking.op_claim(claim("b", blocks=1, total=4, whole=False, gpus=["2"]))["claimed"]
+    assert booking.op_claim(claim("c", blocks=2, total=4, whole=False))["reason"] == (
+        "busy (3 of 4 blocks held by a, b, 2 more wanted)")
+    assert booking.op_claim(claim("d", blocks=1, total=4, whole=False, gpus=["1"]))["reason"] == (
+        "GPU 1 held by a, b")
+    assert booking.op_claim(claim("e", blocks=4, total=4))["reason"].startswith("busy (3 of 4")
+
+
+def test_a_claim_holds_while_its_container_lives_and_ends_with_it(docker, book):
+    containers(docker)
+    assert booking.op_claim(claim("a"))["claimed"]
+    alive = inspect_entry("a-0-0", run="a", job=0, status="running")
+    containers(docker, alive)
+    assert not booking.op_claim(claim("b"))["claimed"]
+    assert [c["run"] for c in booking.op_status_booked({})["claims"]] == ["a"]
+    containers(docker, inspect_entry("a-0-0", run="a", job=0, status="exited", exit_code=0))
+    assert booking.op_status_booked({})["claims"] == []
+    assert booking.op_claim(claim("b"))["claimed"]
+    assert sorted(os.listdir(str(book / "claims"))) == ["b.json"]  # a's was forgotten
+
+
+def test_a_lapsed_lease_frees_the_host_of_a_controller_that_never_started(docker, book):
+    containers(docker)
+    assert booking.op_claim(claim("a", lease=0.01))["claimed"]
+    time.sleep(0.05)
+    assert booking.op_claim(claim("b"))["claimed"]
+
+
+def test_the_same_run_name_from_another_submitter_is_refused(docker, book):
+    containers(docker)
+    assert booking.op_claim(claim("train", run_id="one", blocks=1, total=4, whole=False))["claimed"]
+    answer = booking.op_claim(claim("train", run_id="two", blocks=1, total=4, whole=False))
+    assert answer["reason"] == ("run train is already running here (submitted by another "
+                                "controller)")
+
+
+def test_a_container_without_a_claim_still_counts_as_busy(docker, book):
+    # Started by a gpufleet that did not claim yet.
+    old = inspect_entry("old-0-0", run="old", job=0, status="running")
+    old["Config"]["Labels"]["gpufleet.blocks"] = "1"
+    containers(docker, old)
+    assert booking.op_claim(claim("new"))["reason"] == "busy (1 of 1 blocks held by old)"
+
+
+def test_start_claims_first_and_refuses_when_the_host_was_taken(docker, book):
+    containers(docker)
+    assert booking.op_claim(claim("a"))["claimed"]
+    job = {"run": "b", "job_num": 0, "container": "b-0-0", "files": {}, "docker_args": [],
+           "image": "img", "claim": claim("b")}
+    with pytest.raises(nodeside.Failure, match=r"cannot start b-0-0: this host was taken "
+                                               r"meanwhile: busy \(1 of 1 blocks held by a\)"):
+        booking.op_start_booked({"job": job})
+    assert not any(c[:1] == ["run"] for c in docker.calls())
+
+
+@pytest.mark.parametrize("owner", ["old", "new"])
+def test_a_start_that_replaces_clears_an_earlier_run_of_the_name_but_never_its_own(
+        docker, book, tmp_path, monkeypatch, owner):
+    """A host the controller took as free without asking it clears the old run of the name
+    in the start, after the claim: an old run's container and folders go; a container of this
+    very submission (the start asked again) stays."""
+    box = inspect_entry("a-0-0", run="a", job=0, status="exited")
+    box["Config"]["Labels"]["gpufleet.run-id"] = owner
+    containers(docker, box)
+    old_folder = tmp_path / "runs" / "a" / "3" / "state"
+    old_folder.mkdir(parents=True)
+    started = []
+    monkeypatch.setattr(booking, "op_start", lambda payload: started.append(
+        (payload["job"]["container"], [c[:1] for c in docker.calls()])) or {"started": True})
+    job = {"run": "a", "job_num": 0, "container": "a-0-0", "files": {}, "docker_args": [],
+           "image": "img", "claim": dict(claim("a", run_id="new"), replace=True)}
+    assert booking.op_start_booked({"job": job}) == {"started": True}
+    removed = ["rm", "-f", "a-0-0"] in docker.calls()
+    assert removed is (owner == "old")
+    assert old_folder.exists() is (owner == "new")
+    assert [name for name, _calls in started] == ["a-0-0"]
+    if removed:
+        assert ["rm"] in started[0][1]   # cleared before the start
+    assert json.loads((book / "claims" / "a.json").read_text())["run_id"] == "new"
+
+
+def test_remove_drops_the_runs_claim_but_keeps_a_new_submitters(docker, book):
+    containers(docker)
+    assert booking.op_claim(claim("a", run_id="new"))["claimed"]
+    booking.op_remove_booked({"run": "a", "keep": "new"})
+    assert (book / "claims" / "a.json").exists()
+    booking.op_remove_booked({"run": "a"})
+    assert not (book / "claims" / "a.json").exists()
+
+
+DRIVER = r"""
+import json, sys, time
+g = {"__name__": "gpufleet_node"}
+source = open(sys.argv[1], "rb").read()
+exec(compile(source, "gpufleet_node", "exec"), g)
+g["BOOK_ROOT"] = sys.argv[2]
+g["RUN_ROOT"] = sys.argv[3]
+while time.time() < float(sys.argv[4]):
+    time.sleep(0.001)
+answer = g["op_claim"]({"run": sys.argv[5], "run_id": sys.argv[5], "blocks": 1,
+                        "total_blocks": 1, "whole": True})
+print(json.dumps(answer))
+"""
+
+
+def test_ten_processes_claiming_one_host_at_once_get_one_grant(docker, book, tmp_path):
+    """The host source as the hosts run it (nodeside then booking, one namespace), ten
+    processes released at the same instant: the lock lets exactly one through."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import ssh
+
+    containers(docker)
+    source = tmp_path / "host.py"
+    source.write_bytes(ssh.host_source())
+    driver = tmp_path / "driver.py"
+    driver.write_text(DRIVER)
+    go = "%f" % (time.time() + 1.0)
+    procs = [subprocess.Popen([sys.executable, str(driver), str(source), str(book),
+                               str(tmp_path / "runs"), go, "run%d" % i],
+                              stdout=subprocess.PIPE, env=dict(os.environ))
+             for i in range(10)]
+    answers = [json.loads(p.communicate(timeout=60)[0]) for p in procs]
+    granted = [a for a in answers if a["claimed"]]
+    assert len(granted) == 1
+    winner = granted[0]["claim"]["run"]
+    assert all(a["reason"] == "busy (1 of 1 blocks held by %s)" % winner
+               for a in answers if not a["claimed"])
+    assert os.listdir(str(book / "claims")) == [winner + ".json"]
+
+
+def test_the_same_run_from_a_second_controller_is_refused(docker, book):
+    """A queue entry whose take lapsed and was taken again: one submission only."""
+    containers(docker)
+    first = dict(claim("train", blocks=1, total=4, whole=False), by="ctl-a:1")
+    assert booking.op_claim(first)["claimed"]
+    assert booking.op_claim(dict(first, by="ctl-a:1"))["claimed"]   # a renewal
+    answer = booking.op_claim(dict(first, by="ctl-b:2"))
+    assert answer["reason"] == "run train is being started here by ctl-a:1"
+
+
+def test_a_pass_cannot_undo_a_stop_of_a_taken_entry(docker, book):
+    entry = {"run": "r", "run_id": "id", "state": "pending", "submitted_epoch": 1.0}
+    assert booking.op_enqueue({"entry": entry})["queued"]
+    assert booking.op_take({"run": "r", "run_id": "id", "by": "pass"})["taken"]
+    # The user's stop, while the pass pulls the image.
+    assert booking.op_update({"run": "r", "run_id": "id",
+                              "changes": {"state": "terminated"}})["updated"]
+    mine = {"state": "pending", "taken_by": "pass"}
+    assert not booking.op_update({"run": "r", "run_id": "id", "changes": {"state": "active"},
+                                  "expect": mine})["updated"]
+    assert not booking.op_dequeue({"run": "r", "run_id": "id", "expect": mine})["removed"]
+    assert not booking.op_take({"run": "r", "run_id": "id", "by": "pass"})["taken"]
+    (left,) = booking.queue_summaries()
+    assert left["state"] == "terminated"
+    assert stat_mode(book / "queue" / "r.json") == 0o600
+    assert stat_mode(book / "queue") == 0o700
+
+
+def test_a_run_with_a_repo_is_queued_on_a_host_that_never_queued_one(docker, book, tmp_path):
+    """A task with ``repos`` retried on no-capacity: its entry goes to a fresh host, where
+    neither the booking folder nor its queue folder exists yet; the repo archive is linked
+    beside the entry all the same."""
+    archive = tmp_path / "repos" / ("ab" * 32 + ".tar.gz")
+    archive.parent.mkdir()
+    archive.write_bytes(b"archive")
+    assert not book.exists()
+    entry = {"run": "r", "run_id": "id", "state": "pending", "submitted_epoch": 1.0}
+    assert booking.op_enqueue({"entry": entry, "archive": str(archive)})["queued"]
+    held = book / "queue" / "r.tar.gz"
+    assert held.read_bytes() == b"archive"
+    assert os.stat(str(held)).st_ino == os.stat(str(archive)).st_ino   # a link, not a copy
+    assert json.loads((book / "queue" / "r.json").read_text())["held_archive"] == str(held)
+    assert stat_mode(book / "queue") == 0o700

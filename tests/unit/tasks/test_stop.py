@@ -1,0 +1,64 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""actions.run_stop: how often it asks the hosts (a stop should cost one look at every host, the
+stop, and a look at the run's own hosts), and when it moves the queue."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions, surveys
+
+from tests.unit.tasks import test_runs as test_task_runs
+from tests.unit.tasks.test_runs import fleet, task
+
+fake_hosts = test_task_runs.fake_hosts
+
+
+@pytest.fixture
+def started(fake_hosts, monkeypatch):
+    """A 2-node run started (detached) on a 4-host fleet, and entry routed to the fake hosts."""
+    fleets = [fleet(count=4)]
+    runner, cluster = fake_hosts(task(nodes=2), fleets)
+    runner.run(wait=False)
+    monkeypatch.setattr(actions, "_fleets", lambda params: ("/state", fleets))
+    monkeypatch.setattr(surveys, "nodes_of", lambda found, root=None: dict(cluster.nodes))
+    moved = []
+    monkeypatch.setattr(actions, "drive_queue", lambda *a, **k: moved.append(a) or {})
+    del cluster.log[:]
+    return cluster, moved
+
+
+def statuses(cluster):
+    return sorted(h for h, op, _p in cluster.log if op == "status")
+
+
+def test_a_stop_looks_at_every_host_once_then_only_at_the_runs_hosts(started):
+    cluster, moved = started
+    answer = actions.run_stop({"name": "train", "abort": False, "fleets": [], "state_dir": None})
+    assert answer["changed"] and sorted(answer["run"]["stopped"]) == ["train-0-0", "train-1-0"]
+    assert answer["run"]["name"] == "train"
+    assert statuses(cluster) == ["gpus-0", "gpus-0", "gpus-1", "gpus-1", "gpus-2", "gpus-3"]
+    assert sorted(h for h, op, _p in cluster.log if op == "stop") == ["gpus-0", "gpus-1"]
+    assert moved == []   # nothing waits in the queue: no pass over it
+
+
+@pytest.mark.parametrize("state, passes", [("pending", 1), ("active", 1), ("failed", 0),
+                                           ("terminated", 0)])
+def test_a_stop_moves_the_queue_when_something_waits_in_it(started, state, passes):
+    """A pass follows the stop when an entry waits (pending) or follows a run (active); the
+    ended entries a host keeps for a day for ps leave nothing for a pass to do."""
+    cluster, moved = started
+    cluster.nodes["gpus-3"].queue["later"] = {
+        "run": "later", "run_id": "x", "state": state, "priority": 0,
+        "submitted_at": "2026-01-01T09:00:00Z", "config": {}}
+    actions.run_stop({"name": "train", "abort": True, "fleets": [], "state_dir": None})
+    assert len(moved) == passes
+
+
+def test_a_stop_in_check_mode_says_a_change_for_a_run_with_jobs_up_and_stops_nothing(started):
+    cluster, _moved = started
+    answer = actions.run_stop({"name": "train", "abort": False, "fleets": [], "state_dir": None},
+                              check_mode=True)
+    assert answer["changed"] and answer["run"]["name"] == "train"
+    assert [op for _h, op, _p in cluster.log if op == "stop"] == []
