@@ -399,7 +399,7 @@ def test_offer_info_names_an_unnamed_fleet_file_as_applying_it_does(tmp_path):
     (``my-lab-v2``), not the file name cut at its first dot (``My``)."""
     from ansible_collections.gpufleet.cluster.plugins.modules import offer_info
 
-    from .plugins.modules import module_runner
+    from ..plugins.modules import module_runner
 
     path = tmp_path / "My.Lab.v2.dstack.yml"
     path.write_text("type: fleet\nssh_config:\n  user: ubuntu\n"
