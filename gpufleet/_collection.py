@@ -62,8 +62,8 @@ def ensure_importable() -> Path:
     return path
 
 
-def spec():
-    """The collection's config model (plugins/module_utils/spec)."""
+def config_model():
+    """The collection's config model: the package plugins/module_utils/spec, imported."""
     ensure_importable()
     from ansible_collections.gpufleet.cluster.plugins.module_utils import spec as module
 

@@ -35,7 +35,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ._collection import CollectionNotFound, ensure_importable, errors, spec, text
+from ._collection import CollectionNotFound, config_model, ensure_importable, errors, text
 from . import runner
 from .runner import PlaybookResult, RunnerError, progress_printer
 
@@ -67,6 +67,7 @@ __all__ = [
     "CollectionNotFound",
     "validate_file",
     "shorten",
+    "fleet_name",
     "random_run_name",
     "ports_problem",
     "fleet_lock",
@@ -195,7 +196,7 @@ def _direct():
 
 def _read(config: Config, types: Iterable[str]):
     """(normalized config, what to pass the playbook): an absolute path or the mapping."""
-    model = spec()
+    model = config_model()
     if isinstance(config, Mapping):
         where = "inline config"
         try:
@@ -225,7 +226,7 @@ RUN_TYPES = ("task", "dev-environment")
 
 def _check_array(array, given):
     """``array`` checked here with the model's parser (the task module parses it again)."""
-    model = spec()
+    model = config_model()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import overrides
 
     where = given if isinstance(given, str) else "inline config"
@@ -241,7 +242,7 @@ def _task_overrides(normalized, given, name=None, env=None, fleets=None, ide_ver
     carry them to task.yml."""
     if not (name or env or fleets or ide_version):
         return {}
-    model = spec()
+    model = config_model()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import overrides
 
     where = given if isinstance(given, str) else "inline config"
@@ -768,18 +769,30 @@ def validate_file(path: str | os.PathLike, on_controller: bool = False) -> dict:
     "warnings", "unsupported", "runnable"}`` (what ``gpufleet validate --json`` prints).
     ``on_controller``: also what the file names on this controller (its files and local
     repo), which apply refuses with the same messages."""
-    spec()  # makes the collection importable
+    config_model()  # makes the collection importable
     if on_controller:
         from ansible_collections.gpufleet.cluster.plugins.module_utils.repos import sources
 
         return sources.validate_file(os.fspath(path))
-    return spec().validate_file(os.fspath(path))
+    return config_model().validate_file(os.fspath(path))
 
 
 def shorten(value, limit: int | None = None) -> str:
     """``value`` for a message: whole when short, else its start and its length (user input
     echoed back is shortened by this one helper)."""
     return text().shorten(value) if limit is None else text().shorten(value, limit)
+
+
+def fleet_name(config: Mapping, path: str | os.PathLike | None = None) -> str:
+    """The fleet's name as applying its file makes it (spec.naming: ``name``, else the name
+    the file gives); a GpufleetError asking for ``name:`` when the file gives none."""
+    config_model()  # makes the collection importable
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import naming
+
+    try:
+        return naming.fleet_name(dict(config), os.fspath(path) if path is not None else None)
+    except naming.NamingError as exc:
+        raise GpufleetError(str(exc)) from exc
 
 
 def random_run_name() -> str:
@@ -837,7 +850,7 @@ def refresh_catalog(backend: str, regions: Iterable[str] | None = None,
     checkout. Returns ``{"path", "instance_types", "offers", "regions", "notes", "shipped"}``.
     GpufleetError when the current catalog or the state dir cannot be read, or the cloud's
     client library is missing; CommandError when the refresh itself fails."""
-    spec()  # makes the collection importable
+    config_model()  # makes the collection importable
     from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
     from ansible_collections.gpufleet.cluster.plugins.module_utils.offers import (
         catalog,
@@ -914,7 +927,7 @@ def _gcp_refresh(refresh, regions, current, project):
 
 
 def _secret_store():
-    spec()  # makes the collection importable
+    config_model()  # makes the collection importable
     from ansible_collections.gpufleet.cluster.plugins.plugin_utils import secret_store
 
     return secret_store

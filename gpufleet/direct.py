@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import os
 
-from ._collection import errors, spec
+from ._collection import config_model, errors
 from .api import CommandError
 
 __all__ = ["CommandError", "runs", "logs", "stop", "submit"]
 
 
 def _actions():
-    spec()  # makes the collection importable
+    config_model()  # makes the collection importable
     from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
     return actions
@@ -64,10 +64,10 @@ def runs(fleet_files=(), state_dir=None) -> dict:
     "unread": {fleet: {host: reason}}}`` (the fleets some of whose hosts could not be read);
     when something in the queue is due, the pass over it runs first, as there."""
     actions = _actions()
-    params = _params(actions.RUN_INFO_SPEC, fleet_files, state_dir)
+    params = _params(actions.RUN_INFO_ARGS, fleet_files, state_dir)
     found = _call(actions.run_info, params)
     if found.get("queue_due"):
-        found = _call(actions.run_queue, _params(actions.RUN_QUEUE_SPEC, fleet_files, state_dir))
+        found = _call(actions.run_queue, _params(actions.RUN_QUEUE_ARGS, fleet_files, state_dir))
     return {"runs": found["runs"], "unreachable": found.get("unreachable_hosts") or {},
             "unread": found.get("unread_fleets") or {}}
 
@@ -76,7 +76,7 @@ def logs(run, out, job=None, since=None, fleet_files=(), state_dir=None) -> dict
     """A run's logs written to ``out`` as they are read (what ``gpufleet logs`` prints
     through logs.yml with ``stream``); returns the run's record."""
     actions = _actions()
-    params = _params(actions.RUN_LOGS_SPEC, fleet_files, state_dir, name=run, job=job,
+    params = _params(actions.RUN_LOGS_ARGS, fleet_files, state_dir, name=run, job=job,
                      since=since, stream=True)
 
     def emit(event):
@@ -96,7 +96,7 @@ def stop(run, abort=False, fleet_files=(), state_dir=None) -> dict:
     actions = _actions()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import stop as stopping
 
-    answer = _call(stopping.stop_run, _params(actions.RUN_STOP_SPEC, fleet_files, state_dir,
+    answer = _call(stopping.stop_run, _params(actions.RUN_STOP_ARGS, fleet_files, state_dir,
                                               name=run, abort=bool(abort)))
     return answer["run"]
 
@@ -114,7 +114,7 @@ def submit(path, out, err, fleet_files=(), state_dir=None, name=None, env=None, 
     actions = _actions()
     from ansible_collections.gpufleet.cluster.plugins.plugin_utils.run_output import event_text
 
-    params = _params(actions.TASK_SPEC, fleet_files, state_dir, path=path, name=name, env=env,
+    params = _params(actions.TASK_ARGS, fleet_files, state_dir, path=path, name=name, env=env,
                      fleet_names=list(fleets or []), ide_version=ide_version, wait=False,
                      logs=False, show_plan=bool(show_plan))
     names, optional = actions.stored_secret_names(params)

@@ -337,7 +337,7 @@ def _volume_line(record):
 
 
 def _delete(args, out, err) -> int:
-    from ..api import GpufleetError, delete, progress_printer
+    from ..api import GpufleetError, delete, fleet_name, progress_printer
 
     path = os.path.abspath(args.file)
     config = common.read_config(path, err, ("fleet", "volume"))
@@ -345,7 +345,11 @@ def _delete(args, out, err) -> int:
         return 1
     if config["type"] == "volume":
         return _volume(args, path, "absent", out, err)
-    name = config.get("name") or os.path.basename(path)
+    try:
+        name = fleet_name(config, path)
+    except GpufleetError as exc:
+        err.write(f"{exc}\n")
+        return 1
     if not common.confirm(f"Delete the fleet {name}?", args, out, err):
         out.write("Nothing was deleted.\n")
         return 1

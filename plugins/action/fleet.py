@@ -35,7 +35,7 @@ class ActionModule(ActionBase):
                                                task_vars=task_vars, wrap_async=wrap_async))
             return result
         _validation, params = self.validate_argument_spec(
-            argument_spec=converge.SPEC,
+            argument_spec=converge.FLEET_ARGS,
             mutually_exclusive=converge.MUTUALLY_EXCLUSIVE,
             required_one_of=converge.REQUIRED_ONE_OF,
             required_if=converge.REQUIRED_IF,

@@ -11,7 +11,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.facts_cache import (
-    SPEC,
+    FACTS_CACHE_ARGS,
     cache_facts,
 )
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.in_controller import answer
@@ -23,7 +23,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
-        _validation, params = self.validate_argument_spec(argument_spec=SPEC)
+        _validation, params = self.validate_argument_spec(argument_spec=FACTS_CACHE_ARGS)
 
         def write():
             changed, path, facts = cache_facts(params["fleet"], state.state_dir(

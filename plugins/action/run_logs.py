@@ -18,7 +18,7 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
-        _validation, params = self.validate_argument_spec(argument_spec=actions.RUN_LOGS_SPEC)
+        _validation, params = self.validate_argument_spec(argument_spec=actions.RUN_LOGS_ARGS)
         params = actions.expand_paths(params)
         try:
             result.update(actions.run_logs(params, emit=printer(params.get("output_path"))))

@@ -42,7 +42,7 @@ class ActionModule(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         _validation, params = self.validate_argument_spec(
-            argument_spec=actions.TASK_SPEC,
+            argument_spec=actions.TASK_ARGS,
             mutually_exclusive=actions.TASK_MUTUALLY_EXCLUSIVE,
             required_one_of=actions.TASK_REQUIRED_ONE_OF,
         )

@@ -389,7 +389,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import list
 
 def main():
     module = AnsibleModule(
-        argument_spec=converge.SPEC,
+        argument_spec=converge.FLEET_ARGS,
         mutually_exclusive=converge.MUTUALLY_EXCLUSIVE,
         required_one_of=converge.REQUIRED_ONE_OF,
         required_if=converge.REQUIRED_IF,

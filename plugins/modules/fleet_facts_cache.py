@@ -80,7 +80,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module impor
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.facts_cache import (
-    SPEC,
+    FACTS_CACHE_ARGS,
     cache_facts,
 )
 
@@ -88,7 +88,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.facts_cach
 def main():
     # What runs is the action plugin of the same name (plugins/action/fleet_facts_cache.py),
     # in the controller's process: this is the same work for a direct module call.
-    module = AnsibleModule(argument_spec=SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=FACTS_CACHE_ARGS, supports_check_mode=True)
     root = state.state_dir(module.params["state_dir"])
     with fail_json_on_error(module):
         changed, path, facts = cache_facts(module.params["fleet"], root, module.check_mode)

@@ -160,8 +160,8 @@ def reconcile_fleet(module, path, root, settings, docker, now):
         surveys.survey_with_queues(nodes, probe=probe, health=raw) if nodes
         else ({}, {}, {}, {}))
     said = health.from_survey(raw, record["name"], root, now, module.check_mode)
-    decision = reconcile.plan(config, record["instances"], containers,
-                              dict((h, str(e)) for h, e in errors.items()), now, claims, queues)
+    decision = reconcile.decide(config, record["instances"], containers,
+                                dict((h, str(e)) for h, e in errors.items()), now, claims, queues)
     entry = dict(decision, name=record["name"], file=path, health=health.summary(said))
     if module.check_mode:
         return entry, None

@@ -159,8 +159,6 @@ msg:
   type: str
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
@@ -175,6 +173,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
     parse_data,
     parse_file,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import label
 
 
 def main():
@@ -196,10 +195,10 @@ def main():
     with fail_json_on_error(module, problems=True):
         if params["path"]:
             config, _warnings = parse_file(params["path"])
-            name = config.get("name") or os.path.basename(params["path"]).split(".")[0]
+            name = label(config, params["path"])
         else:
             config, _warnings = parse_data(params["config"], "inline config")
-            name = config.get("name") or "inline config"
+            name = label(config)
     if config["type"] not in ("fleet", "task", "dev-environment"):
         module.fail_json(msg="%s is a %s; offers are listed for fleets, tasks and dev "
                              "environments"

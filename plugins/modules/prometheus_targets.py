@@ -151,7 +151,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module impor
 from ansible_collections.gpufleet.cluster.plugins.module_utils.monitoring.targets import (
     changes,
     fleet_of,
-    plan,
+    wanted_files,
 )
 
 HOST_OPTIONS = dict(
@@ -202,7 +202,7 @@ def main():
     mode = _mode(module)
     with fail_json_on_error(module, what="gpufleet prometheus_targets"):
         existing = _existing(directory)
-        wanted = plan(module.params["hosts"], existing, module.params["prune"])
+        wanted = wanted_files(module.params["hosts"], existing, module.params["prune"])
         changed = changes(wanted, existing)
         files = {}
         diffs = []

@@ -142,7 +142,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module impor
 
 
 def main():
-    module = AnsibleModule(argument_spec=session.ATTACH_SPEC, supports_check_mode=False)
+    module = AnsibleModule(argument_spec=session.ATTACH_ARGS, supports_check_mode=False)
     params = dict(module.params)
     if params["ports"]:
         try:

@@ -168,7 +168,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import acti
 
 
 def main():
-    module = AnsibleModule(argument_spec=actions.RUN_INFO_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=actions.RUN_INFO_ARGS, supports_check_mode=True)
     with fail_json_on_error(module):
         module.exit_json(**actions.run_info(module.params))
 

@@ -122,7 +122,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import acti
 
 
 def main():
-    module = AnsibleModule(argument_spec=actions.RUN_LOGS_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=actions.RUN_LOGS_ARGS, supports_check_mode=True)
     with fail_json_on_error(module):
         module.exit_json(**actions.run_logs(module.params))
 

@@ -135,7 +135,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import acti
 
 
 def main():
-    module = AnsibleModule(argument_spec=actions.RUN_METRICS_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=actions.RUN_METRICS_ARGS, supports_check_mode=True)
     with fail_json_on_error(module):
         module.exit_json(**actions.run_metrics(module.params))
 

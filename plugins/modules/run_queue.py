@@ -129,7 +129,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import acti
 
 
 def main():
-    module = AnsibleModule(argument_spec=actions.RUN_QUEUE_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=actions.RUN_QUEUE_ARGS, supports_check_mode=True)
     with fail_json_on_error(module):
         module.exit_json(**actions.run_queue(module.params, check_mode=module.check_mode))
 

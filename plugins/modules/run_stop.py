@@ -78,7 +78,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import acti
 
 
 def main():
-    module = AnsibleModule(argument_spec=actions.RUN_STOP_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=actions.RUN_STOP_ARGS, supports_check_mode=True)
     with fail_json_on_error(module):
         module.exit_json(**stop.stop_run(module.params, check_mode=module.check_mode))
 

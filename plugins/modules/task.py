@@ -296,7 +296,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import acti
 
 def main():
     module = AnsibleModule(
-        argument_spec=actions.TASK_SPEC,
+        argument_spec=actions.TASK_ARGS,
         mutually_exclusive=actions.TASK_MUTUALLY_EXCLUSIVE,
         required_one_of=actions.TASK_REQUIRED_ONE_OF,
         supports_check_mode=True,

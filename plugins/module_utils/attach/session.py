@@ -27,13 +27,14 @@ from ..fleets import state
 from ..tasks import lifecycle, listing
 from ..tasks.container import INSTANCE_LABEL, RUN_LABEL, RUN_SPEC_LABEL
 from ..tasks.errors import RunError
+from ..tasks.lifecycle import JobStatus, RunStatus
 from . import hosts, ports, sshconfig, tunnel
 
 DEFAULT_USER_CONFIG = "~/.ssh/config"
 
 # The run_attach module's options (its DOCUMENTATION describes them), also what a run's stop
 # passes when it forgets the run's aliases (attach/stop.py).
-ATTACH_SPEC = dict(
+ATTACH_ARGS = dict(
     name=dict(type="str", required=True),
     job=dict(type="int", default=0),
     state=dict(type="str", choices=["present", "absent"], default="present"),
@@ -84,7 +85,7 @@ def _prune(root, containers, errors, keep):
     alive = set()
     for entries in containers.values():
         for entry in entries:
-            if lifecycle.job_status(entry)[0] in lifecycle.ALIVE:
+            if lifecycle.job_status(entry)[0] in JobStatus.up_statuses():
                 alive.add(entry["labels"].get(RUN_LABEL))
     gone = [run for run in sshconfig.runs(config_path(root)) if run != keep and run not in alive]
     for run in gone:
@@ -110,13 +111,13 @@ def attach(params: dict[str, Any], nodes: dict[str, Any], root: str) -> dict[str
     containers, _claims, queues, errors = survey_with_queues(nodes)
     pruned = _prune(root, containers, errors, name)
     record, mine = listing.find_run(nodes, name, (containers, errors), queues)
-    if record["status"] == lifecycle.RUN_PENDING:
+    if record["status"] == RunStatus.PENDING:
         # Queued (or to be submitted again): dstack's attach waits for it, and so does ours.
         where = ("queue position %s on %s" % (record.get("queue_position"), record["queued_on"])
                  if record.get("queued_on") else "to be submitted again")
         raise AttachError("run %s is pending (%s): it is not running yet; attach again once "
                           "it runs" % (name, where))
-    if record["status"] in (lifecycle.RUN_DONE, lifecycle.RUN_FAILED, lifecycle.RUN_TERMINATED):
+    if record["status"] in RunStatus.finished_statuses():
         changed = _forget(root, name)
         raise AttachError("Run %s is %s: there is nothing to attach to (gpufleet logs %s shows "
                           "what it printed)%s" % (name, record["status"], name,
@@ -136,7 +137,7 @@ def attach(params: dict[str, Any], nodes: dict[str, Any], root: str) -> dict[str
         if placed in nodes:
             host_of[num] = placed
     waiting = [n for n in sorted(entries)
-               if lifecycle.job_status(entries[n])[0] != lifecycle.RUNNING]
+               if lifecycle.job_status(entries[n])[0] != JobStatus.RUNNING]
     if attached in waiting:
         raise AttachError("run %s is %s: job %d is not running yet; attach again once it runs"
                           % (name, record["status"], attached))

@@ -23,7 +23,7 @@ def forget_params(params):
     """The attach session's parameters that remove the run's aliases on this controller:
     its options' defaults, the run's name, ``state: absent`` and the state dir (no fleet
     files: nothing is asked of the hosts to forget a run)."""
-    given = dict((key, value.get("default")) for key, value in session.ATTACH_SPEC.items())
+    given = dict((key, value.get("default")) for key, value in session.ATTACH_ARGS.items())
     given.update(name=params["name"], state="absent", fleets=[],
                  state_dir=params.get("state_dir"))
     given["ssh_config"] = os.path.abspath(os.path.expanduser(given["ssh_config"]))
@@ -32,7 +32,7 @@ def forget_params(params):
 
 def stop_run(params, check_mode=False):
     """Stop the run (or job array) ``params["name"]`` and forget its SSH aliases here.
-    ``params``: the run_stop module's (tasks.actions.RUN_STOP_SPEC). Returns run_stop's result
+    ``params``: the run_stop module's (tasks.actions.RUN_STOP_ARGS). Returns run_stop's result
     (``run``, ``changed``; ``changed`` also when aliases were removed). In check mode nothing
     is stopped and nothing is forgotten."""
     answer = actions.run_stop(params, check_mode=check_mode)

@@ -40,7 +40,8 @@ except ImportError:  # pragma: no cover - reported by the module
 GPU_IMAGE = ("amazon", "Deep Learning Base OSS Nvidia Driver GPU AMI (Ubuntu 22.04) *")
 CPU_IMAGE = ("099720109477", "ubuntu/images/hvm-ssd*/ubuntu-jammy-22.04-*-server-*")
 ARCHES = {"x86": "x86_64", "arm": "arm64"}
-ALIVE_STATES = ("pending", "running", "stopping", "stopped")
+# EC2 states of the instances a fleet lists as its own (every state but the gone ones).
+LISTED_STATES = ("pending", "running", "stopping", "stopped")
 # How long to wait for launched instances to run, and between polls.
 RUNNING_TIMEOUT = 600
 
@@ -113,7 +114,7 @@ class Aws(CloudBackend):
         for region in regions:
             pages = self.ec2(region).get_paginator("describe_instances").paginate(Filters=[
                 {"Name": "tag:" + layout.TAG_FLEET, "Values": [fleet]},
-                {"Name": "instance-state-name", "Values": list(ALIVE_STATES)},
+                {"Name": "instance-state-name", "Values": list(LISTED_STATES)},
             ])
             try:
                 for page in pages:
@@ -130,7 +131,7 @@ class Aws(CloudBackend):
         for region in regions:
             pages = self.ec2(region).get_paginator("describe_instances").paginate(Filters=[
                 {"Name": "tag-key", "Values": [layout.TAG_FLEET]},
-                {"Name": "instance-state-name", "Values": list(ALIVE_STATES)},
+                {"Name": "instance-state-name", "Values": list(LISTED_STATES)},
             ])
             try:
                 for page in pages:

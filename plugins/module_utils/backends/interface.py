@@ -51,7 +51,8 @@ class Backend:
     def view(self, placed: Any) -> dict[str, Any]:
         """What the fleets code needs of one raw instance: at least ``num`` (the instance's
         number, None when unreadable), ``state`` (as fleets/plan.py reads it: a state in
-        plan.ALIVE can serve again, ``exited`` or ``stopped`` is started) and ``placement``."""
+        plan.SERVABLE_STATES can serve again, one in plan.STOPPED_STATES is started) and
+        ``placement``."""
         raise NotImplementedError
 
     def records(self, placed: list[Any], fleet: str,

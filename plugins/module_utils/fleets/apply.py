@@ -26,6 +26,7 @@ from . import cloud, lock, state
 from ..spec.naming import fleet_name, instance_name
 from .plan import has_changes, lowest_unused, plan_backend
 from .records import fleet_record, ssh_instances
+from .status import InstanceStatus
 
 
 class ApplyError(GpufleetError):
@@ -195,13 +196,10 @@ def apply(config: dict[str, Any], path: str | None = None, docker: Docker | None
     return record, changed
 
 
-# Instance statuses that do not count as the fleet's: going or gone.
-GONE = ("terminating", "terminated", "failed")
-
-
 def live_instances(record: FleetRecord) -> list[InstanceRecord]:
     """The record's instances that are there or coming (not going or gone)."""
-    return [i for i in record.get("instances") or [] if i.get("status") not in GONE]
+    return [i for i in record.get("instances") or []
+            if i.get("status") not in InstanceStatus.lost_statuses()]
 
 
 def instances_missing(config: dict[str, Any], record: FleetRecord) -> list[str]:

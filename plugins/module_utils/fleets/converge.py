@@ -24,7 +24,7 @@ from ..spec.naming import fleet_name
 from . import apply, idle, lookup, records, state
 
 # The module's options, declared once for the module and its action plugin.
-SPEC = dict(
+FLEET_ARGS = dict(
     path=dict(type="path"),
     config=dict(type="dict"),
     name=dict(type="str"),
@@ -99,7 +99,7 @@ def _config(params, root, docker):
 def converge(params: dict[str, Any], runs_alive: Callable[..., Any], check_mode: bool = False,
              warn: Callable[[str], Any] | None = None,
              docker: Docker | None = None) -> dict[str, Any]:
-    """Do what the module's ``params`` (validated against SPEC) ask; returns the module's
+    """Do what the module's ``params`` (validated against FLEET_ARGS) ask; returns the module's
     result. ``runs_alive(record, root)`` says which runs a fleet's hosts have alive (the
     tasks package's tasks.listing.runs_alive: this package may not import it), for a delete
     that must refuse a fleet in use. ``warn(text)`` receives the config's warnings. Raises

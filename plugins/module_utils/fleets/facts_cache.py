@@ -14,7 +14,7 @@ from ..core.module import state_options
 from . import records, state
 
 # The fleet_facts_cache options (its action plugin and its module's documentation).
-SPEC = dict(fleet=dict(type="dict", required=True), **state_options())
+FACTS_CACHE_ARGS = dict(fleet=dict(type="dict", required=True), **state_options())
 
 
 def cache_facts(fleet: FleetRecord, root: str,

@@ -149,9 +149,10 @@ def _check_options(state, fleet, instance, hosts, controller):
         raise MarkerError("controller must be a host name, got %r" % (controller,))
 
 
-def plan_present(previous: dict[str, Any] | None, path: str, fleet: str, instance: int,
-                 hosts: Iterable[str] | None = None, controller: str | None = None,
-                 force: bool = False, now: str | None = None) -> tuple[dict[str, Any] | None, str]:
+def decide_present(previous: dict[str, Any] | None, path: str, fleet: str, instance: int,
+                   hosts: Iterable[str] | None = None, controller: str | None = None,
+                   force: bool = False,
+                   now: str | None = None) -> tuple[dict[str, Any] | None, str]:
     """(the marker to write or None when ``previous`` is already right, a message).
 
     ``hosts`` and ``controller`` left as None keep what the marker has. Raises MarkerError when
@@ -202,7 +203,7 @@ def plan_present(previous: dict[str, Any] | None, path: str, fleet: str, instanc
     return marker, "fleet %s claimed this host as instance %d" % (fleet, instance)
 
 
-def plan_absent(previous: dict[str, Any] | None, path: str, fleet: str) -> tuple[bool, str]:
+def decide_absent(previous: dict[str, Any] | None, path: str, fleet: str) -> tuple[bool, str]:
     """(whether to remove the marker, a message). Another fleet's marker is never removed."""
     if previous is None:
         return False, "no fleet marker at %s" % path
@@ -293,7 +294,7 @@ def _ensure(path, state, fleet, instance, hosts, controller, force, check_mode, 
     previous = read_marker(path)
     took_over = None
     if state == PRESENT:
-        marker, msg = plan_present(
+        marker, msg = decide_present(
             previous, path, fleet, instance, hosts, controller, force=force, now=now
         )
         changed = marker is not None
@@ -304,7 +305,7 @@ def _ensure(path, state, fleet, instance, hosts, controller, force, check_mode, 
         if not changed:
             marker = previous
     else:
-        changed, msg = plan_absent(previous, path, fleet)
+        changed, msg = decide_absent(previous, path, fleet)
         if changed and not check_mode:
             remove_marker(path)
         marker = None if changed else previous

@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 # Backend states of an instance that can serve again (a stopped node is started, not replaced).
-ALIVE = ("running", "restarting", "paused", "exited", "stopped")
+SERVABLE_STATES = ("running", "restarting", "paused", "exited", "stopped")
+# ...of which these are started again.
+STOPPED_STATES = ("exited", "stopped")
 
 
 def lowest_unused(used: Iterable[int], count: int) -> list[int]:
@@ -34,9 +36,9 @@ def plan_backend(nodes: dict[str, Any], existing: list[dict[str, Any]]) -> dict[
 
     Returns ``{"create": [...], "keep": [...], "start": [...], "remove": [...]}`` of numbers.
     """
-    alive = sorted(i["num"] for i in existing if i.get("state") in ALIVE)
-    broken = sorted(i["num"] for i in existing if i.get("state") not in ALIVE)
-    stopped = sorted(i["num"] for i in existing if i.get("state") in ("exited", "stopped"))
+    alive = sorted(i["num"] for i in existing if i.get("state") in SERVABLE_STATES)
+    broken = sorted(i["num"] for i in existing if i.get("state") not in SERVABLE_STATES)
+    stopped = sorted(i["num"] for i in existing if i.get("state") in STOPPED_STATES)
     target = nodes["target"]
     maximum = nodes.get("max")
     remove = list(broken)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from . import hostkeys
+from .status import InstanceStatus
 
 
 def _jump(instance):
@@ -59,7 +60,7 @@ def fold(record: dict[str, Any], node_reports: dict[str, Any] | None,
         names = [i["name"] for i in record.get("instances") or []]
         created = [n for n in names if (node_reports.get(n) or {}).get("claimed")]
         unread = [n for n in names if n not in created and (node_reports.get(n) or {}).get(
-            "status") in ("unreachable", "failed")]
+            "status") in InstanceStatus.broken_statuses()]
         plan = {"create": created, "start": [], "unread": unread,
                 "keep": [n for n in names if n not in created and n not in unread],
                 "remove": []}
@@ -95,21 +96,19 @@ def fold(record: dict[str, Any], node_reports: dict[str, Any] | None,
     return result
 
 
-READY = ("idle", "busy", "pending", "provisioning")
-
-
 def fleet_status(record: Mapping[str, Any]) -> str:
     """The fleet's status from its instances: ``active`` while any is ready (or coming up) or
     it has none; else ``unreachable`` when some could not be reached, ``failed`` when all
     failed their checks. A fleet whose only host cannot be reached is not active."""
     current = record.get("status") or "active"
     statuses = [i.get("status") for i in record.get("instances") or []
-                if i.get("status") not in ("terminating", "terminated")]
-    if current != "active" or not statuses or any(s in READY for s in statuses):
+                if i.get("status") not in InstanceStatus.finished_statuses()]
+    if current != "active" or not statuses or any(
+            s in InstanceStatus.active_statuses() for s in statuses):
         return current
-    if "unreachable" in statuses:
+    if InstanceStatus.UNREACHABLE in statuses:
         return "unreachable"
-    if all(s == "failed" for s in statuses):
+    if all(s == InstanceStatus.FAILED for s in statuses):
         return "failed"
     return current
 
@@ -119,7 +118,7 @@ def failures(record: Mapping[str, Any]) -> list[str]:
     return [
         "%s (%s): %s" % (i["name"], i.get("hostname"), i["error"])
         for i in record.get("instances") or []
-        if i.get("status") in ("unreachable", "failed")
+        if i.get("status") in InstanceStatus.broken_statuses()
     ]
 
 

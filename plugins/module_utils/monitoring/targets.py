@@ -150,12 +150,12 @@ def render(groups: list[dict[str, Any]]) -> str:
     return json.dumps(groups, indent=2, sort_keys=True) + "\n"
 
 
-def plan(hosts: Iterable[dict[str, Any]], existing: dict[str, str],
-         prune: bool = True) -> dict[str, str]:
+def wanted_files(hosts: Iterable[dict[str, Any]], existing: dict[str, str],
+                 prune: bool = True) -> dict[str, str]:
     """What the target directory should hold: ``{file name: text}``.
 
     ``existing`` is ``{file name: text or None}`` for the files in the directory now; files of
-    no fleet (other names) are left out of the plan. A fleet file whose fleet has no host here
+    no fleet (other names) are left out. A fleet file whose fleet has no host here
     becomes an empty list when ``prune`` (Prometheus then drops its targets), and is left out
     otherwise."""
     wanted = dict((file_name(fleet), render(groups))

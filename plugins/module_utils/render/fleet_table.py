@@ -26,6 +26,7 @@ from typing import Any, Callable
 from ..core.errors import GpufleetError
 from ..core.times import parse_time
 from ..fleets.idle import span
+from ..fleets.status import InstanceStatus
 
 COLUMNS = ("NAME", "NODES", "GPU", "SPOT", "BACKEND", "PRICE", "STATUS", "CREATED")
 VERBOSE_COLUMNS = (
@@ -37,9 +38,6 @@ INSTANCE_INDENT = "   "
 # Where the error of an instance goes in the short table: a line of its own under the instance.
 ERROR_INDENT = "     "
 PLAN_ACTIONS = ("create", "keep", "remove", "release")
-AVAILABLE = ("idle", "busy")
-NOT_MEASURED = ("pending", "provisioning")
-GONE = ("terminating", "terminated")
 
 
 class FleetTableError(GpufleetError, ValueError):
@@ -369,7 +367,7 @@ def instance_status(instance: dict[str, Any], verbose: bool = False) -> str:
     ``(for run X)`` on an instance made because run X needed it (with its idle limit when
     ``verbose``)."""
     status = str(instance.get("status") or "")
-    if status in AVAILABLE:
+    if status in InstanceStatus.available_statuses():
         total = _instance_blocks(instance)
         if total is not None and total > 1:
             status = "%s/%s busy" % (instance.get("busy_blocks") or 0, total)
@@ -379,7 +377,7 @@ def instance_status(instance: dict[str, Any], verbose: bool = False) -> str:
         elif health in ("warning", "failure"):
             status += " (%s)" % health
     run = instance.get("made_for_run")
-    if run and status not in GONE:
+    if run and status not in InstanceStatus.finished_statuses():
         limit = instance.get("idle_duration")
         if verbose and limit is not None:
             status += " (for run %s, idle_duration %s)" % (run, span(limit))
@@ -401,7 +399,7 @@ def _instance_gpu(instance):
     resources = instance.get("resources")
     if not resources:
         # Not measured yet: dstack leaves the column blank while an instance comes up.
-        return "" if instance.get("status") in NOT_MEASURED else "-"
+        return "" if instance.get("status") in InstanceStatus.starting_statuses() else "-"
     return _host_gpu(resources) or "-"
 
 

@@ -30,7 +30,6 @@ VERBOSE_COLUMNS = (
     "NAME", "BACKEND", "RESOURCES", "INSTANCE TYPE", "PRICE", "STATUS", "SUBMITTED", "ERROR",
 )
 JOB_INDENT = "   "
-ENDED = ("done", "failed", "terminated")
 
 
 def _backend(run):

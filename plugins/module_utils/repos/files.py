@@ -85,7 +85,7 @@ def _item(root, rel):
     return {"mode": _mode(info), "size": info.st_size}, info.st_size
 
 
-def _plan(path, hint=""):
+def _contents(path, hint=""):
     """``({relative path: item without data}, total size)`` of the entry at ``path``, or
     FilesError saying why it cannot be shipped (``hint`` follows "does not exist")."""
     try:
@@ -122,7 +122,7 @@ def check(local_path: str, base_dir: str | None = None,
     if not os.path.isabs(os.path.expanduser(local_path)):
         hint = " (relative paths start at the task file's folder, %s)" % (
             base_dir or os.getcwd())
-    _items, total = _plan(path, hint)
+    _items, total = _contents(path, hint)
     try:
         limit = local.upload_limit(environ)
     except local.RepoError as exc:
@@ -138,7 +138,7 @@ def check(local_path: str, base_dir: str | None = None,
 
 def read(path: str) -> dict[str, dict[str, Any]]:
     """The entry at ``path`` as ``{relative path: item}`` with its files' contents."""
-    items, _total = _plan(path)
+    items, _total = _contents(path)
     out = {}
     for rel, item in items.items():
         item = dict(item)

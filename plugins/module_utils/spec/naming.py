@@ -1,12 +1,17 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Fleet, instance, container and group names."""
+"""Fleet, instance, container and group names.
+
+A fleet's name comes from here only (``fleet_name``, with ``name_from_file`` for an unnamed
+file): the fleet module, the inventory plugin, the other modules and the ``gpufleet`` command
+all call it, so one file is one fleet whichever way it is read (docs/fleets.md, Names)."""
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from ..core.errors import GpufleetError
@@ -53,6 +58,16 @@ def fleet_name(config: dict[str, Any], path: str | None = None) -> str:
         "`name: <name>` (lowercase letters, digits and hyphens, starting with a letter, "
         "2 to 41 characters)" % where
     )
+
+
+def label(config: Mapping[str, Any], path: str | None = None) -> str:
+    """What a message calls a configuration of any type: its ``name``, else the name its file
+    gives (``fleet_name``'s rule), else the file's own name; "inline config" without a file."""
+    if config.get("name"):
+        return config["name"]
+    if not path:
+        return "inline config"
+    return name_from_file(path) or os.path.basename(path)
 
 
 def instance_name(fleet: str, num: int) -> str:

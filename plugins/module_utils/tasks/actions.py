@@ -22,6 +22,7 @@ from ..fleets import state
 from . import images, lifecycle, listing, placement, runindex, runs, silence, surveys
 from .errors import NeedsInstances, PlanError, RunError
 from .grower import grower
+from .lifecycle import JobStatus, RunStatus
 from .ssh import NodeError
 
 # doc_fragments/run_fleets.py and state.py document these.
@@ -30,7 +31,7 @@ FLEET_OPTIONS = dict(
     **state_options()
 )
 
-TASK_SPEC = dict(
+TASK_ARGS = dict(
     path=dict(type="path"),
     config=dict(type="dict"),
     name=dict(type="str"),
@@ -52,20 +53,19 @@ TASK_SPEC = dict(
 TASK_MUTUALLY_EXCLUSIVE = [("path", "config")]
 TASK_REQUIRED_ONE_OF = [("path", "config")]
 
-RUN_INFO_SPEC = dict(name=dict(type="str"), **FLEET_OPTIONS)
-RUN_QUEUE_SPEC = dict(**FLEET_OPTIONS)
-RUN_STOP_SPEC = dict(name=dict(type="str", required=True), abort=dict(type="bool", default=False),
+RUN_INFO_ARGS = dict(name=dict(type="str"), **FLEET_OPTIONS)
+RUN_QUEUE_ARGS = dict(**FLEET_OPTIONS)
+RUN_STOP_ARGS = dict(name=dict(type="str", required=True), abort=dict(type="bool", default=False),
                      **FLEET_OPTIONS)
-RUN_METRICS_SPEC = dict(name=dict(type="str", required=True), job=dict(type="int"),
+RUN_METRICS_ARGS = dict(name=dict(type="str", required=True), job=dict(type="int"),
                         **FLEET_OPTIONS)
-RUN_LOGS_SPEC = dict(name=dict(type="str", required=True), follow=dict(type="bool", default=False),
+RUN_LOGS_ARGS = dict(name=dict(type="str", required=True), follow=dict(type="bool", default=False),
                      tail=dict(type="int"), job=dict(type="int"), since=dict(type="str"),
                      stream=dict(type="bool", default=False), output_path=dict(type="path"),
                      **FLEET_OPTIONS)
 # How much output one event carries when logs are streamed (lines are never split).
 STREAM_BATCH = 65536
 
-FINISHED = (lifecycle.RUN_DONE, lifecycle.RUN_FAILED, lifecycle.RUN_TERMINATED)
 RUN_TYPES = ("task", "dev-environment")
 
 
@@ -273,7 +273,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
                     # Submitted, it would wait in the queue (tasks.queue).
                     return {"run": runner.name, "status": "planned", "plan": None,
                             "waits": str(exc), "config": config, "changed": True}, False
-                return {"run": runner.name, "status": lifecycle.RUN_FAILED,
+                return {"run": runner.name, "status": RunStatus.FAILED.value,
                         "reason": lifecycle.NO_CAPACITY, "message": str(exc),
                         "plan": None, "changed": False}, True
             return {"run": runner.name, "status": "planned", "plan": placed,
@@ -282,7 +282,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             result = runner.run(wait=params["wait"], stop_event=stop_event)
         except NeedsInstances as grow:
             # The playbook grows the fleet (playbooks/fleet.yml) and submits again.
-            return {"run": runner.name, "status": lifecycle.RUN_PENDING, "grow": grow.create,
+            return {"run": runner.name, "status": RunStatus.PENDING.value, "grow": grow.create,
                     "message": "%s; the fleet grows first" % grow, "changed": False}, False
         if params["wait"]:
             drive_queue(fleets, root, emit)   # the end of a run frees its hosts
@@ -292,8 +292,8 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
     if ignored_fields(config):
         result["warnings"] = ignored_fields(config)
     # Detached, a run that could not even start (no capacity, a failed start) has failed too.
-    failed = result["status"] != lifecycle.RUN_DONE if params["wait"] else (
-        result["status"] == lifecycle.RUN_FAILED)
+    failed = result["status"] != RunStatus.DONE if params["wait"] else (
+        result["status"] == RunStatus.FAILED)
     if failed and runner.submissions:
         last = runner.submissions[-1]
         rank0 = next((j for j in last.jobs if j["job_num"] == 0), None)
@@ -323,7 +323,7 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
             placed = runner.place()
             runner.image_and_python(placed)
         except placement.NoHostFits as exc:
-            return {"run": batch.base, "array": batch.base, "status": lifecycle.RUN_FAILED,
+            return {"run": batch.base, "array": batch.base, "status": RunStatus.FAILED.value,
                     "reason": lifecycle.NO_CAPACITY, "message": str(exc), "plan": None,
                     "changed": False}, True
         return {"run": batch.base, "array": batch.base, "status": "planned", "plan": placed,
@@ -344,8 +344,8 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
     result["changed"] = True
     if ignored_fields(config):
         result["warnings"] = ignored_fields(config)
-    return result, result["status"] != lifecycle.RUN_DONE and (
-        params["wait"] or result["status"] == lifecycle.RUN_FAILED)
+    return result, result["status"] != RunStatus.DONE and (
+        params["wait"] or result["status"] == RunStatus.FAILED)
 
 
 def _queue_first(runner, fleets, root, emit, whole=False):
@@ -439,14 +439,15 @@ def run_stop(params, check_mode=False):
                 raise RunError("no run or job array named %s on the fleets' hosts (gpufleet ps "
                                "lists runs)" % shorten(params["name"]))
             if check_mode:
-                alive = [r["name"] for r in members if r["status"] not in arrays.FINISHED]
+                alive = [r["name"] for r in members
+                         if r["status"] not in RunStatus.finished_statuses()]
                 return {"run": {"name": params["name"], "array": params["name"],
                                 "runs": sorted(r["name"] for r in members)},
                         "changed": bool(alive)}
             record = arrays.stop_array(nodes, params["name"], abort=params["abort"])
             return {"run": record, "changed": bool(record.get("stopped"))}
         if check_mode:
-            alive = [j for j in record["jobs"] if j["status"] in lifecycle.ALIVE]
+            alive = [j for j in record["jobs"] if j["status"] in JobStatus.up_statuses()]
             return {"run": record, "changed": bool(alive)}
         record = listing.stop_run(nodes, params["name"], abort=params["abort"],
                                   surveyed=(found[0], found[3]))
@@ -459,13 +460,13 @@ def run_stop(params, check_mode=False):
 
 def _cancel_queued(nodes, record, check_mode):
     """``gpufleet stop`` of a run waiting in the queue: it ends terminated, never having run."""
-    waiting = record["status"] == lifecycle.RUN_PENDING
+    waiting = record["status"] == RunStatus.PENDING
     if waiting and not check_mode:
         nodes[record["queued_on"]].call("update", {
             "run": record["name"], "run_id": record["run_id"],
             "changes": {"state": "terminated", "reason": lifecycle.TERMINATED_BY_USER,
                         "message": "stopped while it waited in the queue"}})
-        record = dict(record, status=lifecycle.RUN_TERMINATED,
+        record = dict(record, status=RunStatus.TERMINATED.value,
                       reason=lifecycle.TERMINATED_BY_USER, queue_position=None)
     return {"run": dict(record, stopped=[]), "changed": waiting}
 

@@ -20,8 +20,8 @@ from ..core.text import shorten
 from . import lifecycle, listing, placement, rankplan, surveys
 from .container import ARRAY_LABEL
 from .errors import PlanError, RunError
+from .lifecycle import RunStatus
 
-FINISHED = (lifecycle.RUN_DONE, lifecycle.RUN_FAILED, lifecycle.RUN_TERMINATED)
 _RUN_NAME_MAX = 41
 
 
@@ -93,11 +93,11 @@ class ArrayRunner(object):
             try:
                 record = runner.run(wait=False)
             except placement.NoHostFits as exc:
-                record = dict(runner.result(), status=lifecycle.RUN_FAILED,
+                record = dict(runner.result(), status=RunStatus.FAILED.value,
                               reason=lifecycle.NO_CAPACITY, message=str(exc))
             record["index"] = index
             submitted[name] = record
-            if record.get("status") in FINISHED:
+            if record.get("status") in RunStatus.finished_statuses():
                 ended[name] = record["status"]
             self._say("%s submitted (%d of %d): %s"
                       % (name, len(submitted), len(self.indices), record.get("status")))
@@ -113,7 +113,7 @@ class ArrayRunner(object):
         statuses = self.statuses()
         live = []
         for name, status in sorted(statuses.items()):
-            if status in FINISHED:
+            if status in RunStatus.finished_statuses():
                 if name in submitted and name not in ended:
                     ended[name] = status
                     self._say("%s %s" % (name, status))
@@ -133,13 +133,13 @@ class ArrayRunner(object):
                         "run_id": record.get("run_id"), "fleet": record.get("fleet")})
         statuses = [r["status"] for r in out]
         if waited:
-            status = lifecycle.RUN_DONE if all(s == lifecycle.RUN_DONE for s in statuses) else (
-                lifecycle.RUN_FAILED)
+            status = RunStatus.DONE.value if all(s == RunStatus.DONE for s in statuses) else (
+                RunStatus.FAILED.value)
         else:
-            status = lifecycle.RUN_FAILED if lifecycle.RUN_FAILED in statuses else (
-                lifecycle.RUN_SUBMITTED)
-        failed = [r["run"] for r in out if r["status"] not in (lifecycle.RUN_DONE, None)
-                  and (waited or r["status"] == lifecycle.RUN_FAILED)]
+            status = RunStatus.FAILED.value if RunStatus.FAILED in statuses else (
+                RunStatus.SUBMITTED.value)
+        failed = [r["run"] for r in out if r["status"] not in (RunStatus.DONE, None)
+                  and (waited or r["status"] == RunStatus.FAILED)]
         return {"run": self.base, "array": self.base, "status": status,
                 "reason": None, "jobs": [], "runs": out,
                 "message": ("not done: %s" % ", ".join(failed)) if failed else None}
@@ -153,6 +153,6 @@ def stop_array(nodes, base, abort=False):
                        "runs)" % shorten(base))
     stopped = []
     for name, status in sorted(statuses.items()):
-        if status not in FINISHED:
+        if status not in RunStatus.finished_statuses():
             stopped += listing.stop_run(nodes, name, abort=abort).get("stopped") or []
     return {"name": base, "array": base, "runs": sorted(statuses), "stopped": sorted(stopped)}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from ..core.errors import GpufleetError
 from . import lifecycle
+from .lifecycle import JobStatus
 from .ssh import parallel
 
 CLAIM_LEASE = 900
@@ -45,7 +46,7 @@ def busy_map(containers, claims=None):
         for entry in entries:
             labels = entry["labels"]
             key = (host, labels.get("gpufleet.run"), str(labels.get("gpufleet.submission") or 0))
-            if key in covered or lifecycle.job_status(entry)[0] not in lifecycle.ALIVE:
+            if key in covered or lifecycle.job_status(entry)[0] not in JobStatus.up_statuses():
                 continue
             item = busy.setdefault(host, {"blocks": 0, "gpu_ids": []})
             try:

@@ -59,7 +59,7 @@ class Code(object):
         return self.archive
 
     def remote(self, secrets):
-        """The job specs' ``repo`` of a remote repo: where to clone from and the credential."""
+        """The jobs' ``repo`` of a remote repo: where to clone from and the credential."""
         secrets = secrets or {}
         scheme = ids.parse_url(self.url)[0]
         out = {"url": self.url, "branch": self.spec.get("branch"), "hash": self.spec.get("hash"),

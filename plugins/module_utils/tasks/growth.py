@@ -23,15 +23,16 @@ from __future__ import annotations
 import os
 
 from ..fleets import idle
+from ..fleets.status import InstanceStatus
 from . import placement
 
 NEW_PREFIX = "new:"
 GROWABLE = ("local", "aws", "gcp")
-GONE = ("terminating", "terminated", "failed")
 
 
 def _alive(fleet):
-    return [i for i in fleet.get("instances") or [] if i.get("status") not in GONE]
+    return [i for i in fleet.get("instances") or []
+            if i.get("status") not in InstanceStatus.lost_statuses()]
 
 
 def room(fleet):

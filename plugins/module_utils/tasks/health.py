@@ -26,14 +26,13 @@ import datetime
 
 from ..core.times import parse_time
 from ..fleets import report, state
+from ..fleets.status import InstanceStatus
 from . import surveys
 from .claiming import busy_map
 from .ssh import Node, parallel
 
 MAX_AGE = 300
 PROBE_TIMEOUT = 90
-# Instances that have no host to ask (yet, or any more).
-NOT_ASKED = ("provisioning", "stopped", "terminating", "terminated")
 KEYS = ("health", "health_message", "health_source", "health_incidents", "health_checked_at",
         "health_error")
 
@@ -110,7 +109,7 @@ def due(records, root, max_age=MAX_AGE, now=None):
         for instance in record.get("instances") or []:
             fact = facts.get(instance.get("name"))
             if (fact is None or not instance.get("hostname")
-                    or instance.get("status") in NOT_ASKED):
+                    or instance.get("status") in InstanceStatus.hostless_statuses()):
                 continue
             if is_stale(fact, max_age, now):
                 found[instance["name"]] = dict(instance, fleet=instance.get("fleet")

@@ -21,9 +21,8 @@ Pure Python: the records are read by the caller.
 
 from __future__ import annotations
 
+from ..fleets.status import InstanceStatus
 from . import lifecycle
-
-GONE_STATUSES = ("stopped", "terminating", "terminated", "failed")
 
 
 def instance_map(fleets):
@@ -37,7 +36,7 @@ def gone(record):
     host is not asked again: a request to it only waits out SSH's connect timeout."""
     if (record or {}).get("backend") == "ssh":
         return False
-    return record is None or record.get("status") in GONE_STATUSES
+    return record is None or record.get("status") in InstanceStatus.gone_statuses()
 
 
 def judge(host, record, unreachable_for):

@@ -15,20 +15,77 @@ resubmitted under its retry policy. Nothing here touches a host or a clock of it
 
 from __future__ import annotations
 
-from .hostside.booking import ALIVE_STATES
+from ..core.enums import StrEnum
+from .hostside.booking import HOLDING_STATES
 
-# Job statuses (dstack's JobStatus).
-SUBMITTED = "submitted"
-PROVISIONING = "provisioning"
-PULLING = "pulling"
-RUNNING = "running"
-TERMINATING = "terminating"
-TERMINATED = "terminated"
-ABORTED = "aborted"
-FAILED = "failed"
-DONE = "done"
-FINISHED = (TERMINATED, ABORTED, FAILED, DONE)
-ALIVE = (PROVISIONING, RUNNING, TERMINATING)
+
+class JobStatus(StrEnum):
+    """A job's status (dstack's JobStatus), with what each one means to the runner."""
+
+    SUBMITTED = "submitted"
+    PROVISIONING = "provisioning"
+    PULLING = "pulling"
+    RUNNING = "running"
+    TERMINATING = "terminating"
+    TERMINATED = "terminated"
+    ABORTED = "aborted"
+    FAILED = "failed"
+    DONE = "done"
+
+    @classmethod
+    def finished_statuses(cls):
+        """The job has ended and will not change again."""
+        return (cls.TERMINATED, cls.ABORTED, cls.FAILED, cls.DONE)
+
+    @classmethod
+    def up_statuses(cls):
+        """Its container is up: created and not ended (provisioning, running, terminating)."""
+        return (cls.PROVISIONING, cls.RUNNING, cls.TERMINATING)
+
+    @classmethod
+    def started_statuses(cls):
+        """Its command has begun (running, or done): what startup_order waits for."""
+        return (cls.RUNNING, cls.DONE)
+
+    @classmethod
+    def under_way_statuses(cls):
+        """Started, or on its way there (provisioning, pulling): the run is provisioning."""
+        return cls.started_statuses() + (cls.PROVISIONING, cls.PULLING)
+
+    def is_finished(self):
+        return self in self.finished_statuses()
+
+    def is_up(self):
+        return self in self.up_statuses()
+
+    def is_started(self):
+        return self in self.started_statuses()
+
+    def is_under_way(self):
+        return self in self.under_way_statuses()
+
+
+class RunStatus(StrEnum):
+    """A run's status (dstack's RunStatus)."""
+
+    PENDING = "pending"
+    SUBMITTED = "submitted"
+    PROVISIONING = "provisioning"
+    RUNNING = "running"
+    TERMINATING = "terminating"
+    TERMINATED = "terminated"
+    FAILED = "failed"
+    DONE = "done"
+
+    @classmethod
+    def finished_statuses(cls):
+        """The run has ended (a ``pending`` run waits to be submitted again)."""
+        return (cls.TERMINATED, cls.FAILED, cls.DONE)
+
+    def is_finished(self):
+        return self in self.finished_statuses()
+
+
 # What tasks.hostside.nodeside's status says of a job whose folder is there and its container is
 # not.
 CONTAINER_ABSENT = ("gone", "never-created")
@@ -52,22 +109,12 @@ INTERRUPTED_BY_NO_CAPACITY = "interrupted_by_no_capacity"
 INSTANCE_UNREACHABLE = "instance_unreachable"
 JOB_DISCONNECTED_GRACE = 120
 STOP_REASONS = {
-    MAX_DURATION_EXCEEDED: TERMINATED,
-    INACTIVITY_DURATION_EXCEEDED: TERMINATED,
-    TERMINATED_BY_USER: TERMINATED,
-    TERMINATED_BY_SERVER: TERMINATED,
-    DONE_BY_RUNNER: DONE,
+    MAX_DURATION_EXCEEDED: JobStatus.TERMINATED.value,
+    INACTIVITY_DURATION_EXCEEDED: JobStatus.TERMINATED.value,
+    TERMINATED_BY_USER: JobStatus.TERMINATED.value,
+    TERMINATED_BY_SERVER: JobStatus.TERMINATED.value,
+    DONE_BY_RUNNER: JobStatus.DONE.value,
 }
-
-# Run statuses (dstack's RunStatus).
-RUN_PENDING = "pending"
-RUN_SUBMITTED = "submitted"
-RUN_PROVISIONING = "provisioning"
-RUN_RUNNING = "running"
-RUN_TERMINATING = "terminating"
-RUN_TERMINATED = "terminated"
-RUN_FAILED = "failed"
-RUN_DONE = "done"
 
 # Retry events (dstack's RetryEvent) and the reasons that map to them
 # (docs/reference/dstack-runtime.md#failure-and-retry).
@@ -91,24 +138,25 @@ def job_status(entry):
     was stopped, written before the stop; ``exit_code``: written by the wrapper when it ends).
     """
     if entry is None:
-        return SUBMITTED, None, None
+        return JobStatus.SUBMITTED.value, None, None
     files = entry.get("files") or {}
     reason = files.get("reason")
     state = entry.get("state")
     if entry.get("setup_error"):
         # Its container could not be created (tasks.hostside.nodeside's start).
-        return FAILED, EXECUTOR_ERROR, None
+        return JobStatus.FAILED.value, EXECUTOR_ERROR, None
     if state == "gone" and not files.get("exit_code") and reason not in STOP_REASONS:
         # Its container was removed under it, by someone else (docker rm).
-        return TERMINATED, TERMINATED_BY_USER, None
+        return JobStatus.TERMINATED.value, TERMINATED_BY_USER, None
     if state in ("created", "restarting"):
-        return PROVISIONING, None, None
+        return JobStatus.PROVISIONING.value, None, None
     code = _int(files.get("exit_code"))
     if state in ("running", "paused", "removing"):
         if reason:
-            return TERMINATING, reason, None
+            return JobStatus.TERMINATING.value, reason, None
         if code is None:
-            return (RUNNING if files.get("running") else PROVISIONING), None, None
+            started = files.get("running")
+            return (JobStatus.RUNNING if started else JobStatus.PROVISIONING).value, None, None
         # The command ended on its own (or the wrapper failed before it began) and the wrapper
         # wrote the code: the container only finishes its work (the run's other nodes are told
         # to stop first, then it exits). The job ended now, as dstack's runner says when the
@@ -119,12 +167,12 @@ def job_status(entry):
     if reason in STOP_REASONS:
         return STOP_REASONS[reason], reason, code
     if code == 0:
-        return DONE, None, 0
+        return JobStatus.DONE.value, None, 0
     if not files.get("running"):
         # The wrapper failed before the command began: the image lacks a shell, a volume is
         # missing, the user does not exist...
-        return FAILED, EXECUTOR_ERROR, code
-    return FAILED, CONTAINER_EXITED_WITH_ERROR, code
+        return JobStatus.FAILED.value, EXECUTOR_ERROR, code
+    return JobStatus.FAILED.value, CONTAINER_EXITED_WITH_ERROR, code
 
 
 def holds_host(entry):
@@ -132,7 +180,7 @@ def holds_host(entry):
     or one that has ended while its wrapper still tells the run's other nodes to stop). The
     Docker state decides, as it does for tasks.hostside.booking's claims: every alive job's
     container is in one of those states."""
-    return entry is not None and entry.get("state") in ALIVE_STATES
+    return entry is not None and entry.get("state") in HOLDING_STATES
 
 
 def retry_event(reason):
@@ -165,7 +213,7 @@ class Decision(object):
     """What to do after one look at the jobs."""
 
     def __init__(self):
-        self.status = RUN_SUBMITTED
+        self.status = RunStatus.SUBMITTED.value
         self.start = []  # job numbers to start now
         self.stop = {}  # job number -> reason
         self.final = False
@@ -178,10 +226,10 @@ class Decision(object):
 
 
 def _startable(order, statuses):
-    waiting = [n for n, s in statuses.items() if s[0] == SUBMITTED]
+    waiting = [n for n, s in statuses.items() if s[0] == JobStatus.SUBMITTED]
     if not waiting:
         return []
-    up = (RUNNING, DONE)
+    up = JobStatus.started_statuses()
     if order == "master-first":
         if 0 in waiting:
             return [0]
@@ -203,12 +251,12 @@ def decide(policy, statuses, now=0.0, retry_since=None):
     the submission. ``retry_since``: the retry clock's start (see ``may_retry``).
     """
     result = Decision()
-    alive = [n for n, s in statuses.items() if s[0] in ALIVE]
+    alive = [n for n, s in statuses.items() if s[0] in JobStatus.up_statuses()]
 
     def by_reason(reason):
         return [n for n, s in sorted(statuses.items()) if s[1] == reason]
 
-    failed = [n for n, s in sorted(statuses.items()) if s[0] == FAILED]
+    failed = [n for n, s in sorted(statuses.items()) if s[0] == JobStatus.FAILED]
     user = by_reason(TERMINATED_BY_USER)
     expired = by_reason(MAX_DURATION_EXCEEDED)
     inactive = by_reason(INACTIVITY_DURATION_EXCEEDED)
@@ -216,51 +264,52 @@ def decide(policy, statuses, now=0.0, retry_since=None):
     # that failed came back: its host was judged after two minutes of silence, and answers
     # again with its job still running), the run ends all the same.
     server = by_reason(TERMINATED_BY_SERVER)
-    master = statuses.get(0, (SUBMITTED, None, None))
+    master = statuses.get(0, (JobStatus.SUBMITTED.value, None, None))
 
     ending = None
     if user:
-        ending = (RUN_TERMINATED, TERMINATED_BY_USER, TERMINATED_BY_USER)
+        ending = (RunStatus.TERMINATED.value, TERMINATED_BY_USER, TERMINATED_BY_USER)
     elif failed or inactive:
         first = (failed or inactive)[0]
         result.failed_job = (first,) + tuple(statuses[first][1:])
-        ending = (RUN_FAILED, "job_failed", TERMINATED_BY_SERVER)
+        ending = (RunStatus.FAILED.value, "job_failed", TERMINATED_BY_SERVER)
     elif expired:
         result.failed_job = (expired[0], MAX_DURATION_EXCEEDED, statuses[expired[0]][2])
-        ending = (RUN_TERMINATED, MAX_DURATION_EXCEEDED, TERMINATED_BY_SERVER)
+        ending = (RunStatus.TERMINATED.value, MAX_DURATION_EXCEEDED, TERMINATED_BY_SERVER)
     elif server:
-        ending = (RUN_TERMINATED, TERMINATED_BY_SERVER, TERMINATED_BY_SERVER)
-    elif policy.get("stop_criteria") == "master-done" and master[0] == DONE:
-        ending = (RUN_DONE, "all_jobs_done", DONE_BY_RUNNER)
-    elif statuses and all(s[0] == DONE for s in statuses.values()):
-        ending = (RUN_DONE, "all_jobs_done", None)
+        ending = (RunStatus.TERMINATED.value, TERMINATED_BY_SERVER, TERMINATED_BY_SERVER)
+    elif policy.get("stop_criteria") == "master-done" and master[0] == JobStatus.DONE:
+        ending = (RunStatus.DONE.value, "all_jobs_done", DONE_BY_RUNNER)
+    elif statuses and all(s[0] == JobStatus.DONE for s in statuses.values()):
+        ending = (RunStatus.DONE.value, "all_jobs_done", None)
 
     if ending is not None:
         run_status, run_reason, stop_reason = ending
         for num in alive:
-            if statuses[num][0] != TERMINATING:
+            if statuses[num][0] != JobStatus.TERMINATING:
                 result.stop[num] = stop_reason or TERMINATED_BY_SERVER
         if alive:
-            result.status = RUN_TERMINATING
+            result.status = RunStatus.TERMINATING.value
             return result
         result.final = True
         result.status = run_status
         result.reason = run_reason
-        if run_status == RUN_FAILED:
+        if run_status == RunStatus.FAILED:
             event = retry_event(result.failed_job[1])
             if may_retry(policy.get("retry"), event, now,
                          now if retry_since is None else retry_since):
                 result.final = False
                 result.resubmit = True
-                result.status = RUN_PENDING
+                result.status = RunStatus.PENDING.value
         return result
 
     result.start = _startable(policy.get("startup_order") or "any", statuses)
     values = [s[0] for s in statuses.values()]
-    if values and all(v in (RUNNING, DONE) for v in values):
-        result.status = RUN_RUNNING
-    elif any(v in (RUNNING, DONE, PROVISIONING, PULLING) for v in values):
-        result.status = RUN_PROVISIONING if not any(v == RUNNING for v in values) else RUN_RUNNING
+    if values and all(v in JobStatus.started_statuses() for v in values):
+        result.status = RunStatus.RUNNING.value
+    elif any(v in JobStatus.under_way_statuses() for v in values):
+        result.status = (RunStatus.PROVISIONING if not any(v == JobStatus.RUNNING for v in values)
+                         else RunStatus.RUNNING).value
     else:
-        result.status = RUN_SUBMITTED
+        result.status = RunStatus.SUBMITTED.value
     return result

@@ -20,6 +20,7 @@ from typing import Any
 
 from ..core.text import shorten
 from . import lifecycle, queue_records, surveys
+from .lifecycle import JobStatus, RunStatus
 from .container import RESOURCES_LABEL, RUN_SPEC_LABEL
 from .errors import RunError
 from .records import JobRecord, RunRecord
@@ -27,7 +28,8 @@ from .ssh import missing_key, parallel
 from .supervisor import JOB_LABEL, RUN_LABEL, SUBMISSION_LABEL, Watch
 
 
-def _spec(labels):
+def _asked(labels):
+    """What the run asked for: its gpufleet.run-asked label (tasks.container), parsed."""
     try:
         value = json.loads(labels.get(RUN_SPEC_LABEL) or "{}")
     except ValueError:
@@ -86,17 +88,17 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
         latest = max(_submission_of(e) for e in entries)
         entries = sorted((e for e in entries if _submission_of(e) == latest), key=_job_num)
         labels = entries[0]["labels"]
-        spec = _spec(labels)
+        asked = _asked(labels)
         statuses = dict((_job_num(e), lifecycle.job_status(e)) for e in entries)
         try:
             nodes = int(labels.get("gpufleet.nodes") or len(entries))
         except ValueError:
             nodes = len(entries)
-        lost = _lost_jobs(name, spec, nodes, statuses, containers, instances, silent or {})
+        lost = _lost_jobs(name, asked, nodes, statuses, containers, instances, silent or {})
         for num in range(nodes):
-            statuses.setdefault(num, (lifecycle.SUBMITTED, None, None))
-        decision = lifecycle.decide({"stop_criteria": spec.get("stop_criteria"),
-                                     "startup_order": spec.get("startup_order")}, statuses)
+            statuses.setdefault(num, (JobStatus.SUBMITTED.value, None, None))
+        decision = lifecycle.decide({"stop_criteria": asked.get("stop_criteria"),
+                                     "startup_order": asked.get("startup_order")}, statuses)
         jobs: list[JobRecord] = []
         for entry in entries:
             status = statuses[_job_num(entry)]
@@ -114,22 +116,22 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
             "message": next((m for m in [e.get("setup_error") for e in entries] +
                              [j.get("message") for j in lost] if m), None),
             "name": name,
-            "type": spec.get("type") or "task",
+            "type": asked.get("type") or "task",
             "run_id": labels.get("gpufleet.run-id"),
             "submission": latest,
             "submitted": labels.get("gpufleet.submitted"),
             "status": decision.status,
             "reason": decision.reason,
             "fleet": labels.get("gpufleet.fleet"),
-            "backend": spec.get("backend"),
-            "region": spec.get("region"),
-            "price": spec.get("price"),
-            "spot": spec.get("spot"),
-            "gpu": spec.get("gpu"),
+            "backend": asked.get("backend"),
+            "region": asked.get("region"),
+            "price": asked.get("price"),
+            "spot": asked.get("spot"),
+            "gpu": asked.get("gpu"),
             "nodes": nodes,
             "array": labels.get("gpufleet.array"),
-            "stop_criteria": spec.get("stop_criteria"),
-            "startup_order": spec.get("startup_order"),
+            "stop_criteria": asked.get("stop_criteria"),
+            "startup_order": asked.get("startup_order"),
             "jobs": jobs,
         })
     records.sort(key=lambda r: (r["submitted"] or "", r["name"]), reverse=True)
@@ -157,9 +159,9 @@ def with_queue(records, queues):
             if entry["run"] in by_name:
                 by_name[entry["run"]]["retry_kept_on"] = host
             continue
-        status = {queue_records.PENDING: lifecycle.RUN_PENDING,
-                  queue_records.FAILED: lifecycle.RUN_FAILED,
-                  queue_records.TERMINATED: lifecycle.RUN_TERMINATED}.get(state, state)
+        status = {queue_records.PENDING: RunStatus.PENDING.value,
+                  queue_records.FAILED: RunStatus.FAILED.value,
+                  queue_records.TERMINATED: RunStatus.TERMINATED.value}.get(state, state)
         extra = {"status": status, "queued_on": host, "priority": entry.get("priority") or 0,
                  "queue_position": places.get(entry["run"]),
                  "reason": None if state == queue_records.PENDING else entry.get("reason"),
@@ -181,7 +183,7 @@ def with_queue(records, queues):
     return out
 
 
-def _lost_jobs(run, spec, nodes, statuses, answered, instances, silent):
+def _lost_jobs(run, asked, nodes, statuses, answered, instances, silent):
     """Job entries of ``run`` on hosts that did not answer (their containers unseen: the host
     is silent, or its fleet no longer has it), judged by tasks.interruption from the host's
     record and how long it has been silent (``silent``); their statuses are added to
@@ -191,7 +193,7 @@ def _lost_jobs(run, spec, nodes, statuses, answered, instances, silent):
 
     if instances is None:
         return []
-    hosts = spec.get("hosts") or []
+    hosts = asked.get("hosts") or []
     lost = []
     for num in range(nodes):
         if num in statuses or num >= len(hosts) or hosts[num] in answered:
@@ -200,14 +202,14 @@ def _lost_jobs(run, spec, nodes, statuses, answered, instances, silent):
         quiet = silent.get(host) or 0
         verdict = interruption.judge(host, instances.get(host), quiet)
         if verdict is None:
-            statuses[num] = (lifecycle.RUNNING, None, None)
-            entry = {"status": lifecycle.RUNNING, "reason": None, "unreachable": True,
+            statuses[num] = (JobStatus.RUNNING.value, None, None)
+            entry = {"status": JobStatus.RUNNING.value, "reason": None, "unreachable": True,
                      "message": "host %s does not answer%s" % (host, (
                          " (for %d s; its job fails after %d s)" % (
                              quiet, lifecycle.JOB_DISCONNECTED_GRACE)) if quiet >= 1 else "")}
         else:
-            statuses[num] = (lifecycle.FAILED, verdict[0], None)
-            entry = {"status": lifecycle.FAILED, "reason": verdict[0], "message": verdict[1]}
+            statuses[num] = (JobStatus.FAILED.value, verdict[0], None)
+            entry = {"status": JobStatus.FAILED.value, "reason": verdict[0], "message": verdict[1]}
         lost.append(dict(entry, job_num=num, host=host, container=container_name(run, num),
                          exit_code=None, started_at=None, finished_at=None, gpus=[],
                          resources=""))
@@ -284,11 +286,11 @@ def stop_run(nodes, name, abort=False, surveyed=None):
 
     def stop(host):
         jobs = [c for c in mine[host]
-                if lifecycle.job_status(c)[0] in lifecycle.ALIVE and
+                if lifecycle.job_status(c)[0] in JobStatus.up_statuses() and
                 _submission_of(c) == record["submission"]]
         if not jobs:
             return []
-        timeout = 0 if abort else max(int(_spec(c["labels"]).get("stop_duration") or 0)
+        timeout = 0 if abort else max(int(_asked(c["labels"]).get("stop_duration") or 0)
                                       for c in jobs)
         answer = nodes[host].call("stop", {
             "reason": lifecycle.TERMINATED_BY_USER, "timeout": timeout,
@@ -377,7 +379,7 @@ def _started(nodes, name, emit, sleep):
     while True:
         containers, _claims, queues, errors = surveys.survey_with_queues(nodes)
         record, mine = find_run(nodes, name, (containers, errors), queues)
-        if mine or record.get("status") != lifecycle.RUN_PENDING:
+        if mine or record.get("status") != RunStatus.PENDING:
             return record, mine
         if not said:
             emit({"kind": "info", "message": "pending (queue position %s on %s): waiting for "
@@ -402,12 +404,12 @@ def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time, 
         return record   # its wait in the queue ended before it started
     latest = [c for entries in mine.values() for c in entries
               if _submission_of(c) == record["submission"]]
-    spec = _spec(latest[0]["labels"])
+    asked = _asked(latest[0]["labels"])
     jobs = [{"job_num": j["job_num"], "host": j["host"], "container": j["container"],
              "run": name, "submission": record["submission"],
-             "stop_duration": spec.get("stop_duration") or 0} for j in record["jobs"]]
-    policy = {"startup_order": spec.get("startup_order"),
-              "stop_criteria": spec.get("stop_criteria"), "retry": None}
+             "stop_duration": asked.get("stop_duration") or 0} for j in record["jobs"]]
+    policy = {"startup_order": asked.get("startup_order"),
+              "stop_criteria": asked.get("stop_criteria"), "retry": None}
     if job is not None and job not in [j["job_num"] for j in jobs]:
         raise RunError("run %s has no job %d (jobs: %s)" % (
             name, job, ", ".join(str(j["job_num"]) for j in jobs)))
@@ -432,7 +434,7 @@ def runs_alive(record, root):
     using = {}
     for run in found:
         for job in run["jobs"]:
-            if job["status"] in lifecycle.ALIVE and job["host"] not in unreachable:
+            if job["status"] in JobStatus.up_statuses() and job["host"] not in unreachable:
                 using.setdefault(job["host"], set()).add(run["name"])
     return using, dict((h, _reason(h, e)) for h, e in unreachable.items())
 

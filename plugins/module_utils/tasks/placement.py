@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..core.text import shorten
+from ..fleets.status import InstanceStatus
 from ..offers.match import (
     MatchError,
     block_offer,
@@ -39,12 +40,6 @@ from ..offers.match import (
     whole_number,
 )
 
-# Instances that cannot take a job. dstack schedules only available instances, i.e. idle or busy
-# (docs/reference/dstack-runtime.md#instance-statuses); unreachable hosts would fail the job at
-# once.
-UNAVAILABLE_STATUSES = frozenset(
-    ("pending", "provisioning", "terminating", "terminated", "failed", "unreachable", "stopped")
-)
 # DCGM health that keeps a host out of scheduling; "warning" hosts are still used
 # (docs/reference/dstack-runtime.md#health).
 EXCLUDED_HEALTH = frozenset(("failure",))
@@ -159,7 +154,10 @@ def _listed(value, allowed):
 def _profile_reason(instance, config):
     """Why the run's profile (instances, backends, regions, prices...) rules the instance out."""
     status = instance.get("status")
-    if status in UNAVAILABLE_STATUSES:
+    # dstack schedules only available instances, i.e. idle or busy
+    # (docs/reference/dstack-runtime.md#instance-statuses); unreachable hosts would fail the
+    # job at once.
+    if status in InstanceStatus.unavailable_statuses():
         return "status %s" % status
     selectors = config.get("instances")
     if selectors and not any(_selected(sel, instance) for sel in selectors):

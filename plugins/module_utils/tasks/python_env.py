@@ -76,7 +76,7 @@ def for_host(setup, host):
 
 def cache_mount(setup):
     """The node's folder of downloaded Pythons, for a job whose setup fetches one (else None),
-    as a mount of the job spec (created on the node when missing, like an instance volume)."""
+    as a mount of the job (created on the node when missing, like an instance volume)."""
     if not setup or not setup.get("fetch"):
         return None
     return {"kind": "instance", "source": NODE_PYTHONS_DIR, "target": PYTHONS_DIR,

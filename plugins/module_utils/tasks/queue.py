@@ -29,6 +29,7 @@ import time
 
 from ..core.times import parse_time
 from . import interruption, lifecycle, listing, placement, silence, surveys
+from .lifecycle import JobStatus, RunStatus
 from .queue_records import ACTIVE, FAILED, PENDING, entries_of, keeps_entry, priority_order
 from .errors import NeedsInstances, PlanError, RunError
 from .ssh import NodeError, parallel
@@ -192,7 +193,7 @@ class QueuePass(object):
             self._call(host, "dequeue", {"run": entry["run"], "run_id": entry["run_id"],
                                          "expect": mine})
         self.report["started"].append(entry["run"])
-        if result.get("status") == lifecycle.RUN_FAILED and not keep:
+        if result.get("status") == RunStatus.FAILED and not keep:
             self.report["failed"].append(entry["run"])
         return False
 
@@ -207,7 +208,7 @@ class QueuePass(object):
             return
         now = self.clock()
         ended = [_epoch(j.get("finished_at"), now) for j in record["jobs"]
-                 if j["status"] in lifecycle.FINISHED]
+                 if j["status"] in JobStatus.finished_statuses()]
         since = max(ended) if ended else now
         policy = dict((entry or {}).get("policy") or _policy(record))
         if entry is None:
@@ -222,7 +223,7 @@ class QueuePass(object):
                 # its own (done or failed), not the stop's. The next pass reads it.
                 return
             for num, reason in decision.stop.items():
-                statuses[num] = (lifecycle.STOP_REASONS.get(reason, lifecycle.TERMINATED),
+                statuses[num] = (lifecycle.STOP_REASONS.get(reason, JobStatus.TERMINATED.value),
                                  reason, None)
             decision = lifecycle.decide(policy, statuses, now=now, retry_since=since)
         if entry is None:
@@ -245,7 +246,7 @@ class QueuePass(object):
             entry.update(changes)   # tried in this same pass
             self.report["resubmitted"].append(entry["run"])
         elif decision.final:
-            if decision.status == lifecycle.RUN_FAILED and record.get("message"):
+            if decision.status == RunStatus.FAILED and record.get("message"):
                 # Keep why it failed (a host that went away) where ps finds it.
                 self._update(host, entry, {"state": FAILED, "reason": decision.failed_job[1],
                                            "message": record["message"]})
@@ -260,7 +261,7 @@ class QueuePass(object):
         for job in record["jobs"]:
             num = job["job_num"]
             if num in stops and job["host"] in self.nodes and job["host"] not in self.silent \
-                    and job["status"] in lifecycle.ALIVE:
+                    and job["status"] in JobStatus.up_statuses():
                 by_host.setdefault((job["host"], stops[num]), []).append(
                     {"run": record["name"], "job_num": num, "container": job["container"]})
         # Every host at once: a run of 32 nodes is not stopped one host after another.
@@ -340,7 +341,7 @@ def is_due(survey, instances=None, silent=None):
     for record in listing.run_records(containers, errors, instances, silent):
         statuses = _statuses(record)
         if record["name"] in active and any(
-                s[0] in lifecycle.FINISHED for s in statuses.values()):
+                s[0] in JobStatus.finished_statuses() for s in statuses.values()):
             return True
         decision = lifecycle.decide(_policy(record), statuses)
         if any(job["host"] not in errors for job in record["jobs"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from ..fleets.status import InstanceStatus
 from . import lifecycle
 from .records import QueueSummary
 
@@ -57,7 +58,8 @@ def queue_host(fleets, names, errors):
         if names and fleet.get("name") not in names:
             continue
         for inst in sorted(fleet.get("instances") or [], key=lambda i: i.get("num") or 0):
-            if inst.get("hostname") and inst.get("status") in ("idle", "busy") and (
+            if inst.get("hostname") and (
+                    inst.get("status") in InstanceStatus.available_statuses()) and (
                     inst["name"] not in errors):
                 return inst["name"]
     return None

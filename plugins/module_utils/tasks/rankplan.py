@@ -4,7 +4,7 @@
 """The rank plan: everything each container of a run needs, computed from the task and placement.
 
 Pure functions, no I/O. ``build_jobs`` turns a normalized task config (docs/config-json.md) and
-the placement of its jobs (tasks.placement.place) into one job spec per rank: the container's
+the placement of its jobs (tasks.placement.place) into one job per rank: the container's
 name, labels and ``docker run`` options (tasks.container), its mounts (volumes.mounts), and the
 files of its job folder: the environment, the MPI hostfile and the inter-node SSH key
 (tasks.environment) and the command (tasks.command). The wrapper script (tasks.hostside.wrapper)
@@ -102,7 +102,7 @@ def job_dir(run_name_, job_num):
 
 
 # ---------------------------------------------------------------------------------------------
-# Job specs
+# Jobs
 
 
 def _duration(value):
@@ -214,7 +214,7 @@ def _check_run(run):
 def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
                run_args=(), image=None, image_cmd=None, config_dir=None, repo=None,
                python_setup=None, fleet_env=None):
-    """One job spec per rank, in rank order (see the module docstring).
+    """One job per rank, in rank order (see the module docstring).
 
     ``run``: ``{"name", "id", "submission", "submitted_at"}``; ``ssh_key``: ``{"private",
     "public"}`` (one pair per run, required with two jobs or more; a single job gets it too

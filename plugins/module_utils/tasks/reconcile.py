@@ -11,7 +11,7 @@ Pure Python. An instance is idle when no task container of gpufleet is alive on 
 been idle since the last of its task containers finished, or since it was created when it
 never ran one. A host that cannot be asked is never taken for idle.
 
-    decision = plan(config, instances, containers, errors, now)
+    decision = decide(config, instances, containers, errors, now)
     # {"remove": [...], "create": n, "keep": [...], "reasons": {name: why}}
 """
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 from ..core.times import parse_time
 from ..fleets import idle as idle_limits
 from ..fleets.idle import OFF, span as _span
+from ..fleets.status import InstanceStatus
 from . import lifecycle
-GONE = ("terminating", "terminated")
 
 
 def idle_since(instance, containers):
@@ -45,7 +45,7 @@ def _whose(instance):
     return " (made for run %s)" % run if run else ""
 
 
-def plan(config, instances, containers, errors, now, claims=None, queues=None):
+def decide(config, instances, containers, errors, now, claims=None, queues=None):
     """What one reconcile pass does to a backend fleet.
 
     ``instances`` are the fleet's instance records, ``containers`` maps host names to their
@@ -61,12 +61,12 @@ def plan(config, instances, containers, errors, now, claims=None, queues=None):
     nodes = config.get("nodes") or {}
     minimum = nodes.get("min") or 0
     fleet_idle = config.get("idle_duration")
-    alive = [i for i in instances if i.get("status") not in GONE]
+    alive = [i for i in instances if i.get("status") not in InstanceStatus.finished_statuses()]
     reasons = {}
     idle = []
     for instance in alive:
         name = instance["name"]
-        if instance.get("status") not in ("idle", "busy"):
+        if instance.get("status") not in InstanceStatus.available_statuses():
             reasons[name] = "kept: %s" % instance.get("status")
             continue
         if name in errors or name not in containers:

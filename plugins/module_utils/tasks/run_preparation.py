@@ -23,7 +23,8 @@ from ..fleets import cloud as fleet_cloud
 from ..fleets import state
 from ..repos import files as shipped_files
 from ..volumes import attach as volumes
-from . import claiming, lifecycle, python_env, rankplan
+from . import claiming, python_env, rankplan
+from .lifecycle import JobStatus, RunStatus
 from .environment import registry_credentials
 from .errors import PlanError, RunError
 from .images import ensure_image
@@ -178,7 +179,7 @@ class RunPreparation(object):
         auth = registry_credentials(self.run.config, self.run.env, self.run.secrets)
         for job in placed["jobs"]:
             self.run.emit({"kind": "job", "job_num": job["job_num"], "host": job["host"],
-                           "status": lifecycle.PULLING, "reason": None, "exit_code": None})
+                           "status": JobStatus.PULLING.value, "reason": None, "exit_code": None})
         source = self.run.image_source
         if image == self.run.local_image and source == "auto":
             source = "push"  # built on this controller: no registry has it
@@ -264,7 +265,7 @@ class RunPreparation(object):
             raise RunError(str(exc)) from exc
         for host, answers in done.items():
             for answer in answers:
-                self.run.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
+                self.run.emit({"kind": "run", "status": RunStatus.PENDING.value,
                                "message": "volume %s mounted on %s%s" % (
                                    answer["name"], host, " (formatted: it was blank)"
                                    if answer.get("formatted") else "")})

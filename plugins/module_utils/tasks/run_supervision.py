@@ -14,6 +14,7 @@ host that stops answering is looked up in its backend (tasks.interruption).
 from __future__ import annotations
 
 from . import growth, interruption, lifecycle, placement, queue, runbook, surveys
+from .lifecycle import JobStatus, RunStatus
 from .errors import RunError
 from .queue_records import ACTIVE, FAILED, PENDING, TERMINATED, entries_of, keeps_entry, positions
 from .ssh import parallel
@@ -75,17 +76,17 @@ class RunSupervision(object):
         if entry.get("state") == PENDING:
             return None
         if entry.get("state") in (FAILED, TERMINATED):
-            return dict(self.run.result(), status=lifecycle.RUN_FAILED if entry.get(
-                "state") == FAILED else lifecycle.RUN_TERMINATED,
+            return dict(self.run.result(), status=RunStatus.FAILED.value if entry.get(
+                "state") == FAILED else RunStatus.TERMINATED.value,
                 reason=entry.get("reason") or lifecycle.TERMINATED_BY_USER,
                 message=entry.get("message"))
         started = any(c["labels"].get(RUN_ID_LABEL) == self.run.run_id
                       for found_on in containers.values() for c in found_on)
         if started:
-            return dict(self.run.result(), status=lifecycle.RUN_SUBMITTED, message=(
+            return dict(self.run.result(), status=RunStatus.SUBMITTED.value, message=(
                 "another controller's pass over the queue started it; gpufleet ps and "
                 "gpufleet logs -f %s follow it" % self.run.name))
-        return dict(self.run.result(), status=lifecycle.RUN_TERMINATED,
+        return dict(self.run.result(), status=RunStatus.TERMINATED.value,
                     reason=lifecycle.TERMINATED_BY_USER,
                     message="its queue entry was removed before it started")
 
@@ -110,7 +111,7 @@ class RunSupervision(object):
                           clock=self.run.clock, sleep=self.run.sleep, poll=self.run.poll)
         while True:
             decision = watch.run_once()
-            waiting = [s for s in watch.statuses.values() if s[0] == lifecycle.SUBMITTED]
+            waiting = [s for s in watch.statuses.values() if s[0] == JobStatus.SUBMITTED]
             if decision.final or decision.resubmit or not waiting:
                 return self.run.result(decision, watch.statuses)
             self.run.sleep(self.run.poll)
@@ -125,11 +126,11 @@ class RunSupervision(object):
                 "priority": int(self.run.config.get("priority") or 0)}
         others = [item for item in entries_of(queues) if item[1].get("run") != self.run.name]
         place = positions(others + [(host, mine)]).get(self.run.name)
-        self.run.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
+        self.run.emit({"kind": "run", "status": RunStatus.PENDING.value,
                        "message": "waiting for capacity in the queue (kept on %s): %s"
                        % (host, exc)})
         if not wait:
-            return dict(self.run.result(), status=lifecycle.RUN_PENDING, reason=None,
+            return dict(self.run.result(), status=RunStatus.PENDING.value, reason=None,
                         message="waiting for capacity (queue position %s, kept on %s)"
                         % (place or "last", host), queued_on=host), None
         return self._wait_in_queue(host, stop_event)
@@ -148,14 +149,14 @@ class RunSupervision(object):
                 self.run.nodes[host].call("update", {"run": self.run.name,
                                                      "run_id": self.run.run_id,
                                                      "changes": stopped})
-                return dict(self.run.result(), status=lifecycle.RUN_TERMINATED,
+                return dict(self.run.result(), status=RunStatus.TERMINATED.value,
                             reason=lifecycle.TERMINATED_BY_USER), None
             self.run.sleep(NO_CAPACITY_BACKOFF[min(attempt, len(NO_CAPACITY_BACKOFF) - 1)])
             attempt += 1
             self.run.refresh_quietly()
             if host not in self.run.nodes:
                 # The queue host's instance is gone, and its entry with it: what ps says.
-                return dict(self.run.result(), status=lifecycle.RUN_FAILED,
+                return dict(self.run.result(), status=RunStatus.FAILED.value,
                             reason=lifecycle.NO_CAPACITY,
                             message="the host that kept its queue entry (%s) is gone" % host), None
             report = queue.QueuePass(self.run.fleets, own=self.run, runner_of=self.runner_of,
@@ -187,7 +188,7 @@ class RunSupervision(object):
                 # No host to keep the entry on: wait here, asking again on every try.
                 self.run.emit({"kind": "info", "message": "%s; waiting in this command" % err})
                 return None, self.run.submit(number, waited_since=since)
-            self.run.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
+            self.run.emit({"kind": "run", "status": RunStatus.PENDING.value,
                            "message": "waiting for capacity in the queue (kept on %s): %s"
                            % (host, exc)})
             return self._wait_in_queue(host, stop_event)
@@ -200,7 +201,7 @@ class RunSupervision(object):
             if never or not lifecycle.may_retry(self.run.config.get("retry"),
                                                 lifecycle.EVENT_NO_CAPACITY, self.run.clock(),
                                                 self.run.clock()):
-                return dict(self.run.result(), status=lifecycle.RUN_FAILED,
+                return dict(self.run.result(), status=RunStatus.FAILED.value,
                             reason=lifecycle.NO_CAPACITY, message="%s%s" % (
                                 exc, (" (%s)" % never) if never else ""))
             result, submission = self._queued(exc, wait, stop_event)
@@ -225,9 +226,9 @@ class RunSupervision(object):
                 # The user's stop came as the run failed by itself (nothing was left for the
                 # stop to end): the run ends stopped, as asked, and is not submitted again.
                 return dict(self.run.result(decision, watch.statuses, failure_message(
-                    decision, submission)), status=lifecycle.RUN_TERMINATED,
+                    decision, submission)), status=RunStatus.TERMINATED.value,
                     reason=lifecycle.TERMINATED_BY_USER)
-            self.run.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
+            self.run.emit({"kind": "run", "status": RunStatus.PENDING.value,
                            "message": "resubmitting all jobs (retry on %s)"
                            % lifecycle.retry_event(decision.failed_job[1])})
             # A host whose instance is gone has nothing to remove, and would only make the
@@ -242,7 +243,8 @@ class RunSupervision(object):
                 ended, submission = self._resubmit(submission.number + 1, self.run.clock(),
                                                    stop_event)
             except placement.NoHostFits as exc:
-                return dict(self.run.result(decision, watch.statuses), status=lifecycle.RUN_FAILED,
+                return dict(self.run.result(decision, watch.statuses),
+                            status=RunStatus.FAILED.value,
                             reason=lifecycle.NO_CAPACITY, message=str(exc))
             if ended is not None:
                 return ended

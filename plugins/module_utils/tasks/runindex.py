@@ -42,7 +42,8 @@ Pure Python: the caller sends the requests (tasks.runs).
 
 from __future__ import annotations
 
-from .hostside.booking import ALIVE_STATES, is_run_name
+from ..fleets.status import InstanceStatus
+from .hostside.booking import HOLDING_STATES, is_run_name
 from .health import MAX_AGE as HEALTH_MAX_AGE
 from .queue_records import WAITING
 from .supervisor import RUN_LABEL
@@ -50,10 +51,6 @@ from .supervisor import RUN_LABEL
 # How long a rewritten index is trusted: the health period, so that one whole survey serves
 # both.
 MAX_AGE = HEALTH_MAX_AGE
-# Instances whose backend says they are not there (the same for every controller). An SSH
-# fleet's instances are "idle" only on a controller that measured them, so their status does
-# not choose the record host: every controller must pick the same one.
-GONE = ("pending", "provisioning", "terminating", "terminated", "stopped", "failed")
 
 
 def fleet_hosts(fleet, nodes):
@@ -65,9 +62,12 @@ def record_host(fleet):
     """The instance that keeps the fleet's run index: its instance with an address and the
     lowest number that its backend does not call gone, or None. Every controller picks the
     same one (it is tasks.queue.queue_host's choice when every host is ready and answers)."""
+    # The backend's word is the same for every controller. An SSH fleet's instances are "idle"
+    # only on a controller that measured them, so their status does not choose the record
+    # host: every controller must pick the same one.
     for inst in sorted(fleet.get("instances") or [], key=lambda i: i.get("num") or 0):
-        if inst.get("hostname") and (inst.get("backend") == "ssh"
-                                     or inst.get("status") not in GONE):
+        if inst.get("hostname") and (inst.get("backend") == "ssh" or inst.get("status") not in
+                                     InstanceStatus.absent_statuses()):
             return inst["name"]
     return None
 
@@ -153,7 +153,7 @@ def reindex_requests(fleets, nodes, survey, age=0.0):
                 label = (entry.get("labels") or {}).get(RUN_LABEL)
                 if is_run_name(label):   # a label gpufleet did not write is not a run
                     runs.setdefault(label, set()).add(name)
-                    if entry.get("state") in ALIVE_STATES:
+                    if entry.get("state") in HOLDING_STATES:
                         alive.setdefault(label, set()).add(name)
             for claim in claims.get(name) or []:   # the survey's claims are the live ones
                 if is_run_name(claim.get("run")):
@@ -172,7 +172,7 @@ def idle_hosts(hosts, survey):
     """Of ``hosts``, those the survey found with no alive task container and no live claim."""
     containers, claims = survey[0], survey[1]
     return [h for h in hosts if h in containers and not claims.get(h) and not any(
-        c.get("state") in ALIVE_STATES for c in containers[h])]
+        c.get("state") in HOLDING_STATES for c in containers[h])]
 
 
 def note_request(fleets, placed, run, survey):

@@ -31,6 +31,7 @@ from ..offers import catalog
 from ..volumes import attach as volumes
 from ..spec import support
 from . import claiming, code, devenv, lifecycle, placement, rankplan, runbook, surveys
+from .lifecycle import JobStatus, RunStatus
 from .environment import resolve_env
 from .errors import NeedsInstances, RunError
 from .run_placement import RunPlacement
@@ -226,7 +227,7 @@ class Runner(object):
                         started):
                     raise
                 delay = NO_CAPACITY_BACKOFF[min(attempt, len(NO_CAPACITY_BACKOFF) - 1)]
-                self.emit({"kind": "run", "status": lifecycle.RUN_PENDING,
+                self.emit({"kind": "run", "status": RunStatus.PENDING.value,
                            "message": "no capacity, retrying in %d s: %s" % (delay, exc)})
                 attempt += 1
                 self.sleep(delay)
@@ -247,7 +248,8 @@ class Runner(object):
         jobs = []
         if last is not None:
             for job, placed in zip(last.jobs, last.placement["jobs"]):
-                status = (statuses or {}).get(job["job_num"], (lifecycle.SUBMITTED, None, None))
+                status = (statuses or {}).get(job["job_num"],
+                                              (JobStatus.SUBMITTED.value, None, None))
                 jobs.append({"job_num": job["job_num"], "host": job["host"],
                              "container": job["container"], "internal_ip": placed["internal_ip"],
                              "status": status[0], "reason": status[1], "exit_code": status[2]})
@@ -255,7 +257,7 @@ class Runner(object):
             "run": self.name,
             "run_id": self.run_id,
             "fleet": last.placement["fleet"] if last else None,
-            "status": decision.status if decision else lifecycle.RUN_SUBMITTED,
+            "status": decision.status if decision else RunStatus.SUBMITTED.value,
             "reason": decision.reason if decision else None,
             "message": message,
             "submissions": len(self.submissions),

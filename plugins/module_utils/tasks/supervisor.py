@@ -12,6 +12,7 @@ import threading
 import time
 
 from . import joblogs, lifecycle
+from .lifecycle import JobStatus, RunStatus
 from .ssh import NodeError, parallel
 
 SUBMISSION_LABEL = "gpufleet.submission"
@@ -195,8 +196,8 @@ class Watch(object):
         self.followers = {}
         self.deferred = {}   # job ends said once their lines have all come
         # The runner has said each job is pulling; a job not created yet says nothing new.
-        self.statuses = dict((n, (lifecycle.SUBMITTED, None, None)) for n in self.jobs)
-        self.run_status = lifecycle.RUN_SUBMITTED
+        self.statuses = dict((n, (JobStatus.SUBMITTED.value, None, None)) for n in self.jobs)
+        self.run_status = RunStatus.SUBMITTED.value
         self.unreachable_since = {}
         # Jobs failed by a verdict on their silent host (tasks.interruption): the verdict
         # stands when the host answers again.
@@ -212,14 +213,15 @@ class Watch(object):
 
         for num, (_answer, error) in parallel(nums, start).items():
             self.started.add(num)
-            if error is None and self.statuses.get(num, (None,))[0] == lifecycle.SUBMITTED:
-                self.statuses[num] = (lifecycle.PROVISIONING, None, None)
+            if error is None and self.statuses.get(num, (None,))[0] == JobStatus.SUBMITTED:
+                self.statuses[num] = (JobStatus.PROVISIONING.value, None, None)
                 self.emit({"kind": "job", "job_num": num, "host": self.jobs[num]["host"],
-                           "status": lifecycle.PROVISIONING, "reason": None, "exit_code": None})
+                           "status": JobStatus.PROVISIONING.value, "reason": None,
+                           "exit_code": None})
             if error is not None:
-                self.statuses[num] = (lifecycle.FAILED, lifecycle.EXECUTOR_ERROR, None)
+                self.statuses[num] = (JobStatus.FAILED.value, lifecycle.EXECUTOR_ERROR, None)
                 self.emit({"kind": "job", "job_num": num, "host": self.jobs[num]["host"],
-                           "status": lifecycle.FAILED, "reason": lifecycle.EXECUTOR_ERROR,
+                           "status": JobStatus.FAILED.value, "reason": lifecycle.EXECUTOR_ERROR,
                            "exit_code": None, "message": error.detail})
 
     def _stop(self, stops):
@@ -273,18 +275,18 @@ class Watch(object):
                 continue
             if host in errors:
                 since = self.unreachable_since.setdefault(host, now)
-                previous = self.statuses.get(num, (lifecycle.SUBMITTED, None, None))
+                previous = self.statuses.get(num, (JobStatus.SUBMITTED.value, None, None))
                 statuses[num] = previous
-                if previous[0] in lifecycle.FINISHED:
+                if previous[0] in JobStatus.finished_statuses():
                     continue
                 if self.judge is not None:
                     verdict = self.judge(host, now - since)
                     if verdict is not None:
-                        statuses[num] = (lifecycle.FAILED, verdict[0], None)
+                        statuses[num] = (JobStatus.FAILED.value, verdict[0], None)
                         self.messages[num] = verdict[1]
                         self.judged.add(num)
                 elif now - since > self.unreachable_grace:
-                    statuses[num] = (lifecycle.FAILED, lifecycle.INSTANCE_UNREACHABLE, None)
+                    statuses[num] = (JobStatus.FAILED.value, lifecycle.INSTANCE_UNREACHABLE, None)
                     self.judged.add(num)
                 continue
             self.unreachable_since.pop(host, None)
@@ -293,16 +295,16 @@ class Watch(object):
                 # Its host answers again after the verdict (a partition that healed): the job
                 # stays failed, as dstack keeps it, and its container, if it still runs, stops.
                 statuses[num] = self.statuses[num]
-                if entry is not None and lifecycle.job_status(entry)[0] in lifecycle.ALIVE:
+                if entry is not None and lifecycle.job_status(entry)[0] in JobStatus.up_statuses():
                     self._stop({num: lifecycle.TERMINATED_BY_SERVER})
                 continue
             if entry is None and num in self.started and num in self.statuses:
                 # Started but gone: removed by someone else (gpufleet stop --abort, docker rm).
                 previous = self.statuses[num]
-                statuses[num] = previous if previous[0] in lifecycle.FINISHED else (
-                    lifecycle.TERMINATED, lifecycle.TERMINATED_BY_USER, None)
+                statuses[num] = previous if previous[0] in JobStatus.finished_statuses() else (
+                    JobStatus.TERMINATED.value, lifecycle.TERMINATED_BY_USER, None)
                 continue
-            if entry is None and self.statuses.get(num, (None,))[0] == lifecycle.FAILED:
+            if entry is None and self.statuses.get(num, (None,))[0] == JobStatus.FAILED:
                 statuses[num] = self.statuses[num]  # the start itself failed
                 continue
             statuses[num] = lifecycle.job_status(entry)
@@ -315,7 +317,7 @@ class Watch(object):
     def _done_with(self, host):
         """Whether ``host`` is gone and every job of this submission on it has ended."""
         return host in self.gone and all(
-            self.statuses.get(num, (None,))[0] in lifecycle.FINISHED
+            self.statuses.get(num, (None,))[0] in JobStatus.finished_statuses()
             for num, job in self.jobs.items() if job["host"] == host)
 
     def _follows(self, num):
@@ -333,7 +335,7 @@ class Watch(object):
         # A job that ended is read from what its host kept: all of it, at the speed of a file
         # rather than of docker logs, and also when its container is gone.
         if (entry.get("state") in lifecycle.CONTAINER_ABSENT
-                or lifecycle.job_status(entry)[0] in lifecycle.FINISHED):
+                or lifecycle.job_status(entry)[0] in JobStatus.finished_statuses()):
             record = {"name": self.run, "jobs": [job]}
 
             def read_kept():
@@ -354,7 +356,7 @@ class Watch(object):
                 if num in self.messages:
                     event["message"] = self.messages[num]
                 follower = self.followers.get(num)
-                if status[0] in lifecycle.FINISHED and follower is not None:
+                if status[0] in JobStatus.finished_statuses() and follower is not None:
                     if job["host"] in self.gone:
                         follower.stop()   # no line can come from a host that is gone
                     else:

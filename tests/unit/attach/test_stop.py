@@ -63,7 +63,7 @@ def test_the_sequence_takes_the_modules_parameters_and_says_what_changed(calls):
     assert (forget["fleets"], forget["job"], forget["forward"], forget["include"]) == (
         [], 0, False, True)
     assert forget["ssh_config"] == os.path.expanduser("~/.ssh/config")
-    assert set(forget) == set(session.ATTACH_SPEC)
+    assert set(forget) == set(session.ATTACH_ARGS)
     # A run already stopped whose aliases were still there: the removal is the change.
     calls.answers["run_stop"] = {"run": {"name": "train", "status": "terminated",
                                          "stopped": []}, "changed": False}

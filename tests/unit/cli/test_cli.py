@@ -136,12 +136,12 @@ def test_invalid_file_exit_1_each_line_names_file_and_field(files):
 
 
 def test_error_lines_match_validate_file(files):
-    from gpufleet._collection import spec
+    from gpufleet._collection import config_model
 
     bad = files("bad.yml", BAD_FLEET)
     code, out, _err = run("validate", bad)
     assert code == 1
-    result = spec().validate_file(bad)
+    result = config_model().validate_file(bad)
     assert out.splitlines() == [
         "%s: %s: %s" % (bad, e["path"], e["message"]) for e in result["errors"]
     ]

@@ -194,3 +194,30 @@ def test_fleet_list_takes_the_list_options(playbooks, tmp_path):
     code, out, _err = run(playbooks, "fleet", "list", "-f", str(path), "-v", "--json")
     assert code == 0 and '"name": "web"' in out
     assert calls(playbooks) == [("list.yml", False, {"fleets": [str(path)]})]
+
+
+# --- the fleet's name, from its file -----------------------------------------------------------
+
+LAB = ("type: fleet\nssh_config:\n  user: ubuntu\n  identity_file: ~/.ssh/id_ed25519\n"
+       "  hosts: [10.0.0.1]\n")
+
+
+def test_delete_of_an_unnamed_file_names_the_fleet_as_applying_it_does(playbooks, stdin, tmp_path):
+    """The question names the fleet spec.naming derives from the file (what fleet.yml and
+    delete.yml call it), not the file's own name."""
+    path = tmp_path / "My_Lab.dstack.yml"
+    path.write_text(LAB)
+    stdin.tty, stdin.answer = True, "n\n"
+    code, out, _err = run(playbooks, "delete", "-f", str(path))
+    assert (code, out) == (1, "Delete the fleet my-lab? [y/n] Nothing was deleted.\n")
+    assert playbooks.calls == []
+
+
+def test_delete_of_a_file_that_gives_no_name_says_so_before_asking(playbooks, stdin, tmp_path):
+    path = tmp_path / "a.dstack.yml"
+    path.write_text(LAB)
+    stdin.tty, stdin.answer = True, "y\n"
+    code, out, err = run(playbooks, "delete", "-f", str(path))
+    assert (code, out) == (1, "")
+    assert "add `name: <name>`" in err and "Traceback" not in err
+    assert playbooks.calls == [] and stdin.reads == 0

@@ -220,7 +220,7 @@ def test_instances_made_for_a_run_carry_its_name_and_idle_limit_in_ec2_tags(aws_
         datetime.timedelta(minutes=20)
     # Every host answered the survey with no task container (a host not asked is kept).
     answered = dict((i["name"], []) for i in described)
-    decision = reconcile.plan(config, described, answered, {}, now)
+    decision = reconcile.decide(config, described, answered, {}, now)
     assert decision["remove"] == ["elastic-1", "elastic-2"]
     assert decision["reasons"]["elastic-0"].startswith("kept: idle ")
     assert decision["reasons"]["elastic-2"].endswith("idle_duration 5m (made for run train)")

@@ -65,6 +65,21 @@ def test_name_from_file(path, expected):
     assert naming.name_from_file(path) == expected
 
 
+@pytest.mark.parametrize("path, expected", [
+    ("/x/gpu-cluster.dstack.yml", "gpu-cluster"),     # the whole suffix goes, not the file name
+    ("/x/My.Fleet.v2.yml", "my-fleet-v2"),            # not cut at the first dot
+    ("/x/a.dstack.yml", "a.dstack.yml"),              # no valid name: the file's own name
+])
+def test_label_names_an_unnamed_file_by_fleet_names_rule(path, expected):
+    """offer_info and the gpufleet command name a configuration by naming.label, which takes
+    fleet_name's rule: one file, one name."""
+    assert naming.label({"name": None}, path) == expected
+    assert naming.label({"name": "given"}, path) == "given"
+    assert naming.label({}) == "inline config"
+    if naming.name_from_file(path):
+        assert naming.label({}, path) == naming.fleet_name({}, path)
+
+
 def test_fleet_name_prefers_the_name_field():
     assert naming.fleet_name({"name": "given"}, "/x/other.dstack.yml") == "given"
     assert naming.fleet_name({"name": None}, "/x/other.dstack.yml") == "other"

@@ -14,7 +14,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.render.fleet_tabl
     instance_status,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.reconcile import plan
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.reconcile import decide
 
 NOW = datetime.datetime(2026, 11, 25, 12, 0, tzinfo=datetime.timezone.utc)
 
@@ -108,7 +108,7 @@ def test_reconcile_removes_what_a_run_made_after_its_limit_and_keeps_the_fleets_
     instances = [_instance(0), _instance(1, "train", 300), _instance(2, "train", "off"),
                  _instance(3, "sweep", 3600)]
     read = dict((i["name"], []) for i in instances)   # every host answered: no containers
-    decision = plan(fleet_config("1h"), instances, read, {}, NOW)
+    decision = decide(fleet_config("1h"), instances, read, {}, NOW)
     assert decision["remove"] == ["el-1"]
     reasons = decision["reasons"]
     assert reasons["el-0"] == "kept: idle 20m of idle_duration 1h"
@@ -118,14 +118,14 @@ def test_reconcile_removes_what_a_run_made_after_its_limit_and_keeps_the_fleets_
     # nodes.min still holds: with min 4 nothing goes.
     config = parse_data({"type": "fleet", "name": "el", "nodes": "4..6",
                          "backends": ["local"]})[0]
-    decision = plan(config, instances, read, {}, NOW)
+    decision = decide(config, instances, read, {}, NOW)
     assert decision["remove"] == []
     assert decision["reasons"]["el-1"] == "kept: idle 20m, but the fleet keeps nodes.min = 4"
 
 
 def test_an_unset_fleet_limit_is_three_days_for_its_own_instances():
     instances = [_instance(0, created=ago(days=2)), _instance(1, created=ago(days=4))]
-    decision = plan(fleet_config(), instances, {"el-0": [], "el-1": []}, {}, NOW)
+    decision = decide(fleet_config(), instances, {"el-0": [], "el-1": []}, {}, NOW)
     assert decision["remove"] == ["el-1"]
     assert decision["reasons"]["el-0"] == "kept: idle 2d of idle_duration 3d"
 

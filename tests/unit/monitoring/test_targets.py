@@ -92,7 +92,7 @@ def test_one_file_per_fleet_ordered_by_instance_and_a_gone_fleet_emptied():
              host("cpu-0", fleet="cpu"), host("gpus-0", exporters={"node": 9100, "dcgm": 9400})]
     existing = {"gpufleet-old.json": "[]\n", "gpufleet-gone.json": "[{}]\n",
                 "gpufleet-gpus.json": "stale"}
-    wanted = targets.plan(hosts, existing)
+    wanted = targets.wanted_files(hosts, existing)
     assert sorted(wanted) == ["gpufleet-cpu.json", "gpufleet-gone.json", "gpufleet-gpus.json",
                               "gpufleet-old.json"]
     gpus = json.loads(wanted["gpufleet-gpus.json"])
@@ -102,7 +102,7 @@ def test_one_file_per_fleet_ordered_by_instance_and_a_gone_fleet_emptied():
     # Only what differs is written: the already empty file is left as it is.
     assert targets.changes(wanted, existing) == ["gpufleet-cpu.json", "gpufleet-gone.json",
                                                  "gpufleet-gpus.json"]
-    assert "gpufleet-gone.json" not in targets.plan(hosts, existing, prune=False)
+    assert "gpufleet-gone.json" not in targets.wanted_files(hosts, existing, prune=False)
 
 
 def test_file_names_and_the_fleets_they_belong_to():

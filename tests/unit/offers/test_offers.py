@@ -392,3 +392,19 @@ def test_a_runs_plan_to_grow_a_cloud_fleet_looks_in_the_settings_regions(tmp_pat
     assert runner.placing.offer_for(fleet_record)["region"] == "us-east-1"   # the cheapest there
     (state_dir / "backends.yml").write_text("aws:\n  regions: [us-west-2]\n")
     assert runner.placing.offer_for(fleet_record)["region"] == "us-west-2"
+
+
+def test_offer_info_names_an_unnamed_fleet_file_as_applying_it_does(tmp_path):
+    """The fleet in offer_info's messages has the name spec.naming gives its file
+    (``my-lab-v2``), not the file name cut at its first dot (``My``)."""
+    from ansible_collections.gpufleet.cluster.plugins.modules import offer_info
+
+    from ..plugins.modules import module_runner
+
+    path = tmp_path / "My.Lab.v2.dstack.yml"
+    path.write_text("type: fleet\nssh_config:\n  user: ubuntu\n"
+                    "  identity_file: ~/.ssh/id_ed25519\n  hosts: [10.0.0.1]\n")
+    code, result = module_runner.run_module(
+        offer_info.main, {"path": str(path), "state_dir": str(tmp_path / "state")})
+    assert code == 1
+    assert result["msg"].startswith("fleet my-lab-v2 is an SSH fleet"), result["msg"]

@@ -89,9 +89,9 @@ def test_an_attached_run_whose_host_goes_is_resubmitted_on_interruption(fake_hos
 
     cluster.hook = kill
     result = runner.run()
-    assert (result["status"], result["submissions"]) == (lc.RUN_DONE, 2)
+    assert (result["status"], result["submissions"]) == (lc.RunStatus.DONE, 2)
     assert sorted(j["host"] for j in result["jobs"]) == ["gpus-0", "gpus-2"]
-    lost = [e for e in cluster.job_events(1) if e["status"] == lc.FAILED]
+    lost = [e for e in cluster.job_events(1) if e["status"] == lc.JobStatus.FAILED]
     assert lost[0]["reason"] == INTERRUPTED
     assert lost[0]["message"] == "host gpus-1: the instance is gone (its backend no longer has it)"
     # Once its instance is known gone, the host is not asked again (each request would wait out
@@ -137,7 +137,7 @@ def test_a_host_name_that_comes_back_is_a_new_instance_and_is_asked(fake_hosts, 
     monkeypatch.setattr(runner, "_refresh_fleets", refresh)
     cluster.hook = hook
     result = runner.run()
-    assert (result["status"], result["submissions"]) == (lc.RUN_DONE, 3), result["message"]
+    assert (result["status"], result["submissions"]) == (lc.RunStatus.DONE, 3), result["message"]
     after = [op for host, op, _p in cluster.log[marks[1]:] if host == "gpus-1"]
     assert "remove" in after, after
 
@@ -156,11 +156,12 @@ def test_without_retry_the_run_fails_naming_the_host(fake_hosts, monkeypatch):
 
     cluster.hook = kill
     result = runner.run()
-    assert (result["status"], result["reason"]) == (lc.RUN_FAILED, "job_failed")
+    assert (result["status"], result["reason"]) == (lc.RunStatus.FAILED, "job_failed")
     assert [op for host, op, _p in cluster.log[killed_at[0]:] if host == "gpus-1"] == ["status"]
     assert result["message"] == "job 1: host gpus-1 was interrupted (the instance went away)"
     assert [(j["job_num"], j["status"], j["reason"]) for j in result["jobs"]] == [
-        (0, lc.TERMINATED, lc.TERMINATED_BY_SERVER), (1, lc.FAILED, INTERRUPTED)]
+        (0, lc.JobStatus.TERMINATED, lc.TERMINATED_BY_SERVER),
+        (1, lc.JobStatus.FAILED, INTERRUPTED)]
 
 
 def test_ps_and_a_pass_see_a_detached_run_whose_host_went(fake_hosts):
@@ -172,17 +173,17 @@ def test_ps_and_a_pass_see_a_detached_run_whose_host_went(fake_hosts):
     instances = interruption.instance_map(gone(fleets, "gpus-1"))
     survey = surveys.survey_with_queues(dict((h, cluster.nodes[h]) for h in cluster.nodes))
     (found,) = listing.run_records(survey[0], survey[3], instances)
-    assert found["status"] == lc.RUN_TERMINATING   # rank 0 still runs: a pass is due
+    assert found["status"] == lc.RunStatus.TERMINATING   # rank 0 still runs: a pass is due
     assert found["message"] == "host gpus-1: the instance is gone (its backend no longer has it)"
     assert [(j["job_num"], j["host"], j["status"], j["reason"]) for j in found["jobs"]] == [
-        (0, "gpus-0", lc.RUNNING, None), (1, "gpus-1", lc.FAILED, INTERRUPTED)]
+        (0, "gpus-0", lc.JobStatus.RUNNING, None), (1, "gpus-1", lc.JobStatus.FAILED, INTERRUPTED)]
     assert queue.is_due(survey, instances)
     report = queue.QueuePass(gone(fleets, "gpus-1"), runner_of=runs.runner_of, clock=cluster.clock,
                              sleep=cluster.sleep).run(survey)
     assert report["stopped"] == ["train-0-0"]
     survey = surveys.survey_with_queues(dict((h, cluster.nodes[h]) for h in cluster.nodes))
     (found,) = listing.run_records(survey[0], survey[3], instances)
-    assert (found["status"], found["reason"]) == (lc.RUN_FAILED, "job_failed")
+    assert (found["status"], found["reason"]) == (lc.RunStatus.FAILED, "job_failed")
     assert not queue.is_due(survey, instances)
 
 
@@ -210,7 +211,7 @@ def test_a_resubmission_grows_its_fleet_when_no_instance_is_free(fake_hosts, mon
     cluster.hook = kill
     result = runner.run()
     assert [(g["fleet"], g["instances"], g["at_least"]) for g in grown] == [("el", 1, 2)]
-    assert (result["status"], result["submissions"]) == (lc.RUN_DONE, 2)
+    assert (result["status"], result["submissions"]) == (lc.RunStatus.DONE, 2)
     assert sorted(j["host"] for j in result["jobs"]) == ["el-0", "el-2"]
 
 
@@ -320,15 +321,15 @@ def test_an_attached_runs_verdict_on_a_silent_host_stands_when_the_host_comes_ba
     def partition(c):
         if len(c.sleeps) == 3:
             c.nodes["gpus-1"].down = True
-        elif c.nodes["gpus-1"].down and any(e["status"] == lc.FAILED
+        elif c.nodes["gpus-1"].down and any(e["status"] == lc.JobStatus.FAILED
                                             for e in c.job_events(1)):
             c.nodes["gpus-1"].down = False   # back, its job still running
 
     cluster.hook = partition
     result = runner.run()
-    failed = [e for e in cluster.job_events(1) if e["status"] == lc.FAILED]
+    failed = [e for e in cluster.job_events(1) if e["status"] == lc.JobStatus.FAILED]
     assert failed[0]["reason"] == lc.INSTANCE_UNREACHABLE
-    assert (result["status"], result["submissions"]) == (lc.RUN_DONE, 2), result["message"]
+    assert (result["status"], result["submissions"]) == (lc.RunStatus.DONE, 2), result["message"]
     stops = [(host, p) for host, op, p in cluster.log if op == "stop" and host == "gpus-1"]
     assert any(j["container"] == "train-1-0" for _h, p in stops for j in p["jobs"])
 
@@ -385,12 +386,12 @@ def test_an_attached_retry_sees_its_killed_node_come_back_and_ps_says_pending(
 
     cluster.hook = hook
     result = runner.run()
-    assert state["seen"] == [lc.RUN_PENDING] * 3
-    assert (result["status"], result["submissions"]) == (lc.RUN_DONE, 2), result["message"]
+    assert state["seen"] == [lc.RunStatus.PENDING] * 3
+    assert (result["status"], result["submissions"]) == (lc.RunStatus.DONE, 2), result["message"]
     assert [j["host"] for j in result["jobs"]] == ["gpus-1"]
     assert "train" not in cluster.nodes["gpus-0"].queue
     waits = [e["message"] for _t, e in cluster.events
-             if e["kind"] == "run" and e["status"] == lc.RUN_PENDING]
+             if e["kind"] == "run" and e["status"] == lc.RunStatus.PENDING]
     assert any(m.startswith("waiting for capacity in the queue (kept on gpus-0)")
                for m in waits), waits
 
@@ -425,4 +426,4 @@ def test_an_attached_retry_that_waits_without_a_queue_host_asks_the_backend_each
 
     cluster.hook = hook
     result = runner.run()
-    assert (result["status"], result["submissions"]) == (lc.RUN_DONE, 2), result["message"]
+    assert (result["status"], result["submissions"]) == (lc.RunStatus.DONE, 2), result["message"]

@@ -16,32 +16,34 @@ def box(state, running=True, reason=None, exit_code=None, docker_code=None):
                       "exit_code": None if exit_code is None else str(exit_code)}}
 
 
-SUB = (lc.SUBMITTED, None, None)
-RUN = (lc.RUNNING, None, None)
-DONE = (lc.DONE, None, 0)
+SUB = (lc.JobStatus.SUBMITTED, None, None)
+RUN = (lc.JobStatus.RUNNING, None, None)
+DONE = (lc.JobStatus.DONE, None, 0)
 
 
 @pytest.mark.parametrize("entry, expected", [
     (None, SUB),
-    (box("created", running=False), (lc.PROVISIONING, None, None)),
-    (box("running", running=False), (lc.PROVISIONING, None, None)),
+    (box("created", running=False), (lc.JobStatus.PROVISIONING, None, None)),
+    (box("running", running=False), (lc.JobStatus.PROVISIONING, None, None)),
     (box("running"), RUN),
-    (box("running", reason="terminated_by_user"), (lc.TERMINATING, "terminated_by_user", None)),
+    (box("running", reason="terminated_by_user"),
+     (lc.JobStatus.TERMINATING, "terminated_by_user", None)),
     # The command ended; its wrapper wrote the code and is still telling the other nodes.
-    (box("running", exit_code=3), (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 3)),
+    (box("running", exit_code=3), (lc.JobStatus.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 3)),
     (box("running", exit_code=0), DONE),
     (box("running", reason="terminated_by_server", exit_code=143),
-     (lc.TERMINATING, "terminated_by_server", None)),
+     (lc.JobStatus.TERMINATING, "terminated_by_server", None)),
     # The wrapper failed before the command began (it tells the other nodes too).
-    (box("running", running=False, exit_code=1), (lc.FAILED, lc.EXECUTOR_ERROR, 1)),
+    (box("running", running=False, exit_code=1), (lc.JobStatus.FAILED, lc.EXECUTOR_ERROR, 1)),
     (box("exited", exit_code=0), DONE),
-    (box("exited", exit_code=3), (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 3)),
-    (box("exited", running=False, docker_code=127), (lc.FAILED, lc.EXECUTOR_ERROR, 127)),
+    (box("exited", exit_code=3), (lc.JobStatus.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 3)),
+    (box("exited", running=False, docker_code=127), (lc.JobStatus.FAILED, lc.EXECUTOR_ERROR, 127)),
     (box("exited", reason="max_duration_exceeded", exit_code=143),
-     (lc.TERMINATED, lc.MAX_DURATION_EXCEEDED, 143)),
-    (box("exited", reason="done_by_runner", docker_code=137), (lc.DONE, "done_by_runner", 137)),
+     (lc.JobStatus.TERMINATED, lc.MAX_DURATION_EXCEEDED, 143)),
+    (box("exited", reason="done_by_runner", docker_code=137),
+     (lc.JobStatus.DONE, "done_by_runner", 137)),
     (box("exited", reason="terminated_by_server", docker_code=143),
-     (lc.TERMINATED, "terminated_by_server", 143)),
+     (lc.JobStatus.TERMINATED, "terminated_by_server", 143)),
 ])
 def test_job_status(entry, expected):
     assert lc.job_status(entry) == expected
@@ -66,10 +68,10 @@ def test_the_wrappers_exit_code_wins_over_dockers():
 @pytest.mark.parametrize("order, statuses, start", [
     ("any", {0: SUB, 1: SUB, 2: SUB}, [0, 1, 2]),
     ("master-first", {0: SUB, 1: SUB}, [0]),
-    ("master-first", {0: (lc.PROVISIONING, None, None), 1: SUB}, []),
+    ("master-first", {0: (lc.JobStatus.PROVISIONING, None, None), 1: SUB}, []),
     ("master-first", {0: RUN, 1: SUB, 2: SUB}, [1, 2]),
     ("workers-first", {0: SUB, 1: SUB, 2: SUB}, [1, 2]),
-    ("workers-first", {0: SUB, 1: RUN, 2: (lc.PROVISIONING, None, None)}, []),
+    ("workers-first", {0: SUB, 1: RUN, 2: (lc.JobStatus.PROVISIONING, None, None)}, []),
     ("workers-first", {0: SUB, 1: RUN, 2: RUN}, [0]),
 ])
 def test_startup_order_gates_on_running(order, statuses, start):
@@ -82,27 +84,27 @@ def test_all_done_waits_for_every_job():
     decision = lc.decide({"stop_criteria": "all-done"}, {0: DONE, 1: RUN})
     assert not decision.final and not decision.stop
     decision = lc.decide({"stop_criteria": "all-done"}, {0: DONE, 1: DONE})
-    assert decision.final and decision.status == lc.RUN_DONE
+    assert decision.final and decision.status == lc.RunStatus.DONE
 
 
 def test_master_done_stops_the_workers_and_ends_done():
     policy = {"stop_criteria": "master-done"}
     decision = lc.decide(policy, {0: DONE, 1: RUN, 2: RUN})
     assert decision.stop == {1: lc.DONE_BY_RUNNER, 2: lc.DONE_BY_RUNNER}
-    assert decision.status == lc.RUN_TERMINATING and not decision.final
-    stopped = (lc.DONE, lc.DONE_BY_RUNNER, 137)
+    assert decision.status == lc.RunStatus.TERMINATING and not decision.final
+    stopped = (lc.JobStatus.DONE, lc.DONE_BY_RUNNER, 137)
     decision = lc.decide(policy, {0: DONE, 1: stopped, 2: stopped})
-    assert decision.final and decision.status == lc.RUN_DONE
+    assert decision.final and decision.status == lc.RunStatus.DONE
 
 
 def test_one_failed_job_stops_the_others_and_fails_the_run():
-    failed = (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 3)
+    failed = (lc.JobStatus.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 3)
     decision = lc.decide({}, {0: RUN, 1: failed, 2: RUN})
     assert decision.stop == {0: lc.TERMINATED_BY_SERVER, 2: lc.TERMINATED_BY_SERVER}
     assert not decision.final
-    gone = (lc.TERMINATED, lc.TERMINATED_BY_SERVER, 143)
+    gone = (lc.JobStatus.TERMINATED, lc.TERMINATED_BY_SERVER, 143)
     decision = lc.decide({}, {0: gone, 1: failed, 2: gone})
-    assert decision.final and decision.status == lc.RUN_FAILED
+    assert decision.final and decision.status == lc.RunStatus.FAILED
     assert decision.failed_job == (1, lc.CONTAINER_EXITED_WITH_ERROR, 3)
 
 
@@ -110,11 +112,11 @@ def test_the_failed_job_still_telling_the_others_fails_the_run():
     """One rank failed: its wrapper wrote its code, then stopped the other nodes over SSH, and
     is not done yet. A look that sees the others stopped already sees why: the run fails, and
     the failed job is not stopped (its failure would read as a stop)."""
-    stopped = (lc.TERMINATED, lc.TERMINATED_BY_SERVER, 143)
+    stopped = (lc.JobStatus.TERMINATED, lc.TERMINATED_BY_SERVER, 143)
     telling = lc.job_status(box("running", exit_code=3))
     decision = lc.decide({}, {0: stopped, 1: telling, 2: stopped})
     assert decision.stop == {}
-    assert (decision.final, decision.status) == (True, lc.RUN_FAILED)
+    assert (decision.final, decision.status) == (True, lc.RunStatus.FAILED)
     assert decision.failed_job == (1, lc.CONTAINER_EXITED_WITH_ERROR, 3)
 
 
@@ -123,26 +125,26 @@ def test_a_job_that_outlived_its_runs_end_is_stopped_and_the_run_ends_terminated
     the host answers again with its job still running. Nothing says why any more but the
     others' stops, and those are enough: the run ends, without a retry."""
     retry = {"retry": {"on_events": ["error", "no-capacity", "interruption"], "duration": 3600}}
-    stopped = (lc.TERMINATED, lc.TERMINATED_BY_SERVER, 143)
+    stopped = (lc.JobStatus.TERMINATED, lc.TERMINATED_BY_SERVER, 143)
     decision = lc.decide(retry, {0: stopped, 1: RUN, 2: stopped})
     assert decision.stop == {1: lc.TERMINATED_BY_SERVER}
-    assert decision.status == lc.RUN_TERMINATING and not decision.final
+    assert decision.status == lc.RunStatus.TERMINATING and not decision.final
     decision = lc.decide(retry, {0: stopped, 1: stopped, 2: stopped})
     assert decision.final and not decision.resubmit
-    assert (decision.status, decision.reason) == (lc.RUN_TERMINATED, lc.TERMINATED_BY_SERVER)
+    assert (decision.status, decision.reason) == (lc.RunStatus.TERMINATED, lc.TERMINATED_BY_SERVER)
 
 
 def test_jobs_not_started_yet_are_never_started_after_a_failure():
-    failed = (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 1)
+    failed = (lc.JobStatus.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 1)
     decision = lc.decide({"startup_order": "workers-first"}, {0: SUB, 1: failed})
-    assert decision.start == [] and decision.final and decision.status == lc.RUN_FAILED
+    assert decision.start == [] and decision.final and decision.status == lc.RunStatus.FAILED
 
 
 def test_retry_on_error_resubmits_and_other_events_do_not():
-    failed = {0: (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 1), 1: DONE}
+    failed = {0: (lc.JobStatus.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 1), 1: DONE}
     on_error = {"retry": {"on_events": ["error"], "duration": 3600}}
     decision = lc.decide(on_error, failed, now=100.0, retry_since=90.0)
-    assert decision.resubmit and not decision.final and decision.status == lc.RUN_PENDING
+    assert decision.resubmit and not decision.final and decision.status == lc.RunStatus.PENDING
     only_capacity = {"retry": {"on_events": ["no-capacity"], "duration": 3600}}
     decision = lc.decide(only_capacity, failed, now=100.0)
     assert decision.final and not decision.resubmit
@@ -157,15 +159,16 @@ def test_retry_window_closes_after_duration():
 
 def test_max_duration_and_user_stop_end_terminated_without_retry():
     retry = {"retry": {"on_events": ["error", "no-capacity", "interruption"], "duration": 3600}}
-    expired = (lc.TERMINATED, lc.MAX_DURATION_EXCEEDED, 143)
+    expired = (lc.JobStatus.TERMINATED, lc.MAX_DURATION_EXCEEDED, 143)
     decision = lc.decide(retry, {0: expired, 1: RUN})
     assert decision.stop == {1: lc.TERMINATED_BY_SERVER}
-    decision = lc.decide(retry, {0: expired, 1: (lc.TERMINATED, lc.TERMINATED_BY_SERVER, 143)})
-    assert decision.final and decision.status == lc.RUN_TERMINATED and not decision.resubmit
+    decision = lc.decide(retry, {0: expired,
+                                 1: (lc.JobStatus.TERMINATED, lc.TERMINATED_BY_SERVER, 143)})
+    assert decision.final and decision.status == lc.RunStatus.TERMINATED and not decision.resubmit
     assert decision.reason == lc.MAX_DURATION_EXCEEDED
-    user = (lc.TERMINATED, lc.TERMINATED_BY_USER, 143)
+    user = (lc.JobStatus.TERMINATED, lc.TERMINATED_BY_USER, 143)
     decision = lc.decide(retry, {0: user, 1: user})
-    assert decision.final and decision.status == lc.RUN_TERMINATED
+    assert decision.final and decision.status == lc.RunStatus.TERMINATED
     assert decision.reason == lc.TERMINATED_BY_USER
 
 

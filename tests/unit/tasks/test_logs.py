@@ -184,18 +184,18 @@ def test_status_reports_jobs_whose_container_is_gone_or_never_made(run_root, doc
     assert sorted(by_name) == ["train-0", "train-1"]
     assert by_name["train-0"]["state"] == "gone"
     assert lifecycle.job_status(by_name["train-0"]) == (
-        lifecycle.FAILED, lifecycle.CONTAINER_EXITED_WITH_ERROR, 3)
+        lifecycle.JobStatus.FAILED, lifecycle.CONTAINER_EXITED_WITH_ERROR, 3)
     assert by_name["train-1"]["state"] == "never-created"
     assert lifecycle.job_status(by_name["train-1"]) == (
-        lifecycle.FAILED, lifecycle.EXECUTOR_ERROR, None)
+        lifecycle.JobStatus.FAILED, lifecycle.EXECUTOR_ERROR, None)
     assert by_name["train-1"]["labels"]["gpufleet.job"] == "1"
     assert nodeside.op_status({"run": "starting"})["containers"] == []
 
 
 def test_a_container_removed_under_a_running_job_ends_it_terminated():
     gone = {"state": "gone", "files": {"running": "1"}}
-    assert lifecycle.job_status(gone) == (lifecycle.TERMINATED, lifecycle.TERMINATED_BY_USER,
-                                          None)
+    assert lifecycle.job_status(gone) == (
+        lifecycle.JobStatus.TERMINATED, lifecycle.TERMINATED_BY_USER, None)
 
 
 def test_start_records_the_job_then_its_container_or_why_it_could_not_be_made(
@@ -228,7 +228,7 @@ def test_a_job_whose_image_could_not_be_brought_is_recorded_failed(run_root, doc
     assert found["labels"] == {"gpufleet.run": "train", "gpufleet.job": "0"}
     assert found["setup_error"] == "image x could not be pulled"
     assert found["files"]["exit_code"] is None
-    assert lifecycle.job_status(found)[:2] == (lifecycle.FAILED, lifecycle.EXECUTOR_ERROR)
+    assert lifecycle.job_status(found)[:2] == (lifecycle.JobStatus.FAILED, lifecycle.EXECUTOR_ERROR)
     with pytest.raises(nodeside.Failure, match="bad run"):
         nodeside.op_record_failure({"run": "../x", "job_num": 0})
 
@@ -375,12 +375,12 @@ def test_a_jobs_end_is_said_after_its_last_lines_without_holding_up_the_run():
     watch = supervisor.Watch(jobs, {}, {"startup_order": None, "stop_criteria": None,
                                         "retry": None}, said.append)
     watch.followers[0] = SlowFollower()
-    watch._report({0: (lifecycle.DONE, None, 0)})
+    watch._report({0: (lifecycle.JobStatus.DONE, None, 0)})
     assert said == [] and 0 in watch.deferred     # its lines are still coming
     release.set()
     watch.followers[0].join()
     watch._say_deferred()
-    assert [(e["job_num"], e["status"]) for e in said] == [(0, lifecycle.DONE)]
+    assert [(e["job_num"], e["status"]) for e in said] == [(0, lifecycle.JobStatus.DONE)]
 
 
 def test_a_job_whose_host_is_gone_ends_without_waiting_for_lines_that_cannot_come():
@@ -405,10 +405,10 @@ def test_a_job_whose_host_is_gone_ends_without_waiting_for_lines_that_cannot_com
     follower = supervisor.LogFollower(GoneNode(), "t-0-0", 0, said.append).start()
     watch.followers[0] = follower
     begun = time.monotonic()
-    watch._report({0: (lifecycle.FAILED, lifecycle.INTERRUPTED_BY_NO_CAPACITY, None)})
+    watch._report({0: (lifecycle.JobStatus.FAILED, lifecycle.INTERRUPTED_BY_NO_CAPACITY, None)})
     watch._end_followers()
     assert time.monotonic() - begun < 20   # not the 60 s the silent follower would hold
-    assert [(e["job_num"], e["status"]) for e in said] == [(0, lifecycle.FAILED)]
+    assert [(e["job_num"], e["status"]) for e in said] == [(0, lifecycle.JobStatus.FAILED)]
     follower.thread.join(5)
     assert not follower.thread.is_alive() and follower.proc.returncode is not None
     # A follower still there when the run ends (its job's end was said before the host went).

@@ -10,11 +10,11 @@ from __future__ import annotations
 import copy
 
 import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets.status import InstanceStatus
 from ansible_collections.gpufleet.cluster.plugins.module_utils.offers.match import (
     host_offer,
     matches,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import placement
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.placement import (
     NoHostFits,
     PlacementError,
@@ -443,7 +443,7 @@ def test_unhealthy_and_unavailable_hosts_are_skipped():
     assert "demo-0: health failure" in message
     assert "demo-1: status terminated" in message
     assert "demo-2: no host facts (apply the fleet first)" in message
-    assert "pending" in placement.UNAVAILABLE_STATUSES
+    assert "pending" in InstanceStatus.unavailable_statuses()
 
 
 def test_no_capacity_message_names_every_fleet_and_host():

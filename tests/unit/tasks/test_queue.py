@@ -51,7 +51,7 @@ def test_a_detached_run_without_capacity_waits_in_the_queue_of_its_fleet(fake_ho
     runner, cluster = fake_hosts(task(nodes=2, retry=WAIT), fleets)
     occupy(cluster, ["gpus-0"])
     result = runner.run(wait=False)
-    assert result["status"] == lc.RUN_PENDING
+    assert result["status"] == lc.RunStatus.PENDING
     assert result["message"] == "waiting for capacity (queue position 1, kept on gpus-0)"
     entry = cluster.nodes["gpus-0"].queue["train"]
     assert (entry["state"], entry["priority"], entry["run_id"]) == ("pending", 0, runner.run_id)
@@ -65,9 +65,9 @@ def test_a_pass_starts_the_higher_priority_first_and_keeps_the_other_waiting(fak
     occupy(cluster, ["gpus-0", "gpus-1"])
     low = task(name="low", nodes=2, priority=10, retry=WAIT)
     high = task(name="high", nodes=2, priority=90, retry=WAIT)
-    assert submit_detached(fake_hosts, cluster, low, fleets)["status"] == lc.RUN_PENDING
+    assert submit_detached(fake_hosts, cluster, low, fleets)["status"] == lc.RunStatus.PENDING
     cluster.now += 1
-    assert submit_detached(fake_hosts, cluster, high, fleets)["status"] == lc.RUN_PENDING
+    assert submit_detached(fake_hosts, cluster, high, fleets)["status"] == lc.RunStatus.PENDING
     # Nothing fits yet: the pass leaves both waiting.
     assert a_pass(cluster, fleets)["started"] == []
     free(cluster)
@@ -87,7 +87,7 @@ def test_a_detached_run_with_retry_on_error_is_resubmitted_by_the_next_pass(fake
     runner, cluster = fake_hosts(config, fleets, program=lambda job: (
         (1, 3) if job["submission"] == 0 and job["job_num"] == 1 else (None, None)))
     result = runner.run(wait=False)
-    assert result["status"] not in (lc.RUN_FAILED, lc.RUN_PENDING)
+    assert result["status"] not in (lc.RunStatus.FAILED, lc.RunStatus.PENDING)
     entry = cluster.nodes["gpus-0"].queue["train"]
     assert (entry["state"], entry["hosts"]) == ("active", ["gpus-0", "gpus-1"])
     cluster.sleep(1)
@@ -122,7 +122,7 @@ def test_a_pass_does_not_take_a_stop_for_a_job_that_ended_by_itself(fake_hosts):
     assert report["stopped"] == ["train-0-0"] and report["resubmitted"] == []
     box = next(c for c in cluster.nodes["gpus-0"].containers if c["name"] == "train-0-0")
     assert box["files"]["reason"] is None
-    assert lc.job_status(box) == (lc.DONE, None, 0)
+    assert lc.job_status(box) == (lc.JobStatus.DONE, None, 0)
     report = a_pass(cluster, fleets)
     assert report["resubmitted"] == ["train"]
 
@@ -132,7 +132,7 @@ def test_a_pending_run_past_its_retry_duration_fails_with_no_capacity(fake_hosts
     _runner, cluster = fake_hosts(task(), fleets)
     occupy(cluster, ["gpus-0", "gpus-1"])
     config = task(name="late", retry={"on_events": ["no-capacity"], "duration": "1m"})
-    assert submit_detached(fake_hosts, cluster, config, fleets)["status"] == lc.RUN_PENDING
+    assert submit_detached(fake_hosts, cluster, config, fleets)["status"] == lc.RunStatus.PENDING
     cluster.now += 61
     assert a_pass(cluster, fleets)["expired"] == ["late"]
     entry = cluster.nodes["gpus-0"].queue["late"]
@@ -144,7 +144,7 @@ def test_a_stop_while_a_pass_submits_the_entry_wins(fake_hosts):
     _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
     occupy(cluster, ["gpus-0", "gpus-1"])
     config = task(name="late", retry=WAIT)
-    assert submit_detached(fake_hosts, cluster, config, fleets)["status"] == lc.RUN_PENDING
+    assert submit_detached(fake_hosts, cluster, config, fleets)["status"] == lc.RunStatus.PENDING
     free(cluster)
 
     def user_stops(node):   # between the pass's take and its start
@@ -178,9 +178,9 @@ def test_logs_of_a_queued_run_are_empty_and_follow_waits_for_its_wait_to_end(fak
     _runner, cluster = fake_hosts(task(), fleets)
     occupy(cluster, ["gpus-0", "gpus-1"])
     config = task(name="late", retry=WAIT)
-    assert submit_detached(fake_hosts, cluster, config, fleets)["status"] == lc.RUN_PENDING
+    assert submit_detached(fake_hosts, cluster, config, fleets)["status"] == lc.RunStatus.PENDING
     record, lines = listing.run_logs(cluster.nodes, "late")
-    assert (record["status"], list(lines)) == (lc.RUN_PENDING, [])
+    assert (record["status"], list(lines)) == (lc.RunStatus.PENDING, [])
     said, naps = [], []
 
     def nap(seconds):   # the user stops it while follow waits
@@ -189,7 +189,7 @@ def test_logs_of_a_queued_run_are_empty_and_follow_waits_for_its_wait_to_end(fak
                                                      reason=lc.TERMINATED_BY_USER)
 
     ended = listing.follow_logs(cluster.nodes, "late", said.append, sleep=nap)
-    assert ended["status"] == lc.RUN_TERMINATED and naps == [listing.QUEUE_POLL]
+    assert ended["status"] == lc.RunStatus.TERMINATED and naps == [listing.QUEUE_POLL]
     assert [e["message"] for e in said] == [
         "pending (queue position 1 on gpus-0): waiting for it to start"]
 
@@ -203,10 +203,10 @@ def test_attach_to_a_queued_run_says_it_is_not_running_yet_and_ps_finds_it(
     _runner, cluster = fake_hosts(task(), fleets)
     occupy(cluster, ["gpus-0", "gpus-1"])
     config = task(name="late", retry=WAIT)
-    assert submit_detached(fake_hosts, cluster, config, fleets)["status"] == lc.RUN_PENDING
+    assert submit_detached(fake_hosts, cluster, config, fleets)["status"] == lc.RunStatus.PENDING
     containers, _claims, queues, errors = surveys.survey_with_queues(cluster.nodes)
     record, mine = listing.find_run(cluster.nodes, "late", (containers, errors), queues)
-    assert (record["status"], mine) == (lc.RUN_PENDING, {})
+    assert (record["status"], mine) == (lc.RunStatus.PENDING, {})
     try:
         session.attach({"name": "late"}, cluster.nodes, str(tmp_path / "state"))
     except session.AttachError as exc:

@@ -1,4 +1,4 @@
-"""The rank plan: env, hostfile, SSH config, command, docker options, job specs (tasks.rankplan)."""
+"""The rank plan: env, hostfile, SSH config, command, docker options, jobs (tasks.rankplan)."""
 
 from __future__ import annotations
 
@@ -455,7 +455,7 @@ def test_hosts_mount_network_volumes_where_the_plan_binds_them_from():
 
 
 # ---------------------------------------------------------------------------------------------
-# job specs
+# jobs
 
 
 def test_job_spec_shape_for_two_gpu_nodes():

@@ -597,7 +597,7 @@ def test_applying_one_name_again_and_again_costs_the_same_requests_each_time(sha
         cost = sum(len(json.dumps(p, sort_keys=True)) for _h, _op, p in cluster.log[before:])
         sent.append((sorted(ops), cost + sum(answers)))
         stopped = listing.stop_run(cluster.nodes, "train", abort=True)
-        assert stopped["status"] == lc.RUN_TERMINATED
+        assert stopped["status"] == lc.RunStatus.TERMINATED
         # What stop -x leaves: the latest run's containers (ps -a and logs show it), one
         # claim per host at most, one index entry for the name.
         boxes = [c for n in cluster.nodes.values() for c in n.containers]

@@ -89,7 +89,7 @@ def test_workers_first_starts_the_master_after_the_workers_run_and_master_done_e
     assert sorted(j["job_num"] for _h, p in stops for j in p["jobs"]) == [1, 2]
 
     assert decision.final and not decision.resubmit
-    assert (decision.status, decision.reason, decision.failed_job) == (lc.RUN_DONE,
+    assert (decision.status, decision.reason, decision.failed_job) == (lc.RunStatus.DONE,
                                                                        "all_jobs_done", None)
     assert [e["status"] for e in cluster.job_events(0)] == ["provisioning", "running", "done"]
     for worker in (1, 2):
@@ -107,7 +107,7 @@ def test_master_first_starts_the_workers_once_the_master_runs():
     assert cluster.started[0][:2] == ("h0", 0)
     assert cluster.started[0][2] == {}
     assert all(snap[0] == ("running", STARTED) for _h, _n, snap in cluster.started[1:])
-    assert decision.final and decision.status == lc.RUN_DONE
+    assert decision.final and decision.status == lc.RunStatus.DONE
     assert cluster.ops("stop") == []  # all-done: nothing to stop
 
 
@@ -120,14 +120,14 @@ def test_a_failed_job_stops_the_others_and_fails_the_run():
     assert sorted(h for h, _p in stops) == ["h0", "h2"]
     assert all(p["reason"] == lc.TERMINATED_BY_SERVER for _h, p in stops)
     assert decision.final and not decision.resubmit
-    assert decision.status == lc.RUN_FAILED
+    assert decision.status == lc.RunStatus.FAILED
     assert decision.reason == "job_failed"
     assert decision.failed_job == (1, lc.CONTAINER_EXITED_WITH_ERROR, 3)
     assert [(e["status"], e["reason"], e["exit_code"]) for e in cluster.job_events(1)] == [
         ("provisioning", None, None), ("running", None, None),
         ("failed", lc.CONTAINER_EXITED_WITH_ERROR, 3)]
     for other in (0, 2):
-        assert cluster.job_events(other)[-1]["status"] == lc.TERMINATED
+        assert cluster.job_events(other)[-1]["status"] == lc.JobStatus.TERMINATED
         assert cluster.job_events(other)[-1]["reason"] == lc.TERMINATED_BY_SERVER
     assert [e["status"] for e in cluster.run_events()] == ["running", "terminating", "failed"]
     assert_no_repeats(cluster, [0, 1, 2])
@@ -139,7 +139,7 @@ def test_a_failure_with_retry_on_error_asks_for_a_resubmission():
     decision = watch(cluster, hosts, {"retry": {"on_events": ["error"], "duration": 3600}},
                      retry_since=cluster.now).watch()
     assert decision.resubmit and not decision.final
-    assert decision.status == lc.RUN_PENDING
+    assert decision.status == lc.RunStatus.PENDING
 
 
 def test_a_host_unreachable_longer_than_the_grace_fails_its_job():
@@ -152,16 +152,16 @@ def test_a_host_unreachable_longer_than_the_grace_fails_its_job():
     cluster = Cluster(hosts, hook=hook)
     decision = watch(cluster, hosts, {}, unreachable_grace=10.0).watch()
 
-    assert decision.final and decision.status == lc.RUN_FAILED
+    assert decision.final and decision.status == lc.RunStatus.FAILED
     assert decision.failed_job == (1, "instance_unreachable", None)
     failed_at = [t for t, e in cluster.events
-                 if e["kind"] == "job" and e["job_num"] == 1 and e["status"] == lc.FAILED]
+                 if e["kind"] == "job" and e["job_num"] == 1 and e["status"] == lc.JobStatus.FAILED]
     assert len(failed_at) == 1
     # First seen down at 1003; failed only once more than 10 s had passed.
     assert failed_at[0] == 1014.0
     assert [(h, p["reason"]) for h, p in cluster.ops("stop")] == [
         ("h0", lc.TERMINATED_BY_SERVER)]
-    assert cluster.job_events(0)[-1]["status"] == lc.TERMINATED
+    assert cluster.job_events(0)[-1]["status"] == lc.JobStatus.TERMINATED
     assert_no_repeats(cluster, [0, 1])
 
 
@@ -173,7 +173,7 @@ def test_a_host_back_within_the_grace_is_not_failed():
 
     cluster = Cluster(hosts, program=lambda job: (12, 0), hook=hook)
     decision = watch(cluster, hosts, {}, unreachable_grace=10.0).watch()
-    assert decision.final and decision.status == lc.RUN_DONE
+    assert decision.final and decision.status == lc.RunStatus.DONE
     assert [e["status"] for e in cluster.job_events(1)] == ["provisioning", "running", "done"]
 
 
@@ -183,10 +183,10 @@ def test_a_start_that_fails_gives_an_executor_error_with_the_message():
     cluster.nodes["h1"].fail_start = "could not start container train-1-0: no space left"
     decision = watch(cluster, hosts, {}).watch()
 
-    assert decision.final and decision.status == lc.RUN_FAILED
+    assert decision.final and decision.status == lc.RunStatus.FAILED
     assert decision.failed_job == (1, lc.EXECUTOR_ERROR, None)
     events = cluster.job_events(1)
-    assert events == [{"kind": "job", "job_num": 1, "host": "h1", "status": lc.FAILED,
+    assert events == [{"kind": "job", "job_num": 1, "host": "h1", "status": lc.JobStatus.FAILED,
                        "reason": lc.EXECUTOR_ERROR, "exit_code": None,
                        "message": "could not start container train-1-0: no space left"}]
     assert [(h, p["reason"]) for h, p in cluster.ops("stop")] == [
@@ -205,7 +205,7 @@ def test_a_users_stop_terminates_every_job():
     cluster = Cluster(hosts, hook=hook)
     decision = watch(cluster, hosts, {}, stop_event=stop).watch()
     assert decision.final
-    assert (decision.status, decision.reason) == (lc.RUN_TERMINATED, lc.TERMINATED_BY_USER)
+    assert (decision.status, decision.reason) == (lc.RunStatus.TERMINATED, lc.TERMINATED_BY_USER)
     assert sorted(h for h, p in cluster.ops("stop") if p["reason"] == lc.TERMINATED_BY_USER) == [
         "h0", "h1"]
 
@@ -244,7 +244,7 @@ def test_a_users_stop_as_the_run_fails_by_itself_is_not_followed_by_a_resubmissi
 
     cluster.hook = hook
     result = runner.run(stop_event=stop)
-    assert (result["status"], result["reason"]) == (lc.RUN_TERMINATED, lc.TERMINATED_BY_USER)
+    assert (result["status"], result["reason"]) == (lc.RunStatus.TERMINATED, lc.TERMINATED_BY_USER)
     assert result["submissions"] == 1 and len(cluster.ops("start")) == 1
     assert result["message"] == "job 0 on gpus-0 exited with code 3"
 
@@ -258,7 +258,7 @@ def test_retry_on_error_resubmits_and_the_second_submission_ends_done(fake_hosts
     runner, cluster = fake_hosts(config, [fleet_with_facts()], program)
     result = runner.run()
 
-    assert result["status"] == lc.RUN_DONE
+    assert result["status"] == lc.RunStatus.DONE
     assert result["submissions"] == 2
     assert result["fleet"] == "gpus"
     assert [(j["job_num"], j["host"], j["status"]) for j in result["jobs"]] == [
@@ -284,7 +284,7 @@ def test_a_resubmission_reports_pending_once(fake_hosts):
     config = task(retry={"on_events": ["error"], "duration": "1h"})
     runner, cluster = fake_hosts(config, [fleet_with_facts(count=1)],
                                  lambda job: (1, 3) if job["submission"] == 0 else (1, 0))
-    assert runner.run()["status"] == lc.RUN_DONE
+    assert runner.run()["status"] == lc.RunStatus.DONE
     statuses = [e["status"] for e in cluster.run_events()]
     assert all(a != b for a, b in zip(statuses, statuses[1:])), statuses
 
@@ -292,7 +292,7 @@ def test_a_resubmission_reports_pending_once(fake_hosts):
 def test_no_capacity_without_retry_fails_with_the_reason_and_names_the_fleet(fake_hosts):
     runner, cluster = fake_hosts(task(resources={"cpu": 64}), [fleet_with_facts()])
     result = runner.run()
-    assert result["status"] == lc.RUN_FAILED
+    assert result["status"] == lc.RunStatus.FAILED
     assert result["reason"] == lc.NO_CAPACITY
     assert "fleet gpus" in result["message"]
     assert "cpu" in result["message"]
@@ -305,7 +305,7 @@ def test_no_capacity_with_retry_backs_off_then_fails(fake_hosts):
     runner, cluster = fake_hosts(config, [fleet_with_facts()])
     result = runner.run()
     assert cluster.sleeps == [5, 10, 20]  # the backoff; 35 s after submitting it gives up
-    assert result["status"] == lc.RUN_FAILED
+    assert result["status"] == lc.RunStatus.FAILED
     assert result["reason"] == lc.NO_CAPACITY
     assert "fleet gpus" in result["message"]
     messages = [e["message"] for _t, e in cluster.events if e["kind"] == "run"]
@@ -337,7 +337,7 @@ def test_a_finished_run_of_the_same_name_is_replaced(fake_hosts):
         "train-0-0", {RUN_LABEL: "train", JOB_LABEL: "0", SUB_LABEL: "0"}, state="exited",
         running=STARTED, exit_code=0))
     result = runner.run()
-    assert result["status"] == lc.RUN_DONE and result["submissions"] == 1
+    assert result["status"] == lc.RunStatus.DONE and result["submissions"] == 1
     # Its host's claim cleared it and said whether the image is there: no requests of their own.
     [(host, claim)] = cluster.ops("claim")
     assert (host, claim["replace"], claim["image"]) == (
@@ -357,7 +357,7 @@ def test_a_finished_run_of_the_same_name_on_a_host_it_no_longer_uses_is_removed(
         "train-0-0", {RUN_LABEL: "train", JOB_LABEL: "0", SUB_LABEL: "0"}, state="exited",
         running=STARTED, exit_code=0))
     result = runner.run()
-    assert result["status"] == lc.RUN_DONE
+    assert result["status"] == lc.RunStatus.DONE
     # Every claim clears the name's leftovers on its host, seen or not (tasks.runindex).
     assert [(h, c["replace"]) for h, c in cluster.ops("claim")] == [("gpus-0", True)]
     assert [(h, p["run"], p["keep"]) for h, p in cluster.ops("remove")] == [
@@ -370,11 +370,11 @@ def test_a_failed_run_result_says_which_job_failed(fake_hosts):
                                   program=lambda job: (1, 7) if job["job_num"] == 1 else
                                   (None, None))
     result = runner.run()
-    assert (result["status"], result["reason"]) == (lc.RUN_FAILED, "job_failed")
+    assert (result["status"], result["reason"]) == (lc.RunStatus.FAILED, "job_failed")
     assert result["message"] == "job 1 on gpus-1 exited with code 7"
     assert [(j["status"], j["reason"], j["exit_code"]) for j in result["jobs"]] == [
-        (lc.TERMINATED, lc.TERMINATED_BY_SERVER, 143),
-        (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 7)]
+        (lc.JobStatus.TERMINATED, lc.TERMINATED_BY_SERVER, 143),
+        (lc.JobStatus.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 7)]
     assert result["jobs"][1]["internal_ip"] == "10.1.0.3"
 
 
@@ -406,7 +406,7 @@ def test_a_survey_handed_back_serves_the_first_placement_only(fake_hosts):
     runner.reuse_survey(runner.survey())
     asked = len(cluster.log)
     result = runner.run()
-    assert result["status"] == lc.RUN_DONE
+    assert result["status"] == lc.RunStatus.DONE
     ops = [op for _host, op, _payload in cluster.log[asked:]]
     assert ops.index("claim") < ops.index("status")   # placed on the survey handed back
     assert runner.placing.fresh_survey is None
@@ -426,7 +426,7 @@ def test_a_host_claimed_by_another_submitter_after_the_survey_is_not_double_book
 
     cluster.nodes["gpus-0"].before_claim = competitor(cluster)
     result = runner.run()
-    assert result["status"] == lc.RUN_DONE
+    assert result["status"] == lc.RunStatus.DONE
     # Refused on gpus-0, placed again on gpus-1, and nothing ever started on gpus-0.
     assert [(h, p["run"]) for h, p in cluster.ops("claim")] == [
         ("gpus-0", "train"), ("gpus-1", "train")]
@@ -440,7 +440,7 @@ def test_a_multi_node_run_that_loses_one_host_releases_the_other_and_reports_no_
 
     cluster.nodes["gpus-1"].before_claim = competitor(cluster)
     result = runner.run()
-    assert (result["status"], result["reason"]) == (lc.RUN_FAILED, lc.NO_CAPACITY)
+    assert (result["status"], result["reason"]) == (lc.RunStatus.FAILED, lc.NO_CAPACITY)
     assert "gpus-1: busy (1 of 1 blocks in use)" in result["message"]
     assert cluster.nodes["gpus-0"].claims == []  # released, not left to lapse
     assert cluster.ops("start") == []
@@ -482,7 +482,7 @@ def test_run_records_of_a_running_two_node_run():
     assert {k: record[k] for k in ("name", "run_id", "submission", "submitted", "status",
                                    "reason", "fleet", "backend", "region", "gpu", "nodes")} == {
         "name": "dist", "run_id": "id-dist", "submission": 0,
-        "submitted": "2026-01-01T10:00:00Z", "status": lc.RUN_RUNNING, "reason": None,
+        "submitted": "2026-01-01T10:00:00Z", "status": lc.RunStatus.RUNNING, "reason": None,
         "fleet": "gpus", "backend": "ssh", "region": "remote", "gpu": "H100:80GB:1", "nodes": 2}
     assert [(j["job_num"], j["host"], j["container"], j["status"], j["gpus"])
             for j in record["jobs"]] == [
@@ -502,12 +502,12 @@ def test_run_records_statuses_decided_as_while_running():
                None, reason=lc.DONE_BY_RUNNER, docker_code=143),
     ]})
     by_name = {r["name"]: r for r in records}
-    assert (by_name["a"]["status"], by_name["a"]["reason"]) == (lc.RUN_DONE, "all_jobs_done")
-    assert (by_name["b"]["status"], by_name["b"]["reason"]) == (lc.RUN_FAILED, "job_failed")
+    assert (by_name["a"]["status"], by_name["a"]["reason"]) == (lc.RunStatus.DONE, "all_jobs_done")
+    assert (by_name["b"]["status"], by_name["b"]["reason"]) == (lc.RunStatus.FAILED, "job_failed")
     assert [(j["status"], j["reason"], j["exit_code"]) for j in by_name["b"]["jobs"]] == [
-        (lc.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 3),
-        (lc.TERMINATED, lc.TERMINATED_BY_SERVER, 143)]
-    assert (by_name["c"]["status"], by_name["c"]["reason"]) == (lc.RUN_DONE, "all_jobs_done")
+        (lc.JobStatus.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 3),
+        (lc.JobStatus.TERMINATED, lc.TERMINATED_BY_SERVER, 143)]
+    assert (by_name["c"]["status"], by_name["c"]["reason"]) == (lc.RunStatus.DONE, "all_jobs_done")
     # Newest first.
     assert [r["name"] for r in records] == ["c", "b", "a"]
 
@@ -522,7 +522,7 @@ def test_run_records_keep_the_latest_submission_only():
     assert records[0]["submission"] == 1
     assert [(j["job_num"], j["container"]) for j in records[0]["jobs"]] == [(0, "r-0-0b")]
     # Job 1 of submission 1 is not created yet: the run is still coming up, not failed.
-    assert records[0]["status"] == lc.RUN_RUNNING
+    assert records[0]["status"] == lc.RunStatus.RUNNING
     assert records[0]["nodes"] == 2
 
 

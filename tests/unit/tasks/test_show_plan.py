@@ -122,7 +122,7 @@ def test_a_runner_announcing_its_plan_emits_it_once_placed_before_the_runs_lines
     config = task(nodes=2)
     runner, cluster = fake_hosts(config, [fleet_with_facts()], program=lambda job: (1, 0))
     runner.announce_plan = True
-    assert runner.run()["status"] == lc.RUN_DONE
+    assert runner.run()["status"] == lc.RunStatus.DONE
     (event,) = plan_events(cluster)
     assert event["run"] == "train"
     assert event["plan"] == runner.submissions[0].placement
@@ -135,7 +135,7 @@ def test_a_runner_announcing_its_plan_emits_it_once_placed_before_the_runs_lines
 def test_a_runner_not_announcing_emits_no_plan(fake_hosts):
     runner, cluster = fake_hosts(task(), [fleet_with_facts(count=1)], program=lambda job: (1, 0))
     assert runner.announce_plan is False   # the default
-    assert runner.run()["status"] == lc.RUN_DONE
+    assert runner.run()["status"] == lc.RunStatus.DONE
     assert plan_events(cluster) == []
     assert cluster.events   # the run did say things
 
@@ -146,7 +146,7 @@ def test_a_resubmission_announces_no_plan(fake_hosts):
                                  lambda job: (1, 3) if job["submission"] == 0 else (1, 0))
     runner.announce_plan = True
     result = runner.run()
-    assert (result["status"], result["submissions"]) == (lc.RUN_DONE, 2)
+    assert (result["status"], result["submissions"]) == (lc.RunStatus.DONE, 2)
     (event,) = plan_events(cluster)
     assert event["plan"] == runner.submissions[0].placement
 
@@ -155,7 +155,7 @@ def test_a_run_that_finds_no_room_announces_no_plan(fake_hosts):
     runner, cluster = fake_hosts(task(resources={"cpu": 64}), [fleet_with_facts()])
     runner.announce_plan = True
     result = runner.run()
-    assert (result["status"], result["reason"]) == (lc.RUN_FAILED, lc.NO_CAPACITY)
+    assert (result["status"], result["reason"]) == (lc.RunStatus.FAILED, lc.NO_CAPACITY)
     assert plan_events(cluster) == []
 
 
@@ -244,7 +244,7 @@ def test_a_run_still_short_of_instances_after_growing_itself_announces_nothing(
 
 
 def test_task_spec_has_show_plan_off_by_default():
-    assert actions.TASK_SPEC["show_plan"] == {"type": "bool", "default": False}
+    assert actions.TASK_ARGS["show_plan"] == {"type": "bool", "default": False}
 
 
 class FakeRunner:
@@ -274,7 +274,7 @@ class FakeRunner:
 
     def run(self, wait=True, stop_event=None):
         self.calls.append(("run", self.announce_plan))
-        return {"run": self.name, "status": lc.RUN_DONE, "jobs": []}
+        return {"run": self.name, "status": lc.RunStatus.DONE, "jobs": []}
 
     def place(self):
         self.calls.append("place")
@@ -294,7 +294,7 @@ def submitted(monkeypatch):
     monkeypatch.setattr(actions, "queue_waiting", lambda survey: False)
 
     def submit(check_mode=False, **params):
-        full = dict((k, v.get("default")) for k, v in actions.TASK_SPEC.items())
+        full = dict((k, v.get("default")) for k, v in actions.TASK_ARGS.items())
         full.update(config={"type": "task", "name": "train", "image": "python:3.11",
                             "commands": ["true"]}, **params)
         result, failed = actions.submit(full, emit=lambda event: None, check_mode=check_mode)
@@ -310,7 +310,7 @@ def submitted(monkeypatch):
 def test_submit_announces_the_plan_as_show_plan_says_and_makes_the_key_first(
         submitted, given, announced):
     runner, result, failed = submitted(**given)
-    assert (result["status"], failed) == (lc.RUN_DONE, False)
+    assert (result["status"], failed) == (lc.RunStatus.DONE, False)
     assert runner.calls == ["make_key_early", "survey", "reuse_survey", ("run", announced)]
     # What the runner calls when a host it took as free unasked keeps runs that wait: a look
     # at every host, which serves the pass over the queue and then the placement.
@@ -381,8 +381,8 @@ def _task_options():
 def test_the_task_modules_docs_match_its_argument_spec():
     """What ansible-test's validate-modules checks (make sanity), for this module's options."""
     documented = _task_options()
-    assert sorted(documented) == sorted(actions.TASK_SPEC)
-    for name, spec in actions.TASK_SPEC.items():
+    assert sorted(documented) == sorted(actions.TASK_ARGS)
+    for name, spec in actions.TASK_ARGS.items():
         doc = documented[name]
         assert doc.get("type", "str") == spec.get("type", "str"), name
         assert doc.get("elements") == spec.get("elements"), name
@@ -454,7 +454,7 @@ def test_the_key_made_early_is_the_one_the_first_submission_uses(fake_hosts, cou
     assert ready.wait(10)   # started at once, before any placement
     assert made == [1] and cluster.log == []
     runner.make_key_early()   # a second call makes no other key
-    assert runner.run()["status"] == lc.RUN_DONE
+    assert runner.run()["status"] == lc.RunStatus.DONE
     assert made == [1]
     assert started_keys(cluster) == [(0, "PRIVATE-1"), (0, "PRIVATE-1")]
 
@@ -473,7 +473,7 @@ def test_a_resubmission_gets_a_fresh_key(fake_hosts, counted_keys):
 def test_without_an_early_key_the_submission_makes_its_own(fake_hosts, counted_keys):
     runner, cluster = fake_hosts(task(), [fleet_with_facts(count=1)], program=lambda job: (1, 0))
     made, _ready = counted_keys()
-    assert runner.run()["status"] == lc.RUN_DONE
+    assert runner.run()["status"] == lc.RunStatus.DONE
     assert made == [1]
     assert started_keys(cluster) == [(0, "PRIVATE-1")]
 

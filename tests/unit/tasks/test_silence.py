@@ -118,15 +118,15 @@ def test_ps_judges_a_silent_host_once_it_was_silent_for_the_grace(fake_hosts, ba
     instances = interruption.instance_map(fleets)
     survey = look(cluster)
     (found,) = listing.run_records(survey[0], survey[3], instances, {"gpus-1": GRACE - 1})
-    assert found["status"] == lc.RUN_RUNNING
-    assert found["jobs"][1]["status"] == lc.RUNNING and found["jobs"][1]["unreachable"]
+    assert found["status"] == lc.RunStatus.RUNNING
+    assert found["jobs"][1]["status"] == lc.JobStatus.RUNNING and found["jobs"][1]["unreachable"]
     assert found["message"] == "host gpus-1 does not answer (for %d s; its job fails after %d s)" % (
         GRACE - 1, GRACE)
     assert not queue.is_due(survey, instances, {"gpus-1": GRACE - 1})
     (found,) = listing.run_records(survey[0], survey[3], instances, {"gpus-1": GRACE})
-    assert found["status"] == lc.RUN_TERMINATING   # rank 0 still runs: a pass is due
+    assert found["status"] == lc.RunStatus.TERMINATING   # rank 0 still runs: a pass is due
     assert [(j["job_num"], j["status"], j["reason"]) for j in found["jobs"]] == [
-        (0, lc.RUNNING, None), (1, lc.FAILED, reason)]
+        (0, lc.JobStatus.RUNNING, None), (1, lc.JobStatus.FAILED, reason)]
     assert found["message"].startswith("host gpus-1: ") and "for %d s" % GRACE in found["message"]
     assert queue.is_due(survey, instances, {"gpus-1": GRACE})
 
@@ -149,7 +149,8 @@ def test_ps_counts_the_silence_across_its_looks_and_a_pass_ends_the_run(fake_hos
 
     first = actions.run_info({})
     (found,) = first["runs"]
-    assert found["status"] == lc.RUN_RUNNING and found["message"] == "host gpus-1 does not answer"
+    assert found["status"] == lc.RunStatus.RUNNING
+    assert found["message"] == "host gpus-1 does not answer"
     assert list(first["unreachable_hosts"]) == ["gpus-1"] and not first["queue_due"]
     # The fleet it leaves unread is named, with the host and why (ps exits 1 on it).
     assert list(first["unread_fleets"]) == ["gpus"]
@@ -160,7 +161,7 @@ def test_ps_counts_the_silence_across_its_looks_and_a_pass_ends_the_run(fake_hos
     later = actions.run_info({})
     (found,) = later["runs"]
     assert [(j["job_num"], j["status"], j["reason"]) for j in found["jobs"]] == [
-        (0, lc.RUNNING, None), (1, lc.FAILED, lc.INSTANCE_UNREACHABLE)]
+        (0, lc.JobStatus.RUNNING, None), (1, lc.JobStatus.FAILED, lc.INSTANCE_UNREACHABLE)]
     assert later["queue_due"]
 
     # The pass (with the test's clock for its waits) judges the same way from the cache.
@@ -168,7 +169,7 @@ def test_ps_counts_the_silence_across_its_looks_and_a_pass_ends_the_run(fake_hos
                              clock=lambda: clock["now"], sleep=cluster.sleep).run()
     assert report["stopped"] == ["train-0-0"]
     (found,) = actions.run_info({})["runs"]
-    assert (found["status"], found["reason"]) == (lc.RUN_FAILED, "job_failed")
+    assert (found["status"], found["reason"]) == (lc.RunStatus.FAILED, "job_failed")
 
     # The host answers again, its job still running: the run that ended stays ended. The
     # next pass stops that job too (dstack's server stops it once the instance is back).
@@ -177,14 +178,15 @@ def test_ps_counts_the_silence_across_its_looks_and_a_pass_ends_the_run(fake_hos
     assert back["unread_fleets"] == {}
     assert state.read_facts(root, "gpus") == fleets[0]["facts"]
     (found,) = back["runs"]
-    assert found["status"] == lc.RUN_TERMINATING and back["queue_due"]
+    assert found["status"] == lc.RunStatus.TERMINATING and back["queue_due"]
     report = queue.QueuePass(fleets, runner_of=runs.runner_of, root=root,
                              clock=lambda: clock["now"], sleep=cluster.sleep).run()
     assert report["stopped"] == ["train-1-0"]
     (found,) = actions.run_info({})["runs"]
-    assert (found["status"], found["reason"]) == (lc.RUN_TERMINATED, lc.TERMINATED_BY_SERVER)
+    assert (found["status"], found["reason"]) == (lc.RunStatus.TERMINATED, lc.TERMINATED_BY_SERVER)
     assert [(j["job_num"], j["status"], j["reason"]) for j in found["jobs"]] == [
-        (0, lc.TERMINATED, lc.TERMINATED_BY_SERVER), (1, lc.TERMINATED, lc.TERMINATED_BY_SERVER)]
+        (0, lc.JobStatus.TERMINATED, lc.TERMINATED_BY_SERVER),
+        (1, lc.JobStatus.TERMINATED, lc.TERMINATED_BY_SERVER)]
 
 
 def test_a_pass_without_a_state_dir_does_not_judge_a_silent_host_running_on(fake_hosts):

@@ -52,3 +52,11 @@ def test_a_stop_moves_the_queue_when_something_waits_in_it(started, state, passe
         "submitted_at": "2026-01-01T09:00:00Z", "config": {}}
     actions.run_stop({"name": "train", "abort": True, "fleets": [], "state_dir": None})
     assert len(moved) == passes
+
+
+def test_a_stop_in_check_mode_says_a_change_for_a_run_with_jobs_up_and_stops_nothing(started):
+    cluster, _moved = started
+    answer = actions.run_stop({"name": "train", "abort": False, "fleets": [], "state_dir": None},
+                              check_mode=True)
+    assert answer["changed"] and answer["run"]["name"] == "train"
+    assert [op for _h, op, _p in cluster.log if op == "stop"] == []

@@ -33,7 +33,8 @@ except ImportError:  # on a host: nodeside's source runs first in the same names
 BOOK_ROOT = "/var/lib/gpufleet/book"
 CLAIM_LEASE = 900
 TAKE_LEASE = 600
-ALIVE_STATES = ("created", "running", "paused", "restarting", "removing")
+# Docker states of a container that still holds its host (it has not ended).
+HOLDING_STATES = ("created", "running", "paused", "restarting", "removing")
 _SAFE = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 
@@ -144,7 +145,7 @@ def claim_live(claim, by_submission, now):
     exists, until its lease ends."""
     states = by_submission.get((claim.get("run"), str(claim.get("submission") or 0)))
     if states:
-        return any(s in ALIVE_STATES for s in states)
+        return any(s in HOLDING_STATES for s in states)
     return now < float(claim.get("expires") or 0)
 
 
@@ -167,7 +168,7 @@ def usage(claims, containers, now, exclude_run=None):
     for entry in containers:
         labels = entry.get("labels") or {}
         key = (labels.get("gpufleet.run"), str(labels.get("gpufleet.submission") or "0"))
-        if key in covered or key[0] == exclude_run or entry.get("state") not in ALIVE_STATES:
+        if key in covered or key[0] == exclude_run or entry.get("state") not in HOLDING_STATES:
             continue
         try:
             blocks += int(labels.get("gpufleet.blocks") or 0)
@@ -192,7 +193,7 @@ def conflict(claim, claims, containers, now):
             # lapsed): one submission only.
             return "run %s is being started here by %s" % (run, other["by"])
     for (other_run, _submission), states in by_submission.items():
-        if other_run == run and any(s in ALIVE_STATES for s in states) and not any(
+        if other_run == run and any(s in HOLDING_STATES for s in states) and not any(
                 c.get("run") == run and c.get("run_id") == claim.get("run_id") for c in claims):
             return "run %s is already running here" % run
     blocks, ids, runs = usage(claims, containers, now, exclude_run=run)

@@ -450,19 +450,19 @@ def _write(path, data, mode):
         raise Failure("cannot write %s on this host: %s" % (path, exc)) from exc
 
 
-def _place(path, spec):
+def _place(path, item):
     """A folder (``dir``, with its ``mode``) or a relative link (``link``) in a job folder:
     what a folder of the task's files holds besides its files (repos.files)."""
     try:
-        if spec.get("dir"):
+        if item.get("dir"):
             if not os.path.isdir(path):
                 os.makedirs(path, 0o755)
-            os.chmod(path, spec.get("mode", 0o755))
+            os.chmod(path, item.get("mode", 0o755))
             return
         folder = os.path.dirname(path)
         if not os.path.isdir(folder):
             os.makedirs(folder, 0o755)
-        os.symlink(spec["link"], path)
+        os.symlink(item["link"], path)
     except (IOError, OSError) as exc:
         raise Failure("cannot write %s on this host: %s" % (path, exc)) from exc
 
@@ -518,16 +518,16 @@ def op_start(payload):
 
     if os.path.isdir(folder):
         shutil.rmtree(folder)
-    for rel, spec in sorted(job["files"].items()):
+    for rel, item in sorted(job["files"].items()):
         path = os.path.join(folder, "job", rel)
-        if spec.get("dir") or "link" in spec:   # a folder of files, and links in it
-            _place(path, spec)
+        if item.get("dir") or "link" in item:   # a folder of files, and links in it
+            _place(path, item)
             continue
-        if "data" in spec:
-            data = base64.b64decode(spec["data"])
+        if "data" in item:
+            data = base64.b64decode(item["data"])
         else:
-            data = spec["text"].encode("utf-8")
-        _write(path, data, spec.get("mode", 0o644))
+            data = item["text"].encode("utf-8")
+        _write(path, data, item.get("mode", 0o644))
     if job.get("repo_archive"):
         _link_repo(job["repo_archive"], os.path.join(folder, "job", "repo.tar.gz"))
     os.makedirs(os.path.join(folder, "state"), 0o755)

@@ -19,7 +19,6 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.parsing.vault import VaultSecret
 from ansible.plugins.action import ActionBase
 from ansible_collections.gpufleet.cluster.plugins.action import task as task_action
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_data
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions, environment
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.errors import PlanError
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import secret_store
