@@ -29,7 +29,7 @@ CATALOG = make_catalog("aws", machine(
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def aws(tmp_path_factory):
     double = Ec2Double()
     base = tmp_path_factory.mktemp("aws")
     env = dict(os.environ, **double.env())
@@ -52,14 +52,14 @@ def world(tmp_path_factory):
     double.stop()
 
 
-def module(world, *args, check=False):
-    return run_fleet_module(world["env"], *args, check=check)
+def module(aws, *args, check=False):
+    return run_fleet_module(aws["env"], *args, check=check)
 
 
-def inventory(world, config):
+def inventory(aws, config):
     proc = subprocess.run([str(BIN / "ansible-inventory"), "-i", str(config), "--list"],
                           capture_output=True, text=True, check=False, timeout=300,
-                          env=dict(world["env"], ANSIBLE_INVENTORY_ENABLED="gpufleet.cluster.fleet"))
+                          env=dict(aws["env"], ANSIBLE_INVENTORY_ENABLED="gpufleet.cluster.fleet"))
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout, object_hook=_plain)
 
@@ -69,69 +69,69 @@ def _plain(value):
     return value["__ansible_unsafe"] if set(value) == {"__ansible_unsafe"} else value
 
 
-def test_an_aws_fleet_is_planned_launched_kept_and_deleted_by_the_module(world):
-    path = "path=" + str(world["base"] / "a100.dstack.yml")
-    result, _proc = module(world, path, check=True)
+def test_an_aws_fleet_is_planned_launched_kept_and_deleted_by_the_module(aws):
+    path = "path=" + str(aws["base"] / "a100.dstack.yml")
+    result, _proc = module(aws, path, check=True)
     assert result["changed"] and result["fleet"]["plan"]["create"] == ["a100-0", "a100-1"]
-    assert world["double"].mutating() == []
+    assert aws["double"].mutating() == []
 
-    result, proc = module(world, path)
+    result, proc = module(aws, path)
     assert result.get("failed") is not True, proc.stdout
     instances = result["fleet"]["instances"]
     assert [(i["name"], i["backend"], i["instance_type"], i["zone"], i["status"])
             for i in instances] == [("a100-0", "aws", "p4d.24xlarge", "us-east-1b", "idle"),
                                     ("a100-1", "aws", "p4d.24xlarge", "us-east-1b", "idle")]
-    actions = [c["action"] for c in world["double"].mutating()]
+    actions = [c["action"] for c in aws["double"].mutating()]
     assert actions.count("RunInstances") == 1 and actions.count("AllocateAddress") == 2
-    run = world["double"].calls("RunInstances")[0]["params"]
+    run = aws["double"].calls("RunInstances")[0]["params"]
     assert run["Placement.GroupName"] == "gpufleet-a100"
     assert run["NetworkInterface.1.InterfaceType"] == "efa"
     hosts = dict((h["name"], h) for h in result["hosts"])
     assert hosts["a100-0"]["vars"]["ansible_user"] == "ubuntu"
     assert "backend_aws" in hosts["a100-0"]["groups"]
 
-    world["double"].clear()
-    result, _proc = module(world, path)
+    aws["double"].clear()
+    result, _proc = module(aws, path)
     assert not result["changed"] and result["fleet"]["plan"]["keep"] == ["a100-0", "a100-1"]
-    assert world["double"].mutating() == []
+    assert aws["double"].mutating() == []
 
     # The inventory plugin finds the instances by their tags; a warm cache asks EC2 nothing.
-    config = world["base"] / "fleets.gpufleet.yml"
+    config = aws["base"] / "fleets.gpufleet.yml"
     config.write_text("plugin: gpufleet.cluster.fleet\nfleets: [a100.dstack.yml]\ncache: true\n"
                       "cache_plugin: ansible.builtin.jsonfile\ncache_connection: %s\n"
-                      % (world["base"] / "inventory-cache"))
-    listed = inventory(world, config)
+                      % (aws["base"] / "inventory-cache"))
+    listed = inventory(aws, config)
     assert sorted(listed["backend_aws"]["hosts"]) == ["a100-0", "a100-1"]
     assert sorted(listed["cluster"]["hosts"]) == ["a100-0", "a100-1"]
     hostvars = listed["_meta"]["hostvars"]["a100-1"]
     assert hostvars["ansible_user"] == "ubuntu" and hostvars["gpufleet_region"] == REGION
     assert hostvars["gpufleet_instance_type"] == "p4d.24xlarge"
-    world["double"].clear()
-    assert inventory(world, config)["_meta"]["hostvars"]["a100-1"] == hostvars
-    assert world["double"].calls("DescribeInstances") == []
+    aws["double"].clear()
+    assert inventory(aws, config)["_meta"]["hostvars"]["a100-1"] == hostvars
+    assert aws["double"].calls("DescribeInstances") == []
 
-    result, _proc = module(world, path, "state=absent")
+    result, _proc = module(aws, path, "state=absent")
     assert result["changed"] and len(result["removed"]["instances"]) == 2
     assert result["removed"]["placement_groups"] == ["gpufleet-a100"]
-    result, _proc = module(world, path, "state=absent")
+    result, _proc = module(aws, path, "state=absent")
     assert not result["changed"]
 
 
-def test_a_volume_through_the_gpufleet_command(world):
-    path = world["base"] / "datasets.dstack.yml"
+def test_a_volume_through_the_gpufleet_command(aws):
+    path = aws["base"] / "datasets.dstack.yml"
     path.write_text("type: volume\nname: datasets\nbackend: aws\nregion: us-east-1\n"
                     "availability_zone: us-east-1c\nsize: 50GB\n")
 
     def gpufleet(*args):
         return subprocess.run([str(BIN / "gpufleet"), *args], capture_output=True, text=True,
-                              env=world["env"], check=False, timeout=300)
+                              env=aws["env"], check=False, timeout=300)
 
     made = gpufleet("apply", "-y", "-f", str(path))
     assert made.returncode == 0, made.stdout + made.stderr
     assert made.stdout.startswith("Volume datasets ready: aws us-east-1c 50GB vol-")
     again = gpufleet("apply", "-y", "-f", str(path))
     assert again.returncode == 0 and again.stdout.startswith("Volume datasets exists: ")
-    assert len(world["double"].calls("CreateVolume")) == 1
+    assert len(aws["double"].calls("CreateVolume")) == 1
     gone = gpufleet("delete", "-y", "-f", str(path))
     assert gone.returncode == 0, gone.stdout + gone.stderr
     assert gone.stdout.startswith("Volume datasets deleted: ")

@@ -61,7 +61,7 @@ class Hosts:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def aws_lab(tmp_path_factory):
     base = tmp_path_factory.mktemp("aws-hosts")
     docker = Docker()
     image, _built = local.ensure_node_image(docker)
@@ -90,24 +90,24 @@ def world(tmp_path_factory):
         double.stop()
 
 
-def test_fleet_yml_brings_aws_instances_to_ready_hosts_over_ssh(world):
-    result = run_playbook("fleet.yml", {"fleet": world["path"], "gpufleet_connect_timeout": 60})
+def test_fleet_yml_brings_aws_instances_to_ready_hosts_over_ssh(aws_lab):
+    result = run_playbook("fleet.yml", {"fleet": aws_lab["path"], "gpufleet_connect_timeout": 60})
     assert result.ok, result.stdout[-4000:]
     record = result.stats["gpufleet_fleets"][0]
     instances = record["instances"]
     assert [(i["name"], i["backend"], i["instance_type"], i["status"]) for i in instances] == [
         (NAME + "-0", "aws", "c5.xlarge", "idle"), (NAME + "-1", "aws", "c5.xlarge", "idle")]
-    assert len(world["hosts"].started) == 2
+    assert len(aws_lab["hosts"].started) == 2
     # Each instance was measured on its real host (the play's facts, not the catalog's).
     assert all(i["resources"]["cpus"] >= 1 and i["internal_ip"] for i in instances)
-    assert len(world["double"].calls("RunInstances")) == 1
+    assert len(aws_lab["double"].calls("RunInstances")) == 1
 
-    again = run_playbook("fleet.yml", {"fleet": world["path"]})
+    again = run_playbook("fleet.yml", {"fleet": aws_lab["path"]})
     assert again.ok and again.stats["gpufleet_fleets"][0]["plan"]["create"] == []
 
     # A two-node task on the aws fleet, through the task runner as on any fleet: the image is
     # pushed to the hosts, each rank gets dstack's variables with the instances' addresses.
-    task = world["path"].replace(".dstack.yml", "-task.dstack.yml")
+    task = aws_lab["path"].replace(".dstack.yml", "-task.dstack.yml")
     with open(task, "w") as handle:
         handle.write("type: task\nname: on-aws\nnodes: 2\nbackends: [aws]\nimage: %s\n"
                      "resources:\n  cpu: 1..\n  memory: 1GB..\n  disk: 1GB..\n"
@@ -120,6 +120,6 @@ def test_fleet_yml_brings_aws_instances_to_ready_hosts_over_ssh(world):
     assert sorted(job["internal_ip"] for job in run["jobs"]) == \
         sorted(i["internal_ip"] for i in instances)
 
-    gone = run_playbook("delete.yml", {"fleet": world["path"]})
+    gone = run_playbook("delete.yml", {"fleet": aws_lab["path"]})
     assert gone.ok, gone.stdout[-3000:]
-    assert world["hosts"].started == {}
+    assert aws_lab["hosts"].started == {}

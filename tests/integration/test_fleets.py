@@ -36,16 +36,17 @@ MARKER = "/etc/gpufleet/fleet.json"
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
-    """State dir and environment shared by the module's tests (they run in order)."""
+def ctl(tmp_path_factory):
+    """One controller of the module's tests (they run in order): its state dir, environment
+    (ansible and gpufleet pointed at them) and the Docker engine."""
     base = tmp_path_factory.mktemp("fleets")
     state_dir = base / "state"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GPUFLEET_STATE_DIR", str(state_dir))
-        yield from _world(base, state_dir)
+        yield from _controller(base, state_dir)
 
 
-def _world(base, state_dir):
+def _controller(base, state_dir):
     env = dict(
         os.environ,
         ANSIBLE_COLLECTIONS_PATH=str(collections_path()),
@@ -54,9 +55,9 @@ def _world(base, state_dir):
         ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
         ANSIBLE_INVENTORY_ENABLED="gpufleet.cluster.fleet,yaml,ini",
     )
-    world = {"base": base, "state": state_dir, "env": env, "docker": Docker()}
-    local.ensure_node_image(world["docker"])
-    yield world
+    ctl = {"base": base, "state": state_dir, "env": env, "docker": Docker()}
+    local.ensure_node_image(ctl["docker"])
+    yield ctl
     # Whatever a failed test left behind goes, without asserting anything here.
     for name in (DEAD, OTHER, LAB, RIG):
         path = base / (name + ".dstack.yml")
@@ -64,8 +65,8 @@ def _world(base, state_dir):
             run_playbook("delete.yml", {"fleet": str(path), "gpufleet_refuse_busy": False})
 
 
-def write_fleet(world, name, text):
-    path = world["base"] / (name + ".dstack.yml")
+def write_fleet(ctl, name, text):
+    path = ctl["base"] / (name + ".dstack.yml")
     path.write_text(text)
     return str(path)
 
@@ -79,11 +80,11 @@ def apply(path, check=False):
     return result, fleets[0]
 
 
-def ansible_playbook(world, playbook, path):
+def ansible_playbook(ctl, playbook, path):
     proc = subprocess.run(
         [str(BIN / "ansible-playbook"), str(Path(__file__).parents[2] / "playbooks" / playbook),
          "-e", "fleet=" + path],
-        capture_output=True, text=True, env=world["env"], check=False, timeout=900,
+        capture_output=True, text=True, env=ctl["env"], check=False, timeout=900,
     )
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
     return proc
@@ -104,17 +105,17 @@ def by_name(record):
     return dict((i["name"], i) for i in record["instances"])
 
 
-def sh(world, container, script, user="root"):
-    return world["docker"].run("exec", "-u", user, container, "sh", "-c", script)
+def sh(ctl, container, script, user="root"):
+    return ctl["docker"].run("exec", "-u", user, container, "sh", "-c", script)
 
 
-def test_local_fleet_comes_up_with_nodes_reached_over_ssh(world):
-    path = write_fleet(world, RIG, "type: fleet\nname: %s\nnodes: 2\nplacement: cluster\n"
+def test_local_fleet_comes_up_with_nodes_reached_over_ssh(ctl):
+    path = write_fleet(ctl, RIG, "type: fleet\nname: %s\nnodes: 2\nplacement: cluster\n"
                                    "backends: [local]\n" % RIG)
     planned, record = apply(path, check=True)
     assert planned.ok, planned.stdout[-3000:]
     assert record["plan"]["create"] == [RIG + "-0", RIG + "-1"]
-    assert local.list_nodes(world["docker"], RIG) == []  # check mode made nothing
+    assert local.list_nodes(ctl["docker"], RIG) == []  # check mode made nothing
 
     result, record = apply(path)
     assert result.ok, result.stdout[-3000:]
@@ -126,34 +127,34 @@ def test_local_fleet_comes_up_with_nodes_reached_over_ssh(world):
         assert instance["internal_ip"] == instance["hostname"]
     assert "instance=1" in result.stdout and "NAME" in result.stdout
     # Both nodes are on the fleet's one network, labelled with the fleet and instance number.
-    nodes = local.list_nodes(world["docker"], RIG)
+    nodes = local.list_nodes(ctl["docker"], RIG)
     assert [n["labels"][local.INSTANCE_LABEL] for n in nodes] == ["0", "1"]
     assert all(list(n["networks"]) == ["gpufleet-" + RIG] for n in nodes)
-    assert (world["state"] / "fleets" / RIG / "id_ed25519").exists()
+    assert (ctl["state"] / "fleets" / RIG / "id_ed25519").exists()
 
 
-def test_reapplying_changes_nothing_and_growing_keeps_existing_nodes(world):
-    path = str(world["base"] / (RIG + ".dstack.yml"))
-    before = dict((n["name"], n["id"]) for n in local.list_nodes(world["docker"], RIG))
-    proc = ansible_playbook(world, "fleet.yml", path)
+def test_reapplying_changes_nothing_and_growing_keeps_existing_nodes(ctl):
+    path = str(ctl["base"] / (RIG + ".dstack.yml"))
+    before = dict((n["name"], n["id"]) for n in local.list_nodes(ctl["docker"], RIG))
+    proc = ansible_playbook(ctl, "fleet.yml", path)
     assert proc.returncode == 0, proc.stdout[-3000:]
     counts = recap(proc.stdout)
     assert set(counts) == {"localhost", RIG + "-0", RIG + "-1"}
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
 
-    write_fleet(world, RIG, "type: fleet\nname: %s\nnodes: 3\nplacement: cluster\n"
+    write_fleet(ctl, RIG, "type: fleet\nname: %s\nnodes: 3\nplacement: cluster\n"
                             "backends: [local]\n" % RIG)
     result, record = apply(path)
     assert result.ok, result.stdout[-3000:]
     assert record["plan"]["create"] == [RIG + "-2"]
     assert record["plan"]["keep"] == [RIG + "-0", RIG + "-1"]
-    after = dict((n["name"], n["id"]) for n in local.list_nodes(world["docker"], RIG))
+    after = dict((n["name"], n["id"]) for n in local.list_nodes(ctl["docker"], RIG))
     assert all(after[name] == before[name] for name in before)
     assert len(after) == 3
 
 
-def test_host_roles_say_why_they_skip_and_a_failing_role_fails_its_host(world):
-    path = str(world["base"] / (RIG + ".dstack.yml"))
+def test_host_roles_say_why_they_skip_and_a_failing_role_fails_its_host(ctl):
+    path = str(ctl["base"] / (RIG + ".dstack.yml"))
     # Local nodes have no GPU, no EFA device and no EC2 metadata service: each role applies
     # its detection on the node, records why it does nothing, and the fleet stays ready.
     result = run_playbook("fleet.yml", {"fleet": path, "gpufleet_connect_timeout": 15,
@@ -177,18 +178,18 @@ def test_host_roles_say_why_they_skip_and_a_failing_role_fails_its_host(world):
         assert instance["status"] == "failed", instance
         assert "docker_source" in instance["error"], instance["error"]
     # Failed hosts lose their cached facts (placement skips them) until an apply passes again.
-    assert json.loads((world["state"] / "fleets" / RIG / "facts.json").read_text()) == {}
+    assert json.loads((ctl["state"] / "fleets" / RIG / "facts.json").read_text()) == {}
     result, record = apply(path)
     assert result.ok, result.stdout[-3000:]
     assert all(i["status"] == "idle" for i in record["instances"]), record["instances"]
-    cached = json.loads((world["state"] / "fleets" / RIG / "facts.json").read_text())
+    cached = json.loads((ctl["state"] / "fleets" / RIG / "facts.json").read_text())
     assert sorted(cached) == sorted(i["name"] for i in record["instances"])
 
 
-def test_inventory_plugin_lists_the_live_nodes(world):
-    path = str(world["base"] / (RIG + ".dstack.yml"))
+def test_inventory_plugin_lists_the_live_nodes(ctl):
+    path = str(ctl["base"] / (RIG + ".dstack.yml"))
     proc = subprocess.run([str(BIN / "ansible-inventory"), "-i", path, "--graph"],
-                          capture_output=True, text=True, env=world["env"], check=True)
+                          capture_output=True, text=True, env=ctl["env"], check=True)
     graph = proc.stdout
     group = "fleet_" + RIG.replace("-", "_")
     for expected in ("@gpufleet:", "@%s:" % group, "@backend_local:", "@cluster:"):
@@ -196,17 +197,17 @@ def test_inventory_plugin_lists_the_live_nodes(world):
     for num in range(3):
         assert "--%s-%d" % (RIG, num) in graph
     ping = subprocess.run([str(BIN / "ansible"), "-i", path, group, "-m", "ansible.builtin.ping"],
-                          capture_output=True, text=True, env=world["env"], check=False)
+                          capture_output=True, text=True, env=ctl["env"], check=False)
     assert ping.returncode == 0, ping.stdout + ping.stderr
     assert ping.stdout.count("SUCCESS") == 3
     hostvars = json.loads(subprocess.run(
         [str(BIN / "ansible-inventory"), "-i", path, "--host", RIG + "-0"],
-        capture_output=True, text=True, env=world["env"], check=True).stdout)
+        capture_output=True, text=True, env=ctl["env"], check=True).stdout)
     assert hostvars["gpufleet_host"]["cpus"] >= 1          # the facts fleet.yml cached
     assert hostvars["gpufleet_placement"] == "cluster"
     assert hostvars["gpufleet_instance_type"] == "container"
     assert hostvars["gpufleet_created"] and hostvars["gpufleet_spot"] is False
-    facts = world["state"] / "fleets" / RIG / "facts.json"
+    facts = ctl["state"] / "fleets" / RIG / "facts.json"
     assert facts.stat().st_mode & 0o777 == 0o600
 
 
@@ -228,61 +229,61 @@ SHOW_VARS = """
 """
 
 
-def test_the_play_gives_its_hosts_the_inventory_plugins_variables(world):
-    path = str(world["base"] / (RIG + ".dstack.yml"))
+def test_the_play_gives_its_hosts_the_inventory_plugins_variables(ctl):
+    path = str(ctl["base"] / (RIG + ".dstack.yml"))
     from_inventory = {}
     for num in range(3):
         host = "%s-%d" % (RIG, num)
         from_inventory[host] = json.loads(subprocess.run(
             [str(BIN / "ansible-inventory"), "-i", path, "--host", host],
-            capture_output=True, text=True, env=world["env"], check=True).stdout)
+            capture_output=True, text=True, env=ctl["env"], check=True).stdout)
         del from_inventory[host]["gpufleet_host"]  # the cached facts; the play measures its own
     names = sorted(from_inventory[RIG + "-0"])
     assert "gpufleet_price" in names and "ansible_python_interpreter" in names
-    out = world["base"] / "play-vars"
+    out = ctl["base"] / "play-vars"
     out.mkdir()
-    playbook = world["base"] / "show-vars.yml"
+    playbook = ctl["base"] / "show-vars.yml"
     playbook.write_text(SHOW_VARS)
     proc = subprocess.run(
         [str(BIN / "ansible-playbook"), str(playbook), "-e", "fleet=" + path,
          "-e", json.dumps({"show_names": names, "show_out": str(out),
                            "gpufleet_connect_timeout": 15})],
-        capture_output=True, text=True, env=world["env"], check=False, timeout=900)
+        capture_output=True, text=True, env=ctl["env"], check=False, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for host, expected in from_inventory.items():
         assert json.loads((out / (host + ".json")).read_text()) == expected, host
 
 
-def rig_subnet(world):
+def rig_subnet(ctl):
     """The CIDR of the rig's network: the SSH fleet's ``network`` (nodes also have docker0)."""
-    return world["docker"].run("network", "inspect", "--format",
+    return ctl["docker"].run("network", "inspect", "--format",
                                "{{(index .IPAM.Config 0).Subnet}}", "gpufleet-" + RIG).strip()
 
 
-def ssh_fleet_text(world, name, hosts, jump):
-    key = str(world["state"] / "fleets" / RIG / "id_ed25519")
+def ssh_fleet_text(ctl, name, hosts, jump):
+    key = str(ctl["state"] / "fleets" / RIG / "id_ed25519")
     lines = ["type: fleet", "name: " + name, "placement: cluster", "ssh_config:",
-             "  user: gpufleet", "  identity_file: " + key, "  network: " + rig_subnet(world),
+             "  user: gpufleet", "  identity_file: " + key, "  network: " + rig_subnet(ctl),
              "  proxy_jump: {hostname: %s, user: gpufleet, identity_file: %s}" % (jump, key),
              "  hosts:"]
     lines += ["    - " + host for host in hosts]
     return "\n".join(lines) + "\n"
 
 
-def test_ssh_fleet_checks_each_host_and_names_what_is_wrong(world):
+def test_ssh_fleet_checks_each_host_and_names_what_is_wrong(ctl):
     rig = by_name({"instances": local.instance_records(
-        local.list_nodes(world["docker"], RIG), RIG, 1, None)})
+        local.list_nodes(ctl["docker"], RIG), RIG, 1, None)})
     head, sudo_host, nofwd_host = (rig["%s-%d" % (RIG, n)] for n in range(3))
     # One host's sudo wants a password; another's sshd forbids TCP forwarding.
-    sh(world, sudo_host["container"],
+    sh(ctl, sudo_host["container"],
        "echo 'gpufleet ALL=(ALL) ALL' > /etc/sudoers.d/gpufleet; "
        "echo 'gpufleet:secret' | chpasswd")
-    sh(world, nofwd_host["container"],
+    sh(ctl, nofwd_host["container"],
        "echo 'AllowTcpForwarding no' > /etc/ssh/sshd_config.d/00-test.conf")
     network = head["hostname"].rsplit(".", 1)[0]
     nobody = network + ".250"  # on the fleet's network, but no node has it
     hosts = [head["hostname"], sudo_host["hostname"], nofwd_host["hostname"], nobody]
-    path = write_fleet(world, LAB, ssh_fleet_text(world, LAB, hosts, head["hostname"]))
+    path = write_fleet(ctl, LAB, ssh_fleet_text(ctl, LAB, hosts, head["hostname"]))
 
     result, record = apply(path)
     assert not result.ok  # the fleet has bad hosts, so the apply fails ...
@@ -314,35 +315,35 @@ def test_ssh_fleet_checks_each_host_and_names_what_is_wrong(world):
     for name in (LAB + "-1", LAB + "-2", LAB + "-3"):
         assert name in result.stdout
     # Only the healthy host was claimed, and it was reached through the jump host.
-    marker = json.loads(sh(world, head["container"], "cat " + MARKER))
+    marker = json.loads(sh(ctl, head["container"], "cat " + MARKER))
     assert marker["fleet"] == LAB and marker["instance"] == 0
-    assert sh(world, sudo_host["container"], "test -e %s && echo yes || echo no" % MARKER
+    assert sh(ctl, sudo_host["container"], "test -e %s && echo yes || echo no" % MARKER
               ).strip() == "no"
     via = subprocess.run(
         [str(BIN / "ansible"), "-i", path, LAB + "-0", "-m", "ansible.builtin.command",
          "-a", "printenv SSH_CONNECTION"],
-        capture_output=True, text=True, env=world["env"], check=False)
+        capture_output=True, text=True, env=ctl["env"], check=False)
     assert via.returncode == 0, via.stdout + via.stderr
     client_ip = via.stdout.split("\n", 1)[1].split()[0]
     assert client_ip == head["hostname"], via.stdout  # the connection came from the jump host
 
 
-def test_an_ssh_fleet_whose_only_host_refuses_answers_fast_and_is_never_idle(world):
+def test_an_ssh_fleet_whose_only_host_refuses_answers_fast_and_is_never_idle(ctl):
     """gpufleet apply of a new SSH fleet whose only host refuses SSH (through the jump host,
     whose proxy ends at once): one try in the plan, its
     answer carried into the apply, the plan saying it cannot read the host, the fleet not
     active; then delete refuses naming the host it cannot check, and --force deletes."""
     rig = by_name({"instances": local.instance_records(
-        local.list_nodes(world["docker"], RIG), RIG, 1, None)})
+        local.list_nodes(ctl["docker"], RIG), RIG, 1, None)})
     head = rig[RIG + "-0"]
     # A node's address, on a port where nothing listens: refused, through the jump host.
-    text = ssh_fleet_text(world, DEAD, ["{hostname: %s, port: 2299}" % head["hostname"]],
+    text = ssh_fleet_text(ctl, DEAD, ["{hostname: %s, port: 2299}" % head["hostname"]],
                           head["hostname"])
-    path = write_fleet(world, DEAD, text)
+    path = write_fleet(ctl, DEAD, text)
 
     def gpufleet(*args):
         return subprocess.run([str(BIN / "gpufleet")] + list(args), capture_output=True,
-                              text=True, stdin=subprocess.DEVNULL, env=world["env"],
+                              text=True, stdin=subprocess.DEVNULL, env=ctl["env"],
                               check=False, timeout=900)
 
     began = time.monotonic()
@@ -377,26 +378,26 @@ def test_an_ssh_fleet_whose_only_host_refuses_answers_fast_and_is_never_idle(wor
     said = forced.stdout + forced.stderr
     assert "could not be checked" not in said and "PLAY Delete the fleet" in said, said
     assert "these hosts could not be released" in said and DEAD + "-0" in said, said
-    assert not (world["state"] / "fleets" / DEAD).exists()
+    assert not (ctl["state"] / "fleets" / DEAD).exists()
 
 
-def test_a_host_belongs_to_one_fleet_until_released(world):
+def test_a_host_belongs_to_one_fleet_until_released(ctl):
     rig = by_name({"instances": local.instance_records(
-        local.list_nodes(world["docker"], RIG), RIG, 1, None)})
+        local.list_nodes(ctl["docker"], RIG), RIG, 1, None)})
     head, sudo_host, nofwd_host = (rig["%s-%d" % (RIG, n)] for n in range(3))
     # Mend the two broken hosts; the unreachable address leaves the file.
-    sh(world, sudo_host["container"],
+    sh(ctl, sudo_host["container"],
        "echo 'gpufleet ALL=(ALL) NOPASSWD:ALL' > /etc/sudoers.d/gpufleet")
-    sh(world, nofwd_host["container"], "rm /etc/ssh/sshd_config.d/00-test.conf")
+    sh(ctl, nofwd_host["container"], "rm /etc/ssh/sshd_config.d/00-test.conf")
     hosts = [head["hostname"], sudo_host["hostname"], nofwd_host["hostname"]]
-    lab = write_fleet(world, LAB, ssh_fleet_text(world, LAB, hosts, head["hostname"]))
+    lab = write_fleet(ctl, LAB, ssh_fleet_text(ctl, LAB, hosts, head["hostname"]))
     result, record = apply(lab)
     assert result.ok, result.stdout[-3000:]
     assert record["plan"]["create"] == [LAB + "-1", LAB + "-2"]
     assert record["plan"]["keep"] == [LAB + "-0"]
 
     # A second apply changes nothing, on the hosts or in the fleet.
-    proc = ansible_playbook(world, "fleet.yml", lab)
+    proc = ansible_playbook(ctl, "fleet.yml", lab)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert all(c["changed"] == 0 for c in recap(proc.stdout).values()), recap(proc.stdout)
     # Its first request to each node reached the others where the first apply measured them,
@@ -408,11 +409,11 @@ def test_a_host_belongs_to_one_fleet_until_released(world):
     # ... but once one node cannot reach another, a re-apply does ask, and says which.
     block = ("iptables %s OUTPUT -p tcp -d " + nofwd_host["hostname"]
              + " --dport 22 -j REJECT --reject-with tcp-reset")
-    sh(world, sudo_host["container"], block % "-I")
+    sh(ctl, sudo_host["container"], block % "-I")
     try:
         result, record = apply(lab)
     finally:
-        sh(world, sudo_host["container"], block % "-D")
+        sh(ctl, sudo_host["container"], block % "-D")
     assert not result.ok
     states = by_name(record)
     assert [states[LAB + "-%d" % n]["status"] for n in range(3)] == ["idle", "failed", "idle"]
@@ -420,7 +421,7 @@ def test_a_host_belongs_to_one_fleet_until_released(world):
         LAB, nofwd_host["hostname"]) in states[LAB + "-1"]["error"], states[LAB + "-1"]["error"]
 
     # Another fleet cannot take a host the first one holds.
-    other = write_fleet(world, OTHER, ssh_fleet_text(world, OTHER, [nofwd_host["hostname"]],
+    other = write_fleet(ctl, OTHER, ssh_fleet_text(ctl, OTHER, [nofwd_host["hostname"]],
                                                      head["hostname"]))
     result, record = apply(other)
     assert not result.ok
@@ -428,30 +429,30 @@ def test_a_host_belongs_to_one_fleet_until_released(world):
     assert "already in fleet %s as instance 2" % LAB in error, error
 
     # Taking the host out of the first fleet's file releases it; then the other fleet gets it.
-    write_fleet(world, LAB, ssh_fleet_text(world, LAB, hosts[:2], head["hostname"]))
+    write_fleet(ctl, LAB, ssh_fleet_text(ctl, LAB, hosts[:2], head["hostname"]))
     result, record = apply(lab)
     assert result.ok, result.stdout[-3000:]
     assert record["plan"]["release"] == [nofwd_host["hostname"]]
-    assert sh(world, nofwd_host["container"], "test -e %s && echo yes || echo no" % MARKER
+    assert sh(ctl, nofwd_host["container"], "test -e %s && echo yes || echo no" % MARKER
               ).strip() == "no"
     result, record = apply(other)
     assert result.ok, result.stdout[-3000:]
-    marker = json.loads(sh(world, nofwd_host["container"], "cat " + MARKER))
+    marker = json.loads(sh(ctl, nofwd_host["container"], "cat " + MARKER))
     assert marker["fleet"] == OTHER
 
 
-def test_attach_reaches_a_run_on_an_ssh_fleet_through_its_jump_host(world, tmp_path):
+def test_attach_reaches_a_run_on_an_ssh_fleet_through_its_jump_host(ctl, tmp_path):
     """A 2-node run on the SSH fleet (reached through its jump host): gpufleet attach writes the
     jump host, the host and the container hops, and ssh RUN / ssh RUN-1 land in the jobs."""
     from .task_images import ensure_base_image
     from .task_world import CPU
 
-    lab = str(world["base"] / (LAB + ".dstack.yml"))
+    lab = str(ctl["base"] / (LAB + ".dstack.yml"))
     run = "via-" + SUFFIX
     task = tmp_path / "via.dstack.yml"
     task.write_text("type: task\nname: %s\nimage: %s\nnodes: 2\nfleets: [%s]\n%s"
                     "stop_duration: 1\ncommands: [sleep infinity]\n"
-                    % (run, ensure_base_image(world["docker"]), LAB, CPU))
+                    % (run, ensure_base_image(ctl["docker"]), LAB, CPU))
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     env = dict(os.environ, HOME=str(home))
@@ -470,7 +471,7 @@ def test_attach_reaches_a_run_on_an_ssh_fleet_through_its_jump_host(world, tmp_p
             if "Press Ctrl+C to detach" in line:
                 break
         assert "To connect to the run via SSH, use `ssh %s`." % run in "".join(seen), seen
-        ours = (world["state"] / "ssh" / "config").read_text()
+        ours = (ctl["state"] / "ssh" / "config").read_text()
         assert "ProxyJump %s-jump-host" % run in ours, ours
         ssh = ["ssh", "-F", str(home / ".ssh" / "config"), "-o", "BatchMode=yes"]
         for alias, rank in ((run, "0"), (run + "-1", "1")):
@@ -484,7 +485,7 @@ def test_attach_reaches_a_run_on_an_ssh_fleet_through_its_jump_host(world, tmp_p
             attach.kill()
         subprocess.run(command + ["stop", run, "-y", "--fleet-file", lab], env=env,
                        capture_output=True, timeout=600, check=False)
-    assert run not in (world["state"] / "ssh" / "config").read_text()
+    assert run not in (ctl["state"] / "ssh" / "config").read_text()
 
 
 def known_key(known_hosts, hostname):
@@ -494,10 +495,10 @@ def known_key(known_hosts, hostname):
     return sorted(line for line in found.stdout.splitlines() if not line.startswith("#"))
 
 
-def regenerate_host_keys(world, container):
+def regenerate_host_keys(ctl, container):
     """New host keys on a node, served from the next connection on, and its open SSH sessions
     ended (multiplexed masters, Ansible's and the runner's, would go on using the old one)."""
-    sh(world, container,
+    sh(ctl, container,
        "rm -f /etc/ssh/ssh_host_*; for type in ecdsa ed25519; do "
        "ssh-keygen -q -t $type -N '' -f /etc/ssh/ssh_host_${type}_key; done; "
        # The node's listening sshd (its first process) reloads; its sessions end.
@@ -505,7 +506,7 @@ def regenerate_host_keys(world, container):
        "pkill -f '^sshd: [^/]' || true")
 
 
-def test_a_changed_host_key_is_refused_on_every_path_until_accepted(world, monkeypatch):
+def test_a_changed_host_key_is_refused_on_every_path_until_accepted(ctl, monkeypatch):
     """TOFU for SSH fleet hosts: the first contact recorded each host's key; once a host has
     another key, every way gpufleet reaches it refuses, with one line that names the host and
     the command that accepts the new key; after that command, the host is reached again."""
@@ -514,15 +515,15 @@ def test_a_changed_host_key_is_refused_on_every_path_until_accepted(world, monke
     from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import ssh
 
     rig = by_name({"instances": local.instance_records(
-        local.list_nodes(world["docker"], RIG), RIG, 1, None)})
+        local.list_nodes(ctl["docker"], RIG), RIG, 1, None)})
     host = rig[RIG + "-1"]            # LAB-1 (LAB-0, the jump host, keeps its key)
     address = host["hostname"]
-    lab = str(world["base"] / (LAB + ".dstack.yml"))
-    known = Path(state.known_hosts_path(str(world["state"]), LAB))
+    lab = str(ctl["base"] / (LAB + ".dstack.yml"))
+    known = Path(state.known_hosts_path(str(ctl["state"]), LAB))
     # The applies before recorded the hosts' keys on first contact, each fleet in its own file.
     old = known_key(known, address)
     assert old, known.read_text() if known.exists() else "no %s" % known
-    assert known_key(state.known_hosts_path(str(world["state"]), OTHER),
+    assert known_key(state.known_hosts_path(str(ctl["state"]), OTHER),
                      rig[RIG + "-2"]["hostname"])
     which = "instance %s of fleet %s" % (LAB + "-1", LAB)
     accept = "ssh-keygen -R %s -f %s" % (address, known)
@@ -533,8 +534,8 @@ def test_a_changed_host_key_is_refused_on_every_path_until_accepted(world, monke
             text[-3000:]
         assert accept in text, text[-3000:]
 
-    env = dict(world["env"], ANSIBLE_HOST_KEY_CHECKING="False")   # what ansible-runner sets
-    regenerate_host_keys(world, host["container"])
+    env = dict(ctl["env"], ANSIBLE_HOST_KEY_CHECKING="False")   # what ansible-runner sets
+    regenerate_host_keys(ctl, host["container"])
     try:
         # The gpufleet command: the apply fails, naming the host; the other host stays ready.
         cli = subprocess.run([str(BIN / "gpufleet"), "apply", "-f", lab, "-y"],
@@ -574,7 +575,7 @@ def test_a_changed_host_key_is_refused_on_every_path_until_accepted(world, monke
                             capture_output=True, text=True, env=env, timeout=300, check=False)
         refused(ps.stderr)
         instance = by_name(caught.value.record)[LAB + "-1"]
-        node = ssh.Node(instance, root=str(world["state"]))
+        node = ssh.Node(instance, root=str(ctl["state"]))
         with pytest.raises(ssh.NodeError) as failed:
             node.check("true")
         refused(str(failed.value))
@@ -594,37 +595,37 @@ def test_a_changed_host_key_is_refused_on_every_path_until_accepted(world, monke
                        check=False)
 
 
-def test_delete_leaves_nothing_behind(world):
+def test_delete_leaves_nothing_behind(ctl):
     for name in (OTHER, LAB):
-        path = str(world["base"] / (name + ".dstack.yml"))
+        path = str(ctl["base"] / (name + ".dstack.yml"))
         result = run_playbook("delete.yml", {"fleet": path})
         assert result.ok, result.stdout[-3000:]
-    rig = local.instance_records(local.list_nodes(world["docker"], RIG), RIG, 1, None)
+    rig = local.instance_records(local.list_nodes(ctl["docker"], RIG), RIG, 1, None)
     for instance in rig:
-        assert sh(world, instance["container"], "test -e %s && echo yes || echo no" % MARKER
+        assert sh(ctl, instance["container"], "test -e %s && echo yes || echo no" % MARKER
                   ).strip() == "no"
 
-    proc = ansible_playbook(world, "delete.yml", str(world["base"] / (RIG + ".dstack.yml")))
+    proc = ansible_playbook(ctl, "delete.yml", str(ctl["base"] / (RIG + ".dstack.yml")))
     assert proc.returncode == 0, proc.stdout[-3000:]
-    docker = world["docker"]
+    docker = ctl["docker"]
     label = "label=%s=%s" % (local.FLEET_LABEL, RIG)
     assert docker.run("ps", "-a", "-q", "--filter", label).strip() == ""
     assert docker.run("network", "ls", "-q", "--filter", label).strip() == ""
     assert docker.run("volume", "ls", "-q", "--filter", label).strip() == ""
-    assert not (world["state"] / "fleets" / RIG).exists()
+    assert not (ctl["state"] / "fleets" / RIG).exists()
     # Deleting again is not an error and changes nothing.
-    again = run_playbook("delete.yml", {"fleet": str(world["base"] / (RIG + ".dstack.yml"))})
+    again = run_playbook("delete.yml", {"fleet": str(ctl["base"] / (RIG + ".dstack.yml"))})
     assert again.ok and "nothing to delete" in again.stdout
 
 
-def test_the_gpufleet_command_plans_asks_applies_lists_and_deletes(world):
+def test_the_gpufleet_command_plans_asks_applies_lists_and_deletes(ctl):
     name = "cli-" + SUFFIX
-    path = write_fleet(world, name, "type: fleet\nname: %s\nnodes: 1\nbackends: [local]\n" % name)
+    path = write_fleet(ctl, name, "type: fleet\nname: %s\nnodes: 1\nbackends: [local]\n" % name)
     gpufleet = [str(BIN / "gpufleet")]
 
     def run(*args):
         return subprocess.run(gpufleet + list(args), capture_output=True, text=True,
-                              stdin=subprocess.DEVNULL, env=world["env"], check=False,
+                              stdin=subprocess.DEVNULL, env=ctl["env"], check=False,
                               timeout=900)
 
     # No terminal and no -y: the plan is shown, nothing is changed, and it does not wait.
@@ -632,7 +633,7 @@ def test_the_gpufleet_command_plans_asks_applies_lists_and_deletes(world):
     assert asked.returncode == 1, asked.stdout + asked.stderr
     assert "create %s-0" % name in asked.stdout
     assert "pass -y" in asked.stderr
-    assert local.list_nodes(world["docker"], name) == []
+    assert local.list_nodes(ctl["docker"], name) == []
 
     applied = run("apply", "-f", path, "-y")
     assert applied.returncode == 0, applied.stdout + applied.stderr
@@ -649,4 +650,4 @@ def test_the_gpufleet_command_plans_asks_applies_lists_and_deletes(world):
     deleted = run("delete", "-f", path, "-y")
     assert deleted.returncode == 0, deleted.stdout + deleted.stderr
     assert "Fleet %s deleted." % name in deleted.stdout
-    assert local.list_nodes(world["docker"], name) == []
+    assert local.list_nodes(ctl["docker"], name) == []

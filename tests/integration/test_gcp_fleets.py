@@ -26,7 +26,7 @@ CATALOG = make_catalog("gcp", machine(
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def gcp(tmp_path_factory):
     double = GceDouble()
     base = tmp_path_factory.mktemp("gcp")
     env = dict(os.environ, GOOGLE_APPLICATION_CREDENTIALS=double.credentials_file(
@@ -44,28 +44,28 @@ def world(tmp_path_factory):
     double.stop()
 
 
-def module(world, *args, check=False):
-    return run_fleet_module(world["env"], *args, check=check)[0]
+def module(gcp, *args, check=False):
+    return run_fleet_module(gcp["env"], *args, check=check)[0]
 
 
-def test_a_gcp_fleet_through_the_module_and_the_inventory_plugin(world):
-    path = "path=" + str(world["base"] / "l4.dstack.yml")
-    planned = module(world, path, check=True)
+def test_a_gcp_fleet_through_the_module_and_the_inventory_plugin(gcp):
+    path = "path=" + str(gcp["base"] / "l4.dstack.yml")
+    planned = module(gcp, path, check=True)
     assert planned["fleet"]["plan"]["create"] == ["l4-0", "l4-1", "l4-2"]
-    assert world["double"].mutating() == []
+    assert gcp["double"].mutating() == []
 
-    result = module(world, path)
+    result = module(gcp, path)
     assert result.get("failed") is not True, result
     assert [(i["name"], i["backend"], i["zone"], i["status"])
             for i in result["fleet"]["instances"]] == [
         ("l4-%d" % n, "gcp", "us-central1-b", "idle") for n in range(3)]
-    assert len(world["double"].calls("POST", r"/bulkInsert$")) == 1
+    assert len(gcp["double"].calls("POST", r"/bulkInsert$")) == 1
 
     proc = subprocess.run([str(BIN / "ansible-inventory"), "-i",
-                           str(world["base"] / "l4.dstack.yml"), "--graph"],
-                          capture_output=True, text=True, env=world["env"], check=True)
+                           str(gcp["base"] / "l4.dstack.yml"), "--graph"],
+                          capture_output=True, text=True, env=gcp["env"], check=True)
     assert "@backend_gcp:" in proc.stdout and "--l4-2" in proc.stdout
 
-    removed = module(world, path, "state=absent")
+    removed = module(gcp, path, "state=absent")
     assert removed["changed"] and removed["removed"]["instances"] == ["l4-0", "l4-1", "l4-2"]
-    assert world["double"].instances == {}
+    assert gcp["double"].instances == {}
