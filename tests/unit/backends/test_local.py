@@ -9,17 +9,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_c
     DockerError,
 )
 
-
-def fake(responses):
-    """A runner answering ``docker <subcommand>`` from a dict; records every call."""
-    calls = []
-
-    def runner(argv, stdin=None):
-        calls.append(argv[1:])
-        return responses.get(argv[1], (0, b"", b""))
-
-    runner.calls = calls
-    return runner
+from .fakes import fake
 
 
 def test_image_tag_is_the_recipe_digest(monkeypatch):

@@ -6,17 +6,7 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local, task_image
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
 
-
-def fake(responses):
-    """A runner answering ``docker <subcommand>`` from a dict; records every call."""
-    calls = []
-
-    def runner(argv, stdin=None):
-        calls.append(argv[1:])
-        return responses.get(argv[1], (0, b"", b""))
-
-    runner.calls = calls
-    return runner
+from .fakes import fake
 
 
 def test_recipe_has_what_a_distributed_job_needs():
