@@ -111,7 +111,7 @@ def sh(ctl, container, script, user="root"):
 
 def test_local_fleet_comes_up_with_nodes_reached_over_ssh(ctl):
     path = write_fleet(ctl, RIG, "type: fleet\nname: %s\nnodes: 2\nplacement: cluster\n"
-                                   "backends: [local]\n" % RIG)
+                                 "backends: [local]\n" % RIG)
     planned, record = apply(path, check=True)
     assert planned.ok, planned.stdout[-3000:]
     assert record["plan"]["create"] == [RIG + "-0", RIG + "-1"]
@@ -143,7 +143,7 @@ def test_reapplying_changes_nothing_and_growing_keeps_existing_nodes(ctl):
     assert all(c["changed"] == 0 and c["failed"] == 0 for c in counts.values()), counts
 
     write_fleet(ctl, RIG, "type: fleet\nname: %s\nnodes: 3\nplacement: cluster\n"
-                            "backends: [local]\n" % RIG)
+                          "backends: [local]\n" % RIG)
     result, record = apply(path)
     assert result.ok, result.stdout[-3000:]
     assert record["plan"]["create"] == [RIG + "-2"]
@@ -257,7 +257,7 @@ def test_the_play_gives_its_hosts_the_inventory_plugins_variables(ctl):
 def rig_subnet(ctl):
     """The CIDR of the rig's network: the SSH fleet's ``network`` (nodes also have docker0)."""
     return ctl["docker"].run("network", "inspect", "--format",
-                               "{{(index .IPAM.Config 0).Subnet}}", "gpufleet-" + RIG).strip()
+                             "{{(index .IPAM.Config 0).Subnet}}", "gpufleet-" + RIG).strip()
 
 
 def ssh_fleet_text(ctl, name, hosts, jump):
@@ -422,7 +422,7 @@ def test_a_host_belongs_to_one_fleet_until_released(ctl):
 
     # Another fleet cannot take a host the first one holds.
     other = write_fleet(ctl, OTHER, ssh_fleet_text(ctl, OTHER, [nofwd_host["hostname"]],
-                                                     head["hostname"]))
+                                                   head["hostname"]))
     result, record = apply(other)
     assert not result.ok
     error = by_name(record)[OTHER + "-0"]["error"]
