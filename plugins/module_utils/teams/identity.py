@@ -92,10 +92,12 @@ def identity_file(environ: Optional[Mapping[str, str]] = None) -> str:
     """``$GPUFLEET_IDENTITY``, else the first of ``~/.ssh/id_ed25519`` and ``~/.ssh/id_rsa``
     that exists, else ``~/.ssh/id_ed25519`` (which does not exist yet)."""
     environ = os.environ if environ is None else environ
+    home = environ.get("HOME")
     given = environ.get(IDENTITY_ENV)
     if given:
+        if home and (given == "~" or given.startswith("~/")):
+            return os.path.abspath(home + given[1:])
         return os.path.abspath(os.path.expanduser(given))
-    home = environ.get("HOME")
     candidates = [os.path.join(home, p[2:]) if home else os.path.expanduser(p)
                   for p in DEFAULT_IDENTITIES]
     for path in candidates:
