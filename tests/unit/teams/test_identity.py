@@ -82,3 +82,27 @@ def test_current_reads_the_public_key_beside_the_identity(keypair, tmp_path):
     assert me.public_key.fingerprint == printed
     alone = identity.current({"GPUFLEET_USER": "ann", "GPUFLEET_IDENTITY": str(tmp_path / "x")})
     assert alone.public_key is None
+
+
+@pytest.fixture
+def agent(tmp_path, keypair):
+    """A real ssh-agent holding the test key: {SSH_AUTH_SOCK}."""
+    sock = str(tmp_path / "agent.sock")
+    started = subprocess.run(["ssh-agent", "-a", sock], check=True, capture_output=True, text=True)
+    pid = [w.split("=")[1].rstrip(";") for w in started.stdout.split() if w.startswith("SSH_AGENT_PID=")][0]
+    try:
+        subprocess.run(["ssh-add", "-q", str(keypair[0])], check=True, capture_output=True,
+                       env={"SSH_AUTH_SOCK": sock, "PATH": "/usr/bin:/bin"})
+        yield {"SSH_AUTH_SOCK": sock}
+    finally:
+        subprocess.run(["kill", pid], check=False)
+
+
+def test_with_no_key_file_the_agents_key_is_the_identity(agent, keypair, tmp_path):
+    env = dict(agent, HOME=str(tmp_path), GPUFLEET_USER="ann")
+    me = identity.current(env)
+    assert me.identity_file is None and me.public_key.fingerprint == keypair[1]
+    assert "SSH agent" in me.describe()
+    forced = identity.current(dict(env, GPUFLEET_IDENTITY="agent"))
+    assert forced.identity_file is None and forced.public_key.fingerprint == keypair[1]
+    assert identity.current(dict(env, SSH_AUTH_SOCK="")).public_key is None
