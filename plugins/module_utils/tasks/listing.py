@@ -164,7 +164,8 @@ def with_queue(records, queues):
                   queue_records.TERMINATED: RunStatus.TERMINATED.value}.get(state, state)
         extra = {"status": status, "queued_on": host, "priority": entry.get("priority") or 0,
                  "queue_position": places.get(entry["run"]),
-                 "reason": None if state == queue_records.PENDING else entry.get("reason"),
+                 "reason": entry.get("reason") if state != queue_records.PENDING or entry.get(
+                     "reason") == queue_records.USER_LIMIT else None,
                  "message": entry.get("message") or entry.get("reason")}
         record = by_name.get(entry["run"])
         if record is not None and record.get("run_id") == entry.get("run_id"):
