@@ -116,13 +116,26 @@ class Admission(object):
 
     def admit(self, placed, survey, containers, claims, whole):
         """Admit ``placed`` (a placement of the run) or raise UserLimit; a no-op for a user
-        without caps. ``survey``: the tasks.surveys.Survey the placement read."""
+        without caps (False). ``survey``: the tasks.surveys.Survey the placement read."""
+        gpus, nodes = wants(placed)
+        fleet = next((f for f in self.run.fleets if f.get("name") == placed.get("fleet")), None)
+        return self._ask(fleet, survey, containers, claims, whole, gpus, nodes, probe=False)
+
+    def check(self, survey, whole):
+        """For a run that found no capacity: raise UserLimit when its owner's caps would hold
+        it back anyway (its nodes, no GPUs counted), so that it waits for that; else return."""
+        containers, claims = survey[0], survey[1]
+        nodes = sum(int(g.get("nodes") or 1) for g in self.run.config.get("groups") or []) or \
+            int(self.run.config.get("nodes") or 1)
+        for fleet in self.run.fleets:
+            self._ask(fleet, survey, containers, claims, whole, 0, nodes, probe=True)
+
+    def _ask(self, fleet, survey, containers, claims, whole, gpus, nodes, probe):
         from .surveys import limits_of
 
-        user = user_of(self.run)
-        fleet = next((f for f in self.run.fleets if f.get("name") == placed.get("fleet")), None)
         if fleet is None:
             return False
+        user = user_of(self.run)
         hosts = [i["name"] for i in fleet.get("instances") or [] if i.get("name")]
         held = caps(limits_of(survey), hosts, user)
         if held is None:
@@ -131,20 +144,24 @@ class Admission(object):
         host = queue_host([fleet], [fleet["name"]], errors) or queue_host([fleet], [], {})
         if host is None or host not in self.run.nodes:
             return False
-        gpus, nodes = wants(placed)
         alive, ended = alive_and_ended(containers, claims)
         request = {"run": self.run.name, "run_id": self.run.run_id, "user": user, "gpus": gpus,
                    "nodes": nodes, "alive": alive, "ended": ended, "whole": bool(whole)}
+        if probe:
+            request["probe"] = True
         try:
             answer = self.run.nodes[host].call("admit", request)
         except NodeError as exc:
+            if probe:
+                return False
             raise UserLimit("user %s is capped (%s) and the fleet's queue host %s cannot admit "
                             "the run now: %s" % (user, _caps_text(held), host, exc.detail),
                             [USER_LIMIT]) from exc
         if not answer.get("admitted"):
             raise UserLimit("%s: %s" % (USER_LIMIT, answer.get("detail") or _caps_text(held)),
                             [USER_LIMIT])
-        self.host = host
+        if not probe:
+            self.host = host
         return True
 
     def release(self):

@@ -15,8 +15,10 @@ when something is due, ``stop`` (once capacity is freed), the end of an attached
 ``playbooks/reconcile.yml`` on a schedule, and a waiting attached run itself. A pass reads
 every host (one survey), settles the runs of active entries (stops what the run could not stop
 by itself, resubmits under retry, forgets ended ones), lets pending entries whose retry
-duration ran out fail, then tries the pending entries in priority order (higher first, then
-first submitted), each placed and claimed as any run is. A lower priority is not held back by a
+duration ran out fail, then tries the pending entries in priority order (higher first, then the
+user with less usage in the last 24 h, then first submitted), each placed and claimed as any run
+is. A run whose owner is at a per-user cap (tasks.admission) stays pending with the reason
+``user limit`` whatever its retry says, and the pass tries no other entry of that owner. A lower priority is not held back by a
 higher one that does not fit (dstack's rule). Two passes at once are safe: an entry is *taken*
 under its host's lock before it is submitted, and hosts are claimed under theirs.
 """

@@ -75,6 +75,7 @@ class RunPlacement(object):
         self.fresh_survey = answer
 
     def place(self, whole=False):
+        self.last_survey = None
         answer = self.survey(whole)
         containers, claims, _queues, errors = answer
         self.last_survey = answer
@@ -214,7 +215,14 @@ class RunPlacement(object):
             if attempt:
                 self.run.sleep(self.run.rng.uniform(0.05, 0.4) * attempt)
             # The first try trusts the run index; after a refused claim, every host is asked.
-            placed = self.place(whole=attempt > 0)
+            try:
+                placed = self.place(whole=attempt > 0)
+            except placement.NoHostFits:
+                # Held back by its owner's caps anyway? Then it waits for that (UserLimit).
+                if self.last_survey is not None:
+                    self.admission.check(self.last_survey, self.surveyed_whole and not
+                                         self.last_survey[3])
+                raise
             waiting = self._queues_wait(self.late_queues)
             if waiting is not None:
                 refused = waiting

@@ -17,7 +17,7 @@ from . import admission, growth, interruption, lifecycle, placement, queue, runb
 from .lifecycle import JobStatus, RunStatus
 from .errors import RunError
 from .queue_records import (ACTIVE, FAILED, PENDING, TERMINATED, USER_LIMIT, entries_of,
-                            keeps_entry, positions)
+                            fleet_usage, keeps_entry, positions)
 from .ssh import parallel
 from .supervisor import Watch
 
@@ -121,14 +121,17 @@ class RunSupervision(object):
         """No capacity now, and retry lets the run wait: it becomes an entry of the queue
         (tasks.queue). Detached, that is the result; attached, this process drives the queue
         until the run's turn comes (returns its submission) or its wait ends (a result)."""
-        _containers, _claims, queues, errors = surveys.survey_with_queues(self.run.nodes)
+        looked = surveys.survey_with_queues(self.run.nodes)
+        _containers, _claims, queues, errors = looked
         limited = isinstance(exc, admission.UserLimit)
         host = runbook.enqueue(self.run, errors, reason=USER_LIMIT if limited else str(exc),
                                message=str(exc) if limited else None)
         mine = {"run": self.run.name, "state": PENDING, "submitted_epoch": self.run.submitted_epoch,
-                "priority": int(self.run.config.get("priority") or 0)}
+                "priority": int(self.run.config.get("priority") or 0),
+                "user": admission.user_of(self.run)}
         others = [item for item in entries_of(queues) if item[1].get("run") != self.run.name]
-        place = positions(others + [(host, mine)]).get(self.run.name)
+        place = positions(others + [(host, mine)],
+                          fleet_usage(surveys.usage_of(looked))).get(self.run.name)
         waits_for = USER_LIMIT if limited else "capacity"
         self.run.emit({"kind": "run", "status": RunStatus.PENDING.value,
                        "reason": USER_LIMIT if limited else None,

@@ -24,7 +24,9 @@ Operations:
   show alive (a run holds a claim or a container within seconds of its admission). Then admits
   the run (``{"admitted": true}``, its entry written or renewed) if the user's use plus this run
   stays within every cap, else answers ``{"admitted": false, "reason": "user limit",
-  "detail": ...}``. A user without caps is admitted and nothing is written.
+  "detail": ...}``. A user without caps is admitted and nothing is written. With ``"probe":
+  true`` only the answer is made (a run that found no capacity: would its owner's caps hold it
+  back anyway?).
 - ``admit_release`` ``{"run", "run_id"}``: forget the run's entry (its submission did not start).
 - ``status`` of a survey also answers ``limits``: the document's caps (its ``limits`` section),
   or null without a document; the controller asks ``admit`` only when they cap the user.
@@ -118,37 +120,52 @@ def admit_keep(entry, alive_runs, ended, whole, now):
     return not (whole and now - float(entry.get("admitted_at") or 0) > ADMIT_GRACE)
 
 
-def op_admit(payload):
-    run = _name(payload["run"])
+def admit_decision(ledger, payload, limits, now):
+    """The ``admit`` of ``payload`` against ``ledger`` (the entries held) and ``limits`` (the
+    members document's): ``(kept, answer, entry)``, where ``kept`` are the ledger's entries
+    that still stand (the others are to be forgotten) and ``entry`` is the run's new ledger
+    entry, or None when nothing is to be written."""
+    run = payload["run"]
     user = payload.get("user")
-    caps = caps_of(team_limits(), user)
+    caps = caps_of(limits, user)
     if all(value is None for value in caps.values()):
-        return {"admitted": True, "caps": caps}
+        return list(ledger), {"admitted": True, "caps": caps}, None
     alive = [a for a in payload.get("alive") or [] if isinstance(a, dict)]
     alive_runs = set(a.get("run") for a in alive)
-    ended = set(payload.get("ended") or [])
+    ended = set(payload.get("ended") or []) - set([run])
     whole = bool(payload.get("whole"))
-    now = time.time()
+    kept = []
+    for entry in ledger:
+        if entry.get("run") == run:
+            continue   # the run's own entry (an earlier try of it): replaced when admitted
+        if admit_keep(entry, alive_runs, ended, whole, now):
+            kept.append(entry)
+    use = admit_use(kept, alive, user, run)
+    why = admit_verdict(caps, use, payload.get("gpus"), payload.get("nodes"))
+    if why is not None:
+        return kept, {"admitted": False, "reason": USER_LIMIT, "caps": caps, "use": use,
+                      "detail": "user %s: %s" % (user, why)}, None
+    entry = {"run": run, "run_id": payload.get("run_id"), "user": user,
+             "gpus": int(payload.get("gpus") or 0), "nodes": int(payload.get("nodes") or 0),
+             "admitted_at": now, "expires": now + float(payload.get("lease") or ADMIT_LEASE)}
+    return kept, {"admitted": True, "caps": caps, "use": use}, entry
+
+
+def op_admit(payload):
+    run = _name(payload["run"])
+    limits = team_limits()
+    if all(value is None for value in caps_of(limits, payload.get("user")).values()):
+        return {"admitted": True, "caps": caps_of(limits, payload.get("user"))}
     with _Lock():
-        ledger = []
-        for entry in _read_all(_admitted_dir()):
-            if entry.get("run") == run and entry.get("run_id") == payload.get("run_id"):
-                continue   # this run's own entry: renewed below
-            if admit_keep(entry, alive_runs, ended - set([run]), whole, now):
-                ledger.append(entry)
-            elif entry.get("run") != run:
-                _remove(_admitted_path(entry.get("run")))
-        use = admit_use(ledger, alive, user, run)
-        why = admit_verdict(caps, use, payload.get("gpus"), payload.get("nodes"))
-        if why is not None:
-            return {"admitted": False, "reason": USER_LIMIT, "caps": caps, "use": use,
-                    "detail": "user %s: %s" % (user, why)}
-        _write_json(_admitted_path(run), {
-            "run": run, "run_id": payload.get("run_id"), "user": user,
-            "gpus": int(payload.get("gpus") or 0), "nodes": int(payload.get("nodes") or 0),
-            "admitted_at": now,
-            "expires": now + float(payload.get("lease") or ADMIT_LEASE)})
-    return {"admitted": True, "caps": caps, "use": use}
+        ledger = _read_all(_admitted_dir())
+        kept, answer, entry = admit_decision(ledger, dict(payload, run=run), limits, time.time())
+        names = set(e.get("run") for e in kept)
+        for old in ledger:
+            if old.get("run") not in names and old.get("run") != run:
+                _remove(_admitted_path(old.get("run")))
+        if entry is not None and not payload.get("probe"):
+            _write_json(_admitted_path(run), entry)
+    return answer
 
 
 def op_admit_release(payload):
