@@ -55,7 +55,9 @@ def _job_status(job):
 
 def _error(item):
     if item.get("status") == "pending" and item.get("queue_position"):
-        return "no capacity, queue #%d" % item["queue_position"]
+        # A run held back by its owner's per-user cap (tasks.admission) says so.
+        why = "user limit" if item.get("reason") == "user limit" else "no capacity"
+        return "%s, queue #%d" % (why, item["queue_position"])
     reason = item.get("reason")
     if not reason or reason in ("all_jobs_done", "done_by_runner"):
         return ""

@@ -138,7 +138,7 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
     return records
 
 
-def with_queue(records, queues):
+def with_queue(records, queues, usage=None):
     """The run records with what the queue entries (tasks.queue) add: a pending run (waiting for
     capacity, or to be resubmitted) with its place in the queue, and one whose wait ended
     (failed for no capacity, or stopped) before it ever ran."""
@@ -150,7 +150,7 @@ def with_queue(records, queues):
                 newest[key][1].get("submitted_epoch") or 0):
             newest[key] = (host, entry)
     entries = list(newest.values())
-    places = queue_records.positions(entries)
+    places = queue_records.positions(entries, usage)
     by_name = dict((r["name"], r) for r in records)
     out = list(records)
     for host, entry in entries:
@@ -164,7 +164,8 @@ def with_queue(records, queues):
                   queue_records.TERMINATED: RunStatus.TERMINATED.value}.get(state, state)
         extra = {"status": status, "queued_on": host, "priority": entry.get("priority") or 0,
                  "queue_position": places.get(entry["run"]),
-                 "reason": None if state == queue_records.PENDING else entry.get("reason"),
+                 "reason": entry.get("reason") if state != queue_records.PENDING or entry.get(
+                     "reason") == queue_records.USER_LIMIT else None,
                  "message": entry.get("message") or entry.get("reason")}
         record = by_name.get(entry["run"])
         if record is not None and record.get("run_id") == entry.get("run_id"):
@@ -220,8 +221,11 @@ def list_runs(nodes, survey_result=None, instances=None, silent=None):
     """``(run records, {host: error})`` for every run on the hosts, queued ones included
     (``instances`` and ``silent``: see run_records)."""
 
-    containers, _claims, queues, errors = survey_result or surveys.survey_with_queues(nodes)
-    records = with_queue(run_records(containers, errors, instances, silent), queues)
+    survey_result = survey_result or surveys.survey_with_queues(nodes)
+    containers, _claims, queues, errors = survey_result
+    # Queue positions in the order a pass tries them: fair share reads the hosts' usage.
+    records = with_queue(run_records(containers, errors, instances, silent), queues,
+                         queue_records.fleet_usage(surveys.usage_of(survey_result)))
     return records, dict((h, str(e)) for h, e in errors.items())
 
 

@@ -108,6 +108,9 @@ class QueueEntry(_QueueEntry, total=False):
     is needed to submit it again, kept on its queue host (tasks.booking)."""
 
     queued_on: str
+    # The run's owner (the submitter's user name; tasks.admission reads it for per-user
+    # limits and fair share).
+    user: str | None
     # Set on the queue host: who took the entry to submit it and until when, when it ended,
     # and where a local repo's archive is held.
     taken_by: str | None
@@ -140,3 +143,4 @@ class QueueSummary(TypedDict):
     ended_at: float | None
     queued_on: str | None
     policy: dict[str, Any] | None
+    user: str | None

@@ -25,6 +25,7 @@ from typing import Any, Iterable
 from ..core.text import shorten
 from ..repos import files as shipped_files
 from ..repos import ship
+from . import admission
 from . import code as codes
 from .errors import RunError
 from .queue_records import PENDING, candidate_fleets, queue_host
@@ -184,7 +185,8 @@ class HeldCode(object):
             self._folder = None
 
 
-def enqueue(runner, errors, reason, number=0, retry_since=None, state=PENDING, hosts=()):
+def enqueue(runner, errors, reason, number=0, retry_since=None, state=PENDING, hosts=(),
+            message=None):
     """Write ``runner``'s run down as an entry on its queue host; returns that host."""
     names = candidate_fleets(runner.config, runner.fleets)
     host = queue_host(runner.fleets, names, errors)
@@ -196,6 +198,10 @@ def enqueue(runner, errors, reason, number=0, retry_since=None, state=PENDING, h
                      retry_since=retry_since)
     entry["queued_on"] = host
     entry["hosts"] = list(hosts)
+    entry["message"] = message
+    # The run's owner (tasks.admission): its caps and its fair share follow the entry to
+    # whichever controller submits it.
+    entry["user"] = admission.user_of(runner)
     archive = None
     if entry.get("repo"):
         runner.code.ship(runner.nodes, [host], None, runner.secrets)

@@ -98,8 +98,13 @@ def waiting(queues):
 
 
 def merge(first, second):
-    """Two surveys of different hosts as one ``(containers, claims, queues, errors)``."""
-    return tuple(dict(a, **b) for a, b in zip(first, second))
+    """Two surveys of different hosts as one ``(containers, claims, queues, errors)`` (a
+    tasks.surveys.Survey, with both surveys' limits and usage)."""
+    from .surveys import Survey, limits_of, usage_of
+
+    return Survey((dict(a, **b) for a, b in zip(first, second)),
+                  dict(limits_of(first), **limits_of(second)),
+                  dict(usage_of(first), **usage_of(second)))
 
 
 def partial(nodes, fleets, run, ask, assumed=None):

@@ -239,6 +239,7 @@ class Runner(object):
         except BaseException:
             claiming.release_hosts(self.nodes, [j["host"] for j in claimed.placed["jobs"]],
                                    {"name": self.name, "id": self.run_id})
+            self.placing.admission.release()
             raise
         self.submissions.append(submission)
         return submission
@@ -293,6 +294,8 @@ def runner_of(entry, fleets, queue_node=None, **options):
                     array=entry.get("array"), code_=code_,
                     files_data=entry.get("files_data") or {}, **options)
     runner.run_id = entry["run_id"]
+    if entry.get("user"):
+        runner.user = entry["user"]   # the owner's caps and fair share, not this controller's
     runner.submitted_at = entry["submitted_at"]
     runner.submitted_epoch = entry.get("submitted_epoch") or time.time()
     runner._owns_code = code_ is not None

@@ -256,3 +256,13 @@ def test_a_dev_environment_says_so_in_the_verbose_table():
     assert runtable.run_table([env], now=NOW)[1].split()[0] == "my-env"
     assert runtable.run_table([env], now=NOW, verbose=True)[1].startswith(
         "my-env (dev-environment)  ")
+
+
+def test_a_run_held_back_by_its_owners_cap_says_user_limit_in_error():
+    waiting = [run("capped", "pending", [], reason="user limit", queue_position=2,
+                   gpu=None, backend=None, region=None),
+               run("waits", "pending", [], queue_position=1, gpu=None, backend=None,
+                   region=None)]
+    text = "\n".join(runtable.run_table(waiting, now=NOW, verbose=True))
+    assert "user limit, queue #2" in text
+    assert "no capacity, queue #1" in text
