@@ -175,8 +175,8 @@ def test_status_answers_usage_24h_from_the_records(root, monkeypatch):
     import time
 
     now = time.time()
-    containers = [entry(start=now - 20), entry(run="done", start=now - 100, end=now - 90,
-                                                 state="exited", user="bob", gpus="0")]
+    done = entry(run="done", start=now - 100, end=now - 90, state="exited", user="bob", gpus="0")
+    containers = [entry(start=now - 20), done]
     monkeypatch.setattr(usageside, "_STATUS_BEFORE_USAGE",
                         lambda payload: {"containers": list(containers)})
 
