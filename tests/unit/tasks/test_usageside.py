@@ -224,3 +224,71 @@ def test_records_are_kept_400_days_then_pruned_once_a_day(root):
     assert (root / "kept" / "0-0.json").exists()
     usageside.usage_seen([entry(run="gone", start=T0, end=T0 + 10, state="exited")], now)
     assert usageside.usage_prune(now + 3600) == []   # pruned less than a day ago
+
+
+def test_a_container_removed_while_it_runs_and_never_seen_before_ends_then(root):
+    usageside.usage_seen([entry()], T0 + 40, gone=True)
+
+    assert (read(root)["start"], read(root)["end"]) == (T0, T0 + 40)
+
+
+def test_a_lost_recent_file_is_written_again_by_the_next_status(root, monkeypatch):
+    import time
+
+    now = time.time()
+    usageside.usage_seen([entry(start=now - 10)], now)
+    (root / "recent.json").unlink()
+    monkeypatch.setattr(usageside, "_STATUS_BEFORE_USAGE", lambda payload: {"containers": []})
+
+    answer = usageside.op_status_usage({"run": "other"})
+
+    assert list(usageside.usage_recent()) == ["train/0-0"]
+    assert answer["usage_24h"]["ann"] == pytest.approx(20.0, abs=2.0)
+
+
+def test_a_host_without_records_answers_no_usage(root, monkeypatch):
+    monkeypatch.setattr(usageside, "_STATUS_BEFORE_USAGE", lambda payload: {"containers": []})
+
+    assert usageside.op_status_usage({})["usage_24h"] == {}
+    assert not root.exists()
+
+
+def test_the_labels_read_are_the_ones_containers_get():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import container
+
+    labels = entry()["labels"]
+    for name in ("RUN_LABEL", "RUN_ID_LABEL", "JOB_LABEL", "SUBMISSION_LABEL", "FLEET_LABEL",
+                 "INSTANCE_LABEL", "NODES_LABEL", "BLOCKS_LABEL", "TOTAL_BLOCKS_LABEL",
+                 "GPUS_LABEL", "RUN_SPEC_LABEL"):
+        assert getattr(container, name) in labels, name
+    assert usageside.USAGE_USER_LABEL == "gpufleet.user"
+
+
+def test_stop_and_remove_settle_the_records_of_their_containers(root, monkeypatch):
+    import time
+
+    now = time.time()
+    states = {"train-0-0": entry(start=now - 30), "train-1-0": entry(job=1, start=now - 30)}
+    monkeypatch.setattr(usageside, "op_status", lambda payload: {
+        "containers": [c for c in states.values() if c["labels"]["gpufleet.run"] ==
+                       payload["run"]]})
+    usageside.usage_seen(list(states.values()), now - 20)
+
+    def stop(payload):
+        states["train-0-0"] = entry(start=now - 30, end=now - 5, state="exited", code=143)
+        return {"stopped": ["train-0-0"], "ended": []}
+
+    removed = []
+    monkeypatch.setattr(usageside, "_STOP_BEFORE_USAGE", stop)
+    monkeypatch.setattr(usageside, "_REMOVE_BEFORE_USAGE", lambda payload: removed.append(
+        payload) or {"removed": ["train-1-0"]})
+
+    usageside.op_stop_usage({"jobs": [{"run": "train", "job_num": 0,
+                                       "container": "train-0-0"}], "reason": "stopped"})
+    assert (read(root)["end"], read(root)["exit_code"]) == (
+        pytest.approx(now - 5, abs=0.01), 143)
+    assert read(root, name="1-0")["end"] is None
+
+    usageside.op_remove_usage({"run": "train", "jobs": [1]})
+    assert removed == [{"run": "train", "jobs": [1]}]
+    assert read(root, name="1-0")["end"] == pytest.approx(time.time(), abs=2)

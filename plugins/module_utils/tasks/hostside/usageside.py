@@ -190,10 +190,11 @@ def _usage_recent_rebuilt(now):
     return recent
 
 
-def usage_store(records, now):
+def usage_store(records, now, rebuild=False):
     """Write new or completed records, and note them in recent.json (ended more than a day
-    ago ones are dropped from it), under the lock."""
-    if not records:
+    ago ones are dropped from it), under the lock. ``rebuild``: write recent.json even with
+    no record to write (it was missing)."""
+    if not records and not rebuild:
         return
     with _UsageLock():
         recent = usage_recent()
@@ -242,6 +243,8 @@ def usage_seen(containers, now, gone=False):
         else:
             record = usage_record(entry, now)
             if record is not None:
+                if gone and record["end"] is None:
+                    record["end"] = max(record["start"], now)
                 changed.append(record)
                 continue
         if record is None:
@@ -379,8 +382,9 @@ def op_status_usage(payload):
     if not payload.get("run"):
         usage_orphans(containers, now)
     recent = usage_recent()
-    if recent is None:
-        recent = _usage_recent_rebuilt(now)
+    if recent is None and os.path.isdir(USAGE_ROOT):
+        usage_store([], now, rebuild=True)
+        recent = usage_recent()
     answer["usage_24h"] = usage_sums(recent, now)
     return answer
 
