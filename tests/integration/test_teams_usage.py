@@ -60,8 +60,7 @@ def lines_of(report, names):
     return dict((line["run"], line) for line in report["runs"] if line["run"] in names)
 
 
-def test_usage_adds_up_the_runs_and_outlives_their_containers_and_the_controller(world,
-                                                                                  tmp_path):
+def test_usage_adds_up_the_runs_and_outlives_the_containers_and_controller(world, tmp_path):
     names = {"use2-" + SUFFIX: 2, "use1-" + SUFFIX: 1}
     runs = {}
     for name, nodes in names.items():
