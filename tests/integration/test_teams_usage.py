@@ -69,7 +69,8 @@ def test_usage_adds_up_the_runs_and_outlives_the_containers_and_controller(world
         assert result.ok and record["status"] == "done", result.stdout[-3000:]
         runs[name] = expected(api.status(name))
 
-    report = json.loads(gpufleet("usage", "--json", "--since", "1h"))
+    # Only the world's fleet: other tests' fleets on the engine are not this test's to judge.
+    report = json.loads(gpufleet("usage", "--json", "--since", "1h", "--fleet", FLEET))
     found = lines_of(report, names)
     assert sorted(found) == sorted(names), report
     for name, line in found.items():
@@ -98,7 +99,7 @@ def test_usage_adds_up_the_runs_and_outlives_the_containers_and_controller(world
             world["docker"].run("exec", node, "rm", "-rf", "/var/lib/gpufleet/runs/" + name)
     assert not any(node_containers(world, name)[n] for name in names
                    for n in node_containers(world, name))
-    after = lines_of(api.usage(since="1h"), names)
+    after = lines_of(api.usage(since="1h", fleet=FLEET), names)
     for name in names:
         assert after[name]["wall_seconds"] == found[name]["wall_seconds"], (after, found)
         assert after[name]["end"] == found[name]["end"]
