@@ -610,6 +610,24 @@ def metrics(run: str, job: int | None = None, **options: Any) -> dict:
     return record
 
 
+def usage(since: str | None = "7d", user: str | None = None, fleet: str | None = None,
+          **options: Any) -> dict:
+    """GPU-hours and cost per run and per user, from the usage records the fleets' hosts keep
+    (usage.yml), as ``gpufleet usage`` shows them: ``{"since", "now", "runs": [{"run",
+    "run_id", "user", "fleet", "nodes", "gpus", "submissions", "start", "end", "status",
+    "wall_seconds", "gpu_hours", "cost"}], "users": [{"user", "runs", "gpu_hours", "cost"}],
+    "unreachable": {host: error}}``. ``since``: a duration back from now (``30m``, ``24h``,
+    ``7d``), a date (``2026-11-01``) or an RFC 3339 time with its offset; ``user``, ``fleet``:
+    only that user's runs, that fleet's hosts."""
+    opts = _Options(**options)
+    result = opts.play("usage.yml", opts.extravars(gpufleet_since=since, gpufleet_user=user,
+                                                   gpufleet_fleet=fleet))
+    found = result.stats.get("gpufleet_usage")
+    if found is None or not result.ok:
+        raise _failed(result)
+    return found
+
+
 def stop(run: str, abort: bool = False, in_process: bool = False, **options: Any) -> dict:
     """Stop every job of a run (TERM, then KILL after its stop_duration; ``abort``: KILL at
     once), then remove its SSH aliases on this controller. Returns the run's record.

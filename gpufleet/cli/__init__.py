@@ -18,7 +18,7 @@ import sys
 
 from .. import __version__
 from ..api import CollectionNotFound
-from . import apply, attach, fleets, metrics, offers, runs, secrets, validate, volumes
+from . import apply, attach, fleets, metrics, offers, runs, secrets, usage, validate, volumes
 
 # In the order ``gpufleet --help`` lists them.
 COMMANDS = (
@@ -28,6 +28,7 @@ COMMANDS = (
     runs.add_logs,
     metrics.add_metrics,
     runs.add_stop,
+    usage.add_usage,
     attach.add_attach,
     fleets.add_fleet,
     volumes.add_volume,

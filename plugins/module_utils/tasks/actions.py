@@ -63,6 +63,8 @@ RUN_LOGS_ARGS = dict(name=dict(type="str", required=True), follow=dict(type="boo
                      tail=dict(type="int"), job=dict(type="int"), since=dict(type="str"),
                      stream=dict(type="bool", default=False), output_path=dict(type="path"),
                      **FLEET_OPTIONS)
+USAGE_INFO_ARGS = dict(since=dict(type="str", default="7d"), user=dict(type="str"),
+                       fleet=dict(type="str"), **FLEET_OPTIONS)
 # How much output one event carries when logs are streamed (lines are never split).
 STREAM_BATCH = 65536
 
@@ -480,6 +482,19 @@ def run_metrics(params):
     except RunError as exc:
         raise ActionError(str(exc)) from exc
     return {"metrics": result, "changed": False}
+
+
+def usage_info(params):
+    """Usage over the reachable fleets (tasks.usage), as ``gpufleet usage`` shows it."""
+    from .usage import UsageError, report
+
+    root, fleets = _fleets(params)
+    try:
+        found = report(fleets, root, since=params.get("since"), user=params.get("user"),
+                       fleet=params.get("fleet"))
+    except UsageError as exc:
+        raise ActionError(str(exc)) from exc
+    return {"usage": found, "changed": False}
 
 
 def run_logs(params, emit=None):
