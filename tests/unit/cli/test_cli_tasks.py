@@ -516,7 +516,8 @@ def test_ps_prints_the_table_of_the_runs(files, playbooks, direct):
     assert err == ""
     lines = out.splitlines()
     assert lines == runtable.run_table(runs)
-    assert lines[0].split() == ["NAME", "BACKEND", "GPU", "PRICE", "STATUS", "SUBMITTED"]
+    assert lines[0].split() == ["NAME", "USER", "BACKEND", "GPU", "PRICE", "STATUS",
+                                "SUBMITTED"]
     assert [line.split()[0] for line in lines[1:]] == ["train", "dist", "job=0", "job=1"]
     assert direct.calls == [("runs", (), {
         "fleet_files": [os.path.join(os.getcwd(), "gpus.dstack.yml")]})]
