@@ -7,7 +7,11 @@ of the run's fleet (the members document its hosts keep, read with the ``members
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
+import yaml
 from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import stop as stopping
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions, ownership, surveys
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
@@ -175,3 +179,37 @@ def test_stop_run_the_one_sequence_refuses_too(anns_run, monkeypatch):
 def test_the_run_stop_module_takes_force():
     assert actions.RUN_STOP_ARGS["force"] == {"type": "bool", "default": False}
     assert actions.RUN_INFO_ARGS["user"] == {"type": "str"}
+
+
+def _documented(module):
+    """The options plugins/modules/<module>.py documents, with its doc fragments' (other than
+    the attributes), as ansible-doc merges them."""
+    root = Path(__file__).resolve().parents[3]
+
+    def doc_of(path, body_of=lambda tree: tree.body):
+        tree = ast.parse(path.read_text())
+        for node in body_of(tree):
+            if isinstance(node, ast.Assign) and node.targets[0].id == "DOCUMENTATION":
+                return yaml.safe_load(node.value.value)
+        raise AssertionError("no DOCUMENTATION in %s" % path)
+
+    doc = doc_of(root / "plugins" / "modules" / (module + ".py"))
+    options = dict(doc["options"])
+    for fragment in doc["extends_documentation_fragment"]:
+        name = fragment.split(".")[2]
+        if name != "attributes":
+            path = root / "plugins" / "doc_fragments" / (name + ".py")
+            options.update(doc_of(path, lambda t: next(
+                n for n in t.body if isinstance(n, ast.ClassDef)).body)["options"])
+    return options
+
+
+@pytest.mark.parametrize("module, spec, option", [("run_stop", actions.RUN_STOP_ARGS, "force"),
+                                                  ("run_info", actions.RUN_INFO_ARGS, "user")])
+def test_the_run_modules_docs_match_their_argument_specs(module, spec, option):
+    documented = _documented(module)
+    assert sorted(documented) == sorted(spec)
+    for name, given in spec.items():
+        assert documented[name].get("type", "str") == given.get("type", "str"), name
+        assert documented[name].get("default") == given.get("default"), name
+    assert documented[option]["description"]

@@ -10,31 +10,74 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
-    actions, container, listing, rankplan, runbook, runindex, runs)
+    actions, container, listing, queue, rankplan, runbook, runindex, runs)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import booking, indexside
 from ansible_collections.gpufleet.cluster.plugins.module_utils.teams import identity
 
 from ..configs import task
-from .fakes import fleet_with_facts
-from .test_labels import RUN, build, placed_job, running
-from .test_queue import WAIT, a_pass, free, occupy
+from .fakes import JOB_LABEL, RUN_LABEL, STARTED, SUB_LABEL, container as box, fleet_with_facts
+
+RUN = {"name": "train", "id": "3f2a9c", "submission": 0, "submitted_at": "2026-08-01T10:00:00Z"}
+WAIT = {"on_events": ["no-capacity"], "duration": "10m"}
+
+
+def placed_job(num, gpus=0):
+    return {"job_num": num, "group": None, "host": "gpus-%d" % num, "fleet": "gpus",
+            "backend": "ssh", "region": "remote", "price": None, "spot": False,
+            "internal_ip": "10.1.0.%d" % (num + 2), "whole_host": True, "blocks": 1,
+            "total_blocks": 1, "cpus": 16, "memory_mib": 262144, "disk_mib": 1000000,
+            "gpu_vendor": "nvidia" if gpus else "none", "gpu_name": "H100" if gpus else None,
+            "gpu_memory_mib": 81920 if gpus else 0,
+            "gpus": [{"vendor": "nvidia", "name": "H100", "index": i, "id": "GPU-%d-%d" % (num, i),
+                      "bus_id": None} for i in range(gpus)],
+            "resources": {}}
+
+
+def build(config, jobs, run=None):
+    return rankplan.build_jobs(config, {"fleet": "gpus", "placement": "cluster", "jobs": jobs},
+                               dict(run or RUN), environ={},
+                               ssh_key={"private": "P", "public": "Q"} if len(jobs) >= 2 else None)
+
+
+def running(spec):
+    """A running container as nodeside.op_status reports it."""
+    return {"name": spec["container"], "labels": spec["labels"], "state": "running",
+            "exit_code": 0, "oom_killed": False, "started_at": "2026-08-01T10:00:05Z",
+            "finished_at": None, "error": None,
+            "files": {"running": "1785578405", "reason": None, "exit_code": None}}
+
+
+def occupy(cluster, host, run="first"):
+    """A run of another submitter alive on ``host``."""
+    cluster.nodes[host].containers.append(box(
+        "%s-0-0" % run, {RUN_LABEL: run, JOB_LABEL: "0", SUB_LABEL: "0", "gpufleet.blocks": "1"},
+        state="running", running=STARTED))
+
+
+def free(cluster, run="first"):
+    for node in cluster.nodes.values():
+        for found in node.containers:
+            if found["labels"][RUN_LABEL] == run:
+                found["state"] = "exited"
+                found["files"]["exit_code"] = "0"
+
+
+def a_pass(cluster, fleets):
+    return queue.QueuePass(fleets, runner_of=runs.runner_of, clock=cluster.clock,
+                           sleep=cluster.sleep, poll=1.0, emit=cluster.emit).run()
 
 # ---------------------------------------------------------------------------------------------
 # Labels and records
 
 
 def test_the_submitter_is_a_label_of_every_container_of_the_run():
-    jobs = [placed_job(0, 8), placed_job(1, 8)]
-    placement = {"fleet": "gpus", "placement": "cluster", "jobs": jobs}
-    specs = rankplan.build_jobs(task(nodes=2), placement, dict(RUN, user="ann"), environ={},
-                                ssh_key={"private": "P", "public": "Q"})
+    specs = build(task(nodes=2), [placed_job(0, 8), placed_job(1, 8)], dict(RUN, user="ann"))
     for spec in specs:
         assert spec["labels"][container.USER_LABEL] == "ann" == spec["labels"]["gpufleet.user"]
         assert "gpufleet.user=ann" in spec["docker_args"]
     # The task's own `user` (whom its commands run as) is another thing, and stays so.
-    specs = rankplan.build_jobs(task(user="root"), {"fleet": "gpus", "jobs": [placed_job(0)]},
-                                dict(RUN, user="bob"), environ={})
+    specs = build(task(user="root"), [placed_job(0)], dict(RUN, user="bob"))
     assert specs[0]["labels"]["gpufleet.user"] == "bob"
     assert "GPUFLEET_USER=root" in specs[0]["files"]["env.sh"]["text"].replace("'", "")
 
@@ -43,15 +86,13 @@ def test_a_run_without_a_user_has_no_label_and_its_record_says_none():
     config, jobs = task(nodes=2), [placed_job(0, 8), placed_job(1, 8)]
     specs = build(config, jobs)
     assert all("gpufleet.user" not in s["labels"] for s in specs)
-    records = listing.run_records({s["host"]: [running(s, s["labels"])] for s in specs})
+    records = listing.run_records({s["host"]: [running(s)] for s in specs})
     assert records[0]["user"] is None
 
 
 def test_run_records_carry_the_user_of_the_labels():
-    jobs = [placed_job(0)]
-    specs = rankplan.build_jobs(task(), {"fleet": "gpus", "jobs": jobs}, dict(RUN, user="ann"),
-                                environ={})
-    records = listing.run_records({s["host"]: [running(s, s["labels"])] for s in specs})
+    specs = build(task(), [placed_job(0)], dict(RUN, user="ann"))
+    records = listing.run_records({s["host"]: [running(s)] for s in specs})
     assert records[0]["user"] == "ann"
 
 
@@ -101,13 +142,13 @@ def test_a_bad_gpufleet_user_is_one_clear_line_before_anything_is_done(monkeypat
     assert actions.TASK_ARGS["user"] == {"type": "str"}
 
 
-def test_a_queued_run_keeps_its_submitter_when_another_controller_starts_it(fake_hosts,
-                                                                             monkeypatch):
+def test_a_queued_run_keeps_its_submitter_when_another_controller_starts_it(
+        fake_hosts, monkeypatch):
     monkeypatch.setenv("GPUFLEET_USER", "ann")
     fleets = [fleet_with_facts()]
     runner, cluster = fake_hosts(task(nodes=2, retry=WAIT), fleets,
                                  program=lambda job: (None, None))
-    occupy(cluster, ["gpus-0"])
+    occupy(cluster, "gpus-0")
     assert runner.run(wait=False)["status"] == lc.RunStatus.PENDING
     entry = cluster.nodes["gpus-0"].queue["train"]
     assert entry["user"] == "ann"
