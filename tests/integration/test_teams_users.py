@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import time
 
-from gpufleet import cli
+import pytest
+
+from gpufleet import api, cli
 from gpufleet.runner import run_playbook
 
 from .task_world import CPU, FLEET, SUFFIX, node_containers, task_file
@@ -66,6 +68,10 @@ def test_two_users_runs_ps_and_the_stop_guard(world, capsys, monkeypatch):
         only_ann = records(capsys, "--user", "ann")
         assert ANN_RUN in only_ann and BOB_RUN not in only_ann
         assert all(r["user"] == "ann" for r in only_ann.values())
+        # The same through playbooks/ps.yml (gpufleet_ps_user), as Ansible and AWX list them.
+        listed = api.runs(user="bob")["runs"]
+        assert BOB_RUN in [r["name"] for r in listed] and ANN_RUN not in [
+            r["name"] for r in listed]
 
         # The submitter is a label of the run's container on its node.
         node = next(n for n, found in node_containers(world, ANN_RUN).items() if found)
@@ -87,6 +93,9 @@ def test_two_users_runs_ps_and_the_stop_guard(world, capsys, monkeypatch):
         assert cli.main(["stop", "-y", ANN_RUN]) == 1
         out, err = capsys.readouterr()
         assert "belongs to ann" in err and "--force" in err and err.count("\n") == 1, err
+        # playbooks/stop.yml (the run_stop module) refuses it too.
+        with pytest.raises(api.GpufleetError, match="belongs to ann"):
+            api.stop(ANN_RUN)
         assert records(capsys)[ANN_RUN]["status"] == "running"
 
         # --force stops it; bob stops his own without it.
