@@ -19,13 +19,11 @@ from __future__ import annotations
 
 from ..teams import identity, members
 from . import lifecycle
-from .container import RUN_ID_LABEL
+from .container import RUN_ID_LABEL, USER_LABEL
 from .placement import NoHostFits
 from .queue_records import USER_LIMIT, queue_host
 from .ssh import NodeError
 from .supervisor import RUN_LABEL
-
-USER_LABEL = "gpufleet.user"
 
 
 class UserLimit(NoHostFits):

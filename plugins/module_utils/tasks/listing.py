@@ -21,7 +21,7 @@ from typing import Any
 from ..core.text import shorten
 from . import lifecycle, queue_records, surveys
 from .lifecycle import JobStatus, RunStatus
-from .container import RESOURCES_LABEL, RUN_SPEC_LABEL
+from .container import RESOURCES_LABEL, RUN_SPEC_LABEL, USER_LABEL
 from .errors import RunError
 from .records import JobRecord, RunRecord
 from .ssh import missing_key, parallel
@@ -68,7 +68,8 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
     """Run records from the task containers of every host (``{host: [containers]}``).
 
     A record: name, run_id, submission, submitted, status, reason, fleet, backend, region,
-    price, spot, gpu, nodes, array (the job array's name, or None), and jobs (job_num, host, container, status, reason, exit_code,
+    price, spot, gpu, nodes, array (the job array's name, or None), user (who submitted it:
+    its ``gpufleet.user`` label, None for a run made before runs named their user), and jobs (job_num, host, container, status, reason, exit_code,
     started_at, finished_at, gpus, resources), newest run first. The run's status is decided
     from its jobs by the same rules as while it runs (tasks.lifecycle). ``gpu`` is the GPU
     requirement of the task's resources and a job's ``resources`` what it was given (see
@@ -130,6 +131,7 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
             "gpu": asked.get("gpu"),
             "nodes": nodes,
             "array": labels.get("gpufleet.array"),
+            "user": labels.get(USER_LABEL) or None,
             "stop_criteria": asked.get("stop_criteria"),
             "startup_order": asked.get("startup_order"),
             "jobs": jobs,
@@ -179,9 +181,17 @@ def with_queue(records, queues, usage=None):
                         submitted=entry.get("submitted_at"), fleet=None, backend=None,
                         region=None, price=None, spot=None, gpu=None,
                         nodes=entry.get("nodes"), array=(entry.get("array") or {}).get("name"),
-                        jobs=[]))
+                        user=entry.get("user") or None, jobs=[]))
     out.sort(key=lambda r: (r["submitted"] or "", r["name"]), reverse=True)
     return out
+
+
+def of_user(records, user):
+    """The records of the runs ``user`` submitted; all of them when ``user`` is None or empty
+    (``gpufleet ps`` shows everyone's runs, as ``squeue`` does)."""
+    if not user:
+        return list(records)
+    return [r for r in records if r.get("user") == user]
 
 
 def _lost_jobs(run, asked, nodes, statuses, answered, instances, silent):

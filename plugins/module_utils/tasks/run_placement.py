@@ -232,7 +232,8 @@ class RunPlacement(object):
             except admission.UserLimit:
                 self.admission.release()
                 raise
-            noting = runindex.note_request(self.run.fleets, placed, self.run.name, self.surveyed)
+            noting = runindex.note_request(self.run.fleets, placed, self.run.name, self.surveyed,
+                                           user=self.run.user)
             if noting is not None:
                 # Noted before any container exists, while the hosts are claimed.
                 noting = Background(self.run.nodes[noting[0]].call, "note", noting[1])

@@ -8,7 +8,7 @@ submitter has gone, is kept as an *entry* on a fleet host (tasks.hostside.bookin
 0600, root's). The entry holds what the submitting controller had and another may lack: the task's
 normalized config with the command line's overrides, the secrets and environment variables it refers
 to, the contents of its ``files``, its repo archive (kept beside the entry on that host) and its
-identity (name, run id, submission time, priority). ``enqueue`` writes one down on its queue host;
+identity (name, run id, submitter, submission time, priority). ``enqueue`` writes one down on its queue host;
 tasks.runs.runner_of makes a Runner from an entry on whichever controller acts on it.
 """
 
@@ -91,6 +91,7 @@ def entry_of(runner: Any, fleet_names: Iterable[str], state: str = "pending",
         "version": ENTRY_VERSION,
         "run": runner.name,
         "run_id": runner.run_id,
+        "user": runner.user,
         "submitted_at": runner.submitted_at,
         "submitted_epoch": runner.submitted_epoch,
         "priority": int(config.get("priority") or 0),
