@@ -145,4 +145,3 @@ class QueueSummary(TypedDict):
     ended_at: float | None
     queued_on: str | None
     policy: dict[str, Any] | None
-    user: str | None

@@ -303,7 +303,7 @@ ENDED_KEPT = 86400
 SUMMARY_FIELDS = ("run", "run_id", "user", "priority", "submitted_at", "submitted_epoch", "state",
                   "reason", "message", "fleets", "nodes", "taken_by", "taken_until",
                   "submissions", "retry_since", "retry", "array", "hosts", "ended_at",
-                  "queued_on", "policy", "user")
+                  "queued_on", "policy")
 
 
 def _queue_dir():
