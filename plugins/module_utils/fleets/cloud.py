@@ -235,8 +235,10 @@ def apply(
             placed = client.fleet_instances(name, region_list)
             placed = client.wait_running([p for p in placed
                                           if client.view(p)["state"] == "running"])
-            if nums["create"]:
-                _copy_members(client, name, placed)
+            if nums["create"] and _copy_members(client, name, placed):
+                placed = client.wait_running(
+                    [p for p in client.fleet_instances(name, region_list)
+                     if client.view(p)["state"] == "running"])
         except BackendError as exc:
             raise CloudError(str(exc)) from exc
     instances = client.records(placed, name, key_file)
@@ -260,9 +262,12 @@ def apply(
 
 def _copy_members(client, name, placed):
     """Give the fleet's new instances the members its other instances publish
-    (fleets/access.py), so that a member reaches every instance, new ones included."""
+    (fleets/access.py), so that a member reaches every instance, new ones included. Returns
+    whether any instance was changed."""
+    changed = False
     for user, mark in sorted(client.fleet_members(name, placed).items()):
-        client.set_member(name, placed, user, mark)
+        changed = client.set_member(name, placed, user, mark) or changed
+    return changed
 
 
 def discover(
