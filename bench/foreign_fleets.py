@@ -107,8 +107,8 @@ def main():
     before, after = statistics.median(none), statistics.median(five)
     ratio = after / before
     print("date: %s" % datetime.date.today().isoformat())
-    print("machine: %s, %d cores, Python %s" % (platform.platform(), os.cpu_count() or 0,
-                                               platform.python_version()))
+    print("machine: %s, %d cores, Python %s"
+          % (platform.platform(), os.cpu_count() or 0, platform.python_version()))
     print("gpufleet ps, median of %d: no foreign fleet %.3f s, 5 foreign fleets %.3f s, "
           "ratio %.2f (target <= 1.1)" % (args.rounds, before, after, ratio))
     print("all: none %s; five %s" % (["%.3f" % t for t in none], ["%.3f" % t for t in five]))
