@@ -186,3 +186,30 @@ def test_collect_fleets_leaves_out_a_fleet_with_no_access(tmp_path, monkeypatch)
     assert [(f["name"], f["access"]) for f in every] == [("mine", "key"),
                                                          ("theirs", "no access")]
     assert os.path.isdir(root)
+
+
+def test_lookup_find_tells_the_access_of_a_fleet_found_by_its_labels(tmp_path, monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import base, local
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import lookup
+
+    root = str(tmp_path / "state")
+    me = who(tmp_path)
+    node = {"name": "gpufleet-lab-0", "state": "running", "created": None,
+            "networks": {"gpufleet-lab-0": "10.0.0.2"},
+            "labels": {local.FLEET_LABEL: "lab", local.INSTANCE_LABEL: "0",
+                       local.MADE_FROM_LABEL: "/other", local.CREATOR_LABEL: "alice"}}
+    members = {}
+
+    class Client(object):
+        def fleet_instances(self, name, regions=None):
+            return [node] if name == "lab" else []
+
+        def all_members(self):
+            return members
+
+    monkeypatch.setattr(base, "client", lambda *a, **k: Client())
+    monkeypatch.setattr(access, "me", lambda: me)
+    config, path = lookup.find("lab", object(), root, {})
+    assert path is None and config["access"] == "no access"
+    members["lab"] = {"carol": me.public_key.fingerprint}
+    assert lookup.find("lab", object(), root, {})[0]["access"] == "member"
