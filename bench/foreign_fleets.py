@@ -80,7 +80,7 @@ def foreign_fleet(docker, work, name, num):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", maxsplit=1)[0])
     parser.add_argument("--rounds", type=int, default=7)
     args = parser.parse_args()
     docker = Docker()
@@ -96,11 +96,11 @@ def main():
         if proc.returncode != 0:
             raise RuntimeError("fleet.yml failed:\n" + proc.stdout[-3000:])
         timed_ps(env)   # warm: the helper compiled on the node, the SSH connection open
-        none = [timed_ps(env) for _ in range(args.rounds)]
+        none = [timed_ps(env) for _round in range(args.rounds)]
         for num, name in enumerate(FOREIGN):
             foreign_fleet(docker, work, name, num)
         timed_ps(env)
-        five = [timed_ps(env) for _ in range(args.rounds)]
+        five = [timed_ps(env) for _round in range(args.rounds)]
     finally:
         for name in FOREIGN + [OWN]:
             local.remove_fleet(docker, name)

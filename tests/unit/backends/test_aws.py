@@ -267,7 +267,7 @@ def test_members_are_tags_on_every_instance_and_new_ones_get_them(aws, double, p
     assert aws.fleet_members("team", placed) == {}
     double.clear()
     assert aws.set_member("team", placed, "bob", "SHA256:abc") is True
-    tagged = [c for c in double.calls("CreateTags")]
+    tagged = double.calls("CreateTags")
     assert len(tagged) == 1   # one call for the region, every instance in it
     placed = aws.fleet_instances("team", [REGION])
     assert aws.fleet_members("team", placed) == {"bob": "SHA256:abc"}
