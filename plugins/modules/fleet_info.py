@@ -91,7 +91,12 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module impor
     state_options,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends.docker_cli import Docker
-from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import apply, records, state
+from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
+    access,
+    apply,
+    records,
+    state,
+)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_file
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import health
 
@@ -119,10 +124,15 @@ def main():
             fleets = apply.discover(
                 docker, root,
                 settings=state.backend_settings(root, module.params["backend_settings"]))
+        access.annotate(fleets, root, docker)
+        refresh = None
         if module.params["health_max_age"] is not None:
-            fleets = health.refresh(fleets, root, max_age=module.params["health_max_age"],
-                                    check_mode=module.check_mode, occupancy=True)
-    hosts = [entry for fleet in fleets for entry in records.host_entries(fleet, root)]
+            def refresh(reachable):
+                return health.refresh(reachable, root, max_age=module.params["health_max_age"],
+                                      check_mode=module.check_mode, occupancy=True)
+        fleets = access.listed(fleets, refresh)
+    hosts = [entry for fleet in fleets if access.reachable(fleet)
+             for entry in records.host_entries(fleet, root)]
     module.exit_json(changed=False, fleets=fleets, hosts=hosts)
 
 

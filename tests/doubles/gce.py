@@ -179,6 +179,7 @@ class GceDouble:
             ("GET", z + "/instances/(?P<name>[^/]+)", self._get_instance),
             ("DELETE", z + "/instances/(?P<name>[^/]+)", self._delete_instance),
             ("POST", z + "/instances/(?P<name>[^/]+)/start", self._start_instance),
+            ("POST", z + "/instances/(?P<name>[^/]+)/setLabels", self._set_instance_labels),
             ("POST", z + "/instances/(?P<name>[^/]+)/attachDisk", self._attach_disk),
             ("POST", z + "/instances/(?P<name>[^/]+)/detachDisk", self._detach_disk),
             ("POST", z + "/operations/(?P<op>[^/]+)/wait", self._get_operation),
@@ -274,7 +275,8 @@ class GceDouble:
                      % (project, zone),
                 machineType="https://www.googleapis.com/compute/v1/projects/%s/zones/%s/"
                             "machineTypes/%s" % (project, zone, properties["machineType"]),
-                networkInterfaces=interfaces, creationTimestamp=_now())
+                networkInterfaces=interfaces, creationTimestamp=_now(),
+                labelFingerprint=uuid.uuid4().hex[:8])
         return self._operation(handler, scope, "", None, request_id)
 
     def _list_instances(self, handler, query, body, project, zone):
@@ -407,6 +409,15 @@ class GceDouble:
         if (zone, name) not in self.instances:
             return self._error(handler, 404, "notFound", "instance %s" % name)
         del self.instances[(zone, name)]
+        return self._operation(handler, {"zone": "projects/%s/zones/%s" % (project, zone)}, name)
+
+    def _set_instance_labels(self, handler, query, body, project, zone, name):
+        instance = self.instances.get((zone, name))
+        if instance is None:
+            return self._error(handler, 404, "notFound", "instance %s" % name)
+        if body.get("labelFingerprint") != instance.get("labelFingerprint"):
+            return self._error(handler, 412, "conditionNotMet", "labelFingerprint mismatch")
+        instance.update(labels=body.get("labels") or {}, labelFingerprint=uuid.uuid4().hex[:8])
         return self._operation(handler, {"zone": "projects/%s/zones/%s" % (project, zone)}, name)
 
     def _start_instance(self, handler, query, body, project, zone, name):

@@ -307,7 +307,7 @@ class Aws(CloudBackend):
             "blocks": config.get("blocks") or 1, "min_count": None if all_at_once else 1,
             "reservation": config.get("reservation"),
             "capacity_block": bool(config.get("capacity_block")),
-            "made_for": config.get("made_for"),
+            "made_for": config.get("made_for"), "creator": config.get("creator"),
         }
         for attempt in range(3):
             launch["attempt"] = attempt
@@ -526,6 +526,37 @@ class Aws(CloudBackend):
     def records(self, placed, fleet, key_file):
         return instance_records(placed, fleet, key_file, self.settings["public_ips"],
                                 self.settings["ssh_user"])
+
+    # -- published members (fleets/access.py) -------------------------------------------------
+
+    @staticmethod
+    def member_mark(fingerprint):
+        """A member's fingerprint is kept as it is."""
+        return fingerprint
+
+    def fleet_members(self, fleet, placed):
+        """``{user: fingerprint}`` the fleet's instances' tags publish (their union)."""
+        found = {}
+        for _region, instance in placed:
+            found.update(layout.members_of(layout.tags_of(instance)))
+        return found
+
+    def set_member(self, fleet, placed, user, mark):
+        """Tag every instance in ``placed`` with ``user``'s fingerprint (``mark``), or take
+        the tag off (None)."""
+        key = layout.TAG_MEMBER + user
+        changed = False
+        for region, ids in _ids_by_region(
+                [(r, i) for r, i in placed
+                 if layout.tags_of(i).get(key) != mark]).items():
+            if mark:
+                self._call(region, "tagging %s" % ", ".join(ids), "create_tags",
+                           Resources=ids, Tags=layout.tag_list({key: mark}))
+            else:
+                self._call(region, "untagging %s" % ", ".join(ids), "delete_tags",
+                           Resources=ids, Tags=[{"Key": key}])
+            changed = True
+        return changed
 
     # -- starting, stopping, removing ---------------------------------------------------------
 

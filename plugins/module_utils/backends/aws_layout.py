@@ -36,6 +36,10 @@ TAG_PLACEMENT = "gpufleet:placement"
 TAG_BLOCKS = "gpufleet:blocks"
 TAG_PRICE = "gpufleet:price"
 TAG_CREATED_BY = "gpufleet:created-by"
+# The gpufleet user who created an instance, and each published member's key fingerprint
+# (``gpufleet:member:<user>``, fleets/access.py).
+TAG_CREATOR = "gpufleet:creator"
+TAG_MEMBER = "gpufleet:member:"
 TAG_VOLUME = "gpufleet:volume"
 TAG_EXTERNAL = "gpufleet:external"
 # An instance made because a run needed it: the run and its idle limit (made_for.py).
@@ -200,6 +204,8 @@ def run_instances_request(launch: dict[str, Any]) -> dict[str, Any]:
     marks = made_for_values(launch.get("made_for"))
     if marks:
         ours.update({TAG_MADE_FOR: marks[0], TAG_IDLE: marks[1]})
+    if launch.get("creator"):
+        ours[TAG_CREATOR] = launch["creator"]
     tags = fleet_tags(launch["fleet"], launch.get("tags"), ours)
     request = {
         "ImageId": launch["image_id"],
@@ -292,6 +298,12 @@ def volume_record(name, region, volume):
     }
 
 
+def members_of(tags: Mapping[str, str]) -> dict[str, str]:
+    """``{user: fingerprint}`` of the members an instance's tags publish."""
+    return dict((key[len(TAG_MEMBER):], value) for key, value in tags.items()
+                if key.startswith(TAG_MEMBER) and key[len(TAG_MEMBER):] and value)
+
+
 def _iso(value):
     if isinstance(value, datetime.datetime):
         if value.tzinfo is None:
@@ -326,6 +338,7 @@ def instance_records(placed: list[tuple[str, dict[str, Any]]], fleet: str, key_f
             "price": tags.get(TAG_PRICE), "blocks": tags.get(TAG_BLOCKS),
             "placement": tags.get(TAG_PLACEMENT),
             "made_for_run": tags.get(TAG_MADE_FOR), "idle_duration": tags.get(TAG_IDLE),
+            "creator": tags.get(TAG_CREATOR), "members": members_of(tags),
         }, key_file, user, public_ips))
     records.sort(key=lambda r: r["num"])
     return records

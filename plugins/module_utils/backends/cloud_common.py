@@ -84,8 +84,19 @@ def instance_record(fleet, num, backend, found, key_file, user, public_ips=True)
         "hostname": public if public_ips and public else private, "port": 22, "user": user,
         "identity_file": key_file, "proxy_jump": None, "internal_ip": private,
         "network": None, "blocks": blocks, "placement": found.get("placement") or "any",
-        **read_made_for(found.get("made_for_run"), found.get("idle_duration"))
+        **read_made_for(found.get("made_for_run"), found.get("idle_duration")),
+        **_who(found)
     }
+
+
+def _who(found):
+    """``creator`` and ``members`` ({user: mark}) of an instance, as far as it says them."""
+    who = {}
+    if found.get("creator"):
+        who["creator"] = found["creator"]
+    if found.get("members"):
+        who["members"] = dict(found["members"])
+    return who
 
 
 def no_capacity(fleet: str, missing: int, attempts: list[dict[str, Any]]) -> NoCapacity:

@@ -340,7 +340,7 @@ class Gcp(CloudBackend):
             "blocks": config.get("blocks") or 1, "tags": tags, "resource_policy": policy,
             "reservation": config.get("reservation"),
             "service_account": self.settings["service_account"],
-            "made_for": config.get("made_for"),
+            "made_for": config.get("made_for"), "creator": config.get("creator"),
         })
         body = layout.bulk_insert_body(names, properties, all_at_once)
         operation = self._request(
@@ -505,6 +505,40 @@ class Gcp(CloudBackend):
         return instance_records(placed, fleet, key_file, self.settings["public_ips"],
                                 self.settings["ssh_user"])
 
+    # -- published members (fleets/access.py) -------------------------------------------------
+
+    member_mark = staticmethod(layout.member_mark)
+
+    def fleet_members(self, fleet, placed):
+        """``{user: mark}`` the fleet's instances' labels publish (their union)."""
+        found = {}
+        for _zone, instance in placed:
+            found.update(layout.members_of(instance.get("labels") or {}))
+        return found
+
+    def set_member(self, fleet, placed, user, mark):
+        """Set ``user``'s member label on every instance in ``placed`` (``mark``), or remove
+        it (None): setLabels with the instance's current labels and their fingerprint."""
+        key = layout.LABEL_MEMBER + user
+        changed = False
+        for zone, instance in placed:
+            if (instance.get("labels") or {}).get(key) == mark:
+                continue
+            path = "/zones/%s/instances/%s" % (zone, instance["name"])
+            fresh = self._request("GET", path, "reading instance %s" % instance["name"])
+            labels = dict(fresh.get("labels") or {})
+            if labels.get(key) == mark:
+                continue
+            if mark:
+                labels[key] = mark
+            else:
+                labels.pop(key, None)
+            self._call("POST", path + "/setLabels", "labelling instance %s" % instance["name"],
+                       body={"labels": labels,
+                             "labelFingerprint": fresh.get("labelFingerprint")})
+            changed = True
+        return changed
+
     # -- starting, stopping, removing ---------------------------------------------------------
 
     def start(self, placed):
@@ -595,6 +629,8 @@ def instance_records(placed, fleet, key_file, public_ips=True, user=layout.SSH_U
             "placement": (instance.get("labels") or {}).get(layout.LABEL_PLACEMENT),
             "made_for_run": metadata.get(layout.META_MADE_FOR),
             "idle_duration": metadata.get(layout.META_IDLE),
+            "creator": (instance.get("labels") or {}).get(layout.LABEL_CREATOR),
+            "members": layout.members_of(instance.get("labels") or {}),
         }, key_file, user, public_ips))
     records.sort(key=lambda r: r["num"])
     return records

@@ -15,6 +15,7 @@ creates nothing twice.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import uuid
 from typing import Any, Iterable
@@ -25,6 +26,11 @@ from .made_for import values as made_for_values
 LABEL_FLEET = "gpufleet-fleet"
 LABEL_PLACEMENT = "gpufleet-placement"
 LABEL_CREATED_BY = "gpufleet-created-by"
+# The gpufleet user who created an instance, and each published member (fleets/access.py):
+# ``gpufleet-member-<user>`` holds member_mark(fingerprint), since a label value allows only
+# lowercase letters, digits, '_' and '-' (63 at most) and a fingerprint has others.
+LABEL_CREATOR = "gpufleet-creator"
+LABEL_MEMBER = "gpufleet-member-"
 LABEL_VOLUME = "gpufleet-volume"
 LABEL_EXTERNAL = "gpufleet-external"
 META_PRICE = "gpufleet-price"
@@ -67,6 +73,17 @@ def label_value(value: object) -> str:
     """A label value as Compute Engine takes it: lower-case letters, digits, ``_`` and ``-``,
     at most 63 characters."""
     return _LABEL_BAD.sub("-", str(value).lower())[:63]
+
+
+def member_mark(fingerprint: str) -> str:
+    """What a member label holds for a key fingerprint: 40 hex digits of its SHA-256."""
+    return hashlib.sha256(fingerprint.encode("utf-8")).hexdigest()[:40]
+
+
+def members_of(labels: dict[str, str]) -> dict[str, str]:
+    """``{user: mark}`` of the members an instance's labels publish."""
+    return dict((key[len(LABEL_MEMBER):], value) for key, value in (labels or {}).items()
+                if key.startswith(LABEL_MEMBER) and key[len(LABEL_MEMBER):] and value)
 
 
 def fleet_labels(fleet: str, tags: dict[str, object] | None = None,
@@ -153,7 +170,9 @@ def instance_properties(launch):
     spot = bool(offer["spot"])
     properties = {
         "machineType": offer["instance_type"],
-        "labels": fleet_labels(launch["fleet"], launch.get("tags"), launch.get("placement")),
+        "labels": dict(fleet_labels(launch["fleet"], launch.get("tags"), launch.get("placement")),
+                       **({LABEL_CREATOR: label_value(launch["creator"])}
+                          if launch.get("creator") else {})),
         "tags": {"items": [network_tag(launch["fleet"])]},
         "metadata": {"items": [
             {"key": "ssh-keys", "value": "%s:%s" % (launch.get("ssh_user") or SSH_USER,

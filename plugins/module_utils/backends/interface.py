@@ -14,6 +14,8 @@ by its name, and fleets/apply.py and fleets/cloud.py converge any fleet with the
     client.terminate(placed)     # remove instances
     client.delete_fleet(fleet, regions, check_mode)   # everything of the fleet: {kind: [ids]}
     client.all_fleet_instances(regions)               # {fleet: placed} of every fleet held
+    client.fleet_members(fleet, placed)               # {user: mark} published (fleets/access)
+    client.set_member(fleet, placed, user, mark)      # publish (mark) or withdraw (None)
 
 What a raw instance is differs by backend (a node as ``docker inspect`` tells it, an EC2
 instance with its region, a Compute Engine instance with its zone); only the backend itself
@@ -73,6 +75,25 @@ class Backend:
                      check_mode: bool = False) -> dict[str, list[str]]:
         """Remove the fleet's instances and everything made for it. Returns what was (in
         check mode: would be) removed, as ``{kind: [names or ids]}``."""
+        raise NotImplementedError
+
+    # A fleet's published members (fleets/access.py): which users' keys its hosts let in,
+    # kept where the backend keeps metadata that can change after an instance is made, so a
+    # controller tells whether it may reach a fleet without trying it over SSH. A member's
+    # ``mark`` is what the backend stores for the fingerprint of their key (``member_mark``).
+    @staticmethod
+    def member_mark(fingerprint: str) -> str:
+        """What this backend stores for a key's fingerprint (``SHA256:...``)."""
+        return fingerprint
+
+    def fleet_members(self, fleet: str, placed: list[Any]) -> dict[str, str]:
+        """``{user: mark}`` of the members published for ``fleet`` (``placed``: its raw
+        instances, as fleet_instances gave them)."""
+        raise NotImplementedError
+
+    def set_member(self, fleet: str, placed: list[Any], user: str, mark: str | None) -> bool:
+        """Publish ``user``'s ``mark`` for ``fleet`` on every instance in ``placed`` (or the
+        fleet's one place), or withdraw it with None. Returns whether anything changed."""
         raise NotImplementedError
 
 

@@ -33,6 +33,7 @@ from ..core.files import exclusive
 from ..spec import support
 from ..spec.naming import instance_name
 from .docker_cli import DockerError
+from . import local_members
 from .interface import Backend
 from .made_for import read as read_made_for, values as made_for_values
 
@@ -299,6 +300,8 @@ MADE_BY_LABEL = LABEL_PREFIX + "made-by"
 # controller lost (its own state dir, moved away) from another controller's fleet on the same
 # engine, which it was never meant to read.
 MADE_FROM_LABEL = LABEL_PREFIX + "state-dir"
+# Who created a node: the gpufleet user name of the controller (teams.identity.user_name).
+CREATOR_LABEL = LABEL_PREFIX + "creator"
 AUTHORIZED_KEY_ENV = "GPUFLEET_AUTHORIZED_KEY"
 # What the engine answers a ``docker run --name`` whose name another container has.
 NAME_TAKEN = "is already in use"
@@ -429,9 +432,14 @@ def instance_records(nodes: list[dict[str, Any]], fleet: str, blocks: int | str,
 
 
 def _made_from(labels):
-    """``{"made_from": state dir}`` of a node that says which controller made it, else {}."""
-    where = labels.get(MADE_FROM_LABEL)
-    return {"made_from": where} if where else {}
+    """``{"made_from": state dir, "creator": user}`` as far as a node says which controller
+    made it, else {}."""
+    found = {}
+    if labels.get(MADE_FROM_LABEL):
+        found["made_from"] = labels[MADE_FROM_LABEL]
+    if labels.get(CREATOR_LABEL):
+        found["creator"] = labels[CREATOR_LABEL]
+    return found
 
 
 def check_local_fleet(config: dict[str, Any], name: str) -> None:
@@ -459,7 +467,7 @@ def spec_from_nodes(nodes: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _run_node(docker, fleet, num, placement, image, public_key, created, flags, spec=None,
-              made_for=None, made_from=None):
+              made_for=None, made_from=None, creator=None):
     network = network_name(fleet, num, placement)
     args = [
         "run", "-d", "--name", container_name(fleet, num),
@@ -478,6 +486,8 @@ def _run_node(docker, fleet, num, placement, image, public_key, created, flags, 
         args += ["--label", "%s=%s" % (SPEC_LABEL, spec)]
     if made_from:
         args += ["--label", "%s=%s" % (MADE_FROM_LABEL, made_from)]
+    if creator:
+        args += ["--label", "%s=%s" % (CREATOR_LABEL, creator)]
     marks = made_for_values(made_for)
     if marks:
         args += ["--label", "%s=%s" % (MADE_FOR_LABEL, marks[0]),
@@ -516,7 +526,7 @@ def _ensure_volume(docker, name, fleet):
 
 
 def start_node(docker, fleet, num, placement, image, public_key, created, privileged=None,
-               spec=None, made_for=None, made_from=None):
+               spec=None, made_for=None, made_from=None, creator=None):
     """Create and start one node. Returns whether --privileged was usable (for the next node).
 
     When the node's name is taken, another command made the node meanwhile (an apply that did
@@ -528,7 +538,7 @@ def start_node(docker, fleet, num, placement, image, public_key, created, privil
     for allowed in attempts:
         rc, _out, err = _run_node(
             docker, fleet, num, placement, image, public_key, created, run_flags(allowed), spec,
-            made_for, made_from)
+            made_for, made_from, creator)
         if rc == 0:
             return allowed
         if NAME_TAKEN in err:
@@ -618,17 +628,18 @@ class Local(Backend):
         check_local_fleet(config, name)
 
     def create(self, fleet, nums, placement, image, public_key, created, spec=None,
-               made_for=None, made_from=None):
+               made_for=None, made_from=None, creator=None):
         """Create and start the nodes numbered ``nums`` from ``image``; the first tells
         whether the engine allows --privileged, and the others start the way it did.
         ``made_for``: the run they are made for (made_for.py), None for the fleet's own;
-        ``made_from``: the state dir of the controller making them (a label the listing reads).
+        ``made_from``: the state dir of the controller making them (a label the listing reads);
+        ``creator``: its user name.
         """
         privileged = None
         for num in nums:
             privileged = start_node(self.docker, fleet, num, placement, image, public_key,
                                     created, privileged, spec=spec, made_for=made_for,
-                                    made_from=made_from)
+                                    made_from=made_from, creator=creator)
 
     def start(self, placed: list[dict[str, Any]]) -> None:
         for node in placed:
@@ -660,3 +671,18 @@ class Local(Backend):
     def delete_fleet(self, fleet: str, regions: Iterable[str] | None = None,
                      check_mode: bool = False) -> dict[str, list[str]]:
         return remove_fleet(self.docker, fleet, check_mode=check_mode)
+
+    @staticmethod
+    def member_mark(fingerprint):
+        """A member's fingerprint is kept as it is."""
+        return fingerprint
+
+    def fleet_members(self, fleet: str, placed: list[Any]) -> dict[str, str]:
+        return local_members.list_members(self.docker).get(fleet, {})
+
+    def all_members(self) -> dict[str, dict[str, str]]:
+        """``{fleet: {user: fingerprint}}`` of every local fleet, in one engine call."""
+        return local_members.list_members(self.docker)
+
+    def set_member(self, fleet: str, placed: list[Any], user: str, mark: str | None) -> bool:
+        return local_members.set_member(self.docker, fleet, user, mark)

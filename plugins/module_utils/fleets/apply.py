@@ -22,6 +22,7 @@ from ..backends import base, local
 from ..backends.errors import BackendError
 from ..core.errors import GpufleetError
 from ..offers import catalog
+from .creator import creator_name
 from . import cloud, lock, state
 from ..spec.naming import fleet_name, instance_name
 from .plan import has_changes, lowest_unused, plan_backend
@@ -271,7 +272,7 @@ def _apply_backend(config, name, backend, path, docker, root, check_mode, image,
             key_file, public_key, _made = state.ensure_key(root, name)
             client.create(name, nums["create"], placement, image, public_key, utcnow(),
                           spec=local.spec_label(config), made_for=made_for,
-                          made_from=os.path.abspath(root))
+                          made_from=os.path.abspath(root), creator=creator_name())
         nodes = client.fleet_instances(name)
     if nodes and not check_mode:
         # Nodes another controller made (its own state dir, its own key) let this one's key

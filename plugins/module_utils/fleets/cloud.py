@@ -25,6 +25,7 @@ from ..core.errors import GpufleetError
 from ..offers import catalog
 from ..offers.select import OfferError, disk_gb, no_offers_message, select
 from . import state
+from .creator import creator_name
 from ..spec.naming import instance_name
 from .plan import has_changes, plan_backend
 
@@ -228,12 +229,16 @@ def apply(
         if nums["create"]:
             key_file, public_key, _made = state.ensure_key(root, name)
             disk = disk_gb(config, backend)
-            _launch(client, config, name, nums["create"], offers, public_key, disk,
-                    _retry_delays(config, settings, backend), sleep)
+            _launch(client, dict(config, creator=creator_name()), name, nums["create"], offers,
+                    public_key, disk, _retry_delays(config, settings, backend), sleep)
         try:
             placed = client.fleet_instances(name, region_list)
             placed = client.wait_running([p for p in placed
                                           if client.view(p)["state"] == "running"])
+            if nums["create"] and _copy_members(client, name, placed):
+                placed = client.wait_running(
+                    [p for p in client.fleet_instances(name, region_list)
+                     if client.view(p)["state"] == "running"])
         except BackendError as exc:
             raise CloudError(str(exc)) from exc
     instances = client.records(placed, name, key_file)
@@ -253,6 +258,16 @@ def apply(
             "idle_duration": (config.get("made_for") or {}).get("idle_duration"),
         } for num in nums["create"]]
     return instances, plan, changed, offers
+
+
+def _copy_members(client, name, placed):
+    """Give the fleet's new instances the members its other instances publish
+    (fleets/access.py), so that a member reaches every instance, new ones included. Returns
+    whether any instance was changed."""
+    changed = False
+    for user, mark in sorted(client.fleet_members(name, placed).items()):
+        changed = client.set_member(name, placed, user, mark) or changed
+    return changed
 
 
 def discover(

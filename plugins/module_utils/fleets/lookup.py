@@ -34,7 +34,7 @@ from ..core.text import shorten
 from ..offers import catalog
 from ..spec import SpecError, parse_file
 from ..spec.naming import NamingError, fleet_name
-from . import apply, cloud, state
+from . import access, apply, cloud, state
 
 
 class FleetNotFound(apply.ApplyError):
@@ -69,8 +69,9 @@ def _from_file(name, root):
     return config, path
 
 
-def _from_local(name, docker):
-    """The config of the local fleet ``name`` from its nodes' labels, or None."""
+def _from_local(name, docker, root=None):
+    """The config of the local fleet ``name`` from its nodes' labels, or None; its
+    ``access`` (fleets.access) is told from the same labels."""
     if docker is None:
         return None
     try:
@@ -80,8 +81,13 @@ def _from_local(name, docker):
     if not nodes:
         return None
     spec = local.spec_from_nodes(nodes) or {}
-    return dict(spec, name=name, fleet_type="backend", ssh_config=None, backends=["local"],
-                placement=spec.get("placement") or local.Local.view(nodes[0])["placement"])
+    config = dict(spec, name=name, fleet_type="backend", ssh_config=None, backends=["local"],
+                  placement=spec.get("placement") or local.Local.view(nodes[0])["placement"])
+    instances = local.instance_records(nodes, name, 1, state.key_path(root, name))
+    config["access"] = access.annotate([{"name": name, "fleet_type": "backend",
+                                         "backends": ["local"], "instances": instances}],
+                                       root, docker)[0]["access"]
+    return config
 
 
 def _from_clouds(name, root, settings):
@@ -97,8 +103,12 @@ def _from_clouds(name, root, settings):
         except BackendError as exc:
             raise apply.ApplyError(str(exc)) from exc
         if placed:
+            instances = client.records(placed, name, state.key_path(root, name))
+            told = access.annotate([{"name": name, "fleet_type": "backend",
+                                     "backends": [backend], "instances": instances}], root)
             return {"name": name, "fleet_type": "backend", "ssh_config": None,
-                    "backends": [backend], "placement": client.view(placed[0])["placement"]}
+                    "backends": [backend], "placement": client.view(placed[0])["placement"],
+                    "access": told[0]["access"]}
     return None
 
 
@@ -106,12 +116,13 @@ def find(name: str, docker: Docker | None = None, root: str | None = None,
          settings: dict[str, Any] | None = None) -> tuple[dict[str, Any], str | None]:
     """``(config, path)`` of the fleet named ``name``: its remembered file first, else a
     backend fleet found by its labels or tags (``path`` None; the config then holds what a
-    deletion needs: name, backends, placement). FleetNotFound when there is none."""
+    deletion needs: name, backends, placement, and ``access`` as fleets.access tells it: a
+    member finds a fleet it did not make this way). FleetNotFound when there is none."""
     root = state.state_dir(root)
     found = _from_file(name, root)
     if found is not None:
         return found
-    config = _from_local(name, docker) or _from_clouds(name, root, settings)
+    config = _from_local(name, docker, root) or _from_clouds(name, root, settings)
     if config is None:
         raise FleetNotFound(not_found_message(name))
     return config, None

@@ -64,6 +64,10 @@ class InstanceRecord(_Instance, total=False):
     # Local nodes: the container, and the state dir of the controller that made it.
     container: str
     made_from: str
+    # Who created it (its creator label or tag) and, on a cloud instance, the members its tags
+    # or labels publish, {user: mark} (fleets.access).
+    creator: str
+    members: dict[str, str]
     # What an apply measured on the host (fleets.report): its facts and checks.
     resources: dict[str, Any] | None
     checks: dict[str, Any]
@@ -100,3 +104,5 @@ class FleetRecord(_Fleet, total=False):
     offers_max_price: float | None
     # A deleted fleet: what was removed.
     removed: dict[str, Any]
+    # What this controller may do with it: key, member, key missing, no access (fleets.access).
+    access: str

@@ -456,7 +456,7 @@ def fleet_table(fleets: list[dict[str, Any]], now: datetime.datetime | None = No
     """The fleets as the lines of dstack's ``dstack fleet`` table (``verbose``: ``-v``).
 
     A row per fleet, newest first (fleets without a date last, then by name), each followed by
-    a row per instance (``   instance=0``). In the short table, an instance that has an
+    a row per instance (``   instance=0``), except a fleet with ``no access``, listed alone. In the short table, an instance that has an
     ``error`` gets it on a line of its own right under its row (``     error: <message>``), so
     whoever reads a playbook's output sees why a host failed (a fleet with an ``error``, under
     the fleet's row: ``   error: <message>``); the verbose table has an ERROR column instead.
@@ -482,7 +482,9 @@ def fleet_table(fleets: list[dict[str, Any]], now: datetime.datetime | None = No
         rows.append(_fleet_row(fleet, now, verbose))
         if not verbose and fleet.get("error"):
             rows.append("%serror: %s" % (INSTANCE_INDENT, _one_line(fleet["error"])))
-        instances = fleet.get("instances") or []
+        # A fleet this controller cannot reach (fleets.access) is one row: nothing was asked
+        # of its hosts, so they have nothing to show.
+        instances = [] if fleet.get("access") == "no access" else fleet.get("instances") or []
         for index, instance in enumerate(instances):
             _require_mapping(instance, "fleet %s, instance %d" % (fleet["name"], index))
             rows.append(_instance_row(instance, now, verbose))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from ..backends.docker_cli import DockerError
+from ..fleets import access
 from ..fleets import apply as fleet_apply
 from ..fleets import state
 from .errors import RunError
@@ -37,9 +38,13 @@ def _describe_file(path, docker, root, local_nodes=None):
         raise RunError(str(exc)) from exc
 
 
-def collect_fleets(paths=(), docker=None, root=None, discover=True):
+def collect_fleets(paths=(), docker=None, root=None, discover=True, unreachable=False):
     """Fleet records: the fleets of the given fleet files, then every fleet the backends hold,
     then SSH fleets this controller applied (their files are remembered in the state dir).
+
+    Each record gets ``access`` (fleets.access: ``key``, ``member``, ``key missing``); a
+    fleet this controller has ``no access`` to is left out (``unreachable``: kept), so that
+    no command tries it over SSH or waits for it.
 
     Each record gets ``facts`` (``{instance: gpufleet_host}``), the host facts cached when the
     fleet was applied. An SSH host with cached facts counts as ready (``idle``): it passed its
@@ -85,6 +90,9 @@ def collect_fleets(paths=(), docker=None, root=None, discover=True):
             if record["name"] not in seen:
                 found.append(record)
                 seen.add(record["name"])
+    access.annotate(found, root, docker)
+    if not unreachable:
+        found = [record for record in found if access.reachable(record)]
     for record in found:
         record["facts"] = state.read_facts(root, record["name"])
         for instance in record["instances"]:
@@ -94,9 +102,12 @@ def collect_fleets(paths=(), docker=None, root=None, discover=True):
 
 
 def nodes_of(fleets, root=None, connect_timeout=20):
-    """``{instance name: Node}`` for every instance with an address."""
+    """``{instance name: Node}`` for every instance with an address, but none of a fleet this
+    controller has no access to (fleets.access)."""
     result = {}
     for fleet in fleets:
+        if not access.reachable(fleet):
+            continue
         for instance in fleet.get("instances") or []:
             if instance.get("hostname"):
                 result[instance["name"]] = Node(instance, root=root,

@@ -256,3 +256,27 @@ def test_a_reclaimed_spot_instance_is_an_interruption(aws, double, public_key):
     assert interruption.judge("reclaim-1", None, 0) == (
         lifecycle.INTERRUPTED_BY_NO_CAPACITY,
         "host reclaim-1: the instance is gone (its backend no longer has it)")
+
+
+def test_members_are_tags_on_every_instance_and_new_ones_get_them(aws, double, public_key):
+    """fleets/access.py publishes a member as the tag gpufleet:member:<user> on every
+    instance; the creator goes on at launch; withdrawing takes the tag off."""
+    aws.launch_group("team", [0, 1], [offer("p4d.24xlarge")], dict(config(), creator="alice"),
+                     public_key, 100, True)
+    placed = aws.fleet_instances("team", [REGION])
+    assert aws.fleet_members("team", placed) == {}
+    double.clear()
+    assert aws.set_member("team", placed, "bob", "SHA256:abc") is True
+    tagged = double.calls("CreateTags")
+    assert len(tagged) == 1   # one call for the region, every instance in it
+    placed = aws.fleet_instances("team", [REGION])
+    assert aws.fleet_members("team", placed) == {"bob": "SHA256:abc"}
+    records = aws.records(placed, "team", "/k")
+    assert [r["members"] for r in records] == [{"bob": "SHA256:abc"}] * 2
+    assert [r["creator"] for r in records] == ["alice", "alice"]
+    assert aws.set_member("team", placed, "bob", "SHA256:abc") is False  # already there
+    assert aws.set_member("team", placed, "bob", None) is True
+    placed = aws.fleet_instances("team", [REGION])
+    assert aws.fleet_members("team", placed) == {}
+    assert "members" not in aws.records(placed, "team", "/k")[0]
+    aws.delete_fleet("team", [REGION])

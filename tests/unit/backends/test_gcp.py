@@ -241,3 +241,30 @@ def test_instances_made_for_a_run_carry_its_name_and_idle_limit_in_metadata(gcp_
                                         "grows", None)
     assert [(i["made_for_run"], i["idle_duration"]) for i in again] == \
         [(None, None), ("sweep-3", "off")]
+
+
+def test_members_are_labels_holding_a_digest_and_new_instances_get_them(gcp_cloud):
+    """A member is the label gpufleet-member-<user> on every instance, holding a digest of the
+    key's fingerprint (a label value allows only [a-z0-9_-]); an instance made later by apply
+    gets the fleet's members; the creator is a label from launch."""
+    client, gce = gcp_cloud["client"], gcp_cloud["double"]
+    apply(gcp_cloud, fleet(nodes={"min": 1, "max": 2}))
+    placed = client.fleet_instances("train", [REGION])
+    mark = client.member_mark("SHA256:Ab+/cd")
+    assert mark == G.member_mark("SHA256:Ab+/cd") and len(mark) == 40
+    assert set(mark) <= set("0123456789abcdef")
+    assert client.set_member("train", placed, "bob", mark) is True
+    assert len(gce.calls("POST", r"/instances/[^/]+/setLabels$")) == 1
+    placed = client.fleet_instances("train", [REGION])
+    assert client.fleet_members("train", placed) == {"bob": mark}
+    records = client.records(placed, "train", "/k")
+    assert records[0]["members"] == {"bob": mark} and records[0]["creator"]
+    assert records[0]["creator"] == G.label_value(records[0]["creator"])
+    # A second instance made by apply gets bob's label too.
+    instances, _plan, _changed = apply(gcp_cloud, fleet(nodes={"min": 2, "max": 2}))
+    assert [i.get("members") for i in instances] == [{"bob": mark}] * 2
+    placed = client.fleet_instances("train", [REGION])
+    assert client.set_member("train", placed, "bob", None) is True
+    assert client.fleet_members("train", client.fleet_instances("train", [REGION])) == {}
+    cloud.delete(fleet(), "train", gcp_cloud["settings"], client=client,
+                 catalog_dir=gcp_cloud["catalog_dir"])

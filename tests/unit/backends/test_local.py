@@ -115,3 +115,19 @@ def test_privileged_then_fallback_flags():
         "unable to apply caps: operation not permitted: unknown"
     )
     assert not local.privilege_refused("no space left on device")
+
+
+def test_a_node_carries_its_creator_and_the_records_say_it():
+    runner = fake({})
+    local.start_node(Docker(binary="docker", runner=runner), "lab", 0, "any", "img", "ssh-ed25519 K",
+                     "2026-01-01T00:00:00Z", privileged=True, made_from="/s", creator="carol")
+    run = next(c for c in runner.calls if c[0] == "run")
+    assert "%s=carol" % local.CREATOR_LABEL in run and "%s=/s" % local.MADE_FROM_LABEL in run
+    node = {"name": "gpufleet-lab-0", "state": "running", "created": None,
+            "networks": {"gpufleet-lab-0": "10.0.0.2"},
+            "labels": {local.FLEET_LABEL: "lab", local.INSTANCE_LABEL: "0",
+                       local.MADE_FROM_LABEL: "/s", local.CREATOR_LABEL: "carol"}}
+    record = local.instance_records([node], "lab", 1, "/k")[0]
+    assert record["creator"] == "carol" and record["made_from"] == "/s"
+    del node["labels"][local.CREATOR_LABEL]
+    assert "creator" not in local.instance_records([node], "lab", 1, "/k")[0]

@@ -246,7 +246,7 @@ class Engine:
         return [n for n in self.nodes if fleet is None or n["labels"][local.FLEET_LABEL] == fleet]
 
     def start_node(self, _docker, fleet, num, placement, _image, public_key, _created,
-                   privileged=None, spec=None, made_for=None, made_from=None):
+                   privileged=None, spec=None, made_for=None, made_from=None, creator=None):
         time.sleep(self.delay)
         self.runs.append(num)
         if all(local.node_num(n) != num for n in self.nodes):

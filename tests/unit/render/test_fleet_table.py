@@ -515,3 +515,12 @@ def test_the_plan_of_a_cloud_fleet_shows_its_cheapest_offers():
     assert lines[-1] == "Shown 1 of 7 offers, $12.5 max"
     # Nothing to create: no offers table.
     assert "Shown" not in "\n".join(plan_lines(dict(record, plan={"keep": ["a-0"]})))
+
+
+def test_a_fleet_with_no_access_is_one_row():
+    fleets = [{"name": "theirs", "status": "no access", "access": "no access",
+               "fleet_type": "backend", "backends": ["local"], "nodes": {"min": 1, "max": 1},
+               "instances": [{"name": "theirs-0", "num": 0, "backend": "local",
+                              "status": "idle"}]}]
+    lines = fleet_table(fleets)
+    assert len(lines) == 2 and "no access" in lines[1] and "instance=" not in "".join(lines)
