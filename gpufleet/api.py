@@ -626,7 +626,7 @@ def usage(since: str | None = "7d", user: str | None = None, fleet: str | None =
     ``7d``), a date (``2026-11-01``) or an RFC 3339 time with its offset; ``user``, ``fleet``:
     only that user's runs, that fleet's hosts."""
     opts = _Options(**options)
-    result = opts.play("usage.yml", opts.extravars(gpufleet_since=since, gpufleet_user=user,
+    result = opts.play("usage.yml", opts.extravars(gpufleet_since=since, gpufleet_usage_user=user,
                                                    gpufleet_fleet=fleet))
     found = result.stats.get("gpufleet_usage")
     if found is None or not result.ok:

@@ -36,7 +36,7 @@ def test_the_api_runs_usage_yml_and_returns_the_report(playbooks):
     assert api.usage(since="24h", user="ann", fleet="gpus") == report()
     (call,) = playbooks.calls
     assert call["playbook"] == "usage.yml"
-    assert call["extravars"] == {"gpufleet_since": "24h", "gpufleet_user": "ann",
+    assert call["extravars"] == {"gpufleet_since": "24h", "gpufleet_usage_user": "ann",
                                  "gpufleet_fleet": "gpus"}
 
 
@@ -61,7 +61,7 @@ def test_usage_json_is_the_report_and_csv_parses(playbooks):
                               "--user", "ann", "--fleet", "gpus")
     assert code == 0 and json.loads(out) == report()
     assert playbooks.calls[0]["extravars"] == {"gpufleet_since": "2026-05-01",
-                                               "gpufleet_user": "ann", "gpufleet_fleet": "gpus"}
+                                               "gpufleet_usage_user": "ann", "gpufleet_fleet": "gpus"}
 
     code, out, _err = run_cli(playbooks, "usage", "--csv")
     rows = list(csv.DictReader(io.StringIO(out)))
