@@ -18,7 +18,7 @@ import sys
 
 from .. import __version__
 from ..api import CollectionNotFound
-from . import apply, attach, fleets, metrics, offers, runs, secrets, validate, volumes
+from . import apply, attach, fleets, metrics, offers, runs, secrets, teams, validate, volumes
 
 # In the order ``gpufleet --help`` lists them.
 COMMANDS = (
@@ -30,6 +30,7 @@ COMMANDS = (
     runs.add_stop,
     attach.add_attach,
     fleets.add_fleet,
+    teams.add_whoami,
     volumes.add_volume,
     secrets.add_secret,
     apply.add_delete,

@@ -83,8 +83,10 @@ def nodes_of(record: Mapping[str, Any], root: str) -> Dict[str, Node]:
     return {i["name"]: Node(_reachable(i), root=root) for i in _live(record)}
 
 
-def read(nodes: Mapping[str, Node]) -> Tuple[Optional[Doc], Dict[str, Optional[Doc]],
-                                            Dict[str, str]]:
+Read = Tuple[Optional[Doc], Dict[str, Optional[Doc]], Dict[str, str]]
+
+
+def read(nodes: Mapping[str, Node]) -> Read:
     """``(merged document or None, {host: its document or None}, {host: error})``."""
     answers = parallel(sorted(nodes), lambda host: nodes[host].call("members", timeout=60))
     held: Dict[str, Optional[Doc]] = {}
@@ -176,6 +178,19 @@ def ensure(record: Mapping[str, Any], root: Optional[str] = None,
             "unread": errors}
 
 
+def _holds(doc: Optional[Mapping[str, Any]], made: Mapping[str, Any]) -> bool:
+    """Whether ``doc`` says what the change ``made`` would (a grant of the same key and role,
+    the same limits): then nothing is written."""
+    if made["kind"] == "grant":
+        held = ((doc or {}).get("members") or {}).get(made["user"]) or {}
+        return (held.get("role") == made["role"]
+                and (held.get("key") or "").split()[:2] == made["key"].split()[:2])
+    if made["kind"] == "limit":
+        held = ((doc or {}).get("limits") or {}).get(made["user"])
+        return held is not None and all(held.get(k) == made[k] for k in team.LIMIT_FIELDS)
+    return False
+
+
 def change(name: str, operation: str, by: str, user: str, key_file: Optional[str] = None,
            admin: bool = False, limits: Optional[Mapping[str, Optional[int]]] = None,
            docker: Optional[Docker] = None, root: Optional[str] = None,
@@ -184,7 +199,7 @@ def change(name: str, operation: str, by: str, user: str, key_file: Optional[str
     Returns ``{"fleet", "change", "changed", "members"}``; MembershipError (one line) when the
     change is refused or a host did not take it."""
     root = state.state_dir(root)
-    key = team.read_key(key_file) if operation == "grant" else None
+    key = team.read_key(key_file or "") if operation == "grant" else None
     record = find(name, docker, root, settings)
     nodes = nodes_of(record, root)
     if not nodes:
@@ -213,6 +228,8 @@ def change(name: str, operation: str, by: str, user: str, key_file: Optional[str
         made = team.limit(doc, name, by, user, limits or {}, when)
     else:
         raise MembershipError("unknown members operation %r" % operation)
+    if _holds(doc, made):
+        return {"fleet": name, "change": made, "changed": False, "members": team.table_rows(doc)}
     if check_mode:
         return {"fleet": name, "change": made, "changed": True, "members": team.table_rows(doc)}
     behind = [h for h, d in held.items() if d != members_merge(d, doc)]
@@ -231,3 +248,53 @@ def change(name: str, operation: str, by: str, user: str, key_file: Optional[str
     if operation in ("grant", "revoke"):
         access.publish(record, user, made.get("fingerprint"), docker, root, settings)
     return {"fleet": name, "change": made, "changed": True, "members": team.table_rows(final)}
+
+
+OPERATIONS = ("list", "grant", "revoke", "limit", "ensure")
+FLEET_MEMBERS_ARGS = dict(
+    fleet=dict(type="str"), operation=dict(type="str", default="list", choices=list(OPERATIONS)),
+    user=dict(type="str"), key=dict(type="path", no_log=False), admin=dict(type="bool", default=False),
+    default=dict(type="bool", default=False), runs=dict(type="int"), gpus=dict(type="int"),
+    nodes=dict(type="int"), by=dict(type="str"), record=dict(type="dict"),
+    state_dir=dict(type="path"), backend_settings=dict(type="dict"))
+
+
+def _need(params: Mapping[str, Any], name: str, why: str) -> Any:
+    if params.get(name) in (None, ""):
+        raise MembershipError("%s needs %s" % (why, name))
+    return params[name]
+
+
+def run(params: Mapping[str, Any], check_mode: bool = False,
+        docker: Optional[Docker] = None) -> Dict[str, Any]:
+    """What the fleet_members module does with its parameters (FLEET_MEMBERS_ARGS)."""
+    operation = params.get("operation") or "list"
+    root = state.state_dir(params.get("state_dir"))
+    settings = state.backend_settings(root, params.get("backend_settings"))
+    docker = docker if docker is not None else Docker()
+    try:
+        by = params.get("by") or identity.user_name()
+    except identity.IdentityError as exc:
+        raise MembershipError(str(exc)) from exc
+    if operation == "ensure":
+        record = _need(params, "record", "operation=ensure")
+        if check_mode:
+            return {"changed": False, "fleet": record.get("name")}
+        done = ensure(record, root, by)
+        return dict(done, changed=bool(done["made"] or done["synced"]), fleet=record.get("name"))
+    name = _need(params, "fleet", "operation=%s" % operation)
+    if operation == "list":
+        return dict(members(name, docker, root, settings), changed=False)
+    if operation == "limit":
+        if params.get("default") == bool(params.get("user")):
+            raise MembershipError("a limit is for one user or for everyone: give user or "
+                                  "default (one of them)")
+        user = team.DEFAULT if params.get("default") else params["user"]
+    else:
+        user = _need(params, "user", "operation=%s" % operation)
+    if operation == "grant":
+        _need(params, "key", "operation=grant")
+    limits = {k: params.get(k) for k in team.LIMIT_FIELDS}
+    return change(name, operation, by, user, key_file=params.get("key"),
+                  admin=bool(params.get("admin")), limits=limits, docker=docker, root=root,
+                  settings=settings, check_mode=check_mode)

@@ -24,7 +24,8 @@ ABSOLUTE = "ansible_collections.gpufleet.cluster.plugins.module_utils"
 STANDALONE = ("tasks/hostside/nodeside.py", "tasks/hostside/volumeside.py",
               "tasks/hostside/metricside.py", "tasks/hostside/booking.py",
               "tasks/hostside/healthside.py", "tasks/hostside/logside.py",
-              "tasks/hostside/indexside.py", "tasks/hostside/bootstrap.py",
+              "tasks/hostside/indexside.py", "tasks/hostside/memberside.py",
+              "tasks/hostside/bootstrap.py",
               "tasks/hostside/wrapper.py", "tasks/hostside/wrapper_output.py",
               "tasks/hostside/wrapper_ssh.py", "tasks/hostside/__init__.py",
               "backends/localpool.py")
@@ -34,6 +35,7 @@ SENT_WITH = {"tasks/hostside/volumeside.py": ["tasks.hostside.nodeside"],
              "tasks/hostside/healthside.py": ["tasks.hostside.booking"],
              "tasks/hostside/logside.py": ["tasks.hostside.booking", "tasks.hostside.nodeside"],
              "tasks/hostside/indexside.py": ["tasks.hostside.booking"],
+             "tasks/hostside/memberside.py": ["tasks.hostside.nodeside"],
              "tasks/hostside/wrapper.py": ["tasks.hostside.wrapper_output",
                                            "tasks.hostside.wrapper_ssh"]}
 
