@@ -706,7 +706,7 @@ def _members(name: str, operation: str, check: bool = False, variables: dict | N
     found = result.stats.get("gpufleet_members")
     if not result.ok or found is None:
         raise _failed(result)
-    return {k: v for k, v in found.items() if k not in ("changed", "failed", "invocation")}
+    return {k: v for k, v in found.items() if k not in ("failed", "invocation")}
 
 
 def fleet_members(name: str, **options: Any) -> dict:
@@ -720,7 +720,7 @@ def grant(name: str, user: str, key: str | os.PathLike, admin: bool = False,
           check: bool = False, **options: Any) -> dict:
     """Let ``user`` in on every host of the fleet ``name`` with the public key file ``key``
     (``admin``: as an admin). Only an admin of the fleet may (this controller's user,
-    :func:`whoami`). Returns ``{"fleet", "change", "members"}``."""
+    :func:`whoami`). Returns ``{"fleet", "change", "changed", "members"}``."""
     return _members(name, "grant", check=check, variables=dict(
         gpufleet_member=user, gpufleet_member_key=os.path.abspath(os.fspath(key)),
         gpufleet_member_admin=bool(admin)), **options)
@@ -728,7 +728,7 @@ def grant(name: str, user: str, key: str | os.PathLike, admin: bool = False,
 
 def revoke(name: str, user: str, check: bool = False, **options: Any) -> dict:
     """Take ``user`` out of every host of the fleet ``name`` (their key goes, their next SSH
-    connection is refused). Returns ``{"fleet", "change", "members"}``."""
+    connection is refused). Returns ``{"fleet", "change", "changed", "members"}``."""
     return _members(name, "revoke", check=check, variables=dict(gpufleet_member=user),
                     **options)
 
@@ -738,7 +738,7 @@ def limit(name: str, user: str | None = None, default: bool = False, runs: int |
           **options: Any) -> dict:
     """Set the caps of ``user`` (or, with ``default``, everyone's default) on the fleet
     ``name``: ``runs``, ``gpus``, ``nodes`` (those not given stay as they are). Returns
-    ``{"fleet", "change", "members"}``."""
+    ``{"fleet", "change", "changed", "members"}``."""
     return _members(name, "limit", check=check, variables=dict(
         gpufleet_member=user, gpufleet_member_default=bool(default), gpufleet_member_runs=runs,
         gpufleet_member_gpus=gpus, gpufleet_member_nodes=nodes), **options)

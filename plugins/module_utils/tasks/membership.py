@@ -150,18 +150,20 @@ def _fleet_key(record: Mapping[str, Any], root: str) -> Optional[identity.Public
 
 
 def ensure(record: Mapping[str, Any], root: Optional[str] = None,
-           creator: Optional[str] = None) -> Dict[str, Any]:
-    """Every reachable host of the fleet gets a members document: a copy of what the others
-    hold, else (no host has one) the first one, ``creator`` (this controller's user) admin
-    with the fleet's key. ``{"made": bool, "synced": [hosts], "unread": {host: error}}``."""
+           creator: Optional[str] = None, nodes: Optional[Mapping[str, Node]] = None,
+           make: bool = True) -> Dict[str, Any]:
+    """Every reachable host of the fleet (or those of ``nodes``) gets a members document: a
+    copy of what the others hold, else (no host has one, and ``make``) the first one,
+    ``creator`` (this controller's user) admin with the fleet's key.
+    ``{"made": bool, "synced": [hosts], "unread": {host: error}}``."""
     root = state.state_dir(root)
-    nodes = nodes_of(record, root)
+    nodes = nodes_of(record, root) if nodes is None else nodes
     if not nodes:
         return {"made": False, "synced": [], "unread": {}}
     doc, held, errors = read(nodes)
     made = False
     if doc is None:
-        key = _fleet_key(record, root)
+        key = _fleet_key(record, root) if make else None
         if key is None:
             return {"made": False, "synced": [], "unread": errors}
         user = creator or identity.user_name()
