@@ -101,8 +101,8 @@ def test_the_last_admin_is_not_revoked_and_a_bad_user_name_is_refused():
 
 def test_table_rows_put_admins_first_with_their_limits():
     rows = team.table_rows(doc())
-    assert [(r["user"], r["role"], r["by"]) for r in rows] == [("alice", "admin", "alice"),
-                                                                ("bob", "member", "alice")]
+    assert [(r["user"], r["role"], r["by"]) for r in rows] == [
+        ("alice", "admin", "alice"), ("bob", "member", "alice")]
     assert rows[1]["limits"]["runs"] == 2
     assert team.table_rows(None) == []
 
