@@ -169,8 +169,11 @@ def ensure(record: Mapping[str, Any], root: Optional[str] = None,
         user = creator or identity.user_name()
         doc = first_doc(record["name"], user, key, controller_id(user, root))
         made = True
+    # Every host that answered is sent the document: the hosts that lack entries take them,
+    # and every host writes its members' keys again (a node whose authorized_keys was made
+    # anew when it restarted gets them back).
     behind = [h for h, d in held.items() if d != members_merge(d, doc)]
-    answers = parallel(behind, lambda host: nodes[host].call(
+    answers = parallel(sorted(held), lambda host: nodes[host].call(
         "members_sync", {"doc": doc, "login_user": nodes[host].instance.get("user")},
         timeout=60))
     for host, (_answer, error) in answers.items():
@@ -277,11 +280,21 @@ def run(params: Mapping[str, Any], check_mode: bool = False,
     try:
         by = params.get("by") or identity.user_name()
     except identity.IdentityError as exc:
-        raise MembershipError(str(exc)) from exc
+        if operation != "ensure":
+            raise MembershipError(str(exc)) from exc
+        by = None
     if operation == "ensure":
         record = _need(params, "record", "operation=ensure")
         if check_mode:
             return {"changed": False, "fleet": record.get("name")}
+        if by is None:
+            # Applying a fleet does not fail for want of a user name: its hosts only get no
+            # first members document (nobody could be its admin).
+            done = ensure(record, root, None, make=False)
+            return dict(done, changed=bool(done["synced"]), fleet=record.get("name"),
+                        warnings=["no members document was made for fleet %s: set $%s to your "
+                                  "user name and apply it again" % (record.get("name"),
+                                                                    identity.USER_ENV)])
         done = ensure(record, root, by)
         return dict(done, changed=bool(done["made"] or done["synced"]), fleet=record.get("name"))
     name = _need(params, "fleet", "operation=%s" % operation)
