@@ -34,9 +34,9 @@ options:
   operation:
     description:
       - V(list) reads the members; V(grant), V(revoke) and V(limit) change them.
-      - V(ensure) gives every host of the fleet record O(record) a members document (what
+      - "V(ensure) gives every host of the fleet record O(record) a members document (what
         C(playbooks/fleet.yml) does after it made or grew a fleet): a copy of the one its other
-        hosts hold, else the first one, with O(by) as admin and the fleet's own key.
+        hosts hold, else the first one, with O(by) as admin and the fleet's own key."
     type: str
     choices: [list, grant, revoke, limit, ensure]
     default: list
