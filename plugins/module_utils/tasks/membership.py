@@ -224,8 +224,7 @@ def change(name: str, operation: str, by: str, user: str, key_file: Optional[str
                                   "from the controller that made it" % name)
         doc, held, errors = read(nodes)
     when = team.stamp(controller_id(by, root))
-    if operation == "grant":
-        assert key is not None
+    if operation == "grant" and key is not None:
         made = team.grant(doc, name, by, user, key, admin, when)
     elif operation == "revoke":
         made = team.revoke(doc, name, by, user, when)

@@ -134,10 +134,10 @@ def test_every_order_of_changes_ends_in_one_state(team, order):
 
 def test_merge_in_both_orders_is_the_same():
     one, two = first(), first()
-    one, _ = memberside.members_apply(one, grant("bob", KEY_B, 1.0))
-    one, _ = memberside.members_apply(one, limit("*", 4.0, runs=3))
-    two, _ = memberside.members_apply(two, revoke("bob", 2.0, who="c2"))
-    two, _ = memberside.members_apply(two, limit("*", 3.0, runs=9))
+    one = memberside.members_apply(one, grant("bob", KEY_B, 1.0))[0]
+    one = memberside.members_apply(one, limit("*", 4.0, runs=3))[0]
+    two = memberside.members_apply(two, revoke("bob", 2.0, who="c2"))[0]
+    two = memberside.members_apply(two, limit("*", 3.0, runs=9))[0]
     assert memberside.members_merge(one, two) == memberside.members_merge(two, one)
     merged = memberside.members_merge(one, two)
     assert "bob" in merged["revoked"] and merged["limits"]["*"]["runs"] == 3
@@ -148,7 +148,7 @@ def test_merge_in_both_orders_is_the_same():
 
 def test_sync_merges_and_writes_keys(team):
     memberside.op_members_sync({"doc": first(), "login_user": "gpufleet"})
-    other, _ = memberside.members_apply(first(), grant("bob", KEY_B, 1.0))
+    other = memberside.members_apply(first(), grant("bob", KEY_B, 1.0))[0]
     answer = memberside.op_members_sync({"doc": other, "login_user": "gpufleet"})
     assert answer["applied"] and "bob" in answer["doc"]["members"]
     assert "fleet=f user=bob" in team.read_text()
