@@ -276,12 +276,12 @@ def run(params: Mapping[str, Any], check_mode: bool = False,
     root = state.state_dir(params.get("state_dir"))
     settings = state.backend_settings(root, params.get("backend_settings"))
     docker = docker if docker is not None else Docker()
+    by: Optional[str] = None
     try:
         by = params.get("by") or identity.user_name()
     except identity.IdentityError as exc:
         if operation != "ensure":
             raise MembershipError(str(exc)) from exc
-        by = None
     if operation == "ensure":
         record = _need(params, "record", "operation=ensure")
         if check_mode:
@@ -297,6 +297,7 @@ def run(params: Mapping[str, Any], check_mode: bool = False,
         done = ensure(record, root, by)
         return dict(done, changed=bool(done["made"] or done["synced"]), fleet=record.get("name"))
     name = _need(params, "fleet", "operation=%s" % operation)
+    author = by or ""
     if operation == "list":
         return dict(members(name, docker, root, settings), changed=False)
     if operation == "limit":
@@ -309,6 +310,6 @@ def run(params: Mapping[str, Any], check_mode: bool = False,
     if operation == "grant":
         _need(params, "key", "operation=grant")
     limits = {k: params.get(k) for k in team.LIMIT_FIELDS}
-    return change(name, operation, by, user, key_file=params.get("key"),
+    return change(name, operation, author, user, key_file=params.get("key"),
                   admin=bool(params.get("admin")), limits=limits, docker=docker, root=root,
                   settings=settings, check_mode=check_mode)
