@@ -475,7 +475,7 @@ def run_task(task: Config, wait: bool = True, check: bool = True,
              name: str | None = None, env: Iterable[str] | Mapping[str, str] | None = None,
              fleets: Iterable[str] | None = None, array: str | None = None,
              ide_version: str | None = None, show_plan: bool = False, in_process: bool = False,
-             **options: Any) -> dict:
+             user: str | None = None, **options: Any) -> dict:
     """Run a task on a fleet (one container per node, dstack's variables, MPI hostfile, SSH).
 
     ``wait``: follow the run to its end (its log lines come to ``on_event``) and return the
@@ -496,12 +496,14 @@ def run_task(task: Config, wait: bool = True, check: bool = True,
     process, as task.yml's task action submits it, when that is all the playbook would do
     (no ``array``, ``run_args``, ``secrets``, ``image_source``; no secrets from the store, no
     fleet that must grow first: those still go through task.yml). Its lines go to ``output``,
-    else to ``on_event`` (``verbose`` events; its warnings as ``warning`` events).
+    else to ``on_event`` (``verbose`` events; its warnings as ``warning`` events). ``user``:
+    who submits the run (kept in its records on the hosts, shown by :func:`runs`); default
+    ``$GPUFLEET_USER``, else the login name.
     """
     opts = _Options(**options)
     if (in_process and not wait and isinstance(task, (str, os.PathLike)) and array is None
             and run_args is None and not secrets and image_source is None):
-        record = _submit_here(opts, task, name, env, fleets, ide_version, show_plan)
+        record = _submit_here(opts, task, name, env, fleets, ide_version, show_plan, user)
         if record is not None:
             if check and record.get("failed"):
                 raise CommandError(record.get("msg") or "the run %s did not start"
@@ -516,12 +518,13 @@ def run_task(task: Config, wait: bool = True, check: bool = True,
                                gpufleet_task_logs=bool(wait), gpufleet_run_args=run_args,
                                gpufleet_secrets=dict(secrets) if secrets else None,
                                gpufleet_image_source=image_source,
-                               gpufleet_task_show_plan=True if show_plan else None)
+                               gpufleet_task_show_plan=True if show_plan else None,
+                               gpufleet_user=user)
     result = opts.play("task.yml", variables)
     return _ended(result, result.stats.get("gpufleet_run"), wait, check)
 
 
-def _submit_here(opts, task, name, env, fleets, ide_version, show_plan):
+def _submit_here(opts, task, name, env, fleets, ide_version, show_plan, user=None):
     """run_task's in-process submission (gpufleet.direct.submit): the run's record, or None
     when task.yml must submit it. A Ctrl-C here is marked ``in_process`` (nothing of a
     playbook was started)."""
@@ -529,7 +532,8 @@ def _submit_here(opts, task, name, env, fleets, ide_version, show_plan):
         return _direct().submit(
             os.path.abspath(os.path.expanduser(os.fspath(task))), opts.lines(),
             _Events(opts.on_event, "warning"), **opts.here(), name=name, env=env, fleets=fleets,
-            ide_version=ide_version, show_plan=bool(show_plan))
+            ide_version=ide_version, show_plan=bool(show_plan),
+            **({"user": user} if user else {}))
     except KeyboardInterrupt as exc:
         exc.in_process = True
         raise
@@ -549,15 +553,17 @@ def wait(run: str, check: bool = True, job: int | None = None, since: str | None
     return _ended(result, record, True, check)
 
 
-def runs(in_process: bool = False, **options: Any) -> dict:
+def runs(in_process: bool = False, user: str | None = None, **options: Any) -> dict:
     """Every run the fleets' hosts hold, as ``gpufleet ps`` lists them: ``{"runs": [records,
     newest first], "unreachable": {host: error}, "unread": {fleet: {host: reason}}}`` (hosts
-    that did not answer, and the fleets they leave unread: their runs are not listed).
+    that did not answer, and the fleets they leave unread: their runs are not listed). Each
+    record's ``user`` is who submitted the run (None for a run made before runs named their
+    user); ``user`` lists only that user's runs (every user's by default, as ``squeue``).
     ``in_process``: ps.yml's modules' functions, called in this process."""
     opts = _Options(**options)
     if in_process:
-        return _direct().runs(**opts.here())
-    result = opts.play("ps.yml", opts.extravars())
+        return _direct().runs(**opts.here(), **({"user": user} if user else {}))
+    result = opts.play("ps.yml", opts.extravars(gpufleet_ps_user=user or None))
     found = result.stats.get("gpufleet_runs")
     if found is None:
         raise _failed(result)
@@ -615,14 +621,37 @@ def metrics(run: str, job: int | None = None, **options: Any) -> dict:
     return record
 
 
-def stop(run: str, abort: bool = False, in_process: bool = False, **options: Any) -> dict:
+def usage(since: str | None = "7d", user: str | None = None, fleet: str | None = None,
+          **options: Any) -> dict:
+    """GPU-hours and cost per run and per user, from the usage records the fleets' hosts keep
+    (usage.yml), as ``gpufleet usage`` shows them: ``{"since", "now", "runs": [{"run",
+    "run_id", "user", "fleet", "nodes", "gpus", "submissions", "start", "end", "status",
+    "wall_seconds", "gpu_hours", "cost"}], "users": [{"user", "runs", "gpu_hours", "cost"}],
+    "unreachable": {host: error}}``. ``since``: a duration back from now (``30m``, ``24h``,
+    ``7d``), a date (``2026-11-01``) or an RFC 3339 time with its offset; ``user``, ``fleet``:
+    only that user's runs, that fleet's hosts."""
+    opts = _Options(**options)
+    result = opts.play("usage.yml", opts.extravars(gpufleet_since=since, gpufleet_user=user,
+                                                   gpufleet_fleet=fleet))
+    found = result.stats.get("gpufleet_usage")
+    if found is None or not result.ok:
+        raise _failed(result)
+    return found
+
+
+def stop(run: str, abort: bool = False, in_process: bool = False, force: bool = False,
+         **options: Any) -> dict:
     """Stop every job of a run (TERM, then KILL after its stop_duration; ``abort``: KILL at
     once), then remove its SSH aliases on this controller. Returns the run's record.
+    Another user's run is refused (GpufleetError naming its owner) unless ``force`` is given
+    or this controller's user is an admin of its fleet.
     ``in_process``: stop.yml's one step (the run_stop module's function), in this process."""
     opts = _Options(**options)
     if in_process:
-        return _direct().stop(run, abort=bool(abort), **opts.here()) or {}
-    result = opts.play("stop.yml", opts.extravars(run=run, gpufleet_abort=bool(abort)))
+        return _direct().stop(run, abort=bool(abort), **opts.here(),
+                              **({"force": True} if force else {})) or {}
+    result = opts.play("stop.yml", opts.extravars(run=run, gpufleet_abort=bool(abort),
+                                                  gpufleet_force=True if force else None))
     if not result.ok:
         raise _failed(result)
     return result.stats.get("gpufleet_run") or {}
@@ -689,7 +718,7 @@ def whoami() -> dict:
     except identity.IdentityError as exc:
         raise GpufleetError(str(exc)) from None
     return {"user": me.user, "identity_file": me.identity_file,
-            "public_key_file": me.identity_file + ".pub",
+            "public_key_file": me.identity_file + ".pub" if me.identity_file else None,
             "fingerprint": me.public_key.fingerprint if me.public_key else None}
 
 

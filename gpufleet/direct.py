@@ -59,15 +59,17 @@ def _call(function, *args, **kwargs):
         raise CommandError(str(exc)) from None
 
 
-def runs(fleet_files=(), state_dir=None) -> dict:
+def runs(fleet_files=(), state_dir=None, user=None) -> dict:
     """What playbooks/ps.yml publishes: ``{"runs": [...], "unreachable": {host: error},
     "unread": {fleet: {host: reason}}}`` (the fleets some of whose hosts could not be read);
-    when something in the queue is due, the pass over it runs first, as there."""
+    when something in the queue is due, the pass over it runs first, as there. ``user``: only
+    that user's runs."""
     actions = _actions()
-    params = _params(actions.RUN_INFO_ARGS, fleet_files, state_dir)
+    params = _params(actions.RUN_INFO_ARGS, fleet_files, state_dir, user=user or None)
     found = _call(actions.run_info, params)
     if found.get("queue_due"):
         found = _call(actions.run_queue, _params(actions.RUN_QUEUE_ARGS, fleet_files, state_dir))
+        found["runs"] = actions.listing.of_user(found["runs"], user)
     return {"runs": found["runs"], "unreachable": found.get("unreachable_hosts") or {},
             "unread": found.get("unread_fleets") or {}}
 
@@ -89,7 +91,7 @@ def logs(run, out, job=None, since=None, fleet_files=(), state_dir=None) -> dict
     return answer.get("run")
 
 
-def stop(run, abort=False, fleet_files=(), state_dir=None) -> dict:
+def stop(run, abort=False, fleet_files=(), state_dir=None, force=False) -> dict:
     """What playbooks/stop.yml does, with the function its run_stop module calls
     (attach.stop.stop_run): every job of the run stopped, the queue moved on, the run's SSH
     aliases on this controller removed; returns the run's record."""
@@ -97,12 +99,13 @@ def stop(run, abort=False, fleet_files=(), state_dir=None) -> dict:
     from ansible_collections.gpufleet.cluster.plugins.module_utils.attach import stop as stopping
 
     answer = _call(stopping.stop_run, _params(actions.RUN_STOP_ARGS, fleet_files, state_dir,
-                                              name=run, abort=bool(abort)))
+                                              name=run, abort=bool(abort),
+                                              force=bool(force)))
     return answer["run"]
 
 
 def submit(path, out, err, fleet_files=(), state_dir=None, name=None, env=None, fleets=None,
-           ide_version=None, show_plan=True):
+           ide_version=None, show_plan=True, user=None):
     """A detached submission of the task file ``path`` (``gpufleet apply -y -d``): what
     task.yml's task action does, its lines (the plan table with ``show_plan``, each job's
     start) written to ``out`` and its warnings to ``err``. Returns the run's record as
@@ -116,7 +119,7 @@ def submit(path, out, err, fleet_files=(), state_dir=None, name=None, env=None, 
 
     params = _params(actions.TASK_ARGS, fleet_files, state_dir, path=path, name=name, env=env,
                      fleet_names=list(fleets or []), ide_version=ide_version, wait=False,
-                     logs=False, show_plan=bool(show_plan))
+                     logs=False, show_plan=bool(show_plan), user=user)
     names, optional = actions.stored_secret_names(params)
     if names or optional:
         return None

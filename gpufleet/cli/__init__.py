@@ -18,7 +18,8 @@ import sys
 
 from .. import __version__
 from ..api import CollectionNotFound
-from . import apply, attach, fleets, metrics, offers, runs, secrets, teams, validate, volumes
+from . import (apply, attach, fleets, metrics, offers, runs, secrets, teams, usage, validate,
+               volumes)
 
 # In the order ``gpufleet --help`` lists them.
 COMMANDS = (
@@ -28,6 +29,7 @@ COMMANDS = (
     runs.add_logs,
     metrics.add_metrics,
     runs.add_stop,
+    usage.add_usage,
     attach.add_attach,
     fleets.add_fleet,
     teams.add_whoami,

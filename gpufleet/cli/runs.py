@@ -12,6 +12,8 @@ def add_ps(commands):
         description="List task runs as dstack ps does, from the labels of their containers.")
     ps.add_argument("-v", "--verbose", action="store_true", help="show resources and errors")
     ps.add_argument("--json", action="store_true", help="print the run records as JSON")
+    ps.add_argument("--user", metavar="NAME",
+                    help="only the runs NAME submitted (default: every user's runs)")
     common.fleet_file_option(ps, "an SSH fleet's file (repeatable)")
     ps.set_defaults(handler=_ps)
 
@@ -42,6 +44,9 @@ def add_stop(commands):
     stop.add_argument("run", metavar="RUN", help="the run's name")
     stop.add_argument("-y", "--yes", action="store_true", help="stop without asking")
     stop.add_argument("-x", "--abort", action="store_true", help="kill at once")
+    stop.add_argument("--force", action="store_true",
+                      help="stop it even if another user submitted it (without it, only its "
+                           "owner or an admin of its fleet may)")
     common.fleet_file_option(stop, "an SSH fleet's file (repeatable)")
     stop.set_defaults(handler=_stop)
 
@@ -51,7 +56,8 @@ def _ps(args, out, err) -> int:
 
     try:
         # In this process: the same functions as ps.yml's modules.
-        found = runs(in_process=True, fleet_files=common.fleet_files(args))
+        found = runs(in_process=True, fleet_files=common.fleet_files(args),
+                     **({"user": args.user} if args.user else {}))
     except GpufleetError as exc:
         return common.failed(exc, err)
     unread = found.get("unread") or {}
@@ -95,7 +101,8 @@ def _stop(args, out, err) -> int:
     try:
         # In this process: the function stop.yml's module calls.
         record = stop(args.run, abort=args.abort, in_process=True,
-                      fleet_files=common.fleet_files(args))
+                      fleet_files=common.fleet_files(args),
+                      **({"force": True} if args.force else {}))
     except GpufleetError as exc:
         return common.failed(exc, err)
     if record.get("runs") is not None:

@@ -33,9 +33,11 @@ def _whoami(args, out, err) -> int:
         out.write("\n")
         return 0
     out.write(f"user: {me['user']}\n")
-    out.write(f"identity: {me['identity_file']}\n")
+    out.write(f"identity: {me['identity_file'] or 'the SSH agent ($SSH_AUTH_SOCK)'}\n")
     if me["fingerprint"]:
         out.write(f"fingerprint: {me['fingerprint']}\n")
+    elif not me["identity_file"]:
+        out.write("fingerprint: - (the SSH agent's key)\n")
     else:
         out.write(f"fingerprint: - (no public key at {me['public_key_file']}: make one with "
                   f"ssh-keygen -t ed25519 -f {me['identity_file']})\n")

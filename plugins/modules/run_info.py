@@ -29,6 +29,11 @@ options:
   name:
     description: Only this run.
     type: str
+  user:
+    description:
+      - Only the runs this user submitted (C(gpufleet ps --user)). Without it, every user's
+        runs are listed, as C(squeue) does.
+    type: str
 extends_documentation_fragment:
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.info_module
@@ -45,6 +50,12 @@ EXAMPLES = r"""
   gpufleet.cluster.run_info:
   delegate_to: localhost
   register: runs
+
+- name: List the runs ann submitted
+  gpufleet.cluster.run_info:
+    user: ann
+  delegate_to: localhost
+  register: ann_runs
 
 - name: Show the table
   ansible.builtin.debug:
@@ -115,6 +126,14 @@ runs:
       description: The number of its latest submission (0 unless retried).
       type: int
       returned: always
+    user:
+      description:
+        - Who submitted the run (the submitter's C(GPUFLEET_USER), else login name), as its
+          containers' C(gpufleet.user) label or its queue entry say.
+        - Null for a run made before runs named their submitter.
+      type: str
+      returned: always
+      sample: ann
     jobs:
       description:
         - One entry per job with its host, container, status, reason, exit code and GPUs.

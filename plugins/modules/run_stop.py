@@ -19,6 +19,7 @@ description:
   - Then the run's SSH aliases, key and forwarded ports on this controller (what
     M(gpufleet.cluster.run_attach) made) are removed. The C(gpufleet stop) command runs the
     same steps, through the same function of the collection.
+  - Another user's run is stopped only with O(force), or by an admin of its fleet.
 author:
   - gpufleet maintainers (@gpufleet)
 options:
@@ -28,6 +29,17 @@ options:
     required: true
   abort:
     description: Kill at once instead of a graceful stop.
+    type: bool
+    default: false
+  force:
+    description:
+      - Stop the run even when another user submitted it.
+      - Without it, stopping another user's run (its C(user), see
+        M(gpufleet.cluster.run_info)) is refused, naming its owner, unless the caller (its
+        C(GPUFLEET_USER), else login name) is an admin of the run's fleet, as the members
+        document on the fleet's hosts says. For a job array, each of its live runs is checked.
+      - This is a courtesy check made by the caller's controller, not access control; the
+        hosts enforce only who may log in with SSH.
     type: bool
     default: false
 extends_documentation_fragment:
@@ -57,6 +69,12 @@ EXAMPLES = r"""
 - name: Stop a run
   gpufleet.cluster.run_stop:
     name: train
+  delegate_to: localhost
+
+- name: Stop a run another user submitted
+  gpufleet.cluster.run_stop:
+    name: bobs-run
+    force: true
   delegate_to: localhost
 """
 

@@ -142,6 +142,16 @@ options:
         capacity, as its C(retry) says.
     type: bool
     default: true
+  user:
+    description:
+      - Who submits the run. It is kept in the run's records on the hosts (the containers'
+        C(gpufleet.user) label, the job folders, the queue entry, the run index), shown by
+        C(gpufleet ps) and returned by M(gpufleet.cluster.run_info).
+      - Defaults to the controller's user, C(GPUFLEET_USER) (an AWX job template sets it from
+        the AWX user), else the login name. A run the queue submits later, by whichever
+        controller, keeps its submitter.
+      - Not the user the task's commands run as in the container (the task's own C(user)).
+    type: str
 extends_documentation_fragment:
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.action_group
@@ -202,6 +212,11 @@ run_id:
   description: The run's id (C(DSTACK_RUN_ID)).
   returned: when submitted
   type: str
+user:
+  description: Who submitted the run (O(user)).
+  returned: when submitted
+  type: str
+  sample: ann
 status:
   description:
     - The run's status, as dstack names them; V(done), V(failed) or V(terminated) once it has

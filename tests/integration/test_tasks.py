@@ -156,7 +156,8 @@ def test_stop_ps_and_logs_from_the_command_line(world, capsys):
     capsys.readouterr()
     assert cli.main(["ps"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert table[0].split() == ["NAME", "BACKEND", "GPU", "PRICE", "STATUS", "SUBMITTED"]
+    assert table[0].split() == ["NAME", "USER", "BACKEND", "GPU", "PRICE", "STATUS",
+                                "SUBMITTED"]
     row = next(line for line in table if line.startswith(name))
     assert "terminated" in row
     assert any(line.strip().startswith("job=1") for line in table)

@@ -25,9 +25,10 @@ from .fleet_table import (
 import datetime
 from typing import Any
 
-COLUMNS = ("NAME", "BACKEND", "GPU", "PRICE", "STATUS", "SUBMITTED")
+COLUMNS = ("NAME", "USER", "BACKEND", "GPU", "PRICE", "STATUS", "SUBMITTED")
 VERBOSE_COLUMNS = (
-    "NAME", "BACKEND", "RESOURCES", "INSTANCE TYPE", "PRICE", "STATUS", "SUBMITTED", "ERROR",
+    "NAME", "USER", "BACKEND", "RESOURCES", "INSTANCE TYPE", "PRICE", "STATUS", "SUBMITTED",
+    "ERROR",
 )
 JOB_INDENT = "   "
 
@@ -55,7 +56,9 @@ def _job_status(job):
 
 def _error(item):
     if item.get("status") == "pending" and item.get("queue_position"):
-        return "no capacity, queue #%d" % item["queue_position"]
+        # A run held back by its owner's per-user cap (tasks.admission) says so.
+        why = "user limit" if item.get("reason") == "user limit" else "no capacity"
+        return "%s, queue #%d" % (why, item["queue_position"])
     reason = item.get("reason")
     if not reason or reason in ("all_jobs_done", "done_by_runner"):
         return ""
@@ -73,7 +76,8 @@ def _job_error(job):
 def run_table(runs: list[RunRecord], now: datetime.datetime | None = None,
               verbose: bool = False) -> list[str]:
     """The lines of ``dstack ps`` (``verbose``: ``-v``): a row per run, newest first; a run of
-    several jobs is followed by a row per job (``   job=N``), a single-job run is one row."""
+    several jobs is followed by a row per job (``   job=N``), a single-job run is one row.
+    USER is who submitted the run (``-`` for a run made before runs named their user)."""
     if not isinstance(runs, (list, tuple)):
         raise FleetTableError("expected a list of run records, got %s" % type(runs).__name__)
     columns = VERBOSE_COLUMNS if verbose else COLUMNS
@@ -85,7 +89,7 @@ def run_table(runs: list[RunRecord], now: datetime.datetime | None = None,
         name = run["name"]
         if verbose and run.get("type") not in (None, "task"):
             name = "%s (%s)" % (name, run["type"])   # a dev environment says so
-        row = {"NAME": name, "STATUS": run.get("status") or "",
+        row = {"NAME": name, "USER": run.get("user") or "-", "STATUS": run.get("status") or "",
                "SUBMITTED": pretty_date(run.get("submitted"), now), "ERROR": _error(run)}
         if len(jobs) <= 1:
             row.update(BACKEND=_backend(run), GPU=run_gpu(run.get("gpu")) or "-",

@@ -19,7 +19,8 @@ from ..core.errors import GpufleetError
 from ..core.module import state_options
 from ..core.text import shorten
 from ..fleets import state
-from . import images, lifecycle, listing, placement, runindex, runs, silence, surveys
+from ..teams import identity
+from . import images, lifecycle, listing, ownership, placement, runindex, runs, silence, surveys
 from .errors import NeedsInstances, PlanError, RunError
 from .grower import grower
 from .lifecycle import JobStatus, RunStatus
@@ -48,21 +49,24 @@ TASK_ARGS = dict(
     poll_interval=dict(type="float", default=1.0),
     create=dict(type="bool", default=True),
     show_plan=dict(type="bool", default=False),
+    user=dict(type="str"),
     **FLEET_OPTIONS
 )
 TASK_MUTUALLY_EXCLUSIVE = [("path", "config")]
 TASK_REQUIRED_ONE_OF = [("path", "config")]
 
-RUN_INFO_ARGS = dict(name=dict(type="str"), **FLEET_OPTIONS)
+RUN_INFO_ARGS = dict(name=dict(type="str"), user=dict(type="str"), **FLEET_OPTIONS)
 RUN_QUEUE_ARGS = dict(**FLEET_OPTIONS)
 RUN_STOP_ARGS = dict(name=dict(type="str", required=True), abort=dict(type="bool", default=False),
-                     **FLEET_OPTIONS)
+                     force=dict(type="bool", default=False), **FLEET_OPTIONS)
 RUN_METRICS_ARGS = dict(name=dict(type="str", required=True), job=dict(type="int"),
                         **FLEET_OPTIONS)
 RUN_LOGS_ARGS = dict(name=dict(type="str", required=True), follow=dict(type="bool", default=False),
                      tail=dict(type="int"), job=dict(type="int"), since=dict(type="str"),
                      stream=dict(type="bool", default=False), output_path=dict(type="path"),
                      **FLEET_OPTIONS)
+USAGE_INFO_ARGS = dict(since=dict(type="str", default="7d"), user=dict(type="str"),
+                       fleet=dict(type="str"), **FLEET_OPTIONS)
 # How much output one event carries when logs are streamed (lines are never split).
 STREAM_BATCH = 65536
 
@@ -230,6 +234,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
 
     With ``array``, one run per index (tasks.array), at most ``%N`` alive at a time."""
     config = load_task(params)
+    user = submitter(params)
     array_spec = _array(params)
     config_dir = os.path.dirname(params["path"]) if params.get("path") else None
     _check_local(config, config_dir)
@@ -245,7 +250,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             emit=emit, image_source=params["image_source"], follow_logs=params["logs"],
             poll=params["poll_interval"], run_args=params.get("run_args") or (),
             local_image=local_image, config_dir=config_dir, array=array_info, code_=code_,
-            create=params.get("create", True), grower=grower(root, emit))
+            create=params.get("create", True), grower=grower(root, emit), user=user)
 
     try:
         if array_spec is not None:
@@ -303,6 +308,18 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             except NodeError:
                 result["log_tail"] = []
     return result, failed
+
+
+def submitter(params):
+    """Who submits the run: the ``user`` option, else this controller's user
+    (teams.identity: ``$GPUFLEET_USER``, else the login name); ActionError when it is not a
+    valid user name."""
+    try:
+        if params.get("user"):
+            return identity.check_user(params["user"], "user")
+        return identity.user_name()
+    except identity.IdentityError as exc:
+        raise ActionError(str(exc)) from exc
 
 
 def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, check_mode,
@@ -395,6 +412,7 @@ def run_info(params):
     records, errors = listing.list_runs(None, found, instances, silent)
     if params.get("name"):
         records = [r for r in records if r["name"] == params["name"]]
+    records = listing.of_user(records, params.get("user"))
     # "unreachable" is a key Ansible reserves in a result (it marks the host unreachable).
     return {"runs": records, "unreachable_hosts": listing.own_errors(fleets, errors, root),
             "changed": False, "unread_fleets": listing.unread_fleets(fleets, found[3], root),
@@ -431,6 +449,7 @@ def run_stop(params, check_mode=False):
         found = surveys.survey_with_queues(nodes)   # one look at every host serves all below
         records, _errors = listing.list_runs(nodes, found)
         record = next((r for r in records if r["name"] == params["name"]), None)
+        _guard_stop(params, record, records, nodes, fleets)
         if record is not None and record.get("queued_on") and not record.get("jobs"):
             return _cancel_queued(nodes, record, check_mode)
         if record is None:
@@ -458,6 +477,27 @@ def run_stop(params, check_mode=False):
     return {"run": record, "changed": bool(record.get("stopped"))}
 
 
+def _guard_stop(params, record, records, nodes, fleets):
+    """Refuse to stop another user's run (tasks.ownership), unless ``force`` or the caller is
+    an admin of its fleet; for a job array's name, each of its live runs is checked."""
+    if params.get("force"):
+        return
+    if record is not None:
+        targets = [record]
+    else:
+        targets = [r for r in records if r.get("array") == params["name"]
+                   and r["status"] not in RunStatus.finished_statuses()]
+    if not any(r.get("user") for r in targets):
+        return   # runs made before runs named their user: anyone's, as before
+    try:
+        caller = identity.user_name()
+    except identity.IdentityError as exc:
+        raise ActionError(str(exc)) from exc
+    ownership.check_stop(targets, caller, False,
+                         lambda fleet: ownership.members_doc(nodes, fleets, fleet),
+                         lambda rec: ownership.fleet_of(rec, fleets))
+
+
 def _cancel_queued(nodes, record, check_mode):
     """``gpufleet stop`` of a run waiting in the queue: it ends terminated, never having run."""
     waiting = record["status"] == RunStatus.PENDING
@@ -480,6 +520,19 @@ def run_metrics(params):
     except RunError as exc:
         raise ActionError(str(exc)) from exc
     return {"metrics": result, "changed": False}
+
+
+def usage_info(params):
+    """Usage over the reachable fleets (tasks.usage), as ``gpufleet usage`` shows it."""
+    from .usage import UsageError, report
+
+    root, fleets = _fleets(params)
+    try:
+        found = report(fleets, root, since=params.get("since"), user=params.get("user"),
+                       fleet=params.get("fleet"))
+    except UsageError as exc:
+        raise ActionError(str(exc)) from exc
+    return {"usage": found, "changed": False}
 
 
 def run_logs(params, emit=None):

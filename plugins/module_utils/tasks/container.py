@@ -32,6 +32,7 @@ RUN_SPEC_LABEL = "gpufleet.run-spec"
 RESOURCES_LABEL = "gpufleet.resources"
 ARRAY_LABEL = "gpufleet.array"             # the job array a run belongs to (tasks.array)
 ARRAY_INDEX_LABEL = "gpufleet.array-index"
+USER_LABEL = "gpufleet.user"               # who submitted the run (teams.identity)
 
 # What the container runtime hands to the job on NVIDIA hosts. dstack also asks for "display"
 # and "compat32"; "display" needs /dev/nvidia-modeset on the host (dstack retries without it when
@@ -213,6 +214,8 @@ def labels_of(config, run, jobs, job, replica=0):
         RUN_SPEC_LABEL: _run_spec(config, jobs, job),
         RESOURCES_LABEL: _json(resources_of(job)),
     }
+    if run.get("user"):
+        labels[USER_LABEL] = str(run["user"])
     if run.get("array"):
         labels[ARRAY_LABEL] = str(run["array"]["name"])
         labels[ARRAY_INDEX_LABEL] = str(run["array"]["index"])

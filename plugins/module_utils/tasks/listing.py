@@ -21,7 +21,7 @@ from typing import Any
 from ..core.text import shorten
 from . import lifecycle, queue_records, surveys
 from .lifecycle import JobStatus, RunStatus
-from .container import RESOURCES_LABEL, RUN_SPEC_LABEL
+from .container import RESOURCES_LABEL, RUN_SPEC_LABEL, USER_LABEL
 from .errors import RunError
 from .records import JobRecord, RunRecord
 from .ssh import missing_key, parallel
@@ -68,7 +68,8 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
     """Run records from the task containers of every host (``{host: [containers]}``).
 
     A record: name, run_id, submission, submitted, status, reason, fleet, backend, region,
-    price, spot, gpu, nodes, array (the job array's name, or None), and jobs (job_num, host, container, status, reason, exit_code,
+    price, spot, gpu, nodes, array (the job array's name, or None), user (who submitted it:
+    its ``gpufleet.user`` label, None for a run made before runs named their user), and jobs (job_num, host, container, status, reason, exit_code,
     started_at, finished_at, gpus, resources), newest run first. The run's status is decided
     from its jobs by the same rules as while it runs (tasks.lifecycle). ``gpu`` is the GPU
     requirement of the task's resources and a job's ``resources`` what it was given (see
@@ -130,6 +131,7 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
             "gpu": asked.get("gpu"),
             "nodes": nodes,
             "array": labels.get("gpufleet.array"),
+            "user": labels.get(USER_LABEL) or None,
             "stop_criteria": asked.get("stop_criteria"),
             "startup_order": asked.get("startup_order"),
             "jobs": jobs,
@@ -138,7 +140,7 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
     return records
 
 
-def with_queue(records, queues):
+def with_queue(records, queues, usage=None):
     """The run records with what the queue entries (tasks.queue) add: a pending run (waiting for
     capacity, or to be resubmitted) with its place in the queue, and one whose wait ended
     (failed for no capacity, or stopped) before it ever ran."""
@@ -150,7 +152,7 @@ def with_queue(records, queues):
                 newest[key][1].get("submitted_epoch") or 0):
             newest[key] = (host, entry)
     entries = list(newest.values())
-    places = queue_records.positions(entries)
+    places = queue_records.positions(entries, usage)
     by_name = dict((r["name"], r) for r in records)
     out = list(records)
     for host, entry in entries:
@@ -164,7 +166,8 @@ def with_queue(records, queues):
                   queue_records.TERMINATED: RunStatus.TERMINATED.value}.get(state, state)
         extra = {"status": status, "queued_on": host, "priority": entry.get("priority") or 0,
                  "queue_position": places.get(entry["run"]),
-                 "reason": None if state == queue_records.PENDING else entry.get("reason"),
+                 "reason": entry.get("reason") if state != queue_records.PENDING or entry.get(
+                     "reason") == queue_records.USER_LIMIT else None,
                  "message": entry.get("message") or entry.get("reason")}
         record = by_name.get(entry["run"])
         if record is not None and record.get("run_id") == entry.get("run_id"):
@@ -178,9 +181,17 @@ def with_queue(records, queues):
                         submitted=entry.get("submitted_at"), fleet=None, backend=None,
                         region=None, price=None, spot=None, gpu=None,
                         nodes=entry.get("nodes"), array=(entry.get("array") or {}).get("name"),
-                        jobs=[]))
+                        user=entry.get("user") or None, jobs=[]))
     out.sort(key=lambda r: (r["submitted"] or "", r["name"]), reverse=True)
     return out
+
+
+def of_user(records, user):
+    """The records of the runs ``user`` submitted; all of them when ``user`` is None or empty
+    (``gpufleet ps`` shows everyone's runs, as ``squeue`` does)."""
+    if not user:
+        return list(records)
+    return [r for r in records if r.get("user") == user]
 
 
 def _lost_jobs(run, asked, nodes, statuses, answered, instances, silent):
@@ -220,8 +231,11 @@ def list_runs(nodes, survey_result=None, instances=None, silent=None):
     """``(run records, {host: error})`` for every run on the hosts, queued ones included
     (``instances`` and ``silent``: see run_records)."""
 
-    containers, _claims, queues, errors = survey_result or surveys.survey_with_queues(nodes)
-    records = with_queue(run_records(containers, errors, instances, silent), queues)
+    survey_result = survey_result or surveys.survey_with_queues(nodes)
+    containers, _claims, queues, errors = survey_result
+    # Queue positions in the order a pass tries them: fair share reads the hosts' usage.
+    records = with_queue(run_records(containers, errors, instances, silent), queues,
+                         queue_records.fleet_usage(surveys.usage_of(survey_result)))
     return records, dict((h, str(e)) for h, e in errors.items())
 
 

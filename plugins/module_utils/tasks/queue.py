@@ -15,8 +15,10 @@ when something is due, ``stop`` (once capacity is freed), the end of an attached
 ``playbooks/reconcile.yml`` on a schedule, and a waiting attached run itself. A pass reads
 every host (one survey), settles the runs of active entries (stops what the run could not stop
 by itself, resubmits under retry, forgets ended ones), lets pending entries whose retry
-duration ran out fail, then tries the pending entries in priority order (higher first, then
-first submitted), each placed and claimed as any run is. A lower priority is not held back by a
+duration ran out fail, then tries the pending entries in priority order (higher first, then the
+user with less usage in the last 24 h, then first submitted), each placed and claimed as any run
+is. A run whose owner is at a per-user cap (tasks.admission) stays pending with the reason
+``user limit`` whatever its retry says, and the pass tries no other entry of that owner. A lower priority is not held back by a
 higher one that does not fit (dstack's rule). Two passes at once are safe: an entry is *taken*
 under its host's lock before it is submitted, and hosts are claimed under theirs.
 """
@@ -30,7 +32,9 @@ import time
 from ..core.times import parse_time
 from . import interruption, lifecycle, listing, placement, silence, surveys
 from .lifecycle import JobStatus, RunStatus
-from .queue_records import ACTIVE, FAILED, PENDING, entries_of, keeps_entry, priority_order
+from .admission import UserLimit
+from .queue_records import (ACTIVE, FAILED, PENDING, USER_LIMIT, entries_of, fleet_usage,
+                            keeps_entry, priority_order)
 from .errors import NeedsInstances, PlanError, RunError
 from .ssh import NodeError, parallel
 
@@ -69,6 +73,8 @@ class QueuePass(object):
         self.report = {"started": [], "resubmitted": [], "expired": [], "stopped": [],
                        "forgotten": [], "failed": [], "own": None}
         self.silent = set()
+        # Owners refused for a per-user cap in this pass (tasks.admission).
+        self.capped = set()
 
     def run(self, survey=None):
         """Act on every run and entry; returns the report (runs started, resubmitted...)."""
@@ -98,9 +104,13 @@ class QueuePass(object):
         if not entries:
             return self.report
         now = self.clock()
-        for host, entry in priority_order(entries):
+        # Fair share: among equal priorities, the user who used less in the last 24 h first.
+        usage = fleet_usage(surveys.usage_of(survey))
+        for host, entry in priority_order(entries, usage):
             if float(entry.get("taken_until") or 0) > now and entry.get("taken_by") != self.by:
                 continue   # another controller is submitting it right now
+            if entry.get("user") and entry.get("user") in self.capped:
+                continue   # its owner is at a cap: no use of theirs drops within this pass
             if self._try(host, entry):
                 break   # the waiting attached run got its submission
         return self.report
@@ -130,7 +140,10 @@ class QueuePass(object):
 
         node = self.nodes[host]
         retry = summary.get("retry") or {}
-        if lifecycle.EVENT_NO_CAPACITY in (retry.get("on_events") or ()) and not (
+        # A run held back by its owner's cap waits for that, not for capacity: retry's
+        # duration does not end its wait.
+        if summary.get("reason") != USER_LIMIT and \
+                lifecycle.EVENT_NO_CAPACITY in (retry.get("on_events") or ()) and not (
                 lifecycle.may_retry(retry, lifecycle.EVENT_NO_CAPACITY, self.clock(), float(
                     summary.get("retry_since") or summary.get("submitted_epoch") or 0))):
             self._expire(host, summary, summary.get("reason") or "")
@@ -152,6 +165,14 @@ class QueuePass(object):
             runner = self.own if own else self.runner_of(entry, self.fleets,
                                                          queue_node=node, **self.options)
             submission = runner.submit(number, wait_for_capacity=False)
+        except UserLimit as exc:
+            keeper.stop()
+            self.capped.add(entry.get("user"))
+            self._update(host, entry, {"reason": USER_LIMIT, "message": _short(str(exc))},
+                         expect=mine)
+            if runner is not None and not own:
+                runner.close_code()
+            return False
         except (placement.NoHostFits, NeedsInstances) as exc:
             keeper.stop()
             self._no_capacity(host, entry, exc)

@@ -21,6 +21,9 @@ ACTIVE = "active"
 FAILED = "failed"
 TERMINATED = "terminated"
 WAITING = (PENDING, ACTIVE)
+# Why a pending run waits when its owner is at a per-user cap (tasks.admission): it is not a
+# failure, and it waits whatever its retry policy says.
+USER_LIMIT = "user limit"
 RESUBMITTED_ON = (lifecycle.EVENT_ERROR, lifecycle.EVENT_INTERRUPTION)
 
 
@@ -29,20 +32,36 @@ def entries_of(queues: dict[str, list[QueueSummary]]) -> list[tuple[str, QueueSu
     return [(host, entry) for host, found in sorted(queues.items()) for entry in found]
 
 
-def priority_order(entries: Iterable[tuple[str, QueueSummary]]
+def priority_order(entries: Iterable[tuple[str, QueueSummary]], usage=None
                    ) -> list[tuple[str, QueueSummary]]:
-    """Pending entries in the order they are tried: higher priority first, then first
-    submitted."""
+    """Pending entries in the order they are tried: higher priority first; among equal
+    priorities, the user who used fewer GPU-seconds in the last 24 h (``usage``: ``{user:
+    seconds}``, the fleet's hosts' ``usage_24h`` summed; fair share), then first submitted."""
+    usage = usage or {}
     return sorted((item for item in entries if item[1].get("state") == PENDING),
                   key=lambda item: (-int(item[1].get("priority") or 0),
+                                    float(usage.get(item[1].get("user")) or 0),
                                     float(item[1].get("submitted_epoch") or 0),
                                     item[1].get("run") or ""))
 
 
-def positions(entries: Iterable[tuple[str, QueueSummary]]) -> dict[str, int]:
+def fleet_usage(per_host) -> dict:
+    """``{user: GPU-seconds}`` summed over the hosts' ``usage_24h`` (``{host: {user:
+    seconds}}``); what a host does not say counts 0."""
+    total: dict = {}
+    for found in (per_host or {}).values():
+        for user, seconds in (found or {}).items():
+            try:
+                total[user] = total.get(user, 0.0) + float(seconds or 0)
+            except (TypeError, ValueError):
+                continue
+    return total
+
+
+def positions(entries: Iterable[tuple[str, QueueSummary]], usage=None) -> dict[str, int]:
     """``{run: place in the queue}`` of the pending runs (1 is tried first)."""
     return dict((entry["run"], index + 1)
-                for index, (_host, entry) in enumerate(priority_order(entries)))
+                for index, (_host, entry) in enumerate(priority_order(entries, usage)))
 
 
 def keeps_entry(config):

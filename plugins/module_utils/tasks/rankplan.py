@@ -216,7 +216,8 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
                python_setup=None, fleet_env=None):
     """One job per rank, in rank order (see the module docstring).
 
-    ``run``: ``{"name", "id", "submission", "submitted_at"}``; ``ssh_key``: ``{"private",
+    ``run``: ``{"name", "id", "submission", "submitted_at"}``, with ``array`` and ``user`` (the
+    submitter, its containers' ``gpufleet.user`` label) when it has them; ``ssh_key``: ``{"private",
     "public"}`` (one pair per run, required with two jobs or more; a single job gets it too
     when given, for ``gpufleet attach``); ``image_cmd``: the image's
     ENTRYPOINT + CMD, used when the task has neither commands nor entrypoint (without it,

@@ -56,6 +56,7 @@ class _Run(TypedDict):
     gpu: dict[str, Any] | str | None
     nodes: int
     array: str | None               # the job array's name
+    user: str | None                # who submitted it (None: a run made before users)
     jobs: list[JobRecord]
 
 
@@ -108,6 +109,9 @@ class QueueEntry(_QueueEntry, total=False):
     is needed to submit it again, kept on its queue host (tasks.booking)."""
 
     queued_on: str
+    # Who submitted the run (teams.identity; tasks.admission reads it for per-user limits and
+    # fair share); an entry an earlier version wrote has none.
+    user: str | None
     # Set on the queue host: who took the entry to submit it and until when, when it ended,
     # and where a local repo's archive is held.
     taken_by: str | None
@@ -122,6 +126,7 @@ class QueueSummary(TypedDict):
 
     run: str
     run_id: str | None
+    user: str | None
     priority: int | None
     submitted_at: str | None
     submitted_epoch: float | None

@@ -20,7 +20,7 @@ from ..fleets import cloud as fleet_cloud
 from ..fleets import state
 from ..offers import catalog
 from ..volumes import attach as volumes
-from . import claiming, growth, health, lifecycle, placement, runindex, surveys
+from . import admission, claiming, growth, health, lifecycle, placement, runindex, surveys
 from .errors import NeedsInstances, PlanError, RunError
 from .ssh import Background, NodeError, parallel
 from .supervisor import RUN_LABEL
@@ -65,6 +65,9 @@ class RunPlacement(object):
         self.leftovers = []
         self.fresh_survey = None
         self.reindexing = None
+        self.last_survey = None
+        # The owner's admission under per-user limits (tasks.admission), once granted.
+        self.admission = admission.Admission(run)
 
     def reuse_survey(self, answer):
         """Let the next placement use ``answer`` (a survey nothing acted on since) instead of
@@ -72,7 +75,10 @@ class RunPlacement(object):
         self.fresh_survey = answer
 
     def place(self, whole=False):
-        containers, claims, _queues, errors = self.survey(whole)
+        self.last_survey = None
+        answer = self.survey(whole)
+        containers, claims, _queues, errors = answer
+        self.last_survey = answer
         self.surveyed = (containers, claims)
         self._own_leftovers(containers)
         placed = self._placement(containers, claims, errors)
@@ -209,12 +215,25 @@ class RunPlacement(object):
             if attempt:
                 self.run.sleep(self.run.rng.uniform(0.05, 0.4) * attempt)
             # The first try trusts the run index; after a refused claim, every host is asked.
-            placed = self.place(whole=attempt > 0)
+            try:
+                placed = self.place(whole=attempt > 0)
+            except placement.NoHostFits:
+                # Held back by its owner's caps anyway? Then it waits for that (UserLimit).
+                if self.last_survey is not None:
+                    self.admission.check(self.last_survey, self.surveyed_whole and not
+                                         self.last_survey[3])
+                raise
             waiting = self._queues_wait(self.late_queues)
             if waiting is not None:
                 refused = waiting
                 continue
-            noting = runindex.note_request(self.run.fleets, placed, self.run.name, self.surveyed)
+            try:
+                placed = self._admit(placed, whole=attempt > 0)
+            except admission.UserLimit:
+                self.admission.release()
+                raise
+            noting = runindex.note_request(self.run.fleets, placed, self.run.name, self.surveyed,
+                                           user=self.run.user)
             if noting is not None:
                 # Noted before any container exists, while the hosts are claimed.
                 noting = Background(self.run.nodes[noting[0]].call, "note", noting[1])
@@ -268,10 +287,29 @@ class RunPlacement(object):
                     # Placed on a look at every host: the run goes on, and the index misses it
                     # until a whole survey rewrites it (docs/concepts.md, the run index).
             return Claimed(placed, self.claimed, self.assumed, self.leftovers)
+        self.admission.release()
         raise placement.NoHostFits(
             "no capacity for task %s: its hosts were taken by other runs while it was placed "
             "(last: %s); submit it again, or add retry: {on_events: [no-capacity]}"
             % (self.run.name, refused), [str(refused)])
+
+    def _admit(self, placed, whole):
+        """Admit the placed run under its owner's per-user caps (tasks.admission), or raise
+        UserLimit. A capped user's admission reads which runs are alive from a look at every
+        host: a partial one is made whole first."""
+        if admission.caps(surveys.limits_of(self.last_survey), self._fleet_hosts(placed),
+                          admission.user_of(self.run)) is None:
+            return placed
+        if not self.surveyed_whole and not whole:
+            placed = self.place(whole=True)
+        containers, claims = self.surveyed
+        every = self.surveyed_whole and not self.last_survey[3]
+        self.admission.admit(placed, self.last_survey, containers, claims, every)
+        return placed
+
+    def _fleet_hosts(self, placed):
+        fleet = next((f for f in self.run.fleets if f.get("name") == placed.get("fleet")), {})
+        return [i["name"] for i in fleet.get("instances") or [] if i.get("name")]
 
     def _queues_wait(self, queues, claimed=None, noting=None):
         """When ``queues`` (of hosts the first look took as free without asking them) hold

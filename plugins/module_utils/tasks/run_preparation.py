@@ -206,7 +206,8 @@ class RunPreparation(object):
             image_cmd = list(first.get("entrypoint") or []) + list(first.get("cmd") or [])
         key = key_maker.result()
         run = {"name": self.run.name, "id": self.run.run_id, "submission": number,
-               "submitted_at": self.run.submitted_at, "array": self.run.array}
+               "submitted_at": self.run.submitted_at, "array": self.run.array,
+               "user": self.run.user}
         self._attach_volumes(placed, run, nodes)
         try:
             jobs = rankplan.build_jobs(self.run.config, placed, run, secrets=self.run.secrets,
@@ -234,7 +235,8 @@ class RunPreparation(object):
         from .container import container_name, labels_of
 
         run = {"name": self.run.name, "id": self.run.run_id, "submission": number,
-               "submitted_at": self.run.submitted_at, "array": self.run.array}
+               "submitted_at": self.run.submitted_at, "array": self.run.array,
+               "user": self.run.user}
 
         placed = claimed.placed
         jobs = dict((j["job_num"], j) for j in placed["jobs"])

@@ -13,10 +13,11 @@ host that stops answering is looked up in its backend (tasks.interruption).
 
 from __future__ import annotations
 
-from . import growth, interruption, lifecycle, placement, queue, runbook, surveys
+from . import admission, growth, interruption, lifecycle, placement, queue, runbook, surveys
 from .lifecycle import JobStatus, RunStatus
 from .errors import RunError
-from .queue_records import ACTIVE, FAILED, PENDING, TERMINATED, entries_of, keeps_entry, positions
+from .queue_records import (ACTIVE, FAILED, PENDING, TERMINATED, USER_LIMIT, entries_of,
+                            fleet_usage, keeps_entry, positions)
 from .ssh import parallel
 from .supervisor import Watch
 
@@ -120,19 +121,28 @@ class RunSupervision(object):
         """No capacity now, and retry lets the run wait: it becomes an entry of the queue
         (tasks.queue). Detached, that is the result; attached, this process drives the queue
         until the run's turn comes (returns its submission) or its wait ends (a result)."""
-        _containers, _claims, queues, errors = surveys.survey_with_queues(self.run.nodes)
-        host = runbook.enqueue(self.run, errors, reason=str(exc))
+        looked = surveys.survey_with_queues(self.run.nodes)
+        _containers, _claims, queues, errors = looked
+        limited = isinstance(exc, admission.UserLimit)
+        host = runbook.enqueue(self.run, errors, reason=USER_LIMIT if limited else str(exc),
+                               message=str(exc) if limited else None)
         mine = {"run": self.run.name, "state": PENDING, "submitted_epoch": self.run.submitted_epoch,
-                "priority": int(self.run.config.get("priority") or 0)}
+                "priority": int(self.run.config.get("priority") or 0),
+                "user": admission.user_of(self.run)}
         others = [item for item in entries_of(queues) if item[1].get("run") != self.run.name]
-        place = positions(others + [(host, mine)]).get(self.run.name)
+        place = positions(others + [(host, mine)],
+                          fleet_usage(surveys.usage_of(looked))).get(self.run.name)
+        waits_for = USER_LIMIT if limited else "capacity"
         self.run.emit({"kind": "run", "status": RunStatus.PENDING.value,
-                       "message": "waiting for capacity in the queue (kept on %s): %s"
-                       % (host, exc)})
+                       "reason": USER_LIMIT if limited else None,
+                       "message": "waiting for %s in the queue (kept on %s): %s"
+                       % (waits_for, host, exc)})
         if not wait:
-            return dict(self.run.result(), status=RunStatus.PENDING.value, reason=None,
-                        message="waiting for capacity (queue position %s, kept on %s)"
-                        % (place or "last", host), queued_on=host), None
+            return dict(self.run.result(), status=RunStatus.PENDING.value,
+                        reason=USER_LIMIT if limited else None,
+                        message="waiting for %s (queue position %s, kept on %s)%s"
+                        % (waits_for, place or "last", host,
+                           (": %s" % exc) if limited else ""), queued_on=host), None
         return self._wait_in_queue(host, stop_event)
 
     def _wait_in_queue(self, host, stop_event):
@@ -177,13 +187,17 @@ class RunSupervision(object):
         try:
             return None, self.run.submit(number, waited_since=since, wait_for_capacity=False)
         except placement.NoHostFits as exc:
-            if not lifecycle.may_retry(self.run.config.get("retry"), lifecycle.EVENT_NO_CAPACITY,
-                                       self.run.clock(), since):
+            limited = isinstance(exc, admission.UserLimit)
+            if not limited and not lifecycle.may_retry(
+                    self.run.config.get("retry"), lifecycle.EVENT_NO_CAPACITY, self.run.clock(),
+                    since):
                 raise
             try:
                 errors = surveys.survey_with_queues(self.run.nodes)[3]
-                host = runbook.enqueue(self.run, errors, reason=str(exc), number=number,
-                                       retry_since=since)
+                host = runbook.enqueue(self.run, errors,
+                                       reason=USER_LIMIT if limited else str(exc),
+                                       number=number, retry_since=since,
+                                       message=str(exc) if limited else None)
             except RunError as err:
                 # No host to keep the entry on: wait here, asking again on every try.
                 self.run.emit({"kind": "info", "message": "%s; waiting in this command" % err})
@@ -196,6 +210,11 @@ class RunSupervision(object):
     def run_all(self, wait, stop_event):
         try:
             submission = self.run.submit(0, wait_for_capacity=False)
+        except admission.UserLimit as exc:
+            # Not a failure, whatever retry says: the run waits for its owner's use to drop.
+            result, submission = self._queued(exc, wait, stop_event)
+            if result is not None:
+                return result
         except placement.NoHostFits as exc:
             never = growth.never_fits(self.run.config, self.run.fleets)
             if never or not lifecycle.may_retry(self.run.config.get("retry"),

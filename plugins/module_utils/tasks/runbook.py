@@ -8,7 +8,7 @@ submitter has gone, is kept as an *entry* on a fleet host (tasks.hostside.bookin
 0600, root's). The entry holds what the submitting controller had and another may lack: the task's
 normalized config with the command line's overrides, the secrets and environment variables it refers
 to, the contents of its ``files``, its repo archive (kept beside the entry on that host) and its
-identity (name, run id, submission time, priority). ``enqueue`` writes one down on its queue host;
+identity (name, run id, submitter, submission time, priority). ``enqueue`` writes one down on its queue host;
 tasks.runs.runner_of makes a Runner from an entry on whichever controller acts on it.
 """
 
@@ -25,6 +25,7 @@ from typing import Any, Iterable
 from ..core.text import shorten
 from ..repos import files as shipped_files
 from ..repos import ship
+from . import admission
 from . import code as codes
 from .errors import RunError
 from .queue_records import PENDING, candidate_fleets, queue_host
@@ -90,6 +91,7 @@ def entry_of(runner: Any, fleet_names: Iterable[str], state: str = "pending",
         "version": ENTRY_VERSION,
         "run": runner.name,
         "run_id": runner.run_id,
+        "user": runner.user,
         "submitted_at": runner.submitted_at,
         "submitted_epoch": runner.submitted_epoch,
         "priority": int(config.get("priority") or 0),
@@ -184,7 +186,8 @@ class HeldCode(object):
             self._folder = None
 
 
-def enqueue(runner, errors, reason, number=0, retry_since=None, state=PENDING, hosts=()):
+def enqueue(runner, errors, reason, number=0, retry_since=None, state=PENDING, hosts=(),
+            message=None):
     """Write ``runner``'s run down as an entry on its queue host; returns that host."""
     names = candidate_fleets(runner.config, runner.fleets)
     host = queue_host(runner.fleets, names, errors)
@@ -196,6 +199,10 @@ def enqueue(runner, errors, reason, number=0, retry_since=None, state=PENDING, h
                      retry_since=retry_since)
     entry["queued_on"] = host
     entry["hosts"] = list(hosts)
+    entry["message"] = message
+    # The run's owner (tasks.admission): its caps and its fair share follow the entry to
+    # whichever controller submits it.
+    entry["user"] = admission.user_of(runner)
     archive = None
     if entry.get("repo"):
         runner.code.ship(runner.nodes, [host], None, runner.secrets)

@@ -98,8 +98,13 @@ def waiting(queues):
 
 
 def merge(first, second):
-    """Two surveys of different hosts as one ``(containers, claims, queues, errors)``."""
-    return tuple(dict(a, **b) for a, b in zip(first, second))
+    """Two surveys of different hosts as one ``(containers, claims, queues, errors)`` (a
+    tasks.surveys.Survey, with both surveys' limits and usage)."""
+    from .surveys import Survey, limits_of, usage_of
+
+    return Survey((dict(a, **b) for a, b in zip(first, second)),
+                  dict(limits_of(first), **limits_of(second)),
+                  dict(usage_of(first), **usage_of(second)))
 
 
 def partial(nodes, fleets, run, ask, assumed=None):
@@ -175,17 +180,21 @@ def idle_hosts(hosts, survey):
         c.get("state") in HOLDING_STATES for c in containers[h])]
 
 
-def note_request(fleets, placed, run, survey):
+def note_request(fleets, placed, run, survey, user=None):
     """``(record host, note request)`` for the hosts of a placement, or None when its fleet's
     record host did not answer the survey the placement used. That index then misses the run
     until the next whole survey rewrites it, at most MAX_AGE later (docs/concepts.md names the
     gap). The request also names the fleet's hosts the survey found idle, so that the index
     stops sending submitters to hosts whose runs ended: those of the placement too (the note
-    makes them alive for ``run`` alone; an earlier run noted there is no longer)."""
+    makes them alive for ``run`` alone; an earlier run noted there is no longer). ``user``, the
+    run's submitter, is kept with its entry."""
     fleet = next((f for f in fleets if f.get("name") == placed.get("fleet")), None)
     host = record_host(fleet) if fleet is not None else None
     if host is None or host not in survey[0]:
         return None
     hosts = sorted(set(job["host"] for job in placed["jobs"]))
     idle = idle_hosts(sorted(fleet_hosts(fleet, survey[0])), survey)
-    return host, {"fleet": fleet["name"], "run": run, "hosts": hosts, "idle": idle}
+    request = {"fleet": fleet["name"], "run": run, "hosts": hosts, "idle": idle}
+    if user:
+        request["user"] = user
+    return host, request

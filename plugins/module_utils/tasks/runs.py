@@ -30,6 +30,7 @@ from ..fleets import state
 from ..offers import catalog
 from ..volumes import attach as volumes
 from ..spec import support
+from ..teams import identity
 from . import claiming, code, devenv, lifecycle, placement, rankplan, runbook, surveys
 from .lifecycle import JobStatus, RunStatus
 from .environment import resolve_env
@@ -46,7 +47,7 @@ class Runner(object):
                  emit=None, image_source="auto", follow_logs=False, poll=1.0, clock=time.time,
                  sleep=time.sleep, run_args=(), rng=random, local_image=None,
                  config_dir=None, array=None, code_=None, files_data=None, create=False,
-                 grower=None, grow_first=False):
+                 grower=None, grow_first=False, user=None):
         # What the plan shows (a dev environment as one), before devenv.runnable.
         self.shown_config = config
         # A dev environment runs as a one-node task with dstack's commands (tasks.devenv).
@@ -68,6 +69,11 @@ class Runner(object):
         self.local_image = local_image
         self.config_dir = config_dir
         self.array = array
+        # Who submitted the run (its containers' gpufleet.user label, its queue entry): this
+        # controller's user unless given; "" for a queued run an earlier version wrote down,
+        # which names nobody (None).
+        self.user = identity.user_name() if user is None else (
+            identity.check_user(user, "user") if user else None)
         self.name = rankplan.run_name(config, rng)
         self.rng = rng
         self.by = "%s:%d" % (socket.gethostname(), os.getpid())
@@ -239,6 +245,7 @@ class Runner(object):
         except BaseException:
             claiming.release_hosts(self.nodes, [j["host"] for j in claimed.placed["jobs"]],
                                    {"name": self.name, "id": self.run_id})
+            self.placing.admission.release()
             raise
         self.submissions.append(submission)
         return submission
@@ -256,6 +263,7 @@ class Runner(object):
         return {
             "run": self.name,
             "run_id": self.run_id,
+            "user": self.user,
             "fleet": last.placement["fleet"] if last else None,
             "status": decision.status if decision else RunStatus.SUBMITTED.value,
             "reason": decision.reason if decision else None,
@@ -291,7 +299,8 @@ def runner_of(entry, fleets, queue_node=None, **options):
                     or "auto", run_args=entry.get("run_args") or (),
                     local_image=entry.get("local_image"), config_dir=entry.get("config_dir"),
                     array=entry.get("array"), code_=code_,
-                    files_data=entry.get("files_data") or {}, **options)
+                    files_data=entry.get("files_data") or {}, user=entry.get("user") or "",
+                    **options)
     runner.run_id = entry["run_id"]
     runner.submitted_at = entry["submitted_at"]
     runner.submitted_epoch = entry.get("submitted_epoch") or time.time()

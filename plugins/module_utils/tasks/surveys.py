@@ -110,6 +110,29 @@ def survey(nodes):
     return containers, errors
 
 
+class Survey(tuple):
+    """A survey's ``(containers, claims, queues, errors)``, unpacked as that tuple, with what
+    the hosts add for the per-user limits (tasks.admission): ``limits`` (``{host: the members
+    document's caps, or None}``) and ``usage`` (``{host: {user: GPU-seconds in the last 24
+    h}}``, the hosts' ``usage_24h``, for fair share)."""
+
+    def __new__(cls, parts, limits=None, usage=None):
+        made = super(Survey, cls).__new__(cls, tuple(parts))
+        made.limits = dict(limits or {})
+        made.usage = dict(usage or {})
+        return made
+
+
+def limits_of(survey):
+    """``{host: caps}`` a survey read (empty for a plain tuple)."""
+    return getattr(survey, "limits", None) or {}
+
+
+def usage_of(survey):
+    """``{host: {user: GPU-seconds}}`` a survey read (empty for a plain tuple)."""
+    return getattr(survey, "usage", None) or {}
+
+
 def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pages=None,
                        index=None, indexes=None):
     """Every host's task containers, live claims and queue entries (tasks.hostside.booking), in one
@@ -138,6 +161,8 @@ def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pa
     claims = {}
     queues = {}
     errors = {}
+    limits = {}
+    usage = {}
     for host, (answer, error) in answers.items():
         if error is not None:
             errors[host] = error
@@ -151,4 +176,8 @@ def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pa
                 pages[host] = answer["logs"]
             if indexes is not None and "index" in answer:
                 indexes[host] = answer["index"]
-    return containers, claims, queues, errors
+            if isinstance(answer.get("limits"), dict):
+                limits[host] = answer["limits"]
+            if isinstance(answer.get("usage_24h"), dict):
+                usage[host] = answer["usage_24h"]
+    return Survey((containers, claims, queues, errors), limits, usage)

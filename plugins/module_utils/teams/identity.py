@@ -8,6 +8,11 @@ key (default ``~/.ssh/id_ed25519``, else ``~/.ssh/id_rsa``). The public key besi
 (``<identity>.pub``) is what a fleet admin grants, and its fingerprint (OpenSSH's
 ``SHA256:...``) is what the backends' labels and tags carry for each member.
 
+With no key file at all and an SSH agent running (``$SSH_AUTH_SOCK``: an AWX job's Machine
+credential is loaded into one), the identity is the agent's first key: ``identity_file`` is then
+None, and SSH is left to the agent (no ``-i``, no ``IdentitiesOnly``). ``GPUFLEET_IDENTITY=agent``
+asks for the agent even where key files exist.
+
     me = current()                 # Identity(user, identity_file, public_key, fingerprint)
     key = parse_public_key(text)   # PublicKey, or IdentityError naming what is wrong
 """
@@ -21,6 +26,7 @@ import hashlib
 import os
 import re
 import struct
+import subprocess
 from typing import Mapping, NamedTuple, Optional
 
 from ..core.errors import GpufleetError
@@ -31,6 +37,7 @@ IDENTITY_ENV = "GPUFLEET_IDENTITY"
 DEFAULT_IDENTITIES = ("~/.ssh/id_ed25519", "~/.ssh/id_rsa")
 
 # A user name as POSIX login names go (and short enough for a GCP label key with a prefix).
+AGENT = "agent"
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}\Z")
 KEY_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
              "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com",
@@ -54,11 +61,16 @@ class PublicKey(NamedTuple):
 
 
 class Identity(NamedTuple):
-    """This controller's user name, private key path and public key (None when unreadable)."""
+    """This controller's user name, private key path (None: the SSH agent's key) and public key
+    (None when unreadable)."""
 
     user: str
-    identity_file: str
+    identity_file: Optional[str]
     public_key: Optional[PublicKey]
+
+    def describe(self) -> str:
+        """Where the key is, for people: its file, or the SSH agent."""
+        return self.identity_file or "the SSH agent ($SSH_AUTH_SOCK)"
 
 
 def check_user(name: str, what: str = "user name") -> str:
@@ -92,10 +104,12 @@ def identity_file(environ: Optional[Mapping[str, str]] = None) -> str:
     """``$GPUFLEET_IDENTITY``, else the first of ``~/.ssh/id_ed25519`` and ``~/.ssh/id_rsa``
     that exists, else ``~/.ssh/id_ed25519`` (which does not exist yet)."""
     environ = os.environ if environ is None else environ
+    home = environ.get("HOME")
     given = environ.get(IDENTITY_ENV)
     if given:
+        if home and (given == "~" or given.startswith("~/")):
+            return os.path.abspath(home + given[1:])
         return os.path.abspath(os.path.expanduser(given))
-    home = environ.get("HOME")
     candidates = [os.path.join(home, p[2:]) if home else os.path.expanduser(p)
                   for p in DEFAULT_IDENTITIES]
     for path in candidates:
@@ -150,12 +164,37 @@ def read_public_key(path: str) -> PublicKey:
     return parse_public_key(text, "the key file %s" % path)
 
 
+def agent_public_key(environ: Optional[Mapping[str, str]] = None) -> Optional[PublicKey]:
+    """The first key the SSH agent of ``$SSH_AUTH_SOCK`` holds (``ssh-add -L``), or None."""
+    environ = os.environ if environ is None else environ
+    if not environ.get("SSH_AUTH_SOCK"):
+        return None
+    try:
+        done = subprocess.run(["ssh-add", "-L"], capture_output=True, text=True, timeout=10,
+                              check=False, env=dict(os.environ, SSH_AUTH_SOCK=environ["SSH_AUTH_SOCK"]))
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    for line in done.stdout.splitlines():
+        try:
+            return parse_public_key(line, "the SSH agent's key")
+        except IdentityError:
+            continue
+    return None
+
+
 def current(environ: Optional[Mapping[str, str]] = None) -> Identity:
     """This controller's identity; its public key is read from ``<identity>.pub`` (None when
     that file is missing or not a key: the controller then reaches only the fleets whose keys
-    its state dir holds)."""
+    its state dir holds). With no key file and an SSH agent, the agent's first key."""
+    environ = os.environ if environ is None else environ
     user = user_name(environ)
+    wanted = environ.get(IDENTITY_ENV)
     path = identity_file(environ)
+    if wanted == AGENT or (not wanted and not os.path.isfile(path)
+                           and environ.get("SSH_AUTH_SOCK")):
+        return Identity(user, None, agent_public_key(environ))
     try:
         key = read_public_key(path + ".pub")
     except IdentityError:

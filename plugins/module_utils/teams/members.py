@@ -39,7 +39,7 @@ MembersDoc = Dict[str, Any]
 def role_of(doc: Optional[Mapping[str, Any]], user: str) -> Optional[str]:
     """``"admin"``, ``"member"`` or None (not a member, or revoked)."""
     entry = ((doc or {}).get("members") or {}).get(user)
-    if not entry:
+    if entry is None:
         return None
     role = entry.get("role")
     return role if role in ROLES else MEMBER

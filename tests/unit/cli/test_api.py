@@ -319,3 +319,25 @@ def test_bad_overrides_are_refused_before_any_playbook_and_only_tasks_take_them(
     with pytest.raises(api.GpufleetError, match="only for tasks"):
         api.plan(FLEET, name="x1")
     assert playbooks.calls == []
+
+
+def test_runs_stop_and_run_task_pass_the_user_force_and_submitter(playbooks):
+    playbooks.answer(stats={"gpufleet_runs": [], "gpufleet_unreachable": {}})
+    playbooks.answer(stats={"gpufleet_run": {"name": "hello", "status": "terminated"}})
+    playbooks.answer(stats={"gpufleet_run": {"run": "hello", "status": "done", "jobs": []}})
+    assert api.runs(user="ann")["runs"] == []
+    api.stop("hello", force=True)
+    api.run_task(TASK, user="ann")
+    listed, stopped, ran = (c["extravars"] for c in playbooks.calls)
+    assert listed == {"gpufleet_ps_user": "ann"}
+    assert stopped == {"run": "hello", "gpufleet_abort": False, "gpufleet_force": True}
+    assert ran["gpufleet_user"] == "ann"
+
+
+def test_runs_and_stop_without_user_or_force_pass_neither(playbooks):
+    playbooks.answer(stats={"gpufleet_runs": [], "gpufleet_unreachable": {}})
+    playbooks.answer(stats={"gpufleet_run": {"name": "hello", "status": "terminated"}})
+    api.runs()
+    api.stop("hello")
+    listed, stopped = (c["extravars"] for c in playbooks.calls)
+    assert listed == {} and stopped == {"run": "hello", "gpufleet_abort": False}

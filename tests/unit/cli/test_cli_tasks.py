@@ -516,7 +516,8 @@ def test_ps_prints_the_table_of_the_runs(files, playbooks, direct):
     assert err == ""
     lines = out.splitlines()
     assert lines == runtable.run_table(runs)
-    assert lines[0].split() == ["NAME", "BACKEND", "GPU", "PRICE", "STATUS", "SUBMITTED"]
+    assert lines[0].split() == ["NAME", "USER", "BACKEND", "GPU", "PRICE", "STATUS",
+                                "SUBMITTED"]
     assert [line.split()[0] for line in lines[1:]] == ["train", "dist", "job=0", "job=1"]
     assert direct.calls == [("runs", (), {
         "fleet_files": [os.path.join(os.getcwd(), "gpus.dstack.yml")]})]
@@ -942,3 +943,45 @@ def test_apply_a_dev_environment_with_its_own_version_asks_no_ide(
     assert "No VS Code version" not in err
     assert [c["check"] for c in playbooks.calls] == checks
     assert all("gpufleet_task_ide_version" not in c["extravars"] for c in playbooks.calls)
+
+
+# ---------------------------------------------------------------------------------------------
+# Who runs what (issue 34): ps --user, the USER column, stop --force
+
+
+def test_ps_user_lists_that_users_runs_and_the_table_has_their_users(playbooks, direct):
+    runs = [dict(run_record("train", "running"), user="ann"),
+            dict(run_record("old", "done"), user=None)]
+    direct.answer({"runs": runs, "unreachable": {}})
+    code, out, err = run(playbooks, "ps", "--user", "ann")
+    assert (code, err) == (0, "")
+    assert direct.calls == [("runs", (), {"fleet_files": [], "user": "ann"})]
+    lines = out.splitlines()
+    assert lines[0].split()[:2] == ["NAME", "USER"]
+    assert lines[1].split()[:2] == ["train", "ann"]
+    assert lines[2].split()[:2] == ["old", "-"]   # a run made before runs named their user
+
+
+def test_ps_json_carries_the_user(playbooks, direct):
+    runs = [dict(run_record("train", "running"), user="bob")]
+    direct.answer({"runs": runs, "unreachable": {}})
+    code, out, _err = run(playbooks, "ps", "--json")
+    assert code == 0
+    assert [r["user"] for r in json.loads(out)] == ["bob"]
+
+
+def test_stop_force_is_passed_on(playbooks, direct):
+    direct.answer(dict(run_record("train", "terminated"), stopped=["gpus-0"]))
+    code, out, err = run(playbooks, "stop", "train", "-y", "--force")
+    assert (code, out, err) == (0, "Run train terminated.\n", "")
+    assert direct.calls == [("stop", ("train",), {"abort": False, "fleet_files": [],
+                                                  "force": True})]
+
+
+def test_a_refused_stop_is_one_line_naming_the_owner(playbooks, direct):
+    direct.answer(raises=CommandError(
+        "run train belongs to ann: you (bob) are not an admin of fleet gpus; ask ann, or stop "
+        "it anyway with --force (the force option)"))
+    code, out, err = run(playbooks, "stop", "train", "-y")
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and "belongs to ann" in err and "--force" in err

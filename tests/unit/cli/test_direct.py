@@ -46,8 +46,8 @@ def test_runs_asks_run_info_with_the_modules_defaults(calls, tmp_path, monkeypat
     assert found == {"runs": [{"name": "a"}], "unreachable": {"h": "down"}, "unread": {}}
     [(name, params, _kw)] = calls
     assert name == "run_info"
-    assert params == {"name": None, "fleets": [str(tmp_path / "f.yml"),
-                                               os.path.expanduser("~/g.yml")],
+    assert params == {"name": None, "user": None, "fleets": [str(tmp_path / "f.yml"),
+                                                             os.path.expanduser("~/g.yml")],
                       "state_dir": "/s"}
 
 

@@ -37,10 +37,11 @@ def run(name, status, jobs, reason=None, submitted="2026-01-01T10:00:00Z", **ext
 
 
 def test_a_single_job_run_is_one_row():
-    lines = runtable.run_table([run("train", "running", [job(0, "running")])], now=NOW)
+    lines = runtable.run_table([run("train", "running", [job(0, "running")], user="ann")],
+                               now=NOW)
     assert lines == [
-        "NAME   BACKEND       GPU          PRICE  STATUS   SUBMITTED",
-        "train  ssh (remote)  H100:80GB:1         running  5 mins ago",
+        "NAME   USER  BACKEND       GPU          PRICE  STATUS   SUBMITTED",
+        "train  ann   ssh (remote)  H100:80GB:1         running  5 mins ago",
     ]
 
 
@@ -49,8 +50,8 @@ def test_a_failed_single_job_run_shows_the_exit_code():
                                                             "with_error", 3)],
                                     reason="job_failed", price=0.5, spot=True)], now=NOW)
     assert lines == [
-        "NAME   BACKEND       GPU          PRICE        STATUS      SUBMITTED",
-        "train  ssh (remote)  H100:80GB:1  $0.5 (spot)  failed (3)  5 mins ago",
+        "NAME   USER  BACKEND       GPU          PRICE        STATUS      SUBMITTED",
+        "train  -     ssh (remote)  H100:80GB:1  $0.5 (spot)  failed (3)  5 mins ago",
     ]
 
 
@@ -65,28 +66,30 @@ def three_job_failed_run():
 def test_a_multi_node_run_has_a_row_per_job():
     lines = runtable.run_table([three_job_failed_run()], now=NOW)
     assert lines == [
-        "NAME      BACKEND       GPU  PRICE  STATUS      SUBMITTED",
-        "dist                                failed      5 mins ago",
-        "   job=0  ssh (remote)  -           terminated",
-        "   job=1  ssh (remote)  -           failed (3)",
-        "   job=2  ssh (remote)  -           terminated",
+        "NAME      USER  BACKEND       GPU  PRICE  STATUS      SUBMITTED",
+        "dist      -                               failed      5 mins ago",
+        "   job=0        ssh (remote)  -           terminated",
+        "   job=1        ssh (remote)  -           failed (3)",
+        "   job=2        ssh (remote)  -           terminated",
     ]
 
 
 def test_verbose_adds_resources_and_error():
     single = run("train", "done", [job(0, "done", None, 0, resources="cpu=2 mem=8GB")],
-                 reason="all_jobs_done", submitted="2026-01-01T09:00:00Z")
+                 reason="all_jobs_done", submitted="2026-01-01T09:00:00Z", user="bob")
     lines = runtable.run_table([three_job_failed_run(), single], now=NOW, verbose=True)
     assert lines == [
-        "NAME      BACKEND       RESOURCES      INSTANCE TYPE  PRICE  STATUS      SUBMITTED   ERROR",
-        "dist                                                         failed      5 mins ago  JOB_FAILED",
-        ("   job=0  ssh (remote)                 gpus-0                terminated              "
-         "terminated by server"),
-        ("   job=1  ssh (remote)                 gpus-1                failed (3)              "
-         "container exited with error"),
-        ("   job=2  ssh (remote)                 gpus-2                terminated              "
-         "terminated by server"),
-        "train     ssh (remote)  cpu=2 mem=8GB  gpus-0                done        1 hour ago",
+        ("NAME      USER  BACKEND       RESOURCES      INSTANCE TYPE  PRICE  STATUS      "
+         "SUBMITTED   ERROR"),
+        ("dist      -                                                        failed      "
+         "5 mins ago  JOB_FAILED"),
+        ("   job=0        ssh (remote)                 gpus-0                terminated      "
+         "        terminated by server"),
+        ("   job=1        ssh (remote)                 gpus-1                failed (3)      "
+         "        container exited with error"),
+        ("   job=2        ssh (remote)                 gpus-2                terminated      "
+         "        terminated by server"),
+        "train     bob   ssh (remote)  cpu=2 mem=8GB  gpus-0                done        1 hour ago",
     ]
 
 
@@ -112,19 +115,19 @@ def test_done_jobs_show_no_error_and_rows_keep_the_given_order():
                 backend=None)
     lines = runtable.run_table([master_done, older], now=NOW, verbose=True)
     assert lines == [
-        "NAME      BACKEND       RESOURCES  INSTANCE TYPE  PRICE  STATUS      SUBMITTED  ERROR",
-        "md                                                       done        1 min ago",
-        "   job=0  ssh (remote)             gpus-0                done",
-        "   job=1  ssh (remote)             gpus-1                done",
-        "old                                gpus-0                terminated  yesterday  TERMINATED_BY_USER",
+        "NAME      USER  BACKEND       RESOURCES  INSTANCE TYPE  PRICE  STATUS      SUBMITTED  ERROR",
+        "md        -                                                    done        1 min ago",
+        "   job=0        ssh (remote)             gpus-0                done",
+        "   job=1        ssh (remote)             gpus-1                done",
+        "old       -                              gpus-0                terminated  yesterday  TERMINATED_BY_USER",
     ]
 
 
 def test_an_empty_list_is_the_header_alone():
     assert runtable.run_table([], now=NOW) == [
-        "NAME  BACKEND  GPU  PRICE  STATUS  SUBMITTED"]
+        "NAME  USER  BACKEND  GPU  PRICE  STATUS  SUBMITTED"]
     assert runtable.run_table([], now=NOW, verbose=True) == [
-        "NAME  BACKEND  RESOURCES  INSTANCE TYPE  PRICE  STATUS  SUBMITTED  ERROR"]
+        "NAME  USER  BACKEND  RESOURCES  INSTANCE TYPE  PRICE  STATUS  SUBMITTED  ERROR"]
 
 
 @pytest.mark.parametrize("runs, words", [
@@ -148,7 +151,7 @@ def test_a_bad_now_raises_fleet_table_error():
 def test_verbose_header_is_dstacks():
     header = runtable.run_table([], now=NOW, verbose=True)[0].split("  ")
     assert [h.strip() for h in header if h.strip()] == [
-        "NAME", "BACKEND", "RESOURCES", "INSTANCE TYPE", "PRICE", "STATUS", "SUBMITTED",
+        "NAME", "USER", "BACKEND", "RESOURCES", "INSTANCE TYPE", "PRICE", "STATUS", "SUBMITTED",
         "ERROR"]
 
 
@@ -256,3 +259,13 @@ def test_a_dev_environment_says_so_in_the_verbose_table():
     assert runtable.run_table([env], now=NOW)[1].split()[0] == "my-env"
     assert runtable.run_table([env], now=NOW, verbose=True)[1].startswith(
         "my-env (dev-environment)  ")
+
+
+def test_a_run_held_back_by_its_owners_cap_says_user_limit_in_error():
+    waiting = [run("capped", "pending", [], reason="user limit", queue_position=2,
+                   gpu=None, backend=None, region=None),
+               run("waits", "pending", [], queue_position=1, gpu=None, backend=None,
+                   region=None)]
+    text = "\n".join(runtable.run_table(waiting, now=NOW, verbose=True))
+    assert "user limit, queue #2" in text
+    assert "no capacity, queue #1" in text

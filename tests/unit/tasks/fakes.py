@@ -20,6 +20,7 @@ import time
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import supervisor
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
+    admitside,
     booking,
     indexside,
 )
@@ -65,6 +66,11 @@ class FakeNode:
         # The run index it keeps as a record host (tasks.hostside.indexside's rules, without files):
         # {fleet: {"entries": {run: {host: noted}}, "completed": time or None}}.
         self.index = {}
+        # The members document's caps (tasks.hostside.admitside), or None; the admission
+        # ledger it keeps as a queue host ({run: entry}).
+        self.limits = None
+        self.admitted = {}
+        self.usage_24h = None
 
     def call(self, op, payload=None, timeout=120):
         payload = payload or {}
@@ -84,6 +90,9 @@ class FakeNode:
             answer["claims"] = [c for c in self.claims
                                 if booking.claim_live(c, by_sub, self.cluster.now)]
             answer["queue"] = [booking.summary(e) for e in self.queue.values()]
+            answer["limits"] = copy.deepcopy(self.limits)
+            if self.usage_24h is not None:
+                answer["usage_24h"] = dict(self.usage_24h)
         if payload.get("index"):
             kept = self.index.get(payload["index"]["fleet"]) or {}
             answer["index"] = indexside.view(kept.get("entries") or {}, kept.get("completed"),
@@ -229,6 +238,21 @@ class FakeNode:
         before = len(self.claims)
         self.claims = [c for c in self.claims if c["run"] != payload["run"]]
         return {"released": len(self.claims) < before}
+
+    def op_admit(self, payload):
+        # As admitside.op_admit: one decision at a time (the call holds the cluster's lock).
+        kept, answer, entry = admitside.admit_decision(list(self.admitted.values()), payload,
+                                                       self.limits, self.cluster.now)
+        if payload.get("probe"):
+            entry = None
+        own = self.admitted.get(payload["run"])
+        self.admitted = dict((e["run"], e) for e in kept)
+        if entry is not None or own is not None:
+            self.admitted[payload["run"]] = entry or own
+        return answer
+
+    def op_admit_release(self, payload):
+        return {"released": self.admitted.pop(payload["run"], None) is not None}
 
     def tick(self):
         for box in self.containers:

@@ -118,15 +118,15 @@ def test_the_table_of_a_run_from_new_labels():
     specs = build(config, jobs)
     records = listing.run_records({s["host"]: [running(s, s["labels"])] for s in specs})
     assert runtable.run_table(records, now=NOW) == [
-        "NAME      BACKEND       GPU          PRICE  STATUS   SUBMITTED",
-        "train                                       running  5 mins ago",
-        "   job=0  ssh (remote)  H100:80GB:8         running",
-        "   job=1  ssh (remote)  H100:80GB:8         running",
+        "NAME      USER  BACKEND       GPU          PRICE  STATUS   SUBMITTED",
+        "train     -                                       running  5 mins ago",
+        "   job=0        ssh (remote)  H100:80GB:8         running",
+        "   job=1        ssh (remote)  H100:80GB:8         running",
     ]
     assert runtable.run_table(records, now=NOW, verbose=True)[2:] == [
-        "   job=0  ssh (remote)  cpu=16 mem=256GB disk=976.6GB gpu=H100:80GB:8  gpus-0"
+        "   job=0        ssh (remote)  cpu=16 mem=256GB disk=976.6GB gpu=H100:80GB:8  gpus-0"
         "                running",
-        "   job=1  ssh (remote)  cpu=16 mem=256GB disk=976.6GB gpu=H100:80GB:8  gpus-1"
+        "   job=1        ssh (remote)  cpu=16 mem=256GB disk=976.6GB gpu=H100:80GB:8  gpus-1"
         "                running",
     ]
 

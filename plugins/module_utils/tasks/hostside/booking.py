@@ -300,10 +300,10 @@ BOOK_OPS = {
 # day, so that ``gpufleet ps`` can say what became of them.
 
 ENDED_KEPT = 86400
-SUMMARY_FIELDS = ("run", "run_id", "priority", "submitted_at", "submitted_epoch", "state",
+SUMMARY_FIELDS = ("run", "run_id", "user", "priority", "submitted_at", "submitted_epoch", "state",
                   "reason", "message", "fleets", "nodes", "taken_by", "taken_until",
                   "submissions", "retry_since", "retry", "array", "hosts", "ended_at",
-                  "queued_on", "policy")
+                  "queued_on", "policy", "user")
 
 
 def _queue_dir():

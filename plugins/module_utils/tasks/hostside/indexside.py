@@ -13,9 +13,10 @@ fleet.
 
 On the host, under ``BOOK_ROOT/index/<fleet>/``:
 
-- ``<run>.json``: ``{"run", "hosts": {instance: when noted}, "alive": [instances]}``: every
-  host where the run has containers (any state) or a claim, and those where it may be alive
-  (a live container or claim at the last whole survey, or noted since);
+- ``<run>.json``: ``{"run", "hosts": {instance: when noted}, "alive": [instances], "user"}``:
+  every host where the run has containers (any state) or a claim, those where it may be alive
+  (a live container or claim at the last whole survey, or noted since), and who submitted the
+  run's latest noted submission (absent when its note named nobody);
 - ``complete`` (no ``.json``: it is not an entry): ``{"at": when}``, the last time a
   controller rewrote the index from an answer of every host of the fleet. The index is
   trusted only for a while after that (tasks.runindex.MAX_AGE): what happened while this host
@@ -26,9 +27,9 @@ Operations (every write holds booking's lock):
 - ``status`` with ``{"index": {"fleet": F, "run": R}}`` answers as before and adds
   ``index``: ``{"age": seconds since complete or null, "hosts": [R's hosts], "busy": [hosts
   where any run may be alive], "others": [hosts where a run other than R may be alive]}``;
-- ``note`` ``{"fleet", "run", "hosts", "idle"}``: add hosts to a run's entry, alive (a
-  submission, before it claims them), and no longer count as alive the hosts where that
-  submission found nothing alive (``idle``);
+- ``note`` ``{"fleet", "run", "hosts", "idle", "user"}``: add hosts to a run's entry, alive
+  (a submission, before it claims them), keep its submitter (``user``, optional), and no longer
+  count as alive the hosts where that submission found nothing alive (``idle``);
 - ``reindex`` ``{"fleet", "runs": {run: [hosts]}, "alive": {run: [hosts]}, "answered":
   [hosts], "members": [hosts], "age": seconds since the survey began, "complete"}``: one whole
   survey's view. Every entry becomes the hosts that survey found its run on, plus the hosts it
@@ -66,14 +67,18 @@ def _entries(fleet):
         hosts = value.get("hosts")
         if run and isinstance(hosts, dict):
             found[run] = {"hosts": hosts, "alive": list(value.get("alive") or [])}
+            if value.get("user"):
+                found[run]["user"] = value["user"]
     return found
 
 
 def _write_entry(fleet, run, entry):
     path = os.path.join(_fleet_dir(fleet), _name(run) + ".json")
     if entry and entry.get("hosts"):
-        _write_json(path, {"run": run, "hosts": entry["hosts"],
-                           "alive": sorted(entry.get("alive") or [])})
+        value = {"run": run, "hosts": entry["hosts"], "alive": sorted(entry.get("alive") or [])}
+        if entry.get("user"):
+            value["user"] = entry["user"]
+        _write_json(path, value)
     else:
         _remove(path)
 
@@ -103,18 +108,18 @@ def view(entries, completed, run, now):
             "busy": sorted(busy), "others": sorted(others)}
 
 
-def noted(entries, run, hosts, idle, now):
-    """Every entry after a note: ``run`` has ``hosts`` added, alive; the hosts in ``idle`` (the
-    submitter found nothing alive and no claim there) are no longer alive for any run, unless
-    they were noted within IDLE_MARGIN (a submission the submitter's look came too early for).
-    Returns the entries that changed."""
+def noted(entries, run, hosts, idle, now, user=None):
+    """Every entry after a note: ``run`` has ``hosts`` added, alive, and ``user`` (when given)
+    as its submitter; the hosts in ``idle`` (the submitter found nothing alive and no claim
+    there) are no longer alive for any run, unless they were noted within IDLE_MARGIN (a
+    submission the submitter's look came too early for). Returns the entries that changed."""
     idle = set(idle or ())
     changed = {}
     for name, entry in entries.items():
         alive = [h for h in entry.get("alive") or () if h not in idle
                  or now - float((entry.get("hosts") or {}).get(h) or 0) < IDLE_MARGIN]
         if alive != list(entry.get("alive") or ()):
-            changed[name] = {"hosts": entry["hosts"], "alive": alive}
+            changed[name] = dict(entry, alive=alive)
     entry = changed.get(run) or entries.get(run) or {}
     found = dict(entry.get("hosts") or {})
     alive = set(entry.get("alive") or ())
@@ -122,6 +127,8 @@ def noted(entries, run, hosts, idle, now):
         found[str(host)] = now
         alive.add(str(host))
     changed[run] = {"hosts": found, "alive": sorted(alive)}
+    if user or entry.get("user"):
+        changed[run]["user"] = str(user or entry.get("user"))
     return changed
 
 
@@ -151,6 +158,8 @@ def rewritten(entries, found, alive, answered, now, begun=None, members=None):
         living.update(h for h in (alive or {}).get(run) or () if h in new)
         if new:
             result[run] = {"hosts": new, "alive": sorted(living)}
+            if old.get("user"):
+                result[run]["user"] = old["user"]
     return result
 
 
@@ -164,7 +173,7 @@ def op_note(payload):
     fleet, run = payload["fleet"], _name(payload["run"])
     with _Lock():
         changed = noted(_entries(fleet), run, payload.get("hosts"), payload.get("idle"),
-                        time.time())
+                        time.time(), payload.get("user"))
         for name, entry in changed.items():
             _write_entry(fleet, name, entry)
     return {"noted": sorted(changed[run]["hosts"])}
