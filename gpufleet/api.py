@@ -60,6 +60,11 @@ __all__ = [
     "attach",
     "detach",
     "fleets",
+    "whoami",
+    "fleet_members",
+    "grant",
+    "revoke",
+    "limit",
     "volumes",
     "offers",
     "local_ide_version",
@@ -698,6 +703,74 @@ def fleets(files: Iterable[str | os.PathLike] = (), health_max_age: int | None =
         fleets=paths,
         gpufleet_health_max_age=None if health_max_age is None else int(health_max_age)))
     return _stat(result, "gpufleet_fleets")
+
+
+def whoami() -> dict:
+    """Who this controller is: ``{"user", "identity_file", "public_key_file", "fingerprint"}``
+    (``$GPUFLEET_USER``, else the login name; ``$GPUFLEET_IDENTITY``, else ``~/.ssh/id_ed25519``
+    or ``~/.ssh/id_rsa``; the fingerprint of the public key beside it, None when it has none).
+    GpufleetError when the user name is not a valid one."""
+    ensure_importable()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.teams import identity
+
+    try:
+        me = identity.current()
+    except identity.IdentityError as exc:
+        raise GpufleetError(str(exc)) from None
+    return {"user": me.user, "identity_file": me.identity_file,
+            "public_key_file": me.identity_file + ".pub" if me.identity_file else None,
+            "fingerprint": me.public_key.fingerprint if me.public_key else None}
+
+
+def _members(name: str, operation: str, check: bool = False, variables: dict | None = None,
+             **options: Any) -> dict:
+    if not isinstance(name, str) or not name:
+        raise GpufleetError("name the fleet")
+    opts = _Options(**options)
+    given = dict(variables or {})
+    if "gpufleet_user" not in given:
+        given["gpufleet_user"] = whoami()["user"]
+    result = opts.play("members.yml", opts.extravars(
+        fleet_name=name, gpufleet_members_operation=operation, **given), check=check)
+    found = result.stats.get("gpufleet_members")
+    if not result.ok or found is None:
+        raise _failed(result)
+    return {k: v for k, v in found.items() if k not in ("failed", "invocation")}
+
+
+def fleet_members(name: str, **options: Any) -> dict:
+    """The members of the fleet ``name``, as its hosts hold them (playbooks/members.yml):
+    ``{"fleet", "members": [{"user", "role", "fingerprint", "limits", "by"}],
+    "default_limits", "doc", "unread": {host: error}}``."""
+    return _members(name, "list", **options)
+
+
+def grant(name: str, user: str, key: str | os.PathLike, admin: bool = False,
+          check: bool = False, **options: Any) -> dict:
+    """Let ``user`` in on every host of the fleet ``name`` with the public key file ``key``
+    (``admin``: as an admin). Only an admin of the fleet may (this controller's user,
+    :func:`whoami`). Returns ``{"fleet", "change", "changed", "members"}``."""
+    return _members(name, "grant", check=check, variables=dict(
+        gpufleet_member=user, gpufleet_member_key=os.path.abspath(os.fspath(key)),
+        gpufleet_member_admin=bool(admin)), **options)
+
+
+def revoke(name: str, user: str, check: bool = False, **options: Any) -> dict:
+    """Take ``user`` out of every host of the fleet ``name`` (their key goes, their next SSH
+    connection is refused). Returns ``{"fleet", "change", "changed", "members"}``."""
+    return _members(name, "revoke", check=check, variables=dict(gpufleet_member=user),
+                    **options)
+
+
+def limit(name: str, user: str | None = None, default: bool = False, runs: int | None = None,
+          gpus: int | None = None, nodes: int | None = None, check: bool = False,
+          **options: Any) -> dict:
+    """Set the caps of ``user`` (or, with ``default``, everyone's default) on the fleet
+    ``name``: ``runs``, ``gpus``, ``nodes`` (those not given stay as they are). Returns
+    ``{"fleet", "change", "changed", "members"}``."""
+    return _members(name, "limit", check=check, variables=dict(
+        gpufleet_member=user, gpufleet_member_default=bool(default), gpufleet_member_runs=runs,
+        gpufleet_member_gpus=gpus, gpufleet_member_nodes=nodes), **options)
 
 
 def volumes(**options: Any) -> list:

@@ -18,7 +18,8 @@ import sys
 
 from .. import __version__
 from ..api import CollectionNotFound
-from . import apply, attach, fleets, metrics, offers, runs, secrets, usage, validate, volumes
+from . import (apply, attach, fleets, metrics, offers, runs, secrets, teams, usage, validate,
+               volumes)
 
 # In the order ``gpufleet --help`` lists them.
 COMMANDS = (
@@ -31,6 +32,7 @@ COMMANDS = (
     usage.add_usage,
     attach.add_attach,
     fleets.add_fleet,
+    teams.add_whoami,
     volumes.add_volume,
     secrets.add_secret,
     apply.add_delete,

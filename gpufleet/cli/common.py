@@ -37,6 +37,14 @@ def tables():
     return fleets
 
 
+def member_tables():
+    """The members table (plugins/module_utils/render/member_table.py)."""
+    api.ensure_importable()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.render import member_table
+
+    return member_table
+
+
 def run_tables():
     api.ensure_importable()
     from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table as runtable

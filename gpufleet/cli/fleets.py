@@ -1,18 +1,19 @@
 """``gpufleet fleet``: the fleets the backends hold, or those of the given files (``list``, the
-default), and ``fleet delete NAME [-i N ...]``: a fleet, or some of its instances, by name."""
+default), and ``fleet delete NAME [-i N ...]``: a fleet, or some of its instances, by name; a
+fleet's members (``grant``, ``revoke``, ``members``, ``limit``) are gpufleet/cli/teams.py's."""
 
 from __future__ import annotations
 
 import os
 
-from . import common
+from . import common, teams
 
 
 def add_fleet(commands):
     """Add ``gpufleet fleet`` (list, delete) to the command parser."""
     fleet = commands.add_parser(
         "fleet",
-        help="list and delete fleets",
+        help="list and delete fleets, and manage their members",
         description=(
             "List fleets as dstack does: every fleet the backends hold, or the fleets of the "
             "given files (SSH fleets are listed only from their files). An instance's STATUS "
@@ -50,6 +51,7 @@ def add_fleet(commands):
                         help="delete even when the hosts cannot be checked (they do not answer, "
                         "or their key is missing); for a whole fleet, also when a task runs")
     delete.set_defaults(handler=_delete)
+    teams.add_member_actions(actions)
 
 
 def _list_options(parser):

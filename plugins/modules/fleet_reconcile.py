@@ -27,6 +27,9 @@ description:
     dstack's server checks its instances: the host's cached facts keep it, C(gpufleet fleet)
     shows it and task placement leaves out hosts whose health is C(failure)
     (C(docs/fleets.md#gpu-health)). In check mode the health is read but not kept."
+  - Hosts of a backend fleet that answered and lack the fleet's members document (an instance
+    made by an earlier pass) get a copy from the hosts that hold it, so that the members
+    granted reach them too (M(gpufleet.cluster.fleet_members)).
 author:
   - gpufleet maintainers (@gpufleet)
 options:
@@ -136,6 +139,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming impor
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_file
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     health,
+    membership,
     reconcile,
     surveys,
 )
@@ -165,6 +169,10 @@ def reconcile_fleet(module, path, root, settings, docker, now):
     entry = dict(decision, name=record["name"], file=path, health=health.summary(said))
     if module.check_mode:
         return entry, None
+    # A host made by an earlier pass (or grown since) gets the fleet's members document from
+    # the hosts that hold it, so that grants hold on every host; only hosts that answered.
+    membership.ensure(record, root, nodes={h: n for h, n in nodes.items() if h not in errors},
+                      make=False)
     if decision["remove"]:
         nums = [i["num"] for i in record["instances"] if i["name"] in decision["remove"]]
         apply.remove_instances(config, nums, path, docker, root, settings)

@@ -1,0 +1,303 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A fleet's members on each of its hosts: the members document and the members' keys.
+
+This file travels to the hosts after tasks.hostside.nodeside (tasks.ssh.host_source) and runs in
+their namespace, so it uses the standard library only and the Python 3.6+ of any
+Ansible-managed host; every top-level name is unique across the files sent with it. The
+controller's side is tasks.membership, and the document's shape is teams.members' docstring.
+
+On the host, under ``TEAM_ROOT`` (``/var/lib/gpufleet/team``, root's, 0700):
+
+- ``members.json``: the members document;
+- ``lock``: an exclusive flock held for every read-change-write of it.
+
+Every change carries ``"stamp": [epoch, controller]`` and ``"by": user``. One entry per user
+holds both grant and revoke (``members`` or ``revoked``), one per user or ``"*"`` holds the
+limits; a change replaces an entry only when its stamp is greater than the entry's, so hosts
+that see concurrent changes in different orders end in the same state (last writer wins).
+
+The member's key goes into the fleet login user's ``authorized_keys``, one line per member,
+each with a comment ``gpufleet-member fleet=F user=U``: after every change the marked lines of
+this fleet are written again from the document (under the lock, atomically, keeping the file's
+owner and mode), so a revoke takes out exactly its member's line and never a line without the
+mark (the fleet's own key among them).
+
+Operations (joining nodeside's ``OPS``):
+
+- ``members`` ``{}``: ``{"doc": the document or null}``;
+- ``members_change`` ``{"change": {...}, "login_user": name}``: refused unless the change's
+  ``by`` is an admin in the document; answers ``{"doc", "applied"}`` (``applied`` false when a
+  newer change held the entry already);
+- ``members_sync`` ``{"doc": {...}, "login_user": name}``: merge a whole document (the first
+  one, made at fleet apply, or a copy for a host made later), entry by entry, last writer wins.
+"""
+
+import json
+import os
+
+try:  # imported as part of the collection (tests, the controller)
+    from .nodeside import OPS, Failure
+except ImportError:  # on a host: nodeside's source runs first in this namespace
+    pass
+
+TEAM_ROOT = "/var/lib/gpufleet/team"
+MEMBER_MARK = "gpufleet-member"
+_MEMBER_SECTIONS = ("members", "revoked", "limits")
+_MEMBER_LIMIT_FIELDS = ("runs", "gpus", "nodes")
+
+
+def team_path(*parts):
+    """A path under TEAM_ROOT (read when called: tests point it elsewhere)."""
+    return os.path.join(TEAM_ROOT, *parts)
+
+
+class _MembersLock(object):
+    """An exclusive flock on ``TEAM_ROOT/lock``, held for a read-change-write."""
+
+    def __init__(self):
+        self.handle = None
+
+    def __enter__(self):
+        import fcntl
+
+        _members_folder(team_path())
+        self.handle = open(team_path("lock"), "a")
+        fcntl.flock(self.handle, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        import fcntl
+
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+        return False
+
+
+def _members_folder(path):
+    if not os.path.isdir(path):
+        os.makedirs(path, 0o700)
+    os.chmod(path, 0o700)
+
+
+def _members_read():
+    try:
+        with open(team_path("members.json")) as handle:
+            doc = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _members_write(doc):
+    path = team_path("members.json")
+    temp = path + ".tmp"
+    with open(temp, "w") as handle:
+        json.dump(doc, handle, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(temp, 0o600)
+    os.rename(temp, path)
+
+
+def _members_stamp(entry):
+    """An entry's stamp as a comparable pair; an entry without one is older than any."""
+    stamp = (entry or {}).get("stamp")
+    if isinstance(stamp, (list, tuple)) and len(stamp) == 2:
+        try:
+            return (float(stamp[0]), str(stamp[1]))
+        except (TypeError, ValueError):
+            pass
+    return (float("-inf"), "")
+
+
+def _members_blank(fleet):
+    return {"fleet": fleet, "members": {}, "revoked": {}, "limits": {}}
+
+
+def _members_user_entry(doc, user):
+    """``(section, entry)`` of ``user``'s grant/revoke entry, or ``(None, None)``."""
+    for section in ("members", "revoked"):
+        entry = (doc.get(section) or {}).get(user)
+        if entry is not None:
+            return section, entry
+    return None, None
+
+
+def members_merge(mine, theirs):
+    """``mine`` and ``theirs`` merged entry by entry, the greater stamp winning (a new dict).
+    Grant and revoke share one entry per user; limits have one per user or ``"*"``."""
+    merged = _members_blank((mine or {}).get("fleet") or (theirs or {}).get("fleet"))
+    docs = [d for d in (mine, theirs) if d]
+    users = set()
+    for doc in docs:
+        users.update((doc.get("members") or {}).keys())
+        users.update((doc.get("revoked") or {}).keys())
+    for user in users:
+        best = None
+        for doc in docs:
+            section, entry = _members_user_entry(doc, user)
+            if entry is not None and (best is None
+                                      or _members_stamp(entry) > _members_stamp(best[1])):
+                best = (section, entry)
+        merged[best[0]][user] = dict(best[1])
+    for doc in docs:
+        for key, entry in (doc.get("limits") or {}).items():
+            held = merged["limits"].get(key)
+            if held is None or _members_stamp(entry) > _members_stamp(held):
+                merged["limits"][key] = dict(entry)
+    return merged
+
+
+def members_apply(doc, change):
+    """``(doc, applied)``: the document with ``change`` made, when its stamp is greater than
+    that of the entry it changes. Failure when ``change`` is not one."""
+    kind = change.get("kind")
+    user = change.get("user")
+    stamp = change.get("stamp")
+    if not isinstance(user, str) or not user or not isinstance(stamp, list):
+        raise Failure("a members change needs a user and a stamp")
+    base = {"by": change.get("by"), "stamp": stamp}
+    doc = members_merge(doc, None)
+    if kind == "limit":
+        held = doc["limits"].get(user)
+        if held is not None and _members_stamp(held) >= _members_stamp(change):
+            return doc, False
+        entry = dict(base)
+        for name in _MEMBER_LIMIT_FIELDS:
+            entry[name] = change.get(name)
+        doc["limits"][user] = entry
+        return doc, True
+    if kind not in ("grant", "revoke"):
+        raise Failure("unknown members change %r" % (kind,))
+    _section, held = _members_user_entry(doc, user)
+    if held is not None and _members_stamp(held) >= _members_stamp(change):
+        return doc, False
+    doc["members"].pop(user, None)
+    doc["revoked"].pop(user, None)
+    if kind == "grant":
+        if not change.get("key"):
+            raise Failure("a grant needs the member's key")
+        entry = dict(base, role="admin" if change.get("role") == "admin" else "member",
+                     key=change["key"], fingerprint=change.get("fingerprint"))
+        doc["members"][user] = entry
+    else:
+        doc["revoked"][user] = base
+    return doc, True
+
+
+def _members_home(login_user):
+    """The home folder of ``login_user`` on this host (tests replace it)."""
+    import pwd
+
+    try:
+        return pwd.getpwnam(login_user).pw_dir
+    except KeyError as exc:
+        raise Failure("the fleet's login user %s does not exist on this host"
+                      % login_user) from exc
+
+
+def _members_marked(line, fleet):
+    """Whether ``line`` of authorized_keys is a member line of ``fleet``."""
+    return (" %s fleet=%s user=" % (MEMBER_MARK, fleet)) in line
+
+
+def members_key_lines(doc):
+    """The authorized_keys lines of ``doc``'s members, each with its mark."""
+    fleet = doc.get("fleet") or ""
+    lines = []
+    for user in sorted(doc.get("members") or {}):
+        key = (doc["members"][user].get("key") or "").split()
+        if len(key) >= 2 and "\n" not in user:
+            lines.append("%s %s %s fleet=%s user=%s" % (key[0], key[1], MEMBER_MARK, fleet, user))
+    return lines
+
+
+def members_write_keys(doc, login_user):
+    """Write the fleet's member lines into ``login_user``'s authorized_keys: every other line
+    stays as it is; the file keeps its owner and mode and is replaced atomically."""
+    if not login_user:
+        return False
+    fleet = doc.get("fleet") or ""
+    home = _members_home(login_user)
+    folder = os.path.join(home, ".ssh")
+    path = os.path.join(folder, "authorized_keys")
+    try:
+        info = os.stat(home)
+    except OSError as exc:
+        raise Failure("the home folder %s of %s is missing" % (home, login_user)) from exc
+    if not os.path.isdir(folder):
+        os.mkdir(folder, 0o700)
+        os.chown(folder, info.st_uid, info.st_gid)
+    try:
+        with open(path) as handle:
+            old = handle.read().splitlines()
+        held = os.stat(path)
+        owner, mode = (held.st_uid, held.st_gid), held.st_mode & 0o7777
+    except (IOError, OSError):
+        old, owner, mode = [], (info.st_uid, info.st_gid), 0o600
+    kept = [line for line in old if not _members_marked(line, fleet)]
+    plain = set(" ".join(line.split()[:2]) for line in kept if line.strip())
+    added = [line for line in members_key_lines(doc)
+             if " ".join(line.split()[:2]) not in plain]
+    new = kept + added
+    if new == old:
+        return False
+    temp = path + ".gpufleet-tmp"
+    with open(temp, "w") as handle:
+        handle.write("".join(line + "\n" for line in new))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chown(temp, owner[0], owner[1])
+    os.chmod(temp, mode)
+    os.rename(temp, path)
+    return True
+
+
+def op_members(payload):
+    """The members document, or null on a host that has none."""
+    return {"doc": _members_read()}
+
+
+def op_members_change(payload):
+    """Make one change (grant, revoke, limit) when its author is an admin of the fleet."""
+    change = payload.get("change")
+    if not isinstance(change, dict):
+        raise Failure("members_change needs a change")
+    by = change.get("by")
+    with _MembersLock():
+        doc = _members_read()
+        if doc is None:
+            raise Failure("this host holds no members document of the fleet: apply the fleet "
+                          "again (gpufleet apply) so that its hosts get one")
+        entry = (doc.get("members") or {}).get(by) or {}
+        if entry.get("role") != "admin":
+            raise Failure("%s is not an admin of fleet %s: only its admins change members and "
+                          "limits" % (by, doc.get("fleet")))
+        doc, applied = members_apply(doc, change)
+        if applied:
+            _members_write(doc)
+        members_write_keys(doc, payload.get("login_user"))
+    return {"doc": doc, "applied": applied}
+
+
+def op_members_sync(payload):
+    """Merge a whole document into this host's (last writer wins per entry)."""
+    given = payload.get("doc")
+    if not isinstance(given, dict):
+        raise Failure("members_sync needs a document")
+    with _MembersLock():
+        doc = _members_read()
+        merged = members_merge(doc, given)
+        if merged != doc:
+            _members_write(merged)
+        members_write_keys(merged, payload.get("login_user"))
+    return {"doc": merged, "applied": merged != doc}
+
+
+OPS.update({
+    "members": op_members,
+    "members_change": op_members_change,
+    "members_sync": op_members_sync,
+})

@@ -1,0 +1,315 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A fleet's members, from the controller: read from its hosts, changed on every one of them.
+
+The members document lives on the fleet's hosts (tasks/hostside/memberside.py; its shape is
+teams.members'). There is no server, so every host keeps a copy:
+
+- ``members(...)`` asks every host and merges what they hold (newest entry wins), so one host
+  that missed a change does not hide it;
+- ``change(...)`` reads the document first and checks the change there (teams.members: an
+  unknown or revoked member, a key file that is not a public key, a limit below zero, a
+  change by someone who is not an admin), each refusal one line before any host is written;
+  then a host that lacks entries (a host made later) gets the merged document
+  (``members_sync``) and every host the change (``members_change``, refused there too when its
+  author is not an admin);
+- ``ensure(...)``, at fleet apply: a fleet whose hosts hold no document gets its first one, the
+  applying controller's user as admin with the fleet's own key; hosts without one (a fleet
+  grown, a host replaced) get a copy from those that have one.
+
+After a grant or revoke the member's fingerprint is published to the backend (fleets.access),
+so that controllers can tell which fleets they may reach without trying SSH.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+from ..backends.docker_cli import Docker
+from ..core.errors import GpufleetError
+from ..fleets import access, lookup, state
+from ..fleets import apply as fleet_apply
+from ..fleets.types import FleetRecord
+from ..teams import identity
+from ..teams import members as team
+from .hostside.memberside import members_merge
+from .ssh import Node, NodeError, parallel
+
+Doc = Dict[str, Any]
+
+
+class MembershipError(GpufleetError):
+    """A members command that cannot be done: no such fleet, no host answers, a refusal."""
+
+
+def controller_id(user: str, root: str) -> str:
+    """Who made a change, as its stamp says: user, machine and a hash of the state dir (two
+    controllers on one machine differ)."""
+    digest = hashlib.sha1(os.path.abspath(root).encode("utf-8")).hexdigest()[:8]
+    return "%s@%s/%s" % (user, socket.gethostname(), digest)
+
+
+def _live(record: Mapping[str, Any]) -> list:
+    return [i for i in record.get("instances") or []
+            if i.get("hostname") and i.get("status") not in ("terminated", "terminating")]
+
+
+def _reachable(instance: Dict[str, Any]) -> Dict[str, Any]:
+    """The instance as this controller reaches it: with its own identity when the fleet's key
+    is not here (a member's controller)."""
+    key = instance.get("identity_file")
+    if key and not os.path.isfile(key):
+        mine = identity.identity_file()
+        if os.path.isfile(mine):
+            return dict(instance, identity_file=mine)
+    return instance
+
+
+def find(name: str, docker: Optional[Docker], root: str,
+         settings: Optional[Dict[str, Any]] = None) -> FleetRecord:
+    """The fleet record of fleet ``name``, found as ``gpufleet fleet delete NAME`` finds it."""
+    try:
+        config, path = lookup.find(name, docker, root, settings)
+        return fleet_apply.describe(config, path, docker, root, settings=settings)
+    except fleet_apply.ApplyError as exc:
+        raise MembershipError(str(exc)) from exc
+
+
+def nodes_of(record: Mapping[str, Any], root: str) -> Dict[str, Node]:
+    return {i["name"]: Node(_reachable(i), root=root) for i in _live(record)}
+
+
+Read = Tuple[Optional[Doc], Dict[str, Optional[Doc]], Dict[str, str]]
+
+
+def read(nodes: Mapping[str, Node]) -> Read:
+    """``(merged document or None, {host: its document or None}, {host: error})``."""
+    answers = parallel(sorted(nodes), lambda host: nodes[host].call("members", timeout=60))
+    held: Dict[str, Optional[Doc]] = {}
+    errors: Dict[str, str] = {}
+    for host, (answer, error) in answers.items():
+        if error is not None:
+            errors[host] = str(error.detail if isinstance(error, NodeError) else error)
+        else:
+            held[host] = (answer or {}).get("doc")
+    merged = None
+    for doc in held.values():
+        if doc:
+            merged = members_merge(merged, doc)
+    return merged, held, errors
+
+
+def _unreached(errors: Mapping[str, str]) -> str:
+    return "; ".join("%s: %s" % item for item in sorted(errors.items()))
+
+
+def members(name: str, docker: Optional[Docker] = None, root: Optional[str] = None,
+            settings: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """``{"fleet", "members": rows (teams.members.table_rows), "limits": the default's,
+    "doc", "unread": {host: error}}``."""
+    root = state.state_dir(root)
+    record = find(name, docker, root, settings)
+    nodes = nodes_of(record, root)
+    if not nodes:
+        raise MembershipError("fleet %s has no running hosts to read its members from" % name)
+    doc, _held, errors = read(nodes)
+    if doc is None and errors and len(errors) == len(nodes):
+        raise MembershipError("cannot read the members of fleet %s: %s"
+                              % (name, _unreached(errors)))
+    default = ((doc or {}).get("limits") or {}).get(team.DEFAULT) or {}
+    return {"fleet": name, "members": team.table_rows(doc), "doc": doc, "unread": errors,
+            "default_limits": {k: default.get(k) for k in team.LIMIT_FIELDS}}
+
+
+def first_doc(fleet: str, creator: str, key: identity.PublicKey, controller: str) -> Doc:
+    """The document a fleet starts with: its creator, admin, with the fleet's own key."""
+    entry = {"role": team.ADMIN, "key": key.line(), "fingerprint": key.fingerprint,
+             "by": creator, "stamp": team.stamp(controller, 0.0)}
+    return {"fleet": fleet, "members": {creator: entry}, "revoked": {}, "limits": {}}
+
+
+def _fleet_key(record: Mapping[str, Any], root: str) -> Optional[identity.PublicKey]:
+    """The fleet's own public key: a backend fleet's in the state dir, an SSH fleet's
+    identity file's ``.pub`` beside it (None when there is none)."""
+    paths = []
+    if record.get("fleet_type") != "ssh" and record.get("name"):
+        paths.append(state.key_path(root, record["name"]) + ".pub")
+    paths += [i["identity_file"] + ".pub" for i in record.get("instances") or []
+              if i.get("identity_file")]
+    for path in paths:
+        if os.path.isfile(path):
+            try:
+                return identity.read_public_key(path)
+            except identity.IdentityError:
+                continue
+    return None
+
+
+def ensure(record: Mapping[str, Any], root: Optional[str] = None,
+           creator: Optional[str] = None, nodes: Optional[Mapping[str, Node]] = None,
+           make: bool = True) -> Dict[str, Any]:
+    """Every reachable host of the fleet (or those of ``nodes``) gets a members document: a
+    copy of what the others hold, else (no host has one, and ``make``) the first one,
+    ``creator`` (this controller's user) admin with the fleet's key.
+    ``{"made": bool, "synced": [hosts], "unread": {host: error}}``."""
+    root = state.state_dir(root)
+    nodes = nodes_of(record, root) if nodes is None else nodes
+    if not nodes:
+        return {"made": False, "synced": [], "unread": {}}
+    doc, held, errors = read(nodes)
+    made = False
+    if doc is None:
+        key = _fleet_key(record, root) if make else None
+        if key is None:
+            return {"made": False, "synced": [], "unread": errors}
+        user = creator or identity.user_name()
+        doc = first_doc(record["name"], user, key, controller_id(user, root))
+        made = True
+    # Every host that answered is sent the document: the hosts that lack entries take them,
+    # and every host writes its members' keys again (a node whose authorized_keys was made
+    # anew when it restarted gets them back).
+    behind = [h for h, d in held.items() if d != members_merge(d, doc)]
+    answers = parallel(sorted(held), lambda host: nodes[host].call(
+        "members_sync", {"doc": doc, "login_user": nodes[host].instance.get("user")},
+        timeout=60))
+    for host, (_answer, error) in answers.items():
+        if error is not None:
+            errors[host] = str(error.detail if isinstance(error, NodeError) else error)
+    return {"made": made, "synced": sorted(h for h in behind if h not in errors),
+            "unread": errors}
+
+
+def _holds(doc: Optional[Mapping[str, Any]], made: Mapping[str, Any]) -> bool:
+    """Whether ``doc`` says what the change ``made`` would (a grant of the same key and role,
+    the same limits): then nothing is written."""
+    if made["kind"] == "grant":
+        held = ((doc or {}).get("members") or {}).get(made["user"]) or {}
+        return (held.get("role") == made["role"]
+                and (held.get("key") or "").split()[:2] == made["key"].split()[:2])
+    if made["kind"] == "limit":
+        held = ((doc or {}).get("limits") or {}).get(made["user"])
+        return held is not None and all(held.get(k) == made[k] for k in team.LIMIT_FIELDS)
+    return False
+
+
+def change(name: str, operation: str, by: str, user: str, key_file: Optional[str] = None,
+           admin: bool = False, limits: Optional[Mapping[str, Optional[int]]] = None,
+           docker: Optional[Docker] = None, root: Optional[str] = None,
+           settings: Optional[Dict[str, Any]] = None, check_mode: bool = False) -> Dict[str, Any]:
+    """Grant, revoke or set limits on every host of fleet ``name``; ``by`` makes the change.
+    Returns ``{"fleet", "change", "changed", "members"}``; MembershipError (one line) when the
+    change is refused or a host did not take it."""
+    root = state.state_dir(root)
+    key = team.read_key(key_file or "") if operation == "grant" else None
+    record = find(name, docker, root, settings)
+    nodes = nodes_of(record, root)
+    if not nodes:
+        raise MembershipError("fleet %s has no running hosts to change its members on" % name)
+    doc, held, errors = read(nodes)
+    if errors:
+        raise MembershipError("cannot change the members of fleet %s while some of its hosts "
+                              "cannot be read (nothing was changed): %s"
+                              % (name, _unreached(errors)))
+    if doc is None:
+        # A fleet made before members existed: the controller that holds its key makes the
+        # first document, its user the admin.
+        ensured = ensure(record, root, by)
+        if not ensured["made"]:
+            raise MembershipError("the hosts of fleet %s hold no members document and this "
+                                  "controller does not hold the fleet's key: apply the fleet "
+                                  "from the controller that made it" % name)
+        doc, held, errors = read(nodes)
+    when = team.stamp(controller_id(by, root))
+    if operation == "grant" and key is not None:
+        made = team.grant(doc, name, by, user, key, admin, when)
+    elif operation == "revoke":
+        made = team.revoke(doc, name, by, user, when)
+    elif operation == "limit":
+        made = team.limit(doc, name, by, user, limits or {}, when)
+    else:
+        raise MembershipError("unknown members operation %r" % operation)
+    if _holds(doc, made):
+        return {"fleet": name, "change": made, "changed": False, "members": team.table_rows(doc)}
+    if check_mode:
+        return {"fleet": name, "change": made, "changed": True, "members": team.table_rows(doc)}
+    behind = [h for h, d in held.items() if d != members_merge(d, doc)]
+    parallel(behind, lambda host: nodes[host].call(
+        "members_sync", {"doc": doc, "login_user": nodes[host].instance.get("user")},
+        timeout=60))
+    answers = parallel(sorted(nodes), lambda host: nodes[host].call(
+        "members_change", {"change": made, "login_user": nodes[host].instance.get("user")},
+        timeout=60))
+    failed = {h: str(e.detail if isinstance(e, NodeError) else e)
+              for h, (_a, e) in answers.items() if e is not None}
+    if failed:
+        raise MembershipError("fleet %s: the change reached %d of %d hosts; run it again: %s"
+                              % (name, len(nodes) - len(failed), len(nodes), _unreached(failed)))
+    final, _held, _errors = read(nodes)
+    if operation in ("grant", "revoke"):
+        access.publish(record, user, made.get("fingerprint"), docker, root, settings)
+    return {"fleet": name, "change": made, "changed": True, "members": team.table_rows(final)}
+
+
+OPERATIONS = ("list", "grant", "revoke", "limit", "ensure")
+FLEET_MEMBERS_ARGS = dict(
+    fleet=dict(type="str"), operation=dict(type="str", default="list", choices=list(OPERATIONS)),
+    user=dict(type="str"), key=dict(type="path", no_log=False), admin=dict(type="bool", default=False),
+    default=dict(type="bool", default=False), runs=dict(type="int"), gpus=dict(type="int"),
+    nodes=dict(type="int"), by=dict(type="str"), record=dict(type="dict"),
+    state_dir=dict(type="path"), backend_settings=dict(type="dict"))
+
+
+def _need(params: Mapping[str, Any], name: str, why: str) -> Any:
+    if params.get(name) in (None, ""):
+        raise MembershipError("%s needs %s" % (why, name))
+    return params[name]
+
+
+def run(params: Mapping[str, Any], check_mode: bool = False,
+        docker: Optional[Docker] = None) -> Dict[str, Any]:
+    """What the fleet_members module does with its parameters (FLEET_MEMBERS_ARGS)."""
+    operation = params.get("operation") or "list"
+    root = state.state_dir(params.get("state_dir"))
+    settings = state.backend_settings(root, params.get("backend_settings"))
+    docker = docker if docker is not None else Docker()
+    by: Optional[str] = None
+    try:
+        by = params.get("by") or identity.user_name()
+    except identity.IdentityError as exc:
+        if operation != "ensure":
+            raise MembershipError(str(exc)) from exc
+    if operation == "ensure":
+        record = _need(params, "record", "operation=ensure")
+        if check_mode:
+            return {"changed": False, "fleet": record.get("name")}
+        if by is None:
+            # Applying a fleet does not fail for want of a user name: its hosts only get no
+            # first members document (nobody could be its admin).
+            done = ensure(record, root, None, make=False)
+            return dict(done, changed=bool(done["synced"]), fleet=record.get("name"),
+                        warnings=["no members document was made for fleet %s: set $%s to your "
+                                  "user name and apply it again" % (record.get("name"),
+                                                                    identity.USER_ENV)])
+        done = ensure(record, root, by)
+        return dict(done, changed=bool(done["made"] or done["synced"]), fleet=record.get("name"))
+    name = _need(params, "fleet", "operation=%s" % operation)
+    author = by or ""
+    if operation == "list":
+        return dict(members(name, docker, root, settings), changed=False)
+    if operation == "limit":
+        if params.get("default") == bool(params.get("user")):
+            raise MembershipError("a limit is for one user or for everyone: give user or "
+                                  "default (one of them)")
+        user = team.DEFAULT if params.get("default") else params["user"]
+    else:
+        user = _need(params, "user", "operation=%s" % operation)
+    if operation == "grant":
+        _need(params, "key", "operation=grant")
+    limits = {k: params.get(k) for k in team.LIMIT_FIELDS}
+    return change(name, operation, author, user, key_file=params.get("key"),
+                  admin=bool(params.get("admin")), limits=limits, docker=docker, root=root,
+                  settings=settings, check_mode=check_mode)

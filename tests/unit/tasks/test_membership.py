@@ -1,0 +1,198 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""tasks.membership: a fleet's members read from and changed on every host, each host being
+tasks.hostside.memberside in a folder of its own (no SSH). Bad input leaves every host as it
+was; a host made later gets the document; two controllers' changes end in one state."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import membership
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
+    memberside,
+    nodeside,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
+from ansible_collections.gpufleet.cluster.plugins.module_utils.teams import members as team
+
+FLEET_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAJnSj3r8XiEGyhwJEKqijnJSQwzMpTg90UgVPGn1ovW"
+_ONE_AT_A_TIME = threading.Lock()
+
+
+class HostNode:
+    """A host: memberside's operations over a team folder and a home of its own."""
+
+    def __init__(self, name, base, down=False):
+        self.name = name
+        self.team = base / name / "team"
+        self.home = base / name / "home"
+        (self.home / ".ssh").mkdir(parents=True)
+        (self.home / ".ssh" / "authorized_keys").write_text(FLEET_KEY + " fleet\n")
+        self.instance = {"name": name, "user": "gpufleet"}
+        self.down = down
+
+    def call(self, op, payload=None, timeout=None):
+        if self.down:
+            raise NodeError(self.name, "unreachable over SSH: no route", silent=True)
+        with _ONE_AT_A_TIME, pytest.MonkeyPatch.context() as patch:
+            patch.setattr(memberside, "TEAM_ROOT", str(self.team))
+            patch.setattr(memberside, "_members_home", lambda user: str(self.home))
+            try:
+                return nodeside.OPS[op](payload or {})
+            except nodeside.Failure as exc:
+                raise NodeError(self.name, str(exc)) from exc
+
+    def keys(self):
+        return (self.home / ".ssh" / "authorized_keys").read_text()
+
+
+@pytest.fixture
+def fleet(tmp_path, monkeypatch):
+    root = tmp_path / "state"
+    key = root / "fleets" / "f" / "id_ed25519"
+    key.parent.mkdir(parents=True)
+    key.write_text("private\n")
+    (tmp_path / "state" / "fleets" / "f" / "id_ed25519.pub").write_text(FLEET_KEY + " f\n")
+    hosts = {n: HostNode(n, tmp_path) for n in ("f-0", "f-1")}
+    record = {"name": "f", "fleet_type": "backend",
+              "instances": [{"name": n, "identity_file": str(key)} for n in hosts]}
+    monkeypatch.setattr(membership, "find", lambda name, docker, root, settings=None: record)
+    monkeypatch.setattr(membership, "nodes_of", lambda rec, root: dict(hosts))
+    published = []
+    monkeypatch.setattr(membership.access, "publish",
+                        lambda *args: published.append(args[1:3]) or False)
+    return {"root": str(root), "hosts": hosts, "record": record, "published": published,
+            "tmp": tmp_path}
+
+
+def bob_key(tmp_path, name="bob"):
+    path = tmp_path / (name + ".pub")
+    path.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGa0bQ0HwQ1m3y6fP3m3Ebx0r2b2p0m8wQeS"
+                    "7pQ6Qd6F %s\n" % name)
+    return str(path)
+
+
+def change(fleet, operation, by="alice", **given):
+    return membership.change("f", operation, by, given.pop("user", "bob"), root=fleet["root"],
+                             docker=None, **given)
+
+
+def docs(fleet):
+    return [h.call("members")["doc"] for h in fleet["hosts"].values()]
+
+
+def test_apply_makes_the_first_document_with_the_creator_as_admin(fleet):
+    done = membership.ensure(fleet["record"], fleet["root"], "alice")
+    assert done["made"] and done["synced"] == ["f-0", "f-1"]
+    for doc in docs(fleet):
+        assert doc["members"]["alice"]["role"] == "admin"
+        assert doc["members"]["alice"]["key"].split()[:2] == FLEET_KEY.split()
+    # The creator's key is the fleet's own: no second line for it.
+    assert fleet["hosts"]["f-0"].keys() == FLEET_KEY + " fleet\n"
+    assert membership.ensure(fleet["record"], fleet["root"], "zoe")["made"] is False
+
+
+def test_grant_reaches_every_host_and_revoke_takes_it_out(fleet):
+    membership.ensure(fleet["record"], fleet["root"], "alice")
+    answer = change(fleet, "grant", key_file=bob_key(fleet["tmp"]))
+    assert answer["changed"] and [r["user"] for r in answer["members"]] == ["alice", "bob"]
+    for host in fleet["hosts"].values():
+        assert "gpufleet-member fleet=f user=bob" in host.keys()
+    assert fleet["published"][-1][0] == "bob" and fleet["published"][-1][1].startswith("SHA256:")
+    assert change(fleet, "grant", key_file=bob_key(fleet["tmp"]))["changed"] is False
+    change(fleet, "revoke")
+    for host in fleet["hosts"].values():
+        assert host.keys() == FLEET_KEY + " fleet\n"
+    assert fleet["published"][-1] == ("bob", None)
+
+
+@pytest.mark.parametrize("operation, given, message", [
+    ("revoke", {"user": "zed"}, "zed is not a member of fleet f"),
+    ("limit", {"user": "*", "limits": {"runs": -1}}, "--runs -1 is not a limit"),
+    ("grant", {"user": "dave", "key_file": "/nonexistent.pub"}, "cannot read the key file"),
+])
+def test_bad_input_leaves_every_host_as_it_was(fleet, operation, given, message):
+    membership.ensure(fleet["record"], fleet["root"], "alice")
+    before = docs(fleet)
+    with pytest.raises(team.MembersError, match=message):
+        change(fleet, operation, **given)
+    assert docs(fleet) == before
+
+
+def test_a_revoked_member_and_a_non_admin_are_refused(fleet):
+    membership.ensure(fleet["record"], fleet["root"], "alice")
+    change(fleet, "grant", key_file=bob_key(fleet["tmp"]))
+    with pytest.raises(team.MembersError, match="bob is not an admin of fleet f"):
+        change(fleet, "grant", by="bob", user="eve", key_file=bob_key(fleet["tmp"], "eve"))
+    change(fleet, "revoke")
+    with pytest.raises(team.MembersError, match="alice revoked them on "):
+        change(fleet, "revoke")
+
+
+def test_a_host_without_the_document_gets_it_with_the_next_change(fleet):
+    membership.ensure(fleet["record"], fleet["root"], "alice")
+    fleet["hosts"]["f-2"] = HostNode("f-2", fleet["tmp"])
+    change(fleet, "limit", user=team.DEFAULT, limits={"runs": 3})
+    for doc in docs(fleet):
+        assert doc["limits"]["*"]["runs"] == 3 and "alice" in doc["members"]
+
+
+def test_ensure_copies_the_document_to_a_host_made_later(fleet):
+    membership.ensure(fleet["record"], fleet["root"], "alice")
+    change(fleet, "grant", key_file=bob_key(fleet["tmp"]))
+    fleet["hosts"]["f-2"] = HostNode("f-2", fleet["tmp"])
+    done = membership.ensure(fleet["record"], fleet["root"], "zoe", make=False)
+    assert done == {"made": False, "synced": ["f-2"], "unread": {}}
+    assert "user=bob" in fleet["hosts"]["f-2"].keys()
+
+
+def test_a_host_that_cannot_be_read_stops_the_change_before_anything_is_written(fleet):
+    membership.ensure(fleet["record"], fleet["root"], "alice")
+    fleet["hosts"]["f-1"].down = True
+    with pytest.raises(membership.MembershipError, match="some of its hosts cannot be read"):
+        change(fleet, "grant", key_file=bob_key(fleet["tmp"]))
+    fleet["hosts"]["f-1"].down = False
+    assert "bob" not in docs(fleet)[0]["members"]
+
+
+def test_two_controllers_at_once_end_in_one_state_on_every_host(fleet):
+    membership.ensure(fleet["record"], fleet["root"], "alice")
+    change(fleet, "grant", key_file=bob_key(fleet["tmp"]))
+    change(fleet, "grant", user="carol", admin=True, key_file=bob_key(fleet["tmp"], "carol"))
+    errors = []
+
+    def one(by, operation, **given):
+        try:
+            change(fleet, operation, by=by, **given)
+        except Exception as exc:  # pylint: disable=broad-exception-caught
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=("alice", "limit"),
+                                kwargs={"user": "*", "limits": {"runs": 1}}),
+               threading.Thread(target=one, args=("carol", "limit"),
+                                kwargs={"user": "*", "limits": {"runs": 5}}),
+               threading.Thread(target=one, args=("carol", "revoke"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    first, second = docs(fleet)
+    assert first == second and "bob" in first["revoked"]
+    assert first["limits"]["*"]["runs"] in (1, 5)
+
+
+def test_the_module_parameters(fleet, monkeypatch):
+    monkeypatch.setenv("GPUFLEET_USER", "alice")
+    params = dict((k, v.get("default")) for k, v in membership.FLEET_MEMBERS_ARGS.items())
+    params.update(operation="ensure", record=fleet["record"], state_dir=fleet["root"])
+    assert membership.run(params, docker=object())["made"] is True
+    params.update(operation="limit", fleet="f", user="bob", default=True)
+    with pytest.raises(membership.MembershipError, match="give user or default"):
+        membership.run(params, docker=object())
+    params.update(operation="list", user=None, default=False)
+    listed = membership.run(params, docker=object())
+    assert [r["user"] for r in listed["members"]] == ["alice"] and listed["changed"] is False
