@@ -58,29 +58,27 @@ def _live(record: Mapping[str, Any]) -> list:
             if i.get("hostname") and i.get("status") not in ("terminated", "terminating")]
 
 
-def _reachable(instance: Dict[str, Any]) -> Dict[str, Any]:
-    """The instance as this controller reaches it: with its own identity when the fleet's key
-    is not here (a member's controller)."""
-    key = instance.get("identity_file")
-    if key and not os.path.isfile(key):
-        mine = identity.identity_file()
-        if os.path.isfile(mine):
-            return dict(instance, identity_file=mine)
-    return instance
-
-
 def find(name: str, docker: Optional[Docker], root: str,
          settings: Optional[Dict[str, Any]] = None) -> FleetRecord:
     """The fleet record of fleet ``name``, found as ``gpufleet fleet delete NAME`` finds it."""
     try:
         config, path = lookup.find(name, docker, root, settings)
-        return fleet_apply.describe(config, path, docker, root, settings=settings)
+        record = fleet_apply.describe(config, path, docker, root, settings=settings)
     except fleet_apply.ApplyError as exc:
         raise MembershipError(str(exc)) from exc
+    # A member's controller reaches the hosts with its own identity (fleets.access sets it).
+    access.annotate([record], root, docker)
+    if not access.reachable(record):
+        me = identity.user_name()
+        raise MembershipError(
+            "fleet %s: this controller has no access to it (its state dir %s holds no key of "
+            "the fleet and %s is not a member): ask an admin of the fleet to run `gpufleet "
+            "fleet grant %s --user %s --key YOUR_KEY.pub`" % (name, root, me, name, me))
+    return record
 
 
 def nodes_of(record: Mapping[str, Any], root: str) -> Dict[str, Node]:
-    return {i["name"]: Node(_reachable(i), root=root) for i in _live(record)}
+    return {i["name"]: Node(i, root=root) for i in _live(record)}
 
 
 Read = Tuple[Optional[Doc], Dict[str, Optional[Doc]], Dict[str, str]]
