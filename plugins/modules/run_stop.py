@@ -31,6 +31,12 @@ options:
     description: Kill at once instead of a graceful stop.
     type: bool
     default: false
+  user:
+    description:
+      - Who asks for the stop, the caller that O(force) is about.
+      - Defaults to C(GPUFLEET_USER), else the login name. C(playbooks/stop.yml) passes
+        C(gpufleet_user), else in AWX the user who launched the job (C(awx_user_name)).
+    type: str
   force:
     description:
       - Stop the run even when another user submitted it.

@@ -96,4 +96,4 @@ def test_a_fleet_with_no_access_is_listed_once_and_never_tried_then_a_member_rea
             docker.run("exec", "--env", "GPUFLEET_KEY=" + line, local.container_name(FLEET, num),
                        "sh", "-c", UNAUTHORIZE, check=False)
         gpufleet(dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(collections_path())),
-                 "stop", "-y", NAME)
+                 "stop", "-y", "--force", NAME)

@@ -177,6 +177,14 @@ def test_fair_share_starts_the_lighter_users_run_before_an_earlier_heavier_ones(
         assert cli.main(["ps", "--json"]) == 0
         return dict((r["name"], r) for r in json.loads(capsys.readouterr().out))
 
+    # The fill takes all 3 nodes: runs an earlier file of this worker left ending must be gone.
+    deadline = time.time() + 120
+    while True:
+        alive = [(n, r["status"]) for n, r in listed().items() if r["status"] in ACTIVE]
+        if not alive:
+            break
+        assert time.time() < deadline, "the world's fleet is still busy: %s" % alive
+        time.sleep(2)
     usage = {"hours": {HEAVY: 36000.0, LIGHT: 60.0}}
     monkeypatch.setattr(surveys, "usage_of", lambda survey: usage)
     submit(fill, LIGHT, "type: task\nname: %s\n%s" % (fill, body))
@@ -193,4 +201,4 @@ def test_fair_share_starts_the_lighter_users_run_before_an_earlier_heavier_ones(
         assert (runs[heavy]["status"], runs[heavy]["queue_position"]) == ("pending", 1)
     finally:
         for name in (heavy, light, fill):
-            cli.main(["stop", "-y", name])
+            cli.main(["stop", "-y", "--force", name])

@@ -2,7 +2,8 @@
 grants a second person B (a second identity and state dir), B's own key then reaches every
 host, ``fleet members`` lists B, bad input is refused in one line and leaves the hosts as they
 were, two controllers' concurrent changes end in one state on every host, and after the
-revoke the hosts refuse B's plain ``ssh``.
+revoke the hosts refuse B's plain ``ssh``. Granted, B submits from his own controller as A does,
+and each run names its submitter.
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import Node
 
 from gpufleet import api
 
-from .task_world import FLEET, SUFFIX
+from .task_world import CPU, FLEET, SUFFIX
 
 GPUFLEET = os.path.join(os.path.dirname(sys.executable), "gpufleet")   # the command
 
@@ -109,6 +111,29 @@ def test_grant_lets_a_member_in_on_every_host_and_revoke_takes_them_out(world, t
         docs = list(host_docs(world).values())
         assert all(d == docs[0] for d in docs), docs
         assert docs[0]["limits"][bob]["runs"] in (1, 2)
+
+        # Both submit: B from his own state dir with his own key (his controller never applied
+        # the fleet: it reads the hosts' facts from the hosts), A from the world's. Each run
+        # names its submitter, and B's ps lists both.
+        runs = {}
+        for who, env in ((bob, bob_env), (admins[0], alice)):
+            name = "mem%d-%s" % (len(runs), SUFFIX)
+            path = tmp_path / (name + ".dstack.yml")
+            path.write_text("type: task\nname: %s\nimage: %s\nfleets: [%s]\n%scommands: [sleep 2]\n"
+                            % (name, world["base_image"], FLEET, CPU))
+            submitted = gpufleet("apply", "-f", str(path), "-y", "-d", env=env)
+            assert submitted.returncode == 0, (who, submitted.stdout, submitted.stderr)
+            runs[name] = who
+        deadline = time.time() + 180
+        while True:
+            listed = gpufleet("ps", "--json", env=bob_env)
+            assert listed.returncode == 0, listed.stderr
+            rows = dict((r["name"], r) for r in json.loads(listed.stdout))
+            if all(rows.get(n, {}).get("status") == "done" for n in runs):
+                break
+            assert time.time() < deadline, rows
+            time.sleep(2)
+        assert dict((n, rows[n]["user"]) for n in runs) == runs
     finally:
         gone = gpufleet("fleet", "revoke", FLEET, "--user", bob, env=alice)
     assert gone.returncode == 0, gone.stderr

@@ -58,7 +58,8 @@ TASK_REQUIRED_ONE_OF = [("path", "config")]
 RUN_INFO_ARGS = dict(name=dict(type="str"), user=dict(type="str"), **FLEET_OPTIONS)
 RUN_QUEUE_ARGS = dict(**FLEET_OPTIONS)
 RUN_STOP_ARGS = dict(name=dict(type="str", required=True), abort=dict(type="bool", default=False),
-                     force=dict(type="bool", default=False), **FLEET_OPTIONS)
+                     force=dict(type="bool", default=False), user=dict(type="str"),
+                     **FLEET_OPTIONS)
 RUN_METRICS_ARGS = dict(name=dict(type="str", required=True), job=dict(type="int"),
                         **FLEET_OPTIONS)
 RUN_LOGS_ARGS = dict(name=dict(type="str", required=True), follow=dict(type="bool", default=False),
@@ -122,10 +123,11 @@ def stored_secret_names(params):
     return needed_secret_names(config, given), optional
 
 
-def _fleets(params):
+def _fleets(params, host_facts=False):
     root = state.state_dir(params.get("state_dir"))
     try:
-        fleets = surveys.collect_fleets(params.get("fleets") or (), Docker(), root)
+        fleets = surveys.collect_fleets(params.get("fleets") or (), Docker(), root,
+                                        host_facts=host_facts)
     except RunError as exc:
         raise ActionError(str(exc)) from exc
     return root, fleets
@@ -238,7 +240,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
     array_spec = _array(params)
     config_dir = os.path.dirname(params["path"]) if params.get("path") else None
     _check_local(config, config_dir)
-    root, fleets = _fleets(params)
+    root, fleets = _fleets(params, host_facts=True)
     if not fleets:
         raise ActionError("no fleets found: apply a fleet first (gpufleet apply -f FLEET, or "
                           "playbooks/fleet.yml), or name fleet files in fleets")
@@ -421,7 +423,7 @@ def run_info(params):
 
 def run_queue(params, check_mode=False, emit=None):
     """The queue's pass (playbooks/reconcile.yml, ps when something is due, stop)."""
-    root, fleets = _fleets(params)
+    root, fleets = _fleets(params, host_facts=True)
     try:
         report = drive_queue(fleets, root, emit, check_mode=check_mode)
     except (RunError, NodeError, PlanError, placement.PlacementError) as exc:
@@ -490,7 +492,8 @@ def _guard_stop(params, record, records, nodes, fleets):
     if not any(r.get("user") for r in targets):
         return   # runs made before runs named their user: anyone's, as before
     try:
-        caller = identity.user_name()
+        caller = (identity.check_user(params["user"], "user") if params.get("user")
+                  else identity.user_name())
     except identity.IdentityError as exc:
         raise ActionError(str(exc)) from exc
     ownership.check_stop(targets, caller, False,

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple, cast
 
 from ..backends.docker_cli import Docker
 from ..core.errors import GpufleetError
@@ -67,8 +67,9 @@ def find(name: str, docker: Optional[Docker], root: str,
     except fleet_apply.ApplyError as exc:
         raise MembershipError(str(exc)) from exc
     # A member's controller reaches the hosts with its own identity (fleets.access sets it).
-    access.annotate([record], root, docker)
-    if not access.reachable(record):
+    plain = cast(Dict[str, Any], record)
+    access.annotate([plain], root, docker)
+    if not access.reachable(plain):
         me = identity.user_name()
         raise MembershipError(
             "fleet %s: this controller has no access to it (its state dir %s holds no key of "
@@ -171,14 +172,34 @@ def ensure(record: Mapping[str, Any], root: Optional[str] = None,
     # and every host writes its members' keys again (a node whose authorized_keys was made
     # anew when it restarted gets them back).
     behind = [h for h, d in held.items() if d != members_merge(d, doc)]
+    # With it, each host keeps the facts the apply measured on it: a member's controller, which
+    # has no facts cache of the fleet, reads them from there (host_facts).
     answers = parallel(sorted(held), lambda host: nodes[host].call(
-        "members_sync", {"doc": doc, "login_user": nodes[host].instance.get("user")},
-        timeout=60))
+        "members_sync", {"doc": doc, "login_user": nodes[host].instance.get("user"),
+                         "facts": _facts_of(record, host)}, timeout=60))
     for host, (_answer, error) in answers.items():
         if error is not None:
             errors[host] = str(error.detail if isinstance(error, NodeError) else error)
     return {"made": made, "synced": sorted(h for h in behind if h not in errors),
             "unread": errors}
+
+
+def _facts_of(record: Mapping[str, Any], host: str) -> Optional[Dict[str, Any]]:
+    """The host facts an apply measured on ``host`` (its instance's ``resources``), or None."""
+    for instance in record.get("instances") or []:
+        if instance.get("name") == host and isinstance(instance.get("resources"), dict):
+            return dict(instance["resources"])
+    return None
+
+
+def host_facts(nodes: Mapping[str, Node]) -> Dict[str, Dict[str, Any]]:
+    """``{host: facts}`` of the hosts that keep the facts of the fleet's last apply (members
+    read them there instead of a facts cache of their own); a host that does not answer, or
+    keeps none, is left out."""
+    answers = parallel(sorted(nodes), lambda host: nodes[host].call(
+        "members", {"facts": True}, timeout=30))
+    return dict((host, answer["facts"]) for host, (answer, error) in answers.items()
+                if error is None and isinstance((answer or {}).get("facts"), dict))
 
 
 def _holds(doc: Optional[Mapping[str, Any]], made: Mapping[str, Any]) -> bool:
@@ -248,7 +269,8 @@ def change(name: str, operation: str, by: str, user: str, key_file: Optional[str
                               % (name, len(nodes) - len(failed), len(nodes), _unreached(failed)))
     final, _held, _errors = read(nodes)
     if operation in ("grant", "revoke"):
-        access.publish(record, user, made.get("fingerprint"), docker, root, settings)
+        access.publish(cast(Dict[str, Any], record), user, made.get("fingerprint"), docker,
+                       root, settings)
     return {"fleet": name, "change": made, "changed": True, "members": team.table_rows(final)}
 
 

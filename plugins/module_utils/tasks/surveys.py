@@ -16,6 +16,7 @@ from ..backends.docker_cli import DockerError
 from ..fleets import access
 from ..fleets import apply as fleet_apply
 from ..fleets import state
+from . import membership
 from .errors import RunError
 from .ssh import Node, parallel
 
@@ -38,7 +39,8 @@ def _describe_file(path, docker, root, local_nodes=None):
         raise RunError(str(exc)) from exc
 
 
-def collect_fleets(paths=(), docker=None, root=None, discover=True, unreachable=False):
+def collect_fleets(paths=(), docker=None, root=None, discover=True, unreachable=False,
+                   host_facts=False):
     """Fleet records: the fleets of the given fleet files, then every fleet the backends hold,
     then SSH fleets this controller applied (their files are remembered in the state dir).
 
@@ -49,6 +51,8 @@ def collect_fleets(paths=(), docker=None, root=None, discover=True, unreachable=
     Each record gets ``facts`` (``{instance: gpufleet_host}``), the host facts cached when the
     fleet was applied. An SSH host with cached facts counts as ready (``idle``): it passed its
     checks when the fleet was last applied, and the runner asks it again before using it.
+    With ``host_facts`` (placing a run), a fleet this controller reaches as a member, whose
+    facts it never cached, gets them from its hosts (``member_facts``).
     """
     root = state.state_dir(root)
     found = []
@@ -98,7 +102,32 @@ def collect_fleets(paths=(), docker=None, root=None, discover=True, unreachable=
         for instance in record["instances"]:
             if instance.get("backend") == "ssh" and instance["name"] in record["facts"]:
                 instance["status"] = "idle"
+    if host_facts:
+        member_facts(found, root)
     return found
+
+
+def member_facts(fleets, root):
+    """Fill in the host facts of the fleets this controller reaches as a member (fleets.access)
+    that its state dir has no facts of: a member did not apply the fleet, so it never cached
+    them, and the hosts keep what the fleet's last apply measured on them (tasks.membership).
+    What they say is cached here too (fleets.state), so this asks the hosts once."""
+    for fleet in fleets:
+        if fleet.get("access") != access.MEMBER:
+            continue
+        facts = fleet.get("facts") or {}
+        live = [i for i in fleet.get("instances") or []
+                if i.get("hostname") and i["name"] not in facts]
+        if not live:
+            continue
+        nodes = dict((i["name"], Node(i, root=root)) for i in live)
+        found = membership.host_facts(nodes)
+        if found:
+            fleet["facts"] = dict(facts, **found)
+            try:
+                state.write_facts(root, fleet["name"], fleet["facts"])
+            except state.StateError:
+                pass   # a cache: the next run asks the hosts again
 
 
 def nodes_of(fleets, root=None, connect_timeout=20):

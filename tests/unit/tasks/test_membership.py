@@ -196,3 +196,27 @@ def test_the_module_parameters(fleet, monkeypatch):
     params.update(operation="list", user=None, default=False)
     listed = membership.run(params, docker=object())
     assert [r["user"] for r in listed["members"]] == ["alice"] and listed["changed"] is False
+
+
+def test_apply_leaves_each_hosts_facts_there_and_a_member_reads_them(fleet, monkeypatch):
+    """ensure gives every host the facts its apply measured; a member's controller, with no
+    facts cache of the fleet, reads them from the hosts once and caches them."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import surveys
+
+    measured = {"f-0": {"cpus": 4, "internal_ip": "10.0.0.1"},
+                "f-1": {"cpus": 8, "internal_ip": "10.0.0.2"}}
+    record = dict(fleet["record"], instances=[dict(i, resources=measured[i["name"]])
+                                              for i in fleet["record"]["instances"]])
+    membership.ensure(record, fleet["root"], "alice")
+    assert membership.host_facts(fleet["hosts"]) == measured
+    member_root = str(fleet["tmp"] / "bob-state")
+    seen = dict(record, access="member", facts={}, instances=[
+        dict(i, hostname="h" + i["name"]) for i in record["instances"]])
+    monkeypatch.setattr(surveys, "Node", lambda instance, root=None: fleet["hosts"][instance["name"]])
+    surveys.member_facts([seen], member_root)
+    assert seen["facts"] == measured
+    assert surveys.state.read_facts(member_root, "f") == measured
+    # A key fleet (its facts are this controller's own cache) is never asked.
+    mine = dict(seen, access="key", facts={})
+    surveys.member_facts([mine], member_root)
+    assert mine["facts"] == {}

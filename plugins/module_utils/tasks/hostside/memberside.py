@@ -90,8 +90,19 @@ def _members_read():
     return doc if isinstance(doc, dict) else None
 
 
-def _members_write(doc):
-    path = team_path("members.json")
+def _members_facts_read():
+    """The host facts the last fleet apply measured on this host (``host-facts.json``), or
+    None: what a member's controller, which holds no facts cache of the fleet, places tasks by."""
+    try:
+        with open(team_path("host-facts.json")) as handle:
+            facts = json.load(handle)
+    except (IOError, OSError, ValueError):
+        return None
+    return facts if isinstance(facts, dict) else None
+
+
+def _members_write(doc, name="members.json"):
+    path = team_path(name)
     temp = path + ".tmp"
     with open(temp, "w") as handle:
         json.dump(doc, handle, sort_keys=True)
@@ -256,8 +267,12 @@ def members_write_keys(doc, login_user):
 
 
 def op_members(payload):
-    """The members document, or null on a host that has none."""
-    return {"doc": _members_read()}
+    """The members document, or null on a host that has none; with ``facts`` asked, also the
+    host facts the fleet's last apply left here (null when none)."""
+    answer = {"doc": _members_read()}
+    if payload.get("facts"):
+        answer["facts"] = _members_facts_read()
+    return answer
 
 
 def op_members_change(payload):
@@ -293,6 +308,9 @@ def op_members_sync(payload):
         if merged != doc:
             _members_write(merged)
         members_write_keys(merged, payload.get("login_user"))
+        facts = payload.get("facts")
+        if isinstance(facts, dict) and facts and facts != _members_facts_read():
+            _members_write(facts, "host-facts.json")
     return {"doc": merged, "applied": merged != doc}
 
 

@@ -158,3 +158,16 @@ def test_sync_merges_and_writes_keys(team):
 def test_the_ops_are_sent_to_the_hosts():
     source = ssh.host_source().decode("utf-8")
     assert "def op_members_change(" in source and '"members_sync": op_members_sync' in source
+
+
+def test_sync_keeps_the_hosts_facts_for_members_to_read(team):
+    assert memberside.op_members({"facts": True}) == {"doc": None, "facts": None}
+    facts = {"gpus": [], "cpus": 4, "internal_ip": "10.0.0.2"}
+    memberside.op_members_sync({"doc": first(), "login_user": "gpufleet", "facts": facts})
+    assert memberside.op_members({"facts": True})["facts"] == facts
+    assert "facts" not in memberside.op_members({})
+    path = os.path.join(memberside.TEAM_ROOT, "host-facts.json")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    # A sync without facts (a grant's copy to a host made later) keeps what is there.
+    memberside.op_members_sync({"doc": first(), "login_user": "gpufleet"})
+    assert memberside.op_members({"facts": True})["facts"] == facts
