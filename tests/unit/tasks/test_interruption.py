@@ -294,7 +294,7 @@ def test_ps_and_the_queues_pass_give_each_host_the_status_timeout(monkeypatch, t
             return {"containers": [], "claims": [], "queue": []}
 
     nodes = dict((h, Recording(h)) for h in ("a", "b"))
-    monkeypatch.setattr(actions, "_fleets", lambda params: (str(tmp_path), [fleet_with_facts()]))
+    monkeypatch.setattr(actions, "_fleets", lambda params, host_facts=False: (str(tmp_path), [fleet_with_facts()]))
     monkeypatch.setattr(surveys, "nodes_of", lambda *_a, **_k: nodes)
     actions.run_info({})
     actions.run_queue({})

@@ -289,7 +289,7 @@ def submitted(monkeypatch):
     """actions.submit over FakeRunner: ``submit(show_plan, check_mode)`` gives the runner."""
     FakeRunner.made = []
     monkeypatch.setattr(runs, "Runner", FakeRunner)
-    monkeypatch.setattr(actions, "_fleets", lambda params: ("/state", [fleet_with_facts()]))
+    monkeypatch.setattr(actions, "_fleets", lambda params, host_facts=False: ("/state", [fleet_with_facts()]))
     monkeypatch.setattr(actions, "drive_queue", lambda *args, **kwargs: {})
     monkeypatch.setattr(actions, "queue_waiting", lambda survey: False)
 
