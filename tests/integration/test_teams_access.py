@@ -28,6 +28,7 @@ from .task_world import CPU, FLEET, SUFFIX, run_task
 BIN = Path(sys.executable).parent
 NAME = "access-" + SUFFIX
 SLEEP = "type: task\nname: {name}\nimage: {image}\nfleets: [{fleet}]\n" + CPU + \
+    "retry:\n  on_events: [no-capacity]\n  duration: 5m\n" \
     "commands:\n  - sleep 300\n"
 # Takes carol's key out of the login user's authorized_keys again (the stand-in for revoke).
 UNAUTHORIZE = ('f=/home/%s/.ssh/authorized_keys; grep -vxF "$GPUFLEET_KEY" "$f" > "$f.new"; '

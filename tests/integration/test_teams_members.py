@@ -119,12 +119,14 @@ def test_grant_lets_a_member_in_on_every_host_and_revoke_takes_them_out(world, t
         for who, env in ((bob, bob_env), (admins[0], alice)):
             name = "mem%d-%s" % (len(runs), SUFFIX)
             path = tmp_path / (name + ".dstack.yml")
+            # retry: other files' runs may still hold the worker's shared world.
             path.write_text("type: task\nname: %s\nimage: %s\nfleets: [%s]\n%scommands: [sleep 2]\n"
+                            "retry:\n  on_events: [no-capacity]\n  duration: 5m\n"
                             % (name, world["base_image"], FLEET, CPU))
             submitted = gpufleet("apply", "-f", str(path), "-y", "-d", env=env)
             assert submitted.returncode == 0, (who, submitted.stdout, submitted.stderr)
             runs[name] = who
-        deadline = time.time() + 180
+        deadline = time.time() + 360
         while True:
             listed = gpufleet("ps", "--json", env=bob_env)
             assert listed.returncode == 0, listed.stderr

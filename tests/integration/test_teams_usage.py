@@ -96,7 +96,11 @@ def test_usage_adds_up_the_runs_and_outlives_the_containers_and_controller(world
         for node, held in node_containers(world, name).items():
             if held:
                 world["docker"].run("exec", node, "docker", "rm", "-f", *[c for c, _s in held])
-            world["docker"].run("exec", node, "rm", "-rf", "/var/lib/gpufleet/runs/" + name)
+            # Their claims go with them, as gpufleet's own removal drops them: a claim without
+            # a container is taken for one whose container has yet to start, and holds the host
+            # until its lease ends (the next files of this worker share these hosts).
+            world["docker"].run("exec", node, "rm", "-rf", "/var/lib/gpufleet/runs/" + name,
+                                "/var/lib/gpufleet/book/claims/%s.json" % name)
     assert not any(node_containers(world, name)[n] for name in names
                    for n in node_containers(world, name))
     after = lines_of(api.usage(since="1h", fleet=FLEET), names)
