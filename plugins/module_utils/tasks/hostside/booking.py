@@ -39,16 +39,18 @@ _SAFE = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 
 class _Lock(object):
-    """An exclusive flock on ``BOOK_ROOT/lock``, held for a read-check-write."""
+    """An exclusive flock on ``<folder>/lock`` (``BOOK_ROOT`` by default), held for a
+    read-check-write; the usage records (tasks.hostside.usageside) take it on their folder."""
 
-    def __init__(self):
+    def __init__(self, folder=None):
+        self.folder = folder
         self.handle = None
 
     def __enter__(self):
         import fcntl
 
-        _folder(BOOK_ROOT)
-        self.handle = open(os.path.join(BOOK_ROOT, "lock"), "a")
+        folder = _folder(self.folder or BOOK_ROOT)
+        self.handle = open(os.path.join(folder, "lock"), "a")
         fcntl.flock(self.handle.fileno(), fcntl.LOCK_EX)
         return self
 

@@ -30,7 +30,7 @@ import re
 import time
 
 try:  # imported as part of the collection (tests, the controller)
-    from .booking import BOOK_OPS, HOLDING_STATES
+    from .booking import BOOK_OPS, HOLDING_STATES, _Lock
     from .nodeside import OPS, RUN_ROOT, _RUN_NAME, Failure, _json_file, _listdir, op_status
 except ImportError:  # on a host: the files sent before this one run in the same namespace
     pass
@@ -149,28 +149,6 @@ def _usage_write(path, value):
     os.rename(temp, path)
 
 
-class _UsageLock(object):
-    """An exclusive flock on ``USAGE_ROOT/lock`` for a read-change-write of the records."""
-
-    def __init__(self):
-        self.handle = None
-
-    def __enter__(self):
-        import fcntl
-
-        os.makedirs(USAGE_ROOT, 0o700, exist_ok=True)
-        self.handle = open(os.path.join(USAGE_ROOT, "lock"), "a")
-        fcntl.flock(self.handle.fileno(), fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        import fcntl
-
-        fcntl.flock(self.handle.fileno(), fcntl.LOCK_UN)
-        self.handle.close()
-        return False
-
-
 def _usage_recent_path():
     return os.path.join(USAGE_ROOT, "recent.json")
 
@@ -196,7 +174,7 @@ def usage_store(records, now, rebuild=False):
     no record to write (it was missing)."""
     if not records and not rebuild:
         return
-    with _UsageLock():
+    with _Lock(USAGE_ROOT):
         recent = usage_recent()
         if recent is None:
             recent = _usage_recent_rebuilt(now)
@@ -334,7 +312,7 @@ def usage_prune(now):
     except OSError:
         pass
     removed = []
-    with _UsageLock():
+    with _Lock(USAGE_ROOT):
         for name in _listdir(USAGE_ROOT):
             folder = os.path.join(USAGE_ROOT, name)
             if not _RUN_NAME.match(name) or not os.path.isdir(folder):
