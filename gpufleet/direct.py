@@ -104,6 +104,13 @@ def stop(run, abort=False, fleet_files=(), state_dir=None, force=False) -> dict:
     return answer["run"]
 
 
+def _is_service(actions, params):
+    try:
+        return actions.load_task(params).get("type") == "service"
+    except actions.ActionError:
+        return False   # actions.submit says why
+
+
 def submit(path, out, err, fleet_files=(), state_dir=None, name=None, env=None, fleets=None,
            ide_version=None, show_plan=True, user=None):
     """A detached submission of the task file ``path`` (``gpufleet apply -y -d``): what
@@ -121,7 +128,9 @@ def submit(path, out, err, fleet_files=(), state_dir=None, name=None, env=None, 
                      fleet_names=list(fleets or []), ide_version=ide_version, wait=False,
                      logs=False, show_plan=bool(show_plan), user=user)
     names, optional = actions.stored_secret_names(params)
-    if names or optional:
+    if names or optional or _is_service(actions, params):
+        # A service's token is read from the store, and its proxy host may need HAProxy
+        # first (task.yml plays gpufleet.cluster.gateway): task.yml submits it.
         return None
     lock = threading.Lock()
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.services import submit as services
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import secret_store
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils.run_output import printer
@@ -35,6 +36,15 @@ def with_stored_secrets(params, read_store):
                                                    names + optional))
 
 
+def _read_quietly(read_store, state_dir):
+    """The store's mapping, or {} when it cannot be read (no store yet, no vault password): a
+    service then runs without its user's token put on the fleet (services.submit)."""
+    try:
+        return read_store(secret_store.store_path(state_dir))
+    except secret_store.SecretStoreError:
+        return {}
+
+
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _requires_connection = False
@@ -50,9 +60,13 @@ class ActionModule(ActionBase):
         try:
             params = with_stored_secrets(
                 params, lambda path: secret_store.read_with_loader(path, self._loader))
-            answer, failed = actions.submit(params, emit=printer(params.get("output_path"),
-                                                                 params.get("path")),
-                                            check_mode=bool(self._task.check_mode))
+            digest = services.token_digest(params, lambda: _read_quietly(
+                lambda path: secret_store.read_with_loader(path, self._loader),
+                params.get("state_dir")))
+            answer, failed = services.submit(params, emit=printer(params.get("output_path"),
+                                                                  params.get("path")),
+                                             check_mode=bool(self._task.check_mode),
+                                             token_digest=digest)
         except (actions.ActionError, secret_store.SecretStoreError) as exc:
             result.update(failed=True, msg=str(exc))
             return result

@@ -3,7 +3,8 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A run's stop, the one sequence of its steps: every job of the run stopped (tasks.actions's
 ``run_stop``, which also moves the queue on), then the run's SSH aliases, key and forwarded
-ports on this controller removed (the attach session with ``state: absent``).
+ports on this controller removed (the attach session with ``state: absent``); a service's route
+taken off its proxy host after its replicas stopped (services.publish).
 
 The run_stop module (and so playbooks/stop.yml) and ``gpufleet stop`` in the command's own
 process (gpufleet/direct.py, behind gpufleet.api) both call :func:`stop_run`.
@@ -15,7 +16,8 @@ from __future__ import annotations
 
 import os
 
-from ..tasks import actions
+from ..services import publish
+from ..tasks import actions, surveys
 from . import session
 
 
@@ -30,6 +32,16 @@ def forget_params(params):
     return given
 
 
+def _unpublish(params, record):
+    """Take the stopped service ``record`` off its proxy host (services.publish)."""
+    try:
+        root, fleets = actions.fleets_of(params)
+        answer = publish.unpublish_stopped(record, surveys.nodes_of(fleets, root))
+    except publish.PublishError as exc:
+        raise actions.ActionError(str(exc)) from exc
+    return bool(answer and answer.get("changed"))
+
+
 def stop_run(params, check_mode=False):
     """Stop the run (or job array) ``params["name"]`` and forget its SSH aliases here.
     ``params``: the run_stop module's (tasks.actions.RUN_STOP_ARGS). Returns run_stop's result
@@ -38,5 +50,9 @@ def stop_run(params, check_mode=False):
     answer = actions.run_stop(params, check_mode=check_mode)
     if check_mode:
         return answer
+    record = answer.get("run") or {}
+    if record.get("service"):
+        # A service: once its replicas are stopped, its route goes off the proxy.
+        answer = dict(answer, unpublished=_unpublish(params, record))
     forgotten = session.attach_entry(forget_params(params))
     return dict(answer, changed=bool(answer.get("changed") or forgotten.get("changed")))

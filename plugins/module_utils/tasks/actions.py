@@ -71,7 +71,7 @@ USAGE_INFO_ARGS = dict(since=dict(type="str", default="7d"), user=dict(type="str
 # How much output one event carries when logs are streamed (lines are never split).
 STREAM_BATCH = 65536
 
-RUN_TYPES = ("task", "dev-environment")
+RUN_TYPES = ("task", "dev-environment", "service")
 
 
 class ActionError(GpufleetError):
@@ -97,8 +97,8 @@ def load_task(params):
     except SpecError as exc:
         raise ActionError(str(exc)) from exc
     if config.get("type") not in RUN_TYPES:
-        raise ActionError("%s is a %s configuration; this runs tasks and dev environments "
-                          "(type: task, type: dev-environment)"
+        raise ActionError("%s is a %s configuration; this runs tasks, dev environments and "
+                          "services (type: task, type: dev-environment, type: service)"
                           % (params.get("path") or "config", config.get("type")))
     return config
 
@@ -131,6 +131,12 @@ def _fleets(params, host_facts=False):
     except RunError as exc:
         raise ActionError(str(exc)) from exc
     return root, fleets
+
+
+def fleets_of(params: dict) -> tuple:
+    """``(state dir, fleet records)`` of the ``fleets`` and ``state_dir`` options, or
+    ActionError."""
+    return _fleets(params)
 
 
 def local_task_image(fleets, check_mode=False):
@@ -231,11 +237,14 @@ def _check_local(config, config_dir):
         raise ActionError("; ".join(str(p) for p in refused))
 
 
-def submit(params, emit=None, check_mode=False, stop_event=None):
+def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, config=None):
     """Submit a task and, with ``wait``, follow it to its end. Returns ``(result, failed)``.
 
-    With ``array``, one run per index (tasks.array), at most ``%N`` alive at a time."""
-    config = load_task(params)
+    With ``array``, one run per index (tasks.array), at most ``%N`` alive at a time.
+    ``runnable``: how the runner takes the config (a service's replicas: services.submit
+    passes services.replicas' ``runnable``, which this package may not import); ``config``:
+    the config ``load_task(params)`` gave, when the caller has it already."""
+    config = load_task(params) if config is None else config
     user = submitter(params)
     array_spec = _array(params)
     config_dir = os.path.dirname(params["path"]) if params.get("path") else None
@@ -252,7 +261,8 @@ def submit(params, emit=None, check_mode=False, stop_event=None):
             emit=emit, image_source=params["image_source"], follow_logs=params["logs"],
             poll=params["poll_interval"], run_args=params.get("run_args") or (),
             local_image=local_image, config_dir=config_dir, array=array_info, code_=code_,
-            create=params.get("create", True), grower=grower(root, emit), user=user)
+            create=params.get("create", True), grower=grower(root, emit), user=user,
+            runnable=runnable)
 
     try:
         if array_spec is not None:

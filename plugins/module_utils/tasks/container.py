@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from typing import Any, Mapping
 
 RUN_LABEL = "gpufleet.run"
 RUN_ID_LABEL = "gpufleet.run-id"
@@ -33,17 +34,49 @@ RESOURCES_LABEL = "gpufleet.resources"
 ARRAY_LABEL = "gpufleet.array"             # the job array a run belongs to (tasks.array)
 ARRAY_INDEX_LABEL = "gpufleet.array-index"
 USER_LABEL = "gpufleet.user"               # who submitted the run (teams.identity)
+# A service's replica: where the service is published (services.replicas), as JSON.
+SERVICE_LABEL = "gpufleet.service"
+SERVICE = "service"
 
 # What the container runtime hands to the job on NVIDIA hosts. dstack also asks for "display"
 # and "compat32"; "display" needs /dev/nvidia-modeset on the host (dstack retries without it when
 # the device is missing, which a single `docker run` cannot do), and neither matters to compute
 # jobs, so both are left out.
 NVIDIA_CAPABILITIES = "compute,utility,graphics,video"
+# What a replica's gpufleet.service label holds (services.replicas fills the proxy's part).
+SERVICE_KEYS = ("port", "proxy_host", "proxy_address", "proxy_port", "url", "model_url")
 
 
 def container_name(run_name_, job_num, replica=0):
     """``<run>-<job_num>-<replica>``, the job name dstack gives the container."""
     return "%s-%d-%d" % (run_name_, job_num, replica)
+
+
+def job_container(config: Mapping[str, Any], run_name_: str, job_num: int) -> str:
+    """The container of the run's job ``job_num``: a task's ``<run>-<job_num>-0``; a service's
+    replica ``<run>-0-<replica>``, as dstack names a replica's job (each replica is job 0 of
+    its own replica), the replica's number being the runner's job number."""
+    if is_service(config):
+        return container_name(run_name_, 0, job_num)
+    return container_name(run_name_, job_num)
+
+
+def is_service(config: Mapping[str, Any]) -> bool:
+    """Whether ``config`` is a service's replicas as the runner takes them (the ``service``
+    key services.replicas.runnable adds)."""
+    return isinstance(config.get(SERVICE), dict)
+
+
+def published_port(config: Mapping[str, Any], job: Mapping[str, Any]) -> list[str]:
+    """``-p ADDR::PORT`` of a service's replica: the service's port published on its host's
+    internal address, on a host port Docker picks (nodeside's status reports it); [] for a
+    task, or a replica on the host's network (its port is the host's own)."""
+    if not is_service(config) or job.get("whole_host"):
+        return []
+    address = job.get("internal_ip") or ""
+    if ":" in address:
+        address = "[%s]" % address
+    return ["-p", "%s::%d" % (address, int(config[SERVICE]["port"]))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,10 +138,11 @@ def docker_args(config, job, run, labels):
     Host-dependent flags (/dev/infiniband, hugepages) are left to the node side: see the job
     spec's ``conditional``. So are the job folder and volume mounts (see ``mounts``).
     """
-    args = ["--name", container_name(run["name"], job["job_num"])]
+    args = ["--name", job_container(config, run["name"], job["job_num"])]
     for key in sorted(labels):
         args += ["--label", "%s=%s" % (key, labels[key])]
     args += ["--network", "host" if job.get("whole_host") else "bridge"]
+    args += published_port(config, job)
     # The wrapper starts as root and switches to the task's user itself, as dstack's runner does.
     args += ["--user", "0:0"]
     if config.get("privileged") or config.get("docker"):
@@ -188,7 +222,8 @@ def _run_spec(config, jobs, job):
             # What gpufleet attach forwards, and who it logs in as (tasks/attach).
             "ports": config.get("ports") or [],
             "user": config.get("user"),
-            # task or dev-environment (tasks.devenv), for ps; a dev environment's IDE.
+            # task, dev-environment (tasks.devenv) or service (services.replicas), for ps;
+            # a dev environment's IDE.
             "type": config.get("run_type") or "task",
             "ide": config.get("ide"),
         }
@@ -201,7 +236,8 @@ def labels_of(config, run, jobs, job, replica=0):
         RUN_LABEL: str(run["name"]),
         RUN_ID_LABEL: str(run.get("id") or ""),
         JOB_LABEL: str(job["job_num"]),
-        REPLICA_LABEL: str(replica),
+        # A service's replica number is its job number (job_container).
+        REPLICA_LABEL: str(job["job_num"] if is_service(config) else replica),
         SUBMISSION_LABEL: str(run.get("submission") or 0),
         JOB_ID_LABEL: str(job.get("job_id") or ""),
         FLEET_LABEL: str(job.get("fleet") or ""),
@@ -216,6 +252,9 @@ def labels_of(config, run, jobs, job, replica=0):
     }
     if run.get("user"):
         labels[USER_LABEL] = str(run["user"])
+    if is_service(config):
+        service = config[SERVICE]
+        labels[SERVICE_LABEL] = _json(dict((key, service.get(key)) for key in SERVICE_KEYS))
     if run.get("array"):
         labels[ARRAY_LABEL] = str(run["array"]["name"])
         labels[ARRAY_INDEX_LABEL] = str(run["array"]["index"])

@@ -251,6 +251,12 @@ def decide(policy, statuses, now=0.0, retry_since=None):
     the submission. ``retry_since``: the retry clock's start (see ``may_retry``).
     """
     result = Decision()
+    if policy.get("service"):
+        # A service runs until stopped: a replica whose command ends, even with code 0, failed
+        # (retry as the config says).
+        statuses = dict((n, (JobStatus.FAILED.value, CONTAINER_EXITED_WITH_ERROR, s[2])
+                         if s[0] == JobStatus.DONE and s[1] is None else s)
+                        for n, s in statuses.items())
     alive = [n for n, s in statuses.items() if s[0] in JobStatus.up_statuses()]
 
     def by_reason(reason):

@@ -21,7 +21,7 @@ from typing import Any
 from ..core.text import shorten
 from . import lifecycle, queue_records, surveys
 from .lifecycle import JobStatus, RunStatus
-from .container import RESOURCES_LABEL, RUN_SPEC_LABEL, USER_LABEL
+from .container import REPLICA_LABEL, RESOURCES_LABEL, RUN_SPEC_LABEL, SERVICE_LABEL, USER_LABEL
 from .errors import RunError
 from .records import JobRecord, RunRecord
 from .ssh import missing_key, parallel
@@ -99,7 +99,8 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
         for num in range(nodes):
             statuses.setdefault(num, (JobStatus.SUBMITTED.value, None, None))
         decision = lifecycle.decide({"stop_criteria": asked.get("stop_criteria"),
-                                     "startup_order": asked.get("startup_order")}, statuses)
+                                     "startup_order": asked.get("startup_order"),
+                                     "service": asked.get("type") == "service"}, statuses)
         jobs: list[JobRecord] = []
         for entry in entries:
             status = statuses[_job_num(entry)]
@@ -109,6 +110,9 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
                 "started_at": entry.get("started_at"), "finished_at": entry.get("finished_at"),
                 "gpus": [g for g in (entry["labels"].get("gpufleet.gpus") or "").split(",") if g],
                 "resources": job_resources(entry["labels"]),
+                # A service's replica: its number, and the host port it answers on.
+                "replica": _int_or(entry["labels"].get(REPLICA_LABEL), 0),
+                "published": entry.get("published") or None,
             })
         jobs += lost
         jobs.sort(key=lambda j: j["job_num"])
@@ -134,6 +138,7 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
             "user": labels.get(USER_LABEL) or None,
             "stop_criteria": asked.get("stop_criteria"),
             "startup_order": asked.get("startup_order"),
+            "service": service_of(labels, nodes),
             "jobs": jobs,
         })
     records.sort(key=lambda r: (r["submitted"] or "", r["name"]), reverse=True)
@@ -194,6 +199,28 @@ def of_user(records, user):
     return [r for r in records if r.get("user") == user]
 
 
+def _int_or(text, default):
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return default
+
+
+def service_of(labels: dict[str, str], replicas: int) -> dict[str, Any] | None:
+    """A service's run record part, from its replicas' ``gpufleet.service`` label: ``{"url",
+    "model_url", "proxy_host", "proxy_address", "port", "replicas"}``; None for a task."""
+    try:
+        service = json.loads(labels.get(SERVICE_LABEL) or "null")
+    except ValueError:
+        return None
+    if not isinstance(service, dict):
+        return None
+    return {"url": service.get("url"), "model_url": service.get("model_url"),
+            "proxy_host": service.get("proxy_host"),
+            "proxy_address": service.get("proxy_address"), "port": service.get("port"),
+            "replicas": replicas}
+
+
 def _lost_jobs(run, asked, nodes, statuses, answered, instances, silent):
     """Job entries of ``run`` on hosts that did not answer (their containers unseen: the host
     is silent, or its fleet no longer has it), judged by tasks.interruption from the host's
@@ -221,7 +248,9 @@ def _lost_jobs(run, asked, nodes, statuses, answered, instances, silent):
         else:
             statuses[num] = (JobStatus.FAILED.value, verdict[0], None)
             entry = {"status": JobStatus.FAILED.value, "reason": verdict[0], "message": verdict[1]}
-        lost.append(dict(entry, job_num=num, host=host, container=container_name(run, num),
+        name = container_name(run, 0, num) if asked.get("type") == "service" else (
+            container_name(run, num))
+        lost.append(dict(entry, job_num=num, host=host, container=name,
                          exit_code=None, started_at=None, finished_at=None, gpus=[],
                          resources=""))
     return lost
@@ -423,7 +452,8 @@ def follow_logs(nodes, name, emit, poll=1.0, sleep=time.sleep, clock=time.time, 
              "run": name, "submission": record["submission"],
              "stop_duration": asked.get("stop_duration") or 0} for j in record["jobs"]]
     policy = {"startup_order": asked.get("startup_order"),
-              "stop_criteria": asked.get("stop_criteria"), "retry": None}
+              "stop_criteria": asked.get("stop_criteria"), "retry": None,
+              "service": asked.get("type") == "service"}
     if job is not None and job not in [j["job_num"] for j in jobs]:
         raise RunError("run %s has no job %d (jobs: %s)" % (
             name, job, ", ".join(str(j["job_num"]) for j in jobs)))

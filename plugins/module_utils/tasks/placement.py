@@ -258,6 +258,14 @@ class _Host(object):
             reason = reasons[0]
         return None, reason
 
+    def take(self, allocation):
+        """Count ``allocation`` (a job placed here) as busy, for the next job of the run."""
+        self.busy_blocks += allocation["blocks"]
+        self.busy_ids.update(_device_key(d) for d in allocation["gpus"])
+        self.free_devices = [
+            d for d in self.resources["devices"] if _device_key(d) not in self.busy_ids
+        ]
+
     def _allocation(self, offer, blocks):
         instance = self.instance
         return {
@@ -362,7 +370,10 @@ def _try_fleet(fleet, jobs, config, facts, busy):
     """(plan, None) when ``fleet`` holds every job, else (None, (summary, host reasons))."""
     name = fleet["name"]
     placement = fleet.get("placement") or "any"
-    multinode = len(jobs) >= 2
+    # A service's replicas are independent jobs (services.replicas): any fleet, a share of a
+    # host each, several on one host when it holds them.
+    service = isinstance(config.get("service"), dict)
+    multinode = len(jobs) >= 2 and not service
     # Multi-node runs only go to cluster fleets (docs/reference/dstack-runtime.md#placement).
     if multinode and placement != "cluster":
         return None, ("placement is any; multi-node tasks need placement: cluster", [])
@@ -423,11 +434,15 @@ def _try_fleet(fleet, jobs, config, facts, busy):
         else:
             matching.append(index)
 
+    if service:
+        plan_jobs = _pack(jobs, [hosts[index] for index in matching])
+        if plan_jobs is not None:
+            return {"fleet": name, "placement": placement, "jobs": plan_jobs}, None
     # The other jobs stay with the master's backend and region
     # (docs/reference/dstack-runtime.md#placement): try each backend/region
     # in the order of its cheapest matching host.
     zones = []
-    for index in matching:
+    for index in matching if not service else ():
         zone = (hosts[index].instance.get("backend"), hosts[index].instance.get("region"))
         if zone not in zones:
             zones.append(zone)
@@ -453,12 +468,34 @@ def _try_fleet(fleet, jobs, config, facts, busy):
 
     summary = "%d of %d host%s match" % (
         len(matching), len(records), "" if len(records) == 1 else "s")
-    if len(matching) >= len(jobs):
+    if service and matching:
+        summary += ", but they do not hold all %d replicas" % len(jobs)
+    elif len(matching) >= len(jobs):
         if len(zones) > 1:
             summary += ", but no single backend and region has enough of them"
         else:
             summary += ", but not one for each job of every group"
     return None, (summary, rejected)
+
+
+def _pack(jobs, hosts):
+    """A service's replicas, each on the cheapest matching host that still holds it once the
+    replicas before it are counted there, as dstack places each replica's job; None when one
+    does not fit."""
+    plan_jobs = []
+    for job in jobs:
+        for host in hosts:
+            allocation, _reason = host.fit(job["resources"], False)
+            if allocation is not None:
+                host.take(allocation)
+                entry = {"job_num": job["job_num"], "group": job["group"]}
+                entry.update(allocation)
+                entry["resources"] = job["resources"]
+                plan_jobs.append(entry)
+                break
+        else:
+            return None
+    return plan_jobs
 
 
 def _fleet_text(name, summary, rejected):

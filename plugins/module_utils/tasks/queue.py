@@ -343,7 +343,8 @@ def _statuses(record):
 def _policy(record):
     """What a run record says of how its run ends (retry is an entry's, not a record's)."""
     return {"stop_criteria": record.get("stop_criteria"),
-            "startup_order": record.get("startup_order")}
+            "startup_order": record.get("startup_order"),
+            "service": record.get("type") == "service"}
 
 
 def _short(text, limit=300):

@@ -28,7 +28,7 @@ from ..repos import files as shipped_files
 from ..spec import support
 from ..volumes.mounts import mounts
 from .command import command_script, needs_image_cmd
-from .container import container_name, docker_args, labels_of
+from .container import docker_args, is_service, job_container, labels_of
 from .environment import by_rank, env_script, hostfile, job_ip, resolve_env, ssh_client_config, system_env
 from .errors import PlanError
 from .python_env import cache_mount, for_host
@@ -244,7 +244,10 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
     if isinstance(nodes, int) and nodes != len(placed):
         raise PlanError("nodes: the task asks for %d nodes but the placement has %d jobs; place "
                         "the task again" % (nodes, len(placed)))
-    multinode = len(placed) >= 2
+    # A service's replicas are independent one-node runs (services.replicas): no SSH between
+    # them, no hostfile, each its own master.
+    service = is_service(config)
+    multinode = len(placed) >= 2 and not service
     if multinode and (
         not isinstance(ssh_key, dict) or not ssh_key.get("private") or not ssh_key.get("public")
     ):
@@ -260,7 +263,7 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
         jobs.append(entry)
     group_ips = _group_ips(config, jobs)
     shared_files = _files_of(config, config_dir)
-    host_file = hostfile(jobs)
+    host_file = "" if service else hostfile(jobs)
     ssh_config_text = ssh_client_config(jobs) if multinode else ""
     max_duration = _duration(config.get("max_duration"))
     stop_duration = _duration(config.get("stop_duration"))
@@ -270,7 +273,9 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
     for job in jobs:
         group = job.get("group") if config.get("groups") else None
         labels = labels_of(config, run, jobs, job)
-        variables = system_env(run, jobs, job, repo_id=(repo or {}).get("repo_id"))
+        variables = system_env(run, [dict(job, job_num=0)] if service else jobs,
+                               dict(job, job_num=0) if service else job,
+                               repo_id=(repo or {}).get("repo_id"))
         variables.update(array_variables(run.get("array")))
         variables.update(fleet_env or {})
         variables.update(env)
@@ -283,7 +288,8 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
             "GPUFLEET_MULTINODE": "1" if multinode else "0",
             # A dev environment: sshd always (installed when the image lacks it), and the
             # container stops itself after inactivity_duration without SSH connections.
-            "GPUFLEET_SSHD": "install" if multinode or config.get("run_type") else "image",
+            "GPUFLEET_SSHD": "install" if multinode or config.get("run_type") == "dev-environment"
+            else "image",
             "GPUFLEET_INACTIVITY": "" if config.get("inactivity_duration") is None else str(
                 config["inactivity_duration"]),
             "GPUFLEET_STOP_CRITERIA": config.get("stop_criteria") or "all-done",
@@ -324,10 +330,10 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
             "run": run["name"],
             "run_id": run["id"],
             "job_num": job["job_num"],
-            "replica": 0,
+            "replica": job["job_num"] if service else 0,
             "submission": run.get("submission") or 0,
             "job_id": job["job_id"],
-            "container": container_name(run["name"], job["job_num"]),
+            "container": job_container(config, run["name"], job["job_num"]),
             "host": job.get("host"),
             "image": image,
             "labels": labels,

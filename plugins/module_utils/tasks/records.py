@@ -38,6 +38,9 @@ class JobRecord(_Job, total=False):
     # far, and what happened.
     unreachable: bool
     message: str | None
+    # A service's replica (services.replicas): its number, and {"PORT/tcp": host port}.
+    replica: int
+    published: dict[str, int] | None
 
 
 class _Run(TypedDict):
@@ -64,8 +67,11 @@ class RunRecord(_Run, total=False):
     """One run as ``gpufleet ps`` lists it (tasks.listing.run_records); a run that only waits
     in the queue has no jobs and no spec fields (tasks.listing.with_queue)."""
 
-    type: str                       # "task" or "dev-environment"
+    type: str                       # "task", "dev-environment" or "service"
     stop_criteria: str | None
+    # A service: {"url", "model_url", "proxy_host", "proxy_address", "port", "replicas"}
+    # (tasks.listing.service_of), None for the others.
+    service: dict[str, Any] | None
     startup_order: str | None
     # From the queue: the host whose queue holds the run, its place and priority there, and
     # the host that keeps a running run's retries.

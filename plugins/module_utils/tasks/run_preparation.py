@@ -232,7 +232,7 @@ class RunPreparation(object):
         """Leave a run whose image could not be brought on its hosts as a failed run, as
         dstack's ps shows one (its jobs' folders, with the error: tasks.hostside.nodeside's
         ``record_failure``), so that ps, logs and the next apply of the name see it."""
-        from .container import container_name, labels_of
+        from .container import job_container, labels_of
 
         run = {"name": self.run.name, "id": self.run.run_id, "submission": number,
                "submitted_at": self.run.submitted_at, "array": self.run.array,
@@ -250,7 +250,8 @@ class RunPreparation(object):
                                                             "keep": self.run.run_id})
             return self.run.nodes[job["host"]].call("record_failure", {
                 "run": self.run.name, "job_num": job["job_num"],
-                "container": container_name(self.run.name, job["job_num"]), "error": message,
+                "container": job_container(self.run.config, self.run.name, job["job_num"]),
+                "error": message,
                 "labels": labels_of(self.run.config, run, placed["jobs"], job)})
 
         parallel(sorted(jobs), record)   # at best: the run failed whatever this gives

@@ -47,11 +47,13 @@ class Runner(object):
                  emit=None, image_source="auto", follow_logs=False, poll=1.0, clock=time.time,
                  sleep=time.sleep, run_args=(), rng=random, local_image=None,
                  config_dir=None, array=None, code_=None, files_data=None, create=False,
-                 grower=None, grow_first=False, user=None):
+                 grower=None, grow_first=False, user=None, runnable=None):
         # What the plan shows (a dev environment as one), before devenv.runnable.
         self.shown_config = config
-        # A dev environment runs as a one-node task with dstack's commands (tasks.devenv).
-        config = devenv.runnable(config)
+        # A dev environment runs as a one-node task with dstack's commands (tasks.devenv); a
+        # service as its replicas (``runnable``, passed in from services.replicas, which this
+        # package may not import).
+        config = devenv.runnable(config) if runnable is None else runnable(config)
         self.config = config
         self.fleets = fleets
         self.root = root
@@ -201,7 +203,8 @@ class Runner(object):
     def policy(self):
         return {"startup_order": self.config.get("startup_order"),
                 "stop_criteria": self.config.get("stop_criteria"),
-                "retry": self.config.get("retry")}
+                "retry": self.config.get("retry"),
+                "service": isinstance(self.config.get("service"), dict)}
 
     def submit(self, number=0, waited_since=None, wait_for_capacity=True):
         """Place and prepare submission ``number``; wait for capacity when retry allows it

@@ -275,6 +275,10 @@ def op_status(payload):
                 # Where the container's sshd and ports are, seen from this host (attach).
                 "address": _address(item),
             }
+            published = _published(item)
+            if published:
+                # A service's replica: the host ports its container's ports are published on.
+                entry["published"] = published
             if labels.get(RUN_LABEL) and labels.get("gpufleet.job") is not None:
                 entry["files"] = _read_state(labels[RUN_LABEL], labels["gpufleet.job"])
             containers.append(entry)
@@ -364,6 +368,20 @@ def _json_file(path):
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def _published(item):
+    """``{"PORT/tcp": host port}`` of the container's published ports (the first binding of
+    each), from ``docker inspect``'s NetworkSettings.Ports; {} when none."""
+    ports = (item.get("NetworkSettings") or {}).get("Ports") or {}
+    out = {}
+    for key in sorted(ports):
+        for binding in ports[key] or []:
+            text = str((binding or {}).get("HostPort") or "")
+            if text.isdigit():
+                out[key] = int(text)
+                break
+    return out
 
 
 def _address(item):

@@ -1,0 +1,131 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Publishing a service's replicas on its fleet's proxy host, and taking them off it.
+
+The proxy host is the fleet's queue host (tasks.queue_records.queue_host: the reachable ready
+instance with the lowest number of the first fleet the run may use), so every service of a
+fleet is behind one proxy, found again by anyone who looks. Its URL is the host's address (the
+one this controller reaches it on, as SSH does) and the proxy's port. The host side of each
+step is tasks/hostside/proxyside.py (``proxy_check``, ``proxy_publish``,
+``proxy_unpublish``, ``proxy_status``), reached through the host helper as every other
+operation is.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterable, Mapping, Optional
+
+from ..core.errors import GpufleetError
+from ..tasks.queue_records import candidate_fleets, queue_host
+from ..tasks.ssh import NodeError
+from .records import PROJECT, PROXY_PORT, Replica, Route
+
+# Where the proxy listens on its host: every address, so that both the fleet's hosts (by the
+# internal address) and the controller (by the address it reaches the host on) find it.
+LISTEN_ADDRESS = "0.0.0.0"
+
+
+class PublishError(GpufleetError):
+    """A service could not be published or taken off its proxy."""
+
+
+def proxy_instance(config: Mapping[str, Any], fleets: list, errors: Iterable[str] = ()
+                   ) -> dict[str, Any]:
+    """The instance record of the proxy host of a service with ``config`` (a run config), or
+    PublishError when none of its fleets has a reachable ready host."""
+    name = queue_host(fleets, candidate_fleets(config, fleets), errors)
+    for fleet in fleets:
+        for instance in fleet.get("instances") or []:
+            if instance.get("name") == name:
+                return dict(instance, fleet=instance.get("fleet") or fleet.get("name"))
+    raise PublishError("no host of fleet%s %s is ready to proxy the service; apply the fleet "
+                       "first" % ("s" if len(candidate_fleets(config, fleets)) > 1 else "",
+                                  ", ".join(candidate_fleets(config, fleets)) or "(none)"))
+
+
+def check(node: Any) -> dict[str, Any]:
+    """``proxy_check``'s answer on ``node``: ``{"installed", "version", "running"}``."""
+    try:
+        return node.call("proxy_check", {})
+    except NodeError as exc:
+        raise PublishError("could not ask %s whether it has the proxy: %s"
+                           % (node.name, exc)) from exc
+
+
+def replicas_of(config: Mapping[str, Any], containers: Mapping[str, list],
+                addresses: Mapping[str, str]) -> list[Replica]:
+    """The service's replicas as the proxy reaches them, from the replicas' entries of the
+    hosts' ``status`` (``containers``: ``{host: [entry]}``, the latest submission only) and
+    ``addresses`` (``{host: internal address}``). A replica on its host's network answers on
+    the service's own port; one whose published port is not known yet is left out."""
+    port = int(config["port"])
+    key = "%d/tcp" % port
+    latest: dict[int, tuple[int, Replica]] = {}
+    for host, entries in containers.items():
+        for entry in entries:
+            labels = entry.get("labels") or {}
+            try:
+                submission = int(labels.get("gpufleet.submission") or 0)
+                num = int(labels.get("gpufleet.job") or "")
+            except (TypeError, ValueError):
+                continue
+            if entry.get("state") not in ("created", "running", "restarting"):
+                continue
+            host_port: Any = port if entry.get("address") == "localhost" else (
+                (entry.get("published") or {}).get(key))
+            if not host_port or host not in addresses:
+                continue
+            item = (submission, Replica(replica_num=num, job_num=num, host=host,
+                                        address=addresses[host], port=int(host_port)))
+            if num not in latest or latest[num][0] <= submission:
+                latest[num] = item
+    return [latest[num][1] for num in sorted(latest)]
+
+
+def route_of(config: Mapping[str, Any], run: str, user: Optional[str], fleet: str,
+             replicas: Iterable[Replica], clock: Callable[[], float] = time.time) -> Route:
+    """The Route (services.records) of ``run``: the normalized service config's proxy part
+    and its replicas."""
+    return Route(run=run, user=user or "", fleet=fleet, project=PROJECT,
+                 port=int(config["port"]), auth=bool(config.get("auth", True)),
+                 strip_prefix=bool(config.get("strip_prefix", True)),
+                 rate_limits=list(config.get("rate_limits") or []),
+                 probes=list(config.get("probes") or []), model=config.get("model"),
+                 replicas=list(replicas), submitted_at=float(clock()))
+
+
+def publish(node: Any, route: Route, port: int = PROXY_PORT) -> dict[str, Any]:
+    """``proxy_publish`` of ``route`` on the proxy host ``node``: its answer, ``{"changed",
+    "routes"}``, or PublishError with the host's message (the host put its files back)."""
+    try:
+        return node.call("proxy_publish", {"route": route,
+                                           "listen": {"address": LISTEN_ADDRESS, "port": port}})
+    except NodeError as exc:
+        raise PublishError("could not publish service %s on %s: %s"
+                           % (route["run"], node.name, exc)) from exc
+
+
+def unpublish(node: Any, run: str) -> dict[str, Any]:
+    """``proxy_unpublish`` of ``run`` on the proxy host ``node``: ``{"changed", "routes"}``."""
+    try:
+        return node.call("proxy_unpublish", {"run": run})
+    except NodeError as exc:
+        raise PublishError("could not take service %s off the proxy on %s: %s"
+                           % (run, node.name, exc)) from exc
+
+
+def unpublish_stopped(record: Mapping[str, Any], nodes: Mapping[str, Any]
+                      ) -> Optional[dict[str, Any]]:
+    """Take a stopped (or ended) service's route off its proxy host: ``record`` is its run
+    record (tasks.listing: ``service.proxy_host``), ``nodes`` ``{host: Node}``. Returns
+    ``proxy_unpublish``'s answer, or None for a run that is no service. A proxy host that is
+    gone has nothing left to take off."""
+    service = (record or {}).get("service") or {}
+    host = service.get("proxy_host")
+    if not host:
+        return None
+    if host not in nodes:
+        return {"changed": False, "routes": [], "missing": host}
+    return unpublish(nodes[host], record["name"])

@@ -1,0 +1,210 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Submitting a service: its replicas through the task runner, then its route on the proxy.
+
+``submit`` is what the task action (and gpufleet.direct) call: a task or a dev environment goes
+to tasks.actions.submit as it is. A service, before anything is placed:
+
+1. its proxy host is picked (services.publish: the fleet's queue host) and its replicas are
+   kept to that host's fleet, so that the proxy reaches them by their internal addresses;
+2. the proxy host is asked whether HAProxy is there (``proxy_check``); when it is not, the
+   answer carries ``proxy_setup`` and nothing runs: playbooks/task.yml plays the role
+   gpufleet.cluster.gateway on that host, then submits again (as it grows a fleet first);
+3. the submitting user's token digest is put on the fleet's hosts (the members document the
+   proxy reads), when the caller read the token;
+
+then the runner places ``replicas`` one-node jobs (services.replicas.runnable), and once they
+all run (the run's ``running`` event, or when a detached submission returns) the Route goes to
+the proxy host (``proxy_publish``). The answer carries ``service``: the URLs and the proxy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable, Mapping, Optional
+
+from ..tasks import actions, membership, rankplan, surveys
+from ..tasks.errors import RunError
+from ..tasks.ssh import parallel
+from ..fleets import records as fleet_records
+from . import publish, replicas
+from .records import PROXY_PORT
+
+SERVICE = "service"
+
+
+def publish_token(nodes: Mapping[str, Any], fleet: str, user: str, digest: str) -> bool:
+    """Put ``user``'s token digest on the fleet's hosts (the tokens part of issue 35 adds
+    tasks.membership.publish_token; until it is there, nothing is put and False says so)."""
+    function = getattr(membership, "publish_token", None)
+    if function is None:
+        return False
+    function(nodes, fleet, user, digest)
+    return True
+
+
+def addresses_of(fleets: list, fleet: str) -> dict[str, str]:
+    """``{instance name: internal address}`` of ``fleet``'s instances (the address the proxy
+    reaches a replica on)."""
+    out = {}
+    for record in fleets:
+        if record.get("name") != fleet:
+            continue
+        for instance in record.get("instances") or []:
+            address = instance.get("internal_ip") or instance.get("hostname")
+            if address:
+                out[instance["name"]] = address
+    return out
+
+
+class Publisher(object):
+    """Publishes one service's route on its proxy host, each time its replicas all run."""
+
+    def __init__(self, config: Mapping[str, Any], run: str, user: str, fleet: str,
+                 proxy_node: Any, nodes: Mapping[str, Any], addresses: Mapping[str, str],
+                 emit: Callable[[dict], None]) -> None:
+        self.config = config
+        self.run = run
+        self.user = user
+        self.fleet = fleet
+        self.proxy_node = proxy_node
+        self.nodes = nodes
+        self.addresses = addresses
+        self.emit = emit
+        self.published = False
+        self.error: Optional[str] = None
+
+    def containers(self) -> dict[str, list]:
+        answers = parallel(sorted(self.nodes), lambda h: self.nodes[h].call(
+            "status", {"run": self.run}))
+        return dict((host, (answer or {}).get("containers") or [])
+                    for host, (answer, error) in answers.items() if error is None)
+
+    def publish(self) -> bool:
+        """Publish the route with the replicas the hosts report now; a failure is said (an
+        ``info`` event) and kept in ``error``, the run goes on."""
+        try:
+            found = publish.replicas_of(self.config, self.containers(), self.addresses)
+            route = publish.route_of(self.config, self.run, self.user, self.fleet, found)
+            publish.publish(self.proxy_node, route)
+        except publish.PublishError as exc:
+            self.error = str(exc)
+            self.emit({"kind": "info", "run": self.run, "message": str(exc)})
+            return False
+        self.published, self.error = True, None
+        self.emit({"kind": "info", "run": self.run, "message": "service %s published on %s "
+                   "with %d replica%s" % (self.run, self.proxy_node.name, len(found),
+                                          "" if len(found) == 1 else "s")})
+        return True
+
+    def sink(self, emit: Callable[[dict], None]) -> Callable[[dict], None]:
+        """``emit`` that also publishes when the run's replicas all run (again after a
+        resubmission)."""
+        def wrapped(event: dict) -> None:
+            emit(event)
+            if event.get("kind") == "run" and event.get("status") == "running":
+                self.publish()
+        return wrapped
+
+
+def token_name(user: str) -> str:
+    """The name of ``user``'s token in the controller's secrets store."""
+    return "gpufleet-token-%s" % user
+
+
+def token_digest(params: Mapping[str, Any], read_store: Callable[[], Optional[Mapping]]
+                 ) -> Optional[str]:
+    """The hex SHA-256 of the submitting user's token when ``params`` submit a service and the
+    store (``read_store()``: its mapping) holds the token; else None. A task never opens the
+    store for this."""
+    try:
+        config = actions.load_task(params)
+        user = actions.submitter(params)
+    except actions.ActionError:
+        return None
+    if config.get("type") != SERVICE:
+        return None
+    token = (read_store() or {}).get(token_name(user))
+    return hashlib.sha256(token.encode("utf-8")).hexdigest() if token else None
+
+
+def _setup_answer(name, instance, answer, root):
+    return {"run": name, "status": "pending", "changed": False,
+            "proxy_setup": {"host": instance["name"], "fleet": instance.get("fleet"),
+                            "hostname": instance.get("hostname"),
+                            # what task.yml's add_host takes (fleets.records)
+                            "host_entry": fleet_records.host_entry(instance, root)},
+            "message": "HAProxy is %s on %s, the proxy host of fleet %s: it is set up first "
+                       "(gpufleet.cluster.gateway)"
+                       % ("not installed" if not answer.get("installed") else "not running",
+                          instance["name"], instance.get("fleet"))}
+
+
+def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None,
+           check_mode: bool = False, stop_event: Any = None,
+           token_digest: Optional[str] = None) -> tuple[dict[str, Any], bool]:
+    """tasks.actions.submit for a task or a dev environment; for a service, see the module's
+    text. ``token_digest``: the submitting user's token's SHA-256 (the caller reads the token
+    from the controller's store), or None. Returns ``(result, failed)``."""
+    emit = emit or (lambda event: None)
+    config = actions.load_task(params)
+    if config.get("type") != SERVICE:
+        more = {} if stop_event is None else {"stop_event": stop_event}
+        return actions.submit(params, emit=emit, check_mode=check_mode, **more)
+    if params.get("array"):
+        raise actions.ActionError("array: a service is not run as a job array; give it "
+                                  "replicas instead")
+    try:
+        replicas.check_ports(config)
+        name = rankplan.run_name(config)
+    except (replicas.ServiceError, RunError) as exc:
+        raise actions.ActionError(str(exc)) from exc
+    config = dict(config, name=name)
+    root, fleets = actions.fleets_of(params)
+    try:
+        instance = publish.proxy_instance(config, fleets)
+    except publish.PublishError as exc:
+        raise actions.ActionError(str(exc)) from exc
+    fleet = instance["fleet"]
+    nodes = dict((host, node) for host, node in surveys.nodes_of(fleets, root).items()
+                 if host in addresses_of(fleets, fleet))
+    if instance["name"] not in nodes:
+        raise actions.ActionError("the proxy host %s of fleet %s cannot be reached from this "
+                                  "controller" % (instance["name"], fleet))
+    proxy_node = nodes[instance["name"]]
+    proxy = replicas.proxy_of(name, instance["name"], instance.get("hostname") or "",
+                              config.get("model"), PROXY_PORT)
+    try:
+        answer = publish.check(proxy_node)
+    except publish.PublishError as exc:
+        raise actions.ActionError(str(exc)) from exc
+    if not check_mode and not (answer.get("installed") and answer.get("running")):
+        return _setup_answer(name, instance, answer, root), False
+    user = actions.submitter(params)
+    if token_digest and not check_mode and not publish_token(nodes, fleet, user, token_digest):
+        emit({"kind": "info", "run": name, "message": "this gpufleet cannot put your token on "
+              "the fleet's hosts yet; requests to the service need a token that is there"})
+
+    def runnable(run_config: dict[str, Any]) -> dict[str, Any]:
+        return replicas.runnable(dict(run_config, fleets=[fleet]), proxy)
+
+    publisher = Publisher(config, name, user, fleet, proxy_node, nodes,
+                          addresses_of(fleets, fleet), emit)
+    result, failed = actions.submit(dict(params, name=name), emit=publisher.sink(emit),
+                                    check_mode=check_mode, stop_event=stop_event,
+                                    runnable=runnable, config=config)
+    if not check_mode and not publisher.published and not failed and (
+            result.get("status") in ("submitted", "provisioning", "running")):
+        publisher.publish()   # detached: its containers are made, their ports known
+    if not check_mode and params.get("wait") and publisher.published and (
+            result.get("status") in ("failed", "terminated", "done")):
+        try:   # an attached run that ended: its route goes with it
+            publish.unpublish(proxy_node, name)
+            publisher.published = False
+        except publish.PublishError as exc:
+            emit({"kind": "info", "run": name, "message": str(exc)})
+    result["service"] = dict(proxy, port=int(config["port"]),
+                             replicas=replicas.replica_count(config),
+                             published=publisher.published, error=publisher.error)
+    return result, failed
