@@ -18,6 +18,8 @@ def event_text(event, source=None):
     ``source``, and a blank line; any other event is tasks.actions.event_line's line."""
     if event.get("kind") == "plan":
         return "\n".join(run_table.run_plan_lines(event["config"], event["plan"], source) + [""])
+    if event.get("kind") == "service":   # a service's route is on its proxy (services.submit)
+        return "\n".join(run_table.service_lines(event, event.get("model"))) or None
     return actions.event_line(event)
 
 

@@ -76,7 +76,8 @@ def _job_error(job):
 def run_table(runs: list[RunRecord], now: datetime.datetime | None = None,
               verbose: bool = False) -> list[str]:
     """The lines of ``dstack ps`` (``verbose``: ``-v``): a row per run, newest first; a run of
-    several jobs is followed by a row per job (``   job=N``), a single-job run is one row.
+    several jobs is followed by a row per job (``   job=N``; a service's ``   replica=N``), a
+    single-job run is one row.
     USER is who submitted the run (``-`` for a run made before runs named their user)."""
     if not isinstance(runs, (list, tuple)):
         raise FleetTableError("expected a list of run records, got %s" % type(runs).__name__)
@@ -89,6 +90,9 @@ def run_table(runs: list[RunRecord], now: datetime.datetime | None = None,
         name = run["name"]
         if verbose and run.get("type") not in (None, "task"):
             name = "%s (%s)" % (name, run["type"])   # a dev environment says so
+            proxy = (run.get("service") or {}).get("proxy_host")
+            if proxy:   # a service, and where it is proxied
+                name = "%s (service via %s)" % (run["name"], proxy)
         row = {"NAME": name, "USER": run.get("user") or "-", "STATUS": run.get("status") or "",
                "SUBMITTED": pretty_date(run.get("submitted"), now), "ERROR": _error(run)}
         if len(jobs) <= 1:
@@ -105,7 +109,10 @@ def run_table(runs: list[RunRecord], now: datetime.datetime | None = None,
         rows.append(row)
         for job in jobs:
             rows.append({
-                "NAME": "%sjob=%s" % (JOB_INDENT, job.get("job_num")),
+                # A service's rows are its replicas, as dstack ps shows them.
+                "NAME": "%s%s=%s" % ((JOB_INDENT, "replica", job.get("replica", job.get(
+                    "job_num"))) if run.get("type") == "service" else (
+                    JOB_INDENT, "job", job.get("job_num"))),
                 "BACKEND": _backend(run),
                 "GPU": run_gpu(job.get("gpu")) or run_gpu(run.get("gpu")) or "-",
                 "RESOURCES": run_resources(job.get("resources")), "PRICE": _price(run),
@@ -114,6 +121,18 @@ def run_table(runs: list[RunRecord], now: datetime.datetime | None = None,
                 "ERROR": _job_error(job),
             })
     return _render(columns, rows)
+
+
+def service_lines(service: dict[str, Any] | None, model: str | None = None) -> list[str]:
+    """dstack apply's lines for a published service: ``Service is published at:`` and its URL
+    on the next line, and with a model ``Model NAME is published at:`` and the model URL."""
+    if not service or not service.get("url"):
+        return []
+    lines = ["Service is published at:", "  %s" % service["url"]]
+    if service.get("model_url"):
+        lines += ["Model %s is published at:" % (model or service.get("model") or ""),
+                  "  %s" % service["model_url"]]
+    return lines
 
 
 def job_lines(jobs: list[dict[str, Any]] | None, run: str | None = None) -> list[str]:

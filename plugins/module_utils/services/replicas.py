@@ -24,7 +24,7 @@ SERVICE = "service"
 
 
 class ServiceError(SpecError):
-    """A service that cannot run as given (a port clash, no replicas)."""
+    """A service that cannot run as given (no replica, a model another service publishes)."""
 
 
 def replica_count(config: dict[str, Any]) -> int:
@@ -35,26 +35,42 @@ def replica_count(config: dict[str, Any]) -> int:
     return int(1 if count is None else count)
 
 
-def check_ports(config: dict[str, Any]) -> None:
-    """The one port clash the in-fleet proxy has within a run: the service's ``port`` also in
-    its ``ports`` (those are forwarded by ``gpufleet attach`` from the replica, which the
-    service's port is not). Raises ServiceError naming both fields."""
-    port = config.get("port")
-    for index, item in enumerate(config.get("ports") or []):
-        target = item.get("container_port") if isinstance(item, dict) else item
-        same = str(target).rsplit(":", 1)[-1].strip() == str(port).strip()
-        if same:
+def model_name(config: Any) -> Optional[str]:
+    """The name of the service's model, or None."""
+    model = config.get("model")
+    if isinstance(model, dict):
+        return model.get("name")
+    return model if isinstance(model, str) else None
+
+
+def check_clash(config: dict[str, Any], run: str, proxy_host: str,
+                services: list[dict[str, Any]]) -> None:
+    """The one clash the in-fleet proxy has: every service of a proxy has its own path
+    (its run's name), and its replicas their own host ports (Docker picks them), but the
+    models of all its services share one path (``/proxy/models/main/``), told apart by the
+    model's name. ``services``: the run records (tasks.listing) of the live services; one of
+    another name on the same proxy host with the same model name is a ServiceError."""
+    name = model_name(config)
+    if not name:
+        return
+    for record in services:
+        service = record.get("service") or {}
+        if record.get("name") != run and service.get("proxy_host") == proxy_host and (
+                service.get("model") == name):
             raise ServiceError(
-                "ports[%d]: %s is the service's port; the proxy publishes it, so leave it out "
-                "of ports" % (index, port))
+                "model: %s is already published by service %s on %s; give this service's "
+                "model another name, or stop %s first" % (name, record["name"], proxy_host,
+                                                          record["name"]))
 
 
 def proxy_of(run: str, proxy_host: str, proxy_address: str, model: Any = None,
              port: int = PROXY_PORT) -> dict[str, Any]:
     """Where ``run`` is published: the proxy's host and address, and the URLs."""
+    name = model.get("name") if isinstance(model, dict) else model
     return {"proxy_host": proxy_host, "proxy_address": proxy_address, "proxy_port": port,
             "url": url(proxy_address, service_prefix(run), port),
-            "model_url": url(proxy_address, model_prefix(), port) if model else None}
+            "model_url": url(proxy_address, model_prefix(), port) if model else None,
+            "model": name or None}
 
 
 def runnable(config: dict[str, Any], proxy: Optional[dict[str, Any]] = None) -> dict[str, Any]:
@@ -64,7 +80,6 @@ def runnable(config: dict[str, Any], proxy: Optional[dict[str, Any]] = None) -> 
     is."""
     if config.get("type") != SERVICE:
         return config
-    check_ports(config)
     count = replica_count(config)
     if count < 1:
         raise ServiceError("replicas: a service needs at least one replica here (scale to "

@@ -25,7 +25,10 @@ import hashlib
 from typing import Any, Callable, Mapping, Optional
 
 from ..tasks import actions, membership, rankplan, surveys
-from ..tasks.errors import RunError
+from ..spec import support
+from ..tasks import listing
+from ..tasks.errors import PlanError
+from ..tasks.lifecycle import RunStatus
 from ..tasks.ssh import parallel
 from ..fleets import records as fleet_records
 from . import publish, replicas
@@ -42,6 +45,13 @@ def publish_token(nodes: Mapping[str, Any], fleet: str, user: str, digest: str) 
         return False
     function(nodes, fleet, user, digest)
     return True
+
+
+def live_services(nodes: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The run records (tasks.listing) of the services alive on ``nodes``."""
+    records, _errors = listing.list_runs(nodes)
+    return [r for r in records if r.get("service")
+            and r.get("status") not in RunStatus.finished_statuses()]
 
 
 def addresses_of(fleets: list, fleet: str) -> dict[str, str]:
@@ -63,7 +73,8 @@ class Publisher(object):
 
     def __init__(self, config: Mapping[str, Any], run: str, user: str, fleet: str,
                  proxy_node: Any, nodes: Mapping[str, Any], addresses: Mapping[str, str],
-                 emit: Callable[[dict], None]) -> None:
+                 emit: Callable[[dict], None], proxy: Mapping[str, Any]) -> None:
+        self.proxy = dict(proxy)
         self.config = config
         self.run = run
         self.user = user
@@ -92,10 +103,12 @@ class Publisher(object):
             self.error = str(exc)
             self.emit({"kind": "info", "run": self.run, "message": str(exc)})
             return False
+        first = not self.published
         self.published, self.error = True, None
-        self.emit({"kind": "info", "run": self.run, "message": "service %s published on %s "
-                   "with %d replica%s" % (self.run, self.proxy_node.name, len(found),
-                                          "" if len(found) == 1 else "s")})
+        if first:   # what gpufleet apply prints as dstack apply does (render.run_table)
+            model = self.config.get("model") or {}
+            self.emit(dict(self.proxy, kind="service", run=self.run,
+                           model=model.get("name") if isinstance(model, dict) else None))
         return True
 
     def sink(self, emit: Callable[[dict], None]) -> Callable[[dict], None]:
@@ -155,10 +168,12 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
     if params.get("array"):
         raise actions.ActionError("array: a service is not run as a job array; give it "
                                   "replicas instead")
+    refused = support.refusals(config)   # what gpufleet validate says of it too
+    if refused:
+        raise actions.ActionError("; ".join(str(p) for p in refused))
     try:
-        replicas.check_ports(config)
         name = rankplan.run_name(config)
-    except (replicas.ServiceError, RunError) as exc:
+    except PlanError as exc:
         raise actions.ActionError(str(exc)) from exc
     config = dict(config, name=name)
     root, fleets = actions.fleets_of(params)
@@ -173,6 +188,10 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
         raise actions.ActionError("the proxy host %s of fleet %s cannot be reached from this "
                                   "controller" % (instance["name"], fleet))
     proxy_node = nodes[instance["name"]]
+    try:
+        replicas.check_clash(config, name, instance["name"], live_services(nodes))
+    except replicas.ServiceError as exc:
+        raise actions.ActionError(str(exc)) from exc
     proxy = replicas.proxy_of(name, instance["name"], instance.get("hostname") or "",
                               config.get("model"), PROXY_PORT)
     try:
@@ -190,7 +209,7 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
         return replicas.runnable(dict(run_config, fleets=[fleet]), proxy)
 
     publisher = Publisher(config, name, user, fleet, proxy_node, nodes,
-                          addresses_of(fleets, fleet), emit)
+                          addresses_of(fleets, fleet), emit, proxy)
     result, failed = actions.submit(dict(params, name=name), emit=publisher.sink(emit),
                                     check_mode=check_mode, stop_event=stop_event,
                                     runnable=runnable, config=config)

@@ -44,7 +44,8 @@ SERVICE = "service"
 # jobs, so both are left out.
 NVIDIA_CAPABILITIES = "compute,utility,graphics,video"
 # What a replica's gpufleet.service label holds (services.replicas fills the proxy's part).
-SERVICE_KEYS = ("port", "proxy_host", "proxy_address", "proxy_port", "url", "model_url")
+SERVICE_KEYS = ("port", "proxy_host", "proxy_address", "proxy_port", "url", "model_url",
+                "model")
 
 
 def container_name(run_name_, job_num, replica=0):

@@ -208,7 +208,8 @@ def _int_or(text, default):
 
 def service_of(labels: dict[str, str], replicas: int) -> dict[str, Any] | None:
     """A service's run record part, from its replicas' ``gpufleet.service`` label: ``{"url",
-    "model_url", "proxy_host", "proxy_address", "port", "replicas"}``; None for a task."""
+    "model_url", "proxy_host", "proxy_address", "port", "model", "replicas"}``; None for a
+    task."""
     try:
         service = json.loads(labels.get(SERVICE_LABEL) or "null")
     except ValueError:
@@ -218,7 +219,7 @@ def service_of(labels: dict[str, str], replicas: int) -> dict[str, Any] | None:
     return {"url": service.get("url"), "model_url": service.get("model_url"),
             "proxy_host": service.get("proxy_host"),
             "proxy_address": service.get("proxy_address"), "port": service.get("port"),
-            "replicas": replicas}
+            "model": service.get("model"), "replicas": replicas}
 
 
 def _lost_jobs(run, asked, nodes, statuses, answered, instances, silent):
