@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..spec import SpecError
+from ..core.errors import GpufleetError
 from .records import PROXY_PORT, model_prefix, service_prefix, url
 
 SERVICE = "service"
 
 
-class ServiceError(SpecError):
+class ServiceError(GpufleetError):
     """A service that cannot run as given (no replica, a model another service publishes)."""
 
 

@@ -1,0 +1,37 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A host as services/ reach it: a node whose host helper answers from a table."""
+
+from __future__ import annotations
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
+
+
+class FakeNode(object):
+    """``call(op, payload)`` answers ``answers[op]`` (a value, or a function of the payload;
+    a NodeError is raised), and records every call."""
+
+    def __init__(self, name, **answers):
+        self.name = name
+        self.answers = answers
+        self.calls = []
+
+    def call(self, op, payload=None, timeout=120):
+        self.calls.append((op, payload))
+        answer = self.answers.get(op, {})
+        if isinstance(answer, NodeError):
+            raise answer
+        return answer(payload) if callable(answer) else answer
+
+    def ops(self):
+        return [op for op, _payload in self.calls]
+
+
+def replica_entry(num, host_port, state="running", submission=0, address="172.17.0.5",
+                  port=8000):
+    """A replica's entry in a host's ``status`` answer (tasks.hostside.nodeside)."""
+    return {"name": "svc-0-%d" % num, "state": state, "address": address,
+            "labels": {"gpufleet.run": "svc", "gpufleet.job": str(num),
+                       "gpufleet.submission": str(submission)},
+            "published": {"%d/tcp" % port: host_port} if host_port else {}}

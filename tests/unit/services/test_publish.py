@@ -1,0 +1,86 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""services.publish: the proxy host, the route of a service's replicas, and the host
+operations that publish it and take it off."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.services import publish, replicas
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
+
+from ..tasks.fakes import fleet_of_instances
+from .fakes import FakeNode, replica_entry
+
+CONFIG = {"type": "service", "name": "svc", "port": 8000, "auth": True, "strip_prefix": True,
+          "rate_limits": [{"prefix": "/", "key": {"type": "ip_address"}, "rps": 2.0,
+                           "burst": 1}],
+          "probes": [], "model": None, "fleets": None}
+
+
+def test_the_proxy_host_is_the_fleets_queue_host():
+    fleets = [fleet_of_instances("a", 2, status="provisioning"), fleet_of_instances("b", 3)]
+    found = publish.proxy_instance(CONFIG, fleets)
+    assert (found["name"], found["fleet"], found["hostname"]) == ("b-0", "b", "192.0.2.1")
+    assert publish.proxy_instance(CONFIG, fleets, errors={"b-0": "down"})["name"] == "b-1"
+    assert publish.proxy_instance(dict(CONFIG, fleets=["main/b"]), fleets)["name"] == "b-0"
+    with pytest.raises(publish.PublishError, match="no host of fleet a is ready"):
+        publish.proxy_instance(dict(CONFIG, fleets=["a"]), fleets)
+
+
+def test_the_replicas_are_those_the_hosts_run_now_with_their_published_ports():
+    containers = {
+        "h-0": [replica_entry(0, 49153), replica_entry(1, None)],   # port not known yet
+        "h-1": [replica_entry(1, 49200, submission=1), replica_entry(1, 40000, state="exited"),
+                replica_entry(2, None, address="localhost")],      # on the host's network
+        "h-2": [replica_entry(3, 40001)],                          # no address known
+    }
+    found = publish.replicas_of(CONFIG, containers, {"h-0": "10.1.0.2", "h-1": "10.1.0.3"})
+    assert found == [
+        {"replica_num": 0, "job_num": 0, "host": "h-0", "address": "10.1.0.2", "port": 49153},
+        {"replica_num": 1, "job_num": 1, "host": "h-1", "address": "10.1.0.3", "port": 49200},
+        {"replica_num": 2, "job_num": 2, "host": "h-1", "address": "10.1.0.3", "port": 8000},
+    ]
+
+
+def test_the_route_carries_the_proxy_part_of_the_config():
+    route = publish.route_of(CONFIG, "svc", "alice", "b", [], clock=lambda: 12.5)
+    assert route == {"run": "svc", "user": "alice", "fleet": "b", "project": "main",
+                     "port": 8000, "auth": True, "strip_prefix": True,
+                     "rate_limits": CONFIG["rate_limits"], "probes": [], "model": None,
+                     "replicas": [], "submitted_at": 12.5}
+
+
+def test_publish_and_unpublish_call_the_proxy_host_and_say_what_failed():
+    node = FakeNode("b-0", proxy_publish={"changed": True, "routes": ["svc"]},
+                    proxy_unpublish={"changed": True, "routes": []})
+    route = publish.route_of(CONFIG, "svc", "alice", "b", [])
+    assert publish.publish(node, route) == {"changed": True, "routes": ["svc"]}
+    assert node.calls[0] == ("proxy_publish", {"route": route,
+                                               "listen": {"address": "0.0.0.0", "port": 3000}})
+    assert publish.unpublish(node, "svc")["routes"] == []
+    broken = FakeNode("b-0", proxy_publish=NodeError("b-0", "haproxy -c: bad config"))
+    with pytest.raises(publish.PublishError, match="could not publish service svc on b-0: .*"
+                       "bad config"):
+        publish.publish(broken, route)
+
+
+def test_a_stopped_service_goes_off_its_proxy_and_a_task_asks_nothing():
+    node = FakeNode("b-0", proxy_unpublish={"changed": True, "routes": []})
+    record = {"name": "svc", "service": {"proxy_host": "b-0"}}
+    assert publish.unpublish_stopped(record, {"b-0": node}) == {"changed": True, "routes": []}
+    assert node.calls == [("proxy_unpublish", {"run": "svc"})]
+    assert publish.unpublish_stopped({"name": "train", "service": None}, {"b-0": node}) is None
+    assert publish.unpublish_stopped(record, {})["missing"] == "b-0"
+
+
+def test_two_services_may_not_publish_one_model_name_on_one_proxy():
+    config = dict(CONFIG, model={"type": "chat", "name": "tiny", "format": "openai"})
+    other = {"name": "old", "service": {"proxy_host": "b-0", "model": "tiny"}}
+    with pytest.raises(replicas.ServiceError, match="model: tiny is already published by "
+                       "service old on b-0"):
+        replicas.check_clash(config, "svc", "b-0", [other])
+    replicas.check_clash(config, "old", "b-0", [other])          # its own name: a re-apply
+    replicas.check_clash(config, "svc", "c-0", [other])          # another proxy
+    replicas.check_clash(CONFIG, "svc", "b-0", [other])          # no model

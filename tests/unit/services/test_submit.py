@@ -1,0 +1,174 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""services.submit: a service's proxy host checked (and set up by task.yml when HAProxy is
+missing), its user's token put on the fleet, its replicas submitted through the task runner,
+its route published once they run and taken off when an attached run ends."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.services import submit as services
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
+    actions,
+    listing,
+    membership,
+    surveys,
+)
+
+from ..tasks.fakes import fleet_of_instances
+from .fakes import FakeNode, replica_entry
+
+SERVICE = {"type": "service", "name": "svc", "commands": ["python3 -m http.server 8000"],
+           "port": 8000, "replicas": {"min": 2, "max": 2}, "groups": None, "scaling": None,
+           "model": {"type": "chat", "name": "tiny", "format": "openai", "prefix": "/v1"},
+           "auth": True, "https": None, "gateway": None, "strip_prefix": True,
+           "rate_limits": [], "probes": [], "fleets": None, "nodes": 1, "ports": []}
+PARAMS = {"path": "/x/svc.dstack.yml", "wait": True, "array": None, "state_dir": None,
+          "fleets": []}
+
+
+class World(object):
+    """The fleets, their hosts and the task runner as services.submit sees them."""
+
+    def __init__(self, monkeypatch, config=SERVICE, installed=True, events=("running",),
+                 status="terminated"):
+        self.fleets = [fleet_of_instances("b", 2, internal_ip=None, port=22, user="root")]
+        for record in self.fleets[0]["instances"]:
+            record["placement"] = "any"
+        self.fleets[0]["instances"][1]["internal_ip"] = "10.1.0.3"
+        self.submitted = []
+        self.tokens = []
+        status_answer = {"containers": [replica_entry(0, 49153), replica_entry(1, 49154)]}
+        self.proxy = FakeNode("b-0", proxy_check={"installed": installed, "running": installed,
+                                                  "version": "2.6" if installed else None},
+                              proxy_publish={"changed": True, "routes": ["svc"]},
+                              proxy_unpublish={"changed": True, "routes": []},
+                              status={"containers": []})
+        self.other = FakeNode("b-1", status=status_answer)
+        nodes = {"b-0": self.proxy, "b-1": self.other}
+
+        def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None,
+                   config=None):
+            self.submitted.append({"params": params, "runnable": runnable, "config": config})
+            for status_ in events:
+                emit({"kind": "run", "run": "svc", "status": status_})
+            return {"run": params.get("name"), "status": status, "jobs": []}, False
+
+        monkeypatch.setattr(actions, "load_task", lambda params: dict(config))
+        monkeypatch.setattr(actions, "fleets_of", lambda params: ("/state", self.fleets))
+        monkeypatch.setattr(actions, "submitter", lambda params: "alice")
+        monkeypatch.setattr(actions, "submit", submit)
+        monkeypatch.setattr(surveys, "nodes_of", lambda fleets, root: dict(nodes))
+        monkeypatch.setattr(listing, "list_runs", lambda nodes: ([], {}))
+        monkeypatch.setattr(membership, "publish_token",
+                            lambda nodes, fleet, user, digest: self.tokens.append(
+                                (sorted(nodes), fleet, user, digest)), raising=False)
+
+
+def run(params=PARAMS, **kwargs):
+    events = []
+    result, failed = services.submit(dict(params), emit=events.append, **kwargs)
+    return result, failed, events
+
+
+def test_a_task_goes_to_the_runner_as_it_is(monkeypatch):
+    world = World(monkeypatch, config={"type": "task", "name": "train"})
+    result, failed, _events = run()
+    assert not failed and result["status"] == "terminated" and "service" not in result
+    (call,) = world.submitted
+    assert call["runnable"] is None
+
+
+def test_without_haproxy_on_the_proxy_host_nothing_runs_and_task_yml_sets_it_up(monkeypatch):
+    world = World(monkeypatch, installed=False)
+    result, failed, _events = run()
+    assert not failed and world.submitted == [] and world.proxy.ops() == ["proxy_check"]
+    setup = result["proxy_setup"]
+    assert (setup["host"], setup["fleet"]) == ("b-0", "b")
+    assert setup["host_entry"]["name"] == "b-0"
+    assert setup["host_entry"]["vars"]["ansible_host"] == "192.0.2.1"
+    assert "HAProxy is not installed on b-0" in result["message"]
+    # a plan (check mode) asks, and goes on to place the replicas
+    result, failed, _events = run(check_mode=True)
+    assert "proxy_setup" not in result and len(world.submitted) == 1
+
+
+def test_the_replicas_run_on_the_proxys_fleet_and_their_route_is_published(monkeypatch):
+    world = World(monkeypatch)
+    result, failed, events = run(token_digest="ab" * 32)
+    (call,) = world.submitted
+    assert call["params"]["name"] == "svc"
+    runnable = call["runnable"](dict(SERVICE))
+    assert runnable["fleets"] == ["b"] and runnable["nodes"] == 2
+    assert runnable["service"]["proxy_host"] == "b-0"
+    assert runnable["service"]["url"] == "http://192.0.2.1:3000/proxy/services/main/svc/"
+    # published when the run's replicas all ran, with the ports their hosts report
+    op, payload = [c for c in world.proxy.calls if c[0] == "proxy_publish"][0]
+    assert payload["listen"] == {"address": "0.0.0.0", "port": 3000}
+    assert [(r["host"], r["address"], r["port"]) for r in payload["route"]["replicas"]] == [
+        ("b-1", "10.1.0.3", 49153), ("b-1", "10.1.0.3", 49154)]
+    assert payload["route"]["user"] == "alice" and payload["route"]["fleet"] == "b"
+    shown = [e for e in events if e["kind"] == "service"]
+    assert shown and shown[0]["url"] == "http://192.0.2.1:3000/proxy/services/main/svc/"
+    assert shown[0]["model"] == "tiny"
+    assert shown[0]["model_url"] == "http://192.0.2.1:3000/proxy/models/main/"
+    # the user's token digest went to the fleet's hosts first
+    assert world.tokens == [(["b-0", "b-1"], "b", "alice", "ab" * 32)]
+    # attached, the run ended (stopped): its route went with it
+    assert world.proxy.ops()[-1] == "proxy_unpublish"
+    service = result["service"]
+    assert (service["proxy_host"], service["replicas"], service["port"]) == ("b-0", 2, 8000)
+    assert service["published"] is False and not failed
+
+
+def test_a_detached_service_is_published_once_submitted(monkeypatch):
+    world = World(monkeypatch, events=(), status="provisioning")
+    result, failed, _events = run(dict(PARAMS, wait=False))
+    assert "proxy_publish" in world.proxy.ops() and "proxy_unpublish" not in world.proxy.ops()
+    assert result["service"]["published"] is True and result["service"]["error"] is None
+
+
+def test_a_failed_publish_is_said_and_the_run_goes_on(monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
+
+    world = World(monkeypatch, events=(), status="running")
+    world.proxy.answers["proxy_publish"] = NodeError("b-0", "haproxy -c failed: line 3")
+    result, failed, events = run(dict(PARAMS, wait=False))
+    assert not failed and result["service"]["published"] is False
+    assert "line 3" in result["service"]["error"]
+    assert any("could not publish service svc" in e.get("message", "") for e in events)
+
+
+def test_a_service_is_refused_as_a_job_array_and_with_a_clashing_model(monkeypatch):
+    World(monkeypatch)
+    with pytest.raises(actions.ActionError, match="array: a service is not run as a job array"):
+        run(dict(PARAMS, array="1-3"))
+    other = {"name": "old", "status": "running",
+             "service": {"proxy_host": "b-0", "model": "tiny"}}
+    monkeypatch.setattr(listing, "list_runs", lambda nodes: ([other], {}))
+    with pytest.raises(actions.ActionError, match="model: tiny is already published"):
+        run()
+
+
+def test_without_the_tokens_function_the_service_runs_and_says_so(monkeypatch):
+    World(monkeypatch)
+    monkeypatch.delattr(membership, "publish_token", raising=False)
+    _result, _failed, events = run(token_digest="cd" * 32)
+    assert any("cannot put your token" in e.get("message", "") for e in events)
+
+
+def test_the_token_digest_is_read_for_a_service_only(monkeypatch):
+    World(monkeypatch)
+    reads = []
+
+    def store():
+        reads.append(1)
+        return {"gpufleet-token-alice": "secret-token"}
+
+    assert services.token_digest(PARAMS, store) == hashlib.sha256(b"secret-token").hexdigest()
+    assert services.token_digest(PARAMS, lambda: {}) is None
+    monkeypatch.setattr(actions, "load_task", lambda params: {"type": "task"})
+    assert services.token_digest(PARAMS, store) is None and reads == [1]

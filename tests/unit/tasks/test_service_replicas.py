@@ -1,0 +1,201 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The runner's branch for a service's replicas (services.replicas.runnable): each replica a
+one-node job of its own, its port published on its host's internal address, its container named
+as dstack names a replica's job; placement packs them on any fleet; a replica that exits fails
+the run; the host reports the published port."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.services import replicas
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import rankplan
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.container import (
+    SERVICE_LABEL,
+    job_container,
+)
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import nodeside
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.placement import (
+    NoHostFits,
+    place,
+)
+
+from ..configs import task
+from .fakes import RUN, cpu_fact, fleet_of_instances, inspect_entry, placed_job, placement
+
+PROXY = replicas.proxy_of("svc", "demo-0", "192.0.2.10", None)
+
+
+def service(count=2, port=8000, **fields):
+    """A normalized service config, made by hand as the contract gives it (the grammar is the
+    spec's): a task's fields plus the service's."""
+    config = dict(task(name="svc", commands=["python3 -m http.server 8000"], **fields),
+                  type="service", port=port, replicas={"min": count, "max": count},
+                  groups=None, scaling=None, model=None, auth=True, https=None, gateway=None,
+                  strip_prefix=True, rate_limits=[], probes=[])
+    return config
+
+
+def runnable(count=2, **fields):
+    return replicas.runnable(service(count, **fields), PROXY)
+
+
+# ---------------------------------------------------------------------------------------------
+# services.replicas.runnable
+
+
+def test_a_service_becomes_one_job_per_replica_with_its_service_key():
+    config = runnable(3)
+    assert (config["type"], config["run_type"], config["nodes"], config["groups"]) == (
+        "task", "service", 3, None)
+    assert config["service"] == dict(PROXY, port=8000, replicas=3)
+    assert config["service"]["url"] == "http://192.0.2.10:3000/proxy/services/main/svc/"
+    assert config["service"]["model_url"] is None
+
+
+def test_a_task_is_as_it_is_and_a_service_without_replicas_is_refused():
+    plain = task()
+    assert replicas.runnable(plain) is plain
+    with pytest.raises(replicas.ServiceError, match="at least one replica"):
+        replicas.runnable(service(0))
+
+
+def test_a_model_gives_the_model_url_and_its_name():
+    proxy = replicas.proxy_of("svc", "demo-0", "192.0.2.10",
+                              {"type": "chat", "name": "tiny", "format": "openai"})
+    assert proxy["model_url"] == "http://192.0.2.10:3000/proxy/models/main/"
+    assert proxy["model"] == "tiny"
+    assert replicas.proxy_of("svc", "h", "fd00::1", "tiny")["url"] == (
+        "http://[fd00::1]:3000/proxy/services/main/svc/")
+
+
+# ---------------------------------------------------------------------------------------------
+# tasks.rankplan / tasks.container
+
+
+def replica_jobs(whole_host=False):
+    jobs = [placed_job(0, whole_host=whole_host), placed_job(1, whole_host=whole_host)]
+    return rankplan.build_jobs(runnable(2), placement(*jobs), dict(RUN, name="svc"),
+                               environ={})
+
+
+def env_of(spec):
+    """The job's env.sh as a mapping (one ``export NAME=value`` line per variable)."""
+    words = shlex.split(spec["files"]["env.sh"]["text"])
+    return dict(word.split("=", 1) for word in words if word != "export")
+
+
+def test_each_replica_is_its_own_one_node_run_without_ssh_between_them():
+    specs = replica_jobs()   # no SSH key given: a service's replicas need none
+    for num, spec in enumerate(specs):
+        env = env_of(spec)
+        own = "10.1.0.%d" % (num + 2)
+        assert (env["DSTACK_NODES_NUM"], env["DSTACK_NODE_RANK"]) == ("1", "0")
+        assert env["DSTACK_MASTER_NODE_IP"] == own and env["DSTACK_NODES_IPS"] == own
+        assert env["GPUFLEET_MULTINODE"] == "0" and env["GPUFLEET_SSHD"] == "image"
+        assert spec["files"]["hostfile"]["text"] == ""
+        assert "ssh/config" not in spec["files"]
+        assert spec["job_num"] == num and spec["replica"] == num
+
+
+def test_a_replicas_container_is_named_as_dstack_names_its_job_and_publishes_the_port():
+    specs = replica_jobs()
+    assert [s["container"] for s in specs] == ["svc-0-0", "svc-0-1"]
+    args = specs[1]["docker_args"]
+    assert args[args.index("--name") + 1] == "svc-0-1"
+    assert args[args.index("-p") + 1] == "10.1.0.3::8000"
+    assert args[args.index("--network") + 1] == "bridge"
+    labels = specs[1]["labels"]
+    assert labels["gpufleet.replica"] == "1" and labels["gpufleet.job"] == "1"
+    assert json.loads(labels[SERVICE_LABEL]) == {
+        "port": 8000, "proxy_host": "demo-0", "proxy_address": "192.0.2.10",
+        "proxy_port": 3000, "url": "http://192.0.2.10:3000/proxy/services/main/svc/",
+        "model_url": None, "model": None}
+    assert json.loads(labels["gpufleet.run-spec"])["type"] == "service"
+    assert job_container(runnable(2), "svc", 1) == "svc-0-1"
+    assert job_container(task(), "train", 1) == "train-1-0"
+
+
+def test_a_replica_on_its_hosts_network_publishes_nothing():
+    args = replica_jobs(whole_host=True)[0]["docker_args"]
+    assert "-p" not in args and args[args.index("--network") + 1] == "host"
+
+
+def test_a_tasks_jobs_are_unchanged():
+    jobs = [placed_job(0, whole_host=False), placed_job(1, whole_host=False)]
+    specs = rankplan.build_jobs(task(nodes=2), placement(*jobs), dict(RUN), environ={},
+                                ssh_key={"private": "k", "public": "p"})
+    assert [s["container"] for s in specs] == ["train-0-0", "train-1-0"]
+    assert all("-p" not in s["docker_args"] and SERVICE_LABEL not in s["labels"] for s in specs)
+    assert env_of(specs[1])["DSTACK_NODES_NUM"] == "2"
+
+
+# ---------------------------------------------------------------------------------------------
+# tasks.placement
+
+
+def test_replicas_go_to_any_fleet_and_share_a_host_that_holds_them():
+    four = {"requested": 4, "total": 4}
+    facts = {"any-0": cpu_fact(cpus=8, blocks=four),
+             "any-1": cpu_fact(cpus=8, blocks=four, ip="10.1.0.3")}
+    fleets = [fleet_of_instances("any", 2, placement="any")]
+    plan = place(runnable(3, resources={"cpu": 2}), fleets, facts)
+    assert plan["fleet"] == "any"
+    assert [j["host"] for j in plan["jobs"]] == ["any-0", "any-0", "any-0"]
+    assert all(j["blocks"] == 1 and not j["whole_host"] for j in plan["jobs"])
+    # what a replica took counts for the next one: the fourth block, then the other host
+    busy = {"any-0": {"blocks": 2, "gpu_ids": []}}
+    plan = place(runnable(3, resources={"cpu": 2}), fleets, facts, busy)
+    assert [j["host"] for j in plan["jobs"]] == ["any-0", "any-0", "any-1"]
+
+
+def test_replicas_that_do_not_all_fit_say_so():
+    facts = {"any-0": cpu_fact(cpus=8)}
+    with pytest.raises(NoHostFits) as caught:
+        place(runnable(2, resources={"cpu": 8}), [fleet_of_instances("any", 1, placement="any")],
+              facts)
+    assert "they do not hold all 2 replicas" in str(caught.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# tasks.lifecycle
+
+
+def test_a_replica_whose_command_ends_fails_the_service_and_retry_resubmits_it():
+    done = (lc.JobStatus.DONE.value, None, 0)
+    running = (lc.JobStatus.RUNNING.value, None, None)
+    decision = lc.decide({"service": True}, {0: done, 1: running})
+    assert decision.stop == {1: lc.TERMINATED_BY_SERVER}
+    decision = lc.decide({"service": True}, {0: done, 1: (lc.JobStatus.TERMINATED.value,
+                                                          lc.TERMINATED_BY_SERVER, None)})
+    assert decision.final and decision.status == lc.RunStatus.FAILED
+    assert decision.failed_job == (0, lc.CONTAINER_EXITED_WITH_ERROR, 0)
+    retry = {"on_events": ["error"], "duration": None}
+    decision = lc.decide({"service": True, "retry": retry}, {0: done})
+    assert decision.resubmit and not decision.final
+    # a task's job that ends with 0 is done
+    assert lc.decide({}, {0: done}).status == lc.RunStatus.DONE
+
+
+# ---------------------------------------------------------------------------------------------
+# tasks.hostside.nodeside: the published port
+
+
+def test_the_hosts_status_reports_the_published_host_port(docker, run_root):
+    entry = inspect_entry("svc-0-1", run="svc", job=1, network="172.17.0.5")
+    entry["NetworkSettings"]["Ports"] = {
+        "8000/tcp": [{"HostIp": "10.1.0.3", "HostPort": "49153"}], "22/tcp": None}
+    docker.on(["ps"], stdout="aaa111\n")
+    docker.on(["inspect"], stdout=json.dumps([entry]))
+    (found,) = nodeside.op_status({"run": "svc"})["containers"]
+    assert found["published"] == {"8000/tcp": 49153}
+    docker.rules[:] = []
+    docker.on(["ps"], stdout="aaa111\n")
+    docker.on(["inspect"], stdout=json.dumps([inspect_entry("t-0-0", run="t", job=0)]))
+    (found,) = nodeside.op_status({"run": "t"})["containers"]
+    assert "published" not in found
