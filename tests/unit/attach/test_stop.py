@@ -90,3 +90,21 @@ def test_stop_yml_and_the_run_stop_module_have_the_sequence_once():
     tree = ast.parse((ROOT / "plugins" / "modules" / "run_stop.py").read_text())
     called = [ast.unparse(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)]
     assert "stop.stop_run" in called and "actions.run_stop" not in called
+
+
+def test_a_stopped_services_route_goes_off_its_proxy_after_its_replicas(calls, monkeypatch):
+    """A service: once run_stop stopped its replicas, proxy_unpublish on its proxy host (the
+    host its record names), before the aliases are forgotten; a task asks no proxy."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import surveys
+
+    from ..services.fakes import FakeNode
+
+    proxy = FakeNode("b-0", proxy_unpublish={"changed": True, "routes": []})
+    monkeypatch.setattr(actions, "fleets_of", lambda params: ("/s", []))
+    monkeypatch.setattr(surveys, "nodes_of", lambda fleets, root: {"b-0": proxy})
+    calls.answers["run_stop"] = {"run": {"name": "svc", "status": "terminated", "stopped": ["a"],
+                                         "service": {"proxy_host": "b-0"}}, "changed": True}
+    answer = stop.stop_run({"name": "svc", "abort": False, "fleets": [], "state_dir": "/s"})
+    assert proxy.calls == [("proxy_unpublish", {"run": "svc"})]
+    assert answer["unpublished"] is True and answer["changed"] is True
+    assert [c[0] for c in calls] == ["run_stop", "attach_entry"]

@@ -185,3 +185,13 @@ def test_submit_errors_are_command_errors(calls):
     calls.answers["submit"] = actions.ActionError("no fleets found: apply a fleet first")
     with pytest.raises(direct.CommandError, match="no fleets found"):
         direct.submit("t.yml", io.StringIO(), io.StringIO())
+
+
+def test_submit_leaves_a_service_to_the_playbook(calls, monkeypatch):
+    """A service's token is read from the store and its proxy host may need HAProxy first
+    (task.yml plays gpufleet.cluster.gateway there): task.yml submits it."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
+
+    monkeypatch.setattr(actions, "load_task", lambda params: {"type": "service"})
+    assert direct.submit("svc.yml", io.StringIO(), io.StringIO()) is None
+    assert [c for c in calls if c[0] == "submit"] == []

@@ -269,3 +269,35 @@ def test_a_run_held_back_by_its_owners_cap_says_user_limit_in_error():
     text = "\n".join(runtable.run_table(waiting, now=NOW, verbose=True))
     assert "user limit, queue #2" in text
     assert "no capacity, queue #1" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# services
+# ---------------------------------------------------------------------------------------------
+
+
+SERVICE = {"url": "http://192.0.2.1:3000/proxy/services/main/svc/", "proxy_host": "b-0",
+           "model_url": None, "replicas": 2}
+
+
+def test_a_services_rows_are_its_replicas_and_ps_v_names_its_proxy():
+    record = run("svc", "running", [job(0, "running", replica=0), job(1, "running", replica=1)],
+                 type="service", service=SERVICE, gpu="")
+    lines = runtable.run_table([record], now=NOW)
+    assert [line.split()[0] for line in lines[1:]] == ["svc", "replica=0", "replica=1"]
+    assert lines[2].startswith("   replica=0")
+    verbose = runtable.run_table([record], now=NOW, verbose=True)
+    assert verbose[1].startswith("svc (service via b-0)")
+    # one replica is one row, as dstack ps shows it
+    single = run("svc", "running", [job(0, "running", replica=0)], type="service",
+                 service=SERVICE)
+    assert len(runtable.run_table([single], now=NOW)) == 2
+
+
+def test_the_lines_of_a_published_service_are_dstacks():
+    assert runtable.service_lines(SERVICE) == [
+        "Service is published at:", "  http://192.0.2.1:3000/proxy/services/main/svc/"]
+    model = dict(SERVICE, model_url="http://192.0.2.1:3000/proxy/models/main/")
+    assert runtable.service_lines(model, "tiny")[2:] == [
+        "Model tiny is published at:", "  http://192.0.2.1:3000/proxy/models/main/"]
+    assert runtable.service_lines(None) == [] and runtable.service_lines({"url": None}) == []

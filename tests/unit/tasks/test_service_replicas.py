@@ -14,6 +14,7 @@ import shlex
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.services import replicas
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import rankplan
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.container import (
     SERVICE_LABEL,
@@ -199,3 +200,35 @@ def test_the_hosts_status_reports_the_published_host_port(docker, run_root):
     docker.on(["inspect"], stdout=json.dumps([inspect_entry("t-0-0", run="t", job=0)]))
     (found,) = nodeside.op_status({"run": "t"})["containers"]
     assert "published" not in found
+
+
+# ---------------------------------------------------------------------------------------------
+# tasks.listing: what ps reads back of a service
+
+
+def test_ps_reads_the_service_and_its_replicas_from_the_labels():
+    specs = replica_jobs()
+    found = {}
+    for num, spec in enumerate(specs):
+        found.setdefault(spec["host"], []).append({
+            "name": spec["container"], "labels": spec["labels"], "state": "running",
+            "exit_code": 0, "oom_killed": False, "started_at": None, "finished_at": None,
+            "error": None, "published": {"8000/tcp": 49153 + num},
+            "files": {"running": "1", "reason": None, "exit_code": None}})
+    (record,) = listing.run_records(found)
+    assert record["type"] == "service" and record["status"] == "running"
+    assert record["service"] == {
+        "url": "http://192.0.2.10:3000/proxy/services/main/svc/", "model_url": None,
+        "proxy_host": "demo-0", "proxy_address": "192.0.2.10", "port": 8000, "model": None,
+        "replicas": 2}
+    assert [(j["replica"], j["container"], j["published"]) for j in record["jobs"]] == [
+        (0, "svc-0-0", {"8000/tcp": 49153}), (1, "svc-0-1", {"8000/tcp": 49154})]
+    # a replica whose command ended: the service failed, not done
+    found["demo-1"][0].update(state="exited", files={"running": "1", "reason": None,
+                                                     "exit_code": "0"})
+    (record,) = listing.run_records(found)
+    assert record["status"] == "terminating"   # its other replica is told to stop
+    # a task's record has no service
+    (plain,) = listing.run_records({"h": [dict(found["demo-0"][0], labels={
+        k: v for k, v in specs[0]["labels"].items() if k != SERVICE_LABEL})]})
+    assert plain["service"] is None
