@@ -25,6 +25,7 @@ import hashlib
 from typing import Any, Callable, Mapping, Optional
 
 from ..tasks import actions, membership, rankplan, surveys
+from ..core.errors import GpufleetError
 from ..spec import support
 from ..tasks import listing
 from ..tasks.errors import PlanError
@@ -122,8 +123,9 @@ class Publisher(object):
 
 
 def token_name(user: str) -> str:
-    """The name of ``user``'s token in the controller's secrets store."""
-    return "gpufleet-token-%s" % user
+    """The name of ``user``'s token in the controller's secrets store (services.tokens keeps
+    it there)."""
+    return "gpufleet_token_%s" % user
 
 
 def token_digest(params: Mapping[str, Any], read_store: Callable[[], Optional[Mapping]]
@@ -201,9 +203,15 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
     if not check_mode and not (answer.get("installed") and answer.get("running")):
         return _setup_answer(name, instance, answer, root), False
     user = actions.submitter(params)
-    if token_digest and not check_mode and not publish_token(nodes, fleet, user, token_digest):
-        emit({"kind": "info", "run": name, "message": "this gpufleet cannot put your token on "
-              "the fleet's hosts yet; requests to the service need a token that is there"})
+    if token_digest and not check_mode:
+        try:
+            if not publish_token(nodes, fleet, user, token_digest):
+                emit({"kind": "info", "run": name, "message": "this gpufleet cannot put your "
+                      "token on the fleet's hosts yet; requests to the service need a token "
+                      "that is there"})
+        except GpufleetError as exc:   # the service runs; its requests need a token there
+            emit({"kind": "info", "run": name, "message": "your token is not on fleet %s's "
+                  "hosts: %s" % (fleet, exc)})
 
     def runnable(run_config: dict[str, Any]) -> dict[str, Any]:
         return replicas.runnable(dict(run_config, fleets=[fleet]), proxy)

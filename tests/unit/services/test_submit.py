@@ -160,13 +160,29 @@ def test_without_the_tokens_function_the_service_runs_and_says_so(monkeypatch):
     assert any("cannot put your token" in e.get("message", "") for e in events)
 
 
+def test_a_token_the_fleet_refuses_is_said_and_the_service_runs(monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import (
+        GpufleetError,
+    )
+
+    world = World(monkeypatch)
+
+    def refuse(nodes, fleet, user, digest):
+        raise GpufleetError("alice is not a member of fleet b")
+
+    monkeypatch.setattr(membership, "publish_token", refuse, raising=False)
+    result, failed, events = run(token_digest="ef" * 32)
+    assert not failed and len(world.submitted) == 1
+    assert any("not a member of fleet b" in e.get("message", "") for e in events)
+
+
 def test_the_token_digest_is_read_for_a_service_only(monkeypatch):
     World(monkeypatch)
     reads = []
 
     def store():
         reads.append(1)
-        return {"gpufleet-token-alice": "secret-token"}
+        return {"gpufleet_token_alice": "secret-token"}
 
     assert services.token_digest(PARAMS, store) == hashlib.sha256(b"secret-token").hexdigest()
     assert services.token_digest(PARAMS, lambda: {}) is None

@@ -1,0 +1,167 @@
+"""A service (issue 35) end to end on the task world's 3-node local fleet: one apply of a tiny
+HTTP app (python3 of the task image) with two replicas behind the real proxy on the fleet's
+queue host (HAProxy, installed there by task.yml's gpufleet.cluster.gateway play when missing).
+
+Requests reach both replicas; no token gets 401, another token 403, ``gpufleet token``'s token
+200 (and the replica never sees it); a burst over the rate limit gets 429; the model's
+``chat/completions`` and ``models`` answer in OpenAI's shape; ``ps --json`` carries the URLs and
+``ps`` a row per replica; ``gpufleet stop`` takes the route off (404, or nothing listens).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from gpufleet import cli
+
+from .task_world import CPU, SUFFIX, task_file
+
+NAME = "svc-" + SUFFIX
+MODEL = "tiny-" + SUFFIX
+# Other files' runs may still hold the shared world: the replicas wait for capacity.
+WAIT = "retry:\n  on_events: [no-capacity]\n  duration: 5m\n"
+
+# Each replica answers with its host name (its container's); the model stub in OpenAI's shape.
+APP = r'''
+import json, os, socket
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+MODEL = os.environ["MODEL"]
+ME = socket.gethostname()
+class App(BaseHTTPRequestHandler):
+    def answer(self, body):
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def do_GET(self):
+        if self.path.startswith("/v1/models"):
+            return self.answer({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+        self.answer({"replica": ME, "path": self.path,
+                     "authorization": self.headers.get("Authorization")})
+    def do_POST(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        asked = json.loads(self.rfile.read(length) or b"{}")
+        self.answer({"id": "chatcmpl-1", "object": "chat.completion", "model": asked.get("model"),
+                     "path": self.path, "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": "hello from " + ME}}]})
+    def log_message(self, *args):
+        pass
+ThreadingHTTPServer(("0.0.0.0", 8000), App).serve_forever()
+'''
+
+
+def service_file():
+    app = "\n".join("    " + line for line in APP.strip("\n").splitlines())
+    return ("type: service\nname: %s\nport: 8000\nreplicas: 2\nmodel: %s\n%s%s"
+            "env:\n  - MODEL=%s\n"
+            "rate_limits:\n  - prefix: /burst\n    rps: 1\n    burst: 1\n"
+            "commands:\n  - |\n    cat > /tmp/app.py <<'PY'\n%s\n    PY\n"
+            "  - python3 /tmp/app.py\n" % (NAME, MODEL, CPU, WAIT, MODEL, app))
+
+
+def request(url, token=None, body=None):
+    """``(status, JSON answer or None)``; (None, None) when nothing answers at all."""
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = "Bearer " + token
+    data = json.dumps(body).encode() if body is not None else None
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers),
+                                    timeout=10) as answer:
+            return answer.status, json.loads(answer.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return None, None
+
+
+def records(capsys):
+    capsys.readouterr()
+    assert cli.main(["ps", "--json"]) == 0
+    return dict((r["name"], r) for r in json.loads(capsys.readouterr().out))
+
+
+def wait_for(what, check, seconds=300):
+    deadline = time.time() + seconds
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.time() < deadline, "%s never happened" % what
+        time.sleep(2)
+
+
+@pytest.fixture
+def token(world, capsys, monkeypatch):
+    """This controller user's token, made in the world's store (gpufleet token)."""
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(world["vault_password"]))
+    capsys.readouterr()
+    assert cli.main(["token", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["token"]
+
+
+def test_a_service_behind_the_in_fleet_proxy(world, capsys, token):
+    path = task_file(world, NAME, service_file())
+    assert cli.main(["apply", "-f", path, "-y", "-d"]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out.splitlines()
+    try:
+        # As dstack apply: the line, then the URL on the next one; the model's too. (A service
+        # that had to wait in the queue is not published by the pass that starts it yet.)
+        assert "Service is published at:" in out, out
+        at = out.index("Service is published at:")
+        url = out[at + 1].strip()
+        assert url.startswith("http://") and url.endswith("/proxy/services/main/%s/" % NAME)
+        at = out.index("Model %s is published at:" % MODEL)
+        model_url = out[at + 1].strip()
+        assert model_url.endswith("/proxy/models/main/")
+
+        record = wait_for("the service running", lambda: (
+            lambda r: r if r and r["status"] == "running" else None)(records(capsys).get(NAME)))
+        service = record["service"]
+        assert (service["url"], service["model_url"]) == (url, model_url)
+        assert service["proxy_host"] and service["replicas"] == 2
+        assert sorted(j["replica"] for j in record["jobs"]) == [0, 1]
+
+        # Both replicas enter once their checks pass; requests reach both.
+        seen = wait_for("both replicas answering", lambda: (lambda names: names if len(
+            names) == 2 else None)(set(
+                (request(url + "hello", token)[1] or {}).get("replica") for _ in range(12))
+            - {None}), seconds=120)
+        assert len(seen) == 2
+        status, answer = request(url + "hello?x=1", token)
+        assert status == 200 and answer["path"] == "/hello?x=1"   # strip_prefix
+        assert answer["authorization"] is None                   # the token stays at the proxy
+        assert request(url + "hello")[0] == 401
+        assert request(url + "hello", "not-" + token)[0] == 403
+
+        # The rate limit: 1 request per second with a burst of 1.
+        codes = [request(url + "burst/x", token)[0] for _ in range(8)]
+        assert 429 in codes and 200 in codes, codes
+
+        # The model: OpenAI's chat/completions and models under the model URL.
+        status, answer = request(model_url + "chat/completions", token, {
+            "model": MODEL, "messages": [{"role": "user", "content": "hi"}]})
+        assert status == 200 and answer["path"] == "/v1/chat/completions"
+        assert answer["choices"][0]["message"]["content"].startswith("hello from ")
+        status, answer = request(model_url + "models", token)
+        assert status == 200 and MODEL in [m["id"] for m in answer["data"]]
+
+        # ps: a row per replica, and -v names the proxy host.
+        capsys.readouterr()
+        assert cli.main(["ps"]) == 0
+        rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+        assert "replica=0" in rows and "replica=1" in rows
+        assert cli.main(["ps", "-v"]) == 0
+        assert "%s (service via %s)" % (NAME, service["proxy_host"]) in capsys.readouterr().out
+    finally:
+        assert cli.main(["stop", "-y", NAME]) == 0
+    # Stopped: its route is gone (a 404 of the proxy, or nothing listens when it was the last).
+    status, _answer = request(url + "hello", token)
+    assert status in (404, None), status
