@@ -10,6 +10,7 @@ Requests reach both replicas; no token gets 401, another token 403, ``gpufleet t
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import urllib.error
@@ -58,11 +59,12 @@ ThreadingHTTPServer(("0.0.0.0", 8000), App).serve_forever()
 
 
 def service_file():
-    app = "\n".join("    " + line for line in APP.strip("\n").splitlines())
+    # dstack joins the commands with && on one line: the app travels as base64, not a heredoc.
+    app = base64.b64encode(APP.encode()).decode()
     return ("type: service\nname: %s\nport: 8000\nreplicas: 2\nmodel: %s\n%s%s"
             "env:\n  - MODEL=%s\n"
             "rate_limits:\n  - prefix: /burst\n    rps: 1\n    burst: 1\n"
-            "commands:\n  - |\n    cat > /tmp/app.py <<'PY'\n%s\n    PY\n"
+            "commands:\n  - echo %s | base64 -d > /tmp/app.py\n"
             "  - python3 /tmp/app.py\n" % (NAME, MODEL, CPU, WAIT, MODEL, app))
 
 
