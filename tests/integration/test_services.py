@@ -90,6 +90,18 @@ def records(capsys):
     return dict((r["name"], r) for r in json.loads(capsys.readouterr().out))
 
 
+def running(record):
+    """The run record when its run is running, else None."""
+    return record if record and record["status"] == "running" else None
+
+
+def replicas_seen(url, token, count):
+    """The replicas that answered a dozen requests, when they are ``count``; else None."""
+    names = set((request(url + "hello", token)[1] or {}).get("replica")
+                for _attempt in range(12)) - {None}
+    return names if len(names) == count else None
+
+
 def wait_for(what, check, seconds=300):
     deadline = time.time() + seconds
     while True:
@@ -124,18 +136,15 @@ def test_a_service_behind_the_in_fleet_proxy(world, capsys, token):
         model_url = out[at + 1].strip()
         assert model_url.endswith("/proxy/models/main/")
 
-        record = wait_for("the service running", lambda: (
-            lambda r: r if r and r["status"] == "running" else None)(records(capsys).get(NAME)))
+        record = wait_for("the service running", lambda: running(records(capsys).get(NAME)))
         service = record["service"]
         assert (service["url"], service["model_url"]) == (url, model_url)
         assert service["proxy_host"] and service["replicas"] == 2
         assert sorted(j["replica"] for j in record["jobs"]) == [0, 1]
 
         # Both replicas enter once their checks pass; requests reach both.
-        seen = wait_for("both replicas answering", lambda: (lambda names: names if len(
-            names) == 2 else None)(set(
-                (request(url + "hello", token)[1] or {}).get("replica") for _ in range(12))
-            - {None}), seconds=120)
+        seen = wait_for("both replicas answering", lambda: replicas_seen(url, token, 2),
+                        seconds=120)
         assert len(seen) == 2
         status, answer = request(url + "hello?x=1", token)
         assert status == 200 and answer["path"] == "/hello?x=1"   # strip_prefix
@@ -144,7 +153,7 @@ def test_a_service_behind_the_in_fleet_proxy(world, capsys, token):
         assert request(url + "hello", "not-" + token)[0] == 403
 
         # The rate limit: 1 request per second with a burst of 1.
-        codes = [request(url + "burst/x", token)[0] for _ in range(8)]
+        codes = [request(url + "burst/x", token)[0] for _attempt in range(8)]
         assert 429 in codes and 200 in codes, codes
 
         # The model: OpenAI's chat/completions and models under the model URL.

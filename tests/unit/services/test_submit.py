@@ -33,8 +33,9 @@ PARAMS = {"path": "/x/svc.dstack.yml", "wait": True, "array": None, "state_dir":
 class World(object):
     """The fleets, their hosts and the task runner as services.submit sees them."""
 
-    def __init__(self, monkeypatch, config=SERVICE, installed=True, events=("running",),
+    def __init__(self, monkeypatch, config=None, installed=True, events=("running",),
                  status="terminated"):
+        config = dict(SERVICE) if config is None else config
         self.fleets = [fleet_of_instances("b", 2, internal_ip=None, port=22, user="root")]
         for record in self.fleets[0]["instances"]:
             record["placement"] = "any"
@@ -68,9 +69,10 @@ class World(object):
                                 (sorted(nodes), fleet, user, digest)), raising=False)
 
 
-def run(params=PARAMS, **kwargs):
+def run(params=None, **kwargs):
     events = []
-    result, failed = services.submit(dict(params), emit=events.append, **kwargs)
+    result, failed = services.submit(dict(PARAMS if params is None else params),
+                                     emit=events.append, **kwargs)
     return result, failed, events
 
 
