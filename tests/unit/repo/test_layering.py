@@ -26,7 +26,7 @@ STANDALONE = ("tasks/hostside/nodeside.py", "tasks/hostside/volumeside.py",
               "tasks/hostside/healthside.py", "tasks/hostside/logside.py",
               "tasks/hostside/indexside.py", "tasks/hostside/usageside.py",
               "tasks/hostside/admitside.py", "tasks/hostside/memberside.py",
-              "tasks/hostside/bootstrap.py",
+              "tasks/hostside/proxyside.py", "tasks/hostside/bootstrap.py",
               "tasks/hostside/wrapper.py", "tasks/hostside/wrapper_output.py",
               "tasks/hostside/wrapper_ssh.py", "tasks/hostside/__init__.py",
               "backends/localpool.py")
@@ -39,6 +39,8 @@ SENT_WITH = {"tasks/hostside/volumeside.py": ["tasks.hostside.nodeside"],
              "tasks/hostside/admitside.py": ["tasks.hostside.booking"],
              "tasks/hostside/usageside.py": ["tasks.hostside.booking", "tasks.hostside.nodeside"],
              "tasks/hostside/memberside.py": ["tasks.hostside.nodeside"],
+             "tasks/hostside/proxyside.py": ["tasks.hostside.memberside",
+                                             "tasks.hostside.nodeside"],
              "tasks/hostside/wrapper.py": ["tasks.hostside.wrapper_output",
                                            "tasks.hostside.wrapper_ssh"]}
 
