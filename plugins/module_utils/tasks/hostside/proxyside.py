@@ -293,10 +293,12 @@ def _proxy_frontend(routes, listen, conf):
     return lines, tables
 
 
-def _proxy_backend(route):
+def _proxy_backend(route, state):
     run = route["run"]
     lines = ["backend gf_service_%s" % run,
              "    mode http",
+             "    load-server-state-from-file local",
+             "    server-state-file-name %s" % state("gf_service_%s" % run),
              "    balance roundrobin",
              "    retries 1",
              "    option redispatch 1",
@@ -321,7 +323,8 @@ def _proxy_backend(route):
             timeout = max(timeout, int(probe.get("timeout") or 1))
             rise = max(rise, int(probe.get("ready_after") or 1))
         lines.append("    timeout check %ds" % timeout)
-    down = min([int(probe.get("interval") or 1) for probe in probes] + [5])
+    # A replica that is down (not ready yet) is probed every interval, but at least every 2 s.
+    down = min([int(probe.get("interval") or 1) for probe in probes] + [2 if probes else 1])
     lines.append("    default-server check %s rise %d downinter %ds" % (PROXY_CHECK, rise,
                                                                      max(1, down)))
     for replica in sorted(route.get("replicas") or [], key=lambda r: r.get("replica_num", 0)):
@@ -331,12 +334,14 @@ def _proxy_backend(route):
     return lines
 
 
-def proxy_render(routes, listen, digests, conf=None):
+def proxy_render(routes, listen, digests, conf=None, state=None):
     """The files of PROXY_CONF for ``routes`` (route records, any order) published on
     ``listen`` (``{"address", "port"}``), the members of fleet F having the token digests
     ``digests[F]``: ``{file name: text}``. With no route, ``services.cfg`` holds no proxy at
-    all (nothing listens). ``conf(name)`` is where a file will be (PROXY_CONF's by default)."""
+    all (nothing listens). ``conf(name)`` is where a file will be (PROXY_CONF's by default),
+    ``state(backend)`` where a backend's server states are (proxy_server_states)."""
     conf = conf or proxy_conf_path
+    state = state or (lambda name: proxy_path("state", name))
     routes = sorted(routes, key=lambda route: route.get("run") or "")
     proxy_routes_check(routes)
     head = ["# Written by gpufleet (tasks/hostside/proxyside.py) from the service routes in",
@@ -355,7 +360,7 @@ def proxy_render(routes, listen, digests, conf=None):
     frontend, tables = _proxy_frontend(routes, listen, conf)
     lines += frontend + [""]
     for route in routes:
-        lines += _proxy_backend(route) + [""]
+        lines += _proxy_backend(route, state) + [""]
     for number, window, header in tables:
         lines += ["backend gf_limit_%d" % number,
                   "    stick-table type %s size 100k expire %ds store gpc_rate(1,%d)"
@@ -363,6 +368,50 @@ def proxy_render(routes, listen, digests, conf=None):
                      window), ""]
     files["services.cfg"] = "\n".join(lines)
     return files
+
+
+_PROXY_STATE_FIELDS = ("be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state "
+                      "srv_uweight srv_iweight srv_time_since_last_change srv_check_status "
+                      "srv_check_result srv_check_health srv_check_state srv_agent_state "
+                      "bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl "
+                      "srv_check_port srv_check_addr srv_agent_addr srv_agent_port")
+
+
+def proxy_server_states(routes, current):
+    """``{backend: text}``: the server-state file HAProxy reads for each service's backend
+    when it starts or reloads. HAProxy takes a server it starts as up until its checks say
+    otherwise; this file says which start down: every replica but those up now at the same
+    address and port (``current``: ``{(backend, server): (state, address, port)}`` from ``show
+    servers state``, state 2 being up), so a new replica enters only once its probes (or the
+    TCP check) pass and one that is serving keeps serving through the reload."""
+    files = {}
+    for route in routes:
+        backend = "gf_service_%s" % route["run"]
+        lines = ["1", "# " + _PROXY_STATE_FIELDS]
+        for replica in sorted(route.get("replicas") or [], key=lambda r: r["replica_num"]):
+            server = "replica-%d" % int(replica["replica_num"])
+            address, port = replica["address"], int(replica["port"])
+            if current.get((backend, server)) == ("2", address, str(port)):
+                continue
+            lines.append("0 %s 0 %s %s 0 0 1 1 0 1 0 0 6 0 0 0 - %d - 0 0 - - 0"
+                         % (backend, server, address, port))
+        files[backend] = "\n".join(lines) + "\n"
+    return files
+
+
+def proxy_current_states():
+    """``{(backend, server): (state, address, port)}`` of the running HAProxy (empty when it
+    does not answer)."""
+    try:
+        text = _proxy_ask("show servers state")
+    except Failure:
+        return {}
+    current = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 19 and not line.startswith("#"):
+            current[(fields[1], fields[3])] = (fields[5], fields[4], fields[18])
+    return current
 
 
 # ---- the files and HAProxy on the host --------------------------------------------------------
@@ -547,6 +596,7 @@ def _proxy_apply(change):
         write(encoded, route_new, listen_new)
         problem = proxy_config_check()
         if problem is None and (encoded != old or listen_new != listen_old):
+            _proxy_write_states(list(routes.values()))
             problem = proxy_reload()
             if problem is not None:
                 write(dict((name, old.get(name)) for name in encoded), route_old, listen_old)
@@ -558,6 +608,19 @@ def _proxy_apply(change):
             raise Failure("HAProxy refused the new routes (the previous ones are back): %s"
                           % problem)
         return {"changed": True, "routes": sorted(routes)}
+
+
+def _proxy_write_states(routes):
+    """The server-state files of ``routes`` (proxy_server_states), the others removed."""
+    states = proxy_server_states(routes, proxy_current_states())
+    folder = proxy_path("state")
+    if not os.path.isdir(folder):
+        os.makedirs(folder, 0o700)
+    for name in os.listdir(folder):
+        if name not in states:
+            os.remove(os.path.join(folder, name))
+    for name, text in states.items():
+        _proxy_put(os.path.join(folder, name), text.encode("utf-8"), 0o600)
 
 
 def op_proxy_check(payload):

@@ -82,6 +82,7 @@ def host(tmp_path, monkeypatch):
     monkeypatch.setattr(proxyside, "PROXY_BASE", str(base))
     monkeypatch.setattr(proxyside, "PROXY_BINARY", haproxy())
     monkeypatch.setattr(proxyside, "PROXY_PIDFILE", str(tmp_path / "haproxy.pid"))
+    monkeypatch.setattr(proxyside, "PROXY_SOCKET", str(tmp_path / "admin.sock"))
     monkeypatch.setattr(memberside, "TEAM_ROOT", str(tmp_path / "team"))
     reloads = []
     monkeypatch.setattr(proxyside, "proxy_reload", lambda: reloads.append(1))
@@ -104,7 +105,8 @@ def render(routes, tmp_path, digests=None):
     conf = tmp_path / "conf"
     conf.mkdir(exist_ok=True)
     files = proxyside.proxy_render(routes, LISTEN, digests or {"f": []},
-                                   conf=lambda name: str(conf / name))
+                                   conf=lambda name: str(conf / name),
+                                   state=lambda name: str(tmp_path / name))
     for name, text in files.items():
         (conf / name).write_text(text)
     base = tmp_path / "base.cfg"
@@ -139,6 +141,7 @@ def test_a_service_gets_its_prefix_its_replicas_and_the_tcp_check(tmp_path):
     assert "option httpchk" not in lines
     check = [line for line in lines if line.startswith("default-server check")][0]
     assert "inter 1s" in check and "fall 2" in check and "on-error mark-down" in check
+    assert "downinter 1s" in check
     # One retry on another replica, L7 retries for idempotent methods only.
     assert "retries 1" in lines and "option redispatch 1" in lines
     assert "http-request disable-l7-retry unless { method GET HEAD OPTIONS TRACE PUT DELETE }" \
@@ -178,6 +181,8 @@ def test_http_probes_become_the_check_sequence(tmp_path):
     assert "timeout check 10s" in lines
     check = [line for line in lines if line.startswith("default-server check")][0]
     assert "rise 3" in check and "downinter 2s" in check
+    assert "downinter 1s" in render([route(probes=[probe(interval=1)])],
+                                    tmp_path)["services.cfg"]
 
 
 def test_rate_limits_longest_prefix_first_per_ip_or_header(tmp_path):
@@ -376,3 +381,32 @@ def test_the_ops_are_sent_to_the_hosts_and_served():
     namespace = {"__name__": "gpufleet_host"}
     exec(compile(source, "host", "exec"), namespace)  # the helper as a host runs it
     assert "proxy_publish" in namespace["PROXY_OPS"]
+
+
+def test_new_replicas_start_down_and_serving_ones_stay_up_through_a_reload():
+    routes = [route()]
+    states = proxyside.proxy_server_states(routes, {
+        ("gf_service_web", "replica-0"): ("2", "10.0.0.2", "32768"),      # up, same place
+        ("gf_service_web", "replica-1"): ("2", "10.0.0.9", "32769")})     # up, another place
+    lines = states["gf_service_web"].splitlines()
+    assert lines[0] == "1" and lines[1].startswith("# be_id be_name srv_id srv_name")
+    assert lines[2:] == ["0 gf_service_web 0 replica-1 10.0.0.3 0 0 1 1 0 1 0 0 6 0 0 0 - "
+                         "32769 - 0 0 - - 0"]
+    assert len(proxyside.proxy_server_states(routes, {})["gf_service_web"].splitlines()) == 4
+
+
+def test_current_states_are_read_from_the_runtime_api(host, monkeypatch):
+    answer = ("1\n# be_id be_name srv_id srv_name srv_addr srv_op_state ...\n"
+              "3 gf_service_web 1 replica-0 10.0.0.2 2 0 1 1 5 15 3 4 6 0 0 0 - 32768 - 0 0 - - 0\n")
+    monkeypatch.setattr(proxyside, "_proxy_ask", lambda command: answer)
+    assert proxyside.proxy_current_states() == {
+        ("gf_service_web", "replica-0"): ("2", "10.0.0.2", "32768")}
+
+
+def test_publish_writes_the_server_states_before_the_reload(host):
+    proxyside.op_proxy_publish({"route": route(), "listen": LISTEN})
+    path = os.path.join(proxyside.PROXY_ROOT, "state", "gf_service_web")
+    assert len(open(path).read().splitlines()) == 4
+    assert "server-state-file-name %s" % path in (host["conf"] / "services.cfg").read_text()
+    proxyside.op_proxy_unpublish({"run": "web"})
+    assert not os.path.exists(path)
