@@ -25,6 +25,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import ssh
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
     memberside,
     nodeside,
+    proxyconf,
     proxyside,
 )
 
@@ -104,7 +105,7 @@ def render(routes, tmp_path, digests=None):
     """Render into ``tmp_path`` and return services.cfg's text, checked by haproxy -c."""
     conf = tmp_path / "conf"
     conf.mkdir(exist_ok=True)
-    files = proxyside.proxy_render(routes, LISTEN, digests or {"f": []},
+    files = proxyconf.proxy_render(routes, LISTEN, digests or {"f": []},
                                    conf=lambda name: str(conf / name),
                                    state=lambda name: str(tmp_path / name))
     for name, text in files.items():
@@ -198,8 +199,8 @@ def test_rate_limits_longest_prefix_first_per_ip_or_header(tmp_path):
     assert "http-request track-sc0 src table gf_limit_2 if { var(txn.gf_limit) -m int 2 }" \
         in lines
     # 0.5 rps and no burst: 1 request in any 2 s; 10 rps with a burst of 20: 21 in 2.1 s.
-    assert proxyside.proxy_limit_window(limits[1]) == (1, 2000)
-    assert proxyside.proxy_limit_window(limits[0]) == (21, 2100)
+    assert proxyconf.proxy_limit_window(limits[1]) == (1, 2000)
+    assert proxyconf.proxy_limit_window(limits[0]) == (21, 2100)
     assert "stick-table type string len 128 size 100k expire 60s store gpc_rate(1,2000)" in lines
     assert "stick-table type ipv6 size 100k expire 60s store gpc_rate(1,2100)" in lines
     assert any("status 429" in line and "sc_gpc_rate(0,0) ge 21" in line for line in lines)
@@ -217,7 +218,7 @@ def test_models_route_by_the_bodys_model_and_list_statically(tmp_path):
     assert ("http-request set-var(txn.gf_run) str(web) if gf_models "
             "{ var(txn.gf_model) -m str %s }" % digest) in text
     assert "req.body,json_query('$.model'),sha2(256),hex,lower" in text
-    assert "tune.bufsize %d" % proxyside.PROXY_MODEL_BUFFER in text
+    assert "tune.bufsize %d" % proxyconf.PROXY_MODEL_BUFFER in text
     # The model's prefix (/v1) goes in front of what follows /proxy/models/main/[v1/].
     assert "path,regsub(^/proxy/models/main/v1/,/v1/) if gf_models gf_models_v1 gf_is_web" in text
     assert "path,regsub(^/proxy/models/main/,/) if gf_models !gf_models_v1 gf_is_other" in text
@@ -226,8 +227,8 @@ def test_models_route_by_the_bodys_model_and_list_statically(tmp_path):
 
 def test_a_model_two_services_publish_is_refused():
     with pytest.raises(nodeside.Failure, match="model llama is published by service a already"):
-        proxyside.proxy_render([route("a", model=model()), route("b", model=model())], LISTEN,
-                               {})
+        proxyconf.proxy_render([route("a", model=model()), route("b", model=model())], LISTEN,
+                               {}, str, str)
 
 
 @pytest.mark.parametrize("changes, message", [
@@ -251,19 +252,19 @@ def test_a_model_two_services_publish_is_refused():
 ])
 def test_nothing_a_user_wrote_can_add_a_line(changes, message):
     with pytest.raises(nodeside.Failure, match=message):
-        proxyside.proxy_render([route(**changes)], LISTEN, {})
+        proxyconf.proxy_render([route(**changes)], LISTEN, {}, str, str)
 
 
 def test_words_are_strongly_quoted():
-    assert proxyside.proxy_word("a b") == "'a b'"
-    assert proxyside.proxy_word("it's") == "'it'\\''s'"
-    assert proxyside.proxy_word("100%", percent=True) == "'100%%'"
+    assert proxyconf.proxy_word("a b") == "'a b'"
+    assert proxyconf.proxy_word("it's") == "'it'\\''s'"
+    assert proxyconf.proxy_word("100%", percent=True) == "'100%%'"
     with pytest.raises(nodeside.Failure, match="control character"):
-        proxyside.proxy_word("a\rb")
+        proxyconf.proxy_word("a\rb")
 
 
 def test_ipv6_addresses_take_haproxys_prefix(tmp_path):
-    assert proxyside.proxy_address("fd00::2", 8000) == "ipv6@fd00::2:8000"
+    assert proxyconf.proxy_address("fd00::2", 8000) == "ipv6@fd00::2:8000"
     replicas = [{"replica_num": 0, "job_num": 0, "host": "h", "address": "::1", "port": 9000}]
     assert "server replica-0 ipv6@::1:9000" in render([route(replicas=replicas)],
                                                       tmp_path)["services.cfg"]
@@ -385,14 +386,14 @@ def test_the_ops_are_sent_to_the_hosts_and_served():
 
 def test_new_replicas_start_down_and_serving_ones_stay_up_through_a_reload():
     routes = [route()]
-    states = proxyside.proxy_server_states(routes, {
+    states = proxyconf.proxy_server_states(routes, {
         ("gf_service_web", "replica-0"): ("2", "10.0.0.2", "32768"),      # up, same place
         ("gf_service_web", "replica-1"): ("2", "10.0.0.9", "32769")})     # up, another place
     lines = states["gf_service_web"].splitlines()
     assert lines[0] == "1" and lines[1].startswith("# be_id be_name srv_id srv_name")
     assert lines[2:] == ["0 gf_service_web 0 replica-1 10.0.0.3 0 0 1 1 0 1 0 0 6 0 0 0 - "
                          "32769 - 0 0 - - 0"]
-    assert len(proxyside.proxy_server_states(routes, {})["gf_service_web"].splitlines()) == 4
+    assert len(proxyconf.proxy_server_states(routes, {})["gf_service_web"].splitlines()) == 4
 
 
 def test_current_states_are_read_from_the_runtime_api(host, monkeypatch):

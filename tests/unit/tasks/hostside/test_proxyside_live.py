@@ -24,7 +24,10 @@ import urllib.error
 import urllib.request
 
 import pytest
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import proxyside
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
+    proxyconf,
+    proxyside,
+)
 
 from .test_proxyside import BASE, haproxy, probe, route
 
@@ -104,14 +107,14 @@ def proxy(tmp_path, monkeypatch):
     port = free_port()
     conf = tmp_path / "gpufleet.d"
     conf.mkdir()
-    files = proxyside.proxy_render(routes, {"address": "127.0.0.1", "port": port},
+    files = proxyconf.proxy_render(routes, {"address": "127.0.0.1", "port": port},
                                    {"f": [hashlib.sha256(TOKEN.encode()).hexdigest()]},
                                    conf=lambda name: str(conf / name),
                                    state=lambda name: str(tmp_path / name))
     for name, text in files.items():
         (conf / name).write_text(text)
     # As at a reload with nothing running yet: every replica starts down.
-    for name, text in proxyside.proxy_server_states(routes, {}).items():
+    for name, text in proxyconf.proxy_server_states(routes, {}).items():
         (tmp_path / name).write_text(text)
     base = tmp_path / "haproxy.cfg"
     base.write_text(BASE.format(root=tmp_path))
