@@ -54,6 +54,9 @@ PROXY_BASE = "/etc/haproxy/haproxy.cfg"
 PROXY_SOCKET = "/run/haproxy/admin.sock"
 PROXY_PIDFILE = "/run/haproxy.pid"
 PROXY_BINARY = "haproxy"
+# How this host runs services: systemd when this folder is there, else the init script.
+PROXY_SYSTEMD = "/run/systemd/system"
+PROXY_INIT = "/etc/init.d/haproxy"
 
 
 def proxy_path(*parts):
@@ -214,9 +217,9 @@ def proxy_reload():
     import signal
 
     running = _proxy_pid() is not None
-    if os.path.isdir("/run/systemd/system"):
+    if os.path.isdir(PROXY_SYSTEMD):
         code, out = _proxy_run(["systemctl", "reload-or-restart", "haproxy"])
-    elif os.path.exists("/etc/init.d/haproxy"):
+    elif os.path.exists(PROXY_INIT):
         code, out = _proxy_run(["service", "haproxy", "reload" if running else "start"])
     elif running:
         os.kill(_proxy_pid(), signal.SIGUSR2)

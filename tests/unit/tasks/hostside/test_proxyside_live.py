@@ -5,10 +5,12 @@
 in front of small Python HTTP servers as replicas, asked with urllib. Tokens (401, 403, the
 header kept from the replica), strip_prefix, both replicas reached, 429 over a rate limit,
 model routing by the body's ``model``, the models list, a replica whose probe fails kept out, a
-replica that dies out within 5 s with no request lost.
+replica that dies out within 5 s with no request lost; and the operations reloading a running
+HAProxy (master and worker): a route published, a replica added while the first serves, the last
+route taken out and nothing listening.
 
 HAProxy must be installed where the unit tests run (Debian's package ``haproxy``): a missing
-binary fails this test, it never skips it. It takes about 3 s.
+binary fails these tests, it never skips them. They take about 5 s together.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import os
 import socket
 import subprocess
 import threading
@@ -25,6 +28,7 @@ import urllib.request
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
+    memberside,
     proxyconf,
     proxyside,
 )
@@ -192,3 +196,78 @@ def test_the_proxy_at_work(proxy):
         assert time.time() - died < 5, states
         time.sleep(0.1)
     assert states[0] == "UP"
+
+
+def test_publish_and_unpublish_reload_a_running_haproxy(tmp_path, monkeypatch):
+    # HAProxy as a master and its worker, reloaded by a signal (no service manager here).
+    conf = tmp_path / "gpufleet.d"
+    conf.mkdir()
+    (conf / "services.cfg").write_text("# empty\n")
+    base = tmp_path / "haproxy.cfg"
+    base.write_text(BASE.format(root=tmp_path))
+    pidfile = tmp_path / "haproxy.pid"
+    for name, value in (("PROXY_ROOT", tmp_path / "proxy"), ("PROXY_CONF", conf),
+                        ("PROXY_BASE", base), ("PROXY_PIDFILE", pidfile),
+                        ("PROXY_SOCKET", tmp_path / "admin.sock"),
+                        ("PROXY_SYSTEMD", tmp_path / "no-systemd"),
+                        ("PROXY_INIT", tmp_path / "no-init-script")):
+        monkeypatch.setattr(proxyside, name, str(value))
+    monkeypatch.setattr(proxyside, "PROXY_BINARY", haproxy())
+    monkeypatch.setattr(memberside, "TEAM_ROOT", str(tmp_path / "team"))
+    servers = {"a": replica("a"), "b": replica("b")}
+    process = subprocess.Popen([haproxy(), "-W", "-db", "-p", str(pidfile), "-f", str(base),
+                                "-f", str(conf)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.time() + 5
+        while not proxyside.op_proxy_check({})["running"]:
+            assert process.poll() is None, process.stdout.read().decode()
+            assert time.time() < deadline, "HAProxy did not start in 5 s"
+            time.sleep(0.05)
+        port = free_port()
+        listen = {"address": "127.0.0.1", "port": port}
+        web = route("web", auth=False, replicas=[
+            {"replica_num": 0, "job_num": 0, "host": "a", "address": "127.0.0.1",
+             "port": servers["a"].server_address[1]}])
+        assert proxyside.op_proxy_publish({"route": web, "listen": listen})["changed"] is True
+        url = "http://127.0.0.1:%d/proxy/services/main/web/x" % port
+
+        def replicas_seen(count):
+            seen, deadline = set(), time.time() + 5
+            while len(seen) < count:
+                assert time.time() < deadline, seen
+                try:
+                    status, body = ask(url)
+                except OSError:
+                    status = None
+                if status == 200:
+                    seen.add(body["replica"])
+                else:
+                    time.sleep(0.1)
+            return seen
+
+        assert replicas_seen(1) == {"a"}
+        # A second replica: published with a reload, it enters once its check passes, and the
+        # first one serves throughout.
+        web["replicas"].append({"replica_num": 1, "job_num": 1, "host": "b",
+                                "address": "127.0.0.1", "port": servers["b"].server_address[1]})
+        proxyside.op_proxy_publish({"route": web, "listen": listen})
+        states = open(os.path.join(proxyside.PROXY_ROOT, "state", "gf_service_web")).read()
+        assert " replica-1 " in states and " replica-0 " not in states
+        assert ask(url)[0] == 200
+        assert replicas_seen(2) == {"a", "b"}
+        assert proxyside.op_proxy_unpublish({"run": "web"})["routes"] == []
+        deadline = time.time() + 5
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            except OSError:
+                break
+            assert time.time() < deadline, "the proxy still listens with no service"
+            time.sleep(0.1)
+    finally:
+        process.terminate()
+        process.wait(5)
+        for server in servers.values():
+            server.shutdown()
+            server.server_close()
