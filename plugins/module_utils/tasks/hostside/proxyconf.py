@@ -37,6 +37,7 @@ _PROXY_IDEMPOTENT = "GET HEAD OPTIONS TRACE PUT DELETE"
 
 
 def proxy_word(text, percent=False):
+    # type: (object, bool) -> str
     """``text`` as one word of HAProxy's configuration: strongly quoted, so that nothing in it
     (spaces, ``#``, ``$``, quotes) is read as syntax; a control character (a new line among
     them) is refused. ``percent``: the word is a log-format string, where ``%`` is doubled."""
@@ -64,16 +65,19 @@ def _proxy_number(value, what, low=0):
 
 
 def proxy_service_prefix(run):
+    # type: (str) -> str
     """services.records.service_prefix, for the hosts."""
     return "/proxy/services/%s/%s/" % (PROXY_PROJECT, run)
 
 
 def proxy_model_prefix():
+    # type: () -> str
     """services.records.model_prefix, for the hosts."""
     return "/proxy/models/%s/" % PROXY_PROJECT
 
 
 def proxy_address(address, port):
+    # type: (str, int) -> str
     """``address:port`` as HAProxy's bind and server lines take it (IPv6 with its prefix)."""
     _proxy_need(_PROXY_ADDRESS, address, "the address")
     port = int(_proxy_number(port, "a port", 1))
@@ -83,6 +87,7 @@ def proxy_address(address, port):
 
 
 def proxy_limit_window(limit):
+    # type: (dict) -> tuple[int, int]
     """``(count, window_ms)`` of a rate limit: at most ``count`` requests in any ``window``.
     nginx's leaky bucket (dstack's gateway) with ``burst`` B and ``nodelay`` takes B + 1
     requests at once and then ``rps`` a second; a window of (B + 1) / rps seconds holding B + 1
@@ -95,9 +100,10 @@ def proxy_limit_window(limit):
 
 
 def proxy_routes_check(routes):
+    # type: (list) -> None
     """Failure unless every route can be written into the configuration safely, and no two
     services publish the same model."""
-    models = {}
+    models = {}  # type: dict
     for route in routes:
         if not isinstance(route, dict):
             raise Failure("a route must be a mapping")
@@ -142,6 +148,7 @@ def proxy_routes_check(routes):
 
 
 def proxy_models_document(routes):
+    # type: (list) -> str
     """The answer of ``/v1/models``: OpenAI's shape, as dstack's proxy answers it."""
     data = [{"id": route["model"]["name"], "object": "model",
              "created": int(route.get("submitted_at") or 0), "owned_by": PROXY_PROJECT}
@@ -234,7 +241,8 @@ def _proxy_frontend(routes, listen, conf):
                          "!{ var(txn.gf_limit) -m found } { var(txn.gf_path) -m beg %s }"
                          % (number, route["run"], proxy_word(limit.get("prefix") or "/")))
             mine = "{ var(txn.gf_limit) -m int %d }" % number
-            lines += ["    http-request track-sc0 %s table gf_limit_%d if %s" % (fetch, number, mine),
+            lines += ["    http-request track-sc0 %s table gf_limit_%d if %s"
+                      % (fetch, number, mine),
                       "    http-request return %s if %s { sc_gpc_rate(0,0) ge %d }"
                       % (_proxy_json(429, "Too Many Requests"), mine, count),
                       "    http-request sc-inc-gpc(0,0) if %s" % mine]
@@ -269,8 +277,8 @@ def _proxy_backend(route, state):
                     % ((probe.get("method") or "get").upper(), proxy_word(probe.get("url") or "/"),
                        "localhost")]
             for header in probe.get("headers") or []:
-                send.append("hdr %s %s" % (header["name"], proxy_word(header.get("value") or "",
-                                                                       percent=True)))
+                value = proxy_word(header.get("value") or "", percent=True)
+                send.append("hdr %s %s" % (header["name"], value))
             if probe.get("body") is not None:
                 send.append("body %s" % proxy_word(probe["body"]))
             lines += ["    http-check connect", "    " + " ".join(send),
@@ -280,16 +288,16 @@ def _proxy_backend(route, state):
         lines.append("    timeout check %ds" % timeout)
     # A replica that is down (not ready yet) is probed every interval, but at least every 2 s.
     down = min([int(probe.get("interval") or 1) for probe in probes] + [2 if probes else 1])
-    lines.append("    default-server check %s rise %d downinter %ds" % (PROXY_CHECK, rise,
-                                                                     max(1, down)))
+    lines.append("    default-server check %s rise %d downinter %ds"
+                 % (PROXY_CHECK, rise, max(1, down)))
     for replica in sorted(route.get("replicas") or [], key=lambda r: r.get("replica_num", 0)):
-        lines.append("    server replica-%d %s" % (int(replica["replica_num"]),
-                                                  proxy_address(replica["address"],
-                                                                replica["port"])))
+        where = proxy_address(replica["address"], replica["port"])
+        lines.append("    server replica-%d %s" % (int(replica["replica_num"]), where))
     return lines
 
 
 def proxy_render(routes, listen, digests, conf, state):
+    # type: (...) -> dict
     """The files of PROXY_CONF for ``routes`` (route records, any order) published on
     ``listen`` (``{"address", "port"}``), the members of fleet F having the token digests
     ``digests[F]``: ``{file name: text}``. With no route, ``services.cfg`` holds no proxy at
@@ -323,14 +331,15 @@ def proxy_render(routes, listen, digests, conf, state):
     return files
 
 
-_PROXY_STATE_FIELDS = ("be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state "
-                      "srv_uweight srv_iweight srv_time_since_last_change srv_check_status "
-                      "srv_check_result srv_check_health srv_check_state srv_agent_state "
-                      "bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl "
-                      "srv_check_port srv_check_addr srv_agent_addr srv_agent_port")
+_PROXY_STATE_FIELDS = (
+    "be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight "
+    "srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health "
+    "srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port "
+    "srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port")
 
 
 def proxy_server_states(routes, current):
+    # type: (list, dict) -> dict
     """``{backend: text}``: the server-state file HAProxy reads for each service's backend
     when it starts or reloads. HAProxy takes a server it starts as up until its checks say
     otherwise; this file says which start down: every replica but those up now at the same

@@ -60,16 +60,19 @@ PROXY_INIT = "/etc/init.d/haproxy"
 
 
 def proxy_path(*parts):
+    # type: (*str) -> str
     """A path under PROXY_ROOT (read when called: tests point it elsewhere)."""
     return os.path.join(PROXY_ROOT, *parts)
 
 
 def proxy_conf_path(*parts):
+    # type: (*str) -> str
     """A path under PROXY_CONF (read when called: tests point it elsewhere)."""
     return os.path.join(PROXY_CONF, *parts)
 
 
 def proxy_current_states():
+    # type: () -> dict
     """``{(backend, server): (state, address, port)}`` of the running HAProxy (empty when it
     does not answer)."""
     try:
@@ -158,6 +161,7 @@ def _proxy_routes():
 
 
 def proxy_digests():
+    # type: () -> dict
     """``{fleet: [digest, ...]}`` from this host's members document: the ``token_sha256`` of
     every member (a revoked user has no entry among the members)."""
     doc = _members_read() or {}
@@ -193,6 +197,7 @@ def _proxy_run(argv):
 
 
 def proxy_config_check():
+    # type: () -> str | None
     """None when HAProxy takes its whole configuration, else its message."""
     code, out = _proxy_run([PROXY_BINARY, "-c", "-f", PROXY_BASE, "-f", proxy_conf_path()])
     if code == 0:
@@ -212,6 +217,7 @@ def _proxy_pid():
 
 
 def proxy_reload():
+    # type: () -> str | None
     """Reload HAProxy (start it when it is not running) the way this host runs it: systemd,
     else the init script, else a signal to its master. None, or the failure's words."""
     import signal
@@ -295,6 +301,7 @@ def _proxy_write_states(routes):
 
 
 def op_proxy_check(payload):
+    # type: (dict) -> dict
     """Whether HAProxy is installed (and which version) and running."""
     code, out = _proxy_run([PROXY_BINARY, "-v"])
     found = re.search(r"version (\S+)", out) if code == 0 else None
@@ -303,13 +310,14 @@ def op_proxy_check(payload):
 
 
 def op_proxy_publish(payload):
+    # type: (dict) -> dict
     """Keep the route of one service (replacing its previous one) and publish it."""
     route = payload.get("route")
     listen = payload.get("listen")
     if not isinstance(route, dict) or not isinstance(listen, dict):
         raise Failure("proxy_publish needs a route and the address to listen on")
     proxy_routes_check([route])
-    proxy_address(listen.get("address"), listen.get("port"))
+    proxy_address(listen.get("address") or "", listen.get("port") or 0)
 
     def change(routes, _held):
         routes[route["run"]] = route
@@ -319,6 +327,7 @@ def op_proxy_publish(payload):
 
 
 def op_proxy_unpublish(payload):
+    # type: (dict) -> dict
     """Take one service's route out (nothing listens once the last one is out)."""
     run = payload.get("run")
     _proxy_need(_PROXY_RUN, run, "the run name")
@@ -330,11 +339,13 @@ def op_proxy_unpublish(payload):
 
 
 def op_proxy_refresh(payload):
+    # type: (dict) -> dict
     """Write the configuration again from the routes kept (the members' tokens changed)."""
     return _proxy_apply(lambda routes, _held: None)
 
 
 def proxy_stat_rows(text):
+    # type: (str) -> list
     """The rows of HAProxy's ``show stat`` (CSV, its first line the field names after ``# ``)
     as dicts."""
     lines = [line for line in text.splitlines() if line.strip()]
@@ -368,6 +379,7 @@ def _proxy_ask(command):
 
 
 def op_proxy_status(payload):
+    # type: (dict) -> dict
     """The replicas as HAProxy sees them, and each service's requests per second now."""
     wanted = payload.get("run")
     servers, rates = [], {}

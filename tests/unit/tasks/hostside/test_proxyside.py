@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import stat
 import subprocess
 
@@ -29,46 +28,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
     proxyside,
 )
 
-BASE = """global
-    stats socket {root}/admin.sock mode 600 level admin
-defaults
-    mode http
-    timeout connect 5s
-    timeout client 60s
-    timeout server 60s
-"""
-LISTEN = {"address": "127.0.0.1", "port": 3000}
-TOKEN = "gpufleet-token-of-alice"
-
-
-def haproxy():
-    found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/usr/local/sbin")
-    assert found, ("HAProxy is not installed: these tests check the rendered configuration "
-                   "with the real haproxy -c (apt-get install haproxy)")
-    return found
-
-
-def route(run="web", **changes):
-    made = {"run": run, "user": "alice", "fleet": "f", "project": "main", "port": 8000,
-            "auth": True, "strip_prefix": True, "rate_limits": [], "probes": [], "model": None,
-            "replicas": [{"replica_num": 0, "job_num": 0, "host": "f-0",
-                          "address": "10.0.0.2", "port": 32768},
-                         {"replica_num": 1, "job_num": 1, "host": "f-1",
-                          "address": "10.0.0.3", "port": 32769}],
-            "submitted_at": 1700000000.5}
-    made.update(changes)
-    return made
-
-
-def probe(**changes):
-    made = {"type": "http", "url": "/health", "method": "get", "headers": [], "body": None,
-            "timeout": 10, "interval": 15, "ready_after": 1, "until_ready": False}
-    made.update(changes)
-    return made
-
-
-def model(name="llama", prefix="/v1"):
-    return {"type": "chat", "name": name, "format": "openai", "prefix": prefix}
+from .fakes import BASE, LISTEN, TOKEN, haproxy, model, probe, route
 
 
 @pytest.fixture
@@ -398,7 +358,8 @@ def test_new_replicas_start_down_and_serving_ones_stay_up_through_a_reload():
 
 def test_current_states_are_read_from_the_runtime_api(host, monkeypatch):
     answer = ("1\n# be_id be_name srv_id srv_name srv_addr srv_op_state ...\n"
-              "3 gf_service_web 1 replica-0 10.0.0.2 2 0 1 1 5 15 3 4 6 0 0 0 - 32768 - 0 0 - - 0\n")
+              "3 gf_service_web 1 replica-0 10.0.0.2 2 0 1 1 5 15 3 4 6 0 0 0 - 32768 - 0 0 - - "
+              "0\n")
     monkeypatch.setattr(proxyside, "_proxy_ask", lambda command: answer)
     assert proxyside.proxy_current_states() == {
         ("gf_service_web", "replica-0"): ("2", "10.0.0.2", "32768")}

@@ -33,7 +33,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
     proxyside,
 )
 
-from .test_proxyside import BASE, haproxy, probe, route
+from .fakes import BASE, haproxy, probe, route
 
 TOKEN = "live-token"
 
