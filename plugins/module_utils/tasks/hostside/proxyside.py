@@ -226,7 +226,7 @@ def proxy_reload():
     if os.path.isdir(PROXY_SYSTEMD):
         code, out = _proxy_run(["systemctl", "reload-or-restart", "haproxy"])
     elif os.path.exists(PROXY_INIT):
-        code, out = _proxy_run(["service", "haproxy", "reload" if running else "start"])
+        code, out = _proxy_run([PROXY_INIT, "reload" if running else "start"])
     elif running:
         os.kill(_proxy_pid(), signal.SIGUSR2)
         return None
@@ -258,8 +258,10 @@ def _proxy_apply(change):
         listen_new = json.dumps(listen, sort_keys=True).encode("utf-8") if listen else None
         encoded = dict((name, None if text is None else text.encode("utf-8"))
                        for name, text in new.items())
-        changed = encoded != old or route_new != route_old or listen_new != listen_old
-        if not changed:
+        # HAProxy is (re)loaded when its files change, and started when routes are published
+        # and it is not running (the host restarted, say).
+        load = encoded != old or listen_new != listen_old or bool(routes) and _proxy_pid() is None
+        if not load and route_new == route_old:
             return {"changed": False, "routes": sorted(routes)}
 
         def write(conf, routed, listened):
@@ -272,7 +274,7 @@ def _proxy_apply(change):
 
         write(encoded, route_new, listen_new)
         problem = proxy_config_check()
-        if problem is None and (encoded != old or listen_new != listen_old):
+        if problem is None and load:
             _proxy_write_states(list(routes.values()))
             problem = proxy_reload()
             if problem is not None:

@@ -244,9 +244,14 @@ def test_publish_writes_the_route_and_the_configuration_and_reloads(host):
     assert (conf / "tokens-f.lst").read_text() == hashlib.sha256(TOKEN.encode()).hexdigest() + "\n"
     assert stat.S_IMODE(os.stat(conf / "tokens-f.lst").st_mode) == 0o600
     assert host["reloads"] == [1]
-    # The same route again: nothing changes, no reload.
+    # The same route again: nothing changes, no reload, while HAProxy runs.
+    (host["root"] / "haproxy.pid").write_text("%d\n" % os.getpid())
     assert proxyside.op_proxy_publish({"route": route(), "listen": LISTEN})["changed"] is False
     assert host["reloads"] == [1]
+    # HAProxy not running (the host restarted): the same route starts it.
+    (host["root"] / "haproxy.pid").unlink()
+    assert proxyside.op_proxy_publish({"route": route(), "listen": LISTEN})["changed"] is True
+    assert host["reloads"] == [1, 1]
 
 
 def test_unpublish_of_the_last_route_leaves_nothing_listening(host):
@@ -290,6 +295,7 @@ def test_a_failed_reload_puts_the_previous_files_back(host, monkeypatch):
 
 def test_refresh_takes_a_new_members_token(host):
     proxyside.op_proxy_publish({"route": route(), "listen": LISTEN})
+    (host["root"] / "haproxy.pid").write_text("%d\n" % os.getpid())
     assert proxyside.op_proxy_refresh({})["changed"] is False
     members(host["root"], {"alice": "a" * 64, "bob": "b" * 64})
     assert proxyside.op_proxy_refresh({}) == {"changed": True, "routes": ["web"]}
