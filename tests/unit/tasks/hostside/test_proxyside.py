@@ -88,7 +88,9 @@ def test_no_route_renders_a_configuration_where_nothing_listens(tmp_path):
 
 
 def test_a_service_gets_its_prefix_its_replicas_and_the_tcp_check(tmp_path):
-    text = render([route()], tmp_path)["services.cfg"]
+    # A second service whose name starts with the first's: the prefixes end in a slash.
+    text = render([route(), route("web-2")], tmp_path)["services.cfg"]
+    assert "use_backend gf_service_web-2 if gf_is_web-2" in text
     lines = [line.strip() for line in text.splitlines()]
     prefix = records.service_prefix("web")
     assert "bind 127.0.0.1:3000" in lines
