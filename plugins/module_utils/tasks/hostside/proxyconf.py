@@ -252,13 +252,23 @@ def _proxy_frontend(routes, listen, conf):
             if not route.get("strip_prefix", True):
                 condition += " gf_models"
             lines.append("    http-request set-path %%[var(txn.gf_path)] if %s" % condition)
+    for route in routes:
         lines.append("    use_backend gf_service_%s if gf_is_%s" % (route["run"], route["run"]))
     return lines, tables
 
 
-def _proxy_backend(route, state):
+def proxy_backend_ids(routes):
+    # type: (list) -> dict
+    """``{run: id}``: the fixed proxy id of each service's backend (its server-state file names
+    it, and HAProxy warns of a state whose backend id differs from the running one)."""
+    runs = sorted(route["run"] for route in routes)
+    return dict((run, 10001 + number) for number, run in enumerate(runs))
+
+
+def _proxy_backend(route, state, number):
     run = route["run"]
     lines = ["backend gf_service_%s" % run,
+             "    id %d" % number,
              "    mode http",
              "    load-server-state-from-file local",
              "    server-state-file-name %s" % state("gf_service_%s" % run),
@@ -320,8 +330,9 @@ def proxy_render(routes, listen, digests, conf, state):
         lines += ["global", "    tune.bufsize %d" % PROXY_MODEL_BUFFER, ""]
     frontend, tables = _proxy_frontend(routes, listen, conf)
     lines += frontend + [""]
+    ids = proxy_backend_ids(routes)
     for route in routes:
-        lines += _proxy_backend(route, state) + [""]
+        lines += _proxy_backend(route, state, ids[route["run"]]) + [""]
     for number, window, header in tables:
         lines += ["backend gf_limit_%d" % number,
                   "    stick-table type %s size 100k expire %ds store gpc_rate(1,%d)"
@@ -347,6 +358,7 @@ def proxy_server_states(routes, current):
     servers state``, state 2 being up), so a new replica enters only once its probes (or the
     TCP check) pass and one that is serving keeps serving through the reload."""
     files = {}
+    ids = proxy_backend_ids(routes)
     for route in routes:
         backend = "gf_service_%s" % route["run"]
         lines = ["1", "# " + _PROXY_STATE_FIELDS]
@@ -355,7 +367,7 @@ def proxy_server_states(routes, current):
             address, port = replica["address"], int(replica["port"])
             if current.get((backend, server)) == ("2", address, str(port)):
                 continue
-            lines.append("0 %s 0 %s %s 0 0 1 1 0 1 0 0 6 0 0 0 - %d - 0 0 - - 0"
-                         % (backend, server, address, port))
+            lines.append("%d %s 0 %s %s 0 0 1 1 0 1 0 0 6 0 1 0 - %d - 0 0 - - 0"
+                         % (ids[route["run"]], backend, server, address, port))
         files[backend] = "\n".join(lines) + "\n"
     return files

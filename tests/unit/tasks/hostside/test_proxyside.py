@@ -70,11 +70,17 @@ def render(routes, tmp_path, digests=None):
                                    state=lambda name: str(tmp_path / name))
     for name, text in files.items():
         (conf / name).write_text(text)
+    for name, text in proxyconf.proxy_server_states(routes, {}).items():
+        (tmp_path / name).write_text(text)
     base = tmp_path / "base.cfg"
     base.write_text(BASE.format(root=tmp_path))
     checked = subprocess.run([haproxy(), "-c", "-f", str(base), "-f", str(conf)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
     assert checked.returncode == 0, checked.stdout.decode()
+    # Nor a warning, but those of the replicas that start down (their state files).
+    warnings = [line for line in checked.stdout.decode().splitlines()
+                if "[WARNING]" in line and "changed from server-state" not in line]
+    assert warnings == []
     return files
 
 
@@ -359,7 +365,7 @@ def test_new_replicas_start_down_and_serving_ones_stay_up_through_a_reload():
         ("gf_service_web", "replica-1"): ("2", "10.0.0.9", "32769")})     # up, another place
     lines = states["gf_service_web"].splitlines()
     assert lines[0] == "1" and lines[1].startswith("# be_id be_name srv_id srv_name")
-    assert lines[2:] == ["0 gf_service_web 0 replica-1 10.0.0.3 0 0 1 1 0 1 0 0 6 0 0 0 - "
+    assert lines[2:] == ["10001 gf_service_web 0 replica-1 10.0.0.3 0 0 1 1 0 1 0 0 6 0 1 0 - "
                          "32769 - 0 0 - - 0"]
     assert len(proxyconf.proxy_server_states(routes, {})["gf_service_web"].splitlines()) == 4
 
