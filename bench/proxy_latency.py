@@ -248,7 +248,7 @@ class Target:
         return reader, writer
 
     async def open_pool(self):
-        self.idle = [await self.connect() for _ in range(self.connections)]
+        self.idle = [await self.connect() for _unused in range(self.connections)]
         self.opened = 0
 
     async def send(self, scheduled, record):
