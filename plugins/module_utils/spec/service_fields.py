@@ -277,7 +277,7 @@ def _seconds_at_least(minimum, what):
     return parse
 
 
-_PROBE_FIELDS = {
+PROBE_FIELDS = {
     "type": lambda v, c: want_choice(v, PROBE_TYPES),
     "url": _opt(_url),
     "method": _opt(lambda v, c: want_choice(v, PROBE_METHODS)),
@@ -293,10 +293,10 @@ _PROBE_FIELDS = {
 def _probe_as_given(value, ctx):
     """The probe's fields as written (None where omitted), checked; defaults come later."""
     data = want_mapping(value, "a probe mapping with type: http")
-    parsed = parse_object(data, ctx, _PROBE_FIELDS, ("type",), owner="a probe")
+    parsed = parse_object(data, ctx, PROBE_FIELDS, ("type",), owner="a probe")
     if parsed is INVALID:
         return INVALID
-    given = dict((key, parsed.get(key)) for key in _PROBE_FIELDS)
+    given = dict((key, parsed.get(key)) for key in PROBE_FIELDS)
     given["headers"] = given["headers"] or []
     # As dstack: an omitted method does not count as get here.
     if given["body"] is not None and given["method"] in ("get", "head"):
