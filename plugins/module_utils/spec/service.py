@@ -292,8 +292,12 @@ def parse_groups(value: object, ctx: Ctx, data: dict[str, Any]) -> Any:
     if not items:
         raise Invalid("`groups` cannot be an empty list")
     service_image = bool(data.get("image"))
-    groups = [ctx.run(index, lambda v, c, i=index: parse_replica_group(v, c, i, service_image),
-                      item) for index, item in enumerate(items)]
+    groups = []
+    for index, item in enumerate(items):
+        def parse(value, group_ctx, position=index):
+            return parse_replica_group(value, group_ctx, position, service_image)
+
+        groups.append(ctx.run(index, parse, item))
     if any(g is INVALID for g in groups):
         return INVALID
     counts: dict[str, int] = {}
@@ -342,9 +346,9 @@ def _legacy_groups(data, ctx):
 
 
 def parse_service(data: dict[str, Any], ctx: Ctx) -> Any:
-    for key, why in NOT_HERE.items():
+    for key, instead in NOT_HERE.items():
         if key in data:
-            ctx.child(key).error(why)
+            ctx.child(key).error(instead)
     data = _legacy_groups(data, ctx)
     own = _parse_own(data, ctx)
     if "port" not in data:

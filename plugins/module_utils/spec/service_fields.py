@@ -357,4 +357,3 @@ def default_probes(model: Any) -> list[dict[str, Any]]:
     if isinstance(model, dict) and model.get("format") == "openai":
         return [model_probe(model)]
     return []
-

@@ -132,7 +132,8 @@ def test_missing_pyyaml_is_reported_as_a_missing_library(tmp_path, monkeypatch):
     [
         ({}, "one of the following is required: path, config"),
         ({"path": "x.yml", "config": {"type": "task"}}, "mutually exclusive: path|config"),
-        ({"path": "x.yml", "type": "service"}, "value of type must be one of: fleet, task, dev-environment, volume"),
+        ({"path": "x.yml", "type": "gateway"},
+         "value of type must be one of: fleet, task, dev-environment, service, volume"),
     ],
 )
 def test_argument_errors(args, message):
