@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from . import common, grammar
+from . import common, grammar, interpolation
 from ._errors import INVALID, Ctx, Invalid, describe, show
 from ._types import (
     parse_fields,
@@ -37,7 +37,14 @@ from .service_fields import (
     parse_rate_limits,
     parse_scaling,
 )
-from .task import GROUP_NAME_RE, parse_commands, parse_port, parse_python, parse_task
+from .task import (
+    GROUP_NAME_RE,
+    REGISTRY_REFS,
+    parse_commands,
+    parse_port,
+    parse_python,
+    parse_task,
+)
 
 SERVICE_FIELDS = ("port", "gateway", "strip_prefix", "model", "https", "auth", "scaling",
                   "rate_limits", "probes", "replicas", "groups")
@@ -345,6 +352,37 @@ def _legacy_groups(data, ctx):
     return data
 
 
+def _probe_texts(probe):
+    """(subpath, text) of a probe's fields where dstack fills ``${{ env.NAME }}``."""
+    if probe["url"] is not None:
+        yield ("url",), probe["url"]
+    if probe["body"] is not None:
+        yield ("body",), probe["body"]
+    for index, header in enumerate(probe["headers"]):
+        yield ("headers", index, "value"), header["value"]
+
+
+def check_probe_refs(probes: Any, env: Any, ctx: Ctx) -> None:
+    """As dstack apply: a probe's url, body and header values may name the service's own env
+    (``${{ env.NAME }}``, filled when the run is submitted) and secrets; nothing else."""
+    if not isinstance(probes, list) or not isinstance(env, dict):
+        return
+    for index, probe in enumerate(probes):
+        for subpath, text in _probe_texts(probe):
+            where = ctx.child("probes").child(index)
+            try:
+                interpolation.check(text, REGISTRY_REFS)
+                names = list(interpolation.references(text))
+            except interpolation.InterpolationError as exc:
+                where.error(str(exc), subpath)
+                continue
+            for ref in names:
+                namespace, _dot, name = ref.partition(".")
+                if namespace == "env" and name not in env:
+                    where.error("${{ env.%s }} refers to %s, which is not in this service's env; "
+                                "add it to env" % (name, name), subpath)
+
+
 def parse_service(data: dict[str, Any], ctx: Ctx) -> Any:
     for key, instead in NOT_HERE.items():
         if key in data:
@@ -383,6 +421,7 @@ def parse_service(data: dict[str, Any], ctx: Ctx) -> Any:
         config["commands"] = []
     model = own.get("model")
     probes = own.get("probes")
+    check_probe_refs(probes, config.get("env"), ctx)
     if probes is None:
         probes = default_probes(model)
     config.update({

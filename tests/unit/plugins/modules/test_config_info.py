@@ -187,6 +187,21 @@ def custom_stats(output):
     raise AssertionError("no custom stats in the output:\n" + output)
 
 
+def test_a_service_is_read_and_what_apply_refuses_of_it_is_unsupported(tmp_path):
+    path = write(tmp_path, "svc.dstack.yml", """\
+        type: service
+        port: 8000
+        image: nginx
+        model: my-model
+        gateway: my-gateway
+        """)
+    code, result = run_module({"path": path, "type": "service"})
+    assert code == 0
+    assert (result["type"], result["config"]["port"]) == ("service", 8000)
+    assert result["config"]["model"]["prefix"] == "/v1"
+    assert [p["path"] for p in result["unsupported"]] == ["gateway"]
+
+
 def test_unsupported_holds_what_apply_refuses_as_gpufleet_validate_says_it(tmp_path):
     """The module's verdict is validate's: a backend gpufleet lacks, a files entry and a local
     repo that are not on this controller (relative to the file's folder)."""
