@@ -69,6 +69,8 @@ _GROUP_NAME_MESSAGE = "Resource name should match regex '^[a-z0-9][a-z0-9-]{0,39
 def parse_service_port(value: object, ctx: Ctx) -> int:
     """The container port: ``8000``, ``"80:8000"`` or ``{local_port, container_port}``; only
     the container port is used (dstack keeps the mapping for history)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, str):
         if _DIGITS.fullmatch(value):
             value = want_int(value, minimum=1, maximum=65535, what="a port number")

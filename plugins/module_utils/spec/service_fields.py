@@ -221,7 +221,7 @@ def parse_rate_limits(value: object, ctx: Ctx) -> Any:
         seen.add(limit["prefix"])
     if duplicates:
         raise Invalid("Prefixes %s are used more than once. Each rate limit should have a unique "
-                      "path prefix" % ", ".join(show(p) for p in duplicates))
+                      "path prefix" % duplicates)
     return limits
 
 

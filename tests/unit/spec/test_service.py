@@ -97,7 +97,7 @@ def test_port_is_required():
 
 
 @pytest.mark.parametrize("value, expected", [
-    (8000, 8000), ("8000", 8000), ("80:8000", 8000), ({"container_port": 9000}, 9000),
+    (8000, 8000), ("8000", 8000), ("80:8000", 8000), ({"container_port": 9000}, 9000), (8000.0, 8000),
     ({"local_port": 80, "container_port": 9000}, 9000), (65535, 65535), (1, 1),
 ])
 def test_port_forms(value, expected):
@@ -108,7 +108,7 @@ def test_port_forms(value, expected):
     (0, "must be at least 1"), (65536, "must be at most 65535"), ("*:8000", "write 8000 or 80:8000"),
     ("http", "write 8000 or 80:8000"), ("80:", "write 8000 or 80:8000"), (True, "expected a port"),
     ("0:8000", "must be at least 1"), ({"local_port": 80}, "needs container_port"),
-    ([8000], "expected a port"),
+    ([8000], "expected a port"), (8000.5, "expected a port"),
 ])
 def test_bad_ports(value, fragment):
     assert fragment in problem_at("port", port=value)
@@ -312,7 +312,7 @@ def test_bad_rate_limits(limit, path, fragment):
 
 def test_rate_limit_prefixes_are_unique():
     message = problem_at("rate_limits", rate_limits=[{"rps": 1}, {"prefix": "/", "rps": 2}])
-    assert message == ("Prefixes '/' are used more than once. Each rate limit should have a "
+    assert message == ("Prefixes ['/'] are used more than once. Each rate limit should have a "
                        "unique path prefix")
 
 
