@@ -315,8 +315,8 @@ def plan(config: Config, delete: bool = False, name: str | None = None,
     normalized, given = _read(config, kinds)
     kind = normalized["type"]
     if kind not in RUN_TYPES and (name or env or fleets or array or ide_version):
-        raise GpufleetError("name, env, fleets, array, ide_version: only for runs (tasks, dev "
-                            "environments, services)")
+        raise GpufleetError("name, env, fleets, array, ide_version: only for tasks, dev "
+                            "environments and services")
     if kind == "fleet":
         result = opts.play("delete.yml" if delete else "fleet.yml", opts.extravars(fleet=given),
                            check=True)
