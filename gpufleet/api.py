@@ -225,8 +225,8 @@ def _read(config: Config, types: Iterable[str]):
 
 
 _TASK_OPTIONS = ("name", "env", "fleets", "array", "ide_version")
-# The configurations that are runs: tasks and dev environments.
-RUN_TYPES = ("task", "dev-environment")
+# The configurations that are runs: tasks, dev environments and services.
+RUN_TYPES = ("task", "dev-environment", "service")
 
 
 def _check_array(array, given):
@@ -311,12 +311,12 @@ def plan(config: Config, delete: bool = False, name: str | None = None,
     (status ``submitted`` when it would be created).
     """
     opts = _Options(**options)
-    kinds = ("fleet", "volume") if delete else ("fleet", "task", "dev-environment", "volume")
+    kinds = ("fleet", "volume") if delete else ("fleet",) + RUN_TYPES + ("volume",)
     normalized, given = _read(config, kinds)
     kind = normalized["type"]
     if kind not in RUN_TYPES and (name or env or fleets or array or ide_version):
-        raise GpufleetError("name, env, fleets, array, ide_version: only for tasks and dev "
-                            "environments")
+        raise GpufleetError("name, env, fleets, array, ide_version: only for tasks, dev "
+                            "environments and services")
     if kind == "fleet":
         result = opts.play("delete.yml" if delete else "fleet.yml", opts.extravars(fleet=given),
                            check=True)
@@ -349,7 +349,7 @@ def apply(config: Config, roles: Iterable[str] = (), unreachable: Mapping | None
     registered; returns its record. A task: see
     :func:`run_task` (``wait``, ``run_args``, ``secrets`` go there).
     """
-    normalized, given = _read(config, ("fleet", "task", "dev-environment", "volume"))
+    normalized, given = _read(config, ("fleet",) + RUN_TYPES + ("volume",))
     if normalized["type"] in RUN_TYPES:
         if roles:
             raise GpufleetError("roles: only for fleets")

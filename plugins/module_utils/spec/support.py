@@ -27,7 +27,20 @@ from ._errors import Problem
 
 SCHEDULE = ("gpufleet has no server to start runs on a schedule; remove it and run gpufleet "
             "apply (or playbooks/task.yml) from cron or an AWX schedule")
-RUN_TYPES = ("task", "dev-environment")
+RUN_TYPES = ("task", "dev-environment", "service")
+
+# What a service may ask for that this version of gpufleet does not run yet: the in-fleet proxy
+# publishes a fixed number of replicas over plain HTTP.
+GATEWAY = ("gateways are not supported yet: omit `gateway` or set it to false; the service is "
+           "published by the in-fleet proxy")
+HTTPS = ("the in-fleet proxy serves plain HTTP: omit `https` or set it to false or auto "
+         "(HTTPS needs a gateway, which is not supported yet)")
+GROUPS = ("replica groups are not supported yet: remove `groups` and give the service one "
+          "`replicas` count (its commands, image and resources at the top level)")
+SCALING = ("autoscaling is not supported yet: set `replicas` to a fixed number such as 2 and "
+           "remove `scaling`")
+NO_REPLICAS = ("a service needs at least one replica in this version of gpufleet (its number "
+               "of replicas is fixed): set `replicas` to 1 or more")
 
 # The backends gpufleet provisions fleets in (backends.base's registry holds their clients).
 FLEET_BACKENDS = ("local", "aws", "gcp")
@@ -120,7 +133,7 @@ def refusals(config: dict[str, Any]) -> list[Problem]:
         return [Problem(("backend",), why)] if why else []
     if kind not in RUN_TYPES:
         return []
-    out = []
+    out = service_refusals(config) if kind == "service" else []
     if config.get("schedule"):
         out.append(Problem(("schedule",), SCHEDULE))
     why = run_backends_refusal(config.get("backends"))
@@ -139,6 +152,27 @@ def refusals(config: dict[str, Any]) -> list[Problem]:
         why = env_name_refusal(name) or env_value_refusal(value)
         if why:
             out.append(Problem(("env", str(name)), why))
+    return out
+
+
+def service_refusals(config: dict[str, Any]) -> list[Problem]:
+    """What of a service this version does not run: a gateway, HTTPS, replica groups, a range
+    of replicas or scaling (autoscaling), no replica at all."""
+    out = []
+    gateway = config.get("gateway")
+    if gateway is True or isinstance(gateway, str):
+        out.append(Problem(("gateway",), GATEWAY))
+    if config.get("https") is True:
+        out.append(Problem(("https",), HTTPS))
+    if config.get("groups") is not None:
+        out.append(Problem(("groups",), GROUPS))
+    replicas = config.get("replicas") or {}
+    if config.get("scaling") is not None:
+        out.append(Problem(("scaling",), SCALING))
+    elif replicas.get("min") != replicas.get("max"):
+        out.append(Problem(("replicas",), SCALING))
+    elif replicas.get("max") == 0:
+        out.append(Problem(("replicas",), NO_REPLICAS))
     return out
 
 
