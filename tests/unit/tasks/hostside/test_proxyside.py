@@ -17,6 +17,7 @@ import json
 import os
 import stat
 import subprocess
+from pathlib import Path
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.services import records
@@ -61,7 +62,7 @@ def members(tmp_path, digests, fleet="f"):
     (team / "members.json").write_text(json.dumps(doc))
 
 
-def render(routes, tmp_path, digests=None):
+def render(routes, tmp_path, digests=None, base=None):
     """Render into ``tmp_path`` and return services.cfg's text, checked by haproxy -c."""
     conf = tmp_path / "conf"
     conf.mkdir(exist_ok=True)
@@ -72,8 +73,9 @@ def render(routes, tmp_path, digests=None):
         (conf / name).write_text(text)
     for name, text in proxyconf.proxy_server_states(routes, {}).items():
         (tmp_path / name).write_text(text)
-    base = tmp_path / "base.cfg"
-    base.write_text(BASE.format(root=tmp_path))
+    if base is None:
+        base = tmp_path / "base.cfg"
+        base.write_text(BASE.format(root=tmp_path))
     checked = subprocess.run([haproxy(), "-c", "-f", str(base), "-f", str(conf)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
     assert checked.returncode == 0, checked.stdout.decode()
@@ -386,3 +388,24 @@ def test_publish_writes_the_server_states_before_the_reload(host):
     assert "server-state-file-name %s" % path in (host["conf"] / "services.cfg").read_text()
     proxyside.op_proxy_unpublish({"run": "web"})
     assert not os.path.exists(path)
+
+
+def test_the_services_load_over_the_gateway_roles_base_configuration(tmp_path):
+    # The base file the role gpufleet.cluster.gateway writes (its template with its defaults,
+    # rendered as Ansible does, the last new line kept):
+    # HAProxy takes it and the services together, with no warning.
+    import jinja2
+    import yaml
+
+    role = Path(__file__).resolve().parents[4] / "roles" / "gateway"
+    values = yaml.safe_load((role / "defaults" / "main.yml").read_text())
+    values.update({"_gateway_address": "127.0.0.1", "_gateway_services_file": "services.cfg",
+                   "_gateway_defaults_file": "/etc/default/haproxy",
+                   "_gateway_socket": str(tmp_path / "admin.sock"),
+                   "_gateway_metrics_listen": "127.0.0.1:8405"})
+    template = jinja2.Template((role / "templates" / "haproxy.cfg.j2").read_text(),
+                               undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    (tmp_path / "gateway.cfg").write_text(template.render(**values))
+    limits = [{"prefix": "/", "key": {"type": "ip_address"}, "rps": 10, "burst": 20}]
+    routes = [route(rate_limits=limits, probes=[probe()]), route("chat", model=model())]
+    render(routes, tmp_path, base=tmp_path / "gateway.cfg")
