@@ -29,7 +29,9 @@ PROXY_CHECK = "inter 1s fastinter 1s fall 2 observe layer4 error-limit 1 on-erro
 _PROXY_RUN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 _PROXY_FLEET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _PROXY_HEADER = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
-_PROXY_PREFIX = re.compile(r"^/[A-Za-z0-9._~/-]{0,200}$")
+_PROXY_PREFIX = re.compile(r"^/[A-Za-z0-9._~/-]{0,200}$")   # written bare (a model's prefix)
+_PROXY_PATH = re.compile(r"^/[^\s\\{}]{0,2047}$")           # written quoted (spec's pattern)
+_PROXY_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")   # an HTTP header's name
 _PROXY_ADDRESS = re.compile(r"^[A-Za-z0-9.:-]{1,253}$")
 _PROXY_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 _PROXY_METHODS = ("get", "post", "put", "delete", "patch", "head", "options")
@@ -113,7 +115,8 @@ def proxy_routes_check(routes):
             proxy_address(replica.get("address"), replica.get("port"))
             _proxy_number(replica.get("replica_num"), "a replica's number")
         for limit in route.get("rate_limits") or []:
-            _proxy_need(_PROXY_PREFIX, limit.get("prefix") or "/", "a rate limit's prefix")
+            _proxy_need(_PROXY_PATH, limit.get("prefix") or "/", "a rate limit's prefix")
+            proxy_word(limit.get("prefix") or "/")
             key = limit.get("key") or {}
             if key.get("type") == "header":
                 _proxy_need(_PROXY_HEADER, key.get("header"), "a rate limit's header")
@@ -125,10 +128,10 @@ def proxy_routes_check(routes):
             if (probe.get("method") or "get").lower() not in _PROXY_METHODS:
                 raise Failure("a probe's method must be one of %s, not %r"
                               % (", ".join(_PROXY_METHODS), probe.get("method")))
-            _proxy_need(_PROXY_PREFIX, (probe.get("url") or "/").split("?")[0], "a probe's url")
+            _proxy_need(_PROXY_PATH, probe.get("url") or "/", "a probe's url")
             proxy_word(probe.get("url") or "/")
             for header in probe.get("headers") or []:
-                _proxy_need(_PROXY_HEADER, header.get("name"), "a probe's header name")
+                _proxy_need(_PROXY_TOKEN, header.get("name"), "a probe's header name")
                 proxy_word(header.get("value") or "")
             if probe.get("body") is not None:
                 proxy_word(probe["body"])
@@ -288,7 +291,7 @@ def _proxy_backend(route, state, number):
                        "localhost")]
             for header in probe.get("headers") or []:
                 value = proxy_word(header.get("value") or "", percent=True)
-                send.append("hdr %s %s" % (header["name"], value))
+                send.append("hdr %s %s" % (proxy_word(header["name"]), value))
             if probe.get("body") is not None:
                 send.append("body %s" % proxy_word(probe["body"]))
             lines += ["    http-check connect", "    " + " ".join(send),

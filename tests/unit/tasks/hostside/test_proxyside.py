@@ -147,7 +147,7 @@ def test_http_probes_become_the_check_sequence(tmp_path):
     assert lines.count("http-check connect") == 2
     assert "http-check send meth GET uri '/health' ver HTTP/1.1 hdr host localhost" in lines
     assert ("http-check send meth POST uri '/ready?full=1' ver HTTP/1.1 hdr host localhost "
-            "hdr X-Probe 'a b # c $HOME 100%% '\\''q'\\''' body '{\"ping\": true}'") in lines
+            "hdr 'X-Probe' 'a b # c $HOME 100%% '\\''q'\\''' body '{\"ping\": true}'") in lines
     assert lines.count("http-check expect status 200-299") == 2
     assert "timeout check 10s" in lines
     check = [line for line in lines if line.startswith("default-server check")][0]
@@ -223,6 +223,14 @@ def test_a_model_two_services_publish_is_refused():
 def test_nothing_a_user_wrote_can_add_a_line(changes, message):
     with pytest.raises(nodeside.Failure, match=message):
         proxyconf.proxy_render([route(**changes)], LISTEN, {}, str, str)
+
+
+def test_what_the_spec_allows_in_paths_and_header_names_is_written_quoted(tmp_path):
+    limits = [{"prefix": "/api:v1/#x$y'z", "key": {"type": "ip_address"}, "rps": 1, "burst": 0}]
+    probes = [probe(url="/health?x=1&y=#2", headers=[{"name": "X.Odd~Name!", "value": "v"}])]
+    text = render([route(rate_limits=limits, probes=probes)], tmp_path)["services.cfg"]
+    assert "{ var(txn.gf_path) -m beg '/api:v1/#x$y'\\''z' }" in text
+    assert "uri '/health?x=1&y=#2'" in text and "hdr 'X.Odd~Name!' 'v'" in text
 
 
 def test_words_are_strongly_quoted():
