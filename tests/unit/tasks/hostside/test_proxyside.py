@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import stat
 import subprocess
 from pathlib import Path
@@ -417,3 +418,37 @@ def test_the_services_load_over_the_gateway_roles_base_configuration(tmp_path):
     limits = [{"prefix": "/", "key": {"type": "ip_address"}, "rps": 10, "burst": 20}]
     routes = [route(rate_limits=limits, probes=[probe()]), route("chat", model=model())]
     render(routes, tmp_path, base=tmp_path / "gateway.cfg")
+
+
+@pytest.mark.parametrize("systemd, init, running, expected", [
+    (True, True, True, ["systemctl", "reload-or-restart", "haproxy"]),
+    (False, True, True, ["{init}", "reload"]),
+    (False, True, False, ["{init}", "start"]),
+])
+def test_reload_goes_the_way_the_host_runs_haproxy(tmp_path, monkeypatch, systemd, init,
+                                                   running, expected):
+    monkeypatch.setattr(proxyside, "PROXY_SYSTEMD", str(tmp_path / "systemd"))
+    monkeypatch.setattr(proxyside, "PROXY_INIT", str(tmp_path / "init"))
+    monkeypatch.setattr(proxyside, "_proxy_pid", lambda: 4242 if running else None)
+    if systemd:
+        (tmp_path / "systemd").mkdir()
+    if init:
+        (tmp_path / "init").write_text("#!/bin/sh\n")
+    ran = []
+    monkeypatch.setattr(proxyside, "_proxy_run", lambda argv: ran.append(argv) or (0, ""))
+    assert proxyside.proxy_reload() is None
+    assert ran == [[part.format(init=tmp_path / "init") for part in expected]]
+    monkeypatch.setattr(proxyside, "_proxy_run", lambda argv: (1, "Job failed\n"))
+    assert proxyside.proxy_reload() == "Job failed"
+
+
+def test_reload_without_a_service_manager_signals_the_master(tmp_path, monkeypatch):
+    monkeypatch.setattr(proxyside, "PROXY_SYSTEMD", str(tmp_path / "systemd"))
+    monkeypatch.setattr(proxyside, "PROXY_INIT", str(tmp_path / "init"))
+    signals = []
+    monkeypatch.setattr(proxyside.os, "kill", lambda pid, sig: signals.append((pid, sig)))
+    monkeypatch.setattr(proxyside, "_proxy_pid", lambda: 4242)
+    assert proxyside.proxy_reload() is None
+    assert signals == [(4242, signal.SIGUSR2)]
+    monkeypatch.setattr(proxyside, "_proxy_pid", lambda: None)
+    assert "not running" in proxyside.proxy_reload()
