@@ -387,7 +387,7 @@ def _token(params: Mapping[str, Any], by: str, root: str, settings: Optional[Dic
         if collect is None:
             raise MembershipError("operation=token with replaces_sha256 needs the fleets")
         again = republish_token(collect(root=root, docker=docker), by, replaced, digest, root,
-                                skip=[params.get("fleet")])
+                                skip=[str(params.get("fleet") or "")])
         result["published"] = sorted(set(result["published"]) | set(again["published"]))
         result["unread"].update(again["unread"])
         result["changed"] = result["changed"] or bool(again["published"])
