@@ -18,6 +18,7 @@ and user names may hold ``-``: the name is ``gpufleet_token_`` and the user name
     digest(token)                  # the lower-case hex SHA-256 the hosts keep
     token, old = obtain(store, "alice")           # made and stored on first use
     token, old = obtain(store, "alice", rotate=True)   # a new one; old is the one it replaces
+    user_digest(store, "alice")    # the digest to publish (a service apply), made on first use
 """
 
 from __future__ import annotations
@@ -98,3 +99,10 @@ def obtain(store: Any, user: str, rotate: bool = False) -> Tuple[str, Optional[s
         values[name] = token
         store.write(values)
     return token, held if is_token(held) else None
+
+
+def user_digest(store: Any, user: str) -> str:
+    """The digest of ``user``'s token in ``store``, the token made there on first use: what a
+    service apply publishes on its fleet (tasks.membership.publish_token) without the token
+    itself leaving this function."""
+    return digest(obtain(store, user)[0])

@@ -117,3 +117,36 @@ def test_a_store_entry_that_is_not_a_token_is_refused_unless_rotated():
     assert "hand-edited" not in str(caught.value)
     new, replaced = tokens.obtain(store, "alice", rotate=True)
     assert tokens.is_token(new) and replaced is None
+
+
+def test_user_digest_is_the_digest_of_the_stored_token_made_on_first_use():
+    store = FakeStore()
+    first = tokens.user_digest(store, "alice")
+    assert first == tokens.digest(store.values["gpufleet_token_alice"])
+    assert tokens.user_digest(store, "alice") == first
+
+
+def test_a_plays_loader_opens_the_store_to_make_a_token(tmp_path, monkeypatch):
+    """In a play (the task action), the store is opened with the loader's vault secrets and the
+    token made there is the one gpufleet token finds with the password file."""
+    from ansible.parsing.dataloader import DataLoader
+
+    monkeypatch.delenv("ANSIBLE_VAULT_PASSWORD_FILE", raising=False)
+    monkeypatch.setattr(secret_store.C, "DEFAULT_VAULT_PASSWORD_FILE", None)
+    password = tmp_path / "vault-pass"
+    password.write_text("correct horse battery staple\n")
+    path = str(tmp_path / "state" / "secrets.yml")
+    loader = DataLoader()
+    with pytest.raises(secret_store.NoVaultPassword):
+        secret_store.SecretStore.with_loader(path, loader)
+    loader.set_vault_secrets(secret_store.vault_secrets(str(password)))
+    made = tokens.user_digest(secret_store.SecretStore.with_loader(path, loader), "bob")
+    again = secret_store.SecretStore(path, secret_store.vault_secrets(str(password)))
+    assert tokens.digest(again.get("gpufleet_token_bob")) == made
+    assert secret_store.read_with_loader(path, loader) == again.read()
+
+
+def test_a_task_is_never_given_a_token_from_the_store():
+    stored = {"gpufleet_token_alice": tokens.new_token(), "HF_TOKEN": "hf"}
+    merged = secret_store.merge({}, stored, ["gpufleet_token_alice", "HF_TOKEN"])
+    assert merged == {"HF_TOKEN": "hf"}
