@@ -42,7 +42,7 @@ class FakeStore:
 
 
 def test_a_new_token_is_random_and_has_the_token_shape():
-    made = {tokens.new_token() for _ in range(50)}
+    made = {tokens.new_token() for _index in range(50)}
     assert len(made) == 50
     for token in made:
         assert tokens.is_token(token) and tokens.check_token(token) == token
@@ -102,7 +102,7 @@ def test_obtain_makes_the_token_once_under_the_lock():
 
 def test_rotate_replaces_the_token_and_says_which_it_replaced():
     store = FakeStore()
-    old, _ = tokens.obtain(store, "bob")
+    old = tokens.obtain(store, "bob")[0]
     new, replaced = tokens.obtain(store, "bob", rotate=True)
     assert replaced == old and new != old and tokens.is_token(new)
     assert store.values == {"gpufleet_token_bob": new}
