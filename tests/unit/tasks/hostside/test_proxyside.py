@@ -452,3 +452,19 @@ def test_reload_without_a_service_manager_signals_the_master(tmp_path, monkeypat
     assert signals == [(4242, signal.SIGUSR2)]
     monkeypatch.setattr(proxyside, "_proxy_pid", lambda: None)
     assert "not running" in proxyside.proxy_reload()
+
+
+def test_a_token_memberside_publishes_reaches_the_proxy_on_refresh(host):
+    # The members document as the fleet's apply makes it, then member_token as the service's
+    # apply sends it (tasks.hostside.memberside): the proxy's list follows on refresh.
+    (host["root"] / "team" / "members.json").unlink()
+    memberside.op_members_sync({"doc": {"fleet": "f", "revoked": {}, "limits": {}, "members": {
+        "alice": {"role": "admin", "key": "ssh-ed25519 AAAA", "by": "alice",
+                  "stamp": [0.0, "c1"]}}}})
+    proxyside.op_proxy_publish({"route": route(), "listen": LISTEN})
+    assert (host["conf"] / "tokens-f.lst").read_text() == ""
+    digest = hashlib.sha256(b"a new token").hexdigest()
+    memberside.op_member_token({"fleet": "f", "user": "alice", "token_sha256": digest,
+                                "stamp": [1.0, "c1"]})
+    assert proxyside.op_proxy_refresh({})["changed"] is True
+    assert (host["conf"] / "tokens-f.lst").read_text() == digest + "\n"
