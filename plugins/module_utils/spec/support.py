@@ -155,6 +155,15 @@ def refusals(config: dict[str, Any]) -> list[Problem]:
     return out
 
 
+MODEL_FORMAT = ("the model format %s is not supported: the in-fleet proxy passes OpenAI requests "
+                "to the service as they are; serve an OpenAI-compatible API and use "
+                "`format: openai` (or give the model's name only)")
+MODEL_PREFIX = ("the model prefix %s is not supported: use a path of letters, digits and "
+                "`._~/-` that starts with `/` (such as /v1)")
+PROBE_URL = ("the probe URL %s has a space, backslash or brace, which the proxy cannot "
+             "send; percent-encode them")
+
+
 def service_refusals(config: dict[str, Any]) -> list[Problem]:
     """What of a service this version does not run: a gateway, HTTPS, replica groups, a range
     of replicas or scaling (autoscaling), no replica at all."""
@@ -173,6 +182,27 @@ def service_refusals(config: dict[str, Any]) -> list[Problem]:
         out.append(Problem(("replicas",), SCALING))
     elif replicas.get("max") == 0:
         out.append(Problem(("replicas",), NO_REPLICAS))
+    out += _proxy_refusals(config)
+    return out
+
+
+# What the in-fleet proxy writes into its configuration as bare words (tasks/hostside/proxyconf.py
+# checks the same before it renders; here it is refused where validate sees it too).
+_MODEL_PREFIX = re.compile(r"/[A-Za-z0-9._~/-]{0,200}\Z")
+_PATH_UNSAFE = re.compile(r"[\s\\{}]")
+
+
+def _proxy_refusals(config):
+    out = []
+    model = config.get("model") or {}
+    if model and model.get("format") != "openai":
+        out.append(Problem(("model", "format"), MODEL_FORMAT % quote(model.get("format"))))
+    elif model and not _MODEL_PREFIX.match(str(model.get("prefix") or "")):
+        out.append(Problem(("model", "prefix"), MODEL_PREFIX % quote(model.get("prefix"))))
+    for index, probe in enumerate(config.get("probes") or []):
+        url = str(probe.get("url") or "")
+        if _PATH_UNSAFE.search(url):
+            out.append(Problem(("probes", index, "url"), PROBE_URL % quote(url)))
     return out
 
 

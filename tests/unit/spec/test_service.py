@@ -476,6 +476,12 @@ def test_bad_replica_groups(data, path, fragment):
     ({"replicas": "0..4", "scaling": {"metric": "rps", "target": 1}}, "scaling",
      "autoscaling is not supported yet"),
     ({"replicas": 0}, "replicas", "a service needs at least one replica"),
+    ({"model": {"type": "chat", "name": "m", "format": "tgi"}}, "model.format",
+     "the model format 'tgi' is not supported"),
+    ({"model": {"type": "chat", "name": "m", "format": "openai", "prefix": "/v1 x"}},
+     "model.prefix", "the model prefix '/v1 x' is not supported"),
+    ({"probes": [{"type": "http", "url": "/a b"}]}, "probes[0].url",
+     "the probe URL '/a b' has a space"),
 ])
 def test_what_this_version_does_not_run_is_refused_naming_the_field(fields, path, fragment):
     config = parse(**fields)
