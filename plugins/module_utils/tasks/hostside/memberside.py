@@ -338,7 +338,7 @@ def op_members_change(payload):
         if applied:
             _members_write(doc)
         members_write_keys(doc, payload.get("login_user"))
-    return {"doc": doc, "applied": applied}
+    return _members_told_proxy({"doc": doc, "applied": applied})
 
 
 def op_members_sync(payload):
@@ -355,7 +355,7 @@ def op_members_sync(payload):
         facts = payload.get("facts")
         if isinstance(facts, dict) and facts and facts != _members_facts_read():
             _members_write(facts, "host-facts.json")
-    return {"doc": merged, "applied": merged != doc}
+    return _members_told_proxy({"doc": merged, "applied": merged != doc})
 
 
 def members_set_token(doc, payload):
@@ -397,7 +397,21 @@ def op_member_token(payload):
         doc, applied = members_set_token(doc, payload)
         if applied:
             _members_write(doc)
-    return {"applied": applied}
+    return _members_told_proxy({"applied": applied})
+
+
+def _members_told_proxy(answer):
+    """After a change of the document (a token set, a member revoked), the proxy this host runs
+    for services, if any (tasks/hostside/proxyside.py, sent along), makes its token lists again
+    from it, so that a revoked member's token stops at once and a new one works at once. A
+    proxy that cannot take it is said in the answer (``proxy``); the change itself stands."""
+    refresh = globals().get("proxy_refresh_if_routed")
+    if answer.get("applied") and refresh is not None:
+        try:
+            refresh()
+        except Failure as exc:
+            answer["proxy"] = str(exc)
+    return answer
 
 
 OPS.update({

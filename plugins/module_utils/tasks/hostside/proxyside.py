@@ -346,6 +346,15 @@ def op_proxy_refresh(payload):
     return _proxy_apply(lambda routes, _held: None)
 
 
+def proxy_refresh_if_routed():
+    # type: () -> dict | None
+    """op_proxy_refresh where this host publishes a service (memberside calls it after a change
+    of the members document); nothing where it publishes none."""
+    if not _proxy_routes():
+        return None
+    return op_proxy_refresh({})
+
+
 def proxy_stat_rows(text):
     # type: (str) -> list
     """The rows of HAProxy's ``show stat`` (CSV, its first line the field names after ``# ``)

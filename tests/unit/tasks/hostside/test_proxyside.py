@@ -468,3 +468,35 @@ def test_a_token_memberside_publishes_reaches_the_proxy_on_refresh(host):
                                 "stamp": [1.0, "c1"]})
     assert proxyside.op_proxy_refresh({})["changed"] is True
     assert (host["conf"] / "tokens-f.lst").read_text() == digest + "\n"
+
+
+def test_a_token_change_on_the_host_reaches_the_proxy_at_once(host, monkeypatch):
+    """On a host the two parts share one namespace; here memberside is given proxyside's hook
+    as the host source gives it (checked below)."""
+    monkeypatch.setattr(memberside, "proxy_refresh_if_routed", proxyside.proxy_refresh_if_routed,
+                        raising=False)
+    assert memberside.op_member_token({"fleet": "f", "user": "alice", "token_sha256": "c" * 64,
+                                       "stamp": [2, "c"]}) == {"applied": True}
+    assert not (host["conf"] / "tokens-f.lst").exists()      # no route here: nothing to write
+    proxyside.op_proxy_publish({"route": route(), "listen": LISTEN})
+    assert (host["conf"] / "tokens-f.lst").read_text() == "c" * 64 + "\n"
+    answer = memberside.op_member_token({"fleet": "f", "user": "alice",
+                                         "token_sha256": "e" * 64, "stamp": [3, "c"]})
+    assert answer == {"applied": True}
+    assert (host["conf"] / "tokens-f.lst").read_text() == "e" * 64 + "\n"
+    namespace = {"__name__": "gpufleet_host"}
+    exec(compile(ssh.host_source(), "host", "exec"), namespace)
+    assert callable(namespace["proxy_refresh_if_routed"])
+    assert callable(namespace["_members_told_proxy"])
+
+
+def test_a_proxy_that_refuses_the_refresh_is_said_and_the_change_stands(host, monkeypatch):
+    def broken():
+        raise nodeside.Failure("haproxy -c refused it")
+
+    monkeypatch.setattr(memberside, "proxy_refresh_if_routed", broken, raising=False)
+    answer = memberside.op_member_token({"fleet": "f", "user": "alice",
+                                         "token_sha256": "d" * 64, "stamp": [2, "c"]})
+    assert answer == {"applied": True, "proxy": "haproxy -c refused it"}
+    doc = json.loads((host["root"] / "team" / "members.json").read_text())
+    assert doc["members"]["alice"]["token_sha256"] == "d" * 64
