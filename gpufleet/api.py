@@ -61,6 +61,7 @@ __all__ = [
     "detach",
     "fleets",
     "whoami",
+    "token",
     "fleet_members",
     "grant",
     "revoke",
@@ -225,8 +226,8 @@ def _read(config: Config, types: Iterable[str]):
 
 
 _TASK_OPTIONS = ("name", "env", "fleets", "array", "ide_version")
-# The configurations that are runs: tasks and dev environments.
-RUN_TYPES = ("task", "dev-environment")
+# The configurations that are runs: tasks, dev environments and services.
+RUN_TYPES = ("task", "dev-environment", "service")
 
 
 def _check_array(array, given):
@@ -311,12 +312,12 @@ def plan(config: Config, delete: bool = False, name: str | None = None,
     (status ``submitted`` when it would be created).
     """
     opts = _Options(**options)
-    kinds = ("fleet", "volume") if delete else ("fleet", "task", "dev-environment", "volume")
+    kinds = ("fleet", "volume") if delete else ("fleet",) + RUN_TYPES + ("volume",)
     normalized, given = _read(config, kinds)
     kind = normalized["type"]
     if kind not in RUN_TYPES and (name or env or fleets or array or ide_version):
-        raise GpufleetError("name, env, fleets, array, ide_version: only for tasks and dev "
-                            "environments")
+        raise GpufleetError("name, env, fleets, array, ide_version: only for tasks, dev "
+                            "environments and services")
     if kind == "fleet":
         result = opts.play("delete.yml" if delete else "fleet.yml", opts.extravars(fleet=given),
                            check=True)
@@ -349,7 +350,7 @@ def apply(config: Config, roles: Iterable[str] = (), unreachable: Mapping | None
     registered; returns its record. A task: see
     :func:`run_task` (``wait``, ``run_args``, ``secrets`` go there).
     """
-    normalized, given = _read(config, ("fleet", "task", "dev-environment", "volume"))
+    normalized, given = _read(config, ("fleet",) + RUN_TYPES + ("volume",))
     if normalized["type"] in RUN_TYPES:
         if roles:
             raise GpufleetError("roles: only for fleets")
@@ -722,6 +723,55 @@ def whoami() -> dict:
             "fingerprint": me.public_key.fingerprint if me.public_key else None}
 
 
+def _tokens():
+    ensure_importable()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.services import tokens
+
+    return tokens
+
+
+def token(rotate: bool = False, publish: str | None = None,
+          vault_password_file: str | None = None, **options: Any) -> dict:
+    """This controller user's service token, the Bearer of the fleets' services with ``auth``:
+    ``{"user", "token", "published": [fleets], "unread": {fleet: error}}``. It is made on first
+    use and kept in the secrets store (:func:`secret_store`, so ``vault_password_file`` as
+    there) as ``gpufleet_token_<user>``; this and ``gpufleet token`` are the only places it is
+    shown.
+
+    ``publish``: a fleet whose hosts get the token's SHA-256 (the user must be a member; a
+    service apply publishes the applying user's on its fleet by itself). ``rotate``: a new
+    token replaces the old one in the store, and its digest replaces the old one's on every
+    fleet this controller reaches that held it (playbooks/members.yml); the old token stops
+    working on a fleet once the new digest is there. GpufleetError when the store cannot be
+    opened or the playbook fails; a rotated token is kept in the store even then (``token()``
+    gives it, and ``publish`` puts it on a fleet)."""
+    user = whoami()["user"]
+    tokens = _tokens()
+    module = _secret_store()
+    try:
+        store = module.SecretStore.open(password_file_=vault_password_file)
+        made, replaced = tokens.obtain(store, user, rotate=bool(rotate))
+    except (module.SecretStoreError, tokens.TokenError) as exc:
+        raise GpufleetError(str(exc)) from None
+    answer = {"user": user, "token": made, "published": [], "unread": {}}
+    if not publish and replaced is None:
+        return answer
+    variables = {"gpufleet_members_operation": "token", "gpufleet_user": user,
+                 "gpufleet_member_token_sha256": tokens.digest(made)}
+    if publish:
+        variables["fleet_name"] = publish
+    if replaced is not None:
+        variables["gpufleet_member_replaces_sha256"] = tokens.digest(replaced)
+    opts = _Options(**options)
+    result = opts.play("members.yml", opts.extravars(**variables))
+    found = result.stats.get("gpufleet_members")
+    if not result.ok or found is None:
+        raise _failed(result)
+    answer["published"] = list(found.get("published") or [])
+    answer["unread"] = dict(found.get("unread") or {})
+    return answer
+
+
 def _members(name: str, operation: str, check: bool = False, variables: dict | None = None,
              **options: Any) -> dict:
     if not isinstance(name, str) or not name:
@@ -1057,13 +1107,23 @@ class _Secrets:
         return self._do("names")
 
     def get(self, name: str) -> str:
+        _not_a_token(name)
         return self._do("get", name)
 
     def set(self, name: str, value: str) -> None:
+        _not_a_token(name)
         return self._do("set", name, value)
 
     def delete(self, name: str) -> None:
         return self._do("delete", name)
+
+
+def _not_a_token(name: str) -> None:
+    """A users' service token (:func:`token`) is kept in the store too, but is neither shown
+    nor set as a secret."""
+    if _tokens().is_store_name(name):
+        raise GpufleetError("%s is a service token, not a secret: gpufleet token prints yours "
+                            "and gpufleet token --rotate replaces it" % shorten(name))
 
 
 def secret_store(vault_password_file: str | None = None) -> _Secrets:
@@ -1081,9 +1141,10 @@ def secret_store(vault_password_file: str | None = None) -> _Secrets:
 
 def check_secret_name(name: str) -> None:
     """GpufleetError when ``name`` cannot be a secret's name (letters, digits and _, not
-    starting with a digit)."""
+    starting with a digit; not a service token's, ``gpufleet_token_*``)."""
     module = _secret_store()
     try:
         module.check_name(name)
     except module.SecretStoreError as exc:
         raise GpufleetError(str(exc)) from None
+    _not_a_token(name)

@@ -42,6 +42,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (  # 
     grammar,
     loader,
     reference,
+    service,
+    service_fields,
     task,
     volume,
 )
@@ -54,6 +56,8 @@ MODULES = {
     "gpus": gpus,
     "grammar": grammar,
     "loader": loader,
+    "service": service,
+    "service_fields": service_fields,
     "task": task,
     "volume": volume,
 }
@@ -117,6 +121,14 @@ VOLUMES = {
     "kubernetes": {"type": "volume", "backend": "kubernetes", "size": 100},
     "local": {"type": "volume", "backend": "local", "size": 10},
 }
+
+
+SERVICE = {"type": "service", "port": 8000, "commands": ["python -m http.server 8000"]}
+
+
+def service_with(key, value):
+    """The minimal service with one more field."""
+    return dict(SERVICE, **{key: value})
 
 
 def task_with(key, value):
@@ -210,6 +222,30 @@ def sections():
             {"key": "dev-environment",
              "table": dict((k, None) for k in ("type",) + dev_environment.DEV_FIELDS),
              "variants": [Variant({"type": "dev-environment"})]},
+        ]),
+        ("Services", [
+            {"key": "service", "table": dict((k, None) for k in ("type",) + service.SERVICE_FIELDS),
+             "variants": [Variant(SERVICE)]},
+            {"key": "service.model", "table": None,
+             "variants": [Variant(service_with("model", {"format": "openai", "name": "llama"}), ("model",))]},
+            {"key": "service.model.tgi", "table": None,
+             "variants": [Variant(service_with("model", {"format": "tgi", "name": "llama"}), ("model",))]},
+            {"key": "service.scaling", "table": None,
+             "variants": [Variant(dict(SERVICE, replicas="1..4", scaling={"metric": "rps", "target": 10}),
+                                  ("scaling",))]},
+            {"key": "service.rate_limits", "table": None,
+             "variants": [Variant(service_with("rate_limits", [{"rps": 10}]), ("rate_limits", 0))]},
+            {"key": "service.rate_limits.key", "table": None,
+             "variants": [Variant(service_with("rate_limits", [{"rps": 10, "key": {"type": "header", "header": "X-Api-Key"}}]),
+                                  ("rate_limits", 0, "key"))]},
+            {"key": "service.probes", "table": service_fields.PROBE_FIELDS,
+             "variants": [Variant(service_with("probes", [{"type": "http"}]), ("probes", 0))]},
+            {"key": "service.probes.headers", "table": None,
+             "variants": [Variant(service_with("probes", [{"type": "http", "headers": [{"name": "X-A", "value": "1"}]}]),
+                                  ("probes", 0, "headers", 0))]},
+            {"key": "service.groups", "table": service.GROUP_FIELDS,
+             "variants": [Variant({"type": "service", "port": 8000, "groups": [{"replicas": 1, "commands": ["serve"]}]},
+                                  ("groups", 0))]},
         ]),
         ("Volumes", _volume_sections()),
         ("Shared objects", [

@@ -3,9 +3,10 @@
 Every command reaches the collection through one door, gpufleet.api: ``apply``, ``fleet``,
 ``delete`` and ``offer`` run the collection's playbooks (fleet.yml, list.yml, delete.yml,
 offer.yml...) through ansible-runner; ``ps``, ``logs``, ``stop`` and ``apply -y -d`` of a task
-ask the API to answer in this process (``in_process=True``); ``validate``, ``secret`` and
-``catalog`` use its answers of this controller. The tables are printed with the collection's
-render package (the edge), which is the only other part of the collection imported here.
+ask the API to answer in this process (``in_process=True``); ``validate``, ``secret``,
+``token`` and ``catalog`` use its answers of this controller (``token`` runs members.yml to
+publish). The tables are printed with the collection's render package (the edge), which is the
+only other part of the collection imported here.
 Each command group is a module of this package that adds its commands to the parser
 (``add_<command>``) and handles them; a new command is a new module and a line in COMMANDS.
 The commands parse arguments and present results; the logic lives in the collection.
@@ -18,8 +19,8 @@ import sys
 
 from .. import __version__
 from ..api import CollectionNotFound
-from . import (apply, attach, fleets, metrics, offers, runs, secrets, teams, usage, validate,
-               volumes)
+from . import (apply, attach, fleets, metrics, offers, runs, secrets, teams, tokens, usage,
+               validate, volumes)
 
 # In the order ``gpufleet --help`` lists them.
 COMMANDS = (
@@ -33,6 +34,7 @@ COMMANDS = (
     attach.add_attach,
     fleets.add_fleet,
     teams.add_whoami,
+    tokens.add_token,
     volumes.add_volume,
     secrets.add_secret,
     apply.add_delete,

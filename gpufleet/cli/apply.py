@@ -78,10 +78,11 @@ def _apply(args, out, err) -> int:
     from ..api import GpufleetError, apply, plan, progress_printer, unreachable_of
 
     path = os.path.abspath(args.file)
-    config = common.read_config(path, err, ("fleet", "task", "dev-environment", "volume"))
+    config = common.read_config(path, err, ("fleet", "task", "dev-environment", "service",
+                                            "volume"))
     if config is None:
         return 1
-    if config["type"] in ("task", "dev-environment"):
+    if config["type"] in ("task", "dev-environment", "service"):
         return _apply_task(args, path, config, out, err)
     if args.run_name or args.env or args.fleets or args.array:
         err.write(f"{path}: --name, --env, --fleet and --array apply to tasks; this is a "

@@ -67,7 +67,7 @@ def _offer(args, out, err) -> int:
     if args.max_offers < 1:
         err.write("gpufleet: --max-offers must be at least 1\n")
         return 2
-    if common.read_config(path, err, ("fleet", "task", "dev-environment")) is None:
+    if common.read_config(path, err, ("fleet", "task", "dev-environment", "service")) is None:
         return 1
     try:
         found = offers(path, limit=args.max_offers)

@@ -8,10 +8,11 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: config_info
-short_description: Read and normalize dstack configuration files (fleet, task, dev environment, volume)
+short_description: Read and normalize dstack configuration files (fleet, task, service, volume...)
 version_added: 0.1.0
 description:
-  - Reads one dstack configuration, a fleet, a task or a volume, either from a YAML file
+  - Reads one dstack configuration, a fleet, a task, a dev environment, a service or a
+    volume, either from a YAML file
     (O(path)) or given inline as Ansible data (O(config)), checks it, and returns it in the
     normalized form that the rest of the collection works from.
   - The checking is done by the collection's configuration model, the same code that runs
@@ -57,14 +58,15 @@ options:
       - fleet
       - task
       - dev-environment
+      - service
       - volume
 extends_documentation_fragment:
   - gpufleet.cluster.attributes
   - gpufleet.cluster.attributes.info_module
   - gpufleet.cluster.attributes.action_group
 notes:
-  - Services, dev environments, gateways and presets are dstack configuration types that
-    gpufleet does not run; they are rejected with a message saying so.
+  - Gateways and presets are dstack configuration types that gpufleet does not run; they are
+    rejected with a message saying so.
   - The normalized form (ranges as C(min)/C(max) pairs, sizes in GB, durations in seconds,
     dstack's defaults filled in) is described in C(docs/config-json.md) in the collection.
 seealso:
@@ -231,7 +233,7 @@ def main():
         argument_spec=dict(
             path=dict(type="path"),
             config=dict(type="dict"),
-            type=dict(type="str", choices=["fleet", "task", "dev-environment", "volume"]),
+            type=dict(type="str", choices=["fleet", "task", "dev-environment", "service", "volume"]),
         ),
         mutually_exclusive=[("path", "config")],
         required_one_of=[("path", "config")],

@@ -24,12 +24,18 @@ description:
     who is not an admin), and each host checks again that its author is an admin.
   - Changes from several controllers at once end in one state on every host (the newest change
     of each entry wins).
-  - The C(gpufleet fleet grant), C(revoke), C(members) and C(limit) commands run this module.
+  - A member's service token (the Bearer of the fleet's services) reaches the hosts as its SHA-256
+    digest only, in the member's own entry. O(operation=token) publishes the digest of the user
+    who runs it (O(by)); the token itself stays in the controller's secrets store.
+  - The C(gpufleet fleet grant), C(revoke), C(members) and C(limit) commands run this module, and
+    C(gpufleet token --publish) and C(--rotate) run O(operation=token).
 author:
   - gpufleet maintainers (@gpufleet)
 options:
   fleet:
-    description: The fleet's name. Required unless O(operation=ensure).
+    description:
+      - The fleet's name. Required unless O(operation=ensure), or O(operation=token) with
+        O(replaces_sha256).
     type: str
   operation:
     description:
@@ -37,8 +43,11 @@ options:
       - "V(ensure) gives every host of the fleet record O(record) a members document (what
         C(playbooks/fleet.yml) does after it made or grew a fleet): a copy of the one its other
         hosts hold, else the first one, with O(by) as admin and the fleet's own key."
+      - V(token) puts O(token_sha256) in the member entry of O(by) on every host of O(fleet)
+        (O(by) must be a member), and with O(replaces_sha256) on every fleet this controller
+        reaches whose hosts hold that digest for O(by) (a rotated token).
     type: str
-    choices: [list, grant, revoke, limit, ensure]
+    choices: [list, grant, revoke, limit, ensure, token]
     default: list
   user:
     description:
@@ -69,6 +78,15 @@ options:
   nodes:
     description: With O(operation=limit), how many nodes the user's runs may hold at once.
     type: int
+  token_sha256:
+    description:
+      - With O(operation=token), the lower-case hex SHA-256 of the member's service token.
+    type: str
+  replaces_sha256:
+    description:
+      - With O(operation=token), the digest of the token it replaces; the new digest is then
+        published on every fleet whose hosts hold this one for the member.
+    type: str
   by:
     description:
       - Who makes the change. Defaults to E(GPUFLEET_USER), else the controller's login name.
@@ -152,8 +170,10 @@ doc:
   returned: when O(operation=list)
   type: dict
 unread:
-  description: The hosts that could not be read, with why.
-  returned: when O(operation) is V(list) or V(ensure)
+  description:
+    - The hosts that could not be read, with why. With O(operation=token), the fleets (or
+      C(fleet/host)) that did not take the new digest, with why.
+  returned: when O(operation) is V(list), V(ensure) or V(token)
   type: dict
 change:
   description: The change made (C(kind), C(user), C(by), C(stamp) and what it sets).
@@ -168,6 +188,15 @@ synced:
   returned: when O(operation=ensure)
   type: list
   elements: str
+user:
+  description: The member whose token digest was published.
+  returned: when O(operation=token)
+  type: str
+published:
+  description: The fleets whose hosts hold the new token digest now.
+  returned: when O(operation=token)
+  type: list
+  elements: str
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -175,13 +204,14 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import membership
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import membership, surveys
 
 
 def main():
     module = AnsibleModule(argument_spec=membership.FLEET_MEMBERS_ARGS, supports_check_mode=True)
     with fail_json_on_error(module):
-        module.exit_json(**membership.run(module.params, check_mode=module.check_mode))
+        module.exit_json(**membership.run(module.params, check_mode=module.check_mode,
+                                          collect=surveys.collect_fleets))
 
 
 if __name__ == "__main__":

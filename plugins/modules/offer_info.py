@@ -199,9 +199,9 @@ def main():
         else:
             config, _warnings = parse_data(params["config"], "inline config")
             name = label(config)
-    if config["type"] not in ("fleet", "task", "dev-environment"):
-        module.fail_json(msg="%s is a %s; offers are listed for fleets, tasks and dev "
-                             "environments"
+    if config["type"] not in ("fleet", "task", "dev-environment", "service"):
+        module.fail_json(msg="%s is a %s; offers are listed for fleets, tasks, dev "
+                             "environments and services"
                          % (params["path"] or "the inline config", config["type"]))
     if config["type"] == "fleet" and config["fleet_type"] == "ssh":
         module.fail_json(msg="fleet %s is an SSH fleet (ssh_config): its hosts exist already, "

@@ -9,6 +9,9 @@ The ``gpufleet secret`` commands read and write it with the vault password Ansib
 ``vault_password_file``); the task action plugin reads it with the play's vault secrets (its
 loader), so AWX Vault credentials work too. Encryption is Ansible's own (VaultLib).
 
+It also keeps each controller user's service token (services.tokens, ``gpufleet token``), under
+a name of its own (``gpufleet_token_<user>``) that is never given to a task.
+
 A change is read-modify-write under an fcntl lock on ``secrets.yml.lock`` beside the file, and the
 new file replaces the old one atomically (mode 0600). No function here puts a value into an
 error message.
@@ -35,6 +38,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.files import
     write_atomically,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import state
+from ansible_collections.gpufleet.cluster.plugins.module_utils.services import tokens
 
 FILE_NAME = "secrets.yml"
 MODE = 0o600
@@ -209,6 +213,14 @@ class SecretStore(object):
         """The store in the state dir, with the vault password Ansible would use."""
         return cls(store_path(root), vault_secrets(password_file_, environ))
 
+    @classmethod
+    def with_loader(cls, path, loader):
+        """The store at ``path`` with an Ansible loader's vault secrets (in a play: those
+        ansible-playbook or AWX set up), to write as well as read it (a user's service token
+        made on first use, services.tokens). NoVaultPassword when the play has none."""
+        secrets = getattr(getattr(loader, "_vault", None), "secrets", None)
+        return cls(path, list(secrets or []))
+
     def read(self):
         """``{name: value}``; ``{}`` when there is no store yet."""
         data = _read_bytes(self.path)
@@ -291,9 +303,12 @@ class SecretStore(object):
 
 def merge(given, stored, names):
     """``given`` with the ``names`` it lacks taken from ``stored``: the ``secrets`` option (the
-    Ansible variable ``gpufleet_secrets``) wins, and nothing else of the store is taken."""
+    Ansible variable ``gpufleet_secrets``) wins, and nothing else of the store is taken. The
+    users' service tokens the store keeps (services.tokens) are never given to a task."""
     merged = dict(given or {})
     for name in names:
+        if tokens.is_store_name(name):
+            continue
         if merged.get(name) is None and name in stored:
             merged[name] = stored[name]
     return merged

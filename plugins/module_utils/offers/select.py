@@ -139,7 +139,7 @@ def select(config, catalogs, reservation=None, regions=None):
     ``disk`` and ``reservation``, counted once per instance type and region.
     """
     resources = config.get("resources")
-    if config.get("type") in ("task", "dev-environment"):
+    if config.get("type") in ("task", "dev-environment", "service"):
         resources = resolve_arch(resources, uses_default_image(config))
     max_price = config.get("max_price")
     reserved = bool(config.get("reservation"))

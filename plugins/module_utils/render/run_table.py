@@ -228,7 +228,8 @@ def run_plan_lines(config: dict[str, Any], plan: dict[str, Any],
     (docs/reference/dstack-runtime.md#run-plan): the header, then the host each job is placed on."""
     header = [
         ("Configuration", path or ""),
-        ("Type", "dev-environment" if config.get("type") == "dev-environment"
+        # As dstack: a task's node count; a dev environment and a service are named only.
+        ("Type", config["type"] if config.get("type") in ("dev-environment", "service")
          else "task (nodes=%d)" % len(plan["jobs"])),
         ("Fleet", plan.get("fleet") or ""),
         ("Resources", pretty_resources(config.get("resources"))),

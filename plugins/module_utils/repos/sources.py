@@ -20,15 +20,15 @@ from ..spec import Problem
 from . import files as shipped
 from . import local
 
-RUN_TYPES = ("task", "dev-environment")
+RUN_TYPES = ("task", "dev-environment", "service")
 
 
 def local_refusals(config: dict[str, Any], base_dir: str | None = None,
                    environ: Mapping[str, str] | None = None) -> list[Problem]:
-    """Problems with what a task or dev environment names on this controller: each ``files``
-    entry's local path (it exists, is a file or a folder this user can read, within the upload
-    limit) and a local repo (a folder, within the limit). Relative paths start at ``base_dir``
-    (the file's folder; else the current one); ``environ`` holds
+    """Problems with what a run (task, dev environment, service) names on this controller: each
+    ``files`` entry's local path (it exists, is a file or a folder this user can read, within the
+    upload limit) and a local repo (a folder, within the limit). Relative paths start at
+    ``base_dir`` (the file's folder; else the current one); ``environ`` holds
     ``DSTACK_SERVER_CODE_UPLOAD_LIMIT``."""
     if config.get("type") not in RUN_TYPES:
         return []

@@ -16,6 +16,7 @@ from ..core.text import quote, shorten
 from ._errors import Ctx, Problem, SpecError, describe, show
 from .dev_environment import parse_dev_environment
 from .fleet import parse_fleet
+from .service import parse_service
 from .task import parse_task
 from .volume import parse_volume
 
@@ -41,12 +42,10 @@ MAX_CHARS = 64 * 1024 * 1024
 MAX_WARNINGS = 100
 
 PARSERS = {"fleet": parse_fleet, "task": parse_task, "dev-environment": parse_dev_environment,
-           "volume": parse_volume}
-# The configurations that are runs (the task runner runs both).
-RUN_TYPES = ("task", "dev-environment")
+           "service": parse_service, "volume": parse_volume}
+# The configurations that are runs (the task runner runs them all).
+RUN_TYPES = ("task", "dev-environment", "service")
 NOT_SUPPORTED = {
-    "service": "services (type: service) are not supported by gpufleet; run the server as a "
-    "task, or use dstack for services",
     "gateway": "gateways (type: gateway) are not supported by gpufleet",
     "preset": "presets (type: preset) are not supported by gpufleet",
 }
@@ -238,7 +237,7 @@ def parse_data(data: object, source: str | None = None,
     if kind not in PARSERS:
         raise SpecError(
             [Problem(("type",), "unknown configuration type %s: expected fleet, task, "
-                     "dev-environment or volume" % describe(kind))],
+                     "dev-environment, service or volume" % describe(kind))],
             source,
         )
     wanted = (expect,) if isinstance(expect, str) else expect

@@ -26,7 +26,7 @@ from .dev_environment import check_version
 from .run_profile import parse_fleets
 from .task import parse_env_with_refs
 
-OVERRIDABLE = ("task", "dev-environment")
+OVERRIDABLE = ("task", "dev-environment", "service")
 
 
 def _env_entries(value):

@@ -9,8 +9,9 @@ for a field is what the parser gives when the field is left out, never a value w
 tests/unit/repo/test_reference_docs.py fails when a field of the model has no entry here, when an
 entry names a field the model does not have, and when the checked-in page is stale.
 
-SECTIONS (its fleet and task sections in spec/reference_fleet.py and spec/reference_task.py,
-the descriptions they share in spec/reference_words.py) maps a section (a configuration type or an object nested in one) to:
+SECTIONS (its fleet, task and service sections in spec/reference_fleet.py,
+spec/reference_task.py and spec/reference_service.py, the descriptions they share in
+spec/reference_words.py) maps a section (a configuration type or an object nested in one) to:
 
 * ``title`` and ``intro``: the section's heading (Markdown) and the prose under it;
 * ``fields``: per field, ``values`` (the accepted forms), ``text`` (what it means), and
@@ -28,6 +29,7 @@ PRIVATE to gpufleet.cluster.
 from __future__ import annotations
 
 from .reference_fleet import FLEET_SECTIONS
+from .reference_service import SERVICE_SECTIONS
 from .reference_task import TASK_SECTIONS
 from .reference_words import _DURATION, _NAME, _TAGS
 
@@ -61,6 +63,7 @@ NOTES = {
 SECTIONS = {
     **FLEET_SECTIONS,
     **TASK_SECTIONS,
+    **SERVICE_SECTIONS,
     # -----------------------------------------------------------------------------------------
     # type: volume
     "volume": {

@@ -27,7 +27,20 @@ from ._errors import Problem
 
 SCHEDULE = ("gpufleet has no server to start runs on a schedule; remove it and run gpufleet "
             "apply (or playbooks/task.yml) from cron or an AWX schedule")
-RUN_TYPES = ("task", "dev-environment")
+RUN_TYPES = ("task", "dev-environment", "service")
+
+# What a service may ask for that this version of gpufleet does not run yet: the in-fleet proxy
+# publishes a fixed number of replicas over plain HTTP.
+GATEWAY = ("gateways are not supported yet: omit `gateway` or set it to false; the service is "
+           "published by the in-fleet proxy")
+HTTPS = ("the in-fleet proxy serves plain HTTP: omit `https` or set it to false or auto "
+         "(HTTPS needs a gateway, which is not supported yet)")
+GROUPS = ("replica groups are not supported yet: remove `groups` and give the service one "
+          "`replicas` count (its commands, image and resources at the top level)")
+SCALING = ("autoscaling is not supported yet: set `replicas` to a fixed number such as 2 and "
+           "remove `scaling`")
+NO_REPLICAS = ("a service needs at least one replica in this version of gpufleet (its number "
+               "of replicas is fixed): set `replicas` to 1 or more")
 
 # The backends gpufleet provisions fleets in (backends.base's registry holds their clients).
 FLEET_BACKENDS = ("local", "aws", "gcp")
@@ -120,7 +133,7 @@ def refusals(config: dict[str, Any]) -> list[Problem]:
         return [Problem(("backend",), why)] if why else []
     if kind not in RUN_TYPES:
         return []
-    out = []
+    out = service_refusals(config) if kind == "service" else []
     if config.get("schedule"):
         out.append(Problem(("schedule",), SCHEDULE))
     why = run_backends_refusal(config.get("backends"))
@@ -139,6 +152,57 @@ def refusals(config: dict[str, Any]) -> list[Problem]:
         why = env_name_refusal(name) or env_value_refusal(value)
         if why:
             out.append(Problem(("env", str(name)), why))
+    return out
+
+
+MODEL_FORMAT = ("the model format %s is not supported: the in-fleet proxy passes OpenAI requests "
+                "to the service as they are; serve an OpenAI-compatible API and use "
+                "`format: openai` (or give the model's name only)")
+MODEL_PREFIX = ("the model prefix %s is not supported: use a path of letters, digits and "
+                "`._~/-` that starts with `/` (such as /v1)")
+PROBE_URL = ("the probe URL %s has a space, backslash or brace, which the proxy cannot "
+             "send; percent-encode them")
+
+
+def service_refusals(config: dict[str, Any]) -> list[Problem]:
+    """What of a service this version does not run: a gateway, HTTPS, replica groups, a range
+    of replicas or scaling (autoscaling), no replica at all."""
+    out = []
+    gateway = config.get("gateway")
+    if gateway is True or isinstance(gateway, str):
+        out.append(Problem(("gateway",), GATEWAY))
+    if config.get("https") is True:
+        out.append(Problem(("https",), HTTPS))
+    if config.get("groups") is not None:
+        out.append(Problem(("groups",), GROUPS))
+    replicas = config.get("replicas") or {}
+    if config.get("scaling") is not None:
+        out.append(Problem(("scaling",), SCALING))
+    elif replicas.get("min") != replicas.get("max"):
+        out.append(Problem(("replicas",), SCALING))
+    elif replicas.get("max") == 0:
+        out.append(Problem(("replicas",), NO_REPLICAS))
+    out += _proxy_refusals(config)
+    return out
+
+
+# What the in-fleet proxy writes into its configuration as bare words (tasks/hostside/proxyconf.py
+# checks the same before it renders; here it is refused where validate sees it too).
+_MODEL_PREFIX = re.compile(r"/[A-Za-z0-9._~/-]{0,200}\Z")
+_PATH_UNSAFE = re.compile(r"[\s\\{}]")
+
+
+def _proxy_refusals(config):
+    out = []
+    model = config.get("model") or {}
+    if model and model.get("format") != "openai":
+        out.append(Problem(("model", "format"), MODEL_FORMAT % quote(model.get("format"))))
+    elif model and not _MODEL_PREFIX.match(str(model.get("prefix") or "")):
+        out.append(Problem(("model", "prefix"), MODEL_PREFIX % quote(model.get("prefix"))))
+    for index, probe in enumerate(config.get("probes") or []):
+        url = str(probe.get("url") or "")
+        if _PATH_UNSAFE.search(url):
+            out.append(Problem(("probes", index, "url"), PROBE_URL % quote(url)))
     return out
 
 

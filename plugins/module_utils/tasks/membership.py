@@ -20,14 +20,21 @@ teams.members'). There is no server, so every host keeps a copy:
 
 After a grant or revoke the member's fingerprint is published to the backend (fleets.access),
 so that controllers can tell which fleets they may reach without trying SSH.
+
+A member's service token (services.tokens) reaches the fleet as its SHA-256 digest only:
+``publish_token(nodes, fleet, user, digest)`` sets it in the user's own entry on every host
+(``member_token``); the service apply calls it for the applying user, ``gpufleet token
+--publish FLEET`` for one fleet, and ``republish_token`` puts a rotated token's digest on the
+fleets that held the one it replaces. A grant publishes no token: a member publishes their own.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import socket
-from typing import Any, Dict, Mapping, Optional, Tuple, cast
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, cast
 
 from ..backends.docker_cli import Docker
 from ..core.errors import GpufleetError
@@ -274,9 +281,123 @@ def change(name: str, operation: str, by: str, user: str, key_file: Optional[str
     return {"fleet": name, "change": made, "changed": True, "members": team.table_rows(final)}
 
 
-OPERATIONS = ("list", "grant", "revoke", "limit", "ensure")
+# ---- a member's service token: its digest on the fleet's hosts ----------------------------
+
+DIGEST = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def _check_digest(digest: Any, what: str = "token_sha256") -> str:
+    if not isinstance(digest, str) or not DIGEST.match(digest):
+        raise MembershipError("%s must be a lower-case hex SHA-256 (64 characters)" % what)
+    return digest
+
+
+def publish_token(nodes: Mapping[str, Node], fleet: str, user: str, digest: str,
+                  root: Optional[str] = None, now: Optional[float] = None) -> Dict[str, Any]:
+    """Set ``user``'s token digest in their own member entry on every host of ``nodes`` (the
+    hosts of fleet ``fleet``). ``{"fleet", "changed", "hosts": [hosts that hold it now],
+    "unreached": {host: error}}``; MembershipError when no host took it (the user is not a
+    member, no host answers), naming each host's answer. A host that did not answer keeps the
+    digest it held; the next publish (a service apply) reaches it."""
+    _check_digest(digest)
+    if not nodes:
+        raise MembershipError("fleet %s has no running hosts to publish the token on" % fleet)
+    when = team.stamp(controller_id(user, state.state_dir(root)), now)
+    payload = {"fleet": fleet, "user": user, "token_sha256": digest, "stamp": when}
+    answers = parallel(sorted(nodes), lambda host: nodes[host].call(
+        "member_token", payload, timeout=60))
+    failed = {h: str(e.detail if isinstance(e, NodeError) else e)
+              for h, (_a, e) in answers.items() if e is not None}
+    if len(failed) == len(nodes):
+        raise MembershipError("cannot publish the service token of %s on fleet %s: %s"
+                              % (user, fleet, _unreached(failed)))
+    return {"fleet": fleet, "hosts": sorted(h for h in nodes if h not in failed),
+            "changed": any((a or {}).get("applied") for a, e in answers.values() if e is None),
+            "unreached": failed}
+
+
+def publish_token_to(name: str, user: str, digest: str, docker: Optional[Docker] = None,
+                     root: Optional[str] = None,
+                     settings: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """``publish_token`` on the hosts of fleet ``name``, found as ``gpufleet fleet members``
+    finds it."""
+    root = state.state_dir(root)
+    record = find(name, docker, root, settings)
+    return publish_token(nodes_of(record, root), name, user, digest, root)
+
+
+def held_digest(doc: Optional[Mapping[str, Any]], user: str) -> Optional[str]:
+    """The token digest ``user``'s member entry holds in ``doc``, or None."""
+    return (((doc or {}).get("members") or {}).get(user) or {}).get("token_sha256")
+
+
+def republish_token(records: Iterable[Mapping[str, Any]], user: str, replaced: str,
+                    digest: str, root: Optional[str] = None,
+                    skip: Iterable[str] = ()) -> Dict[str, Any]:
+    """Put ``digest`` on every fleet of ``records`` whose hosts hold ``replaced`` (the digest of
+    the token it replaces) for ``user``: ``{"published": [fleets], "unread": {fleet: error}}``
+    (a fleet none of whose hosts answered, or that refused the new digest)."""
+    _check_digest(digest)
+    _check_digest(replaced, "the replaced token's digest")
+    root = state.state_dir(root)
+    published: List[str] = []
+    unread: Dict[str, str] = {}
+    for record in records:
+        name = record.get("name") or ""
+        nodes = nodes_of(record, root)
+        if not nodes or name in skip:
+            continue
+        doc, held, errors = read(nodes)
+        if not held:
+            unread[name] = _unreached(errors)
+            continue
+        if held_digest(doc, user) != replaced:
+            continue
+        try:
+            publish_token(nodes, name, user, digest, root)
+        except MembershipError as exc:
+            unread[name] = str(exc)
+            continue
+        published.append(name)
+    return {"published": sorted(published), "unread": unread}
+
+
+def _token(params: Mapping[str, Any], by: str, root: str, settings: Optional[Dict[str, Any]],
+           docker: Optional[Docker], collect: Optional[Callable[..., list]],
+           check_mode: bool) -> Dict[str, Any]:
+    """operation=token: publish ``by``'s digest on ``fleet``, and with ``replaces_sha256`` on
+    every fleet that holds that one (the fleets ``collect`` finds)."""
+    if params.get("user") not in (None, "", by):
+        raise MembershipError("a member publishes only their own service token: %s cannot "
+                              "publish one for %s" % (by, params["user"]))
+    digest = _check_digest(_need(params, "token_sha256", "operation=token"))
+    replaced = params.get("replaces_sha256")
+    if not params.get("fleet") and not replaced:
+        raise MembershipError("operation=token needs fleet, or replaces_sha256 (a rotate)")
+    result: Dict[str, Any] = {"user": by, "published": [], "unread": {}, "changed": False}
+    if check_mode:
+        return result
+    if params.get("fleet"):
+        done = publish_token_to(params["fleet"], by, digest, docker, root, settings)
+        result["published"].append(done["fleet"])
+        result["changed"] = done["changed"]
+        result["unread"].update(("%s/%s" % (done["fleet"], h), e)
+                                for h, e in done["unreached"].items())
+    if replaced:
+        if collect is None:
+            raise MembershipError("operation=token with replaces_sha256 needs the fleets")
+        again = republish_token(collect(root=root, docker=docker), by, replaced, digest, root,
+                                skip=[str(params.get("fleet") or "")])
+        result["published"] = sorted(set(result["published"]) | set(again["published"]))
+        result["unread"].update(again["unread"])
+        result["changed"] = result["changed"] or bool(again["published"])
+    return result
+
+
+OPERATIONS = ("list", "grant", "revoke", "limit", "ensure", "token")
 FLEET_MEMBERS_ARGS = dict(
     fleet=dict(type="str"), operation=dict(type="str", default="list", choices=list(OPERATIONS)),
+    token_sha256=dict(type="str", no_log=True), replaces_sha256=dict(type="str", no_log=True),
     user=dict(type="str"), key=dict(type="path", no_log=False), admin=dict(type="bool", default=False),
     default=dict(type="bool", default=False), runs=dict(type="int"), gpus=dict(type="int"),
     nodes=dict(type="int"), by=dict(type="str"), record=dict(type="dict"),
@@ -290,8 +411,11 @@ def _need(params: Mapping[str, Any], name: str, why: str) -> Any:
 
 
 def run(params: Mapping[str, Any], check_mode: bool = False,
-        docker: Optional[Docker] = None) -> Dict[str, Any]:
-    """What the fleet_members module does with its parameters (FLEET_MEMBERS_ARGS)."""
+        docker: Optional[Docker] = None,
+        collect: Optional[Callable[..., list]] = None) -> Dict[str, Any]:
+    """What the fleet_members module does with its parameters (FLEET_MEMBERS_ARGS);
+    ``collect(root=..., docker=...)``: the fleet records a rotated token is published again on (the
+    module passes tasks.surveys.collect_fleets, which imports this module)."""
     operation = params.get("operation") or "list"
     root = state.state_dir(params.get("state_dir"))
     settings = state.backend_settings(root, params.get("backend_settings"))
@@ -316,8 +440,10 @@ def run(params: Mapping[str, Any], check_mode: bool = False,
                                                                     identity.USER_ENV)])
         done = ensure(record, root, by)
         return dict(done, changed=bool(done["made"] or done["synced"]), fleet=record.get("name"))
-    name = _need(params, "fleet", "operation=%s" % operation)
     author = by or ""
+    if operation == "token":
+        return _token(params, author, root, settings, docker, collect, check_mode)
+    name = _need(params, "fleet", "operation=%s" % operation)
     if operation == "list":
         return dict(members(name, docker, root, settings), changed=False)
     if operation == "limit":

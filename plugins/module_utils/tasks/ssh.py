@@ -89,12 +89,14 @@ def host_source():
     """What runs on a host for each request, from tasks.hostside: nodeside, then its parts
     volumeside (network volumes) and metricside (a run's metrics), then booking (claims and the
     queue), healthside (the GPU health probe), logside (the kept output), indexside (the run
-    index), usageside (the usage records), admitside (per-user limits) and memberside (the
-    fleet's members), in one namespace. Their own sources are sent, so nothing is installed on
+    index), usageside (the usage records), admitside (per-user limits), memberside (the
+    fleet's members), proxyconf and proxyside (the in-fleet proxy of services), in one
+    namespace. Their own sources are sent, so nothing is installed on
     the host and a new controller version never meets an old helper."""
     if "source" not in _HOST_SOURCE:
         from .hostside import (admitside, booking, healthside, indexside, logside, memberside,
-                               metricside, nodeside, usageside, volumeside)
+                               metricside, nodeside, proxyconf, proxyside, usageside,
+                               volumeside)
 
         _HOST_SOURCE["source"] = b"\n".join((module_source(vars(nodeside)),
                                              module_source(vars(volumeside)),
@@ -105,7 +107,9 @@ def host_source():
                                              module_source(vars(indexside)),
                                              module_source(vars(usageside)),
                                              module_source(vars(admitside)),
-                                             module_source(vars(memberside))))
+                                             module_source(vars(memberside)),
+                                             module_source(vars(proxyconf)),
+                                             module_source(vars(proxyside))))
     return _HOST_SOURCE["source"]
 
 

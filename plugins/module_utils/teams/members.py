@@ -13,6 +13,10 @@ tasks/hostside/memberside.py under the host's lock)::
      "limits": {"*": {"runs": 2, "gpus": null, "nodes": null, "by": ..., "stamp": [...]},
                 "carol": {"runs": 1, ...}}}
 
+A member's entry may also hold ``"token_sha256"`` (the lower-case hex SHA-256 of their service
+token, services.tokens, the Bearer the fleet's proxy accepts from them) and its own
+``"token_stamp"``: only the member publishes it (tasks.membership.publish_token).
+
 ``"*"`` holds the default limits; a user's own entry replaces the default field by field
 (a field that is null or absent there falls back to the default's). A limit of null is no limit.
 """

@@ -1,5 +1,6 @@
-"""Every fleet, task and volume example in dstack's documentation is accepted with its meaning;
-documentation examples that dstack itself rejects are rejected too (tests/unit/fixtures)."""
+"""Every fleet, task, service and volume example in dstack's documentation is accepted with its
+meaning; documentation examples that dstack itself rejects are rejected too
+(tests/unit/fixtures)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ REJECTED = sorted((FIXTURES / "invalid").glob("*.yml")) + sorted((FIXTURES / "do
 
 def test_the_fixture_set_is_broad():
     kinds = {p.name.split("-")[0] for p in VALID}
-    assert kinds == {"fleet", "task", "volume"}
+    assert kinds == {"fleet", "service", "task", "volume"}
     assert len(VALID) >= 100 and len(REJECTED) >= 10
 
 
@@ -50,3 +51,20 @@ def test_meaning_of_a_few_documented_examples():
     assert hotaisle["placement"] == "cluster"
     assert [h["blocks"] for h in hotaisle["ssh_config"]["hosts"]] == ["auto", "auto"]
     assert all(h["user"] == "ubuntu" for h in hotaisle["ssh_config"]["hosts"])
+
+
+def test_meaning_of_a_few_documented_services():
+    http = _load("service-misc-http-server.dstack.yml")
+    assert (http["port"], http["auth"], http["python"]) == (8000, False, "3.11")
+    dash = _load("service-services-12.dstack.yml")
+    assert (dash["gateway"], dash["auth"], dash["strip_prefix"], dash["port"]) == (False, False, False, 8050)
+    limits = _load("service-services-13.dstack.yml")["rate_limits"]
+    assert [(r["prefix"], r["rps"], r["burst"]) for r in limits] == [("/api/auth/", 1.0, 0), ("/", 4.0, 9)]
+    by_header = _load("service-services-14.dstack.yml")["rate_limits"][0]["key"]
+    assert by_header == {"type": "header", "header": "Authorization"}
+    probe = _load("service-services-11.dstack.yml")["probes"][0]
+    assert (probe["method"], probe["url"], probe["timeout"], probe["interval"]) == ("post", "/check-health", 20, 15)
+    groups = _load("service-services-5.dstack.yml")["groups"]
+    assert [g["replicas"] for g in groups] == [{"min": 1, "max": 2}, {"min": 1, "max": 4}]
+    model = _load("service-amd-1.dstack.yml")
+    assert model["model"]["name"] == "Qwen/Qwen3.6-27B" and model["probes"][0]["url"] == "/v1/chat/completions"

@@ -94,7 +94,7 @@ def test_not_text_at_all():
 # Kinds gpufleet does not run
 
 
-@pytest.mark.parametrize("kind", ["service", "gateway", "preset"])
+@pytest.mark.parametrize("kind", ["gateway", "preset"])
 def test_unsupported_kinds_say_so_rather_than_a_schema_error(kind):
     exc = refuse(("type: %s\nname: my-thing\ncommands: [x]\n" % kind).encode())
     assert wheres(exc) == ["type"]
@@ -384,8 +384,15 @@ def test_expect_match():
 
 
 def test_expect_does_not_hide_an_unsupported_kind():
-    exc = refuse(b"type: service\nport: 80\n", expect="task")
+    exc = refuse(b"type: gateway\nregion: us-east-1\n", expect="task")
     assert "not supported by gpufleet" in message_of(exc)
+
+
+def test_a_service_is_a_configuration_of_its_own_now():
+    config = spec.parse_text(b"type: service\nport: 80\ncommands: [x]\n")[0]
+    assert (config["type"], config["port"]) == ("service", 80)
+    exc = refuse(b"type: service\nport: 80\ncommands: [x]\n", expect="task")
+    assert "expected a task configuration here, got type: service" in message_of(exc)
 
 
 @pytest.mark.parametrize("user", ["²", "me:³", "--1"])

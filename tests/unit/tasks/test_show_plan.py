@@ -171,6 +171,14 @@ def test_a_dev_environment_announces_its_own_config_not_the_task_it_runs_as(fake
         "Type                 dev-environment")
 
 
+def test_the_plan_names_a_service_by_its_type_as_dstack_does():
+    """dstack's run plan adds the node count to a task's type only."""
+    config, _warnings = parse_data({"type": "service", "port": 8000, "image": "nginx"})
+    lines = run_table.run_plan_lines(config, a_plan(), "/w/svc.dstack.yml")
+    assert "Type           service" in lines
+    assert run_table.run_plan_lines(task(nodes=2), a_plan(), None)[0].endswith("task (nodes=2)")
+
+
 def test_a_run_the_playbook_grows_the_fleet_for_announces_the_plan_on_the_grown_fleet(
         fake_hosts):
     """No grower here (the first submission of task.yml): NeedsInstances goes up to the

@@ -29,6 +29,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
     memberside,
     metricside,
     nodeside,
+    proxyconf,
+    proxyside,
     usageside,
     volumeside,
 )
@@ -309,8 +311,8 @@ def test_call_sends_the_source_and_the_request_on_stdin():
     assert kwargs["stdout"] == subprocess.PIPE and kwargs["stderr"] == subprocess.PIPE
     data = kwargs["input"]
     # Split the way BOOTSTRAP splits it on the host: nodeside's source, then volumeside's,
-    # metricside's, booking's, healthside's, logside's, indexside's, usageside's, admitside's
-    # and memberside's.
+    # metricside's, booking's, healthside's, logside's, indexside's, usageside's, admitside's,
+    # memberside's, proxyconf's and proxyside's.
     source, sep, request = data.partition(b"\n" + bootstrap.SEPARATOR + b"\n")
     assert sep and source == b"\n".join((module_source(vars(nodeside)),
                                          module_source(vars(volumeside)),
@@ -321,7 +323,9 @@ def test_call_sends_the_source_and_the_request_on_stdin():
                                          module_source(vars(indexside)),
                                          module_source(vars(usageside)),
                                          module_source(vars(admitside)),
-                                         module_source(vars(memberside))))
+                                         module_source(vars(memberside)),
+                                         module_source(vars(proxyconf)),
+                                         module_source(vars(proxyside))))
     assert json.loads(request.decode("utf-8")) == {"op": "status", "payload": {"run": "train"}}
 
 

@@ -31,7 +31,17 @@ Operations (joining nodeside's ``OPS``):
   ``by`` is an admin in the document; answers ``{"doc", "applied"}`` (``applied`` false when a
   newer change held the entry already);
 - ``members_sync`` ``{"doc": {...}, "login_user": name}``: merge a whole document (the first
-  one, made at fleet apply, or a copy for a host made later), entry by entry, last writer wins.
+  one, made at fleet apply, or a copy for a host made later), entry by entry, last writer wins;
+- ``member_token`` ``{"fleet", "user", "token_sha256", "stamp"}``: sets the digest of ``user``'s
+  service token in ``user``'s own member entry (``token_sha256``, with its own
+  ``token_stamp``), refused when ``user`` is not a member; answers ``{"applied"}`` (false when
+  a newer digest was there already).
+
+A member entry's token has its own stamp, so that a token and a grant made at once do not
+undo each other: a merge keeps the entry with the greater stamp and, on it, the newest digest
+given for that grant (the same grant stamp) or after it (a token stamp greater than the
+grant's). A revoke drops the digest, and so does a grant made after one: a member granted again
+publishes their token again (their next service apply does).
 """
 
 import json
@@ -46,6 +56,7 @@ TEAM_ROOT = "/var/lib/gpufleet/team"
 MEMBER_MARK = "gpufleet-member"
 _MEMBER_SECTIONS = ("members", "revoked", "limits")
 _MEMBER_LIMIT_FIELDS = ("runs", "gpus", "nodes")
+_MEMBER_TOKEN_FIELDS = ("token_sha256", "token_stamp")
 
 
 def team_path(*parts):
@@ -136,9 +147,30 @@ def _members_user_entry(doc, user):
     return None, None
 
 
+def _members_token_stamp(entry):
+    return _members_stamp({"stamp": (entry or {}).get("token_stamp")})
+
+
+def _members_token_of(entries, winner):
+    """The newest ``(token_sha256, token_stamp)`` of ``entries`` (a user's member entries) that
+    holds for the grant ``winner``: given for it or after it; None when none does."""
+    best = None
+    for entry in entries:
+        if not entry.get("token_sha256"):
+            continue
+        stamp = _members_token_stamp(entry)
+        if (_members_stamp(entry) != _members_stamp(winner)
+                and stamp <= _members_stamp(winner)):
+            continue
+        if best is None or stamp > _members_token_stamp(best):
+            best = entry
+    return None if best is None else (best["token_sha256"], best.get("token_stamp"))
+
+
 def members_merge(mine, theirs):
     """``mine`` and ``theirs`` merged entry by entry, the greater stamp winning (a new dict).
-    Grant and revoke share one entry per user; limits have one per user or ``"*"``."""
+    Grant and revoke share one entry per user; limits have one per user or ``"*"``; a member
+    entry's token digest goes with its own stamp (the module's docstring)."""
     merged = _members_blank((mine or {}).get("fleet") or (theirs or {}).get("fleet"))
     docs = [d for d in (mine, theirs) if d]
     users = set()
@@ -152,7 +184,15 @@ def members_merge(mine, theirs):
             if entry is not None and (best is None
                                       or _members_stamp(entry) > _members_stamp(best[1])):
                 best = (section, entry)
-        merged[best[0]][user] = dict(best[1])
+        entry = dict(best[1])
+        for name in _MEMBER_TOKEN_FIELDS:
+            entry.pop(name, None)
+        if best[0] == "members":
+            token = _members_token_of([(d.get("members") or {}).get(user) or {} for d in docs],
+                                      best[1])
+            if token is not None:
+                entry["token_sha256"], entry["token_stamp"] = token
+        merged[best[0]][user] = entry
     for doc in docs:
         for key, entry in (doc.get("limits") or {}).items():
             held = merged["limits"].get(key)
@@ -182,7 +222,7 @@ def members_apply(doc, change):
         return doc, True
     if kind not in ("grant", "revoke"):
         raise Failure("unknown members change %r" % (kind,))
-    _section, held = _members_user_entry(doc, user)
+    section, held = _members_user_entry(doc, user)
     if held is not None and _members_stamp(held) >= _members_stamp(change):
         return doc, False
     doc["members"].pop(user, None)
@@ -192,6 +232,10 @@ def members_apply(doc, change):
             raise Failure("a grant needs the member's key")
         entry = dict(base, role="admin" if change.get("role") == "admin" else "member",
                      key=change["key"], fingerprint=change.get("fingerprint"))
+        if section == "members" and held.get("token_sha256"):
+            # A member granted again (another role or key) keeps the token they published.
+            for name in _MEMBER_TOKEN_FIELDS:
+                entry[name] = held.get(name)
         doc["members"][user] = entry
     else:
         doc["revoked"][user] = base
@@ -294,7 +338,7 @@ def op_members_change(payload):
         if applied:
             _members_write(doc)
         members_write_keys(doc, payload.get("login_user"))
-    return {"doc": doc, "applied": applied}
+    return _members_told_proxy({"doc": doc, "applied": applied})
 
 
 def op_members_sync(payload):
@@ -311,11 +355,68 @@ def op_members_sync(payload):
         facts = payload.get("facts")
         if isinstance(facts, dict) and facts and facts != _members_facts_read():
             _members_write(facts, "host-facts.json")
-    return {"doc": merged, "applied": merged != doc}
+    return _members_told_proxy({"doc": merged, "applied": merged != doc})
+
+
+def members_set_token(doc, payload):
+    """``(doc, applied)``: ``doc`` with the digest of ``payload`` in its user's member entry,
+    when its stamp is greater than that of the digest held. Failure when the user is not a
+    member of the document's fleet, or the payload is not a token change."""
+    user = payload.get("user")
+    digest = payload.get("token_sha256")
+    stamp = payload.get("stamp")
+    fleet = doc.get("fleet")
+    if not isinstance(user, str) or not user or not isinstance(stamp, list):
+        raise Failure("member_token needs a user and a stamp")
+    if (not isinstance(digest, str) or len(digest) != 64
+            or digest.strip("0123456789abcdef")):
+        raise Failure("member_token needs token_sha256, a lower-case hex SHA-256")
+    if payload.get("fleet") and fleet and payload["fleet"] != fleet:
+        raise Failure("this host belongs to fleet %s, not %s" % (fleet, payload["fleet"]))
+    doc = members_merge(doc, None)
+    entry = doc["members"].get(user)
+    if entry is None:
+        raise Failure("%s is not a member of fleet %s: only its members publish a service "
+                      "token there (an admin grants them with gpufleet fleet grant)"
+                      % (user, fleet))
+    if (entry.get("token_sha256")
+            and _members_token_stamp(entry) >= _members_stamp({"stamp": stamp})):
+        return doc, False
+    entry["token_sha256"] = digest
+    entry["token_stamp"] = stamp
+    return doc, True
+
+
+def op_member_token(payload):
+    """Set the digest of a member's service token in their own entry (last stamp wins)."""
+    with _MembersLock():
+        doc = _members_read()
+        if doc is None:
+            raise Failure("this host holds no members document of the fleet: apply the fleet "
+                          "again (gpufleet apply) so that its hosts get one")
+        doc, applied = members_set_token(doc, payload)
+        if applied:
+            _members_write(doc)
+    return _members_told_proxy({"applied": applied})
+
+
+def _members_told_proxy(answer):
+    """After a change of the document (a token set, a member revoked), the proxy this host runs
+    for services, if any (tasks/hostside/proxyside.py, sent along), makes its token lists again
+    from it, so that a revoked member's token stops at once and a new one works at once. A
+    proxy that cannot take it is said in the answer (``proxy``); the change itself stands."""
+    refresh = globals().get("proxy_refresh_if_routed")
+    if answer.get("applied") and refresh is not None:
+        try:
+            refresh()
+        except Failure as exc:
+            answer["proxy"] = str(exc)
+    return answer
 
 
 OPS.update({
     "members": op_members,
     "members_change": op_members_change,
     "members_sync": op_members_sync,
+    "member_token": op_member_token,
 })

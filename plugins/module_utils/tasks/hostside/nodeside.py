@@ -9,7 +9,7 @@ installed and nothing keeps running on the host besides the run's containers (th
 the compiled source in HELPER_CACHE, see bootstrap). It uses the standard library only and runs
 on the Python 3.6+ that any Ansible-managed host has. Every answer is one JSON line. The parts
 sent with it (volumeside, metricside, booking and the files sent with booking) add their
-operations to OPS or booking's BOOK_OPS.
+operations to OPS or booking's BOOK_OPS; proxyside (the in-fleet proxy) has its PROXY_OPS.
 
 The run's state lives with the containers: their labels say which run, job and submission they
 belong to, and each job's state folder (``RUN_ROOT/<run>/<job>/state``, written by the job's
@@ -662,6 +662,7 @@ def serve(request):
         op = data["op"]
         ops = dict(OPS)
         ops.update(globals().get("BOOK_OPS") or {})  # tasks.hostside.booking, sent along (tasks.ssh)
+        ops.update(globals().get("PROXY_OPS") or {})  # tasks.hostside.proxyside, sent along too
         answer = ops[op](data.get("payload") or {})
     except Failure as exc:
         answer = {"error": str(exc)}

@@ -132,7 +132,8 @@ def test_missing_pyyaml_is_reported_as_a_missing_library(tmp_path, monkeypatch):
     [
         ({}, "one of the following is required: path, config"),
         ({"path": "x.yml", "config": {"type": "task"}}, "mutually exclusive: path|config"),
-        ({"path": "x.yml", "type": "service"}, "value of type must be one of: fleet, task, dev-environment, volume"),
+        ({"path": "x.yml", "type": "gateway"},
+         "value of type must be one of: fleet, task, dev-environment, service, volume"),
     ],
 )
 def test_argument_errors(args, message):
@@ -184,6 +185,21 @@ def custom_stats(output):
         if line.strip().startswith("RUN:"):
             return json.loads(line.split("RUN:", 1)[1])
     raise AssertionError("no custom stats in the output:\n" + output)
+
+
+def test_a_service_is_read_and_what_apply_refuses_of_it_is_unsupported(tmp_path):
+    path = write(tmp_path, "svc.dstack.yml", """\
+        type: service
+        port: 8000
+        image: nginx
+        model: my-model
+        gateway: my-gateway
+        """)
+    code, result = run_module({"path": path, "type": "service"})
+    assert code == 0
+    assert (result["type"], result["config"]["port"]) == ("service", 8000)
+    assert result["config"]["model"]["prefix"] == "/v1"
+    assert [p["path"] for p in result["unsupported"]] == ["gateway"]
 
 
 def test_unsupported_holds_what_apply_refuses_as_gpufleet_validate_says_it(tmp_path):

@@ -1,0 +1,421 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The in-fleet proxy on its host: a fleet host's service routes and HAProxy's configuration.
+
+This file travels to the hosts after tasks.hostside.memberside and tasks.hostside.proxyconf
+(which renders the configuration; tasks.ssh.host_source) and runs
+in their namespace, so it uses the standard library only and the Python 3.6+ of any
+Ansible-managed host; every top-level name is unique across the files sent with it. The
+controller's side is the services package; a route's shape is services.records.Route.
+
+On the host (HAProxy itself, its base configuration and its runtime socket come from the role
+gpufleet.cluster.gateway):
+
+- ``PROXY_ROOT`` (``/var/lib/gpufleet/proxy``, root's, 0700): ``routes/<run>.json``, one per
+  published service (0600), ``listen.json`` (the address and port the proxy listens on) and
+  ``lock``, an exclusive flock held for every change;
+- ``PROXY_CONF`` (``/etc/haproxy/gpufleet.d``, loaded by HAProxy after its base file):
+  ``services.cfg``, written from every route file at each change, ``models.json`` (the answer
+  of ``/v1/models``) and ``tokens-<fleet>.lst``, the SHA-256 digests of the tokens of the
+  fleet's members (``token_sha256`` of the entries of the members document,
+  tasks.hostside.memberside). These files are this module's: nothing else writes them.
+
+Every change writes the new files, asks ``haproxy -c`` about the whole configuration and puts
+the previous files back when it refuses (failing with HAProxy's words), then reloads HAProxy.
+docs/services-proxy.md says what the configuration does, request by request.
+
+Operations (joining nodeside's through ``PROXY_OPS``):
+
+- ``proxy_check`` ``{}``: ``{"installed", "version", "running"}``;
+- ``proxy_publish`` ``{"route": Route, "listen": {"address", "port"}}``: ``{"changed",
+  "routes"}``;
+- ``proxy_unpublish`` ``{"run"}``: ``{"changed", "routes"}``;
+- ``proxy_refresh`` ``{}``: the configuration written again (after a member's token changed):
+  ``{"changed", "routes"}``;
+- ``proxy_status`` ``{"run": name or null}``: ``{"servers": [...], "rates": {run: rps}}``.
+"""
+
+import json
+import os
+import re
+
+try:  # imported as part of the collection (tests, the controller)
+    from .memberside import _members_read
+    from .nodeside import Failure
+    from .proxyconf import _PROXY_RUN, _proxy_need, proxy_address, proxy_render, proxy_routes_check
+    from .proxyconf import proxy_server_states
+except ImportError:  # on a host: the sources sent before this one run first in this namespace
+    pass
+
+PROXY_ROOT = "/var/lib/gpufleet/proxy"
+PROXY_CONF = "/etc/haproxy/gpufleet.d"
+PROXY_BASE = "/etc/haproxy/haproxy.cfg"
+PROXY_SOCKET = "/run/haproxy/admin.sock"
+PROXY_PIDFILE = "/run/haproxy.pid"
+PROXY_BINARY = "haproxy"
+# How this host runs services: systemd when this folder is there, else the init script.
+PROXY_SYSTEMD = "/run/systemd/system"
+PROXY_INIT = "/etc/init.d/haproxy"
+
+
+def proxy_path(*parts):
+    # type: (*str) -> str
+    """A path under PROXY_ROOT (read when called: tests point it elsewhere)."""
+    return os.path.join(PROXY_ROOT, *parts)
+
+
+def proxy_conf_path(*parts):
+    # type: (*str) -> str
+    """A path under PROXY_CONF (read when called: tests point it elsewhere)."""
+    return os.path.join(PROXY_CONF, *parts)
+
+
+def proxy_current_states():
+    # type: () -> dict
+    """``{(backend, server): (state, address, port)}`` of the running HAProxy (empty when it
+    does not answer)."""
+    try:
+        text = _proxy_ask("show servers state")
+    except Failure:
+        return {}
+    current = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 19 and not line.startswith("#"):
+            current[(fields[1], fields[3])] = (fields[5], fields[4], fields[18])
+    return current
+
+
+# ---- the files and HAProxy on the host --------------------------------------------------------
+
+class _ProxyLock(object):
+    """An exclusive flock on ``PROXY_ROOT/lock``, held for every change."""
+
+    def __init__(self):
+        self.handle = None
+
+    def __enter__(self):
+        import fcntl
+
+        for folder in (proxy_path(), proxy_path("routes")):
+            if not os.path.isdir(folder):
+                os.makedirs(folder, 0o700)
+            os.chmod(folder, 0o700)
+        self.handle = open(proxy_path("lock"), "a")
+        fcntl.flock(self.handle, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        import fcntl
+
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+        return False
+
+
+def _proxy_read(path):
+    """A file's bytes, or None when it is not there."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except (IOError, OSError):
+        return None
+
+
+def _proxy_put(path, data, mode):
+    """Write ``data`` (bytes) to ``path`` atomically, or remove it when ``data`` is None."""
+    if data is None:
+        if os.path.lexists(path):
+            os.remove(path)
+        return
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        os.makedirs(folder, 0o755)
+    temp = path + ".gpufleet-tmp"
+    with open(temp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.chmod(temp, mode)
+    os.rename(temp, path)
+
+
+def _proxy_routes():
+    """Every route file's record, by run name (a file that cannot be read is left out)."""
+    routes = {}
+    try:
+        names = os.listdir(proxy_path("routes"))
+    except OSError:
+        return routes
+    for name in sorted(names):
+        if not name.endswith(".json"):
+            continue
+        try:
+            route = json.loads((_proxy_read(proxy_path("routes", name)) or b"").decode("utf-8"))
+        except ValueError:
+            continue
+        if isinstance(route, dict) and route.get("run") == name[:-5]:
+            routes[name[:-5]] = route
+    return routes
+
+
+def proxy_digests():
+    # type: () -> dict
+    """``{fleet: [digest, ...]}`` from this host's members document: the ``token_sha256`` of
+    every member (a revoked user has no entry among the members)."""
+    doc = _members_read() or {}
+    digests = [entry.get("token_sha256") for entry in (doc.get("members") or {}).values()
+               if isinstance(entry, dict) and isinstance(entry.get("token_sha256"), str)]
+    return {doc.get("fleet"): digests} if doc.get("fleet") else {}
+
+
+def _proxy_managed():
+    """The files of PROXY_CONF this module writes, as they are now: ``{name: bytes}``."""
+    try:
+        names = os.listdir(proxy_conf_path())
+    except OSError:
+        names = []
+    held = {}
+    for name in names:
+        if name in ("services.cfg", "models.json") or (name.startswith("tokens-")
+                                                       and name.endswith(".lst")):
+            held[name] = _proxy_read(proxy_conf_path(name))
+    return held
+
+
+def _proxy_run(argv):
+    """``(exit status, output)`` of a command; 127 when it is not there."""
+    import subprocess
+
+    try:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    except OSError as exc:
+        return 127, str(exc)
+    out = proc.communicate()[0]
+    return proc.returncode, out.decode("utf-8", "replace")
+
+
+def proxy_config_check():
+    # type: () -> str | None
+    """None when HAProxy takes its whole configuration, else its message."""
+    code, out = _proxy_run([PROXY_BINARY, "-c", "-f", PROXY_BASE, "-f", proxy_conf_path()])
+    if code == 0:
+        return None
+    kept = [line.strip() for line in out.splitlines() if "[ALERT]" in line or "[WARNING]" in line]
+    return "; ".join(kept[-6:]) or out.strip()[-600:] or "haproxy -c failed (%d)" % code
+
+
+def _proxy_pid():
+    """HAProxy's (master's) process id when it runs, else None."""
+    try:
+        pid = int((_proxy_read(PROXY_PIDFILE) or b"").split()[0])
+        os.kill(pid, 0)
+        return pid
+    except (IndexError, ValueError, OSError):
+        return None
+
+
+def proxy_reload():
+    # type: () -> str | None
+    """Reload HAProxy (start it when it is not running) the way this host runs it: systemd,
+    else the init script, else a signal to its master. None, or the failure's words."""
+    import signal
+
+    running = _proxy_pid() is not None
+    if os.path.isdir(PROXY_SYSTEMD):
+        code, out = _proxy_run(["systemctl", "reload-or-restart", "haproxy"])
+    elif os.path.exists(PROXY_INIT):
+        code, out = _proxy_run([PROXY_INIT, "reload" if running else "start"])
+    elif running:
+        os.kill(_proxy_pid(), signal.SIGUSR2)
+        return None
+    else:
+        return "HAProxy is not running and this host has no service manager to start it"
+    return None if code == 0 else (out.strip()[-600:] or "exit status %d" % code)
+
+
+def _proxy_apply(change):
+    """Under the lock: ``change(routes)`` (the routes by run, changed in place; True when it
+    changed any), the configuration written from them, checked, and HAProxy reloaded; the
+    previous files put back when HAProxy refuses the new ones."""
+    with _ProxyLock():
+        routes = _proxy_routes()
+        before = dict(routes)
+        listen = json.loads((_proxy_read(proxy_path("listen.json")) or b"{}").decode("utf-8"))
+        listen = change(routes, listen) or listen
+        files = proxy_render(list(routes.values()), listen, proxy_digests(), proxy_conf_path,
+                             lambda name: proxy_path("state", name))
+        old = _proxy_managed()
+        new = dict((name, files.get(name)) for name in old)
+        new.update(files)
+        route_old = dict((run, _proxy_read(proxy_path("routes", run + ".json")))
+                         for run in set(before) | set(routes))
+        route_new = dict((run, None if run not in routes else
+                          json.dumps(routes[run], sort_keys=True).encode("utf-8"))
+                         for run in route_old)
+        listen_old = _proxy_read(proxy_path("listen.json"))
+        listen_new = json.dumps(listen, sort_keys=True).encode("utf-8") if listen else None
+        encoded = dict((name, None if text is None else text.encode("utf-8"))
+                       for name, text in new.items())
+        # HAProxy is (re)loaded when its files change, and started when routes are published
+        # and it is not running (the host restarted, say).
+        load = encoded != old or listen_new != listen_old or bool(routes) and _proxy_pid() is None
+        if not load and route_new == route_old:
+            return {"changed": False, "routes": sorted(routes)}
+
+        def write(conf, routed, listened):
+            for name, data in conf.items():
+                _proxy_put(proxy_conf_path(name), data, 0o600 if name.startswith("tokens-")
+                           else 0o644)
+            for run, data in routed.items():
+                _proxy_put(proxy_path("routes", run + ".json"), data, 0o600)
+            _proxy_put(proxy_path("listen.json"), listened, 0o600)
+
+        write(encoded, route_new, listen_new)
+        problem = proxy_config_check()
+        if problem is None and load:
+            _proxy_write_states(list(routes.values()))
+            problem = proxy_reload()
+            if problem is not None:
+                write(dict((name, old.get(name)) for name in encoded), route_old, listen_old)
+                proxy_reload()
+                raise Failure("HAProxy could not be reloaded with the new routes (the previous "
+                              "ones are back): %s" % problem)
+        elif problem is not None:
+            write(dict((name, old.get(name)) for name in encoded), route_old, listen_old)
+            raise Failure("HAProxy refused the new routes (the previous ones are back): %s"
+                          % problem)
+        return {"changed": True, "routes": sorted(routes)}
+
+
+def _proxy_write_states(routes):
+    """The server-state files of ``routes`` (proxy_server_states), the others removed."""
+    states = proxy_server_states(routes, proxy_current_states())
+    folder = proxy_path("state")
+    if not os.path.isdir(folder):
+        os.makedirs(folder, 0o700)
+    for name in os.listdir(folder):
+        if name not in states:
+            os.remove(os.path.join(folder, name))
+    for name, text in states.items():
+        _proxy_put(os.path.join(folder, name), text.encode("utf-8"), 0o600)
+
+
+def op_proxy_check(payload):
+    # type: (dict) -> dict
+    """Whether HAProxy is installed (and which version) and running."""
+    code, out = _proxy_run([PROXY_BINARY, "-v"])
+    found = re.search(r"version (\S+)", out) if code == 0 else None
+    return {"installed": code == 0, "version": found.group(1) if found else None,
+            "running": _proxy_pid() is not None}
+
+
+def op_proxy_publish(payload):
+    # type: (dict) -> dict
+    """Keep the route of one service (replacing its previous one) and publish it."""
+    route = payload.get("route")
+    listen = payload.get("listen")
+    if not isinstance(route, dict) or not isinstance(listen, dict):
+        raise Failure("proxy_publish needs a route and the address to listen on")
+    proxy_routes_check([route])
+    proxy_address(listen.get("address") or "", listen.get("port") or 0)
+
+    def change(routes, _held):
+        routes[route["run"]] = route
+        return {"address": listen["address"], "port": int(listen["port"])}
+
+    return _proxy_apply(change)
+
+
+def op_proxy_unpublish(payload):
+    # type: (dict) -> dict
+    """Take one service's route out (nothing listens once the last one is out)."""
+    run = payload.get("run")
+    _proxy_need(_PROXY_RUN, run, "the run name")
+
+    def change(routes, _held):
+        routes.pop(run, None)
+
+    return _proxy_apply(change)
+
+
+def op_proxy_refresh(payload):
+    # type: (dict) -> dict
+    """Write the configuration again from the routes kept (the members' tokens changed)."""
+    return _proxy_apply(lambda routes, _held: None)
+
+
+def proxy_refresh_if_routed():
+    # type: () -> dict | None
+    """op_proxy_refresh where this host publishes a service (memberside calls it after a change
+    of the members document); nothing where it publishes none."""
+    if not _proxy_routes():
+        return None
+    return op_proxy_refresh({})
+
+
+def proxy_stat_rows(text):
+    # type: (str) -> list
+    """The rows of HAProxy's ``show stat`` (CSV, its first line the field names after ``# ``)
+    as dicts."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines or not lines[0].startswith("#"):
+        return []
+    names = lines[0].lstrip("# ").split(",")
+    return [dict(zip(names, line.split(","))) for line in lines[1:]]
+
+
+def _proxy_ask(command):
+    """HAProxy's answer to one command on its runtime socket."""
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    try:
+        sock.connect(PROXY_SOCKET)
+        sock.sendall(command.encode("ascii") + b"\n")
+        chunks = []
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except (OSError, socket.error) as exc:
+        raise Failure("HAProxy's runtime socket %s did not answer: %s"
+                      % (PROXY_SOCKET, exc)) from exc
+    finally:
+        sock.close()
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def op_proxy_status(payload):
+    # type: (dict) -> dict
+    """The replicas as HAProxy sees them, and each service's requests per second now."""
+    wanted = payload.get("run")
+    servers, rates = [], {}
+    for row in proxy_stat_rows(_proxy_ask("show stat")):
+        proxy = row.get("pxname") or ""
+        if not proxy.startswith("gf_service_"):
+            continue
+        run = proxy[len("gf_service_"):]
+        if wanted and run != wanted:
+            continue
+        name = row.get("svname") or ""
+        if name == "BACKEND":
+            rates[run] = int(row.get("rate") or 0)
+        elif name.startswith("replica-"):
+            address, _sep, port = (row.get("addr") or "").rpartition(":")
+            servers.append({"run": run, "replica_num": int(name[len("replica-"):]),
+                            "status": row.get("status") or "", "address": address,
+                            "port": int(port) if port.isdigit() else None})
+    return {"servers": servers, "rates": rates}
+
+
+PROXY_OPS = {
+    "proxy_check": op_proxy_check,
+    "proxy_publish": op_proxy_publish,
+    "proxy_unpublish": op_proxy_unpublish,
+    "proxy_refresh": op_proxy_refresh,
+    "proxy_status": op_proxy_status,
+}
