@@ -36,13 +36,19 @@ def with_stored_secrets(params, read_store):
                                                    names + optional))
 
 
-def _read_quietly(read_store, state_dir):
-    """The store's mapping, or {} when it cannot be read (no store yet, no vault password): a
-    service then runs without its user's token put on the fleet (services.submit)."""
+def service_token(params, loader):
+    """``(digest, why)``: the SHA-256 of the submitting user's service token when ``params``
+    submit a service, the token made in the store on first use with the play's vault secrets
+    (services.submit.token_digest); ``why`` says why there is none (no vault password: the
+    service runs all the same, and apply says so). ``(None, None)`` for a task."""
+    def open_store():
+        return secret_store.SecretStore.with_loader(
+            secret_store.store_path(params.get("state_dir")), loader)
+
     try:
-        return read_store(secret_store.store_path(state_dir))
-    except secret_store.SecretStoreError:
-        return {}
+        return services.token_digest(params, open_store), None
+    except secret_store.SecretStoreError as exc:
+        return None, str(exc)
 
 
 class ActionModule(ActionBase):
@@ -60,13 +66,12 @@ class ActionModule(ActionBase):
         try:
             params = with_stored_secrets(
                 params, lambda path: secret_store.read_with_loader(path, self._loader))
-            digest = services.token_digest(params, lambda: _read_quietly(
-                lambda path: secret_store.read_with_loader(path, self._loader),
-                params.get("state_dir")))
+            digest, why = (None, None) if self._task.check_mode else service_token(
+                params, self._loader)
             answer, failed = services.submit(params, emit=printer(params.get("output_path"),
                                                                   params.get("path")),
                                              check_mode=bool(self._task.check_mode),
-                                             token_digest=digest)
+                                             token_digest=digest, token_error=why)
         except (actions.ActionError, secret_store.SecretStoreError) as exc:
             result.update(failed=True, msg=str(exc))
             return result

@@ -21,7 +21,6 @@ the proxy host (``proxy_publish``). The answer carries ``service``: the URLs and
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Callable, Mapping, Optional
 
 from ..tasks import actions, membership, rankplan, surveys
@@ -32,7 +31,7 @@ from ..tasks.errors import PlanError
 from ..tasks.lifecycle import RunStatus
 from ..tasks.ssh import parallel
 from ..fleets import records as fleet_records
-from . import publish, replicas
+from . import publish, replicas, tokens
 from .records import PROXY_PORT
 
 SERVICE = "service"
@@ -122,17 +121,11 @@ class Publisher(object):
         return wrapped
 
 
-def token_name(user: str) -> str:
-    """The name of ``user``'s token in the controller's secrets store (services.tokens keeps
-    it there)."""
-    return "gpufleet_token_%s" % user
-
-
-def token_digest(params: Mapping[str, Any], read_store: Callable[[], Optional[Mapping]]
-                 ) -> Optional[str]:
-    """The hex SHA-256 of the submitting user's token when ``params`` submit a service and the
-    store (``read_store()``: its mapping) holds the token; else None. A task never opens the
-    store for this."""
+def token_digest(params: Mapping[str, Any], open_store: Callable[[], Any]) -> Optional[str]:
+    """The hex SHA-256 of the submitting user's token when ``params`` submit a service, the
+    token made in the controller's store on first use (services.tokens); None for anything
+    else, whose submission never opens the store. ``open_store()``: the store, opened to write
+    (plugin_utils.secret_store)."""
     try:
         config = actions.load_task(params)
         user = actions.submitter(params)
@@ -140,8 +133,7 @@ def token_digest(params: Mapping[str, Any], read_store: Callable[[], Optional[Ma
         return None
     if config.get("type") != SERVICE:
         return None
-    token = (read_store() or {}).get(token_name(user))
-    return hashlib.sha256(token.encode("utf-8")).hexdigest() if token else None
+    return tokens.user_digest(open_store(), user)
 
 
 def _setup_answer(name, instance, answer, root):
@@ -158,10 +150,12 @@ def _setup_answer(name, instance, answer, root):
 
 def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None,
            check_mode: bool = False, stop_event: Any = None,
-           token_digest: Optional[str] = None) -> tuple[dict[str, Any], bool]:
+           token_digest: Optional[str] = None,
+           token_error: Optional[str] = None) -> tuple[dict[str, Any], bool]:
     """tasks.actions.submit for a task or a dev environment; for a service, see the module's
-    text. ``token_digest``: the submitting user's token's SHA-256 (the caller reads the token
-    from the controller's store), or None. Returns ``(result, failed)``."""
+    text. ``token_digest``: the submitting user's token's SHA-256 (the caller has it from the
+    controller's store: ``token_digest``), or None; ``token_error``: why the caller has none
+    (said, and the service runs). Returns ``(result, failed)``."""
     emit = emit or (lambda event: None)
     config = actions.load_task(params)
     if config.get("type") != SERVICE:
@@ -203,6 +197,9 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
     if not check_mode and not (answer.get("installed") and answer.get("running")):
         return _setup_answer(name, instance, answer, root), False
     user = actions.submitter(params)
+    if token_error and not check_mode:
+        emit({"kind": "info", "run": name, "message": "your token was not put on fleet %s's "
+              "hosts: %s" % (fleet, token_error)})
     if token_digest and not check_mode:
         try:
             if not publish_token(nodes, fleet, user, token_digest):

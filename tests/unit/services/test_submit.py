@@ -7,8 +7,6 @@ its route published once they run and taken off when an attached run ends."""
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.services import submit as services
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
@@ -178,15 +176,29 @@ def test_a_token_the_fleet_refuses_is_said_and_the_service_runs(monkeypatch):
     assert any("not a member of fleet b" in e.get("message", "") for e in events)
 
 
-def test_the_token_digest_is_read_for_a_service_only(monkeypatch):
+def test_the_token_is_made_in_the_store_for_a_service_only(monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.services import tokens
+
+    from .test_tokens import FakeStore
+
     World(monkeypatch)
-    reads = []
 
-    def store():
-        reads.append(1)
-        return {"gpufleet_token_alice": "secret-token"}
+    store = FakeStore()
+    opened = []
 
-    assert services.token_digest(PARAMS, store) == hashlib.sha256(b"secret-token").hexdigest()
-    assert services.token_digest(PARAMS, lambda: {}) is None
+    def open_store():
+        opened.append(1)
+        return store
+
+    digest = services.token_digest(PARAMS, open_store)
+    assert digest == tokens.digest(store.values[tokens.store_name("alice")])
+    assert services.token_digest(PARAMS, open_store) == digest   # made once
     monkeypatch.setattr(actions, "load_task", lambda params: {"type": "task"})
-    assert services.token_digest(PARAMS, store) is None and reads == [1]
+    assert services.token_digest(PARAMS, open_store) is None and opened == [1, 1]
+
+
+def test_why_there_is_no_token_is_said_and_the_service_runs(monkeypatch):
+    world = World(monkeypatch)
+    result, failed, events = run(token_error="no vault password to open the store")
+    assert not failed and len(world.submitted) == 1 and world.tokens == []
+    assert any("no vault password" in e.get("message", "") for e in events)
