@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 
 
@@ -35,3 +37,20 @@ def replica_entry(num, host_port, state="running", submission=0, address="172.17
             "labels": {"gpufleet.run": "svc", "gpufleet.job": str(num),
                        "gpufleet.submission": str(submission)},
             "published": {"%d/tcp" % port: host_port} if host_port else {}}
+
+
+class StoreFake(object):
+    """The controller's secrets store as services.tokens uses it: read, write, locked."""
+
+    def __init__(self):
+        self.values = {}
+
+    @contextlib.contextmanager
+    def locked(self):
+        yield
+
+    def read(self):
+        return dict(self.values)
+
+    def write(self, values):
+        self.values = dict(values)

@@ -17,7 +17,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
 )
 
 from ..tasks.fakes import fleet_of_instances
-from .fakes import FakeNode, replica_entry
+from .fakes import FakeNode, StoreFake, replica_entry
 
 SERVICE = {"type": "service", "name": "svc", "commands": ["python3 -m http.server 8000"],
            "port": 8000, "replicas": {"min": 2, "max": 2}, "groups": None, "scaling": None,
@@ -179,11 +179,9 @@ def test_a_token_the_fleet_refuses_is_said_and_the_service_runs(monkeypatch):
 def test_the_token_is_made_in_the_store_for_a_service_only(monkeypatch):
     from ansible_collections.gpufleet.cluster.plugins.module_utils.services import tokens
 
-    from .test_tokens import FakeStore
-
     World(monkeypatch)
 
-    store = FakeStore()
+    store = StoreFake()
     opened = []
 
     def open_store():
