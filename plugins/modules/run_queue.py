@@ -125,13 +125,15 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.services import submit
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
 
 def main():
     module = AnsibleModule(argument_spec=actions.RUN_QUEUE_ARGS, supports_check_mode=True)
     with fail_json_on_error(module):
-        module.exit_json(**actions.run_queue(module.params, check_mode=module.check_mode))
+        module.exit_json(**actions.run_queue(module.params, check_mode=module.check_mode,
+                                             services=submit.queue_hook))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ import os
 import socket
 import time
 
+from ..core.errors import GpufleetError
 from ..core.times import parse_time
 from . import interruption, lifecycle, listing, placement, silence, surveys
 from .lifecycle import JobStatus, RunStatus
@@ -56,14 +57,24 @@ class QueuePass(object):
     ``runner_of(entry, fleets, queue_node=..., **options)`` makes the Runner of an entry
     (tasks.runs.runner_of, passed in: the runner is above the queue). ``options`` go to each
     Runner made from an entry (root, docker, emit, poll, clock, sleep).
+
+    ``services(event, fleets, nodes)`` keeps services' routes on their proxy (services.submit's
+    ``queue_hook``, passed in: services are above the queue), or None: called with ``{"kind":
+    "started", "run", "entry"}`` once the pass started a service's replicas from its entry (a
+    queued service, or one resubmitted under retry: the route follows the new replicas), and
+    with ``{"kind": "ended", "record"}`` for a service run it sees finished and did not start
+    again (its route goes; taking off a route that is gone changes nothing). It answers
+    ``{"changed": bool}`` or raises GpufleetError, which is said (an ``info`` event) and leaves
+    the pass going.
     """
 
     def __init__(self, fleets, own=None, emit=None, clock=time.time, by=None, runner_of=None,
-                 **options):
+                 services=None, **options):
 
         self.fleets = fleets
         self.own = own
         self.runner_of = runner_of
+        self.services = services
         self.emit = emit or (lambda event: None)
         self.clock = clock
         self.by = by or controller_id()
@@ -71,13 +82,25 @@ class QueuePass(object):
         self.options.setdefault("emit", self.emit)
         self.nodes = surveys.nodes_of(fleets, options.get("root"))
         self.report = {"started": [], "resubmitted": [], "expired": [], "stopped": [],
-                       "forgotten": [], "failed": [], "own": None}
+                       "forgotten": [], "failed": [], "published": [], "unpublished": [],
+                       "own": None}
         self.silent = set()
         # Owners refused for a per-user cap in this pass (tasks.admission).
         self.capped = set()
 
     def run(self, survey=None):
         """Act on every run and entry; returns the report (runs started, resubmitted...)."""
+        ended = []
+        report = self._pass(survey, ended)
+        # A service that ended by itself leaves the proxy, unless this pass started it again
+        # (its route was published anew then).
+        for record in ended:
+            if record["name"] not in report["started"]:
+                self._service({"kind": "ended", "record": record}, "unpublished",
+                              record["name"])
+        return report
+
+    def _pass(self, survey, ended):
         survey, silent = silence.look(self.nodes, self.options.get("root"), self.fleets,
                                       survey, self.clock)
         containers, claims, queues, errors = survey
@@ -91,6 +114,8 @@ class QueuePass(object):
             if entry is not None and record.get("run_id") not in (None, entry["run_id"]):
                 host, entry = None, None
             self._settle(record, host, entry)
+            if _service_ended(record):
+                ended.append(record)
         for run, (host, entry) in active.items():
             # Nothing of the run is seen: it was removed (stop --abort, a delete), or it is not
             # started yet, or its hosts are silent or not surveyed here. Only when every one of
@@ -216,7 +241,23 @@ class QueuePass(object):
         self.report["started"].append(entry["run"])
         if result.get("status") == RunStatus.FAILED and not keep:
             self.report["failed"].append(entry["run"])
+        elif isinstance((entry.get("config") or {}).get("service"), dict):
+            # A service's replicas are placed and their ports known: its route (again).
+            self._service({"kind": "started", "run": entry["run"], "entry": entry},
+                          "published", entry["run"])
         return False
+
+    def _service(self, event, key, run):
+        """Hand ``event`` to the services' hook; a change goes in ``report[key]``."""
+        if self.services is None:
+            return
+        try:
+            answer = self.services(event, self.fleets, self.nodes) or {}
+        except GpufleetError as exc:
+            self.emit({"kind": "info", "run": run, "message": str(exc)})
+            return
+        if answer.get("changed"):
+            self.report[key].append(run)
 
     # -- runs that exist ----------------------------------------------------------------------
 
@@ -338,6 +379,14 @@ def _statuses(record):
     """``{job_num: (status, reason, exit_code)}`` of a run record (tasks.listing)."""
     return dict((j["job_num"], (j["status"], j["reason"], j["exit_code"]))
                 for j in record["jobs"])
+
+
+def _service_ended(record):
+    """Whether ``record`` (tasks.listing) is a service run, published on a proxy, that has
+    finished."""
+    service = record.get("service")
+    return isinstance(service, dict) and bool(service.get("proxy_host")) and (
+        record.get("status") in RunStatus.finished_statuses())
 
 
 def _policy(record):

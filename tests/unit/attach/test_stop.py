@@ -58,7 +58,9 @@ def test_the_sequence_takes_the_modules_parameters_and_says_what_changed(calls):
     params = {"name": "train", "abort": False, "fleets": ["/f/gpus.yml"], "state_dir": None}
     answer = stop.stop_run(params)
     assert answer == {"run": calls.answers["run_stop"]["run"], "changed": True}
-    assert calls[0][1] == params and calls[0][2] == {"check_mode": False}
+    assert calls[0][1] == params and calls[0][2]["check_mode"] is False
+    # the pass over the queue after the stop keeps services' routes (services.submit)
+    assert set(calls[0][2]) == {"check_mode", "services"} and callable(calls[0][2]["services"])
     forget = calls[1][1]
     # Forgetting asks nothing of the hosts: no fleet files; the attach module's defaults.
     assert (forget["fleets"], forget["job"], forget["forward"], forget["include"]) == (
