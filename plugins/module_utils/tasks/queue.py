@@ -113,8 +113,8 @@ class QueuePass(object):
             host, entry = active.pop(record["name"], (None, None))
             if entry is not None and record.get("run_id") not in (None, entry["run_id"]):
                 host, entry = None, None
-            self._settle(record, host, entry)
-            if _service_ended(record):
+            stopped_final = self._settle(record, host, entry)
+            if _service_ended(record, stopped_final):
                 ended.append(record)
         for run, (host, entry) in active.items():
             # Nothing of the run is seen: it was removed (stop --abort, a delete), or it is not
@@ -264,15 +264,17 @@ class QueuePass(object):
     def _settle(self, record, host, entry):
         """Carry out for a run what its attached submitter would have done: stop the jobs of a
         run that ended (a job failed, its host was interrupted, master-done) and, for a run
-        that keeps an entry, resubmit it under retry or forget it once it ended."""
+        that keeps an entry, resubmit it under retry or forget it once it ended. True when this
+        pass stopped what was left of a run that has ended (and is not resubmitted)."""
         statuses = _statuses(record)
         if not statuses:
-            return
+            return False
         now = self.clock()
         ended = [_epoch(j.get("finished_at"), now) for j in record["jobs"]
                  if j["status"] in JobStatus.finished_statuses()]
         since = max(ended) if ended else now
         policy = dict((entry or {}).get("policy") or _policy(record))
+        stopped_final = False
         if entry is None:
             policy["retry"] = None
         decision = lifecycle.decide(policy, statuses, now=now, retry_since=since)
@@ -283,19 +285,20 @@ class QueuePass(object):
             if self._stop(record, decision.stop):
                 # A job's command ended by itself just before the stop came: its status is
                 # its own (done or failed), not the stop's. The next pass reads it.
-                return
+                return False
             for num, reason in decision.stop.items():
                 statuses[num] = (lifecycle.STOP_REASONS.get(reason, JobStatus.TERMINATED.value),
                                  reason, None)
             decision = lifecycle.decide(policy, statuses, now=now, retry_since=since)
+            stopped_final = decision.final and not decision.resubmit
         if entry is None:
-            return
+            return stopped_final
         if decision.resubmit:
             # Taken first: two passes never resubmit the same failure twice.
             taken = self._call(host, "take", {"run": entry["run"], "run_id": entry["run_id"],
                                               "by": self.by, "state": ACTIVE})
             if not (taken or {}).get("taken"):
-                return
+                return False
             event = lifecycle.retry_event(decision.failed_job[1])
             hosts = sorted(h for h in set(j["host"] for j in record["jobs"])
                            if h in self.nodes and h not in self.silent)
@@ -315,6 +318,7 @@ class QueuePass(object):
             else:
                 self._call(host, "dequeue", {"run": entry["run"], "run_id": entry["run_id"]})
             self.report["forgotten"].append(entry["run"])
+        return stopped_final
 
     def _stop(self, record, stops):
         """Stop the jobs ``{job_num: reason}`` of ``record``; return the numbers of those whose
@@ -381,12 +385,12 @@ def _statuses(record):
                 for j in record["jobs"])
 
 
-def _service_ended(record):
+def _service_ended(record, stopped_final=False):
     """Whether ``record`` (tasks.listing) is a service run, published on a proxy, that has
-    finished."""
+    finished (or whose last replicas the pass just stopped: ``stopped_final``)."""
     service = record.get("service")
     return isinstance(service, dict) and bool(service.get("proxy_host")) and (
-        record.get("status") in RunStatus.finished_statuses())
+        stopped_final or record.get("status") in RunStatus.finished_statuses())
 
 
 def _policy(record):
