@@ -97,6 +97,20 @@ report:
       type: list
       elements: str
       returned: success
+    published:
+      description:
+        - Services the pass started (queued, or resubmitted under C(retry)) and published on
+          their fleet's proxy host with their new replicas.
+      type: list
+      elements: str
+      returned: success
+    unpublished:
+      description:
+        - Services that ended by themselves whose route the pass took off their proxy host
+          (once; a later pass finds nothing to take off).
+      type: list
+      elements: str
+      returned: success
 due:
   description: Whether a pass had something to do (check mode).
   returned: check mode
