@@ -255,7 +255,8 @@ class Hook(object):
             raise self.fails
         if event["kind"] == "ended":
             run = event["record"]["name"]
-            changed, _ = run not in self.off, self.off.add(run)
+            changed = run not in self.off
+            self.off.add(run)
             return {"changed": changed}
         return {"changed": True}
 
