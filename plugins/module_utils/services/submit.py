@@ -37,16 +37,6 @@ from .records import PROXY_PORT
 SERVICE = "service"
 
 
-def publish_token(nodes: Mapping[str, Any], fleet: str, user: str, digest: str) -> bool:
-    """Put ``user``'s token digest on the fleet's hosts (the tokens part of issue 35 adds
-    tasks.membership.publish_token; until it is there, nothing is put and False says so)."""
-    function = getattr(membership, "publish_token", None)
-    if function is None:
-        return False
-    function(nodes, fleet, user, digest)
-    return True
-
-
 def live_services(nodes: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The run records (tasks.listing) of the services alive on ``nodes``."""
     records, _errors = listing.list_runs(nodes)
@@ -235,10 +225,7 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
               "hosts: %s" % (fleet, token_error)})
     if token_digest and not check_mode:
         try:
-            if not publish_token(nodes, fleet, user, token_digest):
-                emit({"kind": "info", "run": name, "message": "this gpufleet cannot put your "
-                      "token on the fleet's hosts yet; requests to the service need a token "
-                      "that is there"})
+            membership.publish_token(nodes, fleet, user, token_digest)
         except GpufleetError as exc:   # the service runs; its requests need a token there
             emit({"kind": "info", "run": name, "message": "your token is not on fleet %s's "
                   "hosts: %s" % (fleet, exc)})

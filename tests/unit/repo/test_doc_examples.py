@@ -15,7 +15,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse
 
 ROOT = Path(__file__).resolve().parents[3]
 GUIDES = ("coming-from-slurm.md", "coming-from-dstack.md", "tasks.md", "fleets.md", "secrets.md",
-          "quickstart.md", "concepts.md")
+          "quickstart.md", "concepts.md", "services.md")
+TYPES = ("task", "service", "fleet", "volume")
 _BLOCK = re.compile(r"```ya?ml\n(.*?)```", re.S)
 
 
@@ -27,7 +28,7 @@ def examples():
             continue
         for index, block in enumerate(_BLOCK.findall(path.read_text(encoding="utf-8"))):
             data = yaml.safe_load(block)
-            if isinstance(data, dict) and data.get("type") in ("task", "fleet", "volume"):
+            if isinstance(data, dict) and data.get("type") in TYPES:
                 found.append(pytest.param(data, id="%s-%d" % (guide, index)))
     return found
 
