@@ -59,6 +59,15 @@ def _call(function, *args, **kwargs):
         raise CommandError(str(exc)) from None
 
 
+def _queue_hook():
+    """What a pass over the queue does for services' routes (services.submit.queue_hook: a
+    queued service published once it starts, an ended one taken off its proxy)."""
+    _actions()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.services import submit
+
+    return submit.queue_hook
+
+
 def runs(fleet_files=(), state_dir=None, user=None) -> dict:
     """What playbooks/ps.yml publishes: ``{"runs": [...], "unreachable": {host: error},
     "unread": {fleet: {host: reason}}}`` (the fleets some of whose hosts could not be read);
@@ -68,7 +77,8 @@ def runs(fleet_files=(), state_dir=None, user=None) -> dict:
     params = _params(actions.RUN_INFO_ARGS, fleet_files, state_dir, user=user or None)
     found = _call(actions.run_info, params)
     if found.get("queue_due"):
-        found = _call(actions.run_queue, _params(actions.RUN_QUEUE_ARGS, fleet_files, state_dir))
+        found = _call(actions.run_queue, _params(actions.RUN_QUEUE_ARGS, fleet_files, state_dir),
+                      services=_queue_hook())
         found["runs"] = actions.listing.of_user(found["runs"], user)
     return {"runs": found["runs"], "unreachable": found.get("unreachable_hosts") or {},
             "unread": found.get("unread_fleets") or {}}
@@ -141,7 +151,7 @@ def submit(path, out, err, fleet_files=(), state_dir=None, name=None, env=None, 
                 out.write(text + "\n")
                 out.flush()
 
-    answer, failed = _call(actions.submit, params, emit=emit)
+    answer, failed = _call(actions.submit, params, emit=emit, services=_queue_hook())
     if answer.get("grow"):
         # Placed on instances the fleet does not have yet: nothing started, no plan shown
         # (tasks.runs announces a plan only on what exists).

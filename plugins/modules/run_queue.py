@@ -97,6 +97,20 @@ report:
       type: list
       elements: str
       returned: success
+    published:
+      description:
+        - Services the pass started (queued, or resubmitted under C(retry)) and published on
+          their fleet's proxy host with their new replicas.
+      type: list
+      elements: str
+      returned: success
+    unpublished:
+      description:
+        - Services that ended by themselves whose route the pass took off their proxy host
+          (once; a later pass finds nothing to take off).
+      type: list
+      elements: str
+      returned: success
 due:
   description: Whether a pass had something to do (check mode).
   returned: check mode
@@ -125,13 +139,15 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.services import submit
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
 
 def main():
     module = AnsibleModule(argument_spec=actions.RUN_QUEUE_ARGS, supports_check_mode=True)
     with fail_json_on_error(module):
-        module.exit_json(**actions.run_queue(module.params, check_mode=module.check_mode))
+        module.exit_json(**actions.run_queue(module.params, check_mode=module.check_mode,
+                                             services=submit.queue_hook))
 
 
 if __name__ == "__main__":

@@ -306,6 +306,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.services import submit
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
 
@@ -317,7 +318,8 @@ def main():
         supports_check_mode=True,
     )
     with fail_json_on_error(module):
-        result, failed = actions.submit(module.params, check_mode=module.check_mode)
+        result, failed = actions.submit(module.params, check_mode=module.check_mode,
+                                        services=submit.queue_hook)
     if failed:
         module.fail_json(msg=actions.failure_summary(result), **result)
     module.exit_json(**result)

@@ -127,7 +127,8 @@ def test_a_service_behind_the_in_fleet_proxy(world, capsys, token):
     out = capsys.readouterr().out.splitlines()
     try:
         # As dstack apply: the line, then the URL on the next one; the model's too. (A service
-        # that had to wait in the queue is not published by the pass that starts it yet.)
+        # that had to wait in the queue is published by the pass that starts it, which prints
+        # nothing here.)
         assert "Service is published at:" in out, out
         at = out.index("Service is published at:")
         url = out[at + 1].strip()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from ..services import publish
+from ..services import publish, submit
 from ..tasks import actions, surveys
 from . import session
 
@@ -42,12 +42,24 @@ def _unpublish(params, record):
     return bool(answer and answer.get("changed"))
 
 
+def _hook_but(name):
+    """The hook of the pass over the queue that follows the stop (services.submit.queue_hook),
+    which leaves the stopped run itself to ``_unpublish``."""
+    def hook(event, fleets, nodes):
+        if event.get("kind") == "ended" and (event.get("record") or {}).get("name") == name:
+            return None
+        return submit.queue_hook(event, fleets, nodes)
+    return hook
+
+
 def stop_run(params, check_mode=False):
     """Stop the run (or job array) ``params["name"]`` and forget its SSH aliases here.
     ``params``: the run_stop module's (tasks.actions.RUN_STOP_ARGS). Returns run_stop's result
     (``run``, ``changed``; ``changed`` also when aliases were removed). In check mode nothing
     is stopped and nothing is forgotten."""
-    answer = actions.run_stop(params, check_mode=check_mode)
+    # In check mode no pass over the queue is made: it takes no hook.
+    more = {} if check_mode else {"services": _hook_but(params["name"])}
+    answer = actions.run_stop(params, check_mode=check_mode, **more)
     if check_mode:
         return answer
     record = answer.get("run") or {}

@@ -111,6 +111,38 @@ class Publisher(object):
         return wrapped
 
 
+def queue_hook(event: Mapping[str, Any], fleets: list, nodes: Mapping[str, Any]
+               ) -> Optional[dict[str, Any]]:
+    """What a pass over the queue (tasks.queue.QueuePass's ``services``) does for a service:
+    ``{"kind": "started", "entry"}``: the service the pass started from its queue entry (first
+    started, or resubmitted under retry on other hosts and ports) is published with the
+    replicas its hosts report now (the route replaces the one the proxy held);
+    ``{"kind": "ended", "record"}``: the route of a service run that finished is taken off its
+    proxy host (nothing changes where it is gone already). ``nodes``: ``{host: Node}`` of the
+    pass. Answers ``{"changed": bool}`` (None for a run that is no service), or PublishError."""
+    if event.get("kind") == "ended":
+        return publish.unpublish_stopped(event["record"], nodes)
+    entry = event.get("entry") or {}
+    config = entry.get("config") or {}
+    proxy = config.get("service")
+    if event.get("kind") != "started" or not isinstance(proxy, dict) or \
+            not proxy.get("proxy_host"):
+        return None
+    run = str(entry.get("run") or config.get("name") or "")
+    fleet = str((config.get("fleets") or [""])[0])
+    addresses = addresses_of(fleets, fleet)
+    if proxy["proxy_host"] not in nodes:
+        raise publish.PublishError("could not publish service %s: its proxy host %s cannot be "
+                                   "reached from this controller" % (run, proxy["proxy_host"]))
+    publisher = Publisher(config, run, entry.get("user") or "", fleet,
+                          nodes[proxy["proxy_host"]],
+                          dict((h, n) for h, n in nodes.items() if h in addresses), addresses,
+                          lambda _event: None, proxy)
+    if not publisher.publish():
+        raise publish.PublishError(publisher.error or "could not publish service %s" % run)
+    return {"changed": True}
+
+
 def token_digest(params: Mapping[str, Any], open_store: Callable[[], Any]) -> Optional[str]:
     """The hex SHA-256 of the submitting user's token when ``params`` submit a service, the
     token made in the controller's store on first use (services.tokens); None for anything
@@ -150,7 +182,8 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
     config = actions.load_task(params)
     if config.get("type") != SERVICE:
         more = {} if stop_event is None else {"stop_event": stop_event}
-        return actions.submit(params, emit=emit, check_mode=check_mode, **more)
+        return actions.submit(params, emit=emit, check_mode=check_mode, services=queue_hook,
+                              **more)
     if params.get("array"):
         raise actions.ActionError("array: a service is not run as a job array; give it "
                                   "replicas instead")
@@ -204,7 +237,8 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
                           addresses_of(fleets, fleet), emit, proxy)
     result, failed = actions.submit(dict(params, name=name), emit=publisher.sink(emit),
                                     check_mode=check_mode, stop_event=stop_event,
-                                    runnable=runnable, config=config)
+                                    runnable=runnable, config=config,
+                                    services=queue_hook)
     if not check_mode and not publisher.published and not failed and (
             result.get("status") in ("submitted", "provisioning", "running")):
         publisher.publish()   # detached: its containers are made, their ports known

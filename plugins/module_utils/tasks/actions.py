@@ -237,13 +237,16 @@ def _check_local(config, config_dir):
         raise ActionError("; ".join(str(p) for p in refused))
 
 
-def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, config=None):
+def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, config=None,
+           services=None):
     """Submit a task and, with ``wait``, follow it to its end. Returns ``(result, failed)``.
 
     With ``array``, one run per index (tasks.array), at most ``%N`` alive at a time.
     ``runnable``: how the runner takes the config (a service's replicas: services.submit
     passes services.replicas' ``runnable``, which this package may not import); ``config``:
-    the config ``load_task(params)`` gave, when the caller has it already."""
+    the config ``load_task(params)`` gave, when the caller has it already; ``services``: the
+    hook each pass over the queue takes (tasks.queue.QueuePass; services.submit.queue_hook,
+    which this package may not import)."""
     config = load_task(params) if config is None else config
     user = submitter(params)
     array_spec = _array(params)
@@ -262,7 +265,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, 
             poll=params["poll_interval"], run_args=params.get("run_args") or (),
             local_image=local_image, config_dir=config_dir, array=array_info, code_=code_,
             create=params.get("create", True), grower=grower(root, emit), user=user,
-            runnable=runnable)
+            runnable=runnable, services=services)
 
     try:
         if array_spec is not None:
@@ -273,8 +276,9 @@ def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, 
         runner.read_only = bool(check_mode)
         if not check_mode:
             runner.make_key_early()   # ready by the time the run is placed
-            runner.queue_first = lambda: _queue_first(runner, fleets, root, emit, whole=True)
-            _queue_first(runner, fleets, root, emit)
+            runner.queue_first = lambda: _queue_first(runner, fleets, root, emit, whole=True,
+                                                      services=services)
+            _queue_first(runner, fleets, root, emit, services=services)
         if check_mode:
             try:
                 try:
@@ -302,7 +306,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, 
             return {"run": runner.name, "status": RunStatus.PENDING.value, "grow": grow.create,
                     "message": "%s; the fleet grows first" % grow, "changed": False}, False
         if params["wait"]:
-            drive_queue(fleets, root, emit)   # the end of a run frees its hosts
+            drive_queue(fleets, root, emit, services=services)   # the end of a run frees hosts
     except (RunError, NodeError, PlanError, placement.PlacementError) as exc:
         raise ActionError(str(exc)) from exc
     result["changed"] = True
@@ -377,14 +381,14 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
         params["wait"] or result["status"] == RunStatus.FAILED)
 
 
-def _queue_first(runner, fleets, root, emit, whole=False):
+def _queue_first(runner, fleets, root, emit, whole=False, services=None):
     """Runs already waiting go first, in priority order (tasks.queue). One look at the hosts
     serves the pass and, when there was no queue to act on, the placement."""
     survey = runner.survey(whole)
     # A look at part of the hosts (tasks.runindex) found no run waiting, and shows runs only
     # in part: a pass would judge them on what it cannot see. The next look at every host
     # passes over the queue.
-    report = (drive_queue(fleets, root, emit, survey=survey)
+    report = (drive_queue(fleets, root, emit, survey=survey, services=services)
               if runner.surveyed_whole else {})
     if not queue_waiting(survey) and not any(report.values()):
         runner.reuse_survey(survey)
@@ -397,9 +401,10 @@ def queue_waiting(survey):
     return runindex.waiting(survey[2])
 
 
-def drive_queue(fleets, root, emit=None, survey=None, check_mode=False):
+def drive_queue(fleets, root, emit=None, survey=None, check_mode=False, services=None):
     """One pass over the queue (tasks.queue.QueuePass): the report of what it started,
-    resubmitted, stopped and let fail. Check mode only says whether one is due."""
+    resubmitted, stopped and let fail. Check mode only says whether one is due. ``services``:
+    the pass's hook for services' routes (QueuePass), from the caller."""
     from . import queue
 
     from . import interruption
@@ -410,7 +415,7 @@ def drive_queue(fleets, root, emit=None, survey=None, check_mode=False):
         return {"due": queue.is_due(survey, interruption.instance_map(fleets), silent)}
     report = queue.QueuePass(fleets, root=root, docker=Docker(), emit=emit,
                              grower=grower(root, emit), grow_first=True,
-                             runner_of=runs.runner_of).run(survey)
+                             runner_of=runs.runner_of, services=services).run(survey)
     report.pop("own", None)
     return report
 
@@ -431,17 +436,18 @@ def run_info(params):
             "queue_due": queue.is_due(found, instances, silent)}
 
 
-def run_queue(params, check_mode=False, emit=None):
-    """The queue's pass (playbooks/reconcile.yml, ps when something is due, stop)."""
+def run_queue(params, check_mode=False, emit=None, services=None):
+    """The queue's pass (playbooks/reconcile.yml, ps when something is due, stop).
+    ``services``: the pass's hook for services' routes (tasks.queue.QueuePass)."""
     root, fleets = _fleets(params, host_facts=True)
     try:
-        report = drive_queue(fleets, root, emit, check_mode=check_mode)
+        report = drive_queue(fleets, root, emit, check_mode=check_mode, services=services)
     except (RunError, NodeError, PlanError, placement.PlacementError) as exc:
         raise ActionError(str(exc)) from exc
     if check_mode:
         return {"report": {}, "due": report["due"], "changed": report["due"]}
     changed = any(report[k] for k in ("started", "resubmitted", "expired", "stopped",
-                                      "forgotten", "failed"))
+                                      "forgotten", "failed", "published", "unpublished"))
     from . import interruption
 
     found, silent = silence.look(surveys.nodes_of(fleets, root), root, fleets)
@@ -451,8 +457,9 @@ def run_queue(params, check_mode=False, emit=None):
             "unread_fleets": listing.unread_fleets(fleets, found[3], root), "changed": changed}
 
 
-def run_stop(params, check_mode=False):
-    """Stop a run, or every live run of a job array of that name (tasks.array)."""
+def run_stop(params, check_mode=False, services=None):
+    """Stop a run, or every live run of a job array of that name (tasks.array). ``services``:
+    the hook of the pass over the queue that follows (tasks.queue.QueuePass)."""
     from . import array as arrays
 
     root, fleets = _fleets(params)
@@ -483,7 +490,7 @@ def run_stop(params, check_mode=False):
         record = listing.stop_run(nodes, params["name"], abort=params["abort"],
                                   surveyed=(found[0], found[3]))
         if queue_waiting(found):
-            drive_queue(fleets, root)   # what waited for these hosts may start now
+            drive_queue(fleets, root, services=services)   # what waited may start now
     except (RunError, NodeError) as exc:
         raise ActionError(str(exc)) from exc
     return {"run": record, "changed": bool(record.get("stopped"))}

@@ -29,6 +29,7 @@ import os
 import socket
 import time
 
+from ..core.errors import GpufleetError
 from ..core.times import parse_time
 from . import interruption, lifecycle, listing, placement, silence, surveys
 from .lifecycle import JobStatus, RunStatus
@@ -56,14 +57,24 @@ class QueuePass(object):
     ``runner_of(entry, fleets, queue_node=..., **options)`` makes the Runner of an entry
     (tasks.runs.runner_of, passed in: the runner is above the queue). ``options`` go to each
     Runner made from an entry (root, docker, emit, poll, clock, sleep).
+
+    ``services(event, fleets, nodes)`` keeps services' routes on their proxy (services.submit's
+    ``queue_hook``, passed in: services are above the queue), or None: called with ``{"kind":
+    "started", "run", "entry"}`` once the pass started a service's replicas from its entry (a
+    queued service, or one resubmitted under retry: the route follows the new replicas), and
+    with ``{"kind": "ended", "record"}`` for a service run it sees finished and did not start
+    again (its route goes; taking off a route that is gone changes nothing). It answers
+    ``{"changed": bool}`` or raises GpufleetError, which is said (an ``info`` event) and leaves
+    the pass going.
     """
 
     def __init__(self, fleets, own=None, emit=None, clock=time.time, by=None, runner_of=None,
-                 **options):
+                 services=None, **options):
 
         self.fleets = fleets
         self.own = own
         self.runner_of = runner_of
+        self.services = services
         self.emit = emit or (lambda event: None)
         self.clock = clock
         self.by = by or controller_id()
@@ -71,13 +82,25 @@ class QueuePass(object):
         self.options.setdefault("emit", self.emit)
         self.nodes = surveys.nodes_of(fleets, options.get("root"))
         self.report = {"started": [], "resubmitted": [], "expired": [], "stopped": [],
-                       "forgotten": [], "failed": [], "own": None}
+                       "forgotten": [], "failed": [], "published": [], "unpublished": [],
+                       "own": None}
         self.silent = set()
         # Owners refused for a per-user cap in this pass (tasks.admission).
         self.capped = set()
 
     def run(self, survey=None):
         """Act on every run and entry; returns the report (runs started, resubmitted...)."""
+        ended = []
+        report = self._pass(survey, ended)
+        # A service that ended by itself leaves the proxy, unless this pass started it again
+        # (its route was published anew then).
+        for record in ended:
+            if record["name"] not in report["started"]:
+                self._service({"kind": "ended", "record": record}, "unpublished",
+                              record["name"])
+        return report
+
+    def _pass(self, survey, ended):
         survey, silent = silence.look(self.nodes, self.options.get("root"), self.fleets,
                                       survey, self.clock)
         containers, claims, queues, errors = survey
@@ -90,7 +113,9 @@ class QueuePass(object):
             host, entry = active.pop(record["name"], (None, None))
             if entry is not None and record.get("run_id") not in (None, entry["run_id"]):
                 host, entry = None, None
-            self._settle(record, host, entry)
+            stopped_final = self._settle(record, host, entry)
+            if _service_ended(record, stopped_final):
+                ended.append(record)
         for run, (host, entry) in active.items():
             # Nothing of the run is seen: it was removed (stop --abort, a delete), or it is not
             # started yet, or its hosts are silent or not surveyed here. Only when every one of
@@ -216,22 +241,40 @@ class QueuePass(object):
         self.report["started"].append(entry["run"])
         if result.get("status") == RunStatus.FAILED and not keep:
             self.report["failed"].append(entry["run"])
+        elif isinstance((entry.get("config") or {}).get("service"), dict):
+            # A service's replicas are placed and their ports known: its route (again).
+            self._service({"kind": "started", "run": entry["run"], "entry": entry},
+                          "published", entry["run"])
         return False
+
+    def _service(self, event, key, run):
+        """Hand ``event`` to the services' hook; a change goes in ``report[key]``."""
+        if self.services is None:
+            return
+        try:
+            answer = self.services(event, self.fleets, self.nodes) or {}
+        except GpufleetError as exc:
+            self.emit({"kind": "info", "run": run, "message": str(exc)})
+            return
+        if answer.get("changed"):
+            self.report[key].append(run)
 
     # -- runs that exist ----------------------------------------------------------------------
 
     def _settle(self, record, host, entry):
         """Carry out for a run what its attached submitter would have done: stop the jobs of a
         run that ended (a job failed, its host was interrupted, master-done) and, for a run
-        that keeps an entry, resubmit it under retry or forget it once it ended."""
+        that keeps an entry, resubmit it under retry or forget it once it ended. True when this
+        pass stopped what was left of a run that has ended (and is not resubmitted)."""
         statuses = _statuses(record)
         if not statuses:
-            return
+            return False
         now = self.clock()
         ended = [_epoch(j.get("finished_at"), now) for j in record["jobs"]
                  if j["status"] in JobStatus.finished_statuses()]
         since = max(ended) if ended else now
         policy = dict((entry or {}).get("policy") or _policy(record))
+        stopped_final = False
         if entry is None:
             policy["retry"] = None
         decision = lifecycle.decide(policy, statuses, now=now, retry_since=since)
@@ -242,19 +285,20 @@ class QueuePass(object):
             if self._stop(record, decision.stop):
                 # A job's command ended by itself just before the stop came: its status is
                 # its own (done or failed), not the stop's. The next pass reads it.
-                return
+                return False
             for num, reason in decision.stop.items():
                 statuses[num] = (lifecycle.STOP_REASONS.get(reason, JobStatus.TERMINATED.value),
                                  reason, None)
             decision = lifecycle.decide(policy, statuses, now=now, retry_since=since)
+            stopped_final = decision.final and not decision.resubmit
         if entry is None:
-            return
+            return stopped_final
         if decision.resubmit:
             # Taken first: two passes never resubmit the same failure twice.
             taken = self._call(host, "take", {"run": entry["run"], "run_id": entry["run_id"],
                                               "by": self.by, "state": ACTIVE})
             if not (taken or {}).get("taken"):
-                return
+                return False
             event = lifecycle.retry_event(decision.failed_job[1])
             hosts = sorted(h for h in set(j["host"] for j in record["jobs"])
                            if h in self.nodes and h not in self.silent)
@@ -274,6 +318,7 @@ class QueuePass(object):
             else:
                 self._call(host, "dequeue", {"run": entry["run"], "run_id": entry["run_id"]})
             self.report["forgotten"].append(entry["run"])
+        return stopped_final
 
     def _stop(self, record, stops):
         """Stop the jobs ``{job_num: reason}`` of ``record``; return the numbers of those whose
@@ -338,6 +383,14 @@ def _statuses(record):
     """``{job_num: (status, reason, exit_code)}`` of a run record (tasks.listing)."""
     return dict((j["job_num"], (j["status"], j["reason"], j["exit_code"]))
                 for j in record["jobs"])
+
+
+def _service_ended(record, stopped_final=False):
+    """Whether ``record`` (tasks.listing) is a service run, published on a proxy, that has
+    finished (or whose last replicas the pass just stopped: ``stopped_final``)."""
+    service = record.get("service")
+    return isinstance(service, dict) and bool(service.get("proxy_host")) and (
+        stopped_final or record.get("status") in RunStatus.finished_statuses())
 
 
 def _policy(record):

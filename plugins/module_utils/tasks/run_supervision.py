@@ -170,6 +170,7 @@ class RunSupervision(object):
                             reason=lifecycle.NO_CAPACITY,
                             message="the host that kept its queue entry (%s) is gone" % host), None
             report = queue.QueuePass(self.run.fleets, own=self.run, runner_of=self.runner_of,
+                                     services=getattr(self.run, "services", None),
                                      root=self.run.root, docker=self.run.docker,
                                      poll=self.run.poll, sleep=self.run.sleep,
                                      clock=self.run.clock, by=self.run.by).run()

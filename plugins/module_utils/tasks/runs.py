@@ -47,7 +47,7 @@ class Runner(object):
                  emit=None, image_source="auto", follow_logs=False, poll=1.0, clock=time.time,
                  sleep=time.sleep, run_args=(), rng=random, local_image=None,
                  config_dir=None, array=None, code_=None, files_data=None, create=False,
-                 grower=None, grow_first=False, user=None, runnable=None):
+                 grower=None, grow_first=False, user=None, runnable=None, services=None):
         # What the plan shows (a dev environment as one), before devenv.runnable.
         self.shown_config = config
         # A dev environment runs as a one-node task with dstack's commands (tasks.devenv); a
@@ -115,6 +115,9 @@ class Runner(object):
         # The three parts (see the module's text); each reads what it needs from here.
         self.placing = RunPlacement(self, may_grow=create)
         self.preparing = RunPreparation(self)
+        # The hook of the passes over the queue this run makes while it waits (services'
+        # routes: tasks.queue.QueuePass), passed in from above.
+        self.services = services
         self.supervising = RunSupervision(self, runner_of)
 
     def survey(self, whole=False):

@@ -58,7 +58,9 @@ def test_the_sequence_takes_the_modules_parameters_and_says_what_changed(calls):
     params = {"name": "train", "abort": False, "fleets": ["/f/gpus.yml"], "state_dir": None}
     answer = stop.stop_run(params)
     assert answer == {"run": calls.answers["run_stop"]["run"], "changed": True}
-    assert calls[0][1] == params and calls[0][2] == {"check_mode": False}
+    assert calls[0][1] == params and calls[0][2]["check_mode"] is False
+    # the pass over the queue after the stop keeps services' routes (services.submit)
+    assert set(calls[0][2]) == {"check_mode", "services"} and callable(calls[0][2]["services"])
     forget = calls[1][1]
     # Forgetting asks nothing of the hosts: no fleet files; the attach module's defaults.
     assert (forget["fleets"], forget["job"], forget["forward"], forget["include"]) == (
@@ -108,3 +110,19 @@ def test_a_stopped_services_route_goes_off_its_proxy_after_its_replicas(calls, m
     assert proxy.calls == [("proxy_unpublish", {"run": "svc"})]
     assert answer["unpublished"] is True and answer["changed"] is True
     assert [c[0] for c in calls] == ["run_stop", "attach_entry"]
+
+
+def test_the_pass_after_a_stop_leaves_the_stopped_service_to_the_stop(calls):
+    """run_stop's pass over the queue takes services.submit's hook, except for the stopped run
+    itself: the stop takes its route off (and says so in ``unpublished``)."""
+    from ..services.fakes import FakeNode
+
+    stop.stop_run({"name": "svc", "abort": False, "fleets": [], "state_dir": "/s"})
+    hook = calls[0][2]["services"]
+    proxy = FakeNode("b-0", proxy_unpublish={"changed": True, "routes": []})
+    mine = {"name": "svc", "status": "terminated", "service": {"proxy_host": "b-0"}}
+    assert hook({"kind": "ended", "record": mine}, [], {"b-0": proxy}) is None
+    assert proxy.calls == []
+    other = dict(mine, name="older", status="failed")
+    assert hook({"kind": "ended", "record": other}, [], {"b-0": proxy})["changed"] is True
+    assert proxy.calls == [("proxy_unpublish", {"run": "older"})]

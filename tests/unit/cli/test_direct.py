@@ -59,6 +59,10 @@ def test_runs_moves_the_queue_first_when_something_is_due_as_ps_yml_does(calls):
     assert direct.runs() == {"runs": [{"name": "started"}], "unreachable": {}, "unread": {}}
     assert [c[0] for c in calls] == ["run_info", "run_queue"]
     assert calls[1][1] == {"fleets": [], "state_dir": None}
+    # the pass publishes a service it starts and takes off one that ended (services.submit)
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.services import submit
+
+    assert calls[1][2] == {"services": submit.queue_hook}
 
 
 def test_runs_passes_on_the_fleets_that_could_not_be_read(calls):
@@ -130,7 +134,7 @@ def test_submit_is_the_task_actions_call_with_its_lines_on_the_output(calls, tmp
     config, _warnings = parse_data({"type": "task", "name": "train", "nodes": 2,
                                     "commands": ["python train.py"]})
 
-    def answer(params, emit=None):
+    def answer(params, emit=None, services=None):
         emit({"kind": "plan", "plan": a_plan(), "config": config})
         emit({"kind": "job", "run": "train", "job_num": 0, "host": "gpus-0",
               "status": "provisioning"})
@@ -142,8 +146,10 @@ def test_submit_is_the_task_actions_call_with_its_lines_on_the_output(calls, tmp
     record = direct.submit("task.dstack.yml", out, err, fleet_files=["f.yml"], name="t2",
                            env=["A=1"], fleets=["gpus"], ide_version=None)
     assert record == {"run": "train", "status": "running"}
-    [(name, params, _kw)] = calls
+    [(name, params, kwargs)] = calls
     assert name == "submit"
+    # the passes over the queue it makes keep services' routes (services.submit)
+    assert kwargs["services"].__name__ == "queue_hook"
     assert (params["path"], params["name"], params["env"], params["fleet_names"]) == (
         str(tmp_path / "task.dstack.yml"), "t2", ["A=1"], ["gpus"])
     assert params["fleets"] == [str(tmp_path / "f.yml")]

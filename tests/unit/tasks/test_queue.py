@@ -222,3 +222,146 @@ def test_attach_to_a_queued_run_says_it_is_not_running_yet_and_ps_finds_it(
         assert "no run named late" in str(exc)
     else:
         raise AssertionError("a queued run was found among containers")
+
+
+# ---- services the queue starts or sees end (the pass's ``services`` hook, from above) -------
+
+def service_config(**fields):
+    """A service's replicas as the runner takes them (services.replicas.runnable)."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.services import replicas
+
+    config = dict(task(name="svc", commands=["python3 -m http.server 8000"], **fields),
+                  type="service", port=8000, replicas={"min": 2, "max": 2}, groups=None,
+                  scaling=None, model=None, auth=True, https=None, gateway=None,
+                  strip_prefix=True, rate_limits=[], probes=[])
+    return replicas.runnable(config, replicas.proxy_of("svc", "gpus-0", "192.0.2.10", None))
+
+
+class Hook(object):
+    """The services' hook as the pass calls it: what it was given; a change for each publish
+    and for the first take-off of a run (a route already gone changes nothing, as on the
+    proxy host), or ``fails`` raised."""
+
+    def __init__(self, fails=None):
+        self.calls = []
+        self.fails = fails
+        self.off = set()
+
+    def __call__(self, event, fleets, nodes):
+        self.calls.append((event["kind"], event.get("run") or event["record"]["name"],
+                           event))
+        assert fleets and sorted(nodes) == ["gpus-0", "gpus-1"]
+        if self.fails is not None:
+            raise self.fails
+        if event["kind"] == "ended":
+            run = event["record"]["name"]
+            changed = run not in self.off
+            self.off.add(run)
+            return {"changed": changed}
+        return {"changed": True}
+
+    def kinds(self):
+        return [(kind, run) for kind, run, _event in self.calls]
+
+
+def hooked_pass(cluster, fleets, hook):
+    return queue.QueuePass(fleets, runner_of=runs.runner_of, clock=cluster.clock,
+                           sleep=cluster.sleep, poll=1.0, emit=cluster.emit,
+                           services=hook).run()
+
+
+def test_a_queued_service_that_a_pass_starts_is_published(fake_hosts):
+    fleets = [fleet_with_facts()]
+    _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
+    occupy(cluster, ["gpus-0", "gpus-1"])
+    config = service_config(retry=WAIT)
+    assert submit_detached(fake_hosts, cluster, config, fleets)["status"] == lc.RunStatus.PENDING
+    hook = Hook()
+    # Still no room: nothing to publish.
+    assert hooked_pass(cluster, fleets, hook)["published"] == [] and hook.calls == []
+    free(cluster)
+    report = hooked_pass(cluster, fleets, hook)
+    assert report["started"] == ["svc"] and report["published"] == ["svc"]
+    # only the started service: the run that ended ("first") is no service
+    assert hook.kinds() == [("started", "svc")]
+    entry = hook.calls[0][2]["entry"]
+    assert entry["config"]["service"]["proxy_host"] == "gpus-0"
+    assert sorted(p["job"]["run"] for _h, p in cluster.ops("start")) == ["svc", "svc"]
+    # The next pass has nothing more to do for it: it runs.
+    assert hooked_pass(cluster, fleets, hook)["published"] == [] and len(hook.calls) == 1
+
+
+def test_a_service_resubmitted_by_a_pass_is_published_again_with_its_new_replicas(fake_hosts):
+    fleets = [fleet_with_facts()]
+    config = service_config(retry={"on_events": ["error"], "duration": "1h"})
+    runner, cluster = fake_hosts(config, fleets, program=lambda job: (
+        (1, 3) if job["submission"] == 0 and job["job_num"] == 1 else (None, None)))
+    result = runner.run(wait=False)
+    assert result["status"] not in (lc.RunStatus.FAILED, lc.RunStatus.PENDING)
+    cluster.sleep(1)
+    cluster.sleep(1)   # replica 1 exits 3: the service failed, retry resubmits it
+    hook = Hook()
+    report = hooked_pass(cluster, fleets, hook)
+    assert report["resubmitted"] == ["svc"] and report["started"] == ["svc"]
+    # Published with the new submission's replicas; not taken off first (it runs again).
+    assert hook.kinds() == [("started", "svc")] and report["unpublished"] == []
+    assert hook.calls[0][2]["entry"]["submissions"] == 1
+
+
+def test_a_service_that_ended_by_itself_is_taken_off_its_proxy(fake_hosts):
+    fleets = [fleet_with_facts()]
+    config = service_config()
+    runner, cluster = fake_hosts(config, fleets, program=lambda job: (
+        (1, 3) if job["job_num"] == 1 else (None, None)))
+    runner.run(wait=False)
+    cluster.sleep(1)
+    cluster.sleep(1)   # replica 1 exits 3: without retry the service failed
+    occupy(cluster, ["gpus-1"], run="other")   # a task: not the hook's
+    free(cluster, run="other")
+    hook = Hook()
+    # The pass stops the replica left (the service failed): its route goes in the same pass.
+    report = hooked_pass(cluster, fleets, hook)
+    assert report["stopped"] == ["svc-0-0"] and report["unpublished"] == ["svc"]
+    ((kind, run, event),) = hook.calls
+    assert (kind, run, event["record"]["service"]["proxy_host"]) == ("ended", "svc", "gpus-0")
+    # Once: the next pass sees it ended and finds nothing left to take off.
+    assert hooked_pass(cluster, fleets, hook)["unpublished"] == []
+    assert hook.kinds() == [("ended", "svc"), ("ended", "svc")]
+    assert hook.calls[1][2]["record"]["status"] in lc.RunStatus.finished_statuses()
+
+
+def test_a_task_that_ended_is_not_the_hooks(fake_hosts):
+    fleets = [fleet_with_facts()]
+    _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
+    occupy(cluster, ["gpus-0", "gpus-1"])
+    free(cluster)   # a task that ended
+    hook = Hook()
+    assert hooked_pass(cluster, fleets, hook)["unpublished"] == [] and hook.calls == []
+
+
+def test_a_hook_that_fails_is_said_and_the_pass_goes_on(fake_hosts):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.core.errors import (
+        GpufleetError,
+    )
+
+    fleets = [fleet_with_facts()]
+    _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
+    occupy(cluster, ["gpus-0", "gpus-1"])
+    assert submit_detached(fake_hosts, cluster, service_config(retry=WAIT),
+                           fleets)["status"] == lc.RunStatus.PENDING
+    free(cluster)
+    report = hooked_pass(cluster, fleets, Hook(fails=GpufleetError("the proxy is away")))
+    assert report["started"] == ["svc"] and report["published"] == []
+    said = [e for _t, e in cluster.events if e["kind"] == "info" and e.get("run") == "svc"]
+    assert [e["message"] for e in said] == ["the proxy is away"]
+
+
+def test_a_pass_without_a_hook_leaves_routes_alone(fake_hosts):
+    fleets = [fleet_with_facts()]
+    _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
+    occupy(cluster, ["gpus-0", "gpus-1"])
+    submit_detached(fake_hosts, cluster, service_config(retry=WAIT), fleets)
+    free(cluster)
+    report = a_pass(cluster, fleets)
+    assert report["started"] == ["svc"]
+    assert (report["published"], report["unpublished"]) == ([], [])
