@@ -342,7 +342,9 @@ def op_proxy_publish(payload):
     route = payload.get("route")
     listen = proxy_role_listen() or payload.get("listen")
     if not isinstance(route, dict) or not isinstance(listen, dict):
-        raise Failure("proxy_publish needs a route and the address to listen on")
+        raise Failure("proxy_publish needs a route and the address to listen on (%s is "
+                      "missing: play the role gpufleet.cluster.gateway on this host)"
+                      % PROXY_LISTEN_FILE)
     proxy_routes_check([route])
     proxy_address(listen.get("address") or "", listen.get("port") or 0)
 
