@@ -249,7 +249,8 @@ def _proxy_apply(change):
         routes = _proxy_routes()
         before = dict(routes)
         listen = json.loads((_proxy_read(proxy_path("listen.json")) or b"{}").decode("utf-8"))
-        listen = change(routes, listen) or listen
+        # The role's record wins at every change (its address or port may have changed).
+        listen = change(routes, listen) or proxy_role_listen() or listen
         files = proxy_render(list(routes.values()), listen, proxy_digests(), proxy_conf_path,
                              lambda name: proxy_path("state", name))
         old = _proxy_managed()

@@ -360,6 +360,10 @@ def test_publish_listens_where_the_role_says_and_on_the_payloads_address_without
     assert proxyside.op_proxy_publish({"route": route("api")})["routes"] == ["api", "web"]
     listened = json.load(open(os.path.join(proxyside.PROXY_ROOT, "listen.json")))
     assert listened == {"address": "0.0.0.0", "port": 8080}
+    # the role played again with another port: the next change binds it
+    (host["root"] / "gpufleet-listen.json").write_text('{"address": "0.0.0.0", "port": 8081}')
+    assert proxyside.op_proxy_unpublish({"run": "api"})["routes"] == ["web"]
+    assert "bind 0.0.0.0:8081" in (host["conf"] / "services.cfg").read_text()
 
 
 def test_status_reads_show_stat(host, monkeypatch):
