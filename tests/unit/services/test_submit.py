@@ -130,8 +130,8 @@ def test_the_replicas_run_on_the_proxys_fleet_and_their_route_is_published(monke
     ({"address": "10.1.0.2", "port": 8080}, "http://10.1.0.2:8080/proxy/services/main/svc/"),
     ({"address": "0.0.0.0", "port": 3001}, "http://192.0.2.1:3001/proxy/services/main/svc/"),
 ])
-def test_the_url_takes_the_address_and_port_the_gateway_role_listens_on(monkeypatch, listen,
-                                                                       url):
+def test_the_url_takes_the_address_and_port_the_gateway_role_listens_on(
+        monkeypatch, listen, url):
     world = World(monkeypatch)
     world.proxy.answers["proxy_check"] = dict(world.proxy.answers["proxy_check"],
                                               listen=listen)

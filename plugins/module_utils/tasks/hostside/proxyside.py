@@ -318,12 +318,13 @@ def proxy_role_listen():
         return None
     try:
         held = json.loads(data.decode("utf-8"))
-        listen = {"address": str(held["address"]), "port": int(held["port"])}
-        proxy_address(listen["address"], listen["port"])
+        address, port = str(held["address"]), int(held["port"])
+        proxy_address(address, port)
     except (ValueError, TypeError, KeyError, AttributeError, Failure) as exc:
         raise Failure("%s does not say where the proxy listens (%s); play the role "
-                      "gpufleet.cluster.gateway on this host again" % (PROXY_LISTEN_FILE, exc))
-    return listen
+                      "gpufleet.cluster.gateway on this host again"
+                      % (PROXY_LISTEN_FILE, exc)) from exc
+    return {"address": address, "port": port}
 
 
 def op_proxy_check(payload):
