@@ -5,8 +5,11 @@
 
 The proxy host is the fleet's queue host (tasks.queue_records.queue_host: the reachable ready
 instance with the lowest number of the first fleet the run may use), so every service of a
-fleet is behind one proxy, found again by anyone who looks. Its URL is the host's address (the
-one this controller reaches it on, as SSH does) and the proxy's port. The host side of each
+fleet is behind one proxy, found again by anyone who looks. It listens where the role
+gpufleet.cluster.gateway recorded on that host (``proxy_check``'s ``listen``: the host's internal
+address unless ``gateway_listen_address`` or ``gateway_public`` say otherwise, port
+``gateway_port``). Its URL is that address and port, or, when the role listens on every address,
+the address this controller reaches the host on (as SSH does). The host side of each
 step is tasks/hostside/proxyside.py (``proxy_check``, ``proxy_publish``,
 ``proxy_unpublish``, ``proxy_status``), reached through the host helper as every other
 operation is.
@@ -22,9 +25,8 @@ from ..tasks.queue_records import candidate_fleets, queue_host
 from ..tasks.ssh import NodeError
 from .records import PROJECT, PROXY_PORT, Replica, Route
 
-# Where the proxy listens on its host: every address, so that both the fleet's hosts (by the
-# internal address) and the controller (by the address it reaches the host on) find it.
-LISTEN_ADDRESS = "0.0.0.0"
+# The addresses that mean every address of the host (gateway_public).
+WILDCARDS = ("0.0.0.0", "::", "*", "[::]")
 
 
 class PublishError(GpufleetError):
@@ -46,12 +48,35 @@ def proxy_instance(config: Mapping[str, Any], fleets: list, errors: Iterable[str
 
 
 def check(node: Any) -> dict[str, Any]:
-    """``proxy_check``'s answer on ``node``: ``{"installed", "version", "running"}``."""
+    """``proxy_check``'s answer on ``node``: ``{"installed", "version", "running", "listen"}``
+    (``listen``: ``{"address", "port"}`` as the gateway role recorded it, None without)."""
     try:
         return node.call("proxy_check", {})
     except NodeError as exc:
         raise PublishError("could not ask %s whether it has the proxy: %s"
                            % (node.name, exc)) from exc
+
+
+def listen_of(answer: Optional[Mapping[str, Any]], instance: Mapping[str, Any]
+              ) -> dict[str, Any]:
+    """Where the proxy on ``instance`` (its instance record) listens: ``{"address", "port"}``
+    from ``proxy_check``'s ``answer`` (the role's record), else, on a host set up without that
+    record, its internal address (else the one this controller reaches it on) and
+    PROXY_PORT."""
+    listen = (answer or {}).get("listen")
+    if isinstance(listen, Mapping) and listen.get("address") and listen.get("port"):
+        return {"address": str(listen["address"]), "port": int(listen["port"])}
+    return {"address": instance.get("internal_ip") or instance.get("hostname") or "",
+            "port": PROXY_PORT}
+
+
+def url_address(listen: Mapping[str, Any], instance: Mapping[str, Any]) -> str:
+    """The address of a service's URL: the one the proxy listens on, or, when it listens on
+    every address, the one this controller reaches the host on (``hostname``)."""
+    address = str(listen.get("address") or "")
+    if not address or address in WILDCARDS:
+        return instance.get("hostname") or instance.get("internal_ip") or ""
+    return address
 
 
 def replicas_of(config: Mapping[str, Any], containers: Mapping[str, list],
@@ -96,12 +121,17 @@ def route_of(config: Mapping[str, Any], run: str, user: Optional[str], fleet: st
                  replicas=list(replicas), submitted_at=float(clock()))
 
 
-def publish(node: Any, route: Route, port: int = PROXY_PORT) -> dict[str, Any]:
+def publish(node: Any, route: Route, listen: Optional[Mapping[str, Any]] = None
+            ) -> dict[str, Any]:
     """``proxy_publish`` of ``route`` on the proxy host ``node``: its answer, ``{"changed",
-    "routes"}``, or PublishError with the host's message (the host put its files back)."""
+    "routes"}``, or PublishError with the host's message (the host put its files back). The
+    host listens where the gateway role recorded; ``listen`` (``listen_of``) only counts on a
+    host without that record."""
+    payload: dict[str, Any] = {"route": route}
+    if listen:
+        payload["listen"] = {"address": listen["address"], "port": int(listen["port"])}
     try:
-        return node.call("proxy_publish", {"route": route,
-                                           "listen": {"address": LISTEN_ADDRESS, "port": port}})
+        return node.call("proxy_publish", payload)
     except NodeError as exc:
         raise PublishError("could not publish service %s on %s: %s"
                            % (route["run"], node.name, exc)) from exc

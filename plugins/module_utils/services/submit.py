@@ -32,7 +32,6 @@ from ..tasks.lifecycle import RunStatus
 from ..tasks.ssh import parallel
 from ..fleets import records as fleet_records
 from . import publish, replicas, tokens
-from .records import PROXY_PORT
 
 SERVICE = "service"
 
@@ -63,8 +62,10 @@ class Publisher(object):
 
     def __init__(self, config: Mapping[str, Any], run: str, user: str, fleet: str,
                  proxy_node: Any, nodes: Mapping[str, Any], addresses: Mapping[str, str],
-                 emit: Callable[[dict], None], proxy: Mapping[str, Any]) -> None:
+                 emit: Callable[[dict], None], proxy: Mapping[str, Any],
+                 listen: Optional[Mapping[str, Any]] = None) -> None:
         self.proxy = dict(proxy)
+        self.listen = listen
         self.config = config
         self.run = run
         self.user = user
@@ -88,7 +89,7 @@ class Publisher(object):
         try:
             found = publish.replicas_of(self.config, self.containers(), self.addresses)
             route = publish.route_of(self.config, self.run, self.user, self.fleet, found)
-            publish.publish(self.proxy_node, route)
+            publish.publish(self.proxy_node, route, self.listen)
         except publish.PublishError as exc:
             self.error = str(exc)
             self.emit({"kind": "info", "run": self.run, "message": str(exc)})
@@ -211,12 +212,13 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
         replicas.check_clash(config, name, instance["name"], live_services(nodes))
     except replicas.ServiceError as exc:
         raise actions.ActionError(str(exc)) from exc
-    proxy = replicas.proxy_of(name, instance["name"], instance.get("hostname") or "",
-                              config.get("model"), PROXY_PORT)
     try:
         answer = publish.check(proxy_node)
     except publish.PublishError as exc:
         raise actions.ActionError(str(exc)) from exc
+    listen = publish.listen_of(answer, instance)   # where the gateway role has it listen
+    proxy = replicas.proxy_of(name, instance["name"], publish.url_address(listen, instance),
+                              config.get("model"), listen["port"])
     if not check_mode and not (answer.get("installed") and answer.get("running")):
         return _setup_answer(name, instance, answer, root), False
     user = actions.submitter(params)
@@ -234,7 +236,7 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
         return replicas.runnable(dict(run_config, fleets=[fleet]), proxy)
 
     publisher = Publisher(config, name, user, fleet, proxy_node, nodes,
-                          addresses_of(fleets, fleet), emit, proxy)
+                          addresses_of(fleets, fleet), emit, proxy, listen)
     result, failed = actions.submit(dict(params, name=name), emit=publisher.sink(emit),
                                     check_mode=check_mode, stop_event=stop_event,
                                     runnable=runnable, config=config,

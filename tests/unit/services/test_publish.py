@@ -56,14 +56,33 @@ def test_publish_and_unpublish_call_the_proxy_host_and_say_what_failed():
     node = FakeNode("b-0", proxy_publish={"changed": True, "routes": ["svc"]},
                     proxy_unpublish={"changed": True, "routes": []})
     route = publish.route_of(CONFIG, "svc", "alice", "b", [])
-    assert publish.publish(node, route) == {"changed": True, "routes": ["svc"]}
-    assert node.calls[0] == ("proxy_publish", {"route": route,
-                                               "listen": {"address": "0.0.0.0", "port": 3000}})
+    listen = {"address": "10.1.0.2", "port": 3000}
+    assert publish.publish(node, route, listen) == {"changed": True, "routes": ["svc"]}
+    assert node.calls[0] == ("proxy_publish", {"route": route, "listen": listen})
+    # without an address the host listens where the gateway role recorded only
+    publish.publish(node, route)
+    assert node.calls[1] == ("proxy_publish", {"route": route})
     assert publish.unpublish(node, "svc")["routes"] == []
     broken = FakeNode("b-0", proxy_publish=NodeError("b-0", "haproxy -c: bad config"))
     with pytest.raises(publish.PublishError, match="could not publish service svc on b-0: .*"
                        "bad config"):
         publish.publish(broken, route)
+
+
+def test_the_proxy_listens_where_the_role_recorded_and_the_url_follows():
+    instance = {"name": "b-0", "hostname": "203.0.113.5", "internal_ip": "10.1.0.2"}
+    role = {"address": "10.1.0.9", "port": 8080}
+    assert publish.listen_of({"installed": True, "listen": role}, instance) == role
+    assert publish.url_address(role, instance) == "10.1.0.9"
+    # a wildcard (gateway_public): the address this controller reaches the host on
+    everywhere = {"address": "0.0.0.0", "port": 3000}
+    assert publish.url_address(everywhere, instance) == "203.0.113.5"
+    assert publish.url_address({"address": "::", "port": 3000}, instance) == "203.0.113.5"
+    # a host set up without the role's record: its internal address and port 3000
+    fallback = publish.listen_of({"installed": True, "listen": None}, instance)
+    assert fallback == {"address": "10.1.0.2", "port": 3000}
+    assert publish.listen_of({}, dict(instance, internal_ip=None)) == {
+        "address": "203.0.113.5", "port": 3000}
 
 
 def test_a_stopped_service_goes_off_its_proxy_and_a_task_asks_nothing():

@@ -110,7 +110,9 @@ def test_the_replicas_run_on_the_proxys_fleet_and_their_route_is_published(monke
     assert runnable["service"]["url"] == "http://192.0.2.1:3000/proxy/services/main/svc/"
     # published when the run's replicas all ran, with the ports their hosts report
     op, payload = [c for c in world.proxy.calls if c[0] == "proxy_publish"][0]
-    assert payload["listen"] == {"address": "0.0.0.0", "port": 3000}
+    # a host the role did not record: its address, port 3000 (the world's hosts have no
+    # internal address but the one SSH uses)
+    assert payload["listen"] == {"address": "192.0.2.1", "port": 3000}
     assert [(r["host"], r["address"], r["port"]) for r in payload["route"]["replicas"]] == [
         ("b-1", "10.1.0.3", 49153), ("b-1", "10.1.0.3", 49154)]
     assert payload["route"]["user"] == "alice" and payload["route"]["fleet"] == "b"
@@ -125,6 +127,25 @@ def test_the_replicas_run_on_the_proxys_fleet_and_their_route_is_published(monke
     service = result["service"]
     assert (service["proxy_host"], service["replicas"], service["port"]) == ("b-0", 2, 8000)
     assert service["published"] is False and not failed
+
+
+@pytest.mark.parametrize("listen, url", [
+    ({"address": "10.1.0.2", "port": 8080}, "http://10.1.0.2:8080/proxy/services/main/svc/"),
+    ({"address": "0.0.0.0", "port": 3001}, "http://192.0.2.1:3001/proxy/services/main/svc/"),
+])
+def test_the_url_takes_the_address_and_port_the_gateway_role_listens_on(
+        monkeypatch, listen, url):
+    world = World(monkeypatch)
+    world.proxy.answers["proxy_check"] = dict(world.proxy.answers["proxy_check"],
+                                              listen=listen)
+    result, _failed, events = run()
+    (call,) = world.submitted
+    assert call["runnable"](dict(SERVICE))["service"]["url"] == url
+    assert call["runnable"](dict(SERVICE))["service"]["proxy_port"] == listen["port"]
+    assert [e for e in events if e["kind"] == "service"][0]["url"] == url
+    assert result["service"]["url"] == url
+    op, payload = [c for c in world.proxy.calls if c[0] == "proxy_publish"][0]
+    assert payload["listen"] == listen
 
 
 def test_a_detached_service_is_published_once_submitted(monkeypatch):

@@ -27,9 +27,11 @@ docs/services-proxy.md says what the configuration does, request by request.
 
 Operations (joining nodeside's through ``PROXY_OPS``):
 
-- ``proxy_check`` ``{}``: ``{"installed", "version", "running"}``;
+- ``proxy_check`` ``{}``: ``{"installed", "version", "running", "listen"}`` (``listen``: what
+  the role recorded in ``PROXY_LISTEN_FILE``, None without that file);
 - ``proxy_publish`` ``{"route": Route, "listen": {"address", "port"}}``: ``{"changed",
-  "routes"}``;
+  "routes"}``; the proxy listens where ``PROXY_LISTEN_FILE`` says, the payload's ``listen``
+  only on a host without that file;
 - ``proxy_unpublish`` ``{"run"}``: ``{"changed", "routes"}``;
 - ``proxy_refresh`` ``{}``: the configuration written again (after a member's token changed):
   ``{"changed", "routes"}``;
@@ -57,6 +59,10 @@ PROXY_BINARY = "haproxy"
 # How this host runs services: systemd when this folder is there, else the init script.
 PROXY_SYSTEMD = "/run/systemd/system"
 PROXY_INIT = "/etc/init.d/haproxy"
+# Where the role gpufleet.cluster.gateway records the address and port it resolved for the
+# services (gateway_listen_address, gateway_public, gateway_port): ``{"address", "port"}``.
+# Outside PROXY_CONF, whose every *.cfg HAProxy loads.
+PROXY_LISTEN_FILE = "/etc/haproxy/gpufleet-listen.json"
 
 
 def proxy_path(*parts):
@@ -243,7 +249,8 @@ def _proxy_apply(change):
         routes = _proxy_routes()
         before = dict(routes)
         listen = json.loads((_proxy_read(proxy_path("listen.json")) or b"{}").decode("utf-8"))
-        listen = change(routes, listen) or listen
+        # The role's record wins at every change (its address or port may have changed).
+        listen = change(routes, listen) or proxy_role_listen() or listen
         files = proxy_render(list(routes.values()), listen, proxy_digests(), proxy_conf_path,
                              lambda name: proxy_path("state", name))
         old = _proxy_managed()
@@ -302,22 +309,44 @@ def _proxy_write_states(routes):
         _proxy_put(os.path.join(folder, name), text.encode("utf-8"), 0o600)
 
 
+def proxy_role_listen():
+    # type: () -> dict | None
+    """``{"address", "port"}`` the role recorded in PROXY_LISTEN_FILE, None without the file;
+    Failure when it is there but unreadable."""
+    data = _proxy_read(PROXY_LISTEN_FILE)
+    if data is None:
+        return None
+    try:
+        held = json.loads(data.decode("utf-8"))
+        address, port = str(held["address"]), int(held["port"])
+        proxy_address(address, port)
+    except (ValueError, TypeError, KeyError, AttributeError, Failure) as exc:
+        raise Failure("%s does not say where the proxy listens (%s); play the role "
+                      "gpufleet.cluster.gateway on this host again"
+                      % (PROXY_LISTEN_FILE, exc)) from exc
+    return {"address": address, "port": port}
+
+
 def op_proxy_check(payload):
     # type: (dict) -> dict
-    """Whether HAProxy is installed (and which version) and running."""
+    """Whether HAProxy is installed (and which version) and running, and where the role says
+    the services listen."""
     code, out = _proxy_run([PROXY_BINARY, "-v"])
     found = re.search(r"version (\S+)", out) if code == 0 else None
     return {"installed": code == 0, "version": found.group(1) if found else None,
-            "running": _proxy_pid() is not None}
+            "running": _proxy_pid() is not None, "listen": proxy_role_listen()}
 
 
 def op_proxy_publish(payload):
     # type: (dict) -> dict
-    """Keep the route of one service (replacing its previous one) and publish it."""
+    """Keep the route of one service (replacing its previous one) and publish it, listening
+    where the role recorded (PROXY_LISTEN_FILE), else where the payload says."""
     route = payload.get("route")
-    listen = payload.get("listen")
+    listen = proxy_role_listen() or payload.get("listen")
     if not isinstance(route, dict) or not isinstance(listen, dict):
-        raise Failure("proxy_publish needs a route and the address to listen on")
+        raise Failure("proxy_publish needs a route and the address to listen on (%s is "
+                      "missing: play the role gpufleet.cluster.gateway on this host)"
+                      % PROXY_LISTEN_FILE)
     proxy_routes_check([route])
     proxy_address(listen.get("address") or "", listen.get("port") or 0)
 

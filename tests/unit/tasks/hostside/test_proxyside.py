@@ -46,6 +46,7 @@ def host(tmp_path, monkeypatch):
     monkeypatch.setattr(proxyside, "PROXY_BINARY", haproxy())
     monkeypatch.setattr(proxyside, "PROXY_PIDFILE", str(tmp_path / "haproxy.pid"))
     monkeypatch.setattr(proxyside, "PROXY_SOCKET", str(tmp_path / "admin.sock"))
+    monkeypatch.setattr(proxyside, "PROXY_LISTEN_FILE", str(tmp_path / "gpufleet-listen.json"))
     monkeypatch.setattr(memberside, "TEAM_ROOT", str(tmp_path / "team"))
     reloads = []
     monkeypatch.setattr(proxyside, "proxy_reload", lambda: reloads.append(1))
@@ -336,6 +337,33 @@ def test_check_says_installed_version_and_running(host):
     assert answer["running"] is False
     (host["root"] / "haproxy.pid").write_text("%d\n" % os.getpid())
     assert proxyside.op_proxy_check({})["running"] is True
+
+
+def test_check_says_where_the_role_has_the_services_listen(host):
+    assert proxyside.op_proxy_check({})["listen"] is None   # a host the role did not record
+    (host["root"] / "gpufleet-listen.json").write_text('{"address": "10.0.0.9", "port": 8080}')
+    assert proxyside.op_proxy_check({})["listen"] == {"address": "10.0.0.9", "port": 8080}
+    (host["root"] / "gpufleet-listen.json").write_text('{"address": "10.0.0.9"}')
+    with pytest.raises(nodeside.Failure, match="gpufleet-listen.json does not say where the "
+                                               "proxy listens .*gpufleet.cluster.gateway"):
+        proxyside.op_proxy_check({})
+
+
+def test_publish_listens_where_the_role_says_and_on_the_payloads_address_without_it(host):
+    proxyside.op_proxy_publish({"route": route(), "listen": LISTEN})
+    assert "bind 127.0.0.1:3000" in (host["conf"] / "services.cfg").read_text()
+    (host["root"] / "gpufleet-listen.json").write_text('{"address": "0.0.0.0", "port": 8080}')
+    assert proxyside.op_proxy_publish({"route": route(), "listen": LISTEN})["changed"] is True
+    text = (host["conf"] / "services.cfg").read_text()
+    assert "bind 0.0.0.0:8080" in text and ":3000" not in text
+    # The role's file is enough: a payload without ``listen`` publishes too.
+    assert proxyside.op_proxy_publish({"route": route("api")})["routes"] == ["api", "web"]
+    listened = json.load(open(os.path.join(proxyside.PROXY_ROOT, "listen.json")))
+    assert listened == {"address": "0.0.0.0", "port": 8080}
+    # the role played again with another port: the next change binds it
+    (host["root"] / "gpufleet-listen.json").write_text('{"address": "0.0.0.0", "port": 8081}')
+    assert proxyside.op_proxy_unpublish({"run": "api"})["routes"] == ["web"]
+    assert "bind 0.0.0.0:8081" in (host["conf"] / "services.cfg").read_text()
 
 
 def test_status_reads_show_stat(host, monkeypatch):

@@ -210,7 +210,8 @@ def test_publish_and_unpublish_reload_a_running_haproxy(tmp_path, monkeypatch):
                         ("PROXY_BASE", base), ("PROXY_PIDFILE", pidfile),
                         ("PROXY_SOCKET", tmp_path / "admin.sock"),
                         ("PROXY_SYSTEMD", tmp_path / "no-systemd"),
-                        ("PROXY_INIT", tmp_path / "no-init-script")):
+                        ("PROXY_INIT", tmp_path / "no-init-script"),
+                        ("PROXY_LISTEN_FILE", tmp_path / "gpufleet-listen.json")):
         monkeypatch.setattr(proxyside, name, str(value))
     monkeypatch.setattr(proxyside, "PROXY_BINARY", haproxy())
     monkeypatch.setattr(memberside, "TEAM_ROOT", str(tmp_path / "team"))
