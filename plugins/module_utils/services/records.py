@@ -61,11 +61,3 @@ def url(address: str, path: str, port: int = PROXY_PORT, scheme: str = "http") -
     default = {"http": 80, "https": 443}.get(scheme)
     netloc = host if port == default else "%s:%d" % (host, port)
     return "%s://%s%s" % (scheme, netloc, path)
-
-
-def route_urls(route: Any, proxy_address: str, port: int = PROXY_PORT) -> dict:
-    """``{"url": ..., "model_url": ... or None}`` of a route published on ``proxy_address``."""
-    model = route.get("model")
-    return {"url": url(proxy_address, service_prefix(route["run"], route["project"]), port),
-            "model_url": url(proxy_address, model_prefix(route["project"]), port)
-            if model else None}
