@@ -84,6 +84,8 @@ hosts:
   elements: dict
 """
 
+import functools
+
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
@@ -127,9 +129,9 @@ def main():
         access.annotate(fleets, root, docker)
         refresh = None
         if module.params["health_max_age"] is not None:
-            def refresh(reachable):
-                return health.refresh(reachable, root, max_age=module.params["health_max_age"],
-                                      check_mode=module.check_mode, occupancy=True)
+            refresh = functools.partial(
+                health.refresh, root=root, max_age=module.params["health_max_age"],
+                check_mode=module.check_mode, occupancy=True)
         fleets = access.listed(fleets, refresh)
     hosts = [entry for fleet in fleets if access.reachable(fleet)
              for entry in records.host_entries(fleet, root)]

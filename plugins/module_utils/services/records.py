@@ -11,7 +11,7 @@ no projects, so the project is always ``main`` (dstack's default project's name)
 
 from __future__ import annotations
 
-from typing import Any, Optional, TypedDict
+from typing import Optional, TypedDict
 
 PROJECT = "main"
 # The in-fleet proxy's port on the proxy host (dstack's server listens on 3000 too, so an

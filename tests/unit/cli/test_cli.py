@@ -385,7 +385,8 @@ def run_script(*argv, cwd):
 
 
 def test_console_script_validates(files, tmp_path):
-    task, _fleet = files("t.yml", TASK), files("f.yml", FLEET)
+    task = files("t.yml", TASK)
+    files("f.yml", FLEET)
     bad = files("bad.yml", BAD_TASK)
     proc = run_script("validate", "t.yml", "f.yml", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

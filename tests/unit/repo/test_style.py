@@ -1,5 +1,6 @@
-"""PEP 8 as `ansible-test sanity --test pep8` reads it, over every Python file git knows about,
-so a slip shows in the unit tier in seconds rather than in the sanity tier at the end of CI."""
+"""PEP 8 as `ansible-test sanity --test pep8` reads it, and pyflakes (the unused imports and
+names that the sanity tier's pylint refuses), over every Python file git knows about, so a slip
+shows in the unit tier in seconds rather than in the sanity tier at the end of CI."""
 
 from __future__ import annotations
 
@@ -40,3 +41,11 @@ def test_every_python_file_passes_ansible_tests_pep8():
            "--ignore", ",".join(_ansible_test_ignores())] + _python_files()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
     assert done.returncode == 0, "pep8 as ansible-test reads it:\n" + done.stdout + done.stderr
+
+
+def test_every_python_file_passes_pyflakes():
+    """Unused imports and variables, redefinitions and undefined names: what pylint reports in
+    `make sanity` as unused-import, unused-variable and function-redefined."""
+    cmd = [sys.executable, "-m", "pyflakes"] + _python_files()
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, "pyflakes:\n" + done.stdout + done.stderr
