@@ -99,8 +99,9 @@ report:
       returned: success
     published:
       description:
-        - Services the pass started (queued, or resubmitted under C(retry)) and published on
-          their fleet's proxy host with their new replicas.
+        - Services the pass started (queued, or resubmitted under C(retry)) or whose failed
+          replicas it made again, published on their fleet's proxy host with their new
+          replicas.
       type: list
       elements: str
       returned: success
@@ -108,6 +109,14 @@ report:
       description:
         - Services that ended by themselves whose route the pass took off their proxy host
           (once; a later pass finds nothing to take off).
+      type: list
+      elements: str
+      returned: success
+    respawned:
+      description:
+        - Containers of services' replicas that failed (their C(retry) covering it) and that
+          the pass made again on their hosts, while the other replicas kept serving; the
+          route was published again with their new ports.
       type: list
       elements: str
       returned: success

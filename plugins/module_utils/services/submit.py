@@ -107,8 +107,9 @@ class Publisher(object):
         resubmission)."""
         def wrapped(event: dict) -> None:
             emit(event)
-            if event.get("kind") == "run" and event.get("status") == "running":
-                self.publish()
+            if event.get("kind") == "run" and event.get("status") == "running" or \
+                    event.get("kind") == "replica" and event.get("status") == "respawned":
+                self.publish()   # a replica started again has a new port
         return wrapped
 
 

@@ -202,6 +202,9 @@ def event_line(event):
         return text
     if kind == "info":
         return "%s: %s" % (run, event["message"])
+    if kind == "replica" and event.get("status") == "respawned":
+        return "%s replica %d on %s: started again (retry)" % (run, event["job_num"],
+                                                               event["host"])
     return None   # "plan" too: its table is the printer's (plugin_utils.run_output)
 
 

@@ -16,6 +16,7 @@ resubmitted under its retry policy. Nothing here touches a host or a clock of it
 from __future__ import annotations
 
 from ..core.enums import StrEnum
+from .container import SERVICE_LABEL
 from .hostside.booking import HOLDING_STATES
 
 
@@ -146,7 +147,11 @@ def job_status(entry):
         # Its container could not be created (tasks.hostside.nodeside's start).
         return JobStatus.FAILED.value, EXECUTOR_ERROR, None
     if state == "gone" and not files.get("exit_code") and reason not in STOP_REASONS:
-        # Its container was removed under it, by someone else (docker rm).
+        # Its container was removed under it, by someone else (docker rm). A task's job was
+        # stopped by hand; a service's replica is lost, as when its runner dies under dstack,
+        # and is replaced when the service's retry covers errors (decide).
+        if (entry.get("labels") or {}).get(SERVICE_LABEL):
+            return JobStatus.FAILED.value, EXECUTOR_ERROR, None
         return JobStatus.TERMINATED.value, TERMINATED_BY_USER, None
     if state in ("created", "restarting"):
         return JobStatus.PROVISIONING.value, None, None
@@ -181,6 +186,10 @@ def holds_host(entry):
     Docker state decides, as it does for tasks.hostside.booking's claims: every alive job's
     container is in one of those states."""
     return entry is not None and entry.get("state") in HOLDING_STATES
+
+
+# The failures of a service's replica that leave its host answering: it is made again there.
+RESPAWNED_ON = (CONTAINER_EXITED_WITH_ERROR, EXECUTOR_ERROR)
 
 
 def retry_event(reason):
@@ -220,6 +229,10 @@ class Decision(object):
         self.resubmit = False
         self.reason = None  # the run's termination reason when final
         self.failed_job = None  # (job_num, reason, exit_code) of the job that ended the run
+        # A service's replicas that failed in a way its retry covers: each is started again on
+        # its host (its new submission), while the others keep serving, as dstack retries a
+        # service's replica on its own.
+        self.respawn = []
 
     def __repr__(self):
         return "Decision(%s)" % ", ".join("%s=%r" % kv for kv in sorted(vars(self).items()))
@@ -257,6 +270,15 @@ def decide(policy, statuses, now=0.0, retry_since=None):
         statuses = dict((n, (JobStatus.FAILED.value, CONTAINER_EXITED_WITH_ERROR, s[2])
                          if s[0] == JobStatus.DONE and s[1] is None else s)
                         for n, s in statuses.items())
+        # A replica whose failure the retry covers is started again by itself, on its host,
+        # while the others serve. One whose host is lost or silent is not: the whole run is
+        # resubmitted (on other hosts) as a task's is.
+        for num, (status, reason, _code) in sorted(statuses.items()):
+            if status == JobStatus.FAILED and reason in RESPAWNED_ON and may_retry(
+                    policy.get("retry"), retry_event(reason), now, now):
+                result.respawn.append(num)
+        statuses = dict((n, (JobStatus.SUBMITTED.value, None, None)
+                         if n in result.respawn else s) for n, s in statuses.items())
     alive = [n for n, s in statuses.items() if s[0] in JobStatus.up_statuses()]
 
     def by_reason(reason):
@@ -309,7 +331,8 @@ def decide(policy, statuses, now=0.0, retry_since=None):
                 result.status = RunStatus.PENDING.value
         return result
 
-    result.start = _startable(policy.get("startup_order") or "any", statuses)
+    result.start = [n for n in _startable(policy.get("startup_order") or "any", statuses)
+                    if n not in result.respawn]
     values = [s[0] for s in statuses.values()]
     if values and all(v in JobStatus.started_statuses() for v in values):
         result.status = RunStatus.RUNNING.value

@@ -83,8 +83,10 @@ class QueuePass(object):
         self.nodes = surveys.nodes_of(fleets, options.get("root"))
         self.report = {"started": [], "resubmitted": [], "expired": [], "stopped": [],
                        "forgotten": [], "failed": [], "published": [], "unpublished": [],
-                       "own": None}
+                       "respawned": [], "own": None}
         self.silent = set()
+        # Services whose failed replicas this pass started again (their route stays).
+        self.respawned_runs = set()
         # Owners refused for a per-user cap in this pass (tasks.admission).
         self.capped = set()
 
@@ -95,7 +97,8 @@ class QueuePass(object):
         # A service that ended by itself leaves the proxy, unless this pass started it again
         # (its route was published anew then).
         for record in ended:
-            if record["name"] not in report["started"]:
+            if record["name"] not in report["started"] and \
+                    record["name"] not in self.respawned_runs:
                 self._service({"kind": "ended", "record": record}, "unpublished",
                               record["name"])
         return report
@@ -293,6 +296,8 @@ class QueuePass(object):
             stopped_final = decision.final and not decision.resubmit
         if entry is None:
             return stopped_final
+        if decision.respawn:
+            self._respawn(record, decision.respawn, entry)
         if decision.resubmit:
             # Taken first: two passes never resubmit the same failure twice.
             taken = self._call(host, "take", {"run": entry["run"], "run_id": entry["run_id"],
@@ -319,6 +324,29 @@ class QueuePass(object):
                 self._call(host, "dequeue", {"run": entry["run"], "run_id": entry["run_id"]})
             self.report["forgotten"].append(entry["run"])
         return stopped_final
+
+    def _respawn(self, record, nums, entry):
+        """Make the service replicas ``nums`` of ``record`` again on their hosts (retry covers
+        how they failed), then publish the route with the new ones' ports. A host that does
+        not answer, or was taken meanwhile, is left to the next pass."""
+        jobs = [j for j in record["jobs"] if j["job_num"] in nums
+                and j["host"] in self.nodes and j["host"] not in self.silent]
+        answers = parallel(list(range(len(jobs))), lambda i: self._call(
+            jobs[i]["host"], "respawn", {"run": record["name"], "job_num": jobs[i]["job_num"]}))
+        made = []
+        for i, job in enumerate(jobs):
+            answer = answers[i][0] or {}
+            if answer.get("respawned"):
+                made.append(job["container"])
+                self.emit({"kind": "info", "run": record["name"], "message":
+                           "replica %d of %s is started again on %s (retry on %s)" % (
+                               job["job_num"], record["name"], job["host"],
+                               lifecycle.retry_event(job["reason"]))})
+        if made:
+            self.report["respawned"] += made
+            self.respawned_runs.add(record["name"])
+            self._service({"kind": "started", "run": record["name"], "entry": entry},
+                          "published", record["name"])
 
     def _stop(self, record, stops):
         """Stop the jobs ``{job_num: reason}`` of ``record``; return the numbers of those whose

@@ -28,6 +28,8 @@ RUN_LABEL = "gpufleet.run"
 # (its engine busy with a pull) costs a look at the backend now and then, no verdict: a host
 # that still runs is failed only once it has been silent for JOB_DISCONNECTED_GRACE.
 STATUS_TIMEOUT = 15
+# The least time between two respawns of one service replica by a watching controller.
+RESPAWN_EVERY = 10
 
 
 def observe(nodes, run, submission=None):
@@ -203,6 +205,8 @@ class Watch(object):
         # stands when the host answers again.
         self.judged = set()
         self._threads = []
+        # When each failed replica of a service was last started again (_respawn).
+        self.respawned = {}
 
     # -- actions ---------------------------------------------------------------------------
 
@@ -404,7 +408,27 @@ class Watch(object):
             self._stop(decision.stop)
         if decision.start:
             self._start([n for n in decision.start if n not in self.started])
+        if decision.respawn:
+            self._respawn(decision.respawn)
         return decision
+
+    def _respawn(self, nums):
+        """Start a service's failed replicas again on their hosts (their retry covers it), at
+        most once per RESPAWN_EVERY seconds each: a command that fails at once is not made
+        again on every look."""
+        now = self.clock()
+        due = [n for n in nums if now - self.respawned.get(n, float("-inf")) >= RESPAWN_EVERY]
+        for num in due:
+            self.respawned[num] = now
+
+        def respawn(num):
+            job = self.jobs[num]
+            return self.nodes[job["host"]].call("respawn", {"run": job["run"], "job_num": num})
+
+        for num, (answer, error) in sorted(parallel(due, respawn).items()):
+            if error is None and (answer or {}).get("respawned"):
+                self.emit({"kind": "replica", "job_num": num, "host": self.jobs[num]["host"],
+                           "status": "respawned", "respawns": answer.get("respawns")})
 
     def watch(self):
         """Poll until the submission ends; return the last Decision (final, or resubmit)."""

@@ -71,6 +71,7 @@ class FakeNode:
         self.limits = None
         self.admitted = {}
         self.usage_24h = None
+        self.kept = {}   # (run, job_num) -> the job its start got (op_respawn)
 
     def call(self, op, payload=None, timeout=120):
         payload = payload or {}
@@ -137,7 +138,21 @@ class FakeNode:
         self.cluster.started.append((self.name, job["job_num"], self.cluster.snapshot()))
         self.containers.append(container(job["container"], job["labels"]))
         self.left[job["container"]] = self.cluster.program(job)
+        self.kept[(job["run"], job["job_num"])] = copy.deepcopy(job)
         return {"started": True, "id": "id-" + job["container"]}
+
+    def op_respawn(self, payload):
+        # As booking.op_respawn_booked: a replica that ended is made again from its start's
+        # job (``respawns`` counts the times, which ``program`` may read).
+        job = self.kept.get((payload["run"], payload["job_num"]))
+        if job is None or any(c["name"] == job["container"] and c["state"] in (
+                "created", "running") for c in self.containers):
+            return {"respawned": False, "why": "not here, or running"}
+        job["respawns"] = job.get("respawns", 0) + 1
+        self.containers = [c for c in self.containers if c["name"] != job["container"]]
+        self.containers.append(container(job["container"], job["labels"]))
+        self.left[job["container"]] = self.cluster.program(job)
+        return {"respawned": True, "id": "id-" + job["container"], "respawns": job["respawns"]}
 
     def op_stop(self, payload):
         # As nodeside.op_stop: no reason for a job whose command ended by itself ("ended").

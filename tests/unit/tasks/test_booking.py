@@ -118,6 +118,27 @@ def test_start_claims_first_and_refuses_when_the_host_was_taken(docker, book):
     assert not any(c[:1] == ["run"] for c in docker.calls())
 
 
+def test_a_replica_is_respawned_only_where_its_claim_holds_again(docker, book, tmp_path):
+    containers(docker)
+    job = {"run": "svc", "job_num": 0, "container": "svc-0-0", "files": {},
+           "docker_args": ["--label", "gpufleet.service={}"], "image": "img",
+           "claim": claim("svc")}
+    docker.on(["container", "inspect"], stderr="No such container", rc=1)
+    docker.on(["run"], stdout="abc\n")
+    booking.op_start_booked({"job": job})
+    # Gone, and its lease lapsed: another run took the host meanwhile.
+    (book / "claims" / "svc.json").unlink()
+    assert booking.op_claim(claim("other"))["claimed"]
+    answer = booking.op_respawn_booked({"run": "svc", "job_num": 0})
+    assert answer == {"respawned": False, "why": "this host was taken meanwhile: busy "
+                                                 "(1 of 1 blocks held by other)"}
+    assert len([c for c in docker.calls() if c[0] == "run"]) == 1
+    # Free again: the replica comes back, its claim renewed.
+    booking.op_release({"run": "other"})
+    assert booking.op_respawn_booked({"run": "svc", "job_num": 0})["respawned"]
+    assert (book / "claims" / "svc.json").exists()
+
+
 @pytest.mark.parametrize("owner", ["old", "new"])
 def test_a_start_that_replaces_clears_an_earlier_run_of_the_name_but_never_its_own(
         docker, book, tmp_path, monkeypatch, owner):

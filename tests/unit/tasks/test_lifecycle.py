@@ -49,6 +49,37 @@ def test_job_status(entry, expected):
     assert lc.job_status(entry) == expected
 
 
+def test_a_container_removed_under_it_is_a_stop_for_a_task_and_a_loss_for_a_replica():
+    gone = box("gone")
+    assert lc.job_status(gone) == (lc.JobStatus.TERMINATED, lc.TERMINATED_BY_USER, None)
+    replica = dict(gone, labels={"gpufleet.service": "{}"})
+    assert lc.job_status(replica) == (lc.JobStatus.FAILED, lc.EXECUTOR_ERROR, None)
+    # A replica stopped by gpufleet stop keeps the stop's reason.
+    stopped = dict(box("gone", reason="terminated_by_user"), labels=replica["labels"])
+    assert lc.job_status(stopped)[:2] == (lc.JobStatus.TERMINATED, lc.TERMINATED_BY_USER)
+
+
+def test_a_service_replica_that_fails_under_retry_is_respawned_alone():
+    service = {"service": True, "retry": {"on_events": ["error"], "duration": 60}}
+    statuses = {0: RUN, 1: (lc.JobStatus.FAILED, lc.EXECUTOR_ERROR, None)}
+    decision = lc.decide(service, statuses, now=100.0, retry_since=0.0)
+    # However long the service ran: the clock starts when the replica is seen failed.
+    assert decision.respawn == [1] and decision.stop == {} and not decision.final
+    assert not decision.resubmit and decision.start == []
+    assert decision.status == lc.RunStatus.RUNNING
+    # A command that ended with 0 failed too; every replica may be respawned at once.
+    both = {0: DONE, 1: (lc.JobStatus.FAILED, lc.CONTAINER_EXITED_WITH_ERROR, 2)}
+    assert lc.decide(service, both, now=1.0).respawn == [0, 1]
+    # Not covered (no retry, or another event): the service fails, as under dstack.
+    for policy in ({"service": True},
+                   {"service": True, "retry": {"on_events": ["interruption"]}}):
+        decision = lc.decide(policy, statuses, now=100.0)
+        assert decision.respawn == [] and decision.stop == {0: lc.TERMINATED_BY_SERVER}
+    # A task's job never is.
+    task = {"retry": {"on_events": ["error"], "duration": 60}}
+    assert lc.decide(task, statuses, now=100.0).respawn == []
+
+
 @pytest.mark.parametrize("entry, holds", [
     (None, False),
     (box("running"), True),

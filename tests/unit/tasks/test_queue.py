@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import queue, queue_records, runs, surveys
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import supervisor
 
 from ..configs import task
 from .fakes import JOB_LABEL, RUN_LABEL, STARTED, SUB_LABEL, container, fleet_with_facts
@@ -291,21 +292,29 @@ def test_a_queued_service_that_a_pass_starts_is_published(fake_hosts):
     assert hooked_pass(cluster, fleets, hook)["published"] == [] and len(hook.calls) == 1
 
 
-def test_a_service_resubmitted_by_a_pass_is_published_again_with_its_new_replicas(fake_hosts):
+def test_a_failed_replica_is_started_again_alone_and_published(fake_hosts):
     fleets = [fleet_with_facts()]
     config = service_config(retry={"on_events": ["error"], "duration": "1h"})
     runner, cluster = fake_hosts(config, fleets, program=lambda job: (
-        (1, 3) if job["submission"] == 0 and job["job_num"] == 1 else (None, None)))
+        (1, 3) if not job.get("respawns") and job["job_num"] == 1 else (None, None)))
     result = runner.run(wait=False)
     assert result["status"] not in (lc.RunStatus.FAILED, lc.RunStatus.PENDING)
     cluster.sleep(1)
-    cluster.sleep(1)   # replica 1 exits 3: the service failed, retry resubmits it
+    cluster.sleep(1)   # replica 1 exits 3: retry covers the error, for that replica alone
     hook = Hook()
     report = hooked_pass(cluster, fleets, hook)
-    assert report["resubmitted"] == ["svc"] and report["started"] == ["svc"]
-    # Published with the new submission's replicas; not taken off first (it runs again).
+    # Replica 0 kept serving: nothing stopped, the run not resubmitted.
+    assert report["respawned"] == ["svc-0-1"] and report["stopped"] == []
+    assert report["resubmitted"] == [] and report["started"] == []
+    # The route follows the new replica's port; it is not taken off.
     assert hook.kinds() == [("started", "svc")] and report["unpublished"] == []
-    assert hook.calls[0][2]["entry"]["submissions"] == 1
+    assert report["published"] == ["svc"]
+    respawns = [(host, op, p) for host, op, p in cluster.log if op == "respawn"]
+    assert [p for _h, _o, p in respawns] == [{"run": "svc", "job_num": 1}]
+    cluster.sleep(1)
+    # Both replicas run again: the next pass has nothing to do for it.
+    report = hooked_pass(cluster, fleets, hook)
+    assert report["respawned"] == [] and hook.kinds() == [("started", "svc")]
 
 
 def test_a_service_that_ended_by_itself_is_taken_off_its_proxy(fake_hosts):
@@ -365,3 +374,29 @@ def test_a_pass_without_a_hook_leaves_routes_alone(fake_hosts):
     report = a_pass(cluster, fleets)
     assert report["started"] == ["svc"]
     assert (report["published"], report["unpublished"]) == ([], [])
+
+
+def test_an_attached_service_starts_its_failed_replica_again_itself(fake_hosts):
+    import threading
+
+    fleets = [fleet_with_facts()]
+    config = service_config(retry={"on_events": ["error"], "duration": "1h"})
+    runner, cluster = fake_hosts(config, fleets, program=lambda job: (
+        (1, 3) if job["job_num"] == 1 and job.get("respawns", 0) < 2 else (None, None)))
+    stop = threading.Event()
+
+    def user(cluster):
+        respawned = [e for _t, e in cluster.events if e["kind"] == "replica"]
+        if len(respawned) == 2 and cluster.snapshot()[1][0] == "running":
+            stop.set()   # the second respawn holds: the user stops the service
+
+    cluster.hook = user
+    result = runner.run(wait=True, stop_event=stop)
+    respawned = [(t, e) for t, e in cluster.events if e["kind"] == "replica"]
+    assert [(e["job_num"], e["status"], e["respawns"]) for _t, e in respawned] == [
+        (1, "respawned", 1), (1, "respawned", 2)]
+    # A replica that fails at once is not made again on every look.
+    assert respawned[1][0] - respawned[0][0] >= supervisor.RESPAWN_EVERY
+    # Replica 0 served throughout: only the user's stop ended it.
+    assert [e["status"] for e in cluster.job_events(0)].count("terminated") <= 1
+    assert result["status"] == lc.RunStatus.TERMINATED

@@ -167,7 +167,7 @@ def test_replicas_that_do_not_all_fit_say_so():
 # tasks.lifecycle
 
 
-def test_a_replica_whose_command_ends_fails_the_service_and_retry_resubmits_it():
+def test_a_replica_whose_command_ends_fails_the_service_unless_retry_respawns_it():
     done = (lc.JobStatus.DONE.value, None, 0)
     running = (lc.JobStatus.RUNNING.value, None, None)
     decision = lc.decide({"service": True}, {0: done, 1: running})
@@ -176,8 +176,14 @@ def test_a_replica_whose_command_ends_fails_the_service_and_retry_resubmits_it()
                                                           lc.TERMINATED_BY_SERVER, None)})
     assert decision.final and decision.status == lc.RunStatus.FAILED
     assert decision.failed_job == (0, lc.CONTAINER_EXITED_WITH_ERROR, 0)
-    retry = {"on_events": ["error"], "duration": None}
-    decision = lc.decide({"service": True, "retry": retry}, {0: done})
+    retry = {"on_events": ["error", "interruption"], "duration": None}
+    decision = lc.decide({"service": True, "retry": retry}, {0: done, 1: running})
+    assert decision.respawn == [0] and not decision.resubmit and not decision.final
+    # A replica whose host is lost: the whole service is resubmitted on other hosts.
+    lost = (lc.JobStatus.FAILED.value, lc.INTERRUPTED_BY_NO_CAPACITY, None)
+    decision = lc.decide({"service": True, "retry": retry}, {0: lost, 1: running})
+    assert decision.respawn == [] and decision.stop == {1: lc.TERMINATED_BY_SERVER}
+    decision = lc.decide({"service": True, "retry": retry}, {0: lost})
     assert decision.resubmit and not decision.final
     # a task's job that ends with 0 is done
     assert lc.decide({}, {0: done}).status == lc.RunStatus.DONE

@@ -26,7 +26,9 @@ import os
 import time
 
 try:  # imported as part of the collection (tests, the controller)
-    from .nodeside import Failure, op_image_info, op_remove, op_start, op_status
+    from .nodeside import (_RUN_NAME, Failure, _docker, _json_file, _run_container,
+                           _small_file, _write, job_dir, op_image_info, op_remove, op_start,
+                           op_status)
 except ImportError:  # on a host: nodeside's source runs first in the same namespace
     pass
 
@@ -483,6 +485,54 @@ def op_start_booked(payload):
         raise
 
 
+def op_respawn(payload):
+    """Make a service's replica again on this host from what its start kept (``start.json``),
+    when its container is gone or has ended: the same folder and files, a new state. Answers
+    ``{"respawned": bool, "why"}``; a replica that runs is left alone."""
+    run, num = str(payload.get("run") or ""), payload.get("job_num")
+    if not _RUN_NAME.match(run) or not isinstance(num, int) or num < 0:
+        raise Failure("respawn: bad run %r or job %r" % (run, num))
+    folder = job_dir(run, num)
+    job = _json_file(os.path.join(folder, "start.json"))
+    if not job or not job.get("container"):
+        return {"respawned": False, "why": "replica %d of %s was not started here as a "
+                                           "service's replica" % (num, run)}
+    for item in op_status({"run": run})["containers"]:
+        if item.get("name") == job["container"] and item.get("state") in (
+                "created", "running", "paused", "restarting"):
+            return {"respawned": False, "why": "its container %s is %s"
+                                               % (job["container"], item["state"])}
+    _docker(["rm", "-f", job["container"]], check=False)
+    import shutil
+
+    state = os.path.join(folder, "state")
+    shutil.rmtree(state, ignore_errors=True)
+    os.makedirs(state, 0o755)
+    for leftover in ("created",):
+        if os.path.exists(os.path.join(folder, leftover)):
+            os.remove(os.path.join(folder, leftover))
+    answer = _run_container(job, folder)
+    count = os.path.join(folder, "respawns")
+    done = int((_small_file(count) or "0").strip() or 0) + 1
+    _write(count, ("%d\n" % done).encode("utf-8"), 0o644)
+    return {"respawned": True, "id": answer.get("id"), "respawns": done}
+
+
+def op_respawn_booked(payload):
+    """Respawn a service's replica (nodeside's ``respawn``) once its claim here holds again,
+    under the lock: a host another run took after the replica went is not used."""
+    kept = _json_file(os.path.join(job_dir(str(payload.get("run") or ""),
+                                           int(payload.get("job_num") or 0)), "start.json"))
+    claim = (kept or {}).get("claim")
+    if claim:
+        with _Lock():
+            answer = _claim_locked(claim, time.time())
+        if not answer["claimed"]:
+            return {"respawned": False, "why": "this host was taken meanwhile: %s"
+                                               % answer["reason"]}
+    return op_respawn(payload)
+
+
 def op_remove_booked(payload):
     """Remove a run's containers, and its claim here unless it is ``keep``'s (the run id of a
     new submission that claimed the host before the old one's leftovers went)."""
@@ -496,4 +546,5 @@ BOOK_OPS.update({
     "status": op_status_booked,
     "start": op_start_booked,
     "remove": op_remove_booked,
+    "respawn": op_respawn_booked,
 })

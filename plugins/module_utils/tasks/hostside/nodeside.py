@@ -29,6 +29,11 @@ import time
 
 RUN_ROOT = "/var/lib/gpufleet/runs"
 RUN_LABEL = "gpufleet.run"
+# A service replica's label (tasks.container): its start keeps RESPAWN_KEYS of the job, so that
+# respawn can make the replica again.
+SERVICE_LABEL = "gpufleet.service"
+RESPAWN_KEYS = ("container", "image", "docker_args", "mounts", "conditional", "claim", "run",
+                "job_num")
 
 
 STATE_FILES = ("running", "reason", "exit_code")
@@ -559,6 +564,16 @@ def op_start(payload):
                   if flag == "--label" and "=" in value)
     _write(os.path.join(folder, "record.json"),
            json.dumps({"container": name, "labels": labels}).encode("utf-8"), 0o644)
+    if labels.get(SERVICE_LABEL):
+        # What respawn needs to make a service's replica again (its files stay in the folder).
+        _write(os.path.join(folder, "start.json"), json.dumps(dict(
+            (key, job.get(key)) for key in RESPAWN_KEYS)).encode("utf-8"), 0o600)
+    return _run_container(job, folder)
+
+
+def _run_container(job, folder):
+    """``docker run`` of a job whose folder is written."""
+    name = job["container"]
     args = ["run", "-d"] + list(job["docker_args"])
     args += ["-v", "%s:/gpufleet:ro" % os.path.join(folder, "job"),
              "-v", "%s:/gpufleet/state" % os.path.join(folder, "state")]
