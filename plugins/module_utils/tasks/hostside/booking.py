@@ -42,16 +42,21 @@ _SAFE = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 class _Lock(object):
     """An exclusive flock on ``<folder>/lock`` (``BOOK_ROOT`` by default), held for a
-    read-check-write; the usage records (tasks.hostside.usageside) take it on their folder."""
+    read-check-write; the usage records (tasks.hostside.usageside), the members document
+    (memberside) and the proxy's routes (proxyside) take it on their folders. ``private``:
+    the folder is made 0700 even where it was there with another mode."""
 
-    def __init__(self, folder=None):
+    def __init__(self, folder=None, private=False):
         self.folder = folder
+        self.private = private
         self.handle = None
 
     def __enter__(self):
         import fcntl
 
         folder = _folder(self.folder or BOOK_ROOT)
+        if self.private:
+            os.chmod(folder, 0o700)
         self.handle = open(os.path.join(folder, "lock"), "a")
         fcntl.flock(self.handle.fileno(), fcntl.LOCK_EX)
         return self

@@ -48,6 +48,7 @@ import json
 import os
 
 try:  # imported as part of the collection (tests, the controller)
+    from .booking import _Lock
     from .nodeside import OPS, Failure
 except ImportError:  # on a host: nodeside's source runs first in this namespace
     pass
@@ -62,34 +63,6 @@ _MEMBER_TOKEN_FIELDS = ("token_sha256", "token_stamp")
 def team_path(*parts):
     """A path under TEAM_ROOT (read when called: tests point it elsewhere)."""
     return os.path.join(TEAM_ROOT, *parts)
-
-
-class _MembersLock(object):
-    """An exclusive flock on ``TEAM_ROOT/lock``, held for a read-change-write."""
-
-    def __init__(self):
-        self.handle = None
-
-    def __enter__(self):
-        import fcntl
-
-        _members_folder(team_path())
-        self.handle = open(team_path("lock"), "a")
-        fcntl.flock(self.handle, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        import fcntl
-
-        fcntl.flock(self.handle, fcntl.LOCK_UN)
-        self.handle.close()
-        return False
-
-
-def _members_folder(path):
-    if not os.path.isdir(path):
-        os.makedirs(path, 0o700)
-    os.chmod(path, 0o700)
 
 
 def _members_read():
@@ -325,7 +298,7 @@ def op_members_change(payload):
     if not isinstance(change, dict):
         raise Failure("members_change needs a change")
     by = change.get("by")
-    with _MembersLock():
+    with _Lock(team_path(), private=True):
         doc = _members_read()
         if doc is None:
             raise Failure("this host holds no members document of the fleet: apply the fleet "
@@ -346,7 +319,7 @@ def op_members_sync(payload):
     given = payload.get("doc")
     if not isinstance(given, dict):
         raise Failure("members_sync needs a document")
-    with _MembersLock():
+    with _Lock(team_path(), private=True):
         doc = _members_read()
         merged = members_merge(doc, given)
         if merged != doc:
@@ -389,7 +362,7 @@ def members_set_token(doc, payload):
 
 def op_member_token(payload):
     """Set the digest of a member's service token in their own entry (last stamp wins)."""
-    with _MembersLock():
+    with _Lock(team_path(), private=True):
         doc = _members_read()
         if doc is None:
             raise Failure("this host holds no members document of the fleet: apply the fleet "

@@ -43,6 +43,7 @@ import os
 import re
 
 try:  # imported as part of the collection (tests, the controller)
+    from .booking import _Lock
     from .memberside import _members_read
     from .nodeside import Failure
     from .proxyconf import _PROXY_RUN, _proxy_need, proxy_address, proxy_render, proxy_routes_check
@@ -95,29 +96,15 @@ def proxy_current_states():
 
 # ---- the files and HAProxy on the host --------------------------------------------------------
 
-class _ProxyLock(object):
-    """An exclusive flock on ``PROXY_ROOT/lock``, held for every change."""
-
-    def __init__(self):
-        self.handle = None
-
-    def __enter__(self):
-        import fcntl
-
-        for folder in (proxy_path(), proxy_path("routes")):
-            if not os.path.isdir(folder):
-                os.makedirs(folder, 0o700)
-            os.chmod(folder, 0o700)
-        self.handle = open(proxy_path("lock"), "a")
-        fcntl.flock(self.handle, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        import fcntl
-
-        fcntl.flock(self.handle, fcntl.LOCK_UN)
-        self.handle.close()
-        return False
+def _proxy_lock():
+    """The booking lock on ``PROXY_ROOT`` (0700, with its 0700 ``routes``), held for every
+    change."""
+    lock = _Lock(proxy_path(), private=True)
+    routes = proxy_path("routes")
+    if not os.path.isdir(routes):
+        os.makedirs(routes, 0o700)
+    os.chmod(routes, 0o700)
+    return lock
 
 
 def _proxy_read(path):
@@ -245,7 +232,7 @@ def _proxy_apply(change):
     """Under the lock: ``change(routes)`` (the routes by run, changed in place; True when it
     changed any), the configuration written from them, checked, and HAProxy reloaded; the
     previous files put back when HAProxy refuses the new ones."""
-    with _ProxyLock():
+    with _proxy_lock():
         routes = _proxy_routes()
         before = dict(routes)
         listen = json.loads((_proxy_read(proxy_path("listen.json")) or b"{}").decode("utf-8"))
