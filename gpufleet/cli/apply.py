@@ -261,6 +261,9 @@ def _plan_and_ask(args, path, overrides, out, err):
         out.write(f"No fleet has room for it now ({record.get('waits')}).\n"
                   "Its retry policy lets it wait: submitted, it waits in the queue and "
                   "starts when capacity frees up.\n")
+    if record.get("rolls"):
+        out.write(f"Service {record['run']} is running: each replica is replaced by the new "
+                  "version in turn, the next once the one before passes its checks.\n")
     out.write("\n")
     what = f"the run {record['run']}"
     if record.get("runs"):

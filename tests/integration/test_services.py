@@ -6,8 +6,9 @@ Requests reach both replicas; no token gets 401, another token 403, ``gpufleet t
 200 (and the replica never sees it); a burst over the rate limit gets 429; the model's
 ``chat/completions`` and ``models`` answer in OpenAI's shape; ``ps --json`` carries the URLs and
 ``ps`` a row per replica; a replica removed under continuous requests costs under 5% of them
-and is made again by the next pass (``ps``); ``gpufleet stop`` takes the route off (404, or
-nothing listens).
+and is made again by the next pass (``ps``); a second apply of a changed file rolls the
+replicas to the new version under continuous requests with none failing, and an unchanged
+one changes nothing; ``gpufleet stop`` takes the route off (404, or nothing listens).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class App(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path.startswith("/v1/models"):
             return self.answer({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
-        self.answer({"replica": ME, "path": self.path,
+        self.answer({"replica": ME, "path": self.path, "version": os.environ.get("VERSION"),
                      "authorization": self.headers.get("Authorization")})
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
@@ -62,14 +63,41 @@ ThreadingHTTPServer(("0.0.0.0", 8000), App).serve_forever()
 '''
 
 
-def service_file():
+def service_file(version="1"):
     # dstack joins the commands with && on one line: the app travels as base64, not a heredoc.
     app = base64.b64encode(APP.encode()).decode()
     return ("type: service\nname: %s\nport: 8000\nreplicas: 2\nmodel: %s\n%s%s"
-            "env:\n  - MODEL=%s\n"
+            "env:\n  - MODEL=%s\n  - VERSION=%s\n"
             "rate_limits:\n  - prefix: /burst\n    rps: 1\n    burst: 1\n"
             "commands:\n  - echo %s | base64 -d > /tmp/app.py\n"
-            "  - python3 /tmp/app.py\n" % (NAME, MODEL, CPU, WAIT, MODEL, app))
+            "  - python3 /tmp/app.py\n" % (NAME, MODEL, CPU, WAIT, MODEL, version, app))
+
+
+class Load(object):
+    """Requests to ``url`` every 20 ms in a thread, their status codes kept."""
+
+    def __init__(self, url, token):
+        self.codes, self.answers = [], []
+        self.done = threading.Event()
+
+        def load():
+            while not self.done.is_set():
+                status, answer = request(url + "hello", token)
+                self.codes.append(status)
+                self.answers.append(answer)
+                time.sleep(0.02)
+
+        self.thread = threading.Thread(target=load, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        time.sleep(1)
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join(15)
+        return False
 
 
 def request(url, token=None, body=None):
@@ -180,18 +208,7 @@ def test_a_service_behind_the_in_fleet_proxy(world, capsys, token):
         # A replica lost under continuous requests (its container removed on its node):
         # the proxy takes it out and retries what was in flight on the other; the next pass
         # (this ps) makes it again on its host, and the route follows its new port.
-        codes = []
-        done = threading.Event()
-
-        def load():
-            while not done.is_set():
-                codes.append(request(url + "hello", token)[0])
-                time.sleep(0.02)
-
-        loader = threading.Thread(target=load, daemon=True)
-        loader.start()
-        try:
-            time.sleep(1)
+        with Load(url, token) as load:
             node, (lost, _state) = next((node, boxes[0]) for node, boxes in sorted(
                 node_containers(world, NAME).items()) if boxes)
             world["docker"].run("exec", node, "docker", "rm", "-f", lost)
@@ -202,14 +219,38 @@ def test_a_service_behind_the_in_fleet_proxy(world, capsys, token):
             wait_for("the lost replica made again", lambda: replicas_seen(url, token, 2),
                      seconds=120)
             time.sleep(1)
-        finally:
-            done.set()
-            loader.join(15)
-        ok = codes.count(200)
-        print("requests during the loss: %d of %d answered 200" % (ok, len(codes)))
-        assert len(codes) > 50 and ok >= 0.95 * len(codes), (ok, len(codes), set(codes))
+        ok = load.codes.count(200)
+        with capsys.disabled():
+            print("\nrequests during the loss: %d of %d answered 200" % (ok, len(load.codes)))
+        assert len(load.codes) > 50 and ok >= 0.95 * len(load.codes), (ok, set(load.codes))
         boxes = dict(node_containers(world, NAME))[node]
         assert (lost, "running") in boxes, boxes
+
+        # A second apply of a changed service rolls its replicas, one at a time, under
+        # continuous requests: none fails, and every replica answers with the new version.
+        task_file(world, NAME, service_file(version="2"))
+        with Load(url, token) as load:
+            capsys.readouterr()
+            code = cli.main(["apply", "-f", path, "-y", "-d"])
+            out, err = capsys.readouterr()
+            assert code == 0, out + err
+            assert "2 replicas rolled to the new version" in out, out
+            time.sleep(1)
+        with capsys.disabled():
+            print("requests during the update: %d of %d answered 200"
+                  % (load.codes.count(200), len(load.codes)))
+        assert len(load.codes) > 50 and set(load.codes) == {200}, set(load.codes)
+        assert set(a["version"] for a in load.answers) == {"1", "2"}
+        versions = set((request(url + "hello", token)[1] or {}).get("version")
+                       for _attempt in range(12))
+        assert versions == {"2"}, versions
+        assert replicas_seen(url, token, 2)
+        # The same file again: nothing changes.
+        before = node_containers(world, NAME)
+        capsys.readouterr()
+        assert cli.main(["apply", "-f", path, "-y", "-d"]) == 0
+        assert "is up to date: nothing changed" in capsys.readouterr().out
+        assert node_containers(world, NAME) == before
     finally:
         assert cli.main(["stop", "-y", NAME]) == 0
     # Stopped: its route is gone (a 404 of the proxy, or nothing listens when it was the last).

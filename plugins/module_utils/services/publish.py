@@ -137,6 +137,16 @@ def publish(node: Any, route: Route, listen: Optional[Mapping[str, Any]] = None
                            % (route["run"], node.name, exc)) from exc
 
 
+def set_replicas(node: Any, run: str, replicas: list[Replica]) -> dict[str, Any]:
+    """``proxy_replicas``: the published route of ``run`` on the proxy host ``node`` takes
+    ``replicas`` (its other settings stay); ``missing`` when the host publishes no such run."""
+    try:
+        return node.call("proxy_replicas", {"run": run, "replicas": replicas})
+    except NodeError as exc:
+        raise PublishError("could not give service %s its replicas on %s: %s"
+                           % (run, node.name, exc)) from exc
+
+
 def unpublish(node: Any, run: str) -> dict[str, Any]:
     """``proxy_unpublish`` of ``run`` on the proxy host ``node``: ``{"changed", "routes"}``."""
     try:

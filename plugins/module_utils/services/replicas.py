@@ -84,7 +84,10 @@ def runnable(config: dict[str, Any], proxy: Optional[dict[str, Any]] = None) -> 
     if count < 1:
         raise ServiceError("replicas: a service needs at least one replica here (scale to "
                            "zero comes with autoscaling)")
-    service = {"port": int(config["port"]), "replicas": count}
+    # Whether a failed replica is made again on its own (tasks.lifecycle.decide): its retry
+    # covers errors. On the replicas' label, so any look at the run knows it.
+    respawn = "error" in ((config.get("retry") or {}).get("on_events") or ())
+    service = {"port": int(config["port"]), "replicas": count, "respawn": respawn}
     service.update(proxy or {})
     return dict(config, type="task", run_type=SERVICE, nodes=count, groups=None,
                 service=service)

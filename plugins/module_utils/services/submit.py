@@ -31,7 +31,7 @@ from ..tasks.errors import PlanError
 from ..tasks.lifecycle import RunStatus
 from ..tasks.ssh import parallel
 from ..fleets import records as fleet_records
-from . import publish, replicas, tokens
+from . import publish, replicas, rolling, tokens
 
 SERVICE = "service"
 
@@ -124,6 +124,8 @@ def queue_hook(event: Mapping[str, Any], fleets: list, nodes: Mapping[str, Any]
     pass. Answers ``{"changed": bool}`` (None for a run that is no service), or PublishError."""
     if event.get("kind") == "ended":
         return publish.unpublish_stopped(event["record"], nodes)
+    if event.get("kind") == "respawned":
+        return _replicas_again(event["record"], fleets, nodes)
     entry = event.get("entry") or {}
     config = entry.get("config") or {}
     proxy = config.get("service")
@@ -143,6 +145,28 @@ def queue_hook(event: Mapping[str, Any], fleets: list, nodes: Mapping[str, Any]
     if not publisher.publish():
         raise publish.PublishError(publisher.error or "could not publish service %s" % run)
     return {"changed": True}
+
+
+def _replicas_again(record: Mapping[str, Any], fleets: list, nodes: Mapping[str, Any]
+                    ) -> Optional[dict[str, Any]]:
+    """The route of ``record`` (a service some of whose replicas were made again) takes the
+    replicas its hosts report now: a replica made again has a new host port."""
+    service = record.get("service") or {}
+    host = service.get("proxy_host")
+    if not host or not service.get("port"):
+        return None
+    if host not in nodes:
+        raise publish.PublishError("could not give service %s its new replicas: its proxy "
+                                   "host %s cannot be reached from this controller"
+                                   % (record["name"], host))
+    addresses = addresses_of(fleets, str(record.get("fleet") or ""))
+    answers = parallel(sorted(h for h in addresses if h in nodes), lambda h: nodes[h].call(
+        "status", {"run": record["name"]}))
+    found = dict((h, (a or {}).get("containers") or []) for h, (a, e) in answers.items()
+                 if e is None)
+    replicas_now = publish.replicas_of({"port": service["port"]}, found, addresses)
+    answer = publish.set_replicas(nodes[host], record["name"], replicas_now)
+    return {"changed": bool(answer.get("changed"))}
 
 
 def token_digest(params: Mapping[str, Any], open_store: Callable[[], Any]) -> Optional[str]:
@@ -170,6 +194,38 @@ def _setup_answer(name, instance, answer, root):
                        "(gpufleet.cluster.gateway)"
                        % ("not installed" if not answer.get("installed") else "not running",
                           instance["name"], instance.get("fleet"))}
+
+
+def _roll(params: dict[str, Any], config: dict[str, Any], record: dict[str, Any],
+          runnable: Callable[[dict], dict], publisher: Publisher,
+          emit: Callable[[dict], None], check_mode: bool, proxy: Mapping[str, Any]
+          ) -> tuple[dict[str, Any], bool]:
+    """A second apply of a running service: services.rolling, reported as a submission."""
+    _root, _fleets, make_runner = actions.runner_factory(params, config, emit, check_mode,
+                                                         runnable, queue_hook)
+    runner = make_runner(config)
+    roll = rolling.Roll(runner, record, publisher.nodes, publisher.proxy_node,
+                        publisher.addresses, config, publisher.user, publisher.fleet,
+                        publisher.listen, emit)
+    service = dict(proxy, port=int(config["port"]), replicas=replicas.replica_count(config),
+                   published=True, error=None)
+    try:
+        if check_mode:
+            return {"run": record["name"], "status": "planned", "plan": roll.plan(),
+                    "config": config, "changed": True, "rolls": True,
+                    "service": service}, False
+        done = roll.run()
+    except rolling.RollError as exc:
+        raise actions.ActionError(str(exc)) from exc
+    except GpufleetError as exc:
+        raise actions.ActionError("service %s: %s" % (record["name"], exc)) from exc
+    message = ("service %s is up to date: nothing changed" % record["name"]) if (
+        done["unchanged"]) else ("service %s: %d replicas rolled to the new version"
+                                 % (record["name"], len(done["rolled"])))
+    emit({"kind": "info", "run": record["name"], "message": message})
+    return {"run": record["name"], "run_id": record["run_id"], "status": record["status"],
+            "changed": not done["unchanged"], "rolled": done["rolled"], "message": message,
+            "jobs": record.get("jobs") or [], "service": service}, False
 
 
 def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None,
@@ -209,8 +265,9 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
         raise actions.ActionError("the proxy host %s of fleet %s cannot be reached from this "
                                   "controller" % (instance["name"], fleet))
     proxy_node = nodes[instance["name"]]
+    live = live_services(nodes)
     try:
-        replicas.check_clash(config, name, instance["name"], live_services(nodes))
+        replicas.check_clash(config, name, instance["name"], live)
     except replicas.ServiceError as exc:
         raise actions.ActionError(str(exc)) from exc
     try:
@@ -238,6 +295,9 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
 
     publisher = Publisher(config, name, user, fleet, proxy_node, nodes,
                           addresses_of(fleets, fleet), emit, proxy, listen)
+    record = rolling.live_record(live, name)
+    if record is not None:   # running: its replicas are rolled to this version
+        return _roll(params, config, record, runnable, publisher, emit, check_mode, proxy)
     result, failed = actions.submit(dict(params, name=name), emit=publisher.sink(emit),
                                     check_mode=check_mode, stop_event=stop_event,
                                     runnable=runnable, config=config,

@@ -251,25 +251,10 @@ def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, 
     hook each pass over the queue takes (tasks.queue.QueuePass; services.submit.queue_hook,
     which this package may not import)."""
     config = load_task(params) if config is None else config
-    user = submitter(params)
     array_spec = _array(params)
+    root, fleets, make_runner = runner_factory(params, config, emit, check_mode, runnable,
+                                               services)
     config_dir = os.path.dirname(params["path"]) if params.get("path") else None
-    _check_local(config, config_dir)
-    root, fleets = _fleets(params, host_facts=True)
-    if not fleets:
-        raise ActionError("no fleets found: apply a fleet first (gpufleet apply -f FLEET, or "
-                          "playbooks/fleet.yml), or name fleet files in fleets")
-    local_image = None if config.get("image") else local_task_image(fleets, check_mode)
-
-    def make_runner(run_config, array_info=None, code_=None):
-        return runs.Runner(
-            run_config, fleets, root=root, secrets=params.get("secrets") or {}, docker=Docker(),
-            emit=emit, image_source=params["image_source"], follow_logs=params["logs"],
-            poll=params["poll_interval"], run_args=params.get("run_args") or (),
-            local_image=local_image, config_dir=config_dir, array=array_info, code_=code_,
-            create=params.get("create", True), grower=grower(root, emit), user=user,
-            runnable=runnable, services=services)
-
     try:
         if array_spec is not None:
             return _submit_array(config, array_spec, make_runner, fleets, root, params, emit,
@@ -327,6 +312,31 @@ def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, 
             except NodeError:
                 result["log_tail"] = []
     return result, failed
+
+
+def runner_factory(params, config, emit, check_mode=False, runnable=None, services=None):
+    """``(root, fleets, make_runner)`` for the task ``params`` submit: ``make_runner(run_config,
+    array_info=None, code_=None)`` is a tasks.runs.Runner with the parameters' options (submit,
+    and services.rolling for a service's new version)."""
+    user = submitter(params)
+    config_dir = os.path.dirname(params["path"]) if params.get("path") else None
+    _check_local(config, config_dir)
+    root, fleets = _fleets(params, host_facts=True)
+    if not fleets:
+        raise ActionError("no fleets found: apply a fleet first (gpufleet apply -f FLEET, or "
+                          "playbooks/fleet.yml), or name fleet files in fleets")
+    local_image = None if config.get("image") else local_task_image(fleets, check_mode)
+
+    def make_runner(run_config, array_info=None, code_=None):
+        return runs.Runner(
+            run_config, fleets, root=root, secrets=params.get("secrets") or {}, docker=Docker(),
+            emit=emit, image_source=params["image_source"], follow_logs=params["logs"],
+            poll=params["poll_interval"], run_args=params.get("run_args") or (),
+            local_image=local_image, config_dir=config_dir, array=array_info, code_=code_,
+            create=params.get("create", True), grower=grower(root, emit), user=user,
+            runnable=runnable, services=services)
+
+    return root, fleets, make_runner
 
 
 def submitter(params):
@@ -450,7 +460,8 @@ def run_queue(params, check_mode=False, emit=None, services=None):
     if check_mode:
         return {"report": {}, "due": report["due"], "changed": report["due"]}
     changed = any(report[k] for k in ("started", "resubmitted", "expired", "stopped",
-                                      "forgotten", "failed", "published", "unpublished"))
+                                      "forgotten", "failed", "published", "unpublished",
+                                      "respawned"))
     from . import interruption
 
     found, silent = silence.look(surveys.nodes_of(fleets, root), root, fleets)

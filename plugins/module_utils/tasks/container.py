@@ -45,7 +45,7 @@ SERVICE = "service"
 NVIDIA_CAPABILITIES = "compute,utility,graphics,video"
 # What a replica's gpufleet.service label holds (services.replicas fills the proxy's part).
 SERVICE_KEYS = ("port", "proxy_host", "proxy_address", "proxy_port", "url", "model_url",
-                "model")
+                "model", "respawn")
 
 
 def container_name(run_name_, job_num, replica=0):

@@ -259,7 +259,9 @@ def _startable(order, statuses):
 def decide(policy, statuses, now=0.0, retry_since=None):
     """The next step of a run.
 
-    ``policy``: ``startup_order``, ``stop_criteria`` and ``retry`` (the normalized task fields).
+    ``policy``: ``startup_order``, ``stop_criteria`` and ``retry`` (the normalized task fields);
+    ``service`` for a service's run, and ``respawn`` when its retry covers errors (what its
+    replicas' label says, for a look that has no queue entry to read the retry from).
     ``statuses``: ``{job_num: (status, reason, exit_code)}`` from ``job_status``, every job of
     the submission. ``retry_since``: the retry clock's start (see ``may_retry``).
     """
@@ -274,8 +276,9 @@ def decide(policy, statuses, now=0.0, retry_since=None):
         # while the others serve. One whose host is lost or silent is not: the whole run is
         # resubmitted (on other hosts) as a task's is.
         for num, (status, reason, _code) in sorted(statuses.items()):
-            if status == JobStatus.FAILED and reason in RESPAWNED_ON and may_retry(
-                    policy.get("retry"), retry_event(reason), now, now):
+            if status == JobStatus.FAILED and reason in RESPAWNED_ON and (
+                    policy.get("respawn") or may_retry(policy.get("retry"),
+                                                       retry_event(reason), now, now)):
                 result.respawn.append(num)
         statuses = dict((n, (JobStatus.SUBMITTED.value, None, None)
                          if n in result.respawn else s) for n, s in statuses.items())
@@ -312,6 +315,7 @@ def decide(policy, statuses, now=0.0, retry_since=None):
         ending = (RunStatus.DONE.value, "all_jobs_done", None)
 
     if ending is not None:
+        result.respawn = []   # a run that ends makes nothing again
         run_status, run_reason, stop_reason = ending
         for num in alive:
             if statuses[num][0] != JobStatus.TERMINATING:

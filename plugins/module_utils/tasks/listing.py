@@ -100,7 +100,9 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
             statuses.setdefault(num, (JobStatus.SUBMITTED.value, None, None))
         decision = lifecycle.decide({"stop_criteria": asked.get("stop_criteria"),
                                      "startup_order": asked.get("startup_order"),
-                                     "service": asked.get("type") == "service"}, statuses)
+                                     "service": asked.get("type") == "service",
+                                     "respawn": bool((service_of(labels, 0) or {}).get(
+                                         "respawn"))}, statuses)
         jobs: list[JobRecord] = []
         for entry in entries:
             status = statuses[_job_num(entry)]
@@ -208,8 +210,8 @@ def _int_or(text, default):
 
 def service_of(labels: dict[str, str], replicas: int) -> dict[str, Any] | None:
     """A service's run record part, from its replicas' ``gpufleet.service`` label: ``{"url",
-    "model_url", "proxy_host", "proxy_address", "port", "model", "replicas"}``; None for a
-    task."""
+    "model_url", "proxy_host", "proxy_address", "port", "model", "replicas", "respawn"}``;
+    None for a task."""
     try:
         service = json.loads(labels.get(SERVICE_LABEL) or "null")
     except ValueError:
@@ -219,7 +221,8 @@ def service_of(labels: dict[str, str], replicas: int) -> dict[str, Any] | None:
     return {"url": service.get("url"), "model_url": service.get("model_url"),
             "proxy_host": service.get("proxy_host"),
             "proxy_address": service.get("proxy_address"), "port": service.get("port"),
-            "model": service.get("model"), "replicas": replicas}
+            "model": service.get("model"), "replicas": replicas,
+            "respawn": bool(service.get("respawn"))}
 
 
 def _lost_jobs(run, asked, nodes, statuses, answered, instances, silent):

@@ -63,7 +63,9 @@ class QueuePass(object):
     "started", "run", "entry"}`` once the pass started a service's replicas from its entry (a
     queued service, or one resubmitted under retry: the route follows the new replicas), and
     with ``{"kind": "ended", "record"}`` for a service run it sees finished and did not start
-    again (its route goes; taking off a route that is gone changes nothing). It answers
+    again (its route goes; taking off a route that is gone changes nothing), and with
+    ``{"kind": "respawned", "run", "record"}`` once it made failed replicas of a service
+    again (the route takes their new ports). It answers
     ``{"changed": bool}`` or raises GpufleetError, which is said (an ``info`` event) and leaves
     the pass going.
     """
@@ -279,7 +281,7 @@ class QueuePass(object):
         policy = dict((entry or {}).get("policy") or _policy(record))
         stopped_final = False
         if entry is None:
-            policy["retry"] = None
+            policy["retry"] = None   # only an entry resubmits; a replica's label respawns
         decision = lifecycle.decide(policy, statuses, now=now, retry_since=since)
         if decision.stop:
             # What the run could not stop by itself (a node without an SSH client, a node
@@ -294,10 +296,10 @@ class QueuePass(object):
                                  reason, None)
             decision = lifecycle.decide(policy, statuses, now=now, retry_since=since)
             stopped_final = decision.final and not decision.resubmit
+        if decision.respawn and not (decision.stop or decision.final or decision.resubmit):
+            self._respawn(record, decision.respawn)
         if entry is None:
             return stopped_final
-        if decision.respawn:
-            self._respawn(record, decision.respawn, entry)
         if decision.resubmit:
             # Taken first: two passes never resubmit the same failure twice.
             taken = self._call(host, "take", {"run": entry["run"], "run_id": entry["run_id"],
@@ -325,7 +327,7 @@ class QueuePass(object):
             self.report["forgotten"].append(entry["run"])
         return stopped_final
 
-    def _respawn(self, record, nums, entry):
+    def _respawn(self, record, nums):
         """Make the service replicas ``nums`` of ``record`` again on their hosts (retry covers
         how they failed), then publish the route with the new ones' ports. A host that does
         not answer, or was taken meanwhile, is left to the next pass."""
@@ -338,14 +340,18 @@ class QueuePass(object):
             answer = answers[i][0] or {}
             if answer.get("respawned"):
                 made.append(job["container"])
-                self.emit({"kind": "info", "run": record["name"], "message":
-                           "replica %d of %s is started again on %s (retry on %s)" % (
-                               job["job_num"], record["name"], job["host"],
-                               lifecycle.retry_event(job["reason"]))})
+                message = "replica %d of %s is started again on %s (retry on %s)" % (
+                    job["job_num"], record["name"], job["host"],
+                    lifecycle.retry_event(job["reason"]))
+            else:
+                message = "replica %d of %s is not started again on %s: %s" % (
+                    job["job_num"], record["name"], job["host"],
+                    answer.get("why") or "the host did not answer")
+            self.emit({"kind": "info", "run": record["name"], "message": message})
         if made:
             self.report["respawned"] += made
             self.respawned_runs.add(record["name"])
-            self._service({"kind": "started", "run": record["name"], "entry": entry},
+            self._service({"kind": "respawned", "run": record["name"], "record": record},
                           "published", record["name"])
 
     def _stop(self, record, stops):
@@ -425,7 +431,8 @@ def _policy(record):
     """What a run record says of how its run ends (retry is an entry's, not a record's)."""
     return {"stop_criteria": record.get("stop_criteria"),
             "startup_order": record.get("startup_order"),
-            "service": record.get("type") == "service"}
+            "service": record.get("type") == "service",
+            "respawn": bool((record.get("service") or {}).get("respawn"))}
 
 
 def _short(text, limit=300):

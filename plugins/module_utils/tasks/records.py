@@ -69,7 +69,8 @@ class RunRecord(_Run, total=False):
 
     type: str                       # "task", "dev-environment" or "service"
     stop_criteria: str | None
-    # A service: {"url", "model_url", "proxy_host", "proxy_address", "port", "replicas"}
+    # A service: {"url", "model_url", "proxy_host", "proxy_address", "port", "model",
+    # "replicas", "respawn"}
     # (tasks.listing.service_of), None for the others.
     service: dict[str, Any] | None
     startup_order: str | None

@@ -97,6 +97,17 @@ def _inline_files(jobs, files_data=None):
     return out
 
 
+def config_digest(config, image, repo=None):
+    """The SHA-256 of what makes one version of a run: its normalized configuration, the image
+    it resolved to and its code's archive (a new commit or diff is a new version)."""
+    import hashlib
+    import json
+
+    text = json.dumps({"config": config, "image": image,
+                       "repo": (repo or {}).get("archive")}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 class Submission(object):
     """Everything about one submission of a run that the loop needs afterwards."""
 
@@ -220,12 +231,17 @@ class RunPreparation(object):
         except (PlanError, volumes.VolumeError) as exc:
             raise RunError(str(exc)) from exc
         run = {"name": self.run.name, "id": self.run.run_id}
+        digest = config_digest(self.run.config, image, repo)
         for job, where in zip(jobs, placed["jobs"]):
             # The start renews the claim under the host's lock (tasks.hostside.booking), so a claim
             # that lapsed during a long pull is only used if nobody took the host meanwhile.
             job["claim"] = claiming.claim_of(where, run, number, by=self.run.by)
             if claimed.assumed:   # the claims cleared nothing: each start clears its host
                 job["claim"]["replace"] = True
+            # What a service's replica keeps on its host (start.json): where it was placed, and
+            # which version of the service it runs (services.rolling compares it).
+            job["placed"] = dict(where)
+            job["config_digest"] = digest
         return Submission(number, _inline_files(jobs, self.run.files_data), nodes, placed)
 
     def _record_setup_failure(self, number, claimed, message):

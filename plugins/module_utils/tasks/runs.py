@@ -158,6 +158,11 @@ class Runner(object):
         """What the backend says of a job's host that does not answer (tasks.run_supervision)."""
         return self.supervising.judge(host, silent_for)
 
+    def keep_entry(self, submission):
+        """Write the run down as an active entry of its queue host, for ``submission`` (retry
+        resubmits it from there); said, not raised, when it cannot be."""
+        self.supervising._keep_entry(submission)
+
     def keeps_entry(self):
         """Whether a started run keeps a queue entry so that retry can submit it again."""
         return self.supervising.keeps_entry()
@@ -207,7 +212,8 @@ class Runner(object):
         return {"startup_order": self.config.get("startup_order"),
                 "stop_criteria": self.config.get("stop_criteria"),
                 "retry": self.config.get("retry"),
-                "service": isinstance(self.config.get("service"), dict)}
+                "service": isinstance(self.config.get("service"), dict),
+                "respawn": bool((self.config.get("service") or {}).get("respawn"))}
 
     def submit(self, number=0, waited_since=None, wait_for_capacity=True):
         """Place and prepare submission ``number``; wait for capacity when retry allows it

@@ -11,6 +11,7 @@ node-side helper.
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import os
@@ -563,3 +564,34 @@ def write_state(root, run, job, **files):
     for name, text in files.items():
         (folder / name).write_text(text)
     return folder
+
+
+# A job spec as tasks.rankplan.build_jobs makes one (tasks/test_nodeside.py, test_booking.py).
+
+
+def job_spec(**changes):
+    job = {
+        "run": "train",
+        "job_num": 1,
+        "container": "train-1-0",
+        "image": "ubuntu:22.04",
+        "docker_args": ["--name", "train-1-0", "--label", "gpufleet.run=train",
+                        "--entrypoint", "/bin/sh"],
+        "files": {
+            "job.sh": {"text": "#!/bin/sh\necho job\n", "mode": 0o755},
+            "env.sh": {"text": "export A=1\n", "mode": 0o600},
+            "ssh/blob.bin": {"data": base64.b64encode(b"\x00\x01binary\xff").decode("ascii")},
+        },
+        "mounts": [],
+        "conditional": [],
+    }
+    job.update(changes)
+    return job
+
+
+def replica_spec():
+    return job_spec(run="svc", job_num=1, container="svc-0-1",
+                    docker_args=["--name", "svc-0-1", "--label", "gpufleet.run=svc",
+                                 "--label", 'gpufleet.service={"port": 8000}',
+                                 "-p", "10.0.0.5::8000"],
+                    claim={"run": "svc", "run_id": "r1", "submission": 0})

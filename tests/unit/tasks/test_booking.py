@@ -22,7 +22,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
     nodeside,
 )
 
-from .fakes import inspect_entry
+from .fakes import inspect_entry, job_spec, replica_spec, write_state
 
 
 @pytest.fixture
@@ -129,13 +129,13 @@ def test_a_replica_is_respawned_only_where_its_claim_holds_again(docker, book, t
     # Gone, and its lease lapsed: another run took the host meanwhile.
     (book / "claims" / "svc.json").unlink()
     assert booking.op_claim(claim("other"))["claimed"]
-    answer = booking.op_respawn_booked({"run": "svc", "job_num": 0})
+    answer = booking.op_respawn({"run": "svc", "job_num": 0})
     assert answer == {"respawned": False, "why": "this host was taken meanwhile: busy "
                                                  "(1 of 1 blocks held by other)"}
     assert len([c for c in docker.calls() if c[0] == "run"]) == 1
     # Free again: the replica comes back, its claim renewed.
     booking.op_release({"run": "other"})
-    assert booking.op_respawn_booked({"run": "svc", "job_num": 0})["respawned"]
+    assert booking.op_respawn({"run": "svc", "job_num": 0})["respawned"]
     assert (book / "claims" / "svc.json").exists()
 
 
@@ -256,3 +256,64 @@ def test_a_run_with_a_repo_is_queued_on_a_host_that_never_queued_one(docker, boo
     assert os.stat(str(held)).st_ino == os.stat(str(archive)).st_ino   # a link, not a copy
     assert json.loads((book / "queue" / "r.json").read_text())["held_archive"] == str(held)
     assert stat_mode(book / "queue") == 0o700
+
+
+# ---------------------------------------------------------------------------------------------
+# respawn: a service's replica made again from its start.json (tasks/test_nodeside.py has the
+# start that keeps it)
+
+
+def test_respawn_makes_a_gone_replica_again_with_a_new_state(absent, run_root, book):
+    absent.on(["run"], stdout="abc\n")
+    nodeside.op_start({"job": replica_spec()})
+    write_state(run_root, "svc", 1, running="1714557600\n", exit_code="137\n")
+    absent.on(["ps"], stdout="")   # its container was removed under it
+    absent.on(["rm"], stdout="")
+
+    answer = booking.op_respawn({"run": "svc", "job_num": 1})
+
+    assert answer == {"respawned": True, "id": "abc", "respawns": 1}
+    runs = [c for c in absent.calls() if c[0] == "run"]
+    assert len(runs) == 2 and runs[0] == runs[1]   # the same container, port and mounts
+    assert ["rm", "-f", "svc-0-1"] in absent.calls()
+    assert list((run_root / "svc" / "1" / "state").iterdir()) == []   # a new state
+    assert (run_root / "svc" / "1" / "job" / "job.sh").exists()       # the same files
+    assert booking.op_respawn({"run": "svc", "job_num": 1})["respawns"] == 2
+
+
+def test_respawn_leaves_a_replica_that_runs(docker, run_root, book):
+    docker.on(["container", "inspect"], stderr="No such container", rc=1)
+    docker.on(["run"], stdout="abc\n")
+    nodeside.op_start({"job": replica_spec()})
+    docker.on(["ps"], stdout="aaa\n")
+    docker.on(["inspect"], stdout=json.dumps([inspect_entry("svc-0-1", run="svc", job=1)]))
+
+    answer = booking.op_respawn({"run": "svc", "job_num": 1})
+
+    assert answer == {"respawned": False, "why": "its container svc-0-1 is running"}
+    assert len([c for c in docker.calls() if c[0] == "run"]) == 1
+
+
+def test_respawn_refuses_a_job_that_is_no_replica_and_bad_names(absent, run_root, book):
+    absent.on(["run"], stdout="abc\n")
+    nodeside.op_start({"job": job_spec()})
+    answer = booking.op_respawn({"run": "train", "job_num": 1})
+    assert answer["respawned"] is False and "not started here as a service" in answer["why"]
+    for bad in ({"run": "../x", "job_num": 1}, {"run": "svc", "job_num": "1"}):
+        with pytest.raises(nodeside.Failure):
+            booking.op_respawn(bad)
+
+
+def test_a_respawn_that_finds_the_name_taken_made_nothing(docker, run_root, book):
+    docker.on(["container", "inspect"], stderr="No such container", rc=1)
+    docker.on(["ps"], stdout="")
+    docker.on(["rm"], stdout="")
+    docker.on(["run"], rc=125, stderr='Conflict. The container name "/svc-0-1" is already '
+              'in use by container "0123".')
+    kept = run_root / "svc" / "1"
+    kept.mkdir(parents=True)
+    (kept / "start.json").write_text(json.dumps(dict(
+        (key, replica_spec().get(key)) for key in nodeside.RESPAWN_KEYS)))
+    answer = booking.op_respawn({"run": "svc", "job_num": 1})
+    assert answer == {"respawned": False, "why": "its container svc-0-1 is there"}
+    assert not (kept / "respawns").exists()

@@ -78,6 +78,19 @@ def test_a_service_replica_that_fails_under_retry_is_respawned_alone():
     # A task's job never is.
     task = {"retry": {"on_events": ["error"], "duration": 60}}
     assert lc.decide(task, statuses, now=100.0).respawn == []
+    # A look with no queue entry reads it from the replicas' label.
+    assert lc.decide({"service": True, "respawn": True}, statuses).respawn == [1]
+
+
+def test_a_service_that_ends_respawns_nothing():
+    service = {"service": True, "respawn": True}
+    failed = (lc.JobStatus.FAILED, lc.EXECUTOR_ERROR, None)
+    stopping = (lc.JobStatus.TERMINATING, lc.TERMINATED_BY_USER, None)
+    decision = lc.decide(service, {0: stopping, 1: failed})
+    assert decision.respawn == [] and decision.status == lc.RunStatus.TERMINATING
+    stopped = (lc.JobStatus.TERMINATED, lc.TERMINATED_BY_USER, 143)
+    decision = lc.decide(service, {0: stopped, 1: failed})
+    assert decision.respawn == [] and decision.final
 
 
 @pytest.mark.parametrize("entry, holds", [

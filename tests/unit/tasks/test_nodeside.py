@@ -10,7 +10,6 @@ whose words start the argv wins). RUN_ROOT points into a temporary folder.
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import stat
@@ -21,13 +20,12 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core import files
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.files import module_source
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
-    booking,
     bootstrap as starter,
     metricside,
     nodeside,
 )
 
-from .fakes import inspect_entry, write_state
+from .fakes import inspect_entry, job_spec, replica_spec, write_state
 
 
 def mode(path):
@@ -164,26 +162,6 @@ def test_image_info_of_a_missing_image(docker):
 # ---------------------------------------------------------------------------------------------
 # start
 # ---------------------------------------------------------------------------------------------
-
-
-def job_spec(**changes):
-    job = {
-        "run": "train",
-        "job_num": 1,
-        "container": "train-1-0",
-        "image": "ubuntu:22.04",
-        "docker_args": ["--name", "train-1-0", "--label", "gpufleet.run=train",
-                        "--entrypoint", "/bin/sh"],
-        "files": {
-            "job.sh": {"text": "#!/bin/sh\necho job\n", "mode": 0o755},
-            "env.sh": {"text": "export A=1\n", "mode": 0o600},
-            "ssh/blob.bin": {"data": base64.b64encode(b"\x00\x01binary\xff").decode("ascii")},
-        },
-        "mounts": [],
-        "conditional": [],
-    }
-    job.update(changes)
-    return job
 
 
 def run_call(docker):
@@ -823,16 +801,8 @@ def test_start_links_the_repo_archive_into_a_job_folder_it_makes(absent, run_roo
 
 
 # ---------------------------------------------------------------------------------------------
-# respawn (a service's replica made again)
+# what respawn (tasks/test_booking.py) needs of a service's replica
 # ---------------------------------------------------------------------------------------------
-
-
-def replica_spec():
-    return job_spec(run="svc", job_num=1, container="svc-0-1",
-                    docker_args=["--name", "svc-0-1", "--label", "gpufleet.run=svc",
-                                 "--label", 'gpufleet.service={"port": 8000}',
-                                 "-p", "10.0.0.5::8000"],
-                    claim={"run": "svc", "run_id": "r1", "submission": 0})
 
 
 def test_start_keeps_what_respawn_needs_for_a_service_replica_only(absent, run_root):
@@ -846,44 +816,3 @@ def test_start_keeps_what_respawn_needs_for_a_service_replica_only(absent, run_r
 
     nodeside.op_start({"job": job_spec()})   # a task's job keeps nothing of the kind
     assert not (run_root / "train" / "1" / "start.json").exists()
-
-
-def test_respawn_makes_a_gone_replica_again_with_a_new_state(absent, run_root):
-    absent.on(["run"], stdout="abc\n")
-    nodeside.op_start({"job": replica_spec()})
-    write_state(run_root, "svc", 1, running="1714557600\n", exit_code="137\n")
-    absent.on(["ps"], stdout="")   # its container was removed under it
-    absent.on(["rm"], stdout="")
-
-    answer = booking.op_respawn({"run": "svc", "job_num": 1})
-
-    assert answer == {"respawned": True, "id": "abc", "respawns": 1}
-    runs = [c for c in absent.calls() if c[0] == "run"]
-    assert len(runs) == 2 and runs[0] == runs[1]   # the same container, port and mounts
-    assert ["rm", "-f", "svc-0-1"] in absent.calls()
-    assert list((run_root / "svc" / "1" / "state").iterdir()) == []   # a new state
-    assert (run_root / "svc" / "1" / "job" / "job.sh").exists()       # the same files
-    assert booking.op_respawn({"run": "svc", "job_num": 1})["respawns"] == 2
-
-
-def test_respawn_leaves_a_replica_that_runs(docker, run_root):
-    docker.on(["container", "inspect"], stderr="No such container", rc=1)
-    docker.on(["run"], stdout="abc\n")
-    nodeside.op_start({"job": replica_spec()})
-    docker.on(["ps"], stdout="aaa\n")
-    docker.on(["inspect"], stdout=json.dumps([inspect_entry("svc-0-1", run="svc", job=1)]))
-
-    answer = booking.op_respawn({"run": "svc", "job_num": 1})
-
-    assert answer == {"respawned": False, "why": "its container svc-0-1 is running"}
-    assert len([c for c in docker.calls() if c[0] == "run"]) == 1
-
-
-def test_respawn_refuses_a_job_that_is_no_replica_and_bad_names(absent, run_root):
-    absent.on(["run"], stdout="abc\n")
-    nodeside.op_start({"job": job_spec()})
-    answer = booking.op_respawn({"run": "train", "job_num": 1})
-    assert answer["respawned"] is False and "not started here as a service" in answer["why"]
-    for bad in ({"run": "../x", "job_num": 1}, {"run": "svc", "job_num": "1"}):
-        with pytest.raises(nodeside.Failure):
-            booking.op_respawn(bad)

@@ -307,14 +307,15 @@ def test_a_failed_replica_is_started_again_alone_and_published(fake_hosts):
     assert report["respawned"] == ["svc-0-1"] and report["stopped"] == []
     assert report["resubmitted"] == [] and report["started"] == []
     # The route follows the new replica's port; it is not taken off.
-    assert hook.kinds() == [("started", "svc")] and report["unpublished"] == []
+    assert hook.kinds() == [("respawned", "svc")] and report["unpublished"] == []
     assert report["published"] == ["svc"]
+    assert hook.calls[0][2]["record"]["service"]["respawn"] is True
     respawns = [(host, op, p) for host, op, p in cluster.log if op == "respawn"]
     assert [p for _h, _o, p in respawns] == [{"run": "svc", "job_num": 1}]
     cluster.sleep(1)
     # Both replicas run again: the next pass has nothing to do for it.
     report = hooked_pass(cluster, fleets, hook)
-    assert report["respawned"] == [] and hook.kinds() == [("started", "svc")]
+    assert report["respawned"] == [] and hook.kinds() == [("respawned", "svc")]
 
 
 def test_a_service_that_ended_by_itself_is_taken_off_its_proxy(fake_hosts):

@@ -54,7 +54,9 @@ def test_a_service_becomes_one_job_per_replica_with_its_service_key():
     config = runnable(3)
     assert (config["type"], config["run_type"], config["nodes"], config["groups"]) == (
         "task", "service", 3, None)
-    assert config["service"] == dict(PROXY, port=8000, replicas=3)
+    assert config["service"] == dict(PROXY, port=8000, replicas=3, respawn=False)
+    retried = replicas.runnable(dict(service(2), retry={"on_events": ["error"], "duration": 60}))
+    assert retried["service"]["respawn"] is True   # a failed replica is made again alone
     assert config["service"]["url"] == "http://192.0.2.10:3000/proxy/services/main/svc/"
     assert config["service"]["model_url"] is None
 
@@ -116,7 +118,7 @@ def test_a_replicas_container_is_named_as_dstack_names_its_job_and_publishes_the
     assert json.loads(labels[SERVICE_LABEL]) == {
         "port": 8000, "proxy_host": "demo-0", "proxy_address": "192.0.2.10",
         "proxy_port": 3000, "url": "http://192.0.2.10:3000/proxy/services/main/svc/",
-        "model_url": None, "model": None}
+        "model_url": None, "model": None, "respawn": False}
     assert json.loads(labels["gpufleet.run-spec"])["type"] == "service"
     assert job_container(runnable(2), "svc", 1) == "svc-0-1"
     assert job_container(task(), "train", 1) == "train-1-0"
@@ -226,7 +228,7 @@ def test_ps_reads_the_service_and_its_replicas_from_the_labels():
     assert record["service"] == {
         "url": "http://192.0.2.10:3000/proxy/services/main/svc/", "model_url": None,
         "proxy_host": "demo-0", "proxy_address": "192.0.2.10", "port": 8000, "model": None,
-        "replicas": 2}
+        "replicas": 2, "respawn": False}
     assert [(j["replica"], j["container"], j["published"]) for j in record["jobs"]] == [
         (0, "svc-0-0", {"8000/tcp": 49153}), (1, "svc-0-1", {"8000/tcp": 49154})]
     # a replica whose command ended: the service failed, not done

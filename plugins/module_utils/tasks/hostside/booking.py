@@ -490,52 +490,63 @@ def op_start_booked(payload):
         raise
 
 
-def op_respawn(payload):
+def _respawn_locked(payload):
     """Make a service's replica again on this host from what its start kept (``start.json``),
     when its container is gone or has ended: the same folder and files, a new state. Answers
-    ``{"respawned": bool, "why"}``; a replica that runs is left alone."""
-    run, num = str(payload.get("run") or ""), payload.get("job_num")
-    if not _RUN_NAME.match(run) or not isinstance(num, int) or num < 0:
-        raise Failure("respawn: bad run %r or job %r" % (run, num))
+    ``{"respawned": bool, "why"}``; a replica that runs is left alone. Under the lock, with
+    its claim renewed first: a host another run took after the replica went is not used, and
+    two controllers asking at once make one container."""
+    run, num = payload["run"], payload["job_num"]
     folder = job_dir(run, num)
     job = _json_file(os.path.join(folder, "start.json"))
     if not job or not job.get("container"):
         return {"respawned": False, "why": "replica %d of %s was not started here as a "
                                            "service's replica" % (num, run)}
     for item in op_status({"run": run})["containers"]:
-        if item.get("name") == job["container"] and item.get("state") in (
-                "created", "running", "paused", "restarting"):
+        if item.get("name") == job["container"] and item.get("state") in HOLDING_STATES:
             return {"respawned": False, "why": "its container %s is %s"
                                                % (job["container"], item["state"])}
+    if job.get("claim"):
+        answer = _claim_locked(job["claim"], time.time())
+        if not answer["claimed"]:
+            return {"respawned": False, "why": "this host was taken meanwhile: %s"
+                                               % answer["reason"]}
     _docker(["rm", "-f", job["container"]], check=False)
     import shutil
 
     state = os.path.join(folder, "state")
     shutil.rmtree(state, ignore_errors=True)
-    os.makedirs(state, 0o755)
-    for leftover in ("created",):
-        if os.path.exists(os.path.join(folder, leftover)):
-            os.remove(os.path.join(folder, leftover))
+    os.makedirs(state, 0o755, exist_ok=True)
+    if os.path.exists(os.path.join(folder, "created")):
+        os.remove(os.path.join(folder, "created"))
     answer = _run_container(job, folder)
+    if not answer.get("started"):
+        return {"respawned": False, "why": "its container %s is there" % job["container"]}
     count = os.path.join(folder, "respawns")
     done = int((_small_file(count) or "0").strip() or 0) + 1
     _write(count, ("%d\n" % done).encode("utf-8"), 0o644)
     return {"respawned": True, "id": answer.get("id"), "respawns": done}
 
 
-def op_respawn_booked(payload):
-    """Respawn a service's replica (nodeside's ``respawn``) once its claim here holds again,
-    under the lock: a host another run took after the replica went is not used."""
-    kept = _json_file(os.path.join(job_dir(str(payload.get("run") or ""),
-                                           int(payload.get("job_num") or 0)), "start.json"))
-    claim = (kept or {}).get("claim")
-    if claim:
-        with _Lock():
-            answer = _claim_locked(claim, time.time())
-        if not answer["claimed"]:
-            return {"respawned": False, "why": "this host was taken meanwhile: %s"
-                                               % answer["reason"]}
-    return op_respawn(payload)
+def op_respawn(payload):
+    """``_respawn_locked`` under the booking lock."""
+    run, num = str(payload.get("run") or ""), payload.get("job_num")
+    if not _RUN_NAME.match(run) or not isinstance(num, int) or num < 0:
+        raise Failure("respawn: bad run %r or job %r" % (run, num))
+    with _Lock():
+        return _respawn_locked({"run": run, "job_num": num})
+
+
+def op_replica_info(payload):
+    """What a service's replica keeps of its start (``start.json``): ``{"kept": bool,
+    "container", "placed", "claim", "config_digest"}`` (services.rolling reads it)."""
+    run, num = str(payload.get("run") or ""), payload.get("job_num")
+    if not _RUN_NAME.match(run) or not isinstance(num, int) or num < 0:
+        raise Failure("replica_info: bad run %r or job %r" % (run, num))
+    kept = _json_file(os.path.join(job_dir(run, num), "start.json")) or {}
+    return {"kept": bool(kept), "container": kept.get("container"),
+            "placed": kept.get("placed"), "claim": kept.get("claim"),
+            "config_digest": kept.get("config_digest")}
 
 
 def op_remove_booked(payload):
@@ -551,5 +562,6 @@ BOOK_OPS.update({
     "status": op_status_booked,
     "start": op_start_booked,
     "remove": op_remove_booked,
-    "respawn": op_respawn_booked,
+    "respawn": op_respawn,
+    "replica_info": op_replica_info,
 })

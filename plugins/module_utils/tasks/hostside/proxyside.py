@@ -344,6 +344,29 @@ def op_proxy_publish(payload):
     return _proxy_apply(change)
 
 
+def op_proxy_replicas(payload):
+    # type: (dict) -> dict
+    """Give a published service's route the replicas of ``payload`` (a replica made again has
+    a new port); a run this host does not publish is left alone (``missing``)."""
+    run, replicas = payload.get("run"), payload.get("replicas")
+    _proxy_need(_PROXY_RUN, run, "the run name")
+    missing = []
+
+    def change(routes, _held):
+        if run not in routes:
+            missing.append(run)
+            return None
+        route = dict(routes[run], replicas=replicas)
+        proxy_routes_check([route])
+        routes[run] = route
+        return None
+
+    answer = _proxy_apply(change)
+    if missing:
+        answer = dict(answer, missing=True)
+    return answer
+
+
 def op_proxy_unpublish(payload):
     # type: (dict) -> dict
     """Take one service's route out (nothing listens once the last one is out)."""
@@ -431,6 +454,7 @@ def op_proxy_status(payload):
 PROXY_OPS = {
     "proxy_check": op_proxy_check,
     "proxy_publish": op_proxy_publish,
+    "proxy_replicas": op_proxy_replicas,
     "proxy_unpublish": op_proxy_unpublish,
     "proxy_refresh": op_proxy_refresh,
     "proxy_status": op_proxy_status,

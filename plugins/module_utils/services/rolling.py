@@ -1,0 +1,212 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A running service taken to a new version, one replica at a time (``apply`` again).
+
+dstack rolls a service's replicas when its configuration changes; so does this module, with
+no server: the ``apply`` that brings the new version does it, in place. The new version's jobs
+are prepared (tasks.run_preparation) for the hosts the replicas already hold (each replica's
+host kept where it was placed: ``start.json``, read with ``replica_info``), with the run's
+own id and submission, so its claims and ``ps`` stay the run's. Then, for each replica whose
+version (``config_digest``) is not the new one, in order:
+
+1. its host is asked whether it holds the new version's share (the claim, renewed);
+2. the route goes to the proxy without it: new requests go to the others, and HAProxy's old
+   process finishes what it had in flight on it (DRAIN_SECONDS; a request still running on it
+   then is cut, and tried again on another replica where its method allows);
+3. it is removed, and the new version's container started in its place;
+4. the route comes back with the new container's port, which HAProxy takes only once its
+   checks pass; the next replica waits for that.
+
+So at every moment all replicas but one serve. A replica of the new version that never passes
+its checks (or whose container ends) stops the roll: the replicas not rolled yet keep the old
+version, the run goes on, and applying again resumes where it stopped (replicas already at the
+new version are left alone). A change of the number of replicas, or a service of one replica,
+is refused: that needs a replica beside the others, which this version does not place.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Mapping, Optional
+
+from ..core.errors import GpufleetError
+from ..tasks.run_placement import Claimed
+from ..tasks.ssh import NodeError, parallel
+from . import publish
+
+# How long a new replica has to pass its checks (probes, or a TCP check of its port).
+READY_TIMEOUT = 600
+# How long HAProxy's old process is given for requests in flight on a replica that left.
+DRAIN_SECONDS = 2
+
+
+class RollError(GpufleetError):
+    """A roll that cannot start, or that stopped: says which replicas run which version."""
+
+
+def live_record(records: list[dict[str, Any]], name: str) -> Optional[dict[str, Any]]:
+    """The record (tasks.listing) of the running service ``name`` among ``records``."""
+    for record in records:
+        if record.get("name") == name and record.get("service"):
+            return record
+    return None
+
+
+class Roll(object):
+    """One roll of ``record`` (the live service's run record) to ``runner``'s configuration
+    (a tasks.runs.Runner made for the new version, not submitted). ``nodes``: ``{host:
+    Node}`` of the service's fleet; ``proxy_node``: its proxy host; ``addresses``: ``{host:
+    internal address}``; ``config``: the new normalized service config (its route part)."""
+
+    def __init__(self, runner: Any, record: Mapping[str, Any], nodes: Mapping[str, Any],
+                 proxy_node: Any, addresses: Mapping[str, str], config: Mapping[str, Any],
+                 user: str, fleet: str, listen: Optional[Mapping[str, Any]],
+                 emit: Callable[[dict], None], clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.runner = runner
+        self.record = record
+        self.name = str(record["name"])
+        self.nodes = nodes
+        self.proxy_node = proxy_node
+        self.addresses = addresses
+        self.config = config
+        self.user = user
+        self.fleet = fleet
+        self.listen = listen
+        self.emit = emit
+        self.clock = clock
+        self.sleep = sleep
+
+    # -- what runs now --------------------------------------------------------------------
+
+    def _call(self, host: str, op: str, payload: dict[str, Any]) -> dict[str, Any]:
+        if host not in self.nodes:
+            raise RollError("service %s: its replica's host %s cannot be reached from this "
+                            "controller" % (self.name, host))
+        try:
+            return self.nodes[host].call(op, payload) or {}
+        except NodeError as exc:
+            raise RollError("service %s: %s" % (self.name, exc)) from exc
+
+    def _kept(self) -> list[dict[str, Any]]:
+        jobs = sorted(self.record.get("jobs") or [], key=lambda j: j["job_num"])
+        answers = parallel(list(range(len(jobs))), lambda i: self._call(
+            jobs[i]["host"], "replica_info", {"run": self.name, "job_num": jobs[i]["job_num"]}))
+        kept = []
+        for i, job in enumerate(jobs):
+            answer, error = answers[i]
+            if error is not None:
+                raise error if isinstance(error, RollError) else RollError(str(error))
+            if not (answer or {}).get("placed"):
+                raise RollError("service %s: replica %d was started by an older gpufleet, which "
+                                "kept no record to update it from; stop it and apply again"
+                                % (self.name, job["job_num"]))
+            kept.append(dict(answer, host=job["host"], job_num=job["job_num"]))
+        return kept
+
+    def _route(self, leave_out: Optional[int] = None) -> None:
+        containers = parallel(sorted(self.addresses), lambda h: self.nodes[h].call(
+            "status", {"run": self.name}) if h in self.nodes else {})
+        found = dict((h, (a or {}).get("containers") or []) for h, (a, e) in containers.items()
+                     if e is None)
+        replicas = [r for r in publish.replicas_of(self.config, found, self.addresses)
+                    if r["replica_num"] != leave_out]
+        route = publish.route_of(self.config, self.name, self.user, self.fleet, replicas)
+        publish.publish(self.proxy_node, route, self.listen)
+
+    def _ready(self, num: int, host: str) -> None:
+        """Wait until the proxy has replica ``num`` up; RollError when its container ended or
+        the time ran out."""
+        deadline = self.clock() + READY_TIMEOUT
+        while True:
+            try:
+                servers = self.proxy_node.call("proxy_status", {"run": self.name})["servers"]
+            except (NodeError, KeyError, TypeError) as exc:
+                raise RollError("service %s: could not ask the proxy on %s about replica %d: %s"
+                                % (self.name, self.proxy_node.name, num, exc)) from exc
+            if any(s.get("replica_num") == num and str(s.get("status")).startswith("UP")
+                   for s in servers):
+                return
+            boxes = self._call(host, "status", {"run": self.name}).get("containers") or []
+            mine = [b for b in boxes if str((b.get("labels") or {}).get("gpufleet.job")) ==
+                    str(num)]
+            if mine and all(b.get("state") not in ("created", "running", "restarting")
+                            for b in mine):
+                raise RollError("service %s: replica %d of the new version ended before it "
+                                "passed its checks (see gpufleet logs %s --replica %d)"
+                                % (self.name, num, self.name, num))
+            if self.clock() >= deadline:
+                raise RollError("service %s: replica %d of the new version did not pass its "
+                                "checks within %d s" % (self.name, num, READY_TIMEOUT))
+            self.sleep(1.0)
+
+    # -- the roll ---------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Roll every replica that is not at the new version; returns ``{"rolled": [replica
+        numbers], "unchanged": bool}``."""
+        kept = self._kept()
+        count = len(kept)
+        wanted = self.runner.config.get("nodes")
+        if isinstance(wanted, int) and wanted != count:
+            raise RollError("replicas: service %s runs %d replicas and the new version asks for "
+                            "%d; a running service keeps its number of replicas here: stop it "
+                            "and apply again" % (self.name, count, wanted))
+        if count < 2:
+            raise RollError("service %s runs one replica, which cannot be replaced without a "
+                            "gap; give it replicas: 2 or more, or stop it and apply again"
+                            % self.name)
+        placed = {"fleet": self.fleet, "jobs": [k["placed"] for k in kept]}
+        self.runner.run_id = self.record["run_id"]
+        number = int(self.record.get("submission") or 0)
+        submission = self.runner.preparing.prepare(number, Claimed(placed, {}, (), ()))
+        new = dict((j["job_num"], j) for j in submission.jobs)
+        stale = [k for k in kept if k.get("config_digest") != new[k["job_num"]]["config_digest"]]
+        if not stale:
+            return {"rolled": [], "unchanged": True}
+        rolled: list[int] = []
+        for item in stale:
+            num, host = item["job_num"], item["host"]
+            job = new[num]
+            # The run's own claim taken over (the same run id; the controller that made it
+            # may be another one): its share is now the new version's.
+            job["claim"] = dict(job["claim"], replace=False,
+                                by=(item.get("claim") or {}).get("by"))
+            answer = self._call(host, "claim", job["claim"])
+            if not answer.get("claimed"):
+                raise RollError("service %s: host %s cannot hold replica %d of the new version: "
+                                "%s; %s" % (self.name, host, num, answer.get("reason"),
+                                            self._where(rolled, stale)))
+            self._route(leave_out=num)
+            self.sleep(DRAIN_SECONDS)
+            # Removed at once, not stopped first: a stopped replica would read as one that
+            # ended, which another look at the run might act on.
+            self._call(host, "remove", {"run": self.name, "jobs": [num]})
+            try:
+                self._call(host, "start", {"job": job})
+            finally:
+                self._route()
+            try:
+                self._ready(num, host)
+            except RollError as exc:
+                raise RollError("%s; %s" % (exc, self._where(rolled, stale, num))) from exc
+            rolled.append(num)
+            self.emit({"kind": "info", "run": self.name, "message": "replica %d runs the new "
+                       "version (%d of %d)" % (num, len(rolled), len(stale))})
+        if self.runner.keeps_entry():   # retry resubmits the new version from now on
+            self.runner.keep_entry(submission)
+        return {"rolled": rolled, "unchanged": False}
+
+    def _where(self, rolled: list[int], stale: list[dict[str, Any]],
+               failed: Optional[int] = None) -> str:
+        old = [k["job_num"] for k in stale if k["job_num"] not in rolled + [failed]]
+        text = "replicas rolled to the new version: %s; still on the old one: %s" % (
+            ", ".join(str(n) for n in rolled) or "none", ", ".join(str(n) for n in old) or "none")
+        if failed is not None:
+            text += "; replica %d runs the new version outside the proxy" % failed
+        return text + "; apply again to go on, or stop the service"
+
+    def plan(self) -> dict[str, Any]:
+        """Where the replicas are, as a plan shows them (nothing is changed)."""
+        return {"fleet": self.fleet, "jobs": [k["placed"] for k in self._kept()]}

@@ -1,0 +1,184 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A running service rolled to a new version in place (services.rolling), on fake hosts that
+answer the host helper's operations as tasks.hostside does and a proxy that says which
+replicas are up. tests/integration/test_services.py rolls a real one under load."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.services import rolling
+
+CONFIG = {"port": 8000, "auth": True, "strip_prefix": True, "rate_limits": [], "probes": [],
+          "model": None}
+ADDRESSES = {"h-0": "10.0.0.1", "h-1": "10.0.0.2"}
+
+
+class World(object):
+    """Two hosts with one replica each (version ``old``), and the proxy on h-0."""
+
+    def __init__(self, digests=("old", "old"), count=2, placed=True, refuse_claim=None,
+                 ends=()):
+        self.log = []
+        self.routes = []
+        self.ports = {}
+        self.up = set(range(count))
+        self.refuse_claim = refuse_claim
+        self.ends = set(ends)
+        self.kept = dict((n, {"kept": True, "container": "svc-0-%d" % n,
+                              "placed": {"job_num": n, "host": "h-%d" % n} if placed else None,
+                              "claim": {"run": "svc", "by": "first:1"},
+                              "config_digest": digests[n]}) for n in range(count))
+        self.boxes = dict((n, {"state": "running", "port": 40000 + n}) for n in range(count))
+        self.nodes = dict(("h-%d" % n, Host(self, "h-%d" % n, n)) for n in range(2))
+
+    def replicas(self):
+        return [n for n, box in sorted(self.boxes.items()) if box["state"] == "running"]
+
+
+class Host(object):
+    def __init__(self, world, name, num):
+        self.world, self.name, self.num = world, name, num
+
+    def call(self, op, payload=None, timeout=120):
+        world = self.world
+        world.log.append((self.name, op, payload))
+        if op == "replica_info":
+            return dict(world.kept[payload["job_num"]])
+        if op == "status":
+            return {"containers": [
+                {"name": "svc-0-%d" % n, "state": box["state"], "address": "172.17.0.2",
+                 "labels": {"gpufleet.job": str(n), "gpufleet.submission": "0"},
+                 "published": {"8000/tcp": box["port"]}}
+                for n, box in world.boxes.items() if "h-%d" % n == self.name]}
+        if op == "claim":
+            if world.refuse_claim == self.name:
+                return {"claimed": False, "reason": "busy (1 of 1 blocks held by other)"}
+            assert payload["by"] == "first:1"   # the run's claim, taken over
+            return {"claimed": True}
+        if op == "remove":
+            (num,) = payload["jobs"]
+            world.boxes.pop(num)
+            world.up.discard(num)
+            return {"removed": ["svc-0-%d" % num]}
+        if op == "start":
+            num = payload["job"]["job_num"]
+            world.boxes[num] = {"state": "exited" if num in world.ends else "running",
+                                "port": 41000 + num}
+            world.kept[num]["config_digest"] = payload["job"]["config_digest"]
+            return {"started": True}
+        if op == "proxy_publish":
+            world.routes.append([r["replica_num"] for r in payload["route"]["replicas"]])
+            return {"changed": True}
+        if op == "proxy_status":
+            for num, box in world.boxes.items():
+                if box["state"] == "running":
+                    world.up.add(num)   # its checks pass at the next look
+            return {"servers": [{"replica_num": n, "status": "UP"} for n in sorted(world.up)]}
+        raise AssertionError(op)
+
+
+class Preparing(object):
+    def __init__(self, runner):
+        self.runner = runner
+
+    def prepare(self, number, claimed):
+        self.runner.prepared = (number, claimed.placed)
+        return Submission([{"job_num": j["job_num"], "host": j["host"],
+                            "container": "svc-0-%d" % j["job_num"],
+                            "claim": {"run": "svc", "by": "me:2"},
+                            "config_digest": self.runner.digest}
+                           for j in claimed.placed["jobs"]])
+
+
+class Submission(object):
+    def __init__(self, jobs):
+        self.jobs = jobs
+
+
+class Runner(object):
+    def __init__(self, digest="new", nodes=2, keeps=False):
+        self.config = {"nodes": nodes}
+        self.digest = digest
+        self.preparing = Preparing(self)
+        self.run_id = None
+        self.kept_entry = None
+        self.keeps = keeps
+
+    def keeps_entry(self):
+        return self.keeps
+
+    def keep_entry(self, submission):
+        self.kept_entry = submission
+
+
+def roll(world, runner, count=2):
+    record = {"name": "svc", "run_id": "r1", "submission": 3,
+              "jobs": [{"job_num": n, "host": "h-%d" % n} for n in range(count)]}
+    events = []
+    job = rolling.Roll(runner, record, world.nodes, world.nodes["h-0"], ADDRESSES, CONFIG,
+                       "alice", "f", {"address": "10.0.0.1", "port": 3000}, events.append,
+                       sleep=lambda seconds: None)
+    return job, events
+
+
+def test_each_replica_leaves_the_proxy_is_replaced_and_back_before_the_next():
+    world, runner = World(), Runner(keeps=True)
+    job, events = roll(world, runner)
+    assert job.run() == {"rolled": [0, 1], "unchanged": False}
+    # The run's own id and submission, on the hosts the replicas hold.
+    assert runner.run_id == "r1" and runner.prepared[0] == 3
+    assert runner.prepared[1]["jobs"] == [{"job_num": 0, "host": "h-0"},
+                                          {"job_num": 1, "host": "h-1"}]
+    ops = [(host, op) for host, op, _p in world.log if op in ("claim", "remove", "start")]
+    assert ops == [("h-0", "claim"), ("h-0", "remove"), ("h-0", "start"),
+                   ("h-1", "claim"), ("h-1", "remove"), ("h-1", "start")]
+    # Out of the route before it is removed, back with its new port after it started: at
+    # every moment one replica serves.
+    assert world.routes == [[1], [0, 1], [0], [0, 1]]
+    assert all(route for route in world.routes)
+    assert [e["message"] for e in events] == ["replica 0 runs the new version (1 of 2)",
+                                              "replica 1 runs the new version (2 of 2)"]
+    assert runner.kept_entry is not None   # retry resubmits the new version
+
+
+def test_an_unchanged_service_is_left_alone_and_a_half_done_roll_goes_on():
+    world = World(digests=("new", "new"))
+    assert roll(world, Runner())[0].run() == {"rolled": [], "unchanged": True}
+    assert not [op for _h, op, _p in world.log if op in ("claim", "remove", "start")]
+    world = World(digests=("new", "old"))
+    assert roll(world, Runner())[0].run() == {"rolled": [1], "unchanged": False}
+    assert [h for h, op, _p in world.log if op == "remove"] == ["h-1"]
+
+
+@pytest.mark.parametrize("world, runner, count, message", [
+    (World(), Runner(nodes=3), 2, "runs 2 replicas and the new version asks for 3"),
+    (World(count=1), Runner(nodes=1), 1, "runs one replica, which cannot be replaced"),
+    (World(placed=False), Runner(), 2, "started by an older gpufleet"),
+])
+def test_what_an_update_cannot_do_is_refused_before_anything_changes(world, runner, count,
+                                                                     message):
+    with pytest.raises(rolling.RollError, match=message):
+        roll(world, runner, count)[0].run()
+    assert not [op for _h, op, _p in world.log if op in ("claim", "remove", "start")]
+
+
+def test_a_host_that_cannot_hold_the_new_version_stops_the_roll_before_it_changes():
+    world = World(refuse_claim="h-1")
+    with pytest.raises(rolling.RollError) as caught:
+        roll(world, Runner())[0].run()
+    assert "host h-1 cannot hold replica 1 of the new version: busy" in str(caught.value)
+    assert "rolled to the new version: 0; still on the old one: 1" in str(caught.value)
+    assert [h for h, op, _p in world.log if op == "remove"] == ["h-0"]
+    assert world.boxes[1]["state"] == "running"   # the old replica 1 serves on
+
+
+def test_a_new_replica_that_ends_stops_the_roll_and_says_where_each_is():
+    world = World(ends={0})
+    with pytest.raises(rolling.RollError) as caught:
+        roll(world, Runner())[0].run()
+    text = str(caught.value)
+    assert "replica 0 of the new version ended before it passed its checks" in text
+    assert "still on the old one: 1" in text and "replica 0 runs the new version outside" in text
+    assert [h for h, op, _p in world.log if op == "remove"] == ["h-0"]
