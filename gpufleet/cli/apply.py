@@ -219,7 +219,8 @@ def _run_task(args, path, config, out, err) -> int:
         return common.failed(exc, err)
     if record.get("runs") is not None:
         return _array_summary(record, args, out)
-    if args.detach:
+    if args.detach or record.get("rolled") is not None:
+        # A running service updated in place: the update is the whole of this apply.
         return _submitted(record, out, err)
     status = record.get("status")
     # A run that never got a job started (no capacity, a submission refused) is an error of

@@ -245,10 +245,10 @@ def test_a_service_behind_the_in_fleet_proxy(world, capsys, token):
                        for _attempt in range(12))
         assert versions == {"2"}, versions
         assert replicas_seen(url, token, 2)
-        # The same file again: nothing changes.
+        # The same file again (attached, this time): nothing changes.
         before = node_containers(world, NAME)
         capsys.readouterr()
-        assert cli.main(["apply", "-f", path, "-y", "-d"]) == 0
+        assert cli.main(["apply", "-f", path, "-y"]) == 0
         assert "is up to date: nothing changed" in capsys.readouterr().out
         assert node_containers(world, NAME) == before
     finally:

@@ -11,18 +11,22 @@ own id and submission, so its claims and ``ps`` stay the run's. Then, for each r
 version (``config_digest``) is not the new one, in order:
 
 1. its host is asked whether it holds the new version's share (the claim, renewed);
-2. the route goes to the proxy without it: new requests go to the others, and HAProxy's old
-   process finishes what it had in flight on it (DRAIN_SECONDS; a request still running on it
-   then is cut, and tried again on another replica where its method allows);
-3. it is removed, and the new version's container started in its place;
-4. the route comes back with the new container's port, which HAProxy takes only once its
+2. the route on the proxy takes the replicas without it (``proxy_replicas``: the route keeps
+   the old version's settings): new requests go to the others, and HAProxy's old process
+   finishes what it had in flight on it (DRAIN_SECONDS; a request still running on it then is
+   cut, and tried again on another replica where its method allows);
+3. its host replaces it (``replace``, one operation under the host's lock: the old container
+   removed, the new one started, or the old one made again when the new cannot start);
+4. the route takes it back with the new container's port, which HAProxy takes only once its
    checks pass; the next replica waits for that.
 
-So at every moment all replicas but one serve. A replica of the new version that never passes
-its checks (or whose container ends) stops the roll: the replicas not rolled yet keep the old
-version, the run goes on, and applying again resumes where it stopped (replicas already at the
-new version are left alone). A change of the number of replicas, or a service of one replica,
-is refused: that needs a replica beside the others, which this version does not place.
+Once all run the new version, the route is published whole with the new version's settings
+(probes, limits, model). So at every moment all replicas but one serve. A replica of the new
+version that never passes its checks (or whose container ends) stops the roll: the replicas
+not rolled yet keep the old version, the run goes on, and applying again resumes where it
+stopped (replicas already at the new version are left alone). A change of the number of
+replicas or of resources, or a service of one replica, is refused before anything changes:
+that needs a replica beside the others, which this version does not place.
 """
 
 from __future__ import annotations
@@ -46,9 +50,11 @@ class RollError(GpufleetError):
 
 
 def live_record(records: list[dict[str, Any]], name: str) -> Optional[dict[str, Any]]:
-    """The record (tasks.listing) of the running service ``name`` among ``records``."""
+    """The record (tasks.listing) of the service ``name`` among ``records`` when it runs (one
+    being stopped, or still starting, is not rolled: its apply is the usual one)."""
     for record in records:
-        if record.get("name") == name and record.get("service"):
+        if record.get("name") == name and record.get("service") and (
+                record.get("status") == "running"):
             return record
     return None
 
@@ -105,13 +111,33 @@ class Roll(object):
             kept.append(dict(answer, host=job["host"], job_num=job["job_num"]))
         return kept
 
-    def _route(self, leave_out: Optional[int] = None) -> None:
-        containers = parallel(sorted(self.addresses), lambda h: self.nodes[h].call(
-            "status", {"run": self.name}) if h in self.nodes else {})
-        found = dict((h, (a or {}).get("containers") or []) for h, (a, e) in containers.items()
+    def _replicas(self, kept: list[dict[str, Any]], leave_out: Optional[int] = None
+                  ) -> list[Any]:
+        """The replicas the hosts report now (but ``leave_out``); RollError when a host that
+        holds one does not answer: a route missing it would send nothing there."""
+        held = set(k["host"] for k in kept)
+        hosts = sorted(held | set(h for h in self.addresses if h in self.nodes))
+        answers = parallel(hosts, lambda h: self.nodes[h].call("status", {"run": self.name}))
+        for host, (_answer, error) in answers.items():
+            if error is not None and host in held:
+                raise RollError("service %s: its replica's host %s did not answer: %s"
+                                % (self.name, host, error))
+        found = dict((h, (a or {}).get("containers") or []) for h, (a, e) in answers.items()
                      if e is None)
-        replicas = [r for r in publish.replicas_of(self.config, found, self.addresses)
-                    if r["replica_num"] != leave_out]
+        return [r for r in publish.replicas_of(self.config, found, self.addresses)
+                if r["replica_num"] != leave_out]
+
+    def _set_replicas(self, kept: list[dict[str, Any]], leave_out: Optional[int] = None
+                      ) -> None:
+        """The route on the proxy takes the replicas now, its other settings kept (the old
+        version's probes stay until every replica runs the new one); one the proxy lost is
+        published whole."""
+        replicas = self._replicas(kept, leave_out)
+        if publish.set_replicas(self.proxy_node, self.name, replicas).get("missing"):
+            self._publish(replicas)
+
+    def _publish(self, replicas: list[Any]) -> None:
+        """The whole route of the new version (its probes, limits, model...)."""
         route = publish.route_of(self.config, self.name, self.user, self.fleet, replicas)
         publish.publish(self.proxy_node, route, self.listen)
 
@@ -147,16 +173,7 @@ class Roll(object):
         """Roll every replica that is not at the new version; returns ``{"rolled": [replica
         numbers], "unchanged": bool}``."""
         kept = self._kept()
-        count = len(kept)
-        wanted = self.runner.config.get("nodes")
-        if isinstance(wanted, int) and wanted != count:
-            raise RollError("replicas: service %s runs %d replicas and the new version asks for "
-                            "%d; a running service keeps its number of replicas here: stop it "
-                            "and apply again" % (self.name, count, wanted))
-        if count < 2:
-            raise RollError("service %s runs one replica, which cannot be replaced without a "
-                            "gap; give it replicas: 2 or more, or stop it and apply again"
-                            % self.name)
+        self._check(kept)
         placed = {"fleet": self.fleet, "jobs": [k["placed"] for k in kept]}
         self.runner.run_id = self.record["run_id"]
         number = int(self.record.get("submission") or 0)
@@ -164,7 +181,10 @@ class Roll(object):
         new = dict((j["job_num"], j) for j in submission.jobs)
         stale = [k for k in kept if k.get("config_digest") != new[k["job_num"]]["config_digest"]]
         if not stale:
+            self._publish(self._replicas(kept))   # as it is (again, when it was lost)
             return {"rolled": [], "unchanged": True}
+        if self.runner.keeps_entry():   # retry resubmits the new version from now on
+            self.runner.keep_entry(submission)
         rolled: list[int] = []
         for item in stale:
             num, host = item["job_num"], item["host"]
@@ -178,15 +198,16 @@ class Roll(object):
                 raise RollError("service %s: host %s cannot hold replica %d of the new version: "
                                 "%s; %s" % (self.name, host, num, answer.get("reason"),
                                             self._where(rolled, stale)))
-            self._route(leave_out=num)
-            self.sleep(DRAIN_SECONDS)
-            # Removed at once, not stopped first: a stopped replica would read as one that
-            # ended, which another look at the run might act on.
-            self._call(host, "remove", {"run": self.name, "jobs": [num]})
             try:
-                self._call(host, "start", {"job": job})
+                self._set_replicas(kept, leave_out=num)
+                self.sleep(DRAIN_SECONDS)
+                # One host operation under its lock: the old container goes and the new one
+                # starts, or the old one comes back (nothing comes between, no respawn).
+                self._call(host, "replace", {"job": job})
+            except RollError as exc:
+                raise RollError("%s; %s" % (exc, self._where(rolled, stale))) from exc
             finally:
-                self._route()
+                self._set_replicas(kept)   # back, with its new port (or its old one)
             try:
                 self._ready(num, host)
             except RollError as exc:
@@ -194,9 +215,27 @@ class Roll(object):
             rolled.append(num)
             self.emit({"kind": "info", "run": self.name, "message": "replica %d runs the new "
                        "version (%d of %d)" % (num, len(rolled), len(stale))})
-        if self.runner.keeps_entry():   # retry resubmits the new version from now on
-            self.runner.keep_entry(submission)
+        self._publish(self._replicas(kept))   # the new version's settings, now all run it
         return {"rolled": rolled, "unchanged": False}
+
+    def _check(self, kept: list[dict[str, Any]]) -> None:
+        """What an update in place cannot do, refused before anything changes."""
+        count = len(kept)
+        wanted = self.runner.config.get("nodes")
+        if isinstance(wanted, int) and wanted != count:
+            raise RollError("replicas: service %s runs %d replicas and the new version asks for "
+                            "%d; a running service keeps its number of replicas here: stop it "
+                            "and apply again" % (self.name, count, wanted))
+        if count < 2:
+            raise RollError("service %s runs one replica, which cannot be replaced without a "
+                            "gap; give it replicas: 2 or more, or stop it and apply again"
+                            % self.name)
+        asked = self.runner.config.get("resources")
+        for item in kept:
+            if item.get("resources") != asked:
+                raise RollError("resources: service %s's replicas hold what the old version "
+                                "asked for, and a replica is replaced on its own host; stop it "
+                                "and apply again to change resources" % self.name)
 
     def _where(self, rolled: list[int], stale: list[dict[str, Any]],
                failed: Optional[int] = None) -> str:
@@ -208,5 +247,8 @@ class Roll(object):
         return text + "; apply again to go on, or stop the service"
 
     def plan(self) -> dict[str, Any]:
-        """Where the replicas are, as a plan shows them (nothing is changed)."""
-        return {"fleet": self.fleet, "jobs": [k["placed"] for k in self._kept()]}
+        """Where the replicas are, as a plan shows them, after the checks ``run`` makes first
+        (nothing is changed)."""
+        kept = self._kept()
+        self._check(kept)
+        return {"fleet": self.fleet, "jobs": [k["placed"] for k in kept]}

@@ -162,6 +162,11 @@ def _replicas_again(record: Mapping[str, Any], fleets: list, nodes: Mapping[str,
     addresses = addresses_of(fleets, str(record.get("fleet") or ""))
     answers = parallel(sorted(h for h in addresses if h in nodes), lambda h: nodes[h].call(
         "status", {"run": record["name"]}))
+    held = set(j.get("host") for j in record.get("jobs") or [])
+    silent = sorted(h for h, (_a, e) in answers.items() if e is not None and h in held)
+    if silent:   # a route without its replicas there would send nothing to them
+        raise publish.PublishError("could not give service %s its new replicas: %s did not "
+                                   "answer" % (record["name"], ", ".join(silent)))
     found = dict((h, (a or {}).get("containers") or []) for h, (a, e) in answers.items()
                  if e is None)
     replicas_now = publish.replicas_of({"port": service["port"]}, found, addresses)

@@ -242,6 +242,7 @@ class RunPreparation(object):
             # which version of the service it runs (services.rolling compares it).
             job["placed"] = dict(where)
             job["config_digest"] = digest
+            job["resources"] = self.run.config.get("resources")
         return Submission(number, _inline_files(jobs, self.run.files_data), nodes, placed)
 
     def _record_setup_failure(self, number, claimed, message):

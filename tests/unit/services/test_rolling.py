@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.services import rolling
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 
 CONFIG = {"port": 8000, "auth": True, "strip_prefix": True, "rate_limits": [], "probes": [],
           "model": None}
@@ -19,9 +20,12 @@ class World(object):
     """Two hosts with one replica each (version ``old``), and the proxy on h-0."""
 
     def __init__(self, digests=("old", "old"), count=2, placed=True, refuse_claim=None,
-                 ends=()):
+                 ends=(), resources="2 CPUs", fails=None, silent=None):
         self.log = []
-        self.routes = []
+        self.routes = []      # the replicas of each change of the route, in order
+        self.published = []   # the whole routes published (their settings)
+        self.fails = fails    # a host whose replace fails (the old replica comes back)
+        self.silent = silent  # a host that does not answer status
         self.ports = {}
         self.up = set(range(count))
         self.refuse_claim = refuse_claim
@@ -29,7 +33,8 @@ class World(object):
         self.kept = dict((n, {"kept": True, "container": "svc-0-%d" % n,
                               "placed": {"job_num": n, "host": "h-%d" % n} if placed else None,
                               "claim": {"run": "svc", "by": "first:1"},
-                              "config_digest": digests[n]}) for n in range(count))
+                              "config_digest": digests[n], "resources": resources})
+                         for n in range(count))
         self.boxes = dict((n, {"state": "running", "port": 40000 + n}) for n in range(count))
         self.nodes = dict(("h-%d" % n, Host(self, "h-%d" % n, n)) for n in range(2))
 
@@ -47,6 +52,8 @@ class Host(object):
         if op == "replica_info":
             return dict(world.kept[payload["job_num"]])
         if op == "status":
+            if world.silent == self.name:
+                raise NodeError(self.name, "unreachable over SSH")
             return {"containers": [
                 {"name": "svc-0-%d" % n, "state": box["state"], "address": "172.17.0.2",
                  "labels": {"gpufleet.job": str(n), "gpufleet.submission": "0"},
@@ -57,19 +64,23 @@ class Host(object):
                 return {"claimed": False, "reason": "busy (1 of 1 blocks held by other)"}
             assert payload["by"] == "first:1"   # the run's claim, taken over
             return {"claimed": True}
-        if op == "remove":
-            (num,) = payload["jobs"]
-            world.boxes.pop(num)
-            world.up.discard(num)
-            return {"removed": ["svc-0-%d" % num]}
-        if op == "start":
+        if op == "replace":
             num = payload["job"]["job_num"]
+            assert payload["job"]["claim"]["by"] == "first:1"
+            if world.fails == self.name:   # booking.op_replace: the old one comes back
+                raise NodeError(self.name, "could not start container svc-0-%d: no such image; "
+                                           "the previous version runs again" % num)
+            world.up.discard(num)
             world.boxes[num] = {"state": "exited" if num in world.ends else "running",
                                 "port": 41000 + num}
             world.kept[num]["config_digest"] = payload["job"]["config_digest"]
             return {"started": True}
+        if op == "proxy_replicas":
+            world.routes.append([r["replica_num"] for r in payload["replicas"]])
+            return {"changed": True}
         if op == "proxy_publish":
             world.routes.append([r["replica_num"] for r in payload["route"]["replicas"]])
+            world.published.append(payload["route"])
             return {"changed": True}
         if op == "proxy_status":
             for num, box in world.boxes.items():
@@ -98,8 +109,8 @@ class Submission(object):
 
 
 class Runner(object):
-    def __init__(self, digest="new", nodes=2, keeps=False):
-        self.config = {"nodes": nodes}
+    def __init__(self, digest="new", nodes=2, keeps=False, resources="2 CPUs"):
+        self.config = {"nodes": nodes, "resources": resources}
         self.digest = digest
         self.preparing = Preparing(self)
         self.run_id = None
@@ -117,7 +128,8 @@ def roll(world, runner, count=2):
     record = {"name": "svc", "run_id": "r1", "submission": 3,
               "jobs": [{"job_num": n, "host": "h-%d" % n} for n in range(count)]}
     events = []
-    job = rolling.Roll(runner, record, world.nodes, world.nodes["h-0"], ADDRESSES, CONFIG,
+    job = rolling.Roll(runner, record, world.nodes, world.nodes["h-0"], ADDRESSES,
+                       dict(CONFIG, probes=[{"url": "/ready"}]),
                        "alice", "f", {"address": "10.0.0.1", "port": 3000}, events.append,
                        sleep=lambda seconds: None)
     return job, events
@@ -131,13 +143,16 @@ def test_each_replica_leaves_the_proxy_is_replaced_and_back_before_the_next():
     assert runner.run_id == "r1" and runner.prepared[0] == 3
     assert runner.prepared[1]["jobs"] == [{"job_num": 0, "host": "h-0"},
                                           {"job_num": 1, "host": "h-1"}]
-    ops = [(host, op) for host, op, _p in world.log if op in ("claim", "remove", "start")]
-    assert ops == [("h-0", "claim"), ("h-0", "remove"), ("h-0", "start"),
-                   ("h-1", "claim"), ("h-1", "remove"), ("h-1", "start")]
-    # Out of the route before it is removed, back with its new port after it started: at
-    # every moment one replica serves.
-    assert world.routes == [[1], [0, 1], [0], [0, 1]]
+    ops = [(host, op) for host, op, _p in world.log if op in ("claim", "replace")]
+    assert ops == [("h-0", "claim"), ("h-0", "replace"), ("h-1", "claim"), ("h-1", "replace")]
+    # Out of the route before it is replaced, back with its new port after: at every moment
+    # one replica serves. The old version's settings stay until both run the new one, whose
+    # route (its probe) is published whole at the end.
+    assert world.routes == [[1], [0, 1], [0], [0, 1], [0, 1]]
     assert all(route for route in world.routes)
+    ((route),) = world.published
+    assert route["probes"] == [{"url": "/ready"}]
+    assert [(r["replica_num"], r["port"]) for r in route["replicas"]] == [(0, 41000), (1, 41001)]
     assert [e["message"] for e in events] == ["replica 0 runs the new version (1 of 2)",
                                               "replica 1 runs the new version (2 of 2)"]
     assert runner.kept_entry is not None   # retry resubmits the new version
@@ -146,22 +161,25 @@ def test_each_replica_leaves_the_proxy_is_replaced_and_back_before_the_next():
 def test_an_unchanged_service_is_left_alone_and_a_half_done_roll_goes_on():
     world = World(digests=("new", "new"))
     assert roll(world, Runner())[0].run() == {"rolled": [], "unchanged": True}
-    assert not [op for _h, op, _p in world.log if op in ("claim", "remove", "start")]
+    assert not [op for _h, op, _p in world.log if op in ("claim", "replace")]
     world = World(digests=("new", "old"))
     assert roll(world, Runner())[0].run() == {"rolled": [1], "unchanged": False}
-    assert [h for h, op, _p in world.log if op == "remove"] == ["h-1"]
+    assert [h for h, op, _p in world.log if op == "replace"] == ["h-1"]
 
 
 @pytest.mark.parametrize("world, runner, count, message", [
     (World(), Runner(nodes=3), 2, "runs 2 replicas and the new version asks for 3"),
     (World(count=1), Runner(nodes=1), 1, "runs one replica, which cannot be replaced"),
     (World(placed=False), Runner(), 2, "started by an older gpufleet"),
+    (World(), Runner(resources="8 CPUs"), 2, "resources: service svc's replicas hold"),
 ])
 def test_what_an_update_cannot_do_is_refused_before_anything_changes(world, runner, count,
                                                                      message):
     with pytest.raises(rolling.RollError, match=message):
         roll(world, runner, count)[0].run()
-    assert not [op for _h, op, _p in world.log if op in ("claim", "remove", "start")]
+    assert not [op for _h, op, _p in world.log if op in ("claim", "replace")]
+    with pytest.raises(rolling.RollError, match=message):   # the plan says so too
+        roll(world, runner, count)[0].plan()
 
 
 def test_a_host_that_cannot_hold_the_new_version_stops_the_roll_before_it_changes():
@@ -170,7 +188,7 @@ def test_a_host_that_cannot_hold_the_new_version_stops_the_roll_before_it_change
         roll(world, Runner())[0].run()
     assert "host h-1 cannot hold replica 1 of the new version: busy" in str(caught.value)
     assert "rolled to the new version: 0; still on the old one: 1" in str(caught.value)
-    assert [h for h, op, _p in world.log if op == "remove"] == ["h-0"]
+    assert [h for h, op, _p in world.log if op == "replace"] == ["h-0"]
     assert world.boxes[1]["state"] == "running"   # the old replica 1 serves on
 
 
@@ -181,4 +199,20 @@ def test_a_new_replica_that_ends_stops_the_roll_and_says_where_each_is():
     text = str(caught.value)
     assert "replica 0 of the new version ended before it passed its checks" in text
     assert "still on the old one: 1" in text and "replica 0 runs the new version outside" in text
-    assert [h for h, op, _p in world.log if op == "remove"] == ["h-0"]
+    assert [h for h, op, _p in world.log if op == "replace"] == ["h-0"]
+
+
+def test_a_replace_that_fails_puts_the_replica_back_in_the_route_and_says_so():
+    world = World(fails="h-0")
+    with pytest.raises(rolling.RollError) as caught:
+        roll(world, Runner())[0].run()
+    text = str(caught.value)
+    assert "the previous version runs again" in text and "still on the old one: 0, 1" in text
+    assert world.routes == [[1], [0, 1]]   # out, then back (the finally)
+
+
+def test_a_replica_host_that_does_not_answer_stops_the_roll_before_the_route_changes():
+    world = World(silent="h-1")
+    with pytest.raises(rolling.RollError, match="its replica's host h-1 did not answer"):
+        roll(world, Runner())[0].run()
+    assert world.routes == [] and not [op for _h, op, _p in world.log if op == "replace"]

@@ -317,3 +317,46 @@ def test_a_respawn_that_finds_the_name_taken_made_nothing(docker, run_root, book
     answer = booking.op_respawn({"run": "svc", "job_num": 1})
     assert answer == {"respawned": False, "why": "its container svc-0-1 is there"}
     assert not (kept / "respawns").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# replace: a service's replica taken to a new version (services.rolling)
+
+
+def test_replace_starts_the_new_version_in_the_replicas_place(absent, run_root, book):
+    absent.on(["run"], stdout="abc\n")
+    nodeside.op_start({"job": replica_spec()})
+    absent.on(["rm"], stdout="")
+    new = replica_spec()
+    new["files"]["job.sh"] = {"text": "#!/bin/sh\necho new\n", "mode": 0o755}
+    assert booking.op_replace({"job": new}) == {"started": True, "id": "abc"}
+    assert ["rm", "-f", "svc-0-1"] in absent.calls()
+    folder = run_root / "svc" / "1"
+    assert (folder / "job" / "job.sh").read_text() == "#!/bin/sh\necho new\n"
+    assert not (run_root / "svc" / "1.previous").exists()
+    assert (book / "claims" / "svc.json").exists()   # its claim, renewed
+
+
+def test_a_replace_that_cannot_start_makes_the_old_version_again(docker, run_root, book):
+    docker.on(["container", "inspect"], stderr="No such container", rc=1)
+    docker.on(["ps"], stdout="")
+    docker.on(["rm"], stdout="")
+    old = replica_spec()
+    runs = run_root / "svc" / "1"
+    # The old replica's start, as op_start left it (its run answered "old").
+    docker.on(["run", "-d", "--name", "svc-0-1", "--label", "gpufleet.run=svc", "--label",
+               'gpufleet.service={"port": 8000}', "-p", "10.0.0.5::8000"], stdout="old\n")
+    nodeside.op_start({"job": old})
+    new = dict(replica_spec(), image="missing:latest")
+    new["docker_args"] = new["docker_args"] + ["--label", "version=2"]
+    docker.rules.insert(0, {"prefix": ["run", "-d"] + new["docker_args"], "stdout": "",
+                            "stderr": "Unable to find image 'missing:latest'", "rc": 125})
+    docker._save()
+    with pytest.raises(nodeside.Failure, match=r"could not start container svc-0-1: .*missing"
+                                               r".*; the previous version runs again"):
+        booking.op_replace({"job": new})
+    # The old folder is back (its files, its start.json) and its container made again.
+    assert (runs / "job" / "job.sh").read_text() == "#!/bin/sh\necho job\n"
+    assert json.loads((runs / "start.json").read_text())["image"] == "ubuntu:22.04"
+    assert [c for c in docker.calls() if c[0] == "run"][-1][-2] == "ubuntu:22.04"
+    assert not (run_root / "svc" / "1.previous").exists()

@@ -537,16 +537,56 @@ def op_respawn(payload):
         return _respawn_locked({"run": run, "job_num": num})
 
 
+def op_replace(payload):
+    """Replace a service's replica by ``job`` (a new version of it, services.rolling), under
+    the lock, so that no respawn or start comes between: its claim taken over, the old
+    container removed and its folder put aside, the new one started. When the new one cannot
+    start, the old folder comes back and the old container is made again from it (a Failure
+    that says so): a replica is never left gone."""
+    job = payload["job"]
+    run, num = str(job.get("run") or ""), job.get("job_num")
+    if not _RUN_NAME.match(run) or not isinstance(num, int) or num < 0:
+        raise Failure("replace: bad run %r or job %r" % (run, num))
+    import shutil
+
+    folder = job_dir(run, num)
+    aside = folder + ".previous"
+    with _Lock():
+        if job.get("claim"):
+            answer = _claim_locked(job["claim"], time.time())
+            if not answer["claimed"]:
+                raise Failure("cannot replace %s: this host cannot hold its new version: %s"
+                              % (job["container"], answer["reason"]))
+        _docker(["rm", "-f", job["container"]], check=False)
+        shutil.rmtree(aside, ignore_errors=True)
+        if os.path.isdir(folder):
+            os.rename(folder, aside)
+        try:
+            answer = op_start({"job": job})
+        except Failure as exc:
+            shutil.rmtree(folder, ignore_errors=True)
+            if os.path.isdir(aside):
+                os.rename(aside, folder)
+                again = _respawn_locked({"run": run, "job_num": num})
+                raise Failure("%s; the previous version %s" % (
+                    exc, "runs again" if again.get("respawned") else
+                    "could not be made again: %s" % again.get("why"))) from exc
+            raise
+        shutil.rmtree(aside, ignore_errors=True)
+    return answer
+
+
 def op_replica_info(payload):
     """What a service's replica keeps of its start (``start.json``): ``{"kept": bool,
-    "container", "placed", "claim", "config_digest"}`` (services.rolling reads it)."""
+    "container", "placed", "claim", "config_digest", "resources"}`` (services.rolling reads
+    it)."""
     run, num = str(payload.get("run") or ""), payload.get("job_num")
     if not _RUN_NAME.match(run) or not isinstance(num, int) or num < 0:
         raise Failure("replica_info: bad run %r or job %r" % (run, num))
     kept = _json_file(os.path.join(job_dir(run, num), "start.json")) or {}
     return {"kept": bool(kept), "container": kept.get("container"),
             "placed": kept.get("placed"), "claim": kept.get("claim"),
-            "config_digest": kept.get("config_digest")}
+            "config_digest": kept.get("config_digest"), "resources": kept.get("resources")}
 
 
 def op_remove_booked(payload):
@@ -564,4 +604,5 @@ BOOK_OPS.update({
     "remove": op_remove_booked,
     "respawn": op_respawn,
     "replica_info": op_replica_info,
+    "replace": op_replace,
 })

@@ -33,7 +33,7 @@ RUN_LABEL = "gpufleet.run"
 # respawn can make the replica again.
 SERVICE_LABEL = "gpufleet.service"
 RESPAWN_KEYS = ("container", "image", "docker_args", "mounts", "conditional", "claim", "run",
-                "job_num", "placed", "config_digest")
+                "job_num", "placed", "config_digest", "resources")
 
 
 STATE_FILES = ("running", "reason", "exit_code")
