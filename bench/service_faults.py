@@ -121,7 +121,7 @@ class Load(object):
 def replicas_answering(url, token, count=2, seconds=180):
     deadline = time.time() + seconds
     while time.time() < deadline:
-        names = set((ask(url, token)[1] or " ").split()[0] for _n in range(12)) - {""}
+        names = set((ask(url, token)[1] or "-").split()[0] for _n in range(12)) - {"-"}
         if len(names) >= count:
             return
         time.sleep(1)
