@@ -21,7 +21,8 @@ version (``config_digest``) is not the new one, in order:
    checks pass; the next replica waits for that.
 
 Once all run the new version, the route is published whole with the new version's settings
-(probes, limits, model). So at every moment all replicas but one serve. A replica of the new
+(probes, limits, model). An update holds a lease on the service's proxy host (``proxy_roll``), so two controllers
+never roll one service at once. So at every moment all replicas but one serve. A replica of the new
 version that never passes its checks (or whose container ends) stops the roll: the replicas
 not rolled yet keep the old version, the run goes on, and applying again resumes where it
 stopped (replicas already at the new version are left alone). A change of the number of
@@ -35,6 +36,7 @@ import time
 from typing import Any, Callable, Mapping, Optional
 
 from ..core.errors import GpufleetError
+from ..tasks.queue import controller_id
 from ..tasks.run_placement import Claimed
 from ..tasks.ssh import NodeError, parallel
 from . import publish
@@ -83,6 +85,7 @@ class Roll(object):
         self.emit = emit
         self.clock = clock
         self.sleep = sleep
+        self.by = controller_id()
 
     # -- what runs now --------------------------------------------------------------------
 
@@ -174,6 +177,32 @@ class Roll(object):
         numbers], "unchanged": bool}``."""
         kept = self._kept()
         self._check(kept)
+        self._lease()
+        try:
+            return self._roll(kept)
+        finally:
+            try:
+                self.proxy_node.call("proxy_roll", {"run": self.name, "by": self.by,
+                                                    "release": True})
+            except NodeError:
+                pass   # it lapses by itself
+
+    def _lease(self) -> None:
+        """Take (or renew) this controller's lease on updating the service, on its proxy host:
+        a second controller's update waits for the first to end."""
+        try:
+            answer = self.proxy_node.call("proxy_roll", {
+                "run": self.name, "by": self.by, "seconds": READY_TIMEOUT + 300})
+        except NodeError as exc:
+            raise RollError("service %s: could not ask its proxy host %s: %s"
+                            % (self.name, self.proxy_node.name, exc)) from exc
+        if not answer.get("taken"):
+            raise RollError("service %s is being updated by %s; apply again once that update "
+                            "has ended (its lease lapses by %s at the latest)"
+                            % (self.name, answer.get("by"), time.strftime(
+                                "%H:%M:%S UTC", time.gmtime(float(answer.get("until") or 0)))))
+
+    def _roll(self, kept: list[dict[str, Any]]) -> dict[str, Any]:
         placed = {"fleet": self.fleet, "jobs": [k["placed"] for k in kept]}
         self.runner.run_id = self.record["run_id"]
         number = int(self.record.get("submission") or 0)
@@ -189,6 +218,7 @@ class Roll(object):
         for item in stale:
             num, host = item["job_num"], item["host"]
             job = new[num]
+            self._lease()   # renewed for each replica
             # The run's own claim taken over (the same run id; the controller that made it
             # may be another one): its share is now the new version's.
             job["claim"] = dict(job["claim"], replace=False,

@@ -20,12 +20,14 @@ class World(object):
     """Two hosts with one replica each (version ``old``), and the proxy on h-0."""
 
     def __init__(self, digests=("old", "old"), count=2, placed=True, refuse_claim=None,
-                 ends=(), resources="2 CPUs", fails=None, silent=None):
+                 ends=(), resources="2 CPUs", fails=None, silent=None, leased_by=None):
         self.log = []
         self.routes = []      # the replicas of each change of the route, in order
         self.published = []   # the whole routes published (their settings)
         self.fails = fails    # a host whose replace fails (the old replica comes back)
         self.silent = silent  # a host that does not answer status
+        self.lease = leased_by   # who holds the update's lease on the proxy host
+        self.leases = []
         self.ports = {}
         self.up = set(range(count))
         self.refuse_claim = refuse_claim
@@ -82,6 +84,15 @@ class Host(object):
             world.routes.append([r["replica_num"] for r in payload["route"]["replicas"]])
             world.published.append(payload["route"])
             return {"changed": True}
+        if op == "proxy_roll":
+            world.leases.append("release" if payload.get("release") else "take")
+            if payload.get("release"):
+                world.lease = None if world.lease == payload["by"] else world.lease
+                return {"released": True}
+            if world.lease not in (None, payload["by"]):
+                return {"taken": False, "by": world.lease, "until": 0}
+            world.lease = payload["by"]
+            return {"taken": True}
         if op == "proxy_status":
             for num, box in world.boxes.items():
                 if box["state"] == "running":
@@ -156,6 +167,8 @@ def test_each_replica_leaves_the_proxy_is_replaced_and_back_before_the_next():
     assert [e["message"] for e in events] == ["replica 0 runs the new version (1 of 2)",
                                               "replica 1 runs the new version (2 of 2)"]
     assert runner.kept_entry is not None   # retry resubmits the new version
+    # The update's lease: taken, renewed for each replica, let go.
+    assert world.leases == ["take", "take", "take", "release"] and world.lease is None
 
 
 def test_an_unchanged_service_is_left_alone_and_a_half_done_roll_goes_on():
@@ -216,3 +229,11 @@ def test_a_replica_host_that_does_not_answer_stops_the_roll_before_the_route_cha
     with pytest.raises(rolling.RollError, match="its replica's host h-1 did not answer"):
         roll(world, Runner())[0].run()
     assert world.routes == [] and not [op for _h, op, _p in world.log if op == "replace"]
+
+
+def test_a_service_another_controller_updates_is_not_rolled_twice_at_once():
+    world = World(leased_by="other:7")
+    with pytest.raises(rolling.RollError, match="is being updated by other:7; apply again"):
+        roll(world, Runner())[0].run()
+    assert not [op for _h, op, _p in world.log if op in ("claim", "replace", "proxy_replicas")]
+    assert world.lease == "other:7"   # theirs is left alone

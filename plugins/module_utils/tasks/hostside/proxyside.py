@@ -367,6 +367,40 @@ def op_proxy_replicas(payload):
     return answer
 
 
+def op_proxy_roll(payload):
+    # type: (dict) -> dict
+    """A lease on updating service ``run`` (services.rolling), so that two controllers never
+    roll one service at once: ``{"by", "seconds"}`` takes or renews it (``taken`` false, with
+    the holder and until when, while another controller's lease holds); ``release`` drops the
+    caller's."""
+    import time
+
+    run, by = payload.get("run"), str(payload.get("by") or "")
+    _proxy_need(_PROXY_RUN, run, "the run name")
+    if not by:
+        raise Failure("proxy_roll needs who asks (by)")
+    with _proxy_lock():
+        folder = proxy_path("rolls")
+        if not os.path.isdir(folder):
+            os.makedirs(folder, 0o700)
+        path = os.path.join(folder, run + ".json")
+        try:
+            held = json.loads((_proxy_read(path) or b"{}").decode("utf-8"))
+        except ValueError:
+            held = {}
+        now = time.time()
+        mine = held.get("by") in (None, by) or float(held.get("until") or 0) <= now
+        if payload.get("release"):
+            if held.get("by") == by:
+                _proxy_put(path, None, 0o600)
+            return {"released": held.get("by") == by}
+        if not mine:
+            return {"taken": False, "by": held.get("by"), "until": held.get("until")}
+        until = now + float(payload.get("seconds") or 900)
+        _proxy_put(path, json.dumps({"by": by, "until": until}).encode("utf-8"), 0o600)
+        return {"taken": True, "until": until}
+
+
 def op_proxy_unpublish(payload):
     # type: (dict) -> dict
     """Take one service's route out (nothing listens once the last one is out)."""
@@ -455,6 +489,7 @@ PROXY_OPS = {
     "proxy_check": op_proxy_check,
     "proxy_publish": op_proxy_publish,
     "proxy_replicas": op_proxy_replicas,
+    "proxy_roll": op_proxy_roll,
     "proxy_unpublish": op_proxy_unpublish,
     "proxy_refresh": op_proxy_refresh,
     "proxy_status": op_proxy_status,

@@ -528,3 +528,25 @@ def test_a_proxy_that_refuses_the_refresh_is_said_and_the_change_stands(host, mo
     assert answer == {"applied": True, "proxy": "haproxy -c refused it"}
     doc = json.loads((host["root"] / "team" / "members.json").read_text())
     assert doc["members"]["alice"]["token_sha256"] == "d" * 64
+
+
+def test_one_controller_at_a_time_holds_a_services_update(host, monkeypatch):
+    import time
+
+    ask = proxyside.op_proxy_roll
+    assert ask({"run": "web", "by": "a:1", "seconds": 60})["taken"]
+    assert ask({"run": "web", "by": "a:1", "seconds": 60})["taken"]   # renewed
+    held = ask({"run": "web", "by": "b:2", "seconds": 60})
+    assert held["taken"] is False and held["by"] == "a:1"
+    assert ask({"run": "api", "by": "b:2"})["taken"]   # another service: its own lease
+    assert ask({"run": "web", "by": "b:2", "release": True}) == {"released": False}
+    assert ask({"run": "web", "by": "a:1", "release": True}) == {"released": True}
+    assert ask({"run": "web", "by": "b:2", "seconds": 60})["taken"]
+    # A lease that lapsed (its controller died) is taken over.
+    later = time.time() + 61
+    monkeypatch.setattr(time, "time", lambda: later)
+    assert ask({"run": "web", "by": "c:3", "seconds": 60})["taken"]
+    path = os.path.join(proxyside.PROXY_ROOT, "rolls", "web.json")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    with pytest.raises(proxyside.Failure):
+        ask({"run": "../x", "by": "a:1"})
