@@ -383,7 +383,7 @@ def op_proxy_roll(payload):
         folder = proxy_path("rolls")
         if not os.path.isdir(folder):
             os.makedirs(folder, 0o700)
-        path = os.path.join(folder, run + ".json")
+        path = os.path.join(folder, str(run) + ".json")
         try:
             held = json.loads((_proxy_read(path) or b"{}").decode("utf-8"))
         except ValueError:
