@@ -21,11 +21,12 @@ version (``config_digest``) is not the new one, in order:
    checks pass; the next replica waits for that.
 
 Once all run the new version, the route is published whole with the new version's settings
-(probes, limits, model). An update holds a lease on the service's proxy host (``proxy_roll``), so two controllers
-never roll one service at once. So at every moment all replicas but one serve. A replica of the new
-version that never passes its checks (or whose container ends) stops the roll: the replicas
-not rolled yet keep the old version, the run goes on, and applying again resumes where it
-stopped (replicas already at the new version are left alone). A change of the number of
+(probes, limits, model). An update holds a lease on the service's proxy host
+(``proxy_roll``), so two controllers never roll one service at once. So at every moment all
+replicas but one serve. A replica of the new version that never passes its checks (or whose
+container ends) stops the roll: the replicas not rolled yet keep the old version, the run
+goes on, and applying again resumes where it stopped (replicas already at the new version are
+left alone). A change of the number of
 replicas or of resources, or a service of one replica, is refused before anything changes:
 that needs a replica beside the others, which this version does not place.
 """

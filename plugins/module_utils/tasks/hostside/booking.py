@@ -26,7 +26,7 @@ import os
 import time
 
 try:  # imported as part of the collection (tests, the controller)
-    from .nodeside import (_RUN_NAME, Failure, _docker, _json_file, _run_container,
+    from .nodeside import (Failure, _docker, _job_key, _json_file, _run_container,
                            _small_file, _write, job_dir, op_image_info, op_remove, op_start,
                            op_status)
 except ImportError:  # on a host: nodeside's source runs first in the same namespace
@@ -530,9 +530,7 @@ def _respawn_locked(payload):
 
 def op_respawn(payload):
     """``_respawn_locked`` under the booking lock."""
-    run, num = str(payload.get("run") or ""), payload.get("job_num")
-    if not _RUN_NAME.match(run) or not isinstance(num, int) or num < 0:
-        raise Failure("respawn: bad run %r or job %r" % (run, num))
+    run, num = _job_key(payload, "respawn")
     with _Lock():
         return _respawn_locked({"run": run, "job_num": num})
 
@@ -544,9 +542,7 @@ def op_replace(payload):
     start, the old folder comes back and the old container is made again from it (a Failure
     that says so): a replica is never left gone."""
     job = payload["job"]
-    run, num = str(job.get("run") or ""), job.get("job_num")
-    if not _RUN_NAME.match(run) or not isinstance(num, int) or num < 0:
-        raise Failure("replace: bad run %r or job %r" % (run, num))
+    run, num = _job_key(job, "replace")
     import shutil
 
     folder = job_dir(run, num)
@@ -580,9 +576,7 @@ def op_replica_info(payload):
     """What a service's replica keeps of its start (``start.json``): ``{"kept": bool,
     "container", "placed", "claim", "config_digest", "resources"}`` (services.rolling reads
     it)."""
-    run, num = str(payload.get("run") or ""), payload.get("job_num")
-    if not _RUN_NAME.match(run) or not isinstance(num, int) or num < 0:
-        raise Failure("replica_info: bad run %r or job %r" % (run, num))
+    run, num = _job_key(payload, "replica_info")
     kept = _json_file(os.path.join(job_dir(run, num), "start.json")) or {}
     return {"kept": bool(kept), "container": kept.get("container"),
             "placed": kept.get("placed"), "claim": kept.get("claim"),

@@ -403,11 +403,17 @@ def _address(item):
 _RUN_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,99}\Z")
 
 
+def _job_key(payload, op):
+    """``(run, job number)`` of a request about one job, checked (a Failure naming ``op``)."""
+    run, num = str(payload.get("run") or ""), payload.get("job_num")
+    if not _RUN_NAME.match(run) or not isinstance(num, int) or num < 0:
+        raise Failure("%s: bad run %r or job %r" % (op, run, num))
+    return run, num
+
+
 def op_run_key(payload):
     """The private key of a run's job (its job folder's ``ssh/dstack_job``), for attach."""
-    run, job_num = str(payload.get("run") or ""), payload.get("job_num")
-    if not _RUN_NAME.match(run) or not isinstance(job_num, int) or job_num < 0:
-        raise Failure("run_key: bad run %r or job %r" % (run, job_num))
+    run, job_num = _job_key(payload, "run_key")
     path = os.path.join(job_dir(run, job_num), "job", "ssh", "dstack_job")
     try:
         with open(path) as handle:
@@ -600,9 +606,7 @@ def _run_container(job, folder):
 def op_record_failure(payload):
     """Leave a job that could not be set up (its image could not be brought) as its folder:
     ``record.json`` and ``state/setup_error``, which status reports (``never-created``)."""
-    run, num = str(payload.get("run") or ""), payload.get("job_num")
-    if not _RUN_NAME.match(run) or not isinstance(num, int) or num < 0:
-        raise Failure("record_failure: bad run %r or job %r" % (run, num))
+    run, num = _job_key(payload, "record_failure")
     folder = job_dir(run, num)
     if os.path.isdir(folder):
         import shutil
