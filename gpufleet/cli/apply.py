@@ -263,8 +263,15 @@ def _plan_and_ask(args, path, overrides, out, err):
                   "Its retry policy lets it wait: submitted, it waits in the queue and "
                   "starts when capacity frees up.\n")
     if record.get("rolls"):
-        out.write(f"Service {record['run']} is running: each replica is replaced by the new "
-                  "version in turn, the next once the one before passes its checks.\n")
+        now, wanted = record.get("replicas_now"), (record.get("service") or {}).get("replicas")
+        if now is not None and wanted is not None and now != wanted:
+            out.write(f"Service {record['run']} is running {now} replica(s) and goes to "
+                      f"{wanted}: " + ("the new ones start beside them first. " if wanted > now
+                                       else "the last ones leave the proxy and stop. "))
+        else:
+            out.write(f"Service {record['run']} is running: ")
+        out.write("Each replica at an older version is replaced by the new version in turn, "
+                  "the next once the one before passes its checks.\n")
     out.write("\n")
     what = f"the run {record['run']}"
     if record.get("runs"):

@@ -8,7 +8,8 @@ Requests reach both replicas; no token gets 401, another token 403, ``gpufleet t
 ``ps`` a row per replica; a replica removed under continuous requests costs under 5% of them
 and is made again by the next pass (``ps``); a second apply of a changed file rolls the
 replicas to the new version under continuous requests with none failing, and an unchanged
-one changes nothing; ``gpufleet stop`` takes the route off (404, or nothing listens).
+one changes nothing; a third replica is added and taken away again under continuous requests
+with none failing; ``gpufleet stop`` takes the route off (404, or nothing listens).
 """
 
 from __future__ import annotations
@@ -63,14 +64,15 @@ ThreadingHTTPServer(("0.0.0.0", 8000), App).serve_forever()
 '''
 
 
-def service_file(version="1"):
+def service_file(version="1", replicas=2):
     # dstack joins the commands with && on one line: the app travels as base64, not a heredoc.
     app = base64.b64encode(APP.encode()).decode()
-    return ("type: service\nname: %s\nport: 8000\nreplicas: 2\nmodel: %s\n%s%s"
+    return ("type: service\nname: %s\nport: 8000\nreplicas: %d\nmodel: %s\n%s%s"
             "env:\n  - MODEL=%s\n  - VERSION=%s\n"
             "rate_limits:\n  - prefix: /burst\n    rps: 1\n    burst: 1\n"
             "commands:\n  - echo %s | base64 -d > /tmp/app.py\n"
-            "  - python3 /tmp/app.py\n" % (NAME, MODEL, CPU, WAIT, MODEL, version, app))
+            "  - python3 /tmp/app.py\n"
+            % (NAME, replicas, MODEL, CPU, WAIT, MODEL, version, app))
 
 
 class Load(object):
@@ -251,6 +253,30 @@ def test_a_service_behind_the_in_fleet_proxy(world, capsys, token):
         assert cli.main(["apply", "-f", path, "-y"]) == 0
         assert "is up to date: nothing changed" in capsys.readouterr().out
         assert node_containers(world, NAME) == before
+
+        # Scaled up to three and back to two under continuous requests: the new replica is
+        # placed beside the others and enters once its checks pass; the one taken away leaves
+        # the route first. No request fails.
+        for count, said in ((3, "1 replica added"), (2, "1 replica taken away")):
+            task_file(world, NAME, service_file(version="2", replicas=count))
+            with Load(url, token) as load:
+                capsys.readouterr()
+                code = cli.main(["apply", "-f", path, "-y", "-d"])
+                out, err = capsys.readouterr()
+                assert code == 0 and said in out, out + err
+                assert "rolled" not in out, out   # the same version: the others are left as is
+                time.sleep(1)
+            with capsys.disabled():
+                print("requests while scaling to %d: %d of %d answered 200"
+                      % (count, load.codes.count(200), len(load.codes)))
+            assert len(load.codes) > 20 and set(load.codes) == {200}, set(load.codes)
+            assert wait_for("%d replicas answering" % count,
+                            lambda: replicas_seen(url, token, count), seconds=60)
+            record = running(records(capsys).get(NAME))
+            assert record and record["service"]["replicas"] == count, record
+            assert sorted(j["replica"] for j in record["jobs"]) == list(range(count))
+        boxes = [n for found in node_containers(world, NAME).values() for n, _s in found]
+        assert sorted(boxes) == ["%s-0-%d" % (NAME, n) for n in (0, 1)], boxes
     finally:
         assert cli.main(["stop", "-y", NAME]) == 0
     # Stopped: its route is gone (a 404 of the proxy, or nothing listens when it was the last).

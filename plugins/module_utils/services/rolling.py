@@ -26,9 +26,14 @@ Once all run the new version, the route is published whole with the new version'
 replicas but one serve. A replica of the new version that never passes its checks (or whose
 container ends) stops the roll: the replicas not rolled yet keep the old version, the run
 goes on, and applying again resumes where it stopped (replicas already at the new version are
-left alone). A change of the number of
-replicas or of resources, or a service of one replica, is refused before anything changes:
-that needs a replica beside the others, which this version does not place.
+left alone).
+
+A new replica count is part of the same update, before the roll: more replicas are placed
+beside the running ones (tasks.runs.Runner.place_beside, under the owner's caps), claimed as shares added to the run's claims
+(tasks.hostside.booking), started with the new version and waited for; fewer replicas (the
+highest numbers) leave the route, drain, and are ``retire``d by their hosts (their jobs end
+``scaled_down``). A change of resources, or a new version that would keep a single replica,
+is refused before anything changes: that needs a replica replaced somewhere else.
 """
 
 from __future__ import annotations
@@ -46,6 +51,10 @@ from . import publish
 READY_TIMEOUT = 600
 # How long HAProxy's old process is given for requests in flight on a replica that left.
 DRAIN_SECONDS = 2
+
+
+def _count(replicas: int) -> str:
+    return "%d replica%s" % (replicas, "" if replicas == 1 else "s")
 
 
 class RollError(GpufleetError):
@@ -72,8 +81,13 @@ class Roll(object):
                  proxy_node: Any, addresses: Mapping[str, str], config: Mapping[str, Any],
                  user: str, fleet: str, listen: Optional[Mapping[str, Any]],
                  emit: Callable[[dict], None], clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep,
+                 fresh: Optional[Callable[[Mapping[str, Any]], Mapping[str, Any]]] = None
+                 ) -> None:
         self.runner = runner
+        # ``fresh(record)``: the service's record read again (tasks.listing); RollError when
+        # it no longer runs.
+        self.fresh = fresh or (lambda record: record)
         self.record = record
         self.name = str(record["name"])
         self.nodes = nodes
@@ -115,8 +129,7 @@ class Roll(object):
             kept.append(dict(answer, host=job["host"], job_num=job["job_num"]))
         return kept
 
-    def _replicas(self, kept: list[dict[str, Any]], leave_out: Optional[int] = None
-                  ) -> list[Any]:
+    def _replicas(self, kept: list[dict[str, Any]], leave_out: Any = None) -> list[Any]:
         """The replicas the hosts report now (but ``leave_out``); RollError when a host that
         holds one does not answer: a route missing it would send nothing there."""
         held = set(k["host"] for k in kept)
@@ -128,11 +141,11 @@ class Roll(object):
                                 % (self.name, host, error))
         found = dict((h, (a or {}).get("containers") or []) for h, (a, e) in answers.items()
                      if e is None)
+        out = set(leave_out) if isinstance(leave_out, (set, list, tuple)) else {leave_out}
         return [r for r in publish.replicas_of(self.config, found, self.addresses)
-                if r["replica_num"] != leave_out]
+                if r["replica_num"] not in out]
 
-    def _set_replicas(self, kept: list[dict[str, Any]], leave_out: Optional[int] = None
-                      ) -> None:
+    def _set_replicas(self, kept: list[dict[str, Any]], leave_out: Any = None) -> None:
         """The route on the proxy takes the replicas now, its other settings kept (the old
         version's probes stay until every replica runs the new one); one the proxy lost is
         published whole."""
@@ -180,6 +193,11 @@ class Roll(object):
         self._check(kept)
         self._lease()
         try:
+            # What runs now, read again under the lease: another controller's update may
+            # have ended just before it was taken.
+            self.record = self.fresh(self.record)
+            kept = self._kept()
+            self._check(kept)
             return self._roll(kept)
         finally:
             try:
@@ -203,18 +221,48 @@ class Roll(object):
                             % (self.name, answer.get("by"), time.strftime(
                                 "%H:%M:%S UTC", time.gmtime(float(answer.get("until") or 0)))))
 
+    def _wanted(self, count: int) -> int:
+        wanted = self.runner.config.get("nodes")
+        return wanted if isinstance(wanted, int) and wanted >= 1 else count
+
+    def _more(self, kept: list[dict[str, Any]], wanted: int, probe: bool = False
+              ) -> list[dict[str, Any]]:
+        """Where the replicas a scale-up adds go (placed beside the running ones, numbered
+        after them), or [] when none is added; RollError when they do not fit."""
+        count = len(kept)
+        if wanted <= count:
+            return []
+        self.runner.run_id = self.record["run_id"]
+        try:   # placed beside the running ones, and admitted under the owner's caps
+            return self.runner.place_beside([k["placed"] for k in kept], probe)
+        except GpufleetError as exc:
+            raise RollError("replicas: service %s cannot grow from %d to %d replicas: %s"
+                            % (self.name, count, wanted, exc)) from exc
+
     def _roll(self, kept: list[dict[str, Any]]) -> dict[str, Any]:
-        placed = {"fleet": self.fleet, "jobs": [k["placed"] for k in kept]}
+        count = len(kept)
+        wanted = self._wanted(count)
+        more = self._more(kept, wanted)
+        placed = {"fleet": self.fleet, "jobs": [k["placed"] for k in kept[:wanted]] + more}
         self.runner.run_id = self.record["run_id"]
         number = int(self.record.get("submission") or 0)
         submission = self.runner.preparing.prepare(number, Claimed(placed, {}, (), ()))
         new = dict((j["job_num"], j) for j in submission.jobs)
-        stale = [k for k in kept if k.get("config_digest") != new[k["job_num"]]["config_digest"]]
-        if not stale:
+        stale = [k for k in kept[:wanted]
+                 if k.get("config_digest") != new[k["job_num"]]["config_digest"]]
+        if stale and wanted < 2:
+            raise RollError("service %s would run one replica, which cannot be replaced without "
+                            "a gap; give it replicas: 2 or more, or stop it and apply again"
+                            % self.name)
+        if not stale and wanted == count:
             self._publish(self._replicas(kept))   # as it is (again, when it was lost)
-            return {"rolled": [], "unchanged": True}
+            return {"rolled": [], "unchanged": True, "added": [], "retired": []}
         if self.runner.keeps_entry():   # retry resubmits the new version from now on
             self.runner.keep_entry(submission)
+        retired = self._fewer(kept, wanted)
+        kept = kept[:wanted]
+        added = self._add(kept, [new[j["job_num"]] for j in more])
+        kept = kept + [dict(host=j["host"], job_num=j["job_num"]) for j in more]
         rolled: list[int] = []
         for item in stale:
             num, host = item["job_num"], item["host"]
@@ -222,7 +270,7 @@ class Roll(object):
             self._lease()   # renewed for each replica
             # The run's own claim taken over (the same run id; the controller that made it
             # may be another one): its share is now the new version's.
-            job["claim"] = dict(job["claim"], replace=False,
+            job["claim"] = dict(job["claim"], replace=False, add=True,
                                 by=(item.get("claim") or {}).get("by"))
             answer = self._call(host, "claim", job["claim"])
             if not answer.get("claimed"):
@@ -247,20 +295,93 @@ class Roll(object):
             self.emit({"kind": "info", "run": self.name, "message": "replica %d runs the new "
                        "version (%d of %d)" % (num, len(rolled), len(stale))})
         self._publish(self._replicas(kept))   # the new version's settings, now all run it
-        return {"rolled": rolled, "unchanged": False}
+        return {"rolled": rolled, "unchanged": False, "added": added, "retired": retired}
+
+    def _fewer(self, kept: list[dict[str, Any]], wanted: int) -> list[int]:
+        """Scale down: the replicas after the first ``wanted`` leave the route, get
+        DRAIN_SECONDS for what they have in flight, and their hosts take them away for good
+        (``retire``). Returns their numbers."""
+        going = kept[wanted:]
+        if not going:
+            return []
+        nums = [k["job_num"] for k in going]
+        self._lease()
+        # The replicas that stay say the new count first (their labels keep the old one), so
+        # that every look at the run reads it, even once the hosts of those taken away are gone.
+        staying = kept[:wanted]
+        self._each(staying, "recount", lambda k: {"run": self.name, "job_num": k["job_num"],
+                                                  "run_id": self.record["run_id"],
+                                                  "replicas": wanted}, "note the new count on")
+        self._set_replicas(kept, leave_out=nums)
+        self.sleep(DRAIN_SECONDS)
+        try:
+            self._each(going, "retire", lambda k: {"run": self.name, "job_num": k["job_num"],
+                                                   "run_id": self.record["run_id"]},
+                       "take away")
+        finally:   # one that could not be taken away serves again
+            self._set_replicas(kept)
+        self.emit({"kind": "info", "run": self.name, "message": "replica%s %s taken away "
+                   "(%s now)" % ("" if len(nums) == 1 else "s",
+                                 ", ".join(str(n) for n in nums), _count(wanted))})
+        return nums
+
+    def _each(self, replicas: list[dict[str, Any]], op: str,
+              payload: Callable[[dict[str, Any]], dict[str, Any]], doing: str) -> None:
+        """``op`` on the host of each of ``replicas`` at once; RollError naming those that
+        failed."""
+        answers = parallel(list(range(len(replicas))), lambda i: self._call(
+            replicas[i]["host"], op, payload(replicas[i])))
+        failed = ["replica %d on %s: %s" % (replicas[i]["job_num"], replicas[i]["host"], error)
+                  for i, (_answer, error) in sorted(answers.items()) if error is not None]
+        if failed:
+            raise RollError("service %s: could not %s %s; apply again"
+                            % (self.name, doing, "; ".join(failed)))
+
+    def _add(self, kept: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[int]:
+        """Scale up: ``jobs`` (prepared replicas of the new version, numbered after ``kept``)
+        are started on the hosts they were placed on, each adding its share to the run's
+        claim there; they enter the route and each is waited for until the proxy has it
+        up. Returns their numbers."""
+        if not jobs:
+            return []
+        self._lease()
+        claimed: list[dict[str, Any]] = []
+        for job in jobs:
+            job["claim"] = dict(job["claim"], add=True, replace=False)
+            answer = self._call(job["host"], "claim", job["claim"])
+            if not answer.get("claimed"):
+                self._release(claimed)
+                raise RollError("service %s: host %s cannot hold replica %d: %s; apply again "
+                                "once it has room" % (self.name, job["host"], job["job_num"],
+                                                      answer.get("reason")))
+            claimed.append(job)
+        answers = parallel(list(range(len(jobs))), lambda i: self._call(
+            jobs[i]["host"], "start", {"job": jobs[i]}))
+        everyone = kept + [dict(host=j["host"], job_num=j["job_num"]) for j in jobs]
+        failed = [i for i, (_answer, error) in sorted(answers.items()) if error is not None]
+        if failed:
+            self._release([jobs[i] for i in failed])   # a start that never answered
+            self._set_replicas(everyone)   # those that started serve
+            raise RollError("service %s: could not start %s; apply again" % (
+                self.name, "; ".join("replica %d on %s: %s" % (
+                    jobs[i]["job_num"], jobs[i]["host"], answers[i][1]) for i in failed)))
+        self._set_replicas(everyone)
+        for job in jobs:
+            self._ready(job["job_num"], job["host"])
+        nums = [j["job_num"] for j in jobs]
+        self.emit({"kind": "info", "run": self.name, "message": "replica%s %s added (%s "
+                   "now)" % ("" if len(nums) == 1 else "s", ", ".join(str(n) for n in nums),
+                             _count(len(everyone)))})
+        return nums
+
+    def _release(self, jobs: list[dict[str, Any]]) -> None:
+        """Give back the shares ``jobs`` added to the run's claims (best effort)."""
+        parallel(list(range(len(jobs))), lambda i: self.nodes[jobs[i]["host"]].call(
+            "release", {"run": self.name, "run_id": self.record["run_id"],
+                        "jobs": [jobs[i]["job_num"]]}))
 
     def _check(self, kept: list[dict[str, Any]]) -> None:
         """What an update in place cannot do, refused before anything changes."""
-        count = len(kept)
-        wanted = self.runner.config.get("nodes")
-        if isinstance(wanted, int) and wanted != count:
-            raise RollError("replicas: service %s runs %d replicas and the new version asks for "
-                            "%d; a running service keeps its number of replicas here: stop it "
-                            "and apply again" % (self.name, count, wanted))
-        if count < 2:
-            raise RollError("service %s runs one replica, which cannot be replaced without a "
-                            "gap; give it replicas: 2 or more, or stop it and apply again"
-                            % self.name)
         asked = self.runner.config.get("resources")
         for item in kept:
             if item.get("resources") != asked:
@@ -282,4 +403,6 @@ class Roll(object):
         (nothing is changed)."""
         kept = self._kept()
         self._check(kept)
-        return {"fleet": self.fleet, "jobs": [k["placed"] for k in kept]}
+        wanted = self._wanted(len(kept))
+        return {"fleet": self.fleet,
+                "jobs": [k["placed"] for k in kept[:wanted]] + self._more(kept, wanted, True)}

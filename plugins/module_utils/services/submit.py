@@ -209,27 +209,41 @@ def _roll(params: dict[str, Any], config: dict[str, Any], record: dict[str, Any]
     _root, _fleets, make_runner = actions.runner_factory(params, config, emit, check_mode,
                                                          runnable, queue_hook)
     runner = make_runner(config)
+
+    def fresh(_record: Any) -> dict[str, Any]:
+        now = rolling.live_record(live_services(publisher.nodes), record["name"])
+        if now is None:
+            raise rolling.RollError("service %s no longer runs; apply it again"
+                                    % record["name"])
+        return now
+
     roll = rolling.Roll(runner, record, publisher.nodes, publisher.proxy_node,
                         publisher.addresses, config, publisher.user, publisher.fleet,
-                        publisher.listen, emit)
+                        publisher.listen, emit, fresh=fresh)
     service = dict(proxy, port=int(config["port"]), replicas=replicas.replica_count(config),
                    published=True, error=None)
     try:
         if check_mode:
             return {"run": record["name"], "status": "planned", "plan": roll.plan(),
                     "config": config, "changed": True, "rolls": True,
-                    "service": service}, False
+                    "replicas_now": len(record.get("jobs") or []), "service": service}, False
         done = roll.run()
     except rolling.RollError as exc:
         raise actions.ActionError(str(exc)) from exc
     except GpufleetError as exc:
         raise actions.ActionError("service %s: %s" % (record["name"], exc)) from exc
-    message = ("service %s is up to date: nothing changed" % record["name"]) if (
-        done["unchanged"]) else ("service %s: %d replicas rolled to the new version"
-                                 % (record["name"], len(done["rolled"])))
+    if done["unchanged"]:
+        message = "service %s is up to date: nothing changed" % record["name"]
+    else:
+        parts = ["%d replica%s %s" % (len(done[key]), "" if len(done[key]) == 1 else "s",
+                                      text)
+                 for key, text in (("added", "added"), ("retired", "taken away"),
+                                   ("rolled", "rolled to the new version")) if done[key]]
+        message = "service %s: %s" % (record["name"], ", ".join(parts) or "updated")
     emit({"kind": "info", "run": record["name"], "message": message})
     return {"run": record["name"], "run_id": record["run_id"], "status": record["status"],
-            "changed": not done["unchanged"], "rolled": done["rolled"], "message": message,
+            "changed": not done["unchanged"], "rolled": done["rolled"],
+            "added": done["added"], "retired": done["retired"], "message": message,
             "jobs": record.get("jobs") or [], "service": service}, False
 
 

@@ -112,12 +112,13 @@ class Admission(object):
         self.run = run
         self.host = None
 
-    def admit(self, placed, survey, containers, claims, whole):
+    def admit(self, placed, survey, containers, claims, whole, probe=False):
         """Admit ``placed`` (a placement of the run) or raise UserLimit; a no-op for a user
-        without caps (False). ``survey``: the tasks.surveys.Survey the placement read."""
+        without caps (False). ``survey``: the tasks.surveys.Survey the placement read.
+        ``probe``: only ask (a plan), writing nothing on the queue host."""
         gpus, nodes = wants(placed)
         fleet = next((f for f in self.run.fleets if f.get("name") == placed.get("fleet")), None)
-        return self._ask(fleet, survey, containers, claims, whole, gpus, nodes, probe=False)
+        return self._ask(fleet, survey, containers, claims, whole, gpus, nodes, probe=probe)
 
     def check(self, survey, whole):
         """For a run that found no capacity: raise UserLimit when its owner's caps would hold

@@ -60,20 +60,35 @@ def busy_map(containers, claims=None):
 
 def claim_of(job, run, submission, by=None, lease=CLAIM_LEASE):
     """The claim a placed job makes on its host (the ``claim`` request of
-    tasks.hostside.booking)."""
-    return {
-        "run": run["name"],
-        "run_id": run["id"],
-        "submission": submission,
-        "jobs": [job["job_num"]],
+    tasks.hostside.booking): its ``shares`` (one per job number) are what the host adds up
+    with the shares of the submission's other jobs there."""
+    share = {
         "blocks": job.get("blocks") or 0,
-        "total_blocks": job.get("total_blocks") or 1,
         "gpu_ids": [str(g.get("id") if g.get("id") is not None else g.get("index"))
                     for g in job.get("gpus") or []],
         "whole": bool(job.get("whole_host")),
-        "by": by,
-        "lease": lease,
     }
+    return dict(share, run=run["name"], run_id=run["id"], submission=submission,
+                jobs=[job["job_num"]], total_blocks=job.get("total_blocks") or 1, by=by,
+                lease=lease, shares={str(job["job_num"]): share})
+
+
+def host_claims(jobs, run, submission, by=None):
+    """``{host: claim}`` for placed ``jobs``: the claims of the jobs that share a host put
+    together (a service's replicas may share one)."""
+    claims = {}
+    for job in jobs:
+        claim = claim_of(job, run, submission, by)
+        if job["host"] in claims:
+            held = claims[job["host"]]
+            shares = dict(held["shares"], **claim["shares"])
+            ids = list(held["gpu_ids"]) + [i for i in claim["gpu_ids"]
+                                           if i not in held["gpu_ids"]]
+            claim = dict(held, shares=shares, jobs=held["jobs"] + claim["jobs"],
+                         blocks=held["blocks"] + claim["blocks"], gpu_ids=ids,
+                         whole=held["whole"] or claim["whole"])
+        claims[job["host"]] = claim
+    return claims
 
 
 def claim_hosts(nodes, placed, run, submission, by=None, extras=None, answers=None):
@@ -82,7 +97,7 @@ def claim_hosts(nodes, placed, run, submission, by=None, extras=None, answers=No
 
     ``extras`` (``{host: {...}}``) go with a host's request: tasks.hostside.booking's ``replace``
     and ``image``; each granted host's answer is put in ``answers`` (a dict), when given."""
-    claims = dict((job["host"], claim_of(job, run, submission, by)) for job in placed["jobs"])
+    claims = host_claims(placed["jobs"], run, submission, by)
     hosts = sorted(claims)
     asked = []
 

@@ -109,7 +109,12 @@ NO_CAPACITY = "failed_to_start_due_to_no_capacity"
 INTERRUPTED_BY_NO_CAPACITY = "interrupted_by_no_capacity"
 INSTANCE_UNREACHABLE = "instance_unreachable"
 JOB_DISCONNECTED_GRACE = 120
+# A service's replica taken away when the service was scaled down (services.rolling): its job
+# is terminated with dstack's reason, and the run goes on without it (decide).
+SCALED_DOWN = "scaled_down"
+
 STOP_REASONS = {
+    SCALED_DOWN: JobStatus.TERMINATED.value,
     MAX_DURATION_EXCEEDED: JobStatus.TERMINATED.value,
     INACTIVITY_DURATION_EXCEEDED: JobStatus.TERMINATED.value,
     TERMINATED_BY_USER: JobStatus.TERMINATED.value,
@@ -267,6 +272,8 @@ def decide(policy, statuses, now=0.0, retry_since=None):
     """
     result = Decision()
     if policy.get("service"):
+        # Replicas taken away by a scale-down are no longer part of the service.
+        statuses = dict((n, s) for n, s in statuses.items() if s[1] != SCALED_DOWN)
         # A service runs until stopped: a replica whose command ends, even with code 0, failed
         # (retry as the config says).
         statuses = dict((n, (JobStatus.FAILED.value, CONTAINER_EXITED_WITH_ERROR, s[2])

@@ -88,13 +88,18 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
     for name, entries in by_run.items():
         latest = max(_submission_of(e) for e in entries)
         entries = sorted((e for e in entries if _submission_of(e) == latest), key=_job_num)
-        labels = entries[0]["labels"]
+        # Replicas a scale-down took away are not the service's any more (tasks.lifecycle);
+        # their number may be a live replica's again, elsewhere.
+        entries = [e for e in entries if (e.get("files") or {}).get("reason") !=
+                   lifecycle.SCALED_DOWN] or entries
+        # The newest shape of the run: a service scaled up has replicas made for more jobs
+        # than its first ones were (their labels say how many, and where each one is); one
+        # scaled down has its count noted beside its replicas (booking's ``recount``).
+        labels = max(entries, key=lambda e: (_nodes_of(e, len(entries)), -_job_num(e)))[
+            "labels"]
         asked = _asked(labels)
         statuses = dict((_job_num(e), lifecycle.job_status(e)) for e in entries)
-        try:
-            nodes = int(labels.get("gpufleet.nodes") or len(entries))
-        except ValueError:
-            nodes = len(entries)
+        nodes = max(_nodes_of(e, len(entries)) for e in entries)
         lost = _lost_jobs(name, asked, nodes, statuses, containers, instances, silent or {})
         for num in range(nodes):
             statuses.setdefault(num, (JobStatus.SUBMITTED.value, None, None))
@@ -199,6 +204,16 @@ def of_user(records, user):
     if not user:
         return list(records)
     return [r for r in records if r.get("user") == user]
+
+
+def _nodes_of(entry, default):
+    """The job count of a job: its service's count since a scale-down when its host noted one
+    (``files["replicas"]``), else its ``gpufleet.nodes`` label (``default`` without one)."""
+    try:
+        return int((entry.get("files") or {}).get("replicas") or
+                   entry["labels"].get("gpufleet.nodes") or default)
+    except ValueError:
+        return default
 
 
 def _int_or(text, default):

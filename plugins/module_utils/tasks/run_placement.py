@@ -96,6 +96,26 @@ class RunPlacement(object):
             self._own_leftovers(containers)
         return placed
 
+    def place_beside(self, kept, probe=False):
+        """Where the run's jobs after ``kept`` (the placed jobs of its running ones, numbered
+        from 0) go: placed on what every host has free beside what runs there now, the run's
+        own jobs counted as busy, and numbered after ``kept``; the run (``kept`` and them) is
+        admitted under its owner's caps (UserLimit; ``probe``: only asked, for a plan). Claims
+        nothing (services.rolling adds
+        replicas to a running service with it; the fleet does not grow for that)."""
+        count = int(self.run.config.get("nodes") or 1) - len(kept)
+        if count < 1:
+            return []
+        answer = self.survey(True)
+        containers, claims, _queues, errors = answer
+        self.last_survey = answer
+        self.surveyed = (containers, claims)
+        placed = self._placement(containers, claims, errors, grow=False,
+                                 config=dict(self.steered(), nodes=count))
+        more = [dict(job, job_num=len(kept) + i) for i, job in enumerate(placed["jobs"])]
+        self._admit(dict(placed, jobs=list(kept) + more), whole=True, probe=probe)
+        return more
+
     def _own_leftovers(self, containers):
         """Note the hosts where this run's name left containers, or refuse the run when one of
         them is alive (dstack refuses a run name that is running)."""
@@ -109,7 +129,7 @@ class RunPlacement(object):
                     "run %s is already running (on %s): stop it first (gpufleet stop %s), or "
                     "give this task another name" % (self.run.name, host, self.run.name))
 
-    def _placement(self, containers, claims, errors):
+    def _placement(self, containers, claims, errors, grow=True, config=None):
         fleets = []
         for fleet in self.run.fleets:
             fleet = dict(fleet)
@@ -124,8 +144,8 @@ class RunPlacement(object):
         for fleet in fleets:
             facts.update(fleet.get("facts") or {})
         busy = claiming.busy_map(containers, claims)
-        if not self.may_grow:
-            return placement.place(self.steered(), fleets, facts, busy)
+        if not (self.may_grow and grow):
+            return placement.place(config or self.steered(), fleets, facts, busy)
         placed = growth.place(self.steered(), fleets, facts, busy, offer_for=self.offer_for,
                               run=self.run.name)
         if placed.get("create"):
@@ -293,7 +313,7 @@ class RunPlacement(object):
             "(last: %s); submit it again, or add retry: {on_events: [no-capacity]}"
             % (self.run.name, refused), [str(refused)])
 
-    def _admit(self, placed, whole):
+    def _admit(self, placed, whole, probe=False):
         """Admit the placed run under its owner's per-user caps (tasks.admission), or raise
         UserLimit. A capped user's admission reads which runs are alive from a look at every
         host: a partial one is made whole first."""
@@ -304,7 +324,7 @@ class RunPlacement(object):
             placed = self.place(whole=True)
         containers, claims = self.surveyed
         every = self.surveyed_whole and not self.last_survey[3]
-        self.admission.admit(placed, self.last_survey, containers, claims, every)
+        self.admission.admit(placed, self.last_survey, containers, claims, every, probe=probe)
         return placed
 
     def _fleet_hosts(self, placed):

@@ -99,10 +99,15 @@ def _inline_files(jobs, files_data=None):
 
 def config_digest(config, image, repo=None):
     """The SHA-256 of what makes one version of a run: its normalized configuration, the image
-    it resolved to and its code's archive (a new commit or diff is a new version)."""
+    it resolved to and its code's archive (a new commit or diff is a new version). A
+    service's replica count is not part of it: scaling a service is no new version of its
+    replicas (services.rolling)."""
     import hashlib
     import json
 
+    if isinstance(config.get("service"), dict):
+        config = dict(config, nodes=None, replicas=None,
+                      service=dict(config["service"], replicas=None))
     text = json.dumps({"config": config, "image": image,
                        "repo": (repo or {}).get("archive")}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

@@ -135,6 +135,11 @@ class Runner(object):
         mode): tasks.run_placement."""
         return self.placing.place(whole)
 
+    def place_beside(self, kept, probe=False):
+        """Where the run's jobs after ``kept`` go, beside its own running ones, admitted under
+        its owner's caps, claiming nothing (tasks.run_placement)."""
+        return self.placing.place_beside(kept, probe)
+
     @property
     def surveyed_whole(self):
         """Whether the last survey asked every host."""

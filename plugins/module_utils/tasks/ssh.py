@@ -88,20 +88,21 @@ _HOST_SOURCE: dict = {}
 def host_source():
     """What runs on a host for each request, from tasks.hostside: nodeside, then its parts
     volumeside (network volumes) and metricside (a run's metrics), then booking (claims and the
-    queue), healthside (the GPU health probe), logside (the kept output), indexside (the run
+    queue), replicaside (a service's replicas after their start), healthside (the GPU health probe), logside (the kept output), indexside (the run
     index), usageside (the usage records), admitside (per-user limits), memberside (the
     fleet's members), proxyconf and proxyside (the in-fleet proxy of services), in one
     namespace. Their own sources are sent, so nothing is installed on
     the host and a new controller version never meets an old helper."""
     if "source" not in _HOST_SOURCE:
         from .hostside import (admitside, booking, healthside, indexside, logside, memberside,
-                               metricside, nodeside, proxyconf, proxyside, usageside,
-                               volumeside)
+                               metricside, nodeside, proxyconf, proxyside, replicaside,
+                               usageside, volumeside)
 
         _HOST_SOURCE["source"] = b"\n".join((module_source(vars(nodeside)),
                                              module_source(vars(volumeside)),
                                              module_source(vars(metricside)),
                                              module_source(vars(booking)),
+                                             module_source(vars(replicaside)),
                                              module_source(vars(healthside)),
                                              module_source(vars(logside)),
                                              module_source(vars(indexside)),

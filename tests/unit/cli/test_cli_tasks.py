@@ -985,3 +985,21 @@ def test_a_refused_stop_is_one_line_naming_the_owner(playbooks, direct):
     code, out, err = run(playbooks, "stop", "train", "-y")
     assert code == 1 and out == ""
     assert err.count("\n") == 1 and "belongs to ann" in err and "--force" in err
+
+
+@pytest.mark.parametrize("now, wanted, said", [
+    (2, 2, "Service train is running: Each replica at an older version is replaced"),
+    (2, 3, "Service train is running 2 replica(s) and goes to 3: the new ones start beside "
+           "them first. Each replica"),
+    (3, 2, "Service train is running 3 replica(s) and goes to 2: the last ones leave the "
+           "proxy and stop. Each replica"),
+])
+def test_the_plan_of_a_running_service_says_it_is_updated_and_scaled(
+        files, playbooks, now, wanted, said):
+    files("task.dstack.yml", TASK)
+    stats = planned_stats()
+    stats["gpufleet_run"].update(rolls=True, replicas_now=now, service={"replicas": wanted})
+    playbooks.answer(stats=stats)
+    code, out, _err = run(playbooks, "apply", "-f", "task.dstack.yml")
+    assert code == 1
+    assert said in out, out

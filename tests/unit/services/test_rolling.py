@@ -27,6 +27,10 @@ class World(object):
         self.fails = fails    # a host whose replace fails (the old replica comes back)
         self.silent = silent  # a host that does not answer status
         self.lease = leased_by   # who holds the update's lease on the proxy host
+        self.hosts = {}       # the host of each replica a scale-up added
+        self.released = []
+        self.retired = []
+        self.recounted = []
         self.leases = []
         self.ports = {}
         self.up = set(range(count))
@@ -60,16 +64,33 @@ class Host(object):
                 {"name": "svc-0-%d" % n, "state": box["state"], "address": "172.17.0.2",
                  "labels": {"gpufleet.job": str(n), "gpufleet.submission": "0"},
                  "published": {"8000/tcp": box["port"]}}
-                for n, box in world.boxes.items() if "h-%d" % n == self.name]}
+                for n, box in world.boxes.items() if world.hosts.get(n, "h-%d" % n) == self.name]}
         if op == "claim":
             if world.refuse_claim == self.name:
                 return {"claimed": False, "reason": "busy (1 of 1 blocks held by other)"}
-            assert payload["by"] == "first:1"   # the run's claim, taken over
+            # the run's claim, taken over; or a share added to it (the host keeps its maker)
+            assert payload["by"] == "first:1" or payload.get("add")
             return {"claimed": True}
+        if op == "release":
+            world.released.append((self.name, payload["jobs"]))
+            return {"released": True}
+        if op == "start":
+            num = payload["job"]["job_num"]
+            assert payload["job"]["claim"]["add"] and self.name == payload["job"]["host"]
+            world.boxes[num] = {"state": "running", "port": 42000 + num}
+            world.hosts[num] = self.name
+            return {"started": True}
+        if op == "recount":
+            world.recounted.append((self.name, payload["job_num"], payload["replicas"]))
+            return {"recounted": True}
+        if op == "retire":
+            world.retired.append(payload["job_num"])
+            del world.boxes[payload["job_num"]]
+            return {"retired": True}
         if op == "replace":
             num = payload["job"]["job_num"]
             assert payload["job"]["claim"]["by"] == "first:1"
-            if world.fails == self.name:   # booking.op_replace: the old one comes back
+            if world.fails == self.name:   # replicaside.op_replace: the old one comes back
                 raise NodeError(self.name, "could not start container svc-0-%d: no such image; "
                                            "the previous version runs again" % num)
             world.up.discard(num)
@@ -120,8 +141,10 @@ class Submission(object):
 
 
 class Runner(object):
-    def __init__(self, digest="new", nodes=2, keeps=False, resources="2 CPUs"):
+    def __init__(self, digest="new", nodes=2, keeps=False, resources="2 CPUs", beside=()):
         self.config = {"nodes": nodes, "resources": resources}
+        self.beside = beside   # the hosts new replicas are placed on (or the error raised)
+        self.beside_asked = []
         self.digest = digest
         self.preparing = Preparing(self)
         self.run_id = None
@@ -130,6 +153,13 @@ class Runner(object):
 
     def keeps_entry(self):
         return self.keeps
+
+    def place_beside(self, kept, probe=False):
+        # As tasks.runs.Runner.place_beside: the jobs after ``kept``, numbered after them.
+        self.beside_asked.append(kept)
+        if isinstance(self.beside, Exception):
+            raise self.beside
+        return [dict(job_num=len(kept) + i, host=host) for i, host in enumerate(self.beside)]
 
     def keep_entry(self, submission):
         self.kept_entry = submission
@@ -146,10 +176,13 @@ def roll(world, runner, count=2):
     return job, events
 
 
+DONE = {"added": [], "retired": []}
+
+
 def test_each_replica_leaves_the_proxy_is_replaced_and_back_before_the_next():
     world, runner = World(), Runner(keeps=True)
     job, events = roll(world, runner)
-    assert job.run() == {"rolled": [0, 1], "unchanged": False}
+    assert job.run() == dict(DONE, rolled=[0, 1], unchanged=False)
     # The run's own id and submission, on the hosts the replicas hold.
     assert runner.run_id == "r1" and runner.prepared[0] == 3
     assert runner.prepared[1]["jobs"] == [{"job_num": 0, "host": "h-0"},
@@ -173,16 +206,16 @@ def test_each_replica_leaves_the_proxy_is_replaced_and_back_before_the_next():
 
 def test_an_unchanged_service_is_left_alone_and_a_half_done_roll_goes_on():
     world = World(digests=("new", "new"))
-    assert roll(world, Runner())[0].run() == {"rolled": [], "unchanged": True}
+    assert roll(world, Runner())[0].run() == dict(DONE, rolled=[], unchanged=True)
     assert not [op for _h, op, _p in world.log if op in ("claim", "replace")]
     world = World(digests=("new", "old"))
-    assert roll(world, Runner())[0].run() == {"rolled": [1], "unchanged": False}
+    assert roll(world, Runner())[0].run() == dict(DONE, rolled=[1], unchanged=False)
     assert [h for h, op, _p in world.log if op == "replace"] == ["h-1"]
 
 
 @pytest.mark.parametrize("world, runner, count, message", [
-    (World(), Runner(nodes=3), 2, "runs 2 replicas and the new version asks for 3"),
-    (World(count=1), Runner(nodes=1), 1, "runs one replica, which cannot be replaced"),
+    (World(), Runner(nodes=3, beside=rolling.GpufleetError("user bob: 2 GPUs held, cap 2")),
+     2, "replicas: service svc cannot grow from 2 to 3 replicas: user bob: 2 GPUs held"),
     (World(placed=False), Runner(), 2, "started by an older gpufleet"),
     (World(), Runner(resources="8 CPUs"), 2, "resources: service svc's replicas hold"),
 ])
@@ -237,3 +270,82 @@ def test_a_service_another_controller_updates_is_not_rolled_twice_at_once():
         roll(world, Runner())[0].run()
     assert not [op for _h, op, _p in world.log if op in ("claim", "replace", "proxy_replicas")]
     assert world.lease == "other:7"   # theirs is left alone
+
+
+def test_one_replica_is_not_replaced_in_place_but_is_rolled_once_a_second_one_is_added():
+    world = World(count=1)
+    with pytest.raises(rolling.RollError, match="would run one replica, which cannot be "
+                                                "replaced without a gap"):
+        roll(world, Runner(nodes=1), 1)[0].run()
+    assert not [op for _h, op, _p in world.log if op in ("claim", "replace", "start")]
+    assert world.lease is None
+    # Unchanged, it is left as it is.
+    world = World(count=1, digests=("new",))
+    assert roll(world, Runner(nodes=1), 1)[0].run() == dict(DONE, rolled=[], unchanged=True)
+    # Asked for two, the new one starts beside it first, then the old one is rolled.
+    world = World(count=1)
+    job, _events = roll(world, Runner(nodes=2, beside=["h-1"]), 1)
+    assert job.run() == dict(DONE, added=[1], rolled=[0], unchanged=False)
+    ops = [(host, op) for host, op, _p in world.log if op in ("claim", "start", "replace")]
+    assert ops == [("h-1", "claim"), ("h-1", "start"), ("h-0", "claim"), ("h-0", "replace")]
+    assert all(route for route in world.routes)
+
+
+def test_a_scale_up_places_new_replicas_after_the_others_and_waits_for_them():
+    world, runner = World(digests=("new", "new")), Runner(nodes=4, beside=["h-1", "h-0"])
+    job, events = roll(world, runner)
+    assert job.run() == dict(DONE, added=[2, 3], rolled=[], unchanged=False)
+    # Placed after the running ones, which it is told of (admitted with them).
+    assert runner.beside_asked == [[{"job_num": 0, "host": "h-0"}, {"job_num": 1, "host": "h-1"}]]
+    # Prepared as the run's four jobs: the replicas kept where they are, the new ones numbered
+    # after them on the hosts placed.
+    assert runner.prepared[1]["jobs"] == [{"job_num": 0, "host": "h-0"},
+                                          {"job_num": 1, "host": "h-1"},
+                                          {"job_num": 2, "host": "h-1"},
+                                          {"job_num": 3, "host": "h-0"}]
+    starts = [(h, p["job"]["job_num"]) for h, op, p in world.log if op == "start"]
+    assert sorted(starts) == [("h-0", 3), ("h-1", 2)]
+    assert world.routes[0] == [0, 1, 2, 3] and world.routes[-1] == [0, 1, 2, 3]
+    assert world.up == {0, 1, 2, 3}
+    assert events[-1]["message"] == "replicas 2, 3 added (4 replicas now)"
+
+
+def test_a_scale_up_that_does_not_fit_changes_nothing_and_gives_back_what_it_took():
+    world = World(digests=("new", "new"), refuse_claim="h-1")
+    with pytest.raises(rolling.RollError, match="host h-1 cannot hold replica 3: busy"):
+        roll(world, Runner(nodes=4, beside=["h-0", "h-1"]))[0].run()
+    assert world.released == [("h-0", [2])]   # replica 2's share on h-0 went back
+    assert not [op for _h, op, _p in world.log if op == "start"] and world.routes == []
+    nowhere = rolling.GpufleetError("no capacity for task svc: needs 1 node")
+    with pytest.raises(rolling.RollError, match="cannot grow from 2 to 3 replicas: no capacity"):
+        roll(World(), Runner(nodes=3, beside=nowhere))[0].plan()
+
+
+def test_a_scale_down_drains_the_last_replicas_then_has_their_hosts_take_them_away():
+    world = World(digests=("new", "old"))
+    job, events = roll(world, Runner(nodes=1, digest="new"))
+    assert job.run() == dict(DONE, retired=[1], rolled=[], unchanged=False)
+    # The count noted beside the replica that stays, then out of the route, then retired;
+    # replica 0 (at the new version) is left alone.
+    assert world.recounted == [("h-0", 0, 1)]
+    ops = [op for _h, op, _p in world.log if op in ("recount", "proxy_replicas", "retire")]
+    assert ops[:3] == ["recount", "proxy_replicas", "retire"]
+    assert world.routes[0] == [0] and world.retired == [1]
+    assert [op for _h, op, _p in world.log if op == "retire"] == ["retire"]
+    retire = [p for _h, op, p in world.log if op == "retire"][0]
+    assert retire == {"run": "svc", "job_num": 1, "run_id": "r1"}
+    assert world.routes[-1] == [0]
+    assert events[-1]["message"] == "replica 1 taken away (1 replica now)"
+
+
+def test_an_update_reads_the_service_again_once_it_holds_the_lease():
+    # Another controller added replica 2 while this one waited: this update sees it.
+    world = World(digests=("new", "new"))
+    world.kept[2] = dict(world.kept[1], container="svc-0-2",
+                         placed={"job_num": 2, "host": "h-1"})
+    world.boxes[2] = {"state": "running", "port": 40002}
+    world.hosts[2] = "h-1"
+    job, _events = roll(world, Runner(nodes=3, beside=RuntimeError("placed twice")))
+    job.fresh = lambda record: dict(record, jobs=record["jobs"] + [{"job_num": 2, "host": "h-1"}])
+    assert job.run() == dict(DONE, rolled=[], unchanged=True)
+    assert not [op for _h, op, _p in world.log if op in ("claim", "start")]

@@ -20,6 +20,7 @@ import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
     booking,
     nodeside,
+    replicaside,
 )
 
 from .fakes import inspect_entry, job_spec, replica_spec, write_state
@@ -129,13 +130,13 @@ def test_a_replica_is_respawned_only_where_its_claim_holds_again(docker, book, t
     # Gone, and its lease lapsed: another run took the host meanwhile.
     (book / "claims" / "svc.json").unlink()
     assert booking.op_claim(claim("other"))["claimed"]
-    answer = booking.op_respawn({"run": "svc", "job_num": 0})
+    answer = replicaside.op_respawn({"run": "svc", "job_num": 0})
     assert answer == {"respawned": False, "why": "this host was taken meanwhile: busy "
                                                  "(1 of 1 blocks held by other)"}
     assert len([c for c in docker.calls() if c[0] == "run"]) == 1
     # Free again: the replica comes back, its claim renewed.
     booking.op_release({"run": "other"})
-    assert booking.op_respawn({"run": "svc", "job_num": 0})["respawned"]
+    assert replicaside.op_respawn({"run": "svc", "job_num": 0})["respawned"]
     assert (book / "claims" / "svc.json").exists()
 
 
@@ -270,7 +271,7 @@ def test_respawn_makes_a_gone_replica_again_with_a_new_state(absent, run_root, b
     absent.on(["ps"], stdout="")   # its container was removed under it
     absent.on(["rm"], stdout="")
 
-    answer = booking.op_respawn({"run": "svc", "job_num": 1})
+    answer = replicaside.op_respawn({"run": "svc", "job_num": 1})
 
     assert answer == {"respawned": True, "id": "abc", "respawns": 1}
     runs = [c for c in absent.calls() if c[0] == "run"]
@@ -278,7 +279,7 @@ def test_respawn_makes_a_gone_replica_again_with_a_new_state(absent, run_root, b
     assert ["rm", "-f", "svc-0-1"] in absent.calls()
     assert list((run_root / "svc" / "1" / "state").iterdir()) == []   # a new state
     assert (run_root / "svc" / "1" / "job" / "job.sh").exists()       # the same files
-    assert booking.op_respawn({"run": "svc", "job_num": 1})["respawns"] == 2
+    assert replicaside.op_respawn({"run": "svc", "job_num": 1})["respawns"] == 2
 
 
 def test_respawn_leaves_a_replica_that_runs(docker, run_root, book):
@@ -288,7 +289,7 @@ def test_respawn_leaves_a_replica_that_runs(docker, run_root, book):
     docker.on(["ps"], stdout="aaa\n")
     docker.on(["inspect"], stdout=json.dumps([inspect_entry("svc-0-1", run="svc", job=1)]))
 
-    answer = booking.op_respawn({"run": "svc", "job_num": 1})
+    answer = replicaside.op_respawn({"run": "svc", "job_num": 1})
 
     assert answer == {"respawned": False, "why": "its container svc-0-1 is running"}
     assert len([c for c in docker.calls() if c[0] == "run"]) == 1
@@ -297,11 +298,11 @@ def test_respawn_leaves_a_replica_that_runs(docker, run_root, book):
 def test_respawn_refuses_a_job_that_is_no_replica_and_bad_names(absent, run_root, book):
     absent.on(["run"], stdout="abc\n")
     nodeside.op_start({"job": job_spec()})
-    answer = booking.op_respawn({"run": "train", "job_num": 1})
+    answer = replicaside.op_respawn({"run": "train", "job_num": 1})
     assert answer["respawned"] is False and "not started here as a service" in answer["why"]
     for bad in ({"run": "../x", "job_num": 1}, {"run": "svc", "job_num": "1"}):
         with pytest.raises(nodeside.Failure):
-            booking.op_respawn(bad)
+            replicaside.op_respawn(bad)
 
 
 def test_a_respawn_that_finds_the_name_taken_made_nothing(docker, run_root, book):
@@ -314,7 +315,7 @@ def test_a_respawn_that_finds_the_name_taken_made_nothing(docker, run_root, book
     kept.mkdir(parents=True)
     (kept / "start.json").write_text(json.dumps(dict(
         (key, replica_spec().get(key)) for key in nodeside.RESPAWN_KEYS)))
-    answer = booking.op_respawn({"run": "svc", "job_num": 1})
+    answer = replicaside.op_respawn({"run": "svc", "job_num": 1})
     assert answer == {"respawned": False, "why": "its container svc-0-1 is there"}
     assert not (kept / "respawns").exists()
 
@@ -329,7 +330,7 @@ def test_replace_starts_the_new_version_in_the_replicas_place(absent, run_root, 
     absent.on(["rm"], stdout="")
     new = replica_spec()
     new["files"]["job.sh"] = {"text": "#!/bin/sh\necho new\n", "mode": 0o755}
-    assert booking.op_replace({"job": new}) == {"started": True, "id": "abc"}
+    assert replicaside.op_replace({"job": new}) == {"started": True, "id": "abc"}
     assert ["rm", "-f", "svc-0-1"] in absent.calls()
     folder = run_root / "svc" / "1"
     assert (folder / "job" / "job.sh").read_text() == "#!/bin/sh\necho new\n"
@@ -354,9 +355,138 @@ def test_a_replace_that_cannot_start_makes_the_old_version_again(docker, run_roo
     docker._save()
     with pytest.raises(nodeside.Failure, match=r"could not start container svc-0-1: .*missing"
                                                r".*; the previous version runs again"):
-        booking.op_replace({"job": new})
+        replicaside.op_replace({"job": new})
     # The old folder is back (its files, its start.json) and its container made again.
     assert (runs / "job" / "job.sh").read_text() == "#!/bin/sh\necho job\n"
     assert json.loads((runs / "start.json").read_text())["image"] == "ubuntu:22.04"
     assert [c for c in docker.calls() if c[0] == "run"][-1][-2] == "ubuntu:22.04"
     assert not (run_root / "svc" / "1.previous").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# shares: one claim per run on a host, one share per job in it (a service's replicas may share
+# a host, and one may be added beside the others or taken away)
+
+
+def share_claim(run, num, blocks, by="first:1", submission=0, add=False, gpus=()):
+    return {"run": run, "run_id": run + "-id", "submission": submission, "jobs": [num],
+            "blocks": blocks, "total_blocks": 4, "gpu_ids": list(gpus), "whole": False,
+            "by": by, "add": add,
+            "shares": {str(num): {"blocks": blocks, "gpu_ids": list(gpus), "whole": False}}}
+
+
+def held(book, run):
+    return json.loads((book / "claims" / (run + ".json")).read_text())
+
+
+def test_the_jobs_of_one_submission_on_a_host_add_up_and_each_start_renews_its_own(docker,
+                                                                                   book):
+    containers(docker)
+    assert booking.op_claim(share_claim("svc", 0, 1, gpus=["0"]))["claimed"]
+    assert booking.op_claim(share_claim("svc", 1, 2, gpus=["1"]))["claimed"]
+    both = held(book, "svc")
+    assert (both["jobs"], both["blocks"], both["gpu_ids"]) == ([0, 1], 3, ["0", "1"])
+    assert "add" not in both
+    # Renewing job 0's share (its start) keeps job 1's: the host stays 3 of 4 blocks busy.
+    assert booking.op_claim(share_claim("svc", 0, 1, gpus=["0"]))["claimed"]
+    assert booking.op_claim(claim("other", blocks=2, total=4, whole=False))["reason"] == (
+        "busy (3 of 4 blocks held by svc, 2 more wanted)")
+    # A new submission of the run starts afresh.
+    assert booking.op_claim(share_claim("svc", 0, 1, submission=1))["claimed"]
+    assert held(book, "svc")["jobs"] == [0] and held(book, "svc")["blocks"] == 1
+
+
+def test_a_share_added_by_another_controller_joins_the_runs_claim_within_the_hosts_room(
+        docker, book):
+    containers(docker)
+    assert booking.op_claim(share_claim("svc", 0, 2))["claimed"]
+    # The same submission from another controller is refused, unless it adds a share.
+    assert "is being started here by first:1" in booking.op_claim(
+        share_claim("svc", 1, 1, by="second:2"))["reason"]
+    assert booking.op_claim(share_claim("svc", 1, 1, by="second:2", add=True))["claimed"]
+    assert held(book, "svc")["by"] == "first:1" and held(book, "svc")["blocks"] == 3
+    assert booking.op_claim(share_claim("svc", 2, 2, by="second:2", add=True))["reason"] == (
+        "busy (0 of 4 blocks held by another run, 5 more wanted)")
+    # Giving back one share leaves the others; the last one takes the claim with it.
+    assert booking.op_release({"run": "svc", "run_id": "svc-id", "jobs": [1]})["released"]
+    assert held(book, "svc")["jobs"] == [0] and held(book, "svc")["blocks"] == 2
+    assert booking.op_release({"run": "svc", "run_id": "svc-id", "jobs": [0]})["released"]
+    assert not (book / "claims" / "svc.json").exists()
+
+
+def test_a_claim_written_before_shares_counts_as_one_share(docker, book):
+    containers(docker)
+    (book / "claims").mkdir(parents=True)
+    old = dict(claim("svc", run_id="svc-id", blocks=2, total=4, whole=False), by="first:1",
+               expires=time.time() + 60)
+    (book / "claims" / "svc.json").write_text(json.dumps(old))
+    assert booking.op_claim(share_claim("svc", 1, 1, add=True))["claimed"]
+    assert held(book, "svc")["jobs"] == [0, 1] and held(book, "svc")["blocks"] == 3
+
+
+def test_a_retired_replica_is_gone_for_good_and_reads_as_scaled_down(absent, run_root, book):
+    absent.on(["run"], stdout="abc\n")
+    job = replica_spec()
+    job["claim"] = share_claim("svc", 1, 1)
+    job["claim"]["run_id"] = "r1"
+    booking.op_start_booked({"job": job})
+    assert held(book, "svc")["jobs"] == [1]
+    absent.on(["rm"], stdout="")
+    absent.on(["ps"], stdout="")
+
+    assert replicaside.op_retire({"run": "svc", "job_num": 1, "run_id": "r1"}) == {
+        "retired": True, "removed": ["svc-0-1"]}
+    assert ["rm", "-f", "svc-0-1"] in absent.calls()
+    assert not (book / "claims" / "svc.json").exists()
+    assert not (run_root / "svc" / "1" / "start.json").exists()
+    # Its folder stays as what status says of it: terminated, scaled down.
+    (entry,) = nodeside.op_status({"run": "svc"})["containers"]
+    assert entry["state"] == "gone" and entry["files"]["reason"] == "scaled_down"
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle
+    assert lifecycle.job_status(entry) == ("terminated", "scaled_down", None)
+    # Nothing makes it again.
+    assert replicaside.op_respawn({"run": "svc", "job_num": 1})["respawned"] is False
+
+
+def test_a_start_that_fails_gives_back_its_own_share_only(docker, run_root, book):
+    containers(docker)
+    assert booking.op_claim(share_claim("svc", 0, 1))["claimed"]
+    docker.on(["container", "inspect"], stderr="No such container", rc=1)
+    docker.on(["run"], rc=125, stderr="Unable to find image")
+    docker.on(["rm"], stdout="")
+    job = replica_spec()
+    job["claim"] = share_claim("svc", 1, 1, by="second:2", add=True)
+    job["claim"]["run_id"] = "svc-id"
+    with pytest.raises(nodeside.Failure):
+        booking.op_start_booked({"job": job})
+    assert held(book, "svc")["jobs"] == [0]
+
+
+def test_recount_notes_a_replicas_new_count_beside_it_for_status(absent, run_root, book):
+    absent.on(["run"], stdout="abc\n")
+    job = replica_spec()
+    job["claim"] = dict(share_claim("svc", 1, 1), run_id="r1")
+    booking.op_start_booked({"job": job})
+    assert replicaside.op_recount({"run": "svc", "job_num": 1, "run_id": "r1", "replicas": 2}) == {
+        "recounted": True}
+    assert nodeside._read_state("svc", 1)["replicas"] == "2"
+    with pytest.raises(nodeside.Failure, match="is not here"):
+        replicaside.op_recount({"run": "svc", "job_num": 1, "run_id": "other", "replicas": 2})
+    with pytest.raises(nodeside.Failure, match="bad replica count"):
+        replicaside.op_recount({"run": "svc", "job_num": 1, "run_id": "r1", "replicas": 0})
+    # A retire of another run's replica of that name leaves this one alone.
+    assert replicaside.op_retire({"run": "svc", "job_num": 1, "run_id": "other"}) == {
+        "retired": False, "removed": []}
+
+
+def test_a_retire_whose_container_cannot_be_removed_keeps_the_replica(docker, run_root, book):
+    docker.on(["container", "inspect"], stderr="No such container", rc=1)
+    docker.on(["run"], stdout="abc\n")
+    job = replica_spec()
+    job["claim"] = dict(share_claim("svc", 1, 1), run_id="r1")
+    booking.op_start_booked({"job": job})
+    docker.on(["rm"], rc=1, stderr="Error response from daemon: device or resource busy")
+    with pytest.raises(nodeside.Failure, match="could not remove svc-0-1: .*busy"):
+        replicaside.op_retire({"run": "svc", "job_num": 1, "run_id": "r1"})
+    assert (run_root / "svc" / "1" / "start.json").exists()
+    assert held(book, "svc")["jobs"] == [1]

@@ -718,3 +718,17 @@ def test_the_local_engine_is_listed_once_for_fleet_files_and_discovered_fleets(t
         return 1, b"", b"Cannot connect to the Docker daemon"
 
     assert surveys.collect_fleets((), docker=Docker("docker", down), root=root) == []
+
+
+def test_replicas_that_share_a_host_claim_it_once_for_what_they_hold_together():
+    run = {"name": "svc", "id": "r1"}
+    jobs = [{"job_num": 0, "host": "a", "blocks": 1, "total_blocks": 4, "gpus": [{"id": "0"}]},
+            {"job_num": 1, "host": "b", "blocks": 2, "total_blocks": 4, "gpus": []},
+            {"job_num": 2, "host": "a", "blocks": 2, "total_blocks": 4, "gpus": [{"id": "1"}]}]
+    claims = claiming.host_claims(jobs, run, 3, by="me:1")
+    assert sorted(claims) == ["a", "b"]
+    both = claims["a"]
+    assert (both["jobs"], both["blocks"], both["gpu_ids"]) == ([0, 2], 3, ["0", "1"])
+    assert both["shares"] == {"0": {"blocks": 1, "gpu_ids": ["0"], "whole": False},
+                              "2": {"blocks": 2, "gpu_ids": ["1"], "whole": False}}
+    assert claims["b"]["jobs"] == [1] and claims["b"]["submission"] == 3

@@ -27,7 +27,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.placement i
 )
 
 from ..configs import task
-from .fakes import RUN, cpu_fact, fleet_of_instances, inspect_entry, placed_job, placement
+from .fakes import (RUN, cpu_fact, fleet_of_instances, fleet_with_facts, inspect_entry,
+                    placed_job, placement)
 
 PROXY = replicas.proxy_of("svc", "demo-0", "192.0.2.10", None)
 
@@ -240,3 +241,82 @@ def test_ps_reads_the_service_and_its_replicas_from_the_labels():
     (plain,) = listing.run_records({"h": [dict(found["demo-0"][0], labels={
         k: v for k, v in specs[0]["labels"].items() if k != SERVICE_LABEL})]})
     assert plain["service"] is None
+
+
+def test_a_scaled_service_is_read_with_its_newest_count_and_without_replicas_taken_away():
+    two = replica_jobs()
+    three = rankplan.build_jobs(runnable(3), placement(placed_job(0), placed_job(1),
+                                                       dict(placed_job(1), job_num=2)),
+                                dict(RUN, name="svc"), environ={})
+
+    def box(spec, state="running", reason=None):
+        return {"name": spec["container"], "labels": spec["labels"], "state": state,
+                "exit_code": 0, "oom_killed": False, "started_at": None, "finished_at": None,
+                "error": None, "published": {"8000/tcp": 49153 + spec["job_num"]},
+                "files": {"running": "1", "reason": reason, "exit_code": None}}
+
+    # Scaled up from two to three: replica 2's labels say three, and where each one is.
+    found = {"demo-0": [box(two[0])], "demo-1": [box(two[1]), box(three[2])]}
+    (record,) = listing.run_records(found)
+    assert record["status"] == "running" and record["nodes"] == 3
+    assert record["service"]["replicas"] == 3
+    assert [j["job_num"] for j in record["jobs"]] == [0, 1, 2]
+    # Scaled down again: replica 2's folder says scaled_down; the service runs two.
+    found["demo-1"][1] = box(three[2], state="gone", reason=lc.SCALED_DOWN)
+    (record,) = listing.run_records(found)
+    assert record["status"] == "running" and record["nodes"] == 2
+    assert [j["job_num"] for j in record["jobs"]] == [0, 1]
+    # Replicas started when there were three, scaled down to two: their hosts noted the
+    # count (booking's recount), and the host that held replica 2 may be gone altogether.
+    found = {"demo-0": [box(three[0])], "demo-1": [box(three[1])]}
+    for entry in found["demo-0"] + found["demo-1"]:
+        entry["files"]["replicas"] = "2"
+    (record,) = listing.run_records(found, instances={"demo-0": {}, "demo-1": {}})
+    assert record["status"] == "running" and record["nodes"] == 2
+    # Scaled up again, replica 2 placed on another host than the one it was taken away from:
+    # the live one counts, not its number's tombstone.
+    found["demo-2"] = [box(three[2], state="gone", reason=lc.SCALED_DOWN)]
+    found["demo-0"].append(box(dict(three[2], labels=dict(three[2]["labels"]))))
+    (record,) = listing.run_records(found)
+    assert record["status"] == "running" and record["nodes"] == 3
+    assert [(j["job_num"], j["status"]) for j in record["jobs"]] == [
+        (0, "running"), (1, "running"), (2, "running")]
+    # tasks.lifecycle leaves it out the same way for every look (the queue pass, the watch).
+    running = (lc.JobStatus.RUNNING.value, None, None)
+    retired = (lc.JobStatus.TERMINATED.value, lc.SCALED_DOWN, None)
+    decision = lc.decide({"service": True}, {0: running, 1: running, 2: retired})
+    assert decision.status == "running" and not decision.stop and not decision.final
+
+
+# ---------------------------------------------------------------------------------------------
+# tasks.runs.Runner.place_beside: more replicas for a running service
+
+
+def test_more_replicas_are_placed_beside_the_running_ones_and_numbered_after_them(fake_hosts):
+    fleet = fleet_with_facts(count=3)
+    runner, cluster = fake_hosts(runnable(3), [fleet])
+    # Replica 0 runs on gpus-1 (its claim holds the whole host there).
+    cluster.nodes["gpus-1"].claims.append({
+        "run": "svc", "run_id": "r1", "submission": 0, "jobs": [0], "blocks": 1,
+        "total_blocks": 1, "gpu_ids": [], "whole": True, "expires": cluster.now + 900})
+    kept = [{"job_num": 0, "host": "gpus-1"}]
+    more = runner.place_beside(kept)
+    assert [(j["job_num"], j["host"]) for j in more] == [(1, "gpus-0"), (2, "gpus-2")]
+    assert not cluster.ops("claim") and not cluster.ops("start")   # a plan: nothing taken
+    assert runner.place_beside([{"job_num": n, "host": "x"} for n in range(3)]) == []
+    # No room left for them: placement says why, as for a submission.
+    cluster.nodes["gpus-2"].claims.append(dict(cluster.nodes["gpus-1"].claims[0], run="other",
+                                               run_id="o1"))
+    with pytest.raises(NoHostFits, match="no capacity for task svc"):
+        runner.place_beside(kept)
+
+
+def test_a_services_version_does_not_change_with_its_replica_count():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.run_preparation import (
+        config_digest,
+    )
+
+    two, three = runnable(2), runnable(3)
+    assert config_digest(two, "img") == config_digest(three, "img")
+    assert config_digest(two, "img") != config_digest(runnable(2, env={"V": "2"}), "img")
+    assert config_digest(two, "img") != config_digest(two, "img:2")

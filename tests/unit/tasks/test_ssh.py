@@ -31,6 +31,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
     nodeside,
     proxyconf,
     proxyside,
+    replicaside,
     usageside,
     volumeside,
 )
@@ -311,13 +312,14 @@ def test_call_sends_the_source_and_the_request_on_stdin():
     assert kwargs["stdout"] == subprocess.PIPE and kwargs["stderr"] == subprocess.PIPE
     data = kwargs["input"]
     # Split the way BOOTSTRAP splits it on the host: nodeside's source, then volumeside's,
-    # metricside's, booking's, healthside's, logside's, indexside's, usageside's, admitside's,
+    # metricside's, booking's, replicaside's, healthside's, logside's, indexside's, usageside's, admitside's,
     # memberside's, proxyconf's and proxyside's.
     source, sep, request = data.partition(b"\n" + bootstrap.SEPARATOR + b"\n")
     assert sep and source == b"\n".join((module_source(vars(nodeside)),
                                          module_source(vars(volumeside)),
                                          module_source(vars(metricside)),
                                          module_source(vars(booking)),
+                                         module_source(vars(replicaside)),
                                          module_source(vars(healthside)),
                                          module_source(vars(logside)),
                                          module_source(vars(indexside)),

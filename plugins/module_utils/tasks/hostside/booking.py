@@ -26,9 +26,7 @@ import os
 import time
 
 try:  # imported as part of the collection (tests, the controller)
-    from .nodeside import (Failure, _docker, _job_key, _json_file, _run_container,
-                           _small_file, _write, job_dir, op_image_info, op_remove, op_start,
-                           op_status)
+    from .nodeside import Failure, op_image_info, op_remove, op_start, op_status
 except ImportError:  # on a host: nodeside's source runs first in the same namespace
     pass
 
@@ -188,6 +186,28 @@ def usage(claims, containers, now, exclude_run=None):
     return blocks, ids, runs
 
 
+def _shares_of(claim):
+    """A claim's shares, one per job (``{job number: {"blocks", "gpu_ids", "whole"}}``); a
+    claim written before claims had shares is one share for all its jobs."""
+    shares = claim.get("shares")
+    if isinstance(shares, dict) and shares:
+        return dict((str(k), v) for k, v in shares.items())
+    jobs = claim.get("jobs") or [0]
+    return {str(jobs[0]): {"blocks": int(claim.get("blocks") or 0),
+                           "gpu_ids": list(claim.get("gpu_ids") or []),
+                           "whole": bool(claim.get("whole"))}}
+
+
+def _with_shares(claim, shares):
+    """``claim`` holding ``shares``: its jobs, blocks, GPU ids and ``whole`` are theirs."""
+    ids = []
+    for share in shares.values():
+        ids += [i for i in share.get("gpu_ids") or [] if i not in ids]
+    return dict(claim, shares=shares, jobs=sorted(int(k) for k in shares),
+                blocks=sum(int(s.get("blocks") or 0) for s in shares.values()),
+                gpu_ids=ids, whole=any(s.get("whole") for s in shares.values()))
+
+
 def conflict(claim, claims, containers, now):
     """Why ``claim`` cannot be granted on this host now, or None."""
     run = claim["run"]
@@ -197,6 +217,8 @@ def conflict(claim, claims, containers, now):
             continue
         if other.get("run_id") != claim.get("run_id"):
             return "run %s is already running here (submitted by another controller)" % run
+        if claim.get("add") and other.get("submission") == claim.get("submission"):
+            continue   # a share added beside the submission's others (services.rolling)
         if other.get("by") and claim.get("by") and other.get("by") != claim.get("by"):
             # The same run, submitted again by a second controller (a queue entry whose take
             # lapsed): one submission only.
@@ -232,16 +254,25 @@ def _claim_locked(payload, now):
         "run": payload["run"],
         "run_id": payload.get("run_id"),
         "submission": int(payload.get("submission") or 0),
-        "jobs": list(payload.get("jobs") or []),
-        "blocks": int(payload.get("blocks") or 0),
         "total_blocks": int(payload.get("total_blocks") or 1),
-        "gpu_ids": list(payload.get("gpu_ids") or []),
-        "whole": bool(payload.get("whole")),
         "by": payload.get("by"),
+        "add": bool(payload.get("add")),
         "claimed_at": now,
         "expires": now + float(payload.get("lease") or CLAIM_LEASE),
     }
+    shares = _shares_of(payload)
+    for other in claims:
+        # The same submission claiming again (a job's start renewing its share, a replica
+        # added or replaced): its other jobs' shares stay. A new submission starts afresh.
+        if other.get("run") == claim["run"] and other.get("run_id") == claim["run_id"] and (
+                int(other.get("submission") or 0) == claim["submission"]) and claim_live(
+                    other, by_submission, now):
+            shares = dict(_shares_of(other), **shares)
+            if claim["add"]:
+                claim["by"] = other.get("by")   # still the submitting controller's claim
+    claim = _with_shares(claim, shares)
     why = conflict(claim, claims, containers, now)
+    claim.pop("add")
     if why is not None:
         return {"claimed": False, "reason": why}
     _write_json(path, claim)
@@ -283,10 +314,32 @@ def _drop_claim(run, drop):
 
 
 def op_release(payload):
-    """Drop the claim of ``run`` (only ``run_id``'s, when given)."""
+    """Drop the claim of ``run`` (only ``run_id``'s, when given; only the shares of ``jobs``,
+    when given: the claim goes with its last share)."""
     wanted = payload.get("run_id")
-    return {"released": _drop_claim(payload["run"], lambda claim: wanted in (
-        None, claim.get("run_id")))}
+    jobs = payload.get("jobs")
+    if jobs is None:
+        return {"released": _drop_claim(payload["run"], lambda claim: wanted in (
+            None, claim.get("run_id")))}
+    with _Lock():
+        return {"released": _drop_shares(payload["run"], wanted, jobs)}
+
+
+def _drop_shares(run, run_id, jobs):
+    """Take the shares of ``jobs`` out of ``run``'s claim here (of ``run_id``, when given), the
+    claim itself with its last share; the caller holds the lock."""
+    run = _name(run)
+    for claim in _read_all(_claims_dir()):
+        if claim.get("run") != run or run_id not in (None, claim.get("run_id")):
+            continue
+        shares = dict((k, v) for k, v in _shares_of(claim).items()
+                      if k not in [str(j) for j in jobs])
+        if shares:
+            _write_json(_claim_path(run), _with_shares(claim, shares))
+        else:
+            _remove(_claim_path(run))
+        return True
+    return False
 
 
 def live_claims(containers, now=None):
@@ -485,102 +538,10 @@ def op_start_booked(payload):
     try:
         return op_start(payload)
     except Failure:
-        if claim:
-            op_release({"run": claim["run"], "run_id": claim.get("run_id")})
+        if claim:   # this job's share: the run's other jobs here keep theirs
+            op_release({"run": claim["run"], "run_id": claim.get("run_id"),
+                        "jobs": [payload["job"]["job_num"]]})
         raise
-
-
-def _respawn_locked(payload):
-    """Make a service's replica again on this host from what its start kept (``start.json``),
-    when its container is gone or has ended: the same folder and files, a new state. Answers
-    ``{"respawned": bool, "why"}``; a replica that runs is left alone. Under the lock, with
-    its claim renewed first: a host another run took after the replica went is not used, and
-    two controllers asking at once make one container."""
-    run, num = payload["run"], payload["job_num"]
-    folder = job_dir(run, num)
-    job = _json_file(os.path.join(folder, "start.json"))
-    if not job or not job.get("container"):
-        return {"respawned": False, "why": "replica %d of %s was not started here as a "
-                                           "service's replica" % (num, run)}
-    for item in op_status({"run": run})["containers"]:
-        if item.get("name") == job["container"] and item.get("state") in HOLDING_STATES:
-            return {"respawned": False, "why": "its container %s is %s"
-                                               % (job["container"], item["state"])}
-    if job.get("claim"):
-        answer = _claim_locked(job["claim"], time.time())
-        if not answer["claimed"]:
-            return {"respawned": False, "why": "this host was taken meanwhile: %s"
-                                               % answer["reason"]}
-    _docker(["rm", "-f", job["container"]], check=False)
-    import shutil
-
-    state = os.path.join(folder, "state")
-    shutil.rmtree(state, ignore_errors=True)
-    os.makedirs(state, 0o755, exist_ok=True)
-    if os.path.exists(os.path.join(folder, "created")):
-        os.remove(os.path.join(folder, "created"))
-    answer = _run_container(job, folder)
-    if not answer.get("started"):
-        return {"respawned": False, "why": "its container %s is there" % job["container"]}
-    count = os.path.join(folder, "respawns")
-    done = int((_small_file(count) or "0").strip() or 0) + 1
-    _write(count, ("%d\n" % done).encode("utf-8"), 0o644)
-    return {"respawned": True, "id": answer.get("id"), "respawns": done}
-
-
-def op_respawn(payload):
-    """``_respawn_locked`` under the booking lock."""
-    run, num = _job_key(payload, "respawn")
-    with _Lock():
-        return _respawn_locked({"run": run, "job_num": num})
-
-
-def op_replace(payload):
-    """Replace a service's replica by ``job`` (a new version of it, services.rolling), under
-    the lock, so that no respawn or start comes between: its claim taken over, the old
-    container removed and its folder put aside, the new one started. When the new one cannot
-    start, the old folder comes back and the old container is made again from it (a Failure
-    that says so): a replica is never left gone."""
-    job = payload["job"]
-    run, num = _job_key(job, "replace")
-    import shutil
-
-    folder = job_dir(run, num)
-    aside = folder + ".previous"
-    with _Lock():
-        if job.get("claim"):
-            answer = _claim_locked(job["claim"], time.time())
-            if not answer["claimed"]:
-                raise Failure("cannot replace %s: this host cannot hold its new version: %s"
-                              % (job["container"], answer["reason"]))
-        _docker(["rm", "-f", job["container"]], check=False)
-        shutil.rmtree(aside, ignore_errors=True)
-        if os.path.isdir(folder):
-            os.rename(folder, aside)
-        try:
-            answer = op_start({"job": job})
-        except Failure as exc:
-            shutil.rmtree(folder, ignore_errors=True)
-            if os.path.isdir(aside):
-                os.rename(aside, folder)
-                again = _respawn_locked({"run": run, "job_num": num})
-                raise Failure("%s; the previous version %s" % (
-                    exc, "runs again" if again.get("respawned") else
-                    "could not be made again: %s" % again.get("why"))) from exc
-            raise
-        shutil.rmtree(aside, ignore_errors=True)
-    return answer
-
-
-def op_replica_info(payload):
-    """What a service's replica keeps of its start (``start.json``): ``{"kept": bool,
-    "container", "placed", "claim", "config_digest", "resources"}`` (services.rolling reads
-    it)."""
-    run, num = _job_key(payload, "replica_info")
-    kept = _json_file(os.path.join(job_dir(run, num), "start.json")) or {}
-    return {"kept": bool(kept), "container": kept.get("container"),
-            "placed": kept.get("placed"), "claim": kept.get("claim"),
-            "config_digest": kept.get("config_digest"), "resources": kept.get("resources")}
 
 
 def op_remove_booked(payload):
@@ -596,7 +557,4 @@ BOOK_OPS.update({
     "status": op_status_booked,
     "start": op_start_booked,
     "remove": op_remove_booked,
-    "respawn": op_respawn,
-    "replica_info": op_replica_info,
-    "replace": op_replace,
 })

@@ -256,6 +256,11 @@ def _read_state(run, job_num):
                 found[name] = handle.read().strip() or None
         except (IOError, OSError):
             found[name] = None
+    # A service's replica count since a scale-down, when its labels say more (booking's
+    # ``recount``): in the job's folder, which a respawn keeps.
+    counted = (_small_file(os.path.join(job_dir(run, job_num), "replicas")) or "").strip()
+    if counted.isdigit():
+        found["replicas"] = counted
     return found
 
 
