@@ -11,10 +11,10 @@ own id and submission, so its claims and ``ps`` stay the run's. Then, for each r
 version (``config_digest``) is not the new one, in order:
 
 1. its host is asked whether it holds the new version's share (the claim, renewed);
-2. the route on the proxy takes the replicas without it (``proxy_replicas``: the route keeps
-   the old version's settings): new requests go to the others, and HAProxy's old process
-   finishes what it had in flight on it (DRAIN_SECONDS; a request still running on it then is
-   cut, and tried again on another replica where its method allows);
+2. the proxy drains it (``proxy_drain``, HAProxy's runtime API, no reload): new requests go
+   to the others, and the roll waits until none is in flight on it (DRAIN_TIMEOUT at most; a
+   request still running on it then is cut, and tried again on another replica where its
+   method allows);
 3. its host replaces it (``replace``, one operation under the host's lock: the old container
    removed, the new one started, or the old one made again when the new cannot start);
 4. the route takes it back with the new container's port, which HAProxy takes only once its
@@ -49,7 +49,9 @@ from . import publish
 
 # How long a new replica has to pass its checks (probes, or a TCP check of its port).
 READY_TIMEOUT = 600
-# How long HAProxy's old process is given for requests in flight on a replica that left.
+# How long a replica that leaves the proxy is given for the requests in flight on it (HAProxy
+# drains it and says when none is left); DRAIN_SECONDS is what a proxy that cannot say gets.
+DRAIN_TIMEOUT = 30
 DRAIN_SECONDS = 2
 
 
@@ -278,8 +280,8 @@ class Roll(object):
                                 "%s; %s" % (self.name, host, num, answer.get("reason"),
                                             self._where(rolled, stale)))
             try:
-                self._set_replicas(kept, leave_out=num)
-                self.sleep(DRAIN_SECONDS)
+                self._replicas(kept)   # every replica's host answers, before it changes
+                self._drain(kept, [num])
                 # One host operation under its lock: the old container goes and the new one
                 # starts, or the old one comes back (nothing comes between, no respawn).
                 self._call(host, "replace", {"job": job})
@@ -287,6 +289,7 @@ class Roll(object):
                 raise RollError("%s; %s" % (exc, self._where(rolled, stale))) from exc
             finally:
                 self._set_replicas(kept)   # back, with its new port (or its old one)
+                self._undrain([num])   # on the same port, no reload has undone the drain
             try:
                 self._ready(num, host)
             except RollError as exc:
@@ -299,7 +302,7 @@ class Roll(object):
 
     def _fewer(self, kept: list[dict[str, Any]], wanted: int) -> list[int]:
         """Scale down: the replicas after the first ``wanted`` leave the route, get
-        DRAIN_SECONDS for what they have in flight, and their hosts take them away for good
+        drained (``_drain``), and their hosts take them away for good
         (``retire``). Returns their numbers."""
         going = kept[wanted:]
         if not going:
@@ -312,18 +315,46 @@ class Roll(object):
         self._each(staying, "recount", lambda k: {"run": self.name, "job_num": k["job_num"],
                                                   "run_id": self.record["run_id"],
                                                   "replicas": wanted}, "note the new count on")
-        self._set_replicas(kept, leave_out=nums)
-        self.sleep(DRAIN_SECONDS)
+        self._replicas(kept)   # every replica's host answers, before the proxy changes
         try:
+            self._drain(kept, nums)
             self._each(going, "retire", lambda k: {"run": self.name, "job_num": k["job_num"],
                                                    "run_id": self.record["run_id"]},
                        "take away")
         finally:   # one that could not be taken away serves again
             self._set_replicas(kept)
+            self._undrain(nums)
         self.emit({"kind": "info", "run": self.name, "message": "replica%s %s taken away "
                    "(%s now)" % ("" if len(nums) == 1 else "s",
                                  ", ".join(str(n) for n in nums), _count(wanted))})
         return nums
+
+    def _drain(self, kept: list[dict[str, Any]], nums: list[int]) -> None:
+        """Replicas ``nums`` take no new request and end those in flight (``proxy_drain``: at
+        once, without a reload, until HAProxy has none on them, at most DRAIN_TIMEOUT). A
+        proxy that cannot drain (an older helper, its socket silent) gets the route without
+        them and DRAIN_SECONDS."""
+        try:
+            answer = self.proxy_node.call("proxy_drain", {
+                "run": self.name, "replicas": list(nums), "seconds": DRAIN_TIMEOUT},
+                timeout=DRAIN_TIMEOUT + 60)
+        except NodeError:
+            self._set_replicas(kept, leave_out=nums)
+            self.sleep(DRAIN_SECONDS)
+            return
+        if not answer.get("drained"):
+            self.emit({"kind": "info", "run": self.name, "message": "replica%s %s still had %d "
+                       "request(s) in flight after %d s; they are cut" % (
+                           "" if len(nums) == 1 else "s", ", ".join(str(n) for n in nums),
+                           int(answer.get("left") or 0), DRAIN_TIMEOUT)})
+
+    def _undrain(self, nums: list[int]) -> None:
+        """Undo ``_drain`` of ``nums`` (best effort: a reload of the route undoes it too)."""
+        try:
+            self.proxy_node.call("proxy_drain", {"run": self.name, "replicas": list(nums),
+                                                 "ready": True})
+        except NodeError:
+            pass
 
     def _each(self, replicas: list[dict[str, Any]], op: str,
               payload: Callable[[dict[str, Any]], dict[str, Any]], doing: str) -> None:

@@ -31,6 +31,7 @@ class World(object):
         self.released = []
         self.retired = []
         self.recounted = []
+        self.no_drain = False   # a proxy host whose helper cannot drain
         self.leases = []
         self.ports = {}
         self.up = set(range(count))
@@ -98,6 +99,14 @@ class Host(object):
                                 "port": 41000 + num}
             world.kept[num]["config_digest"] = payload["job"]["config_digest"]
             return {"started": True}
+        if op == "proxy_drain":
+            if world.no_drain:
+                raise NodeError(self.name, "unknown op proxy_drain")
+            if payload.get("ready"):
+                world.routes.append(["ready"] + payload["replicas"])
+                return {"ready": True}
+            world.routes.append(["drain"] + payload["replicas"])
+            return {"drained": True, "left": 0}
         if op == "proxy_replicas":
             world.routes.append([r["replica_num"] for r in payload["replicas"]])
             return {"changed": True}
@@ -189,10 +198,13 @@ def test_each_replica_leaves_the_proxy_is_replaced_and_back_before_the_next():
                                           {"job_num": 1, "host": "h-1"}]
     ops = [(host, op) for host, op, _p in world.log if op in ("claim", "replace")]
     assert ops == [("h-0", "claim"), ("h-0", "replace"), ("h-1", "claim"), ("h-1", "replace")]
-    # Out of the route before it is replaced, back with its new port after: at every moment
-    # one replica serves. The old version's settings stay until both run the new one, whose
-    # route (its probe) is published whole at the end.
-    assert world.routes == [[1], [0, 1], [0], [0, 1], [0, 1]]
+    # Drained before it is replaced (no new request, those in flight ended), back with its new
+    # port after: at every moment one replica serves. The old version's settings stay until
+    # both run the new one, whose route (its probe) is published whole at the end.
+    # A replica made again on the same port changes no route, and no reload undoes its drain:
+    # the roll undoes it.
+    assert world.routes == [["drain", 0], [0, 1], ["ready", 0], ["drain", 1], [0, 1],
+                            ["ready", 1], [0, 1]]
     assert all(route for route in world.routes)
     ((route),) = world.published
     assert route["probes"] == [{"url": "/ready"}]
@@ -254,7 +266,7 @@ def test_a_replace_that_fails_puts_the_replica_back_in_the_route_and_says_so():
         roll(world, Runner())[0].run()
     text = str(caught.value)
     assert "the previous version runs again" in text and "still on the old one: 0, 1" in text
-    assert world.routes == [[1], [0, 1]]   # out, then back (the finally)
+    assert world.routes == [["drain", 0], [0, 1], ["ready", 0]]   # out, then back (finally)
 
 
 def test_a_replica_host_that_does_not_answer_stops_the_roll_before_the_route_changes():
@@ -325,12 +337,13 @@ def test_a_scale_down_drains_the_last_replicas_then_has_their_hosts_take_them_aw
     world = World(digests=("new", "old"))
     job, events = roll(world, Runner(nodes=1, digest="new"))
     assert job.run() == dict(DONE, retired=[1], rolled=[], unchanged=False)
-    # The count noted beside the replica that stays, then out of the route, then retired;
-    # replica 0 (at the new version) is left alone.
+    # The count noted beside the replica that stays, then drained, then retired, then out of
+    # the route; replica 0 (at the new version) is left alone.
     assert world.recounted == [("h-0", 0, 1)]
-    ops = [op for _h, op, _p in world.log if op in ("recount", "proxy_replicas", "retire")]
-    assert ops[:3] == ["recount", "proxy_replicas", "retire"]
-    assert world.routes[0] == [0] and world.retired == [1]
+    ops = [op for _h, op, _p in world.log if op in ("recount", "proxy_drain", "retire",
+                                                    "proxy_replicas")]
+    assert ops[:4] == ["recount", "proxy_drain", "retire", "proxy_replicas"]
+    assert world.routes[0] == ["drain", 1] and world.retired == [1]
     assert [op for _h, op, _p in world.log if op == "retire"] == ["retire"]
     retire = [p for _h, op, p in world.log if op == "retire"][0]
     assert retire == {"run": "svc", "job_num": 1, "run_id": "r1"}
@@ -349,3 +362,14 @@ def test_an_update_reads_the_service_again_once_it_holds_the_lease():
     job.fresh = lambda record: dict(record, jobs=record["jobs"] + [{"job_num": 2, "host": "h-1"}])
     assert job.run() == dict(DONE, rolled=[], unchanged=True)
     assert not [op for _h, op, _p in world.log if op in ("claim", "start")]
+
+
+def test_a_proxy_that_cannot_drain_gets_the_route_without_the_replica_for_a_while():
+    world = World()
+    world.no_drain = True
+    naps = []
+    job, _events = roll(world, Runner())
+    job.sleep = naps.append
+    assert job.run()["rolled"] == [0, 1]
+    assert world.routes == [[1], [0, 1], [0], [0, 1], [0, 1]]
+    assert naps.count(rolling.DRAIN_SECONDS) == 2

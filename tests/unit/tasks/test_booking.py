@@ -490,3 +490,25 @@ def test_a_retire_whose_container_cannot_be_removed_keeps_the_replica(docker, ru
         replicaside.op_retire({"run": "svc", "job_num": 1, "run_id": "r1"})
     assert (run_root / "svc" / "1" / "start.json").exists()
     assert held(book, "svc")["jobs"] == [1]
+
+
+def test_each_share_holds_by_its_own_job_so_one_that_never_started_lapses(docker, book):
+    containers(docker)
+    assert booking.op_claim(share_claim("svc", 0, 2))["claimed"]
+    added = dict(share_claim("svc", 1, 2, by="second:2", add=True), lease=0.01)
+    assert booking.op_claim(added)["claimed"]
+    # Replica 0 runs; replica 1's start never came (its controller died): its share lapses.
+    containers(docker, inspect_entry("svc-0-0", run="svc", job=0, status="running"))
+    time.sleep(0.05)
+    assert booking.op_claim(claim("other", blocks=2, total=4, whole=False))["claimed"]
+    (live,) = [c for c in booking.op_status_booked({})["claims"] if c["run"] == "svc"]
+    assert (live["jobs"], live["blocks"]) == ([0], 2)
+    # A job whose container ended frees its share too, while the run's other job runs.
+    both = dict(share_claim("svc", 0, 2), expires=time.time() + 900,
+                shares={"0": {"blocks": 2, "gpu_ids": [], "whole": False},
+                        "1": {"blocks": 1, "gpu_ids": [], "whole": False}})
+    boxes = [{"labels": {"gpufleet.run": "svc", "gpufleet.submission": "0",
+                         "gpufleet.job": str(num)}, "state": state}
+             for num, state in ((0, "running"), (1, "exited"))]
+    assert booking.usage([both], boxes, time.time())[0] == 2
+    assert booking.usage([both], boxes[:1], time.time())[0] == 3   # 1 not started yet

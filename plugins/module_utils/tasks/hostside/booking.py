@@ -156,26 +156,67 @@ def claim_live(claim, by_submission, now):
     return now < float(claim.get("expires") or 0)
 
 
+def _job_states(containers):
+    """``{(run, submission, job): [docker states]}`` of the task containers on this host."""
+    out = {}
+    for entry in containers:
+        labels = entry.get("labels") or {}
+        if labels.get("gpufleet.run"):
+            key = (labels["gpufleet.run"], str(labels.get("gpufleet.submission") or "0"),
+                   str(labels.get("gpufleet.job") or "0"))
+            out.setdefault(key, []).append(entry.get("state"))
+    return out
+
+
+def live_part(claim, jobs, now):
+    """``claim`` with the shares that hold (None when none does): a share holds while its
+    job's container here is alive, or, before that container exists, until its own lease
+    ends, so a job that ended, or one whose start never came, frees its share while the run's
+    other jobs here go on. A claim written before shares holds as a whole (``claim_live``).
+    ``jobs``: ``_job_states``."""
+    run, submission = claim.get("run"), str(claim.get("submission") or 0)
+    if not isinstance(claim.get("shares"), dict):
+        by_submission = dict(((r, s), states) for (r, s, _j), states in jobs.items())
+        return claim if claim_live(claim, by_submission, now) else None
+    shares = {}
+    for num, share in _shares_of(claim).items():
+        states = jobs.get((run, submission, str(num)))
+        if states:
+            live = any(state in HOLDING_STATES for state in states)
+        else:
+            live = now < float(share.get("expires") or claim.get("expires") or 0)
+        if live:
+            shares[num] = share
+    return _with_shares(claim, shares) if shares else None
+
+
 def usage(claims, containers, now, exclude_run=None):
-    """``(blocks, gpu ids, runs)`` in use on this host: live claims, plus alive task containers
-    that no claim covers (started by an earlier gpufleet, which did not claim)."""
-    by_submission = _containers_by_submission(containers)
+    """``(blocks, gpu ids, runs)`` in use on this host: the live shares of claims, plus alive
+    task containers that no claim covers (started by an earlier gpufleet, which did not
+    claim)."""
+    jobs = _job_states(containers)
     blocks = 0
     ids = set()
     runs = set()
     covered = set()
     for claim in claims:
         key = (claim.get("run"), str(claim.get("submission") or 0))
-        covered.add(key)
-        if claim.get("run") == exclude_run or not claim_live(claim, by_submission, now):
+        if isinstance(claim.get("shares"), dict):
+            covered.update(key + (str(num),) for num in claim["shares"])
+        else:
+            covered.add(key)
+        live = live_part(claim, jobs, now) if claim.get("run") != exclude_run else None
+        if live is None:
             continue
-        blocks += int(claim.get("blocks") or 0)
-        ids.update(claim.get("gpu_ids") or [])
+        blocks += int(live.get("blocks") or 0)
+        ids.update(live.get("gpu_ids") or [])
         runs.add(claim.get("run"))
     for entry in containers:
         labels = entry.get("labels") or {}
         key = (labels.get("gpufleet.run"), str(labels.get("gpufleet.submission") or "0"))
-        if key in covered or key[0] == exclude_run or entry.get("state") not in HOLDING_STATES:
+        job = key + (str(labels.get("gpufleet.job") or "0"),)
+        if key in covered or job in covered or key[0] == exclude_run or (
+                entry.get("state") not in HOLDING_STATES):
             continue
         try:
             blocks += int(labels.get("gpufleet.blocks") or 0)
@@ -260,14 +301,17 @@ def _claim_locked(payload, now):
         "claimed_at": now,
         "expires": now + float(payload.get("lease") or CLAIM_LEASE),
     }
-    shares = _shares_of(payload)
+    shares = dict((num, dict(share, expires=claim["expires"]))
+                  for num, share in _shares_of(payload).items())
+    jobs = _job_states(containers)
     for other in claims:
         # The same submission claiming again (a job's start renewing its share, a replica
-        # added or replaced): its other jobs' shares stay. A new submission starts afresh.
+        # added or replaced): its other jobs' live shares stay. A new submission starts
+        # afresh.
+        live = live_part(other, jobs, now)
         if other.get("run") == claim["run"] and other.get("run_id") == claim["run_id"] and (
-                int(other.get("submission") or 0) == claim["submission"]) and claim_live(
-                    other, by_submission, now):
-            shares = dict(_shares_of(other), **shares)
+                int(other.get("submission") or 0) == claim["submission"]) and live:
+            shares = dict(_shares_of(live), **shares)
             if claim["add"]:
                 claim["by"] = other.get("by")   # still the submitting controller's claim
     claim = _with_shares(claim, shares)
@@ -345,8 +389,9 @@ def _drop_shares(run, run_id, jobs):
 def live_claims(containers, now=None):
     """The claims that hold on this host (read without the lock: a snapshot for planning)."""
     now = time.time() if now is None else now
-    by_submission = _containers_by_submission(containers)
-    return [c for c in _read_all(_claims_dir()) if claim_live(c, by_submission, now)]
+    jobs = _job_states(containers)
+    return [live for live in (live_part(c, jobs, now) for c in _read_all(_claims_dir()))
+            if live is not None]
 
 
 BOOK_OPS = {

@@ -485,7 +485,43 @@ def op_proxy_status(payload):
     return {"servers": servers, "rates": rates}
 
 
+def op_proxy_drain(payload):
+    # type: (dict) -> dict
+    """Take replicas of a service out of new requests at once, without a reload (the runtime
+    API: each one's server ``state drain``), then wait until HAProxy has no request in flight
+    on any of them (``show stat``'s ``scur`` 0), at most ``seconds``. Answers ``{"drained":
+    bool, "left": requests still in flight}``; a replica the proxy does not have counts as
+    drained. With ``ready``, the drain is undone instead (a reload of the route forgets it too,
+    but a replica made again on the same port changes no route, so nothing reloads)."""
+    import time
+
+    run, nums = payload.get("run"), payload.get("replicas")
+    _proxy_need(_PROXY_RUN, run, "the run name")
+    if not isinstance(nums, list) or not all(isinstance(n, int) and n >= 0 for n in nums):
+        raise Failure("proxy_drain: replicas must be a list of replica numbers, got %r"
+                      % (nums,))
+    backend = "gf_service_%s" % run
+    servers = set("replica-%d" % n for n in nums)
+    state = "ready" if payload.get("ready") else "drain"
+    for server in sorted(servers):
+        answer = _proxy_ask("set server %s/%s state %s" % (backend, server, state)).strip()
+        if answer and not answer.startswith("No such"):   # one the proxy lost counts as out
+            raise Failure("HAProxy did not set %s/%s to %s: %s"
+                          % (backend, server, state, answer[:300]))
+    if payload.get("ready"):
+        return {"ready": True}
+    deadline = time.time() + float(payload.get("seconds") or 30)
+    while True:
+        left = sum(int(row.get("scur") or 0)
+                   for row in proxy_stat_rows(_proxy_ask("show stat"))
+                   if row.get("pxname") == backend and row.get("svname") in servers)
+        if left == 0 or time.time() >= deadline:
+            return {"drained": left == 0, "left": left}
+        time.sleep(0.2)
+
+
 PROXY_OPS = {
+    "proxy_drain": op_proxy_drain,
     "proxy_check": op_proxy_check,
     "proxy_publish": op_proxy_publish,
     "proxy_replicas": op_proxy_replicas,

@@ -550,3 +550,41 @@ def test_one_controller_at_a_time_holds_a_services_update(host, monkeypatch):
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     with pytest.raises(proxyside.Failure):
         ask({"run": "../x", "by": "a:1"})
+
+
+def test_drain_takes_replicas_out_at_once_and_waits_for_what_is_in_flight(host, monkeypatch):
+    asked = []
+    in_flight = [2, 1, 0]
+    stuck = [0]
+
+    def ask(command):
+        asked.append(command)
+        if command.startswith("set server"):
+            return "\n" if "replica-9" not in command else "No such server.\n"
+        left = in_flight.pop(0) if in_flight else stuck[0]
+        return ("# pxname,svname,scur,status,\n"
+                "gf_service_web,replica-0,%d,DRAIN,\n"
+                "gf_service_web,replica-1,5,UP,\n"
+                "gf_service_web,BACKEND,%d,UP,\n" % (left, left + 5))
+
+    monkeypatch.setattr(proxyside, "_proxy_ask", ask)
+    monkeypatch.setattr("time.sleep", lambda seconds: None)
+    assert proxyside.op_proxy_drain({"run": "web", "replicas": [0, 9]}) == {
+        "drained": True, "left": 0}
+    assert asked[:2] == ["set server gf_service_web/replica-0 state drain",
+                         "set server gf_service_web/replica-9 state drain"]
+    assert asked.count("show stat") == 3   # until replica-0 had nothing in flight
+    # A request that never ends: the wait has its limit, and says what is left.
+    stuck[0] = 1
+    answer = proxyside.op_proxy_drain({"run": "web", "replicas": [0], "seconds": 0.01})
+    assert answer == {"drained": False, "left": 1}
+    asked[:] = []
+    assert proxyside.op_proxy_drain({"run": "web", "replicas": [0], "ready": True}) == {
+        "ready": True}
+    assert asked == ["set server gf_service_web/replica-0 state ready"]
+    with pytest.raises(nodeside.Failure, match="replicas must be a list"):
+        proxyside.op_proxy_drain({"run": "web", "replicas": "0"})
+    monkeypatch.setattr(proxyside, "_proxy_ask", lambda command: "Unknown command.\n" if (
+        command.startswith("set")) else "")
+    with pytest.raises(nodeside.Failure, match="did not set gf_service_web/replica-0 to drain"):
+        proxyside.op_proxy_drain({"run": "web", "replicas": [0]})
