@@ -281,6 +281,9 @@ class Roll(object):
                                             self._where(rolled, stale)))
             try:
                 self._replicas(kept)   # every replica's host answers, before it changes
+            except RollError as exc:
+                raise RollError("%s; %s" % (exc, self._where(rolled, stale))) from exc
+            try:
                 self._drain(kept, [num])
                 # One host operation under its lock: the old container goes and the new one
                 # starts, or the old one comes back (nothing comes between, no respawn).
@@ -288,8 +291,12 @@ class Roll(object):
             except RollError as exc:
                 raise RollError("%s; %s" % (exc, self._where(rolled, stale))) from exc
             finally:
-                self._set_replicas(kept)   # back, with its new port (or its old one)
-                self._undrain([num])   # on the same port, no reload has undone the drain
+                try:
+                    self._set_replicas(kept)   # back, with its new port (or its old one)
+                finally:
+                    # On the same port no reload undid the drain; and the new container, as
+                    # one on a new port, enters only once its checks pass.
+                    self._undrain([num], fresh=True)
             try:
                 self._ready(num, host)
             except RollError as exc:
@@ -322,8 +329,10 @@ class Roll(object):
                                                    "run_id": self.record["run_id"]},
                        "take away")
         finally:   # one that could not be taken away serves again
-            self._set_replicas(kept)
-            self._undrain(nums)
+            try:
+                self._set_replicas(kept)
+            finally:
+                self._undrain(nums)
         self.emit({"kind": "info", "run": self.name, "message": "replica%s %s taken away "
                    "(%s now)" % ("" if len(nums) == 1 else "s",
                                  ", ".join(str(n) for n in nums), _count(wanted))})
@@ -348,20 +357,30 @@ class Roll(object):
                            "" if len(nums) == 1 else "s", ", ".join(str(n) for n in nums),
                            int(answer.get("left") or 0), DRAIN_TIMEOUT)})
 
-    def _undrain(self, nums: list[int]) -> None:
-        """Undo ``_drain`` of ``nums`` (best effort: a reload of the route undoes it too)."""
+    def _undrain(self, nums: list[int], fresh: bool = False) -> None:
+        """Undo ``_drain`` of ``nums``; ``fresh``: they run new containers, taken as down
+        until their checks pass. A failure is said (a reload of the route undoes the drain
+        too, but a replica on the same port changes no route)."""
         try:
             self.proxy_node.call("proxy_drain", {"run": self.name, "replicas": list(nums),
-                                                 "ready": True})
-        except NodeError:
-            pass
+                                                 "ready": True, "fresh": fresh})
+        except NodeError as exc:
+            self.emit({"kind": "info", "run": self.name, "message": "the proxy on %s could not "
+                       "take replica%s %s back: %s; apply again" % (
+                           self.proxy_node.name, "" if len(nums) == 1 else "s",
+                           ", ".join(str(n) for n in nums), exc)})
 
     def _each(self, replicas: list[dict[str, Any]], op: str,
               payload: Callable[[dict[str, Any]], dict[str, Any]], doing: str) -> None:
         """``op`` on the host of each of ``replicas`` at once; RollError naming those that
         failed."""
-        answers = parallel(list(range(len(replicas))), lambda i: self._call(
-            replicas[i]["host"], op, payload(replicas[i])))
+        def one(i: int) -> Any:
+            host = replicas[i]["host"]
+            if host not in self.nodes:
+                raise NodeError(host, "cannot be reached from this controller")
+            return self.nodes[host].call(op, payload(replicas[i]))
+
+        answers = parallel(list(range(len(replicas))), one)
         failed = ["replica %d on %s: %s" % (replicas[i]["job_num"], replicas[i]["host"], error)
                   for i, (_answer, error) in sorted(answers.items()) if error is not None]
         if failed:

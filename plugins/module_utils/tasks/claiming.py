@@ -38,7 +38,11 @@ def busy_map(containers, claims=None):
     covered = set()
     for host, entries in (claims or {}).items():
         for claim in entries:
-            covered.add((host, claim.get("run"), str(claim.get("submission") or 0)))
+            key = (host, claim.get("run"), str(claim.get("submission") or 0))
+            if isinstance(claim.get("shares"), dict):   # each job its own share (the host's)
+                covered.update(key + (str(num),) for num in claim["shares"])
+            else:
+                covered.add(key)
             item = busy.setdefault(host, {"blocks": 0, "gpu_ids": []})
             item["blocks"] += int(claim.get("blocks") or 0)
             item["gpu_ids"] += [i for i in claim.get("gpu_ids") or [] if i not in item["gpu_ids"]]
@@ -46,7 +50,9 @@ def busy_map(containers, claims=None):
         for entry in entries:
             labels = entry["labels"]
             key = (host, labels.get("gpufleet.run"), str(labels.get("gpufleet.submission") or 0))
-            if key in covered or lifecycle.job_status(entry)[0] not in JobStatus.up_statuses():
+            job = key + (str(labels.get("gpufleet.job") or 0),)
+            if key in covered or job in covered or (
+                    lifecycle.job_status(entry)[0] not in JobStatus.up_statuses()):
                 continue
             item = busy.setdefault(host, {"blocks": 0, "gpu_ids": []})
             try:

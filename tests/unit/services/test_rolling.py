@@ -103,7 +103,8 @@ class Host(object):
             if world.no_drain:
                 raise NodeError(self.name, "unknown op proxy_drain")
             if payload.get("ready"):
-                world.routes.append(["ready"] + payload["replicas"])
+                world.routes.append(["ready" + ("/fresh" if payload.get("fresh") else "")] +
+                                    payload["replicas"])
                 return {"ready": True}
             world.routes.append(["drain"] + payload["replicas"])
             return {"drained": True, "left": 0}
@@ -203,8 +204,8 @@ def test_each_replica_leaves_the_proxy_is_replaced_and_back_before_the_next():
     # both run the new one, whose route (its probe) is published whole at the end.
     # A replica made again on the same port changes no route, and no reload undoes its drain:
     # the roll undoes it.
-    assert world.routes == [["drain", 0], [0, 1], ["ready", 0], ["drain", 1], [0, 1],
-                            ["ready", 1], [0, 1]]
+    assert world.routes == [["drain", 0], [0, 1], ["ready/fresh", 0], ["drain", 1], [0, 1],
+                            ["ready/fresh", 1], [0, 1]]
     assert all(route for route in world.routes)
     ((route),) = world.published
     assert route["probes"] == [{"url": "/ready"}]
@@ -266,7 +267,7 @@ def test_a_replace_that_fails_puts_the_replica_back_in_the_route_and_says_so():
         roll(world, Runner())[0].run()
     text = str(caught.value)
     assert "the previous version runs again" in text and "still on the old one: 0, 1" in text
-    assert world.routes == [["drain", 0], [0, 1], ["ready", 0]]   # out, then back (finally)
+    assert world.routes == [["drain", 0], [0, 1], ["ready/fresh", 0]]   # out, then back
 
 
 def test_a_replica_host_that_does_not_answer_stops_the_roll_before_the_route_changes():
@@ -373,3 +374,32 @@ def test_a_proxy_that_cannot_drain_gets_the_route_without_the_replica_for_a_whil
     assert job.run()["rolled"] == [0, 1]
     assert world.routes == [[1], [0, 1], [0], [0, 1], [0, 1]]
     assert naps.count(rolling.DRAIN_SECONDS) == 2
+
+
+def test_a_drained_replica_is_taken_back_even_when_its_route_cannot_be_set():
+    world = World(fails="h-0")
+    job, events = roll(world, Runner())
+    calls = []
+
+    def broken(kept, leave_out=None):
+        calls.append(leave_out)
+        raise rolling.RollError("service svc: the proxy host did not answer")
+
+    job._set_replicas = broken
+    with pytest.raises(rolling.RollError):
+        job.run()
+    assert world.routes == [["drain", 0], ["ready/fresh", 0]]
+    # A retire that fails puts the replica back in service the same way.
+    world = World(digests=("new", "new"))
+    job, events = roll(world, Runner(nodes=1))
+    original = world.nodes["h-1"].call
+
+    def refuse_retire(op, payload=None, timeout=120):
+        if op == "retire":
+            raise NodeError("h-1", "could not remove svc-0-1: device busy")
+        return original(op, payload, timeout)
+
+    world.nodes["h-1"].call = refuse_retire
+    with pytest.raises(rolling.RollError, match="could not take away replica 1 on h-1"):
+        job.run()
+    assert world.routes[0] == ["drain", 1] and world.routes[-1] == ["ready", 1]

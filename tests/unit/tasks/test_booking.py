@@ -512,3 +512,15 @@ def test_each_share_holds_by_its_own_job_so_one_that_never_started_lapses(docker
              for num, state in ((0, "running"), (1, "exited"))]
     assert booking.usage([both], boxes, time.time())[0] == 2
     assert booking.usage([both], boxes[:1], time.time())[0] == 3   # 1 not started yet
+
+
+def test_a_share_that_holds_keeps_its_claim_from_another_runs_clean_up(docker, book):
+    # Job 0 ended; job 1 is claimed and not started yet: its share holds, so the claim stays.
+    containers(docker, inspect_entry("svc-0-0", run="svc", job=0, status="exited",
+                                     exit_code=0))
+    assert booking.op_claim(share_claim("svc", 0, 2))["claimed"]
+    assert booking.op_claim(share_claim("svc", 1, 2))["claimed"]
+    assert booking.op_claim(claim("other", blocks=2, total=4, whole=False))["claimed"]
+    assert held(book, "svc")["jobs"] == [1]   # job 0's share went with its container
+    assert booking.op_claim(claim("third", blocks=1, total=4, whole=False))["reason"] == (
+        "busy (4 of 4 blocks held by other, svc, 1 more wanted)")

@@ -732,3 +732,15 @@ def test_replicas_that_share_a_host_claim_it_once_for_what_they_hold_together():
     assert both["shares"] == {"0": {"blocks": 1, "gpu_ids": ["0"], "whole": False},
                               "2": {"blocks": 2, "gpu_ids": ["1"], "whole": False}}
     assert claims["b"]["jobs"] == [1] and claims["b"]["submission"] == 3
+
+
+def test_busy_map_counts_a_running_job_its_runs_claim_has_no_share_for():
+    boxes = {"a": [{"name": "svc-0-%d" % n, "state": "running", "files": {"running": "1"},
+                    "labels": {"gpufleet.run": "svc", "gpufleet.submission": "0",
+                               "gpufleet.job": str(n), "gpufleet.blocks": "1"}}
+                   for n in (0, 1)]}
+    shares = {"a": [{"run": "svc", "submission": 0, "blocks": 1, "gpu_ids": [],
+                     "shares": {"0": {"blocks": 1, "gpu_ids": [], "whole": False}}}]}
+    assert claiming.busy_map(boxes, shares)["a"]["blocks"] == 2   # job 1's container counts
+    whole = {"a": [{"run": "svc", "submission": 0, "blocks": 1, "gpu_ids": []}]}
+    assert claiming.busy_map(boxes, whole)["a"]["blocks"] == 1    # an older claim covers all

@@ -176,7 +176,9 @@ def live_part(claim, jobs, now):
     ``jobs``: ``_job_states``."""
     run, submission = claim.get("run"), str(claim.get("submission") or 0)
     if not isinstance(claim.get("shares"), dict):
-        by_submission = dict(((r, s), states) for (r, s, _j), states in jobs.items())
+        by_submission = {}
+        for (other, number, _job), states in jobs.items():
+            by_submission.setdefault((other, number), []).extend(states)
         return claim if claim_live(claim, by_submission, now) else None
     shares = {}
     for num, share in _shares_of(claim).items():
@@ -253,8 +255,9 @@ def conflict(claim, claims, containers, now):
     """Why ``claim`` cannot be granted on this host now, or None."""
     run = claim["run"]
     by_submission = _containers_by_submission(containers)
+    jobs = _job_states(containers)
     for other in claims:
-        if other.get("run") != run or not claim_live(other, by_submission, now):
+        if other.get("run") != run or live_part(other, jobs, now) is None:
             continue
         if other.get("run_id") != claim.get("run_id"):
             return "run %s is already running here (submitted by another controller)" % run
@@ -287,9 +290,9 @@ def _claim_locked(payload, now):
     path = _claim_path(payload["run"])
     claims = _read_all(_claims_dir())
     containers = op_status({})["containers"]
-    by_submission = _containers_by_submission(containers)
+    jobs = _job_states(containers)
     for other in claims:  # claims that ended are forgotten here, under the lock
-        if other.get("run") != payload["run"] and not claim_live(other, by_submission, now):
+        if other.get("run") != payload["run"] and live_part(other, jobs, now) is None:
             _remove(_claim_path(other.get("run")))
     claim = {
         "run": payload["run"],
@@ -303,7 +306,6 @@ def _claim_locked(payload, now):
     }
     shares = dict((num, dict(share, expires=claim["expires"]))
                   for num, share in _shares_of(payload).items())
-    jobs = _job_states(containers)
     for other in claims:
         # The same submission claiming again (a job's start renewing its share, a replica
         # added or replaced): its other jobs' live shares stay. A new submission starts

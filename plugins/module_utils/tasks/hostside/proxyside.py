@@ -492,7 +492,9 @@ def op_proxy_drain(payload):
     on any of them (``show stat``'s ``scur`` 0), at most ``seconds``. Answers ``{"drained":
     bool, "left": requests still in flight}``; a replica the proxy does not have counts as
     drained. With ``ready``, the drain is undone instead (a reload of the route forgets it too,
-    but a replica made again on the same port changes no route, so nothing reloads)."""
+    but a replica made again on the same port changes no route, so nothing reloads); with
+    ``fresh`` too, they run new containers: HAProxy takes them as down until their checks
+    pass again (``rise`` of them), as a reload does with a replica on a new port."""
     import time
 
     run, nums = payload.get("run"), payload.get("replicas")
@@ -509,8 +511,14 @@ def op_proxy_drain(payload):
             raise Failure("HAProxy did not set %s/%s to %s: %s"
                           % (backend, server, state, answer[:300]))
     if payload.get("ready"):
+        for server in sorted(servers) if payload.get("fresh") else ():
+            answer = _proxy_ask("set server %s/%s health down" % (backend, server)).strip()
+            if answer and not answer.startswith("No such"):
+                raise Failure("HAProxy did not set %s/%s down: %s"
+                              % (backend, server, answer[:300]))
         return {"ready": True}
-    deadline = time.time() + float(payload.get("seconds") or 30)
+    seconds = payload.get("seconds")
+    deadline = time.time() + float(30 if seconds is None else seconds)
     while True:
         left = sum(int(row.get("scur") or 0)
                    for row in proxy_stat_rows(_proxy_ask("show stat"))

@@ -582,6 +582,11 @@ def test_drain_takes_replicas_out_at_once_and_waits_for_what_is_in_flight(host, 
     assert proxyside.op_proxy_drain({"run": "web", "replicas": [0], "ready": True}) == {
         "ready": True}
     assert asked == ["set server gf_service_web/replica-0 state ready"]
+    # Back with a new container on the same port: down until its checks pass again.
+    asked[:] = []
+    proxyside.op_proxy_drain({"run": "web", "replicas": [0], "ready": True, "fresh": True})
+    assert asked == ["set server gf_service_web/replica-0 state ready",
+                     "set server gf_service_web/replica-0 health down"]
     with pytest.raises(nodeside.Failure, match="replicas must be a list"):
         proxyside.op_proxy_drain({"run": "web", "replicas": "0"})
     monkeypatch.setattr(proxyside, "_proxy_ask", lambda command: "Unknown command.\n" if (
