@@ -55,8 +55,14 @@ DRAIN_TIMEOUT = 30
 DRAIN_SECONDS = 2
 
 
-def _count(replicas: int) -> str:
+def replicas_text(replicas: int) -> str:
+    """``1 replica``, ``2 replicas``."""
     return "%d replica%s" % (replicas, "" if replicas == 1 else "s")
+
+
+def _named(nums: list[int]) -> str:
+    """``replica 1`` or ``replicas 1, 2``."""
+    return "replica%s %s" % ("" if len(nums) == 1 else "s", ", ".join(str(n) for n in nums))
 
 
 class RollError(GpufleetError):
@@ -333,9 +339,8 @@ class Roll(object):
                 self._set_replicas(kept)
             finally:
                 self._undrain(nums)
-        self.emit({"kind": "info", "run": self.name, "message": "replica%s %s taken away "
-                   "(%s now)" % ("" if len(nums) == 1 else "s",
-                                 ", ".join(str(n) for n in nums), _count(wanted))})
+        self.emit({"kind": "info", "run": self.name, "message": "%s taken away (%s now)"
+                   % (_named(nums), replicas_text(wanted))})
         return nums
 
     def _drain(self, kept: list[dict[str, Any]], nums: list[int]) -> None:
@@ -352,10 +357,9 @@ class Roll(object):
             self.sleep(DRAIN_SECONDS)
             return
         if not answer.get("drained"):
-            self.emit({"kind": "info", "run": self.name, "message": "replica%s %s still had %d "
-                       "request(s) in flight after %d s; they are cut" % (
-                           "" if len(nums) == 1 else "s", ", ".join(str(n) for n in nums),
-                           int(answer.get("left") or 0), DRAIN_TIMEOUT)})
+            self.emit({"kind": "info", "run": self.name, "message": "%s still had %d request(s) "
+                       "in flight after %d s; they are cut" % (
+                           _named(nums), int(answer.get("left") or 0), DRAIN_TIMEOUT)})
 
     def _undrain(self, nums: list[int], fresh: bool = False) -> None:
         """Undo ``_drain`` of ``nums``; ``fresh``: they run new containers, taken as down
@@ -365,15 +369,23 @@ class Roll(object):
             self.proxy_node.call("proxy_drain", {"run": self.name, "replicas": list(nums),
                                                  "ready": True, "fresh": fresh})
         except NodeError as exc:
-            self.emit({"kind": "info", "run": self.name, "message": "the proxy on %s could not "
-                       "take replica%s %s back: %s; apply again" % (
-                           self.proxy_node.name, "" if len(nums) == 1 else "s",
-                           ", ".join(str(n) for n in nums), exc)})
+            message = "the proxy on %s could not take %s back: %s; apply again" % (
+                self.proxy_node.name, _named(nums), exc)
+            self.emit({"kind": "info", "run": self.name, "message": message})
 
     def _each(self, replicas: list[dict[str, Any]], op: str,
               payload: Callable[[dict[str, Any]], dict[str, Any]], doing: str) -> None:
         """``op`` on the host of each of ``replicas`` at once; RollError naming those that
         failed."""
+        failed = self._on_hosts(replicas, op, payload)
+        if failed:
+            raise RollError("service %s: could not %s %s; apply again"
+                            % (self.name, doing, "; ".join(failed.values())))
+
+    def _on_hosts(self, replicas: list[dict[str, Any]], op: str,
+                  payload: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[int, str]:
+        """``op`` on the host of each of ``replicas`` at once: ``{index: "replica N on HOST:
+        why"}`` of those that failed (every host is asked, whatever the others answer)."""
         def one(i: int) -> Any:
             host = replicas[i]["host"]
             if host not in self.nodes:
@@ -381,11 +393,9 @@ class Roll(object):
             return self.nodes[host].call(op, payload(replicas[i]))
 
         answers = parallel(list(range(len(replicas))), one)
-        failed = ["replica %d on %s: %s" % (replicas[i]["job_num"], replicas[i]["host"], error)
-                  for i, (_answer, error) in sorted(answers.items()) if error is not None]
-        if failed:
-            raise RollError("service %s: could not %s %s; apply again"
-                            % (self.name, doing, "; ".join(failed)))
+        return dict((i, "replica %d on %s: %s" % (replicas[i]["job_num"], replicas[i]["host"],
+                                                  error))
+                    for i, (_answer, error) in sorted(answers.items()) if error is not None)
 
     def _add(self, kept: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> list[int]:
         """Scale up: ``jobs`` (prepared replicas of the new version, numbered after ``kept``)
@@ -405,30 +415,25 @@ class Roll(object):
                                 "once it has room" % (self.name, job["host"], job["job_num"],
                                                       answer.get("reason")))
             claimed.append(job)
-        answers = parallel(list(range(len(jobs))), lambda i: self._call(
-            jobs[i]["host"], "start", {"job": jobs[i]}))
+        failed = self._on_hosts(jobs, "start", lambda job: {"job": job})
         everyone = kept + [dict(host=j["host"], job_num=j["job_num"]) for j in jobs]
-        failed = [i for i, (_answer, error) in sorted(answers.items()) if error is not None]
         if failed:
             self._release([jobs[i] for i in failed])   # a start that never answered
             self._set_replicas(everyone)   # those that started serve
-            raise RollError("service %s: could not start %s; apply again" % (
-                self.name, "; ".join("replica %d on %s: %s" % (
-                    jobs[i]["job_num"], jobs[i]["host"], answers[i][1]) for i in failed)))
+            raise RollError("service %s: could not start %s; apply again"
+                            % (self.name, "; ".join(failed.values())))
         self._set_replicas(everyone)
         for job in jobs:
             self._ready(job["job_num"], job["host"])
         nums = [j["job_num"] for j in jobs]
-        self.emit({"kind": "info", "run": self.name, "message": "replica%s %s added (%s "
-                   "now)" % ("" if len(nums) == 1 else "s", ", ".join(str(n) for n in nums),
-                             _count(len(everyone)))})
+        self.emit({"kind": "info", "run": self.name, "message": "%s added (%s now)"
+                   % (_named(nums), replicas_text(len(everyone)))})
         return nums
 
     def _release(self, jobs: list[dict[str, Any]]) -> None:
         """Give back the shares ``jobs`` added to the run's claims (best effort)."""
-        parallel(list(range(len(jobs))), lambda i: self.nodes[jobs[i]["host"]].call(
-            "release", {"run": self.name, "run_id": self.record["run_id"],
-                        "jobs": [jobs[i]["job_num"]]}))
+        self._on_hosts(jobs, "release", lambda job: {
+            "run": self.name, "run_id": self.record["run_id"], "jobs": [job["job_num"]]})
 
     def _check(self, kept: list[dict[str, Any]]) -> None:
         """What an update in place cannot do, refused before anything changes."""

@@ -235,8 +235,7 @@ def _roll(params: dict[str, Any], config: dict[str, Any], record: dict[str, Any]
     if done["unchanged"]:
         message = "service %s is up to date: nothing changed" % record["name"]
     else:
-        parts = ["%d replica%s %s" % (len(done[key]), "" if len(done[key]) == 1 else "s",
-                                      text)
+        parts = ["%s %s" % (rolling.replicas_text(len(done[key])), text)
                  for key, text in (("added", "added"), ("retired", "taken away"),
                                    ("rolled", "rolled to the new version")) if done[key]]
         message = "service %s: %s" % (record["name"], ", ".join(parts) or "updated")

@@ -17,6 +17,7 @@ from __future__ import annotations
 from ..core.errors import GpufleetError
 from . import lifecycle
 from .lifecycle import JobStatus
+from .hostside import booking
 from .ssh import parallel
 
 CLAIM_LEASE = 900
@@ -35,23 +36,17 @@ def busy_map(containers, claims=None):
     """Blocks and GPUs taken on each host: live claims (``{host: [claims]}``), plus alive task
     containers that no claim covers."""
     busy = {}
-    covered = set()
+    covered = {}   # by host, as the host counts (tasks.hostside.booking.claim_covers)
     for host, entries in (claims or {}).items():
         for claim in entries:
-            key = (host, claim.get("run"), str(claim.get("submission") or 0))
-            if isinstance(claim.get("shares"), dict):   # each job its own share (the host's)
-                covered.update(key + (str(num),) for num in claim["shares"])
-            else:
-                covered.add(key)
+            covered.setdefault(host, set()).update(booking.claim_covers(claim))
             item = busy.setdefault(host, {"blocks": 0, "gpu_ids": []})
             item["blocks"] += int(claim.get("blocks") or 0)
             item["gpu_ids"] += [i for i in claim.get("gpu_ids") or [] if i not in item["gpu_ids"]]
     for host, entries in containers.items():
         for entry in entries:
             labels = entry["labels"]
-            key = (host, labels.get("gpufleet.run"), str(labels.get("gpufleet.submission") or 0))
-            job = key + (str(labels.get("gpufleet.job") or 0),)
-            if key in covered or job in covered or (
+            if booking.covered_by(labels, covered.get(host, ())) or (
                     lifecycle.job_status(entry)[0] not in JobStatus.up_statuses()):
                 continue
             item = busy.setdefault(host, {"blocks": 0, "gpu_ids": []})
@@ -85,14 +80,9 @@ def host_claims(jobs, run, submission, by=None):
     claims = {}
     for job in jobs:
         claim = claim_of(job, run, submission, by)
-        if job["host"] in claims:
-            held = claims[job["host"]]
-            shares = dict(held["shares"], **claim["shares"])
-            ids = list(held["gpu_ids"]) + [i for i in claim["gpu_ids"]
-                                           if i not in held["gpu_ids"]]
-            claim = dict(held, shares=shares, jobs=held["jobs"] + claim["jobs"],
-                         blocks=held["blocks"] + claim["blocks"], gpu_ids=ids,
-                         whole=held["whole"] or claim["whole"])
+        held = claims.get(job["host"])
+        if held is not None:   # added up as the host adds them
+            claim = booking.with_shares(held, dict(held["shares"], **claim["shares"]))
         claims[job["host"]] = claim
     return claims
 

@@ -101,8 +101,8 @@ class RunPlacement(object):
         from 0) go: placed on what every host has free beside what runs there now, the run's
         own jobs counted as busy, and numbered after ``kept``; the run (``kept`` and them) is
         admitted under its owner's caps (UserLimit; ``probe``: only asked, for a plan). Claims
-        nothing (services.rolling adds
-        replicas to a running service with it; the fleet does not grow for that)."""
+        nothing (services.rolling adds replicas to a running service with it; the fleet does
+        not grow for that)."""
         count = int(self.run.config.get("nodes") or 1) - len(kept)
         if count < 1:
             return []

@@ -403,3 +403,20 @@ def test_a_drained_replica_is_taken_back_even_when_its_route_cannot_be_set():
     with pytest.raises(rolling.RollError, match="could not take away replica 1 on h-1"):
         job.run()
     assert world.routes[0] == ["drain", 1] and world.routes[-1] == ["ready", 1]
+
+
+def test_a_scale_up_whose_start_fails_on_one_host_keeps_what_started_and_says_which():
+    world = World(digests=("new", "new"))
+    original = world.nodes["h-1"].call
+
+    def no_start(op, payload=None, timeout=120):
+        if op == "start":
+            raise NodeError("h-1", "could not start container svc-0-3: no such image")
+        return original(op, payload, timeout)
+
+    world.nodes["h-1"].call = no_start
+    with pytest.raises(rolling.RollError, match="could not start replica 3 on h-1: .*no such "
+                                                "image; apply again"):
+        roll(world, Runner(nodes=4, beside=["h-0", "h-1"]))[0].run()
+    assert world.released == [("h-1", [3])]   # its share, given back
+    assert world.routes[-1] == [0, 1, 2]      # the one that started serves

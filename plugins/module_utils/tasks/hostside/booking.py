@@ -189,7 +189,7 @@ def live_part(claim, jobs, now):
             live = now < float(share.get("expires") or claim.get("expires") or 0)
         if live:
             shares[num] = share
-    return _with_shares(claim, shares) if shares else None
+    return with_shares(claim, shares) if shares else None
 
 
 def usage(claims, containers, now, exclude_run=None):
@@ -202,11 +202,7 @@ def usage(claims, containers, now, exclude_run=None):
     runs = set()
     covered = set()
     for claim in claims:
-        key = (claim.get("run"), str(claim.get("submission") or 0))
-        if isinstance(claim.get("shares"), dict):
-            covered.update(key + (str(num),) for num in claim["shares"])
-        else:
-            covered.add(key)
+        covered |= claim_covers(claim)
         live = live_part(claim, jobs, now) if claim.get("run") != exclude_run else None
         if live is None:
             continue
@@ -216,8 +212,7 @@ def usage(claims, containers, now, exclude_run=None):
     for entry in containers:
         labels = entry.get("labels") or {}
         key = (labels.get("gpufleet.run"), str(labels.get("gpufleet.submission") or "0"))
-        job = key + (str(labels.get("gpufleet.job") or "0"),)
-        if key in covered or job in covered or key[0] == exclude_run or (
+        if covered_by(labels, covered) or key[0] == exclude_run or (
                 entry.get("state") not in HOLDING_STATES):
             continue
         try:
@@ -227,6 +222,22 @@ def usage(claims, containers, now, exclude_run=None):
         ids.update(i for i in (labels.get("gpufleet.gpus") or "").split(",") if i)
         runs.add(key[0])
     return blocks, ids, runs
+
+
+def claim_covers(claim):
+    """What of the host's containers ``claim`` stands for: ``(run, submission, job)`` of each
+    of its shares, or ``(run, submission)`` for a claim written before shares (all its jobs).
+    tasks.claiming's busy map counts the same way."""
+    key = (claim.get("run"), str(claim.get("submission") or 0))
+    if isinstance(claim.get("shares"), dict):
+        return set(key + (str(num),) for num in claim["shares"])
+    return {key}
+
+
+def covered_by(labels, covered):
+    """Whether a container (its ``labels``) is one of what ``claim_covers`` answered."""
+    key = (labels.get("gpufleet.run"), str(labels.get("gpufleet.submission") or "0"))
+    return key in covered or key + (str(labels.get("gpufleet.job") or "0"),) in covered
 
 
 def _shares_of(claim):
@@ -241,7 +252,7 @@ def _shares_of(claim):
                            "whole": bool(claim.get("whole"))}}
 
 
-def _with_shares(claim, shares):
+def with_shares(claim, shares):
     """``claim`` holding ``shares``: its jobs, blocks, GPU ids and ``whole`` are theirs."""
     ids = []
     for share in shares.values():
@@ -291,9 +302,12 @@ def _claim_locked(payload, now):
     claims = _read_all(_claims_dir())
     containers = op_status({})["containers"]
     jobs = _job_states(containers)
+    held = []   # (claim, its live part)
     for other in claims:  # claims that ended are forgotten here, under the lock
-        if other.get("run") != payload["run"] and live_part(other, jobs, now) is None:
+        live = live_part(other, jobs, now)
+        if other.get("run") != payload["run"] and live is None:
             _remove(_claim_path(other.get("run")))
+        held.append((other, live))
     claim = {
         "run": payload["run"],
         "run_id": payload.get("run_id"),
@@ -306,17 +320,16 @@ def _claim_locked(payload, now):
     }
     shares = dict((num, dict(share, expires=claim["expires"]))
                   for num, share in _shares_of(payload).items())
-    for other in claims:
+    for other, live in held:
         # The same submission claiming again (a job's start renewing its share, a replica
         # added or replaced): its other jobs' live shares stay. A new submission starts
         # afresh.
-        live = live_part(other, jobs, now)
         if other.get("run") == claim["run"] and other.get("run_id") == claim["run_id"] and (
                 int(other.get("submission") or 0) == claim["submission"]) and live:
             shares = dict(_shares_of(live), **shares)
             if claim["add"]:
                 claim["by"] = other.get("by")   # still the submitting controller's claim
-    claim = _with_shares(claim, shares)
+    claim = with_shares(claim, shares)
     why = conflict(claim, claims, containers, now)
     claim.pop("add")
     if why is not None:
@@ -381,7 +394,7 @@ def _drop_shares(run, run_id, jobs):
         shares = dict((k, v) for k, v in _shares_of(claim).items()
                       if k not in [str(j) for j in jobs])
         if shares:
-            _write_json(_claim_path(run), _with_shares(claim, shares))
+            _write_json(_claim_path(run), with_shares(claim, shares))
         else:
             _remove(_claim_path(run))
         return True

@@ -485,6 +485,17 @@ def op_proxy_status(payload):
     return {"servers": servers, "rates": rates}
 
 
+def _proxy_set_servers(backend, servers, setting):
+    # type: (str, set, str) -> None
+    """``set server BACKEND/SERVER SETTING`` for each of ``servers`` on the runtime socket; a
+    server the proxy does not have is left (it takes no request anyway)."""
+    for server in sorted(servers):
+        answer = _proxy_ask("set server %s/%s %s" % (backend, server, setting)).strip()
+        if answer and not answer.startswith("No such"):
+            raise Failure("HAProxy did not set %s/%s to %s: %s"
+                          % (backend, server, setting.split()[-1], answer[:300]))
+
+
 def op_proxy_drain(payload):
     # type: (dict) -> dict
     """Take replicas of a service out of new requests at once, without a reload (the runtime
@@ -504,18 +515,11 @@ def op_proxy_drain(payload):
                       % (nums,))
     backend = "gf_service_%s" % run
     servers = set("replica-%d" % n for n in nums)
-    state = "ready" if payload.get("ready") else "drain"
-    for server in sorted(servers):
-        answer = _proxy_ask("set server %s/%s state %s" % (backend, server, state)).strip()
-        if answer and not answer.startswith("No such"):   # one the proxy lost counts as out
-            raise Failure("HAProxy did not set %s/%s to %s: %s"
-                          % (backend, server, state, answer[:300]))
+    _proxy_set_servers(backend, servers, "state ready" if payload.get("ready") else
+                       "state drain")
     if payload.get("ready"):
-        for server in sorted(servers) if payload.get("fresh") else ():
-            answer = _proxy_ask("set server %s/%s health down" % (backend, server)).strip()
-            if answer and not answer.startswith("No such"):
-                raise Failure("HAProxy did not set %s/%s down: %s"
-                              % (backend, server, answer[:300]))
+        if payload.get("fresh"):
+            _proxy_set_servers(backend, servers, "health down")
         return {"ready": True}
     seconds = payload.get("seconds")
     deadline = time.time() + float(30 if seconds is None else seconds)

@@ -110,7 +110,7 @@ def op_replica_info(payload):
     "container", "placed", "claim", "config_digest", "resources"}`` (services.rolling reads
     it)."""
     run, num = _job_key(payload, "replica_info")
-    kept = _json_file(os.path.join(job_dir(run, num), "start.json")) or {}
+    kept = _kept_of(run, num, None) or {}
     return {"kept": bool(kept), "container": kept.get("container"),
             "placed": kept.get("placed"), "claim": kept.get("claim"),
             "config_digest": kept.get("config_digest"), "resources": kept.get("resources")}
