@@ -77,8 +77,8 @@ def runs(fleet_files=(), state_dir=None, user=None) -> dict:
     params = _params(actions.RUN_INFO_ARGS, fleet_files, state_dir, user=user or None)
     found = _call(actions.run_info, params)
     if found.get("queue_due"):
-        found = _call(actions.run_queue, _params(actions.RUN_QUEUE_ARGS, fleet_files, state_dir),
-                      services=_queue_hook())
+        found = _call(actions.run_queue, _params(actions.RUN_QUEUE_ARGS, fleet_files, state_dir,
+                                                 autoscale=False), services=_queue_hook())
         found["runs"] = actions.listing.of_user(found["runs"], user)
     return {"runs": found["runs"], "unreachable": found.get("unreachable_hosts") or {},
             "unread": found.get("unread_fleets") or {}}

@@ -20,10 +20,22 @@ description:
     V(failed_to_start_due_to_no_capacity);
   - starts pending runs that fit now, higher C(priority) first and first submitted first
     within a priority; a run that does not fit does not hold back lower ones.
+  - takes each running service with C(scaling) to the replica count its request rate asks
+    for (dstack's target tracking, within its C(replicas) range, after its delays), unless
+    O(autoscale=false).
   - The queue's entries live on the fleets' hosts (C(/var/lib/gpufleet/book/queue)); hosts and
     entries are taken under each host's lock, so passes from several controllers at once never
     start a run twice or give a host twice. Run it from a schedule (C(playbooks/reconcile.yml)
     does) so that runs start when capacity frees up while nobody is at the controller.
+options:
+  autoscale:
+    description:
+      - Whether the pass also scales running services with C(scaling) (it asks each one's
+        proxy host for its request count). A scale-up waits until the new replicas pass
+        their checks, so a pass that must stay short (C(playbooks/ps.yml)) sets V(false).
+      - Check mode does not ask the proxies, so C(due) leaves autoscaling out.
+    type: bool
+    default: true
 author:
   - gpufleet maintainers (@gpufleet)
 extends_documentation_fragment:
@@ -117,6 +129,14 @@ report:
         - Containers of services' replicas that failed (their C(retry) covering it) and that
           the pass made again on their hosts, while the other replicas kept serving; the
           route was published again with their new ports.
+      type: list
+      elements: str
+      returned: success
+    scaled:
+      description:
+        - Services with C(scaling) whose replica count the pass changed to follow the
+          request rate their proxy measured (more replicas added beside the others, or the
+          last ones drained and taken away); the pass's events say from what to what and why.
       type: list
       elements: str
       returned: success

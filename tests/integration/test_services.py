@@ -8,8 +8,10 @@ Requests reach both replicas; no token gets 401, another token 403, ``gpufleet t
 ``ps`` a row per replica; a replica removed under continuous requests costs under 5% of them
 and is made again by the next pass (``ps``); a second apply of a changed file rolls the
 replicas to the new version under continuous requests with none failing, and an unchanged
-one changes nothing; a third replica is added and taken away again under continuous requests
-with none failing; ``gpufleet stop`` takes the route off (404, or nothing listens).
+one changes nothing; with ``replicas: 2..3`` and ``scaling``, passes of
+playbooks/reconcile.yml add a third replica under a burst and take it away under a light load,
+with no request failing; ``gpufleet stop`` takes the route
+off (404, or nothing listens).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import urllib.request
 import pytest
 
 from gpufleet import cli
+from gpufleet.runner import run_playbook
 
 from .task_world import CPU, SUFFIX, node_containers, task_file
 
@@ -64,21 +67,26 @@ ThreadingHTTPServer(("0.0.0.0", 8000), App).serve_forever()
 '''
 
 
-def service_file(version="1", replicas=2):
+# Autoscaling as the test drives it: 2 requests/s per replica over 30 s, no delays.
+SCALING = ("scaling:\n  metric: rps\n  target: 2\n  window: 30s\n  scale_up_delay: 0s\n"
+           "  scale_down_delay: 0s\n")
+
+
+def service_file(version="1", replicas=2, scaling=""):
     # dstack joins the commands with && on one line: the app travels as base64, not a heredoc.
     app = base64.b64encode(APP.encode()).decode()
-    return ("type: service\nname: %s\nport: 8000\nreplicas: %d\nmodel: %s\n%s%s"
+    return ("type: service\nname: %s\nport: 8000\nreplicas: %s\nmodel: %s\n%s%s%s"
             "env:\n  - MODEL=%s\n  - VERSION=%s\n"
             "rate_limits:\n  - prefix: /burst\n    rps: 1\n    burst: 1\n"
             "commands:\n  - echo %s | base64 -d > /tmp/app.py\n"
             "  - python3 /tmp/app.py\n"
-            % (NAME, replicas, MODEL, CPU, WAIT, MODEL, version, app))
+            % (NAME, replicas, MODEL, CPU, WAIT, scaling, MODEL, version, app))
 
 
 class Load(object):
-    """Requests to ``url`` every 20 ms in a thread, their status codes kept."""
+    """Requests to ``url`` every ``every`` seconds in a thread, their status codes kept."""
 
-    def __init__(self, url, token):
+    def __init__(self, url, token, every=0.02):
         self.codes, self.answers = [], []
         self.done = threading.Event()
 
@@ -89,7 +97,7 @@ class Load(object):
                 status, answer = request(url + "hello", token, timeout=60)
                 self.codes.append(status)
                 self.answers.append(answer)
-                time.sleep(0.02)
+                time.sleep(every)
 
         self.thread = threading.Thread(target=load, daemon=True)
 
@@ -137,6 +145,22 @@ def replicas_seen(url, token, count):
     names = set((request(url + "hello", token)[1] or {}).get("replica")
                 for _attempt in range(12)) - {None}
     return names if len(names) == count else None
+
+
+def reconcile(world):
+    """One pass of playbooks/reconcile.yml over the world's fleet: the services it scaled."""
+    result = run_playbook("reconcile.yml", {"fleets": [str(world["base"] / "fleet.dstack.yml")]})
+    assert result.ok, result.stdout[-3000:]
+    return result.stats["gpufleet_reconcile"]["queue"]["scaled"]
+
+
+def assert_replicas(capsys, url, token, count):
+    """``count`` replicas answer, ps lists them numbered 0..count-1."""
+    assert wait_for("%d replicas answering" % count, lambda: replicas_seen(url, token, count),
+                    seconds=60)
+    record = running(records(capsys).get(NAME))
+    assert record and record["service"]["replicas"] == count, record
+    assert sorted(j["replica"] for j in record["jobs"]) == list(range(count))
 
 
 def wait_for(what, check, seconds=300):
@@ -233,7 +257,9 @@ def test_a_service_behind_the_in_fleet_proxy(world, capsys, token):
 
         # A second apply of a changed service rolls its replicas, one at a time, under
         # continuous requests: none fails, and every replica answers with the new version.
-        task_file(world, NAME, service_file(version="2"))
+        # The new version autoscales between 2 and 3 replicas (2 requests/s each, over 30 s);
+        # the 2 it runs are within that range, so the update only rolls them.
+        task_file(world, NAME, service_file(version="2", replicas="2..3", scaling=SCALING))
         with Load(url, token) as load:
             capsys.readouterr()
             code = cli.main(["apply", "-f", path, "-y", "-d"])
@@ -257,27 +283,26 @@ def test_a_service_behind_the_in_fleet_proxy(world, capsys, token):
         assert "is up to date: nothing changed" in capsys.readouterr().out
         assert node_containers(world, NAME) == before
 
-        # Scaled up to three and back to two under continuous requests: the new replica is
-        # placed beside the others and enters once its checks pass; the one taken away leaves
-        # the route first. No request fails.
-        for count, said in ((3, "1 replica added"), (2, "1 replica taken away")):
-            task_file(world, NAME, service_file(version="2", replicas=count))
-            with Load(url, token) as load:
-                capsys.readouterr()
-                code = cli.main(["apply", "-f", path, "-y", "-d"])
-                out, err = capsys.readouterr()
-                assert code == 0 and said in out, out + err
-                assert "rolled" not in out, out   # the same version: the others are left as is
-                time.sleep(1)
-            with capsys.disabled():
-                print("requests while scaling to %d: %d of %d answered 200"
-                      % (count, load.codes.count(200), len(load.codes)))
-            assert len(load.codes) > 20 and set(load.codes) == {200}, set(load.codes)
-            assert wait_for("%d replicas answering" % count,
-                            lambda: replicas_seen(url, token, count), seconds=60)
-            record = running(records(capsys).get(NAME))
-            assert record and record["service"]["replicas"] == count, record
-            assert sorted(j["replica"] for j in record["jobs"]) == list(range(count))
+        # A burst (about 40 requests/s) asks for more than 2: a pass of
+        # playbooks/reconcile.yml adds a third replica, placed beside the others, which enters
+        # once its checks pass. No request fails.
+        with Load(url, token) as load:
+            time.sleep(5)
+            assert reconcile(world) == [NAME]
+            scaled_up = time.time()
+        with capsys.disabled():
+            print("requests while autoscaling to 3: %d of %d answered 200"
+                  % (load.codes.count(200), len(load.codes)))
+        assert set(load.codes) == {200}, set(load.codes)
+        assert_replicas(capsys, url, token, 3)
+        # About 2 requests/s ask for one replica, 2 at least. Once the proxy has counted a
+        # whole window since it took the third replica in, a pass takes it away again (drained
+        # under the load: no request fails).
+        with Load(url, token, every=0.5) as load:
+            time.sleep(max(0, 31 - (time.time() - scaled_up)))
+            wait_for("a pass scaling down", lambda: reconcile(world) == [NAME], seconds=90)
+        assert set(load.codes) == {200}, set(load.codes)
+        assert_replicas(capsys, url, token, 2)
         boxes = [n for found in node_containers(world, NAME).values() for n, _s in found]
         assert sorted(boxes) == ["%s-0-%d" % (NAME, n) for n in (0, 1)], boxes
     finally:

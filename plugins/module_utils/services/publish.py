@@ -24,6 +24,7 @@ from ..core.errors import GpufleetError
 from ..tasks.queue_records import candidate_fleets, queue_host
 from ..tasks.ssh import NodeError
 from .records import PROJECT, PROXY_PORT, Replica, Route
+from .replicas import DEFAULT_WINDOW, scaling_of
 
 # The addresses that mean every address of the host (gateway_public).
 WILDCARDS = ("0.0.0.0", "::", "*", "[::]")
@@ -109,16 +110,33 @@ def replicas_of(config: Mapping[str, Any], containers: Mapping[str, list],
     return [latest[num][1] for num in sorted(latest)]
 
 
+def addresses_of(fleets: list, fleet: str) -> dict[str, str]:
+    """``{instance name: internal address}`` of ``fleet``'s instances (the address the proxy
+    reaches a replica on)."""
+    out = {}
+    for record in fleets:
+        if record.get("name") != fleet:
+            continue
+        for instance in record.get("instances") or []:
+            address = instance.get("internal_ip") or instance.get("hostname")
+            if address:
+                out[instance["name"]] = address
+    return out
+
+
 def route_of(config: Mapping[str, Any], run: str, user: Optional[str], fleet: str,
              replicas: Iterable[Replica], clock: Callable[[], float] = time.time) -> Route:
     """The Route (services.records) of ``run``: the normalized service config's proxy part
-    and its replicas."""
+    and its replicas. Its requests are counted over its autoscaling's window (dstack's
+    default window without autoscaling)."""
+    scaling = scaling_of(dict(config))
     return Route(run=run, user=user or "", fleet=fleet, project=PROJECT,
                  port=int(config["port"]), auth=bool(config.get("auth", True)),
                  strip_prefix=bool(config.get("strip_prefix", True)),
                  rate_limits=list(config.get("rate_limits") or []),
                  probes=list(config.get("probes") or []), model=config.get("model"),
-                 replicas=list(replicas), submitted_at=float(clock()))
+                 replicas=list(replicas), submitted_at=float(clock()),
+                 rate_window=int(scaling["window"] if scaling else DEFAULT_WINDOW))
 
 
 def publish(node: Any, route: Route, listen: Optional[Mapping[str, Any]] = None

@@ -42,6 +42,7 @@ class Route(TypedDict):
     model: Optional[dict]  # the normalized model, or None
     replicas: list         # [Replica]
     submitted_at: float    # seconds since the epoch (stamps which writer is newer)
+    rate_window: int       # seconds the proxy counts the service's requests over
 
 
 def service_prefix(run: str, project: str = PROJECT) -> str:

@@ -21,6 +21,8 @@ from ..core.errors import GpufleetError
 from .records import PROXY_PORT, model_prefix, service_prefix, url
 
 SERVICE = "service"
+# dstack's window of the request rate when ``scaling`` names none, in seconds.
+DEFAULT_WINDOW = 60
 
 
 class ServiceError(GpufleetError):
@@ -28,11 +30,38 @@ class ServiceError(GpufleetError):
 
 
 def replica_count(config: dict[str, Any]) -> int:
-    """The fixed replica count of a service (``replicas.min``; ranges are refused earlier by
-    spec/support.py)."""
+    """How many replicas a service starts with: ``replicas.min`` (a range starts at its least
+    and autoscaling takes it from there)."""
     replicas = config.get("replicas") or {}
     count = replicas.get("min", 1) if isinstance(replicas, dict) else replicas
     return int(1 if count is None else count)
+
+
+def replica_range(config: dict[str, Any]) -> tuple[int, int]:
+    """``(least, most)`` replicas of a service (both the count when it is fixed)."""
+    replicas = config.get("replicas") or {}
+    least = replica_count(config)
+    most = replicas.get("max", least) if isinstance(replicas, dict) else least
+    return least, int(least if most is None else most)
+
+
+def clipped(config: dict[str, Any], count: int) -> int:
+    """``count`` replicas kept within the service's range (dstack does the same with a
+    running service whose range changed)."""
+    least, most = replica_range(config)
+    return min(max(count, least), most)
+
+
+def scaling_of(config: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """What the autoscaler of a service follows (services.autoscale): its ``scaling`` with
+    ``min`` and ``max`` of its range, and the window (dstack's default when not given);
+    None for a fixed count."""
+    scaling = config.get("scaling")
+    least, most = replica_range(config)
+    if not isinstance(scaling, dict) or least == most:
+        return None
+    return dict(scaling, window=int(scaling.get("window") or DEFAULT_WINDOW), min=least,
+                max=most)
 
 
 def model_name(config: Any) -> Optional[str]:
@@ -73,21 +102,23 @@ def proxy_of(run: str, proxy_host: str, proxy_address: str, model: Any = None,
             "model": name or None}
 
 
-def runnable(config: dict[str, Any], proxy: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """The task config the runner takes for ``config``: a service becomes ``replicas.min``
-    one-node jobs (``run_type`` keeps what it was) with a ``service`` key ``{"port",
-    "replicas"}`` plus ``proxy`` (``proxy_of``'s answer) when given; anything else is as it
-    is."""
+def runnable(config: dict[str, Any], proxy: Optional[dict[str, Any]] = None,
+             count: Optional[int] = None) -> dict[str, Any]:
+    """The task config the runner takes for ``config``: a service becomes ``count`` (by
+    default ``replicas.min``) one-node jobs (``run_type`` keeps what it was) with a
+    ``service`` key ``{"port", "replicas", "respawn", "scaling"}`` plus ``proxy``
+    (``proxy_of``'s answer) when given; anything else is as it is."""
     if config.get("type") != SERVICE:
         return config
-    count = replica_count(config)
+    count = replica_count(config) if count is None else count
     if count < 1:
         raise ServiceError("replicas: a service needs at least one replica here (scale to "
                            "zero comes with autoscaling)")
     # Whether a failed replica is made again on its own (tasks.lifecycle.decide): its retry
     # covers errors. On the replicas' label, so any look at the run knows it.
     respawn = "error" in ((config.get("retry") or {}).get("on_events") or ())
-    service = {"port": int(config["port"]), "replicas": count, "respawn": respawn}
+    service = {"port": int(config["port"]), "replicas": count, "respawn": respawn,
+               "scaling": scaling_of(config)}
     service.update(proxy or {})
     return dict(config, type="task", run_type=SERVICE, nodes=count, groups=None,
                 service=service)

@@ -42,7 +42,10 @@ import time
 from typing import Any, Callable, Mapping, Optional
 
 from ..core.errors import GpufleetError
+from ..tasks import listing
+from ..tasks.lifecycle import RunStatus
 from ..tasks.queue import controller_id
+from ..tasks.queue_records import autoscaled
 from ..tasks.run_placement import Claimed
 from ..tasks.ssh import NodeError, parallel
 from . import publish
@@ -53,6 +56,8 @@ READY_TIMEOUT = 600
 # drains it and says when none is left); DRAIN_SECONDS is what a proxy that cannot say gets.
 DRAIN_TIMEOUT = 30
 DRAIN_SECONDS = 2
+# How often a long wait renews the update's lease (which lasts READY_TIMEOUT + 300 s).
+LEASE_EVERY = 120
 
 
 def replicas_text(replicas: int) -> str:
@@ -67,6 +72,13 @@ def _named(nums: list[int]) -> str:
 
 class RollError(GpufleetError):
     """A roll that cannot start, or that stopped: says which replicas run which version."""
+
+
+def live_services(nodes: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The run records (tasks.listing) of the services alive on ``nodes``."""
+    records, _errors = listing.list_runs(nodes)
+    return [r for r in records if r.get("service")
+            and r.get("status") not in RunStatus.finished_statuses()]
 
 
 def live_record(records: list[dict[str, Any]], name: str) -> Optional[dict[str, Any]]:
@@ -90,9 +102,16 @@ class Roll(object):
                  user: str, fleet: str, listen: Optional[Mapping[str, Any]],
                  emit: Callable[[dict], None], clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], None] = time.sleep,
-                 fresh: Optional[Callable[[Mapping[str, Any]], Mapping[str, Any]]] = None
-                 ) -> None:
+                 fresh: Optional[Callable[[Mapping[str, Any]], Mapping[str, Any]]] = None,
+                 scale_only: bool = False,
+                 recheck: Optional[Callable[[Mapping[str, Any]], int]] = None) -> None:
         self.runner = runner
+        # Only the replica count changes (autoscaling): replicas of another version are left
+        # as they are, and the queue entry is the caller's.
+        self.scale_only = scale_only
+        # ``recheck(record)``: the count wanted, decided again once the lease is held and the
+        # record read again (RollError when the change no longer holds).
+        self.recheck = recheck
         # ``fresh(record)``: the service's record read again (tasks.listing); RollError when
         # it no longer runs.
         self.fresh = fresh or (lambda record: record)
@@ -170,7 +189,11 @@ class Roll(object):
         """Wait until the proxy has replica ``num`` up; RollError when its container ended or
         the time ran out."""
         deadline = self.clock() + READY_TIMEOUT
+        renewed = self.clock()
         while True:
+            if self.clock() - renewed >= LEASE_EVERY:   # several slow replicas outlast a lease
+                self._lease()
+                renewed = self.clock()
             try:
                 servers = self.proxy_node.call("proxy_status", {"run": self.name})["servers"]
             except (NodeError, KeyError, TypeError) as exc:
@@ -200,17 +223,23 @@ class Roll(object):
         kept = self._kept()
         self._check(kept)
         self._lease()
+        done: dict[str, Any] = {}
         try:
             # What runs now, read again under the lease: another controller's update may
             # have ended just before it was taken.
             self.record = self.fresh(self.record)
             kept = self._kept()
             self._check(kept)
-            return self._roll(kept)
+            if self.recheck is not None:
+                self._count(self.recheck(self.record))
+            done = self._roll(kept)
+            return done
         finally:
+            release: dict[str, Any] = {"run": self.name, "by": self.by, "release": True}
+            if done.get("added") or done.get("retired"):   # autoscaling's delays count from now
+                release["scaled"] = self.record["run_id"]
             try:
-                self.proxy_node.call("proxy_roll", {"run": self.name, "by": self.by,
-                                                    "release": True})
+                self.proxy_node.call("proxy_roll", release)
             except NodeError:
                 pass   # it lapses by itself
 
@@ -228,6 +257,14 @@ class Roll(object):
                             "has ended (its lease lapses by %s at the latest)"
                             % (self.name, answer.get("by"), time.strftime(
                                 "%H:%M:%S UTC", time.gmtime(float(answer.get("until") or 0)))))
+
+    def _count(self, wanted: int) -> None:
+        """The runner's configuration asks for ``wanted`` replicas (the labels of new ones
+        carry it too)."""
+        config = self.runner.config
+        config["nodes"] = wanted
+        if isinstance(config.get("service"), dict):
+            config["service"] = dict(config["service"], replicas=wanted)
 
     def _wanted(self, count: int) -> int:
         wanted = self.runner.config.get("nodes")
@@ -256,17 +293,17 @@ class Roll(object):
         number = int(self.record.get("submission") or 0)
         submission = self.runner.preparing.prepare(number, Claimed(placed, {}, (), ()))
         new = dict((j["job_num"], j) for j in submission.jobs)
-        stale = [k for k in kept[:wanted]
-                 if k.get("config_digest") != new[k["job_num"]]["config_digest"]]
+        stale = [k for k in kept[:wanted] if not self.scale_only
+                 and k.get("config_digest") != new[k["job_num"]]["config_digest"]]
         if stale and wanted < 2:
             raise RollError("service %s would run one replica, which cannot be replaced without "
                             "a gap; give it replicas: 2 or more, or stop it and apply again"
                             % self.name)
         if not stale and wanted == count:
+            self._entry(submission, changed=False)   # new autoscaling rules reach the passes
             self._publish(self._replicas(kept))   # as it is (again, when it was lost)
             return {"rolled": [], "unchanged": True, "added": [], "retired": []}
-        if self.runner.keeps_entry():   # retry resubmits the new version from now on
-            self.runner.keep_entry(submission)
+        self._entry(submission)
         retired = self._fewer(kept, wanted)
         kept = kept[:wanted]
         added = self._add(kept, [new[j["job_num"]] for j in more])
@@ -312,6 +349,18 @@ class Roll(object):
                        "version (%d of %d)" % (num, len(rolled), len(stale))})
         self._publish(self._replicas(kept))   # the new version's settings, now all run it
         return {"rolled": rolled, "unchanged": False, "added": added, "retired": retired}
+
+    def _entry(self, submission: Any, changed: bool = True) -> None:
+        """The run's queue entry follows the new version: retry resubmits it from now on, and
+        the background pass autoscales it (with the rules of this apply, even when nothing
+        else changed); a service that no longer needs one loses it."""
+        if self.scale_only:
+            return
+        if self.runner.keeps_entry():
+            if changed or autoscaled(self.runner.config):
+                self.runner.keep_entry(submission)
+        else:
+            self.runner.drop_entry()
 
     def _fewer(self, kept: list[dict[str, Any]], wanted: int) -> list[int]:
         """Scale down: the replicas after the first ``wanted`` leave the route, get
@@ -405,6 +454,7 @@ class Roll(object):
         if not jobs:
             return []
         self._lease()
+        self.fresh(self.record)   # still running (a stop meanwhile would leave them behind)
         claimed: list[dict[str, Any]] = []
         for job in jobs:
             job["claim"] = dict(job["claim"], add=True, replace=False)

@@ -21,40 +21,20 @@ the proxy host (``proxy_publish``). The answer carries ``service``: the URLs and
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, cast
 
 from ..tasks import actions, membership, rankplan, surveys
 from ..core.errors import GpufleetError
 from ..spec import support
-from ..tasks import listing
 from ..tasks.errors import PlanError
-from ..tasks.lifecycle import RunStatus
+from ..tasks.records import ScaleEvent
 from ..tasks.ssh import parallel
 from ..fleets import records as fleet_records
-from . import publish, replicas, rolling, tokens
+from . import autoscale, publish, replicas, rolling, tokens
+from .publish import addresses_of
+from .rolling import live_services
 
 SERVICE = "service"
-
-
-def live_services(nodes: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The run records (tasks.listing) of the services alive on ``nodes``."""
-    records, _errors = listing.list_runs(nodes)
-    return [r for r in records if r.get("service")
-            and r.get("status") not in RunStatus.finished_statuses()]
-
-
-def addresses_of(fleets: list, fleet: str) -> dict[str, str]:
-    """``{instance name: internal address}`` of ``fleet``'s instances (the address the proxy
-    reaches a replica on)."""
-    out = {}
-    for record in fleets:
-        if record.get("name") != fleet:
-            continue
-        for instance in record.get("instances") or []:
-            address = instance.get("internal_ip") or instance.get("hostname")
-            if address:
-                out[instance["name"]] = address
-    return out
 
 
 class Publisher(object):
@@ -120,8 +100,12 @@ def queue_hook(event: Mapping[str, Any], fleets: list, nodes: Mapping[str, Any]
     started, or resubmitted under retry on other hosts and ports) is published with the
     replicas its hosts report now (the route replaces the one the proxy held);
     ``{"kind": "ended", "record"}``: the route of a service run that finished is taken off its
-    proxy host (nothing changes where it is gone already). ``nodes``: ``{host: Node}`` of the
-    pass. Answers ``{"changed": bool}`` (None for a run that is no service), or PublishError."""
+    proxy host (nothing changes where it is gone already); a ScaleEvent (``{"kind":
+    "scale"}``): the service follows its request rate (services.autoscale). ``nodes``:
+    ``{host: Node}`` of the pass. Answers ``{"changed": bool}``
+    (None for a run that is no service), or GpufleetError (PublishError, RollError...)."""
+    if event.get("kind") == "scale":
+        return autoscale.follow(cast(ScaleEvent, event), fleets, nodes)
     if event.get("kind") == "ended":
         return publish.unpublish_stopped(event["record"], nodes)
     if event.get("kind") == "respawned":
@@ -202,12 +186,16 @@ def _setup_answer(name, instance, answer, root):
 
 
 def _roll(params: dict[str, Any], config: dict[str, Any], record: dict[str, Any],
-          runnable: Callable[[dict], dict], publisher: Publisher,
+          runnable: Callable[..., dict], publisher: Publisher,
           emit: Callable[[dict], None], check_mode: bool, proxy: Mapping[str, Any]
           ) -> tuple[dict[str, Any], bool]:
-    """A second apply of a running service: services.rolling, reported as a submission."""
-    _root, _fleets, make_runner = actions.runner_factory(params, config, emit, check_mode,
-                                                         runnable, queue_hook)
+    """A second apply of a running service: services.rolling, reported as a submission. An
+    autoscaled service keeps the count it runs, within its (new) range."""
+    count = replicas.clipped(config, len(record.get("jobs") or [])) if (
+        replicas.scaling_of(config)) else replicas.replica_count(config)
+    _root, _fleets, make_runner = actions.runner_factory(
+        params, config, emit, check_mode, lambda run_config: runnable(run_config, count),
+        queue_hook)
     runner = make_runner(config)
 
     def fresh(_record: Any) -> dict[str, Any]:
@@ -220,8 +208,7 @@ def _roll(params: dict[str, Any], config: dict[str, Any], record: dict[str, Any]
     roll = rolling.Roll(runner, record, publisher.nodes, publisher.proxy_node,
                         publisher.addresses, config, publisher.user, publisher.fleet,
                         publisher.listen, emit, fresh=fresh)
-    service = dict(proxy, port=int(config["port"]), replicas=replicas.replica_count(config),
-                   published=True, error=None)
+    service = dict(proxy, port=int(config["port"]), replicas=count, published=True, error=None)
     try:
         if check_mode:
             return {"run": record["name"], "status": "planned", "plan": roll.plan(),
@@ -308,8 +295,8 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
             emit({"kind": "info", "run": name, "message": "your token is not on fleet %s's "
                   "hosts: %s" % (fleet, exc)})
 
-    def runnable(run_config: dict[str, Any]) -> dict[str, Any]:
-        return replicas.runnable(dict(run_config, fleets=[fleet]), proxy)
+    def runnable(run_config: dict[str, Any], count: Optional[int] = None) -> dict[str, Any]:
+        return replicas.runnable(dict(run_config, fleets=[fleet]), proxy, count)
 
     publisher = Publisher(config, name, user, fleet, proxy_node, nodes,
                           addresses_of(fleets, fleet), emit, proxy, listen)

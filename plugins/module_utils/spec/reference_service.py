@@ -26,7 +26,7 @@ SERVICE_SECTIONS = {
             "gateway. It takes every field of a task above except `nodes` and `ports` (a replica is one node, "
             "and a service publishes its one `port`), with the same defaults; `groups` are replica groups "
             "here, not node groups. What this version cannot run yet (a gateway, `https: true`, replica "
-            "groups, a range of replicas and `scaling`) is accepted by the parser and refused by "
+            "groups, a range of replicas that starts at 0) is accepted by the parser and refused by "
             "`gpufleet validate` and `apply` with one message naming the field. The service's own fields:"
         ),
         "fields": {
@@ -67,7 +67,7 @@ SERVICE_SECTIONS = {
             },
             "scaling": {
                 "values": "a mapping: {see:service.scaling}",
-                "text": "Autoscaling rules; needed when `replicas` is a range. " + _REFUSED_NOW,
+                "text": "Autoscaling rules; needed when `replicas` is a range (docs/services.md#autoscaling).",
             },
             "rate_limits": {
                 "values": "a list of mappings: {see:service.rate_limits}",
@@ -88,7 +88,8 @@ SERVICE_SECTIONS = {
                 ),
                 "text": (
                     "How many copies of the service run, each on one node. A range needs `scaling` and `scaling` "
-                    "needs a range; a range is refused for now (autoscaling), and so is 0."
+                    "needs a range: the count then follows the request rate between the two ends "
+                    "(docs/services.md#autoscaling). 0, and a range from 0 (scale to zero), are refused for now."
                 ),
             },
             "groups": {
@@ -123,7 +124,11 @@ SERVICE_SECTIONS = {
     },
     "service.scaling": {
         "title": "`scaling`",
-        "intro": "dstack's autoscaling on the request rate. Refused by this version of gpufleet: set a fixed `replicas`.",
+        "intro": (
+            "dstack's autoscaling on the request rate the proxy measures: the replica count becomes the rate "
+            "over `window` divided by `target`, rounded up and kept within `replicas`. A background pass "
+            "carries it out (playbooks/reconcile.yml: docs/services.md#autoscaling)."
+        ),
         "fields": {
             "metric": {"values": "{choices:service_fields.SCALING_METRICS}", "text": "What is measured: requests per second.", "required": ""},
             "target": {"values": "a number above 0", "text": "The rate one replica should take.", "required": ""},

@@ -30,17 +30,17 @@ SCHEDULE = ("gpufleet has no server to start runs on a schedule; remove it and r
 RUN_TYPES = ("task", "dev-environment", "service")
 
 # What a service may ask for that this version of gpufleet does not run yet: the in-fleet proxy
-# publishes a fixed number of replicas over plain HTTP.
+# publishes one group of at least one replica over plain HTTP.
 GATEWAY = ("gateways are not supported yet: omit `gateway` or set it to false; the service is "
            "published by the in-fleet proxy")
 HTTPS = ("the in-fleet proxy serves plain HTTP: omit `https` or set it to false or auto "
          "(HTTPS needs a gateway, which is not supported yet)")
 GROUPS = ("replica groups are not supported yet: remove `groups` and give the service one "
           "`replicas` count (its commands, image and resources at the top level)")
-SCALING = ("autoscaling is not supported yet: set `replicas` to a fixed number such as 2 and "
-           "remove `scaling`")
-NO_REPLICAS = ("a service needs at least one replica in this version of gpufleet (its number "
-               "of replicas is fixed): set `replicas` to 1 or more")
+SCALE_TO_ZERO = ("scale to zero is not supported yet: the in-fleet proxy cannot hold a request "
+                 "until a replica starts; start the range of `replicas` at 1 or more, such as 1..4")
+NO_REPLICAS = ("a service needs at least one replica in this version of gpufleet: set "
+               "`replicas` to 1 or more")
 
 # The backends gpufleet provisions fleets in (backends.base's registry holds their clients).
 FLEET_BACKENDS = ("local", "aws", "gcp")
@@ -165,8 +165,8 @@ PROBE_URL = ("the probe URL %s has a space, backslash or brace, which the proxy 
 
 
 def service_refusals(config: dict[str, Any]) -> list[Problem]:
-    """What of a service this version does not run: a gateway, HTTPS, replica groups, a range
-    of replicas or scaling (autoscaling), no replica at all."""
+    """What of a service this version does not run: a gateway, HTTPS, replica groups, no
+    replica at all, a range of replicas that starts at 0 (scale to zero)."""
     out = []
     gateway = config.get("gateway")
     if gateway is True or isinstance(gateway, str):
@@ -176,12 +176,10 @@ def service_refusals(config: dict[str, Any]) -> list[Problem]:
     if config.get("groups") is not None:
         out.append(Problem(("groups",), GROUPS))
     replicas = config.get("replicas") or {}
-    if config.get("scaling") is not None:
-        out.append(Problem(("scaling",), SCALING))
-    elif replicas.get("min") != replicas.get("max"):
-        out.append(Problem(("replicas",), SCALING))
-    elif replicas.get("max") == 0:
+    if replicas.get("max") == 0:
         out.append(Problem(("replicas",), NO_REPLICAS))
+    elif replicas.get("min") == 0:
+        out.append(Problem(("replicas",), SCALE_TO_ZERO))
     out += _proxy_refusals(config)
     return out
 

@@ -56,7 +56,7 @@ TASK_MUTUALLY_EXCLUSIVE = [("path", "config")]
 TASK_REQUIRED_ONE_OF = [("path", "config")]
 
 RUN_INFO_ARGS = dict(name=dict(type="str"), user=dict(type="str"), **FLEET_OPTIONS)
-RUN_QUEUE_ARGS = dict(**FLEET_OPTIONS)
+RUN_QUEUE_ARGS = dict(autoscale=dict(type="bool", default=True), **FLEET_OPTIONS)
 RUN_STOP_ARGS = dict(name=dict(type="str", required=True), abort=dict(type="bool", default=False),
                      force=dict(type="bool", default=False), user=dict(type="str"),
                      **FLEET_OPTIONS)
@@ -414,7 +414,8 @@ def queue_waiting(survey):
     return runindex.waiting(survey[2])
 
 
-def drive_queue(fleets, root, emit=None, survey=None, check_mode=False, services=None):
+def drive_queue(fleets, root, emit=None, survey=None, check_mode=False, services=None,
+                autoscale=False):
     """One pass over the queue (tasks.queue.QueuePass): the report of what it started,
     resubmitted, stopped and let fail. Check mode only says whether one is due. ``services``:
     the pass's hook for services' routes (QueuePass), from the caller."""
@@ -428,7 +429,8 @@ def drive_queue(fleets, root, emit=None, survey=None, check_mode=False, services
         return {"due": queue.is_due(survey, interruption.instance_map(fleets), silent)}
     report = queue.QueuePass(fleets, root=root, docker=Docker(), emit=emit,
                              grower=grower(root, emit), grow_first=True,
-                             runner_of=runs.runner_of, services=services).run(survey)
+                             runner_of=runs.runner_of, services=services,
+                             autoscale=autoscale).run(survey)
     report.pop("own", None)
     return report
 
@@ -454,14 +456,15 @@ def run_queue(params, check_mode=False, emit=None, services=None):
     ``services``: the pass's hook for services' routes (tasks.queue.QueuePass)."""
     root, fleets = _fleets(params, host_facts=True)
     try:
-        report = drive_queue(fleets, root, emit, check_mode=check_mode, services=services)
+        report = drive_queue(fleets, root, emit, check_mode=check_mode, services=services,
+                             autoscale=params.get("autoscale", True))
     except (RunError, NodeError, PlanError, placement.PlacementError) as exc:
         raise ActionError(str(exc)) from exc
     if check_mode:
         return {"report": {}, "due": report["due"], "changed": report["due"]}
     changed = any(report[k] for k in ("started", "resubmitted", "expired", "stopped",
                                       "forgotten", "failed", "published", "unpublished",
-                                      "respawned"))
+                                      "respawned", "scaled"))
     from . import interruption
 
     found, silent = silence.look(surveys.nodes_of(fleets, root), root, fleets)

@@ -65,18 +65,24 @@ class QueuePass(object):
     with ``{"kind": "ended", "record"}`` for a service run it sees finished and did not start
     again (its route goes; taking off a route that is gone changes nothing), and with
     ``{"kind": "respawned", "run", "record"}`` once it made failed replicas of a service
-    again (the route takes their new ports). It answers
+    again (the route takes their new ports), and, with ``autoscale``, with a ScaleEvent
+    (tasks.records, ``{"kind": "scale"}``) for each running service whose entry says it
+    autoscales. It answers
     ``{"changed": bool}`` or raises GpufleetError, which is said (an ``info`` event) and leaves
     the pass going.
     """
 
     def __init__(self, fleets, own=None, emit=None, clock=time.time, by=None, runner_of=None,
-                 services=None, **options):
+                 services=None, autoscale=False, **options):
 
         self.fleets = fleets
         self.own = own
         self.runner_of = runner_of
         self.services = services
+        # Whether running services with scaling are scaled (a scheduled pass: run_queue); a
+        # pass inside another command (an apply, a stop, ps) leaves them, as a scale-up waits
+        # for its new replicas.
+        self.autoscale = autoscale
         self.emit = emit or (lambda event: None)
         self.clock = clock
         self.by = by or controller_id()
@@ -85,7 +91,7 @@ class QueuePass(object):
         self.nodes = surveys.nodes_of(fleets, options.get("root"))
         self.report = {"started": [], "resubmitted": [], "expired": [], "stopped": [],
                        "forgotten": [], "failed": [], "published": [], "unpublished": [],
-                       "respawned": [], "own": None}
+                       "respawned": [], "scaled": [], "own": None}
         self.silent = set()
         # Services whose failed replicas this pass started again (their route stays).
         self.respawned_runs = set()
@@ -114,6 +120,7 @@ class QueuePass(object):
         records = listing.run_records(containers, errors,
                                       interruption.instance_map(self.fleets), silent)
         active = dict((e["run"], (host, e)) for host, e in entries if e.get("state") == ACTIVE)
+        scaled = []
         for record in records:
             host, entry = active.pop(record["name"], (None, None))
             if entry is not None and record.get("run_id") not in (None, entry["run_id"]):
@@ -121,6 +128,12 @@ class QueuePass(object):
             stopped_final = self._settle(record, host, entry)
             if _service_ended(record, stopped_final):
                 ended.append(record)
+            elif entry is not None and entry.get("state") == ACTIVE and (
+                    (entry.get("policy") or {}).get("scaling")) and (
+                    record.get("status") == RunStatus.RUNNING.value):
+                scaled.append((record, host, entry))
+        for record, host, entry in scaled:
+            self._scale(record, host, entry)
         for run, (host, entry) in active.items():
             # Nothing of the run is seen: it was removed (stop --abort, a delete), or it is not
             # started yet, or its hosts are silent or not surveyed here. Only when every one of
@@ -264,6 +277,40 @@ class QueuePass(object):
         if answer.get("changed"):
             self.report[key].append(run)
 
+    def _scale(self, record, host, summary):
+        """Hand a running service that autoscales to the services' hook (``{"kind":
+        "scale"}``, tasks.records.ScaleEvent), its entry taken meanwhile: a second controller's
+        pass leaves it alone, and a change of its hosts is noted in it."""
+        if not self.autoscale or self.services is None or record["name"] in self.respawned_runs:
+            return
+        node = self.nodes[host]
+        taken = self._call(host, "take", {"run": summary["run"], "run_id": summary["run_id"],
+                                          "by": self.by, "state": ACTIVE})
+        if not (taken or {}).get("taken"):
+            return
+        entry = taken["entry"]
+        keeper = _TakeKeeper(node, dict(entry, state=ACTIVE), self.by)
+        changes = {}
+
+        def runner(config):
+            return self.runner_of(dict(entry, config=config), self.fleets, queue_node=node,
+                                  **self.options)
+
+        def refresh():
+            again = self._call(host, "take", {"run": summary["run"], "run_id": summary["run_id"],
+                                              "by": self.by, "state": ACTIVE})
+            return (again or {}).get("entry") if (again or {}).get("taken") else None
+
+        try:
+            self._service({"kind": "scale", "run": record["name"], "record": record,
+                           "entry": entry, "runner": runner, "refresh": refresh,
+                           "hosts": lambda hosts: changes.update(hosts=list(hosts)),
+                           "emit": self.emit},
+                          "scaled", record["name"])
+        finally:
+            keeper.stop()
+            self._update(host, entry, changes, expect={"state": ACTIVE, "taken_by": self.by})
+
     # -- runs that exist ----------------------------------------------------------------------
 
     def _settle(self, record, host, entry):
@@ -396,7 +443,8 @@ class _TakeKeeper(object):
         import threading
 
         self.node = node
-        self.request = {"run": entry["run"], "run_id": entry["run_id"], "by": by}
+        self.request = {"run": entry["run"], "run_id": entry["run_id"], "by": by,
+                        "state": entry.get("state") or PENDING}
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="take-" + entry["run"])
         self.thread.daemon = True
@@ -410,7 +458,10 @@ class _TakeKeeper(object):
                 pass
 
     def stop(self):
+        """No more renewals: one under way ends first, so none lands after the caller lets
+        the entry go."""
         self.done.set()
+        self.thread.join(60)
 
 
 def _statuses(record):

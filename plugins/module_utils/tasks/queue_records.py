@@ -65,9 +65,19 @@ def positions(entries: Iterable[tuple[str, QueueSummary]], usage=None) -> dict[s
 
 
 def keeps_entry(config):
-    """Whether a started run keeps an entry so that retry can submit it again."""
+    """Whether a started run keeps an entry: so that retry can submit it again, or so that a
+    pass can add replicas to an autoscaled service (services.autoscale) from it."""
     retry = config.get("retry") or {}
+    if autoscaled(config):
+        return True
     return any(event in RESUBMITTED_ON for event in retry.get("on_events") or ())
+
+
+def autoscaled(config):
+    """Whether ``config`` (a runnable config) is a service whose replica count follows its
+    request rate (services.replicas.scaling_of put the rules in its service key)."""
+    service = config.get("service")
+    return isinstance(service, dict) and bool(service.get("scaling"))
 
 
 def queue_host(fleets, names, errors):

@@ -152,3 +152,21 @@ class QueueSummary(TypedDict):
     ended_at: float | None
     queued_on: str | None
     policy: dict[str, Any] | None
+
+
+class ScaleEvent(TypedDict):
+    """What a pass over the queue (tasks.queue.QueuePass) hands the services' hook for a
+    running service that autoscales (services.autoscale.follow carries it out)."""
+
+    kind: str                  # "scale"
+    run: str
+    record: RunRecord          # the run as the pass sees it (tasks.listing)
+    entry: QueueEntry          # its whole queue entry, taken by the pass meanwhile
+    # runner(config): a Runner of the entry with ``config`` instead (tasks.runs.runner_of).
+    runner: Any
+    # refresh(): the whole entry read again (taken again), or None when another holds it
+    # or it is gone.
+    refresh: Any
+    # hosts(names): notes in the entry the hosts the run holds once it was scaled.
+    hosts: Any
+    emit: Any                  # the pass's events (said to the user)

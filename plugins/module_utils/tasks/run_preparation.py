@@ -106,8 +106,11 @@ def config_digest(config, image, repo=None):
     import json
 
     if isinstance(config.get("service"), dict):
-        config = dict(config, nodes=None, replicas=None,
-                      service=dict(config["service"], replicas=None))
+        # (service.scaling left out rather than emptied: a replica started before it was part
+        # of the service key has the same digest as one started since.)
+        service = dict((k, v) for k, v in config["service"].items() if k != "scaling")
+        config = dict(config, nodes=None, replicas=None, scaling=None,
+                      service=dict(service, replicas=None))
     text = json.dumps({"config": config, "image": image,
                        "repo": (repo or {}).get("archive")}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()

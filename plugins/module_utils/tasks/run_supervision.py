@@ -16,9 +16,9 @@ from __future__ import annotations
 from . import admission, growth, interruption, lifecycle, placement, queue, runbook, surveys
 from .lifecycle import JobStatus, RunStatus
 from .errors import RunError
-from .queue_records import (ACTIVE, FAILED, PENDING, TERMINATED, USER_LIMIT, entries_of,
-                            fleet_usage, keeps_entry, positions)
-from .ssh import parallel
+from .queue_records import (ACTIVE, FAILED, PENDING, TERMINATED, USER_LIMIT, autoscaled,
+                            entries_of, fleet_usage, keeps_entry, positions)
+from .ssh import NodeError, parallel
 from .supervisor import Watch
 
 NO_CAPACITY_BACKOFF = (5, 10, 20, 40, 60)
@@ -94,15 +94,31 @@ class RunSupervision(object):
     def keeps_entry(self):
         return keeps_entry(self.run.config)
 
-    def _keep_entry(self, submission):
+    def _keep_entry(self, submission, attached=False):
+        """``attached``: this process watches the run and resubmits it itself; the entry only
+        lets passes autoscale it."""
         _containers, _claims, _queues, errors = surveys.survey_with_queues(self.run.nodes)
         try:
             runbook.enqueue(self.run, errors, reason=None, number=submission.number,
-                            state=ACTIVE,
+                            state=ACTIVE, resubmits=not attached,
                             hosts=sorted(set(j["host"] for j in submission.jobs)))
         except RunError as exc:
             self.run.emit({"kind": "info", "message": "retry after this command leaves is off: %s"
                            % exc})
+
+    def drop_entry(self):
+        """Take the run's active entry out of its queue host, where it has one (a service
+        that autoscaled and no longer does); one that cannot be reached is said."""
+        _containers, _claims, queues, errors = surveys.survey_with_queues(self.run.nodes)
+        for host, entry in entries_of(queues):
+            if entry.get("run_id") != self.run.run_id or entry.get("state") != ACTIVE:
+                continue
+            try:
+                self.run.nodes[host].call("dequeue", {"run": entry["run"],
+                                                      "run_id": entry["run_id"]})
+            except NodeError as exc:
+                self.run.emit({"kind": "info", "message": "its queue entry on %s stays: %s"
+                               % (host, exc)})
 
     def launch(self, submission, watch=None):
         """Detached: stay until every job of ``submission`` is started (startup_order needs
@@ -231,6 +247,10 @@ class RunSupervision(object):
             # Detached with retry on error or interruption: an entry lets a later pass submit
             # it again (tasks.queue); a run placed from the queue already has one.
             self._keep_entry(submission)
+        elif wait and autoscaled(self.run.config):
+            # Attached, an autoscaled service still needs one for passes to scale it; this
+            # process resubmits it, so the entry carries no retry.
+            self._keep_entry(submission, attached=True)
         while True:
             watch = Watch(submission.jobs, submission.nodes, self.run.policy(), self.run.emit,
                           clock=self.run.clock, sleep=self.run.sleep, poll=self.run.poll,

@@ -78,8 +78,9 @@ def file_contents(runner):
 
 def entry_of(runner: Any, fleet_names: Iterable[str], state: str = "pending",
              reason: str | None = None, number: int = 0,
-             retry_since: float | None = None) -> QueueEntry:
-    """The entry of ``runner``'s run (tasks.runs.Runner)."""
+             retry_since: float | None = None, resubmits: bool = True) -> QueueEntry:
+    """The entry of ``runner``'s run (tasks.runs.Runner). ``resubmits`` false: the entry
+    carries no ``retry`` (an attached run resubmits itself; its entry is for autoscaling)."""
     repo = None
     if runner.code is not None and not runner.code.url:
         archive = runner.code.pack()
@@ -87,6 +88,7 @@ def entry_of(runner: Any, fleet_names: Iterable[str], state: str = "pending",
                 "files": archive["files"], "root": runner.code.root,
                 "repo_id": runner.code.repo_id, "spec": runner.code.spec}
     config = runner.config
+    retry = config.get("retry") if resubmits else None
     return {
         "version": ENTRY_VERSION,
         "run": runner.name,
@@ -102,11 +104,13 @@ def entry_of(runner: Any, fleet_names: Iterable[str], state: str = "pending",
         "nodes": sum(int(g.get("nodes") or 1) for g in config.get("groups") or []) or int(
             config.get("nodes") or 1),
         "submissions": number,
-        "retry": config.get("retry"),
+        "retry": retry,
         "policy": {"startup_order": config.get("startup_order"),
-                   "stop_criteria": config.get("stop_criteria"), "retry": config.get("retry"),
+                   "stop_criteria": config.get("stop_criteria"), "retry": retry,
                    "service": isinstance(config.get("service"), dict),
-                   "respawn": bool((config.get("service") or {}).get("respawn"))},
+                   "respawn": bool((config.get("service") or {}).get("respawn")),
+                   # A pass follows the request rate of an autoscaled service (tasks.queue).
+                   "scaling": (config.get("service") or {}).get("scaling")},
         "retry_since": runner.submitted_epoch if retry_since is None else retry_since,
         "array": runner.array,
         "hosts": [],
@@ -189,8 +193,9 @@ class HeldCode(object):
 
 
 def enqueue(runner, errors, reason, number=0, retry_since=None, state=PENDING, hosts=(),
-            message=None):
-    """Write ``runner``'s run down as an entry on its queue host; returns that host."""
+            message=None, resubmits=True):
+    """Write ``runner``'s run down as an entry on its queue host; returns that host
+    (``resubmits``: entry_of)."""
     names = candidate_fleets(runner.config, runner.fleets)
     host = queue_host(runner.fleets, names, errors)
     if host is None:
@@ -198,7 +203,7 @@ def enqueue(runner, errors, reason, number=0, retry_since=None, state=PENDING, h
                        "host to keep it on" % (runner.name, ", ".join(shorten(n) for n in names)
                                                or "none"))
     entry = entry_of(runner, names, state=state, reason=reason, number=number,
-                     retry_since=retry_since)
+                     retry_since=retry_since, resubmits=resubmits)
     entry["queued_on"] = host
     entry["hosts"] = list(hosts)
     entry["message"] = message

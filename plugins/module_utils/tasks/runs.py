@@ -168,6 +168,10 @@ class Runner(object):
         resubmits it from there); said, not raised, when it cannot be."""
         self.supervising._keep_entry(submission)
 
+    def drop_entry(self):
+        """Take the run's active queue entry away, where it has one (tasks.run_supervision)."""
+        self.supervising.drop_entry()
+
     def keeps_entry(self):
         """Whether a started run keeps a queue entry so that retry can submit it again."""
         return self.supervising.keeps_entry()

@@ -58,7 +58,8 @@ def test_runs_moves_the_queue_first_when_something_is_due_as_ps_yml_does(calls):
                                   "report": {"started": ["started"]}, "changed": True}
     assert direct.runs() == {"runs": [{"name": "started"}], "unreachable": {}, "unread": {}}
     assert [c[0] for c in calls] == ["run_info", "run_queue"]
-    assert calls[1][1] == {"fleets": [], "state_dir": None}
+    # A pass that stays short: scaling services is the scheduled pass's.
+    assert calls[1][1] == {"fleets": [], "state_dir": None, "autoscale": False}
     # the pass publishes a service it starts and takes off one that ended (services.submit)
     from ansible_collections.gpufleet.cluster.plugins.module_utils.services import submit
 

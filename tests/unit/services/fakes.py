@@ -9,6 +9,8 @@ import contextlib
 
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 
+from ..tasks.fakes import fleet_of_instances
+
 
 class FakeNode(object):
     """``call(op, payload)`` answers ``answers[op]`` (a value, or a function of the payload;
@@ -54,3 +56,19 @@ class StoreFake(object):
 
     def write(self, values):
         self.values = dict(values)
+
+
+# A normalized service config, and the fleets it runs on (b: two hosts, c: one).
+SERVICE = {"type": "service", "name": "svc", "commands": ["python3 -m http.server 8000"],
+           "port": 8000, "replicas": {"min": 2, "max": 2}, "groups": None, "scaling": None,
+           "model": {"type": "chat", "name": "tiny", "format": "openai", "prefix": "/v1"},
+           "auth": True, "https": None, "gateway": None, "strip_prefix": True,
+           "rate_limits": [], "probes": [], "fleets": ["b"], "nodes": 1, "ports": []}
+
+
+def fleets():
+    """Fleet b's first host has no internal address (its hostname is used)."""
+    found = [fleet_of_instances("b", 2, internal_ip=None, port=22, user="root"),
+             fleet_of_instances("c", 1, internal_ip="10.9.0.2", port=22, user="root")]
+    found[0]["instances"][1]["internal_ip"] = "10.1.0.3"
+    return found

@@ -12,21 +12,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.services import p
 from ansible_collections.gpufleet.cluster.plugins.module_utils.services import submit as services
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 
-from ..tasks.fakes import fleet_of_instances
-from .fakes import FakeNode, replica_entry
-
-SERVICE = {"type": "service", "name": "svc", "commands": ["python3 -m http.server 8000"],
-           "port": 8000, "replicas": {"min": 2, "max": 2}, "groups": None, "scaling": None,
-           "model": {"type": "chat", "name": "tiny", "format": "openai", "prefix": "/v1"},
-           "auth": True, "https": None, "gateway": None, "strip_prefix": True,
-           "rate_limits": [], "probes": [], "fleets": ["b"], "nodes": 1, "ports": []}
-
-
-def fleets():
-    found = [fleet_of_instances("b", 2, internal_ip=None, port=22, user="root"),
-             fleet_of_instances("c", 1, internal_ip="10.9.0.2", port=22, user="root")]
-    found[0]["instances"][1]["internal_ip"] = "10.1.0.3"
-    return found
+from .fakes import SERVICE, FakeNode, fleets, replica_entry
 
 
 def entry(**more):

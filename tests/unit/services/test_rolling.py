@@ -116,7 +116,8 @@ class Host(object):
             world.published.append(payload["route"])
             return {"changed": True}
         if op == "proxy_roll":
-            world.leases.append("release" if payload.get("release") else "take")
+            world.leases.append(("release scaled %s" % payload["scaled"]) if payload.get(
+                "scaled") else "release" if payload.get("release") else "take")
             if payload.get("release"):
                 world.lease = None if world.lease == payload["by"] else world.lease
                 return {"released": True}
@@ -174,15 +175,18 @@ class Runner(object):
     def keep_entry(self, submission):
         self.kept_entry = submission
 
+    def drop_entry(self):
+        self.dropped_entry = True
 
-def roll(world, runner, count=2):
+
+def roll(world, runner, count=2, scale_only=False):
     record = {"name": "svc", "run_id": "r1", "submission": 3,
               "jobs": [{"job_num": n, "host": "h-%d" % n} for n in range(count)]}
     events = []
     job = rolling.Roll(runner, record, world.nodes, world.nodes["h-0"], ADDRESSES,
                        dict(CONFIG, probes=[{"url": "/ready"}]),
                        "alice", "f", {"address": "10.0.0.1", "port": 3000}, events.append,
-                       sleep=lambda seconds: None)
+                       sleep=lambda seconds: None, scale_only=scale_only)
     return job, events
 
 
@@ -321,6 +325,21 @@ def test_a_scale_up_places_new_replicas_after_the_others_and_waits_for_them():
     assert world.routes[0] == [0, 1, 2, 3] and world.routes[-1] == [0, 1, 2, 3]
     assert world.up == {0, 1, 2, 3}
     assert events[-1]["message"] == "replicas 2, 3 added (4 replicas now)"
+
+
+def test_autoscaling_changes_the_count_only_and_stamps_when():
+    # Replica 1 runs another version: a scale only adds replica 2 and leaves both as they are;
+    # the queue entry is the pass's own. The lease's release notes that the count changed.
+    world, runner = World(digests=("new", "old")), Runner(nodes=3, beside=["h-0"], keeps=True)
+    job, _events = roll(world, runner, scale_only=True)
+    assert job.run() == dict(DONE, added=[2], rolled=[], unchanged=False)
+    assert not [op for _h, op, _p in world.log if op == "replace"]
+    assert runner.kept_entry is None and not hasattr(runner, "dropped_entry")
+    assert world.leases[0] == "take" and world.leases[-1] == "release scaled r1"
+    # An update that changed no count does not stamp; one that needs no entry drops its own.
+    world, runner = World(digests=("new", "old")), Runner()
+    roll(world, runner)[0].run()
+    assert world.leases[-1] == "release" and runner.dropped_entry
 
 
 def test_a_scale_up_that_does_not_fit_changes_nothing_and_gives_back_what_it_took():

@@ -217,3 +217,35 @@ def test_why_there_is_no_token_is_said_and_the_service_runs(monkeypatch):
     result, failed, events = run(token_error="no vault password to open the store")
     assert not failed and len(world.submitted) == 1 and world.tokens == []
     assert any("no vault password" in e.get("message", "") for e in events)
+
+
+def test_apply_of_a_running_autoscaled_service_keeps_its_count_within_the_range(monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.services import rolling
+
+    rules = {"metric": "rps", "target": 5.0, "window": 30, "scale_up_delay": 0,
+             "scale_down_delay": 0}
+    made = []
+
+    class Roll(object):
+        def __init__(self, runner, *args, **kwargs):
+            made.append(runner)
+
+        def run(self):
+            return {"rolled": [], "unchanged": True, "added": [], "retired": []}
+
+    def factory(params, config, emit, check_mode, runnable, hook):
+        return "/state", [], lambda config_: type("Runner", (), {"config": runnable(config_)})
+
+    monkeypatch.setattr(rolling, "Roll", Roll)
+    monkeypatch.setattr(actions, "runner_factory", factory)
+    for jobs, (least, most), count in ((3, (1, 4), 3), (3, (1, 2), 2), (1, (2, 4), 2)):
+        config = dict(SERVICE, replicas={"min": least, "max": most}, scaling=rules)
+        World(monkeypatch, config)
+        live = {"name": "svc", "run_id": "r1", "status": "running", "service": {"port": 8000},
+                "jobs": [{"job_num": n, "host": "b-1"} for n in range(jobs)]}
+        monkeypatch.setattr(listing, "list_runs", lambda nodes: ([live], {}))
+        result, failed, _events = run()
+        assert not failed and result["service"]["replicas"] == count
+        runner = made.pop()
+        assert runner.config["nodes"] == count
+        assert runner.config["service"]["scaling"]["max"] == most

@@ -473,8 +473,9 @@ def test_bad_replica_groups(data, path, fragment):
                                    "false; the service is published by the in-fleet proxy"),
     ({"gateway": "team-a/gw"}, "gateway", "gateways are not supported yet"),
     ({"https": True}, "https", "the in-fleet proxy serves plain HTTP"),
-    ({"replicas": "0..4", "scaling": {"metric": "rps", "target": 1}}, "scaling",
-     "autoscaling is not supported yet"),
+    ({"replicas": "0..4", "scaling": {"metric": "rps", "target": 1}}, "replicas",
+     "scale to zero is not supported yet: the in-fleet proxy cannot hold a request until a "
+     "replica starts"),
     ({"replicas": 0}, "replicas", "a service needs at least one replica"),
     ({"model": {"type": "chat", "name": "m", "format": "tgi"}}, "model.format",
      "the model format 'tgi' is not supported"),
@@ -498,6 +499,7 @@ def test_groups_are_refused_naming_groups():
     {"gateway": False}, {"https": False}, {"https": "auto"}, {"replicas": 3}, {"auth": False},
     {"model": "m"}, {"strip_prefix": False}, {"rate_limits": [{"rps": 1}]},
     {"probes": [{"type": "http", "url": "/health"}]},
+    {"replicas": "1..4", "scaling": {"metric": "rps", "target": 10, "window": "30s"}},
 ])
 def test_everything_else_is_accepted(fields):
     assert refused(parse(**fields)) == {}

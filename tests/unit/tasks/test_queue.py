@@ -227,13 +227,13 @@ def test_attach_to_a_queued_run_says_it_is_not_running_yet_and_ps_finds_it(
 
 # ---- services the queue starts or sees end (the pass's ``services`` hook, from above) -------
 
-def service_config(**fields):
+def service_config(least=2, most=2, scaling=None, **fields):
     """A service's replicas as the runner takes them (services.replicas.runnable)."""
     from ansible_collections.gpufleet.cluster.plugins.module_utils.services import replicas
 
     config = dict(task(name="svc", commands=["python3 -m http.server 8000"], **fields),
-                  type="service", port=8000, replicas={"min": 2, "max": 2}, groups=None,
-                  scaling=None, model=None, auth=True, https=None, gateway=None,
+                  type="service", port=8000, replicas={"min": least, "max": most}, groups=None,
+                  scaling=scaling, model=None, auth=True, https=None, gateway=None,
                   strip_prefix=True, rate_limits=[], probes=[])
     return replicas.runnable(config, replicas.proxy_of("svc", "gpus-0", "192.0.2.10", None))
 
@@ -265,10 +265,10 @@ class Hook(object):
         return [(kind, run) for kind, run, _event in self.calls]
 
 
-def hooked_pass(cluster, fleets, hook):
+def hooked_pass(cluster, fleets, hook, autoscale=True):
     return queue.QueuePass(fleets, runner_of=runs.runner_of, clock=cluster.clock,
                            sleep=cluster.sleep, poll=1.0, emit=cluster.emit,
-                           services=hook).run()
+                           services=hook, autoscale=autoscale).run()
 
 
 def test_a_queued_service_that_a_pass_starts_is_published(fake_hosts):
@@ -316,6 +316,73 @@ def test_a_failed_replica_is_started_again_alone_and_published(fake_hosts):
     # Both replicas run again: the next pass has nothing to do for it.
     report = hooked_pass(cluster, fleets, hook)
     assert report["respawned"] == [] and hook.kinds() == [("respawned", "svc")]
+
+
+def test_a_running_service_that_autoscales_is_handed_to_the_hook_with_its_entry(fake_hosts):
+    fleets = [fleet_with_facts()]
+    rules = {"metric": "rps", "target": 5.0, "window": 30, "scale_up_delay": 0,
+             "scale_down_delay": 0}
+    config = service_config(1, 2, rules)
+    runner, cluster = fake_hosts(config, fleets, program=lambda job: (None, None))
+    # No retry: the entry is kept for autoscaling alone.
+    assert queue_records.keeps_entry(config)
+    runner.run(wait=False)
+    cluster.sleep(1)
+
+    class Scaler(Hook):
+        def __call__(self, event, fleets_, nodes):
+            answer = Hook.__call__(self, event, fleets_, nodes)
+            if event["kind"] == "scale":
+                made = event["runner"](dict(event["entry"]["config"], nodes=2))
+                self.made = (made.run_id, made.config["nodes"])
+                event["hosts"](["gpus-0", "gpus-1"])
+                event["emit"]({"kind": "info", "message": "scaled"})
+            return answer
+
+    hook = Scaler()
+    report = hooked_pass(cluster, fleets, hook)
+    assert hook.kinds() == [("scale", "svc")] and report["scaled"] == ["svc"]
+    event = hook.calls[0][2]
+    # The whole entry (its config, for a new replica), the run as the pass saw it.
+    assert event["entry"]["config"]["service"]["scaling"]["max"] == 2
+    assert event["record"]["status"] == lc.RunStatus.RUNNING.value
+    assert hook.made == (event["entry"]["run_id"], 2)
+    # The entry was taken for the while, then let go with the hosts noted.
+    (host,) = [h for h, node in cluster.nodes.items() if node.queue]
+    entry = cluster.nodes[host].queue["svc"]
+    assert entry["hosts"] == ["gpus-0", "gpus-1"] and entry["taken_by"] is None
+    assert entry["state"] == queue_records.ACTIVE
+    # A pass inside another command (ps, an apply) leaves autoscaling to scheduled ones.
+    hooked_pass(cluster, fleets, hook, autoscale=False)
+    assert hook.kinds() == [("scale", "svc")]
+
+
+def test_an_attached_autoscaled_services_entry_carries_no_retry(fake_hosts):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import runbook
+
+    fleets = [fleet_with_facts()]
+    rules = {"metric": "rps", "target": 5.0, "window": 30, "scale_up_delay": 0,
+             "scale_down_delay": 0}
+    config = service_config(1, 2, rules, retry={"on_events": ["error"], "duration": "1h"})
+    runner, _cluster = fake_hosts(config, fleets)
+    entry = runbook.entry_of(runner, ["gpus"], resubmits=False)
+    # The attached process resubmits it; passes only scale it.
+    assert entry["retry"] is None and entry["policy"]["retry"] is None
+    assert entry["policy"]["scaling"]["max"] == 2
+    assert runbook.entry_of(runner, ["gpus"])["policy"]["retry"]["on_events"] == ["error"]
+
+
+def test_a_service_of_a_fixed_count_is_not_handed_to_the_hook_to_scale(fake_hosts):
+    fleets = [fleet_with_facts()]
+    config = service_config(retry={"on_events": ["error"], "duration": "1h"})
+    runner, cluster = fake_hosts(config, fleets, program=lambda job: (None, None))
+    runner.run(wait=False)
+    cluster.sleep(1)
+    (host,) = [h for h, node in cluster.nodes.items() if node.queue]
+    assert cluster.nodes[host].queue["svc"]["state"] == queue_records.ACTIVE   # retry's entry
+    hook = Hook()
+    hooked_pass(cluster, fleets, hook)
+    assert hook.calls == []
 
 
 def test_a_service_that_ended_by_itself_is_taken_off_its_proxy(fake_hosts):

@@ -55,11 +55,25 @@ def test_a_service_becomes_one_job_per_replica_with_its_service_key():
     config = runnable(3)
     assert (config["type"], config["run_type"], config["nodes"], config["groups"]) == (
         "task", "service", 3, None)
-    assert config["service"] == dict(PROXY, port=8000, replicas=3, respawn=False)
+    assert config["service"] == dict(PROXY, port=8000, replicas=3, respawn=False, scaling=None)
     retried = replicas.runnable(dict(service(2), retry={"on_events": ["error"], "duration": 60}))
     assert retried["service"]["respawn"] is True   # a failed replica is made again alone
     assert config["service"]["url"] == "http://192.0.2.10:3000/proxy/services/main/svc/"
     assert config["service"]["model_url"] is None
+
+
+def test_an_autoscaled_service_starts_at_its_least_and_its_key_carries_the_rules():
+    rules = {"metric": "rps", "target": 5.0, "window": None, "scale_up_delay": 300,
+             "scale_down_delay": 600}
+    config = dict(service(1), replicas={"min": 1, "max": 4}, scaling=rules)
+    made = replicas.runnable(config, PROXY)
+    assert made["nodes"] == 1
+    # dstack's window of 60 s when none is given; the range with it.
+    assert made["service"]["scaling"] == dict(rules, window=60, min=1, max=4)
+    assert replicas.runnable(config, PROXY, count=3)["nodes"] == 3
+    assert [replicas.clipped(config, n) for n in (0, 2, 9)] == [1, 2, 4]
+    assert replicas.replica_range(config) == (1, 4)
+    assert replicas.scaling_of(service(2)) is None   # a fixed count: nothing to follow
 
 
 def test_a_task_is_as_it_is_and_a_service_without_replicas_is_refused():
@@ -320,3 +334,12 @@ def test_a_services_version_does_not_change_with_its_replica_count():
     assert config_digest(two, "img") == config_digest(three, "img")
     assert config_digest(two, "img") != config_digest(runnable(2, env={"V": "2"}), "img")
     assert config_digest(two, "img") != config_digest(two, "img:2")
+    # Nor with its autoscaling: rules, a range.
+    rules = {"metric": "rps", "target": 5.0, "window": 30, "scale_up_delay": 0,
+             "scale_down_delay": 0}
+    scaled = replicas.runnable(dict(service(2), replicas={"min": 1, "max": 4}, scaling=rules),
+                               PROXY, count=2)
+    assert config_digest(scaled, "img") == config_digest(two, "img")
+    # And a replica started before the service key carried scaling has the digest it had.
+    before = dict(two, service=dict((k, v) for k, v in two["service"].items() if k != "scaling"))
+    assert config_digest(before, "img") == config_digest(two, "img")

@@ -148,6 +148,17 @@ def proxy_routes_check(routes):
                 raise Failure("model %s is published by service %s already: stop it first or "
                               "name this service's model differently" % (name, models[name]))
             models[name] = run
+        proxy_rate_window(route)
+
+
+def proxy_rate_window(route):
+    # type: (dict) -> int
+    """The seconds a route's requests are counted over (a stick table per window)."""
+    window = route.get("rate_window") or 60
+    if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= 3600:
+        raise Failure("a route's rate window must be a whole number of seconds from 1 to 3600, "
+                      "not %r" % (window,))
+    return window
 
 
 def proxy_models_document(routes):
@@ -255,6 +266,11 @@ def _proxy_frontend(routes, listen, conf):
             if not route.get("strip_prefix", True):
                 condition += " gf_models"
             lines.append("    http-request set-path %%[var(txn.gf_path)] if %s" % condition)
+    # Requests that passed the checks above are counted, per service, over its window (what
+    # autoscaling follows: proxy_status reads the tables).
+    for route in routes:
+        lines.append("    http-request track-sc1 var(txn.gf_run) table gf_rate_%d if gf_is_%s"
+                     % (proxy_rate_window(route), route["run"]))
     for route in routes:
         lines.append("    use_backend gf_service_%s if gf_is_%s" % (route["run"], route["run"]))
     return lines, tables
@@ -341,6 +357,10 @@ def proxy_render(routes, listen, digests, conf, state):
                   "    stick-table type %s size 100k expire %ds store gpc_rate(1,%d)"
                   % ("string len 128" if header else "ipv6", max(60, 2 * window // 1000 + 1),
                      window), ""]
+    for window in sorted(set(proxy_rate_window(route) for route in routes)):
+        lines += ["backend gf_rate_%d" % window,
+                  "    stick-table type string len 64 size 1k expire %ds store http_req_rate(%ds)"
+                  % (2 * window, window), ""]
     files["services.cfg"] = "\n".join(lines)
     return files
 

@@ -47,7 +47,7 @@ try:  # imported as part of the collection (tests, the controller)
     from .memberside import _members_read
     from .nodeside import Failure
     from .proxyconf import _PROXY_RUN, _proxy_need, proxy_address, proxy_render, proxy_routes_check
-    from .proxyconf import proxy_server_states
+    from .proxyconf import proxy_rate_window, proxy_server_states
 except ImportError:  # on a host: the sources sent before this one run first in this namespace
     pass
 
@@ -372,7 +372,9 @@ def op_proxy_roll(payload):
     """A lease on updating service ``run`` (services.rolling), so that two controllers never
     roll one service at once: ``{"by", "seconds"}`` takes or renews it (``taken`` false, with
     the holder and until when, while another controller's lease holds); ``release`` drops the
-    caller's."""
+    caller's, and with ``scaled`` (the run id) notes that the update changed the number of
+    replicas: when it did is kept (``proxy_status``'s ``scaled_at``), for autoscaling's
+    delays."""
     import time
 
     run, by = payload.get("run"), str(payload.get("by") or "")
@@ -380,25 +382,38 @@ def op_proxy_roll(payload):
     if not by:
         raise Failure("proxy_roll needs who asks (by)")
     with _proxy_lock():
-        folder = proxy_path("rolls")
-        if not os.path.isdir(folder):
-            os.makedirs(folder, 0o700)
-        path = os.path.join(folder, str(run) + ".json")
-        try:
-            held = json.loads((_proxy_read(path) or b"{}").decode("utf-8"))
-        except ValueError:
-            held = {}
+        path = _proxy_roll_path(run)
+        held = _proxy_roll_read(run)
         now = time.time()
         mine = held.get("by") in (None, by) or float(held.get("until") or 0) <= now
+        kept = dict((k, held[k]) for k in ("scaled_at", "run_id") if k in held)
         if payload.get("release"):
+            if payload.get("scaled") and held.get("by") == by:
+                kept = {"scaled_at": now, "run_id": str(payload["scaled"])}
             if held.get("by") == by:
-                _proxy_put(path, None, 0o600)
+                _proxy_put(path, json.dumps(kept).encode("utf-8") if kept else None, 0o600)
             return {"released": held.get("by") == by}
         if not mine:
             return {"taken": False, "by": held.get("by"), "until": held.get("until")}
         until = now + float(payload.get("seconds") or 900)
-        _proxy_put(path, json.dumps({"by": by, "until": until}).encode("utf-8"), 0o600)
+        _proxy_put(path, json.dumps(dict(kept, by=by, until=until)).encode("utf-8"), 0o600)
         return {"taken": True, "until": until}
+
+
+def _proxy_roll_path(run):
+    folder = proxy_path("rolls")
+    if not os.path.isdir(folder):
+        os.makedirs(folder, 0o700)
+    return os.path.join(folder, str(run) + ".json")
+
+
+def _proxy_roll_read(run):
+    """What the roll file of ``run`` holds (its lease, when it last scaled), or {}."""
+    try:
+        held = json.loads((_proxy_read(_proxy_roll_path(run)) or b"{}").decode("utf-8"))
+    except ValueError:
+        held = {}
+    return held if isinstance(held, dict) else {}
 
 
 def op_proxy_unpublish(payload):
@@ -462,10 +477,40 @@ def _proxy_ask(command):
     return b"".join(chunks).decode("utf-8", "replace")
 
 
+def proxy_rate_rows(text):
+    # type: (str) -> dict | None
+    """``{key: requests}`` from HAProxy's ``show table`` of a rate table (tracked entries
+    read ``0x...: key=NAME use=0 exp=... http_req_rate(PERIOD)=COUNT``); None when the answer
+    is no table (HAProxy runs a configuration without it: nothing is counted)."""
+    if not text.lstrip().startswith("# table:"):
+        return None
+    found = {}
+    for line in text.splitlines():
+        match = re.search(r"\skey=(\S+)\s.*\bhttp_req_rate\(\d+\)=(\d+)", line)
+        if match:
+            found[match.group(1)] = int(match.group(2))
+    return found
+
+
+def proxy_uptime(text):
+    # type: (str) -> int
+    """The seconds HAProxy's serving process has run (``show info``'s ``Uptime_sec``): its
+    counts start again at a reload."""
+    match = re.search(r"^Uptime_sec:\s*(\d+)", text, re.M)
+    return int(match.group(1)) if match else 0
+
+
 def op_proxy_status(payload):
     # type: (dict) -> dict
-    """The replicas as HAProxy sees them, and each service's requests per second now."""
+    """The replicas as HAProxy sees them, and each service's requests: per second now
+    (``rates``), and counted over its window (``requests``: ``{run: {"count", "window"}}``,
+    counted since ``uptime`` seconds ago at most); with ``run``, also when the service last
+    changed its number of replicas (``scaled_at``, host time as ``now``, and ``scaled_run_id``)."""
+    import time
+
     wanted = payload.get("run")
+    if wanted:
+        _proxy_need(_PROXY_RUN, wanted, "the run name")
     servers, rates = [], {}
     for row in proxy_stat_rows(_proxy_ask("show stat")):
         proxy = row.get("pxname") or ""
@@ -482,7 +527,22 @@ def op_proxy_status(payload):
             servers.append({"run": run, "replica_num": int(name[len("replica-"):]),
                             "status": row.get("status") or "", "address": address,
                             "port": int(port) if port.isdigit() else None})
-    return {"servers": servers, "rates": rates}
+    requests, counted = {}, {}  # type: (dict, dict)
+    for run, route in sorted(_proxy_routes().items()):
+        if wanted and run != wanted:
+            continue
+        window = proxy_rate_window(route)
+        if window not in counted:
+            counted[window] = proxy_rate_rows(_proxy_ask("show table gf_rate_%d" % window))
+        table = counted[window]
+        if table is not None:
+            requests[run] = {"count": table.get(run, 0), "window": window}
+    answer = {"servers": servers, "rates": rates, "requests": requests,
+              "uptime": proxy_uptime(_proxy_ask("show info")), "now": time.time()}
+    if wanted:
+        held = _proxy_roll_read(wanted)
+        answer.update(scaled_at=held.get("scaled_at"), scaled_run_id=held.get("run_id"))
+    return answer
 
 
 def _proxy_set_servers(backend, servers, setting):

@@ -18,6 +18,7 @@ import os
 import signal
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -89,6 +90,25 @@ def render(routes, tmp_path, digests=None, base=None):
 
 
 # ---- rendering --------------------------------------------------------------------------------
+
+def test_each_service_is_counted_over_its_window(tmp_path):
+    text = render([route(), route("api", rate_window=30), route("chat", rate_window=30)],
+                  tmp_path)["services.cfg"]
+    lines = [line.strip() for line in text.splitlines()]
+    # After auth and the rate limits (a refused request is not counted), before the backend.
+    track = lines.index("http-request track-sc1 var(txn.gf_run) table gf_rate_60 if gf_is_web")
+    assert "http-request track-sc1 var(txn.gf_run) table gf_rate_30 if gf_is_api" in lines
+    assert track > max(i for i, line in enumerate(lines) if line.startswith("http-request return"))
+    assert track < lines.index("use_backend gf_service_web if gf_is_web")
+    # One table per window, that keeps the rate over it.
+    tables = [line for line in lines if "store http_req_rate" in line]
+    assert tables == ["stick-table type string len 64 size 1k expire 60s store http_req_rate(30s)",
+                      "stick-table type string len 64 size 1k expire 120s store "
+                      "http_req_rate(60s)"]
+    for bad in (-5, 7200, "60", True):
+        with pytest.raises(proxyside.Failure, match="rate window"):
+            proxyconf.proxy_render([route(rate_window=bad)], LISTEN, {}, str, str)
+
 
 def test_no_route_renders_a_configuration_where_nothing_listens(tmp_path):
     files = render([], tmp_path)
@@ -374,13 +394,48 @@ def test_status_reads_show_stat(host, monkeypatch):
                  "gf_service_web,BACKEND,0,UP,3,,\n"
                  "gf_service_chat,replica-0,0,MAINT,0,10.0.0.4:1,\n"
                  "gf_service_chat,BACKEND,0,DOWN,0,,\n")
-    monkeypatch.setattr(proxyside, "_proxy_ask", lambda command: stat_text)
+    # The counts of each window's table, HAProxy 2.6's lines (one entry per service).
+    tables = {"show table gf_rate_30": (
+        "# table: gf_rate_30, type: string, size:1024, used:1\n"
+        "0x55d0c2e8: key=web use=0 exp=59000 shard=0 http_req_rate(30000)=45\n"),
+        "show table gf_rate_60": "# table: gf_rate_60, type: string, size:1024, used:0\n"}
+    asked = []
+
+    def ask(command):
+        asked.append(command)
+        if command == "show info":
+            return "Name: HAProxy\nUptime: 0d 0h01m12s\nUptime_sec: 72\n"
+        return tables.get(command, stat_text)
+
+    monkeypatch.setattr(proxyside, "_proxy_ask", ask)
+    proxyside.op_proxy_publish({"route": dict(route(run="web"), rate_window=30),
+                                "listen": LISTEN})
+    proxyside.op_proxy_publish({"route": route(run="chat"), "listen": LISTEN})
     answer = proxyside.op_proxy_status({"run": "web"})
+    assert answer.pop("now") == pytest.approx(time.time(), abs=60)
     assert answer == {"rates": {"web": 3}, "servers": [
         {"run": "web", "replica_num": 0, "status": "UP", "address": "10.0.0.2", "port": 32768},
         {"run": "web", "replica_num": 1, "status": "DOWN", "address": "10.0.0.3",
-         "port": 32769}]}
-    assert sorted(proxyside.op_proxy_status({})["rates"]) == ["chat", "web"]
+         "port": 32769}], "requests": {"web": {"count": 45, "window": 30}}, "uptime": 72,
+        "scaled_at": None, "scaled_run_id": None}
+    everything = proxyside.op_proxy_status({})
+    assert sorted(everything["rates"]) == ["chat", "web"]
+    assert everything["requests"] == {"web": {"count": 45, "window": 30},
+                                      "chat": {"count": 0, "window": 60}}
+    assert "scaled_at" not in everything
+    # A proxy that runs a configuration without the table counts nothing (not 0 requests).
+    tables["show table gf_rate_30"] = "Unknown table\n"
+    assert proxyside.op_proxy_status({"run": "web"})["requests"] == {}
+    # An update that changed the count stamps when, for the service's run id.
+    assert proxyside.op_proxy_roll({"run": "web", "by": "a:1"})["taken"]
+    proxyside.op_proxy_roll({"run": "web", "by": "a:1", "release": True, "scaled": "r-1"})
+    answer = proxyside.op_proxy_status({"run": "web"})
+    assert answer["scaled_run_id"] == "r-1"
+    assert answer["scaled_at"] == pytest.approx(time.time(), abs=60)
+    # A later lease and its plain release keep the stamp.
+    assert proxyside.op_proxy_roll({"run": "web", "by": "b:2"})["taken"]
+    proxyside.op_proxy_roll({"run": "web", "by": "b:2", "release": True})
+    assert proxyside.op_proxy_status({"run": "web"})["scaled_run_id"] == "r-1"
 
 
 def test_status_without_haproxy_is_a_message(host, monkeypatch):

@@ -9,6 +9,8 @@ replica that dies out within 5 s with no request lost; and the operations reload
 HAProxy (master and worker): a route published, a replica added while the first serves, the last
 route taken out and nothing listening.
 
+The requests each service took are counted where autoscaling reads them.
+
 HAProxy must be installed where the unit tests run (Debian's package ``haproxy``): a missing
 binary fails these tests, it never skips them. They take about 5 s together.
 """
@@ -196,6 +198,11 @@ def test_the_proxy_at_work(proxy):
         assert time.time() - died < 5, states
         time.sleep(0.1)
     assert states[0] == "UP"
+    # What autoscaling follows: each service's requests that passed auth and its limits,
+    # counted once each (a retried one too) in the table of its window.
+    counted = proxyside.proxy_rate_rows(proxyside._proxy_ask("show table gf_rate_60"))
+    assert counted["web"] == 4 + 3 + 1 + 6, counted
+    assert counted["raw"] == 2 and "nothing" not in counted
 
 
 def test_publish_and_unpublish_reload_a_running_haproxy(tmp_path, monkeypatch):
