@@ -390,6 +390,12 @@ class Roll(object):
                 self._undrain(nums)
         self.emit({"kind": "info", "run": self.name, "message": "%s taken away (%s now)"
                    % (_named(nums), replicas_text(wanted))})
+        try:   # its owner's per-user use counts what the service holds now
+            self.runner.run_id = self.record["run_id"]
+            self.runner.readmit({"fleet": self.fleet, "jobs": [k["placed"] for k in staying]})
+        except GpufleetError as exc:
+            self.emit({"kind": "info", "run": self.name, "message": "its owner's use still "
+                       "counts the replicas taken away until the admission lapses: %s" % exc})
         return nums
 
     def _drain(self, kept: list[dict[str, Any]], nums: list[int]) -> None:

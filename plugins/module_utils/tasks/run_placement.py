@@ -116,6 +116,18 @@ class RunPlacement(object):
         self._admit(dict(placed, jobs=list(kept) + more), whole=True, probe=probe)
         return more
 
+    def readmit(self, placed):
+        """The run's admission written again for ``placed`` (what it holds now: a service
+        that scaled down), so that its owner's use counts that and no more. Only for a capped
+        owner; a placement that no longer fits new caps keeps the admission it had."""
+        answer = self.survey(True)
+        self.last_survey = answer
+        self.surveyed = (answer[0], answer[1])
+        try:
+            self._admit(placed, whole=True)
+        except admission.UserLimit:
+            pass
+
     def _own_leftovers(self, containers):
         """Note the hosts where this run's name left containers, or refuse the run when one of
         them is alive (dstack refuses a run name that is running)."""

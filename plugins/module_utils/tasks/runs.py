@@ -140,6 +140,10 @@ class Runner(object):
         its owner's caps, claiming nothing (tasks.run_placement)."""
         return self.placing.place_beside(kept, probe)
 
+    def readmit(self, placed):
+        """Admit the run again for ``placed``, what it holds now (tasks.run_placement)."""
+        self.placing.readmit(placed)
+
     @property
     def surveyed_whole(self):
         """Whether the last survey asked every host."""

@@ -178,6 +178,9 @@ class Runner(object):
     def drop_entry(self):
         self.dropped_entry = True
 
+    def readmit(self, placed):
+        self.readmitted = placed
+
 
 def roll(world, runner, count=2, scale_only=False):
     record = {"name": "svc", "run_id": "r1", "submission": 3,
@@ -354,8 +357,8 @@ def test_a_scale_up_that_does_not_fit_changes_nothing_and_gives_back_what_it_too
 
 
 def test_a_scale_down_drains_the_last_replicas_then_has_their_hosts_take_them_away():
-    world = World(digests=("new", "old"))
-    job, events = roll(world, Runner(nodes=1, digest="new"))
+    world, runner = World(digests=("new", "old")), Runner(nodes=1, digest="new")
+    job, events = roll(world, runner)
     assert job.run() == dict(DONE, retired=[1], rolled=[], unchanged=False)
     # The count noted beside the replica that stays, then drained, then retired, then out of
     # the route; replica 0 (at the new version) is left alone.
@@ -369,6 +372,8 @@ def test_a_scale_down_drains_the_last_replicas_then_has_their_hosts_take_them_aw
     assert retire == {"run": "svc", "job_num": 1, "run_id": "r1"}
     assert world.routes[-1] == [0]
     assert events[-1]["message"] == "replica 1 taken away (1 replica now)"
+    # Admitted again for what it holds now: its owner's use drops.
+    assert runner.readmitted == {"fleet": "f", "jobs": [{"job_num": 0, "host": "h-0"}]}
 
 
 def test_an_update_reads_the_service_again_once_it_holds_the_lease():

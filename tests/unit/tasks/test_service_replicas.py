@@ -325,6 +325,24 @@ def test_more_replicas_are_placed_beside_the_running_ones_and_numbered_after_the
         runner.place_beside(kept)
 
 
+def test_a_capped_owners_use_follows_the_service_as_it_scales(fake_hosts):
+    fleet = fleet_with_facts(count=3)
+    runner, cluster = fake_hosts(runnable(3), [fleet])
+    for node in cluster.nodes.values():
+        node.limits = {"*": {"nodes": 4}}
+    runner.run_id = "r1"
+    kept = [{"job_num": 0, "host": "gpus-1"}]
+    more = runner.place_beside(kept)
+    (queue_node,) = [n for n in cluster.nodes.values() if n.admitted]
+    # The whole service admitted: the hosts its three replicas are on.
+    hosts = set(j["host"] for j in kept + more)
+    assert len(more) == 2 and queue_node.admitted["svc"]["nodes"] == len(hosts) > 1
+    # Scaled down to one replica: its owner's use counts one node again.
+    runner.readmit({"fleet": fleet["name"], "jobs": kept})
+    assert queue_node.admitted["svc"]["nodes"] == 1
+    assert queue_node.admitted["svc"]["run_id"] == "r1"
+
+
 def test_a_services_version_does_not_change_with_its_replica_count():
     from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.run_preparation import (
         config_digest,
