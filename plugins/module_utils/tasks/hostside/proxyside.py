@@ -338,7 +338,12 @@ def op_proxy_publish(payload):
     proxy_address(listen.get("address") or "", listen.get("port") or 0)
 
     def change(routes, _held):
-        routes[route["run"]] = route
+        old = routes.get(route["run"]) or {}
+        # The service's own time is when it was first published (the models list's
+        # ``created``): a publish again of the same service changes no file when nothing
+        # else changed, so HAProxy is not reloaded (nor its request counts started again).
+        first = old.get("submitted_at") if old.get("user") == route.get("user") else None
+        routes[route["run"]] = dict(route, submitted_at=first or route.get("submitted_at"))
         return {"address": listen["address"], "port": int(listen["port"])}
 
     return _proxy_apply(change)

@@ -288,10 +288,19 @@ def test_publish_writes_the_route_and_the_configuration_and_reloads(host):
     (host["root"] / "haproxy.pid").write_text("%d\n" % os.getpid())
     assert proxyside.op_proxy_publish({"route": route(), "listen": LISTEN})["changed"] is False
     assert host["reloads"] == [1]
+    # Published again later (an apply that changed nothing): a model's ``created`` is still
+    # the first publish's time, so no file changes and HAProxy keeps its counts.
+    chat = route(model=model())
+    assert proxyside.op_proxy_publish({"route": chat, "listen": LISTEN})["changed"] is True
+    again = dict(chat, submitted_at=chat["submitted_at"] + 3600)
+    assert proxyside.op_proxy_publish({"route": again, "listen": LISTEN})["changed"] is False
+    assert host["reloads"] == [1, 1]
+    created = json.loads((conf / "models.json").read_text())["data"][0]["created"]
+    assert created == int(chat["submitted_at"])
     # HAProxy not running (the host restarted): the same route starts it.
     (host["root"] / "haproxy.pid").unlink()
     assert proxyside.op_proxy_publish({"route": route(), "listen": LISTEN})["changed"] is True
-    assert host["reloads"] == [1, 1]
+    assert host["reloads"] == [1, 1, 1]
 
 
 def test_unpublish_of_the_last_route_leaves_nothing_listening(host):
