@@ -355,6 +355,9 @@ def test_a_running_service_that_autoscales_is_handed_to_the_hook_with_its_entry(
     # A pass inside another command (ps, an apply) leaves autoscaling to scheduled ones.
     hooked_pass(cluster, fleets, hook, autoscale=False)
     assert hook.kinds() == [("scale", "svc")]
+    # An apply that makes it a fixed service without retry takes its entry away.
+    runner.drop_entry()
+    assert "svc" not in cluster.nodes[host].queue
 
 
 def test_an_attached_autoscaled_services_entry_carries_no_retry(fake_hosts):
