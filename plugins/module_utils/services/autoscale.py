@@ -126,12 +126,6 @@ def follow(scale: ScaleEvent, fleets: list, nodes: Mapping[str, Any]) -> dict[st
     runner = scale["runner"](dict(config, nodes=wanted, service=dict(service, replicas=wanted)))
     last = [decision]
 
-    def fresh(_record: Any) -> dict[str, Any]:
-        now = rolling.live_record(rolling.live_services(fleet_nodes), name)
-        if now is None:
-            raise rolling.RollError("service %s no longer runs" % name)
-        return now
-
     def recheck(now: Mapping[str, Any]) -> int:
         entry = scale["refresh"]()
         if entry is None or entry.get("config") != scale["entry"].get("config"):
@@ -142,22 +136,22 @@ def follow(scale: ScaleEvent, fleets: list, nodes: Mapping[str, Any]) -> dict[st
         return last[0].replicas
 
     roll = rolling.Roll(runner, record, fleet_nodes, proxy_node, addresses, config,
-                        str(scale["entry"].get("user") or ""), fleet, None, emit, fresh=fresh,
+                        str(scale["entry"].get("user") or ""), fleet, None, emit,
+                        fresh=lambda _record: rolling.read_again(fleet_nodes, name),
                         scale_only=True, recheck=recheck)
     try:
         done = roll.run()
     finally:
         runner.close_code()
         try:   # the entry notes where the run is now, also after a scale that stopped half-way
-            now = rolling.live_record(rolling.live_services(fleet_nodes), name)
+            jobs = rolling.read_again(fleet_nodes, name).get("jobs") or []
         except GpufleetError:
-            now = None
-        if now and now.get("jobs"):
-            scale["hosts"](sorted(set(j["host"] for j in now["jobs"])))
+            jobs = []
+        if jobs:
+            scale["hosts"](sorted(set(j["host"] for j in jobs)))
+    count = current + len(done.get("added") or ()) - len(done.get("retired") or ())
     changed = bool(done.get("added") or done.get("retired"))
     if changed:
         emit({"kind": "info", "run": name, "message": "service %s went from %s to %d (%s)" % (
-            name, rolling.replicas_text(current), current + len(done.get("added") or ())
-            - len(done.get("retired") or ()), last[0].why)})
-    return {"changed": changed, "count": current + len(done.get("added") or ())
-            - len(done.get("retired") or ()), "why": last[0].why}
+            name, rolling.replicas_text(current), count, last[0].why)})
+    return {"changed": changed, "count": count, "why": last[0].why}

@@ -91,6 +91,15 @@ def live_record(records: list[dict[str, Any]], name: str) -> Optional[dict[str, 
     return None
 
 
+def read_again(nodes: Mapping[str, Any], name: str, hint: str = "") -> dict[str, Any]:
+    """The record of the service ``name`` as ``nodes`` show it now, while it runs (a Roll's
+    ``fresh``); RollError, ending with ``hint``, when it no longer does."""
+    now = live_record(live_services(nodes), name)
+    if now is None:
+        raise RollError("service %s no longer runs%s" % (name, hint))
+    return now
+
+
 class Roll(object):
     """One roll of ``record`` (the live service's run record) to ``runner``'s configuration
     (a tasks.runs.Runner made for the new version, not submitted). ``nodes``: ``{host:

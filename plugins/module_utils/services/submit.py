@@ -32,7 +32,6 @@ from ..tasks.ssh import parallel
 from ..fleets import records as fleet_records
 from . import autoscale, publish, replicas, rolling, tokens
 from .publish import addresses_of
-from .rolling import live_services
 
 SERVICE = "service"
 
@@ -191,23 +190,15 @@ def _roll(params: dict[str, Any], config: dict[str, Any], record: dict[str, Any]
           ) -> tuple[dict[str, Any], bool]:
     """A second apply of a running service: services.rolling, reported as a submission. An
     autoscaled service keeps the count it runs, within its (new) range."""
-    count = replicas.clipped(config, len(record.get("jobs") or [])) if (
-        replicas.scaling_of(config)) else replicas.replica_count(config)
+    count = replicas.clipped(config, len(record.get("jobs") or []))   # a fixed one: its count
     _root, _fleets, make_runner = actions.runner_factory(
         params, config, emit, check_mode, lambda run_config: runnable(run_config, count),
         queue_hook)
     runner = make_runner(config)
-
-    def fresh(_record: Any) -> dict[str, Any]:
-        now = rolling.live_record(live_services(publisher.nodes), record["name"])
-        if now is None:
-            raise rolling.RollError("service %s no longer runs; apply it again"
-                                    % record["name"])
-        return now
-
     roll = rolling.Roll(runner, record, publisher.nodes, publisher.proxy_node,
                         publisher.addresses, config, publisher.user, publisher.fleet,
-                        publisher.listen, emit, fresh=fresh)
+                        publisher.listen, emit, fresh=lambda _record: rolling.read_again(
+                            publisher.nodes, record["name"], "; apply it again"))
     service = dict(proxy, port=int(config["port"]), replicas=count, published=True, error=None)
     try:
         if check_mode:
@@ -270,7 +261,7 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
         raise actions.ActionError("the proxy host %s of fleet %s cannot be reached from this "
                                   "controller" % (instance["name"], fleet))
     proxy_node = nodes[instance["name"]]
-    live = live_services(nodes)
+    live = rolling.live_services(nodes)
     try:
         replicas.check_clash(config, name, instance["name"], live)
     except replicas.ServiceError as exc:

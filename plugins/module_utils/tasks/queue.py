@@ -284,26 +284,27 @@ class QueuePass(object):
         if not self.autoscale or self.services is None or record["name"] in self.respawned_runs:
             return
         node = self.nodes[host]
-        taken = self._call(host, "take", {"run": summary["run"], "run_id": summary["run_id"],
-                                          "by": self.by, "state": ACTIVE})
-        if not (taken or {}).get("taken"):
+
+        def take():
+            """The whole entry, taken (again) by this pass; None when another holds it or it
+            is gone."""
+            taken = self._call(host, "take", {"run": summary["run"], "run_id": summary["run_id"],
+                                              "by": self.by, "state": ACTIVE}) or {}
+            return taken.get("entry") if taken.get("taken") else None
+
+        entry = take()
+        if entry is None:
             return
-        entry = taken["entry"]
-        keeper = _TakeKeeper(node, dict(entry, state=ACTIVE), self.by)
+        keeper = _TakeKeeper(node, entry, self.by)
         changes = {}
 
         def runner(config):
             return self.runner_of(dict(entry, config=config), self.fleets, queue_node=node,
                                   **self.options)
 
-        def refresh():
-            again = self._call(host, "take", {"run": summary["run"], "run_id": summary["run_id"],
-                                              "by": self.by, "state": ACTIVE})
-            return (again or {}).get("entry") if (again or {}).get("taken") else None
-
         try:
             self._service({"kind": "scale", "run": record["name"], "record": record,
-                           "entry": entry, "runner": runner, "refresh": refresh,
+                           "entry": entry, "runner": runner, "refresh": take,
                            "hosts": lambda hosts: changes.update(hosts=list(hosts)),
                            "emit": self.emit},
                           "scaled", record["name"])

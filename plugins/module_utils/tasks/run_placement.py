@@ -76,10 +76,7 @@ class RunPlacement(object):
 
     def place(self, whole=False):
         self.last_survey = None
-        answer = self.survey(whole)
-        containers, claims, _queues, errors = answer
-        self.last_survey = answer
-        self.surveyed = (containers, claims)
+        containers, claims, _queues, errors = self._look(whole)
         self._own_leftovers(containers)
         placed = self._placement(containers, claims, errors)
         # Hosts taken as free without asking them: those placed on check in their claims that
@@ -106,10 +103,7 @@ class RunPlacement(object):
         count = int(self.run.config.get("nodes") or 1) - len(kept)
         if count < 1:
             return []
-        answer = self.survey(True)
-        containers, claims, _queues, errors = answer
-        self.last_survey = answer
-        self.surveyed = (containers, claims)
+        containers, claims, _queues, errors = self._look(True)
         placed = self._placement(containers, claims, errors, grow=False,
                                  config=dict(self.steered(), nodes=count))
         more = [dict(job, job_num=len(kept) + i) for i, job in enumerate(placed["jobs"])]
@@ -120,13 +114,19 @@ class RunPlacement(object):
         """The run's admission written again for ``placed`` (what it holds now: a service
         that scaled down), so that its owner's use counts that and no more. Only for a capped
         owner; a placement that no longer fits new caps keeps the admission it had."""
-        answer = self.survey(True)
-        self.last_survey = answer
-        self.surveyed = (answer[0], answer[1])
+        self._look(True)
         try:
             self._admit(placed, whole=True)
         except admission.UserLimit:
             pass
+
+    def _look(self, whole):
+        """A look at the hosts (``whole``: every one), kept as the last survey (what
+        ``_admit`` reads) and as what was surveyed."""
+        answer = self.survey(whole)
+        self.last_survey = answer
+        self.surveyed = (answer[0], answer[1])
+        return answer
 
     def _own_leftovers(self, containers):
         """Note the hosts where this run's name left containers, or refuse the run when one of

@@ -193,6 +193,18 @@ def roll(world, runner, count=2, scale_only=False):
     return job, events
 
 
+def failing(world, host, op, why):
+    """``host`` of ``world`` answers ``op`` with a NodeError saying ``why``."""
+    original = world.nodes[host].call
+
+    def call(op_, payload=None, timeout=120):
+        if op_ == op:
+            raise NodeError(host, why)
+        return original(op_, payload, timeout)
+
+    world.nodes[host].call = call
+
+
 DONE = {"added": [], "retired": []}
 
 
@@ -416,14 +428,7 @@ def test_a_drained_replica_is_taken_back_even_when_its_route_cannot_be_set():
     # A retire that fails puts the replica back in service the same way.
     world = World(digests=("new", "new"))
     job, events = roll(world, Runner(nodes=1))
-    original = world.nodes["h-1"].call
-
-    def refuse_retire(op, payload=None, timeout=120):
-        if op == "retire":
-            raise NodeError("h-1", "could not remove svc-0-1: device busy")
-        return original(op, payload, timeout)
-
-    world.nodes["h-1"].call = refuse_retire
+    failing(world, "h-1", "retire", "could not remove svc-0-1: device busy")
     with pytest.raises(rolling.RollError, match="could not take away replica 1 on h-1"):
         job.run()
     assert world.routes[0] == ["drain", 1] and world.routes[-1] == ["ready", 1]
@@ -431,14 +436,7 @@ def test_a_drained_replica_is_taken_back_even_when_its_route_cannot_be_set():
 
 def test_a_scale_up_whose_start_fails_on_one_host_keeps_what_started_and_says_which():
     world = World(digests=("new", "new"))
-    original = world.nodes["h-1"].call
-
-    def no_start(op, payload=None, timeout=120):
-        if op == "start":
-            raise NodeError("h-1", "could not start container svc-0-3: no such image")
-        return original(op, payload, timeout)
-
-    world.nodes["h-1"].call = no_start
+    failing(world, "h-1", "start", "could not start container svc-0-3: no such image")
     with pytest.raises(rolling.RollError, match="could not start replica 3 on h-1: .*no such "
                                                 "image; apply again"):
         roll(world, Runner(nodes=4, beside=["h-0", "h-1"]))[0].run()
