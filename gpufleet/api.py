@@ -309,16 +309,18 @@ def plan(config: Config, delete: bool = False, name: str | None = None,
     A fleet: its record with ``plan`` (instances to create, keep and remove; offers of a cloud
     fleet). A task: the run record with ``plan`` (fleet, and the host of each job) and
     ``config``; ``name``, ``env`` and ``fleets`` as for :func:`run_task`. A volume: its record
-    (status ``submitted`` when it would be created).
+    (status ``submitted`` when it would be created). A gateway: the record of its host's fleet,
+    as for a fleet.
     """
     opts = _Options(**options)
-    kinds = ("fleet", "volume") if delete else ("fleet",) + RUN_TYPES + ("volume",)
+    kinds = ("fleet", "volume", "gateway") if delete else \
+        ("fleet",) + RUN_TYPES + ("volume", "gateway")
     normalized, given = _read(config, kinds)
     kind = normalized["type"]
     if kind not in RUN_TYPES and (name or env or fleets or array or ide_version):
         raise GpufleetError("name, env, fleets, array, ide_version: only for tasks, dev "
                             "environments and services")
-    if kind == "fleet":
+    if kind in ("fleet", "gateway"):   # a gateway's host is a fleet (gateway.yml imports it)
         result = opts.play("delete.yml" if delete else "fleet.yml", opts.extravars(fleet=given),
                            check=True)
         return _fleet_record(result)
@@ -347,10 +349,11 @@ def apply(config: Config, roles: Iterable[str] = (), unreachable: Mapping | None
     record is on the error). ``unreachable`` (``{instance name: error}``): hosts a plan made a
     moment ago could not reach; they are reported unreachable with that error and not tried
     again (:func:`unreachable_of` takes them from a plan's record). A volume: created or
-    registered; returns its record. A task: see
+    registered; returns its record. A gateway: its host made (a one-node fleet) and set up;
+    returns its record (:func:`gateways`' shape). A task: see
     :func:`run_task` (``wait``, ``run_args``, ``secrets`` go there).
     """
-    normalized, given = _read(config, ("fleet",) + RUN_TYPES + ("volume",))
+    normalized, given = _read(config, ("fleet",) + RUN_TYPES + ("volume", "gateway"))
     if normalized["type"] in RUN_TYPES:
         if roles:
             raise GpufleetError("roles: only for fleets")
@@ -368,6 +371,14 @@ def apply(config: Config, roles: Iterable[str] = (), unreachable: Mapping | None
         return record
     if unreachable and normalized["type"] != "fleet":
         raise GpufleetError("unreachable: only for fleets")
+    if normalized["type"] == "gateway":
+        if roles:
+            raise GpufleetError("roles: only for fleets")
+        result = opts.play("gateway.yml", opts.extravars(gateway=given))
+        record = result.stats.get("gpufleet_gateway")
+        if record is None or not result.ok:
+            raise _failed(result, record)
+        return record
     variables = opts.extravars(fleet=given)
     if roles:
         variables["gpufleet_fleet_roles"] = list(roles)
@@ -389,9 +400,10 @@ def delete(config: Config, force: bool = False, **options: Any) -> dict:
     volume. Returns the record with what was removed; deleting what is gone does nothing.
     A fleet that still runs a task, or whose hosts cannot be checked (they do not answer, or
     their key is missing from the state dir), is refused naming the hosts; ``force`` deletes
-    it anyway, with whatever runs there."""
+    it anyway, with whatever runs there. A gateway's host goes as a fleet's does, and the
+    services it published are no longer reachable there."""
     opts = _Options(**options)
-    normalized, given = _read(config, ("fleet", "volume"))
+    normalized, given = _read(config, ("fleet", "volume", "gateway"))
     if normalized["type"] == "volume":
         result = opts.play("volume.yml", opts.extravars(
             volume=given, gpufleet_volume_state="absent"))
@@ -405,6 +417,26 @@ def delete(config: Config, force: bool = False, **options: Any) -> dict:
     if not result.ok:
         raise _failed(result, record)
     return record
+
+
+def gateways(verbose: bool = False, **options: Any) -> list:
+    """Gateway records as ``gpufleet gateway`` lists them (playbooks/gateway_list.yml): every
+    gateway this controller knows, the default first, each one's host asked what it serves."""
+    opts = _Options(**options)
+    result = opts.play("gateway_list.yml", opts.extravars(gpufleet_verbose=bool(verbose)))
+    records = result.stats.get("gpufleet_gateways")
+    if records is None:
+        raise _failed(result)
+    return records
+
+
+def delete_gateway(name: str, check: bool = False, **options: Any) -> dict:
+    """Delete the gateway named ``name`` (its host, found as fleets are), as ``gpufleet gateway
+    delete NAME`` does; GpufleetError when no gateway has that name. Returns its host's fleet
+    record (with ``removed``)."""
+    if not any(r.get("name") == name for r in gateways(**options)):
+        raise GpufleetError(f"Gateway {name} does not exist (gpufleet gateway lists them)")
+    return delete_fleet(name, check=check, force=True, **options)
 
 
 def volume_config(record: Mapping) -> dict:

@@ -19,8 +19,8 @@ import sys
 
 from .. import __version__
 from ..api import CollectionNotFound
-from . import (apply, attach, fleets, metrics, offers, runs, secrets, teams, tokens, usage,
-               validate, volumes)
+from . import (apply, attach, fleets, gateways, metrics, offers, runs, secrets, teams, tokens,
+               usage, validate, volumes)
 
 # In the order ``gpufleet --help`` lists them.
 COMMANDS = (
@@ -36,6 +36,7 @@ COMMANDS = (
     teams.add_whoami,
     tokens.add_token,
     volumes.add_volume,
+    gateways.add_gateway,
     secrets.add_secret,
     apply.add_delete,
     offers.add_offer,

@@ -1,4 +1,5 @@
-"""``gpufleet apply`` and ``gpufleet delete``: fleets, tasks and volumes from their files."""
+"""``gpufleet apply`` and ``gpufleet delete``: fleets, tasks, volumes and gateways from their
+files."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def add_apply(commands):
             "would run, ask, then run it with playbooks/task.yml and stay attached, streaming "
             "every node's log prefixed with its rank, until it ends; exits 0 when it ends done. "
             "A volume file: create the volume, or register its volume_id, with "
-            "playbooks/volume.yml."
+            "playbooks/volume.yml. A gateway file: make its host and set it up with "
+            "playbooks/gateway.yml, and print the gateway."
         ),
     )
     apply.add_argument("-f", "--file", required=True, metavar="FILE",
@@ -57,12 +59,12 @@ def add_delete(commands):
     """Add ``gpufleet delete`` to the command parser."""
     delete = commands.add_parser(
         "delete",
-        help="delete a fleet or a volume",
+        help="delete a fleet, a volume or a gateway",
         description=(
             "Delete the fleet of a dstack fleet file with playbooks/delete.yml: remove a backend "
             "fleet's nodes, or release an SSH fleet's hosts, and the fleet's local files. "
             "A volume file: delete the volume with playbooks/volume.yml (a registered volume "
-            "is only released)."
+            "is only released). A gateway file: remove the gateway's host, as a fleet's."
         ),
     )
     delete.add_argument("-f", "--file", required=True, metavar="FILE",
@@ -79,7 +81,7 @@ def _apply(args, out, err) -> int:
 
     path = os.path.abspath(args.file)
     config = common.read_config(path, err, ("fleet", "task", "dev-environment", "service",
-                                            "volume"))
+                                            "volume", "gateway"))
     if config is None:
         return 1
     if config["type"] in ("task", "dev-environment", "service"):
@@ -90,6 +92,8 @@ def _apply(args, out, err) -> int:
         return 1
     if config["type"] == "volume":
         return _volume(args, path, "present", out, err)
+    if config["type"] == "gateway":
+        return _gateway(args, path, out, err)
     tables = common.tables()
     try:
         err.write("Planning...\n")
@@ -352,17 +356,18 @@ def _delete(args, out, err) -> int:
     from ..api import GpufleetError, delete, fleet_name, progress_printer
 
     path = os.path.abspath(args.file)
-    config = common.read_config(path, err, ("fleet", "volume"))
+    config = common.read_config(path, err, ("fleet", "volume", "gateway"))
     if config is None:
         return 1
     if config["type"] == "volume":
         return _volume(args, path, "absent", out, err)
+    what = "gateway" if config["type"] == "gateway" else "fleet"
     try:
         name = fleet_name(config, path)
     except GpufleetError as exc:
         err.write(f"{exc}\n")
         return 1
-    if not common.confirm(f"Delete the fleet {name}?", args, out, err):
+    if not common.confirm(f"Delete the {what} {name}?", args, out, err):
         out.write("Nothing was deleted.\n")
         return 1
     try:
@@ -370,7 +375,38 @@ def _delete(args, out, err) -> int:
     except GpufleetError as exc:
         return common.failed(exc, err)
     removed = record.get("removed") or {}
-    what = sum(len(v) for v in removed.values())
-    out.write(f"Fleet {record['name']} deleted.\n" if what else
-              f"Fleet {record['name']}: nothing to delete.\n")
+    removed_count = sum(len(v) for v in removed.values())
+    out.write(f"{what.capitalize()} {record['name']} deleted.\n" if removed_count else
+              f"{what.capitalize()} {record['name']}: nothing to delete.\n")
+    return 0
+
+
+def _gateway(args, path, out, err) -> int:
+    """``apply -f`` of a gateway: its host's plan (a one-node fleet), asked, then gateway.yml;
+    the gateway's table and where to point its domain."""
+    from ..api import GpufleetError, apply, plan, progress_printer
+
+    tables = common.tables()
+    try:
+        err.write("Planning...\n")
+        record = plan(path)
+        for line in tables.plan_lines(record):
+            out.write(line + "\n")
+        out.write("\n")
+        if not common.confirm(f"Apply the gateway {record['name']}?", args, out, err):
+            out.write("Nothing was changed.\n")
+            return 1
+        with _fleet_lock(record["name"], err):
+            gateway = apply(path, on_event=progress_printer(err, verbose=args.verbose))
+    except GpufleetError as exc:
+        return common.failed(exc, err)
+    out.write("\n")
+    for line in common.gateway_tables().gateway_table([gateway]):
+        out.write(line + "\n")
+    if gateway.get("domain") and gateway.get("hostname"):
+        out.write(f"\nPoint *.{gateway['domain']} at {gateway['hostname']}: services are "
+                  f"published at {'https' if gateway.get('https_port') else 'http'}"
+                  f"://<run name>.{gateway['domain']}/\n")
+    if gateway.get("ca_file"):
+        out.write(f"Its certificate is signed by its own CA: {gateway['ca_file']}\n")
     return 0

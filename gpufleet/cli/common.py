@@ -37,6 +37,14 @@ def tables():
     return fleets
 
 
+def gateway_tables():
+    """The gateways table (plugins/module_utils/render/gateway_table.py)."""
+    api.ensure_importable()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.render import gateway_table
+
+    return gateway_table
+
+
 def member_tables():
     """The members table (plugins/module_utils/render/member_table.py)."""
     api.ensure_importable()

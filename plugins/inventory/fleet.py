@@ -121,8 +121,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming impor
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import (
     HAS_YAML,
     SpecError,
-    parse_data,
-    parse_file,
+    parse_hosts_data,
+    parse_hosts_file,
 )
 
 CONFIG_SUFFIXES = (".gpufleet.yml", ".gpufleet.yaml")
@@ -190,12 +190,12 @@ class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
             if isinstance(item, str):
                 fleet_path = item if os.path.isabs(item) else os.path.join(base_dir, item)
                 fleet_path = os.path.normpath(os.path.expanduser(fleet_path))
-                config, warnings = parse_file(fleet_path, "fleet")
+                config, warnings = parse_hosts_file(fleet_path)
                 where = fleet_path
             elif isinstance(item, dict):
                 fleet_path = None
                 where = "%s: fleets[%d]" % (source, index)
-                config, warnings = parse_data(_plain(item), where, "fleet")
+                config, warnings = parse_hosts_data(_plain(item), where)
             else:
                 raise AnsibleParserError(
                     "%s: fleets[%d]: expected a fleet file path or an inline fleet "

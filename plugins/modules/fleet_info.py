@@ -15,7 +15,9 @@ description:
     backend fleet instances from the backend's live state, SSH fleet instances from the file."
   - Without O(paths), finds every fleet the backends hold from their labels alone (for the
     C(local) backend, the labels of the node containers on this machine's Docker engine). SSH
-    fleets live only in their files and are listed only through O(paths).
+    fleets live only in their files and are listed only through O(paths). Gateways' hosts
+    (one-node fleets made for C(type: gateway) files) are left out: M(gpufleet.cluster.gateway_info)
+    lists them.
   - Nothing is changed and, without O(health_max_age), no host is contacted; instance status
     is what the backend says.
   - "With O(health_max_age), each instance carries C(health): its GPU health as the host's
@@ -99,7 +101,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     records,
     state,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_file
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_hosts_file
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import health
 
 
@@ -118,14 +120,15 @@ def main():
     with fail_json_on_error(module):
         if module.params["paths"]:
             for path in module.params["paths"]:
-                config, _warnings = parse_file(path, "fleet")
+                config, _warnings = parse_hosts_file(path)
                 fleets.append(apply.describe(
                     config, path, docker, root,
                     settings=state.backend_settings(root, module.params["backend_settings"])))
-        else:
-            fleets = apply.discover(
+        else:   # gateways' hosts are listed as gateways (gateway_info), as dstack does
+            fleets = [fleet for fleet in apply.discover(
                 docker, root,
                 settings=state.backend_settings(root, module.params["backend_settings"]))
+                if not fleet.get("gateway")]
         access.annotate(fleets, root, docker)
         refresh = None
         if module.params["health_max_age"] is not None:

@@ -136,7 +136,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.fleets import (
     state,
 )
 from ansible_collections.gpufleet.cluster.plugins.module_utils.spec.naming import fleet_name
-from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_file
+from ansible_collections.gpufleet.cluster.plugins.module_utils.spec import parse_hosts_file
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
     health,
     membership,
@@ -146,7 +146,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
 
 
 def reconcile_fleet(module, path, root, settings, docker, now):
-    config, _warnings = parse_file(path, "fleet")
+    config, _warnings = parse_hosts_file(path)
     config = apply.resolved(config, settings, root)
     if config["fleet_type"] == "ssh":
         # Its hosts stay, but their GPU health is read again.

@@ -25,6 +25,7 @@ from .aws_layout import instance_records
 from .cloud_common import launch_in_turn, merged_settings
 from .errors import BackendError, CapacityError
 from .interface import CloudBackend
+from ..spec.gateway import GATEWAY_TAG
 
 try:
     import boto3
@@ -518,6 +519,7 @@ class Aws(CloudBackend):
             "state": "stopped" if state in ("stopping", "stopped") else "running",
             "starting": state == "pending",
             "placement": layout.tags_of(instance).get(layout.TAG_PLACEMENT) or "any",
+            "gateway": layout.tags_of(instance).get(GATEWAY_TAG) == "true",
             "region": region,
             "zone": (instance.get("Placement") or {}).get("AvailabilityZone"),
             "instance_type": instance.get("InstanceType"),

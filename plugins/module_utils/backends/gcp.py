@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from ..spec.naming import instance_name
+from ..spec.gateway import GATEWAY_TAG
 from . import gcp_layout as layout
 from .cloud_common import instance_record, launch_in_turn, merged_settings
 from .errors import BackendError, CapacityError
@@ -496,6 +497,7 @@ class Gcp(CloudBackend):
             "state": "stopped" if layout.STATUSES.get(status) == "stopped" else "running",
             "starting": status in ("PROVISIONING", "STAGING"),
             "placement": (instance.get("labels") or {}).get(layout.LABEL_PLACEMENT) or "any",
+            "gateway": (instance.get("labels") or {}).get(GATEWAY_TAG) == "true",
             "region": region_of(zone),
             "zone": zone,
             "instance_type": _last(instance.get("machineType")),

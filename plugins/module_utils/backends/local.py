@@ -305,7 +305,8 @@ CREATOR_LABEL = LABEL_PREFIX + "creator"
 AUTHORIZED_KEY_ENV = "GPUFLEET_AUTHORIZED_KEY"
 # What the engine answers a ``docker run --name`` whose name another container has.
 NAME_TAKEN = "is already in use"
-SPEC_KEYS = ("nodes", "placement", "blocks", "backends", "resources", "spot_policy", "max_price")
+SPEC_KEYS = ("nodes", "placement", "blocks", "backends", "resources", "spot_policy", "max_price",
+             "gateway")
 NODE_SSH_PORT = 22
 
 

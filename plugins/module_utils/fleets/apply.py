@@ -28,6 +28,7 @@ from ..spec.naming import fleet_name, instance_name
 from .plan import has_changes, lowest_unused, plan_backend
 from .records import fleet_record, ssh_instances
 from .status import InstanceStatus
+from ..spec.gateway import gateway_mark
 
 
 class ApplyError(GpufleetError):
@@ -121,9 +122,9 @@ def discover(docker: Docker | None, root: str | None = None, settings: dict[str,
         held = cloud.discover(settings, root, catalog.directory(root))
     except cloud.CloudError as exc:
         raise ApplyError(str(exc)) from exc
-    for backend, name, placement, instances in held:
+    for backend, name, placement, gateway, instances in held:
         config = {"fleet_type": "backend", "ssh_config": None, "backends": [backend],
-                  "placement": placement}
+                  "placement": placement, "gateway": gateway_mark({}) if gateway else None}
         found.append(_set_instances(fleet_record(config, name), instances))
     if docker is None:
         return found

@@ -272,10 +272,11 @@ def _copy_members(client, name, placed):
 
 def discover(
     settings: dict[str, Any] | None, root: str, catalog_dir: str | None = None,
-) -> list[tuple[str, str, str, list[dict[str, Any]]]]:
+) -> list[tuple[str, str, str, bool, list[dict[str, Any]]]]:
     """Every cloud fleet the configured backends hold, from tags and labels alone (no files):
-    ``[(backend, fleet name, placement, instance records)]``. Only backends with a section in
-    the settings are asked."""
+    ``[(backend, fleet name, placement, gateway, instance records)]`` (``gateway``: whether it
+    is a gateway's host, spec.gateway.GATEWAY_TAG). Only backends with a section in the
+    settings are asked."""
     found = []
     for backend in base.CLOUD_BACKENDS:
         if backend not in (settings or {}):
@@ -286,8 +287,8 @@ def discover(
         except BackendError as exc:
             raise CloudError(str(exc)) from exc
         for name in sorted(held):
-            placement = client.view(held[name][0])["placement"]
-            found.append((backend, name, placement,
+            view = client.view(held[name][0])
+            found.append((backend, name, view["placement"], bool(view.get("gateway")),
                           client.records(held[name], name, state.key_path(root, name))))
     return found
 

@@ -19,7 +19,7 @@ from ..backends import base, local
 from ..backends.docker_cli import Docker
 from ..core.errors import GpufleetError
 from ..core.module import state_options
-from ..spec import HAS_YAML, parse_data, parse_file
+from ..spec import HAS_YAML, parse_hosts_data, parse_hosts_file
 from ..spec.naming import fleet_name
 from . import apply, idle, lookup, records, state
 
@@ -86,13 +86,13 @@ def _config(params, root, docker):
             root, params["backend_settings"]))
         return config, path, []
     if path is None:
-        config, warnings = parse_data(params["config"], "inline config", "fleet")
+        config, warnings = parse_hosts_data(params["config"], "inline config")
         return config, path, warnings
     if not HAS_YAML:
         raise GpufleetError("%s: reading a fleet file needs the Python library PyYAML, which %s "
                             "lacks: install it there (pip install PyYAML)"
                             % (path, sys.executable))
-    config, warnings = parse_file(path, "fleet")
+    config, warnings = parse_hosts_file(path)
     return config, path, warnings
 
 

@@ -32,7 +32,7 @@ from ..backends.docker_cli import DockerError
 from ..backends.errors import BackendError
 from ..core.text import shorten
 from ..offers import catalog
-from ..spec import SpecError, parse_file
+from ..spec import SpecError, parse_hosts_file
 from ..spec.naming import NamingError, fleet_name
 from . import access, apply, cloud, state
 
@@ -57,7 +57,7 @@ def _from_file(name, root):
     if path is None:
         return None
     try:
-        config, _warnings = parse_file(path, "fleet")
+        config, _warnings = parse_hosts_file(path)
     except SpecError as exc:
         raise apply.ApplyError("fleet %s was applied from %s, which no longer reads: %s"
                                % (name, path, exc)) from exc

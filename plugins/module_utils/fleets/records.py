@@ -84,6 +84,9 @@ def fleet_record(config: dict[str, Any], name: str, path: str | None = None) -> 
         # An SSH fleet's env: dstack passes it to every job on the fleet's hosts (under the
         # run's own env) and to its shim, whose pulls use it (proxies).
         "env": dict(config.get("env") or {}),
+        # A gateway's host (spec.gateway.host_fleet): what the gateway file says of it; None for
+        # every other fleet. No run is placed on it.
+        "gateway": config.get("gateway"),
         "status": "active",
         "created": None,
         "plan": None,

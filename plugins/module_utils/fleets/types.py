@@ -88,6 +88,7 @@ class _Fleet(TypedDict):
     blocks: int | str | None
     idle_duration: int | str | None
     env: dict[str, str]
+    gateway: dict[str, Any] | None  # a gateway's host: its domain, default, certificate
     status: str
     created: str | None
     plan: Plan | None

@@ -20,9 +20,12 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable, Mapping, Optional
 
+from ..backends import local_reach
+from ..backends.docker_cli import Docker, DockerError
 from ..core.errors import GpufleetError
 from ..tasks.queue_records import candidate_fleets, queue_host
 from ..tasks.ssh import NodeError
+from . import gateways
 from .records import PROJECT, PROXY_PORT, Replica, Route
 from .replicas import DEFAULT_WINDOW, scaling_of
 
@@ -110,6 +113,16 @@ def replicas_of(config: Mapping[str, Any], containers: Mapping[str, list],
     return [latest[num][1] for num in sorted(latest)]
 
 
+def instances_of(fleets: list, fleet: Optional[str] = None, name: Optional[str] = None
+                 ) -> list[dict[str, Any]]:
+    """The instance records of ``fleet`` (every fleet's with None), or the one named ``name``,
+    each with ``fleet``."""
+    return [dict(instance, fleet=instance.get("fleet") or record.get("name"))
+            for record in fleets if fleet is None or record.get("name") == fleet
+            for instance in record.get("instances") or []
+            if name is None or instance.get("name") == name]
+
+
 def addresses_of(fleets: list, fleet: str) -> dict[str, str]:
     """``{instance name: internal address}`` of ``fleet``'s instances (the address the proxy
     reaches a replica on)."""
@@ -124,11 +137,24 @@ def addresses_of(fleets: list, fleet: str) -> dict[str, str]:
     return out
 
 
+def https_of(config: Mapping[str, Any], listen: Optional[Mapping[str, Any]] = None) -> bool:
+    """Whether the service is served over HTTPS: what its runnable config's ``service`` says,
+    else what its gateway (``listen``, as the gateway's role recorded it) makes of it; the
+    in-fleet proxy serves HTTP."""
+    held = (config.get("service") or {}).get("https")
+    if held is not None:
+        return bool(held)
+    if listen and listen.get("gateway"):
+        return gateways.service_https(config, listen)
+    return False
+
+
 def route_of(config: Mapping[str, Any], run: str, user: Optional[str], fleet: str,
-             replicas: Iterable[Replica], clock: Callable[[], float] = time.time) -> Route:
+             replicas: Iterable[Replica], clock: Callable[[], float] = time.time,
+             listen: Optional[Mapping[str, Any]] = None) -> Route:
     """The Route (services.records) of ``run``: the normalized service config's proxy part
     and its replicas. Its requests are counted over its autoscaling's window (dstack's
-    default window without autoscaling)."""
+    default window without autoscaling). ``listen``: where its proxy listens (https_of)."""
     scaling = scaling_of(dict(config))
     return Route(run=run, user=user or "", fleet=fleet, project=PROJECT,
                  port=int(config["port"]), auth=bool(config.get("auth", True)),
@@ -136,7 +162,8 @@ def route_of(config: Mapping[str, Any], run: str, user: Optional[str], fleet: st
                  rate_limits=list(config.get("rate_limits") or []),
                  probes=list(config.get("probes") or []), model=config.get("model"),
                  replicas=list(replicas), submitted_at=float(clock()),
-                 rate_window=int(scaling["window"] if scaling else DEFAULT_WINDOW))
+                 rate_window=int(scaling["window"] if scaling else DEFAULT_WINDOW),
+                 https=https_of(config, listen))
 
 
 def publish(node: Any, route: Route, listen: Optional[Mapping[str, Any]] = None
@@ -187,3 +214,21 @@ def unpublish_stopped(record: Mapping[str, Any], nodes: Mapping[str, Any]
     if host not in nodes:
         return {"changed": False, "routes": [], "missing": host}
     return unpublish(nodes[host], record["name"])
+
+
+def reach(proxy: Optional[Mapping[str, Any]], instances: Iterable[Mapping[str, Any]]) -> list:
+    """Let a gateway's host reach the hosts of a service's replicas (``instances``: their fleet's
+    instance records): a local gateway's container joins the local nodes' networks
+    (backends.local_reach); a cloud gateway reaches them at their internal addresses within
+    its network. Nothing for the in-fleet proxy, which is one of those hosts. Returns the
+    networks joined; PublishError when the engine refuses."""
+    instances = list(instances)
+    if not proxy or proxy.get("backend") != "local" or not proxy.get("container") or any(
+            i.get("name") == proxy.get("name") for i in instances):
+        return []
+    try:
+        return local_reach.join(Docker(), str(proxy["container"]),
+                                local_reach.networks_of(instances))
+    except DockerError as exc:
+        raise PublishError("the local gateway %s cannot reach the service's hosts: %s"
+                           % (proxy.get("fleet"), exc)) from exc

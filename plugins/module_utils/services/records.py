@@ -43,6 +43,7 @@ class Route(TypedDict):
     replicas: list         # [Replica]
     submitted_at: float    # seconds since the epoch (stamps which writer is newer)
     rate_window: int       # seconds the proxy counts the service's requests over
+    https: bool            # on a gateway with a certificate: served over HTTPS only
 
 
 def service_prefix(run: str, project: str = PROJECT) -> str:

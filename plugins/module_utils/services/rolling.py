@@ -191,7 +191,8 @@ class Roll(object):
 
     def _publish(self, replicas: list[Any]) -> None:
         """The whole route of the new version (its probes, limits, model...)."""
-        route = publish.route_of(self.config, self.name, self.user, self.fleet, replicas)
+        route = publish.route_of(self.config, self.name, self.user, self.fleet, replicas,
+                                 listen=self.listen)
         publish.publish(self.proxy_node, route, self.listen)
 
     def _ready(self, num: int, host: str) -> None:

@@ -21,7 +21,7 @@ the proxy host (``proxy_publish``). The answer carries ``service``: the URLs and
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional, cast
+from typing import Any, Callable, Iterable, Mapping, Optional, cast
 
 from ..tasks import actions, membership, rankplan, surveys
 from ..core.errors import GpufleetError
@@ -30,7 +30,7 @@ from ..tasks.errors import PlanError
 from ..tasks.records import ScaleEvent
 from ..tasks.ssh import parallel
 from ..fleets import records as fleet_records
-from . import autoscale, publish, replicas, rolling, tokens
+from . import autoscale, gateways, publish, replicas, rolling, tokens
 from .publish import addresses_of
 
 SERVICE = "service"
@@ -42,9 +42,14 @@ class Publisher(object):
     def __init__(self, config: Mapping[str, Any], run: str, user: str, fleet: str,
                  proxy_node: Any, nodes: Mapping[str, Any], addresses: Mapping[str, str],
                  emit: Callable[[dict], None], proxy: Mapping[str, Any],
-                 listen: Optional[Mapping[str, Any]] = None) -> None:
+                 listen: Optional[Mapping[str, Any]] = None,
+                 proxy_instance: Optional[Mapping[str, Any]] = None,
+                 fleet_instances: Iterable[Mapping[str, Any]] = ()) -> None:
         self.proxy = dict(proxy)
         self.listen = listen
+        # A gateway's host, and the hosts of the service's fleet it must reach (publish.reach).
+        self.proxy_instance = proxy_instance
+        self.fleet_instances = list(fleet_instances)
         self.config = config
         self.run = run
         self.user = user
@@ -67,12 +72,17 @@ class Publisher(object):
         ``info`` event) and kept in ``error``, the run goes on."""
         try:
             found = publish.replicas_of(self.config, self.containers(), self.addresses)
-            route = publish.route_of(self.config, self.run, self.user, self.fleet, found)
-            publish.publish(self.proxy_node, route, self.listen)
+            route = publish.route_of(self.config, self.run, self.user, self.fleet, found,
+                                     listen=self.listen)
+            publish.reach(self.proxy_instance, self.fleet_instances)
+            answer = publish.publish(self.proxy_node, route, self.listen)
         except publish.PublishError as exc:
             self.error = str(exc)
             self.emit({"kind": "info", "run": self.run, "message": str(exc)})
             return False
+        if (answer or {}).get("certificate_error"):   # published, with the gateway's own certificate
+            self.emit({"kind": "info", "run": self.run, "message": "service %s: %s"
+                       % (self.run, answer["certificate_error"])})
         first = not self.published
         self.published, self.error = True, None
         if first:   # what gpufleet apply prints as dstack apply does (render.run_table)
@@ -124,10 +134,17 @@ def queue_hook(event: Mapping[str, Any], fleets: list, nodes: Mapping[str, Any]
     publisher = Publisher(config, run, entry.get("user") or "", fleet,
                           nodes[proxy["proxy_host"]],
                           dict((h, n) for h, n in nodes.items() if h in addresses), addresses,
-                          lambda _event: None, proxy)
+                          lambda _event: None, proxy,
+                          proxy_instance=_one(publish.instances_of(
+                              fleets, name=proxy["proxy_host"])),
+                          fleet_instances=publish.instances_of(fleets, fleet))
     if not publisher.publish():
         raise publish.PublishError(publisher.error or "could not publish service %s" % run)
     return {"changed": True}
+
+
+def _one(items: list) -> Optional[dict[str, Any]]:
+    return items[0] if items else None
 
 
 def _replicas_again(record: Mapping[str, Any], fleets: list, nodes: Mapping[str, Any]
@@ -255,42 +272,60 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
     except publish.PublishError as exc:
         raise actions.ActionError(str(exc)) from exc
     fleet = instance["fleet"]
-    nodes = dict((host, node) for host, node in surveys.nodes_of(fleets, root).items()
+    every_node = surveys.nodes_of(fleets, root)
+    nodes = dict((host, node) for host, node in every_node.items()
                  if host in addresses_of(fleets, fleet))
     if instance["name"] not in nodes:
         raise actions.ActionError("the proxy host %s of fleet %s cannot be reached from this "
                                   "controller" % (instance["name"], fleet))
-    proxy_node = nodes[instance["name"]]
+    try:
+        gateway = gateways.resolve(config, fleets, every_node)
+    except gateways.GatewayError as exc:
+        raise actions.ActionError(str(exc)) from exc
+    proxy_instance = gateway["instance"] if gateway else instance
+    proxy_node = every_node[proxy_instance["name"]]
     live = rolling.live_services(nodes)
     try:
-        replicas.check_clash(config, name, instance["name"], live)
+        replicas.check_clash(config, name, proxy_instance["name"], live)
     except replicas.ServiceError as exc:
         raise actions.ActionError(str(exc)) from exc
-    try:
-        answer = publish.check(proxy_node)
-    except publish.PublishError as exc:
-        raise actions.ActionError(str(exc)) from exc
-    listen = publish.listen_of(answer, instance)   # where the gateway role has it listen
-    proxy = replicas.proxy_of(name, instance["name"], publish.url_address(listen, instance),
-                              config.get("model"), listen["port"])
+    if gateway:   # set up when it was applied (gateways.resolve asked it)
+        answer, listen = {"installed": True, "running": True}, gateway["listen"]
+        try:
+            proxy = gateways.proxy_of(name, gateway, config)
+        except gateways.GatewayError as exc:
+            raise actions.ActionError(str(exc)) from exc
+    else:
+        try:
+            answer = publish.check(proxy_node)
+        except publish.PublishError as exc:
+            raise actions.ActionError(str(exc)) from exc
+        listen = publish.listen_of(answer, instance)   # where the gateway role has it listen
+        proxy = replicas.proxy_of(name, instance["name"], publish.url_address(listen, instance),
+                                  config.get("model"), listen["port"])
     if not check_mode and not (answer.get("installed") and answer.get("running")):
         return _setup_answer(name, instance, answer, root), False
     user = actions.submitter(params)
+    # A gateway checks tokens against its own members (tasks/hostside/proxyconf.py).
+    where = ("gateway", gateway["name"], {proxy_instance["name"]: proxy_node}) if gateway \
+        else ("fleet", fleet, nodes)
     if token_error and not check_mode:
-        emit({"kind": "info", "run": name, "message": "your token was not put on fleet %s's "
-              "hosts: %s" % (fleet, token_error)})
+        emit({"kind": "info", "run": name, "message": "your token was not put on %s %s's "
+              "hosts: %s" % (where[0], where[1], token_error)})
     if token_digest and not check_mode:
         try:
-            membership.publish_token(nodes, fleet, user, token_digest)
+            membership.publish_token(where[2], where[1], user, token_digest)
         except GpufleetError as exc:   # the service runs; its requests need a token there
-            emit({"kind": "info", "run": name, "message": "your token is not on fleet %s's "
-                  "hosts: %s" % (fleet, exc)})
+            emit({"kind": "info", "run": name, "message": "your token is not on %s %s's "
+                  "hosts: %s" % (where[0], where[1], exc)})
 
     def runnable(run_config: dict[str, Any], count: Optional[int] = None) -> dict[str, Any]:
         return replicas.runnable(dict(run_config, fleets=[fleet]), proxy, count)
 
     publisher = Publisher(config, name, user, fleet, proxy_node, nodes,
-                          addresses_of(fleets, fleet), emit, proxy, listen)
+                          addresses_of(fleets, fleet), emit, proxy, listen,
+                          proxy_instance=proxy_instance,
+                          fleet_instances=publish.instances_of(fleets, fleet))
     record = rolling.live_record(live, name)
     if record is not None:   # running: its replicas are rolled to this version
         return _roll(params, config, record, runnable, publisher, emit, check_mode, proxy)

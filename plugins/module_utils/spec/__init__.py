@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._errors import Problem, SpecError, format_path
-from .loader import HAS_YAML, parse_data, parse_file, parse_text
+from .loader import HAS_YAML, parse_data, parse_file, parse_hosts_data, parse_hosts_file, parse_text
 
 __all__ = [
     "HAS_YAML",
@@ -26,6 +26,8 @@ __all__ = [
     "format_path",
     "parse_data",
     "parse_file",
+    "parse_hosts_data",
+    "parse_hosts_file",
     "parse_text",
     "validate_file",
 ]

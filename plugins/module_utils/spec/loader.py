@@ -16,6 +16,8 @@ from ..core.text import quote, shorten
 from ._errors import Ctx, Problem, SpecError, describe, show
 from .dev_environment import parse_dev_environment
 from .fleet import parse_fleet
+from .gateway import host_fleet, parse_gateway
+from .support import gateway_refusals
 from .service import parse_service
 from .task import parse_task
 from .volume import parse_volume
@@ -42,11 +44,10 @@ MAX_CHARS = 64 * 1024 * 1024
 MAX_WARNINGS = 100
 
 PARSERS = {"fleet": parse_fleet, "task": parse_task, "dev-environment": parse_dev_environment,
-           "service": parse_service, "volume": parse_volume}
+           "service": parse_service, "volume": parse_volume, "gateway": parse_gateway}
 # The configurations that are runs (the task runner runs them all).
 RUN_TYPES = ("task", "dev-environment", "service")
 NOT_SUPPORTED = {
-    "gateway": "gateways (type: gateway) are not supported by gpufleet",
     "preset": "presets (type: preset) are not supported by gpufleet",
 }
 
@@ -293,3 +294,30 @@ def parse_file(path: str,
     except OSError as exc:
         _fail("cannot read the file: %s" % (exc.strerror or exc), path)
     return parse_text(data, path, expect)
+
+
+# The configurations that describe hosts: a fleet, and a gateway (its host is a one-node fleet).
+HOST_TYPES = ("fleet", "gateway")
+
+
+def parse_hosts_file(path: str) -> tuple[dict[str, Any], list[Problem]]:
+    """A fleet file, or a gateway file read as its host's fleet (spec.gateway.host_fleet,
+    with ``gateway``): ``(fleet config, warnings)``; what reads fleet files reads with this.
+    A gateway this version does not make (spec.support) is a SpecError here, as validate
+    says."""
+    config, warnings = parse_file(path, HOST_TYPES)
+    return _host_fleet(config, path), warnings
+
+
+def parse_hosts_data(data: object, source: str | None = None
+                     ) -> tuple[dict[str, Any], list[Problem]]:
+    """``parse_hosts_file`` of data already loaded."""
+    config, warnings = parse_data(data, source, HOST_TYPES)
+    return _host_fleet(config, source), warnings
+
+
+def _host_fleet(config, source):
+    refused = gateway_refusals(config) if config.get("type") == "gateway" else []
+    if refused:
+        raise SpecError(refused, source)
+    return host_fleet(config, source)

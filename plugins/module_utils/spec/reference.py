@@ -31,6 +31,7 @@ from __future__ import annotations
 from .reference_fleet import FLEET_SECTIONS
 from .reference_service import SERVICE_SECTIONS
 from .reference_task import TASK_SECTIONS
+from .reference_words import _BOOL as _BOOL_TEXT
 from .reference_words import _DURATION, _NAME, _TAGS
 
 INTRO = (
@@ -61,6 +62,47 @@ NOTES = {
 
 
 SECTIONS = {
+    # -----------------------------------------------------------------------------------------
+    # type: gateway
+    "gateway": {
+        "title": "`type: gateway`",
+        "intro": (
+            "A host that publishes services at `https://RUN.DOMAIN/`, as dstack's gateways (see "
+            "[services.md](../services.md#gateways)). gpufleet makes the host as a one-node fleet of the gateway's "
+            "name in its backend (`local`, `aws` or `gcp`), sets up HAProxy there with the role "
+            "gpufleet.cluster.gateway, and never places a run on it. A service names it in `gateway`, or gets the "
+            "default gateway."
+        ),
+        "fields": {
+            "type": {"values": "`gateway`", "text": "Makes the file a gateway configuration.", "required": ""},
+            "name": {"values": _NAME, "text": "The gateway's name, which services give in `gateway`; without it, the "
+                     "file's name gives one, as for fleets."},
+            "backend": {"values": "{choices:common.BACKENDS}", "required": "",
+                        "text": "Where the gateway's host is made. gpufleet makes it in `local` (a container on this "
+                                "machine's Docker engine), `aws` and `gcp`; `validate` and `apply` refuse the others."},
+            "region": {"values": "a string", "required": "unless `backend` is `local`",
+                       "text": "The region the host is made in."},
+            "instance_type": {"values": "a string", "text": "The host's instance type; without it, the cheapest offer "
+                              "with 2 or more CPUs, 2 GB or more of memory and no GPU."},
+            "domain": {"values": "a domain name; `*.` before it and `${{ run.project_name }}` in it are allowed",
+                       "text": "The wildcard domain: a service is published at `RUN.DOMAIN`, the models at "
+                               "`gateway.DOMAIN`. Point `*.DOMAIN` at the gateway's address. `${{ run.project_name }}` "
+                               "becomes `main`, gpufleet's one project."},
+            "default": {"values": _BOOL_TEXT, "text": "Whether services without `gateway` use this one. Unset: it "
+                        "becomes the default unless another gateway is one already."},
+            "public_ip": {"values": _BOOL_TEXT, "text": "Whether the host gets a public address (cloud backends)."},
+            "certificate": {
+                "values": "`{type: lets-encrypt}`, `{type: self-signed}` (gpufleet's own), `{type: acm, arn}`, or `null`",
+                "text": "How HTTPS is served. `lets-encrypt` (the default, except on `local`): the gateway obtains a "
+                        "certificate for each service from an ACME server. `self-signed` (the default on `local`): "
+                        "a certificate of `*.DOMAIN` signed by a CA the gateway makes. `null`: plain HTTP only. "
+                        "`acm` is refused: it needs an AWS load balancer gpufleet does not make.",
+            },
+            "replicas": {"values": "a whole number of at least 1", "text": "The number of gateway hosts; more than 1 "
+                         "is refused."},
+            "tags": {"values": _TAGS, "text": "Tags on the host, next to gpufleet's own."},
+        },
+    },
     **FLEET_SECTIONS,
     **TASK_SECTIONS,
     **SERVICE_SECTIONS,

@@ -21,13 +21,14 @@ SERVICE_SECTIONS = {
         "title": "`type: service`",
         "base": "task",
         "intro": (
-            "Replicas of one container that serve HTTP on `port`, published at one URL "
-            "(`/proxy/services/main/NAME/`) by a proxy on a host of the fleet, as dstack's services without a "
-            "gateway. It takes every field of a task above except `nodes` and `ports` (a replica is one node, "
-            "and a service publishes its one `port`), with the same defaults; `groups` are replica groups "
-            "here, not node groups. What this version cannot run yet (a gateway, `https: true`, replica "
-            "groups, a range of replicas that starts at 0) is accepted by the parser and refused by "
-            "`gpufleet validate` and `apply` with one message naming the field. The service's own fields:"
+            "Replicas of one container that serve HTTP on `port`, published at one URL: `https://NAME.DOMAIN/` "
+            "on a gateway ({see:gateway}), else `/proxy/services/main/NAME/` on a proxy on a host of the fleet, "
+            "as dstack's services without a gateway. It takes every field of a task above except `nodes` and "
+            "`ports` (a replica is one node, and a service publishes its one `port`), with the same defaults; "
+            "`groups` are replica groups here, not node groups. What this version cannot run yet (`https: true` "
+            "with `gateway: false`, replica groups, a range of replicas that starts at 0) is accepted by the "
+            "parser and refused by `gpufleet validate` and `apply` with one message naming the field. The "
+            "service's own fields:"
         ),
         "fields": {
             "type": {"values": "`service`", "text": "Makes the file a service configuration.", "required": ""},
@@ -39,8 +40,9 @@ SERVICE_SECTIONS = {
             "gateway": {
                 "values": "`true`, `false`, a gateway's name (`name` or `project/name`), or `{project, name}`",
                 "text": (
-                    "Which dstack gateway publishes the service. Unset or `false`: none, the in-fleet proxy does. "
-                    "A name or `true` is refused: gateways are not supported yet."
+                    "Which gateway publishes the service. A name: that one. `true`: the default gateway (refused "
+                    "when there is none). Unset: the default gateway, else the in-fleet proxy. `false`: the "
+                    "in-fleet proxy."
                 ),
             },
             "strip_prefix": {
@@ -57,8 +59,9 @@ SERVICE_SECTIONS = {
             "https": {
                 "values": "`true`, `false` or `auto`",
                 "text": (
-                    "HTTPS through a gateway. The in-fleet proxy serves plain HTTP, so `true` is refused; unset, "
-                    "`false` and `auto` are accepted."
+                    "HTTPS on a gateway. Unset or `true`: HTTPS, refused at apply on a gateway without a "
+                    "certificate; `auto`: HTTPS where the gateway has a certificate. The in-fleet proxy serves "
+                    "plain HTTP: `true` with `gateway: false` is refused."
                 ),
             },
             "auth": {

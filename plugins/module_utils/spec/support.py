@@ -31,10 +31,8 @@ RUN_TYPES = ("task", "dev-environment", "service")
 
 # What a service may ask for that this version of gpufleet does not run yet: the in-fleet proxy
 # publishes one group of at least one replica over plain HTTP.
-GATEWAY = ("gateways are not supported yet: omit `gateway` or set it to false; the service is "
-           "published by the in-fleet proxy")
-HTTPS = ("the in-fleet proxy serves plain HTTP: omit `https` or set it to false or auto "
-         "(HTTPS needs a gateway, which is not supported yet)")
+HTTPS = ("the in-fleet proxy serves plain HTTP, and `gateway: false` asks for it: name a gateway "
+         "with a certificate in `gateway`, or omit `https` or set it to false or auto")
 GROUPS = ("replica groups are not supported yet: remove `groups` and give the service one "
           "`replicas` count (its commands, image and resources at the top level)")
 SCALE_TO_ZERO = ("scale to zero is not supported yet: the in-fleet proxy cannot hold a request "
@@ -128,6 +126,8 @@ def refusals(config: dict[str, Any]) -> list[Problem]:
     kind = config.get("type")
     if kind == "fleet":
         return _fleet_refusals(config)
+    if kind == "gateway":
+        return gateway_refusals(config)
     if kind == "volume":
         why = volume_backend_refusal(config.get("backend"))
         return [Problem(("backend",), why)] if why else []
@@ -165,13 +165,11 @@ PROBE_URL = ("the probe URL %s has a space, backslash or brace, which the proxy 
 
 
 def service_refusals(config: dict[str, Any]) -> list[Problem]:
-    """What of a service this version does not run: a gateway, HTTPS, replica groups, no
-    replica at all, a range of replicas that starts at 0 (scale to zero)."""
+    """What of a service this version does not run: HTTPS without a gateway, replica groups,
+    no replica at all, a range of replicas that starts at 0 (scale to zero). (Whether a
+    gateway exists, and has a certificate, is known at apply: services.gateways.)"""
     out = []
-    gateway = config.get("gateway")
-    if gateway is True or isinstance(gateway, str):
-        out.append(Problem(("gateway",), GATEWAY))
-    if config.get("https") is True:
+    if config.get("https") is True and config.get("gateway") is False:
         out.append(Problem(("https",), HTTPS))
     if config.get("groups") is not None:
         out.append(Problem(("groups",), GROUPS))
@@ -201,6 +199,29 @@ def _proxy_refusals(config):
         url = str(probe.get("url") or "")
         if _PATH_UNSAFE.search(url):
             out.append(Problem(("probes", index, "url"), PROBE_URL % quote(url)))
+    return out
+
+
+GATEWAY_REPLICAS = ("a gateway has one host in this version of gpufleet: remove `replicas` or "
+                    "set it to 1")
+GATEWAY_ACM = ("an acm certificate ends TLS at an AWS load balancer, which gpufleet does not "
+               "make: use `type: lets-encrypt` (the gateway obtains one certificate per "
+               "service), or null for plain HTTP")
+
+
+def gateway_refusals(config: dict[str, Any]) -> list[Problem]:
+    """What of a gateway this version does not make: a backend with no fleets, more than one
+    replica, an ACM certificate."""
+    out = []
+    why = fleet_backends_refusal([config["backend"]]) if config.get("backend") else None
+    if why:
+        out.append(Problem(("backend",), why.replace("add local to backends, or describe "
+                                                     "existing hosts with ssh_config",
+                                                     "use one of those")))
+    if (config.get("replicas") or 1) > 1:
+        out.append(Problem(("replicas",), GATEWAY_REPLICAS))
+    if (config.get("certificate") or {}).get("type") == "acm":
+        out.append(Problem(("certificate", "type"), GATEWAY_ACM))
     return out
 
 

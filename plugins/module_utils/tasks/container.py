@@ -46,6 +46,8 @@ NVIDIA_CAPABILITIES = "compute,utility,graphics,video"
 # What a replica's gpufleet.service label holds (services.replicas fills the proxy's part).
 SERVICE_KEYS = ("port", "proxy_host", "proxy_address", "proxy_port", "url", "model_url",
                 "model", "respawn")
+# A service on a gateway also carries the gateway's name and whether it is served over HTTPS.
+GATEWAY_KEYS = ("gateway", "https")
 
 
 def container_name(run_name_, job_num, replica=0):
@@ -255,7 +257,9 @@ def labels_of(config, run, jobs, job, replica=0):
         labels[USER_LABEL] = str(run["user"])
     if is_service(config):
         service = config[SERVICE]
-        labels[SERVICE_LABEL] = _json(dict((key, service.get(key)) for key in SERVICE_KEYS))
+        labels[SERVICE_LABEL] = _json(dict(
+            [(key, service.get(key)) for key in SERVICE_KEYS]
+            + [(key, service[key]) for key in GATEWAY_KEYS if service.get("gateway")]))
     if run.get("array"):
         labels[ARRAY_LABEL] = str(run["array"]["name"])
         labels[ARRAY_INDEX_LABEL] = str(run["array"]["index"])

@@ -225,8 +225,9 @@ def _int_or(text, default):
 
 def service_of(labels: dict[str, str], replicas: int) -> dict[str, Any] | None:
     """A service's run record part, from its replicas' ``gpufleet.service`` label: ``{"url",
-    "model_url", "proxy_host", "proxy_address", "port", "model", "replicas", "respawn"}``;
-    None for a task."""
+    "model_url", "proxy_host", "proxy_address", "port", "model", "replicas", "respawn",
+    "gateway", "https"}`` (``gateway``: its name, None for the in-fleet proxy); None for a
+    task."""
     try:
         service = json.loads(labels.get(SERVICE_LABEL) or "null")
     except ValueError:
@@ -237,7 +238,8 @@ def service_of(labels: dict[str, str], replicas: int) -> dict[str, Any] | None:
             "proxy_host": service.get("proxy_host"),
             "proxy_address": service.get("proxy_address"), "port": service.get("port"),
             "model": service.get("model"), "replicas": replicas,
-            "respawn": bool(service.get("respawn"))}
+            "respawn": bool(service.get("respawn")), "gateway": service.get("gateway"),
+            "https": bool(service.get("https"))}
 
 
 def _lost_jobs(run, asked, nodes, statuses, answered, instances, silent):

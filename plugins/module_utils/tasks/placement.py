@@ -547,15 +547,20 @@ def place(config, fleets, facts, busy=None):
 
     wanted = config.get("fleets")
     notes = []
+    gateways = set(fleet["name"] for fleet in fleets if fleet.get("gateway"))
     if wanted:
         names = [_short_name(ref) for ref in wanted]
-        candidates = [fleet for fleet in fleets if fleet["name"] in names]
+        candidates = [fleet for fleet in fleets if fleet["name"] in names
+                      and fleet["name"] not in gateways]
         known = set(fleet["name"] for fleet in fleets)
         for ref in wanted:
-            if _short_name(ref) not in known:
+            if _short_name(ref) in gateways:
+                notes.append("fleet %s: it is a gateway's host, which runs no jobs"
+                             % shorten(ref))
+            elif _short_name(ref) not in known:
                 notes.append("fleet %s: no such fleet" % shorten(ref))
-    else:
-        candidates = list(fleets)
+    else:   # a gateway's host runs no jobs (spec.gateway)
+        candidates = [fleet for fleet in fleets if fleet["name"] not in gateways]
 
     fleet_texts = []
     reasons = list(notes)
@@ -568,7 +573,7 @@ def place(config, fleets, facts, busy=None):
         reasons.append("fleet %s: %s" % (fleet["name"], summary))
         reasons.extend("%s: %s" % item for item in rejected)
 
-    if not fleets:
+    if not [fleet for fleet in fleets if fleet["name"] not in gateways]:
         parts = ["no fleets (apply a fleet first)"]
         reasons = ["no fleets"]
     else:

@@ -95,5 +95,6 @@ def queue_host(fleets, names, errors):
 
 
 def candidate_fleets(config, fleets):
+    gateways = set(f["name"] for f in fleets if f.get("gateway"))   # they run no jobs
     wanted = [str(ref).rsplit("/", 1)[-1] for ref in config.get("fleets") or []]
-    return wanted or [f["name"] for f in fleets]
+    return [name for name in wanted or [f["name"] for f in fleets] if name not in gateways]

@@ -22,15 +22,17 @@ from .ssh import Node, parallel
 
 
 def _describe_file(path, docker, root, local_nodes=None):
-    from ..spec import SpecError, parse_file
+    from ..spec import SpecError, parse_file, parse_hosts_file
 
     try:
-        config, _warnings = parse_file(path)
+        config, _warnings = parse_hosts_file(path)
     except SpecError as exc:
-        raise RunError(str(exc)) from exc
-    if config.get("type") != "fleet":
+        try:   # another kind of file: say which
+            kind = parse_file(path)[0].get("type")
+        except SpecError:
+            raise RunError(str(exc)) from exc
         raise RunError("%s is a %s file; fleets must be fleet files (type: fleet)"
-                       % (path, config.get("type")))
+                       % (path, kind)) from None
     try:
         return fleet_apply.describe(config, path, docker, root,
                                     settings=state.backend_settings(root),

@@ -49,7 +49,8 @@ def test_the_route_carries_the_proxy_part_of_the_config():
     assert route == {"run": "svc", "user": "alice", "fleet": "b", "project": "main",
                      "port": 8000, "auth": True, "strip_prefix": True,
                      "rate_limits": CONFIG["rate_limits"], "probes": [], "model": None,
-                     "replicas": [], "submitted_at": 12.5, "rate_window": 60}
+                     "replicas": [], "submitted_at": 12.5, "rate_window": 60,
+                     "https": False}
     # An autoscaled service is counted over its own window.
     scaled = dict(CONFIG, replicas={"min": 1, "max": 3},
                   scaling={"metric": "rps", "target": 2.0, "window": 30})

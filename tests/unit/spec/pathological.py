@@ -108,7 +108,7 @@ PATHOLOGICAL = {
     "type-dev-environment": (b"type: dev-environment\nide: vscode\ncommands: [x]\n",
                              ["commands", "a dev environment has no commands"]),
     "type-gateway": (b"type: gateway\nregion: us-east-1\n",
-                     ["gateway", "not supported by gpufleet"]),
+                     ["backend", "a gateway needs backend"]),
     "two-documents": (b"type: task\ncommands: [x]\n---\ntype: task\ncommands: [y]\n",
                       ["more than one YAML document"]),
     "document-separator-then-empty": (b"type: task\ncommands: [x]\n---\n",

@@ -94,7 +94,7 @@ def test_not_text_at_all():
 # Kinds gpufleet does not run
 
 
-@pytest.mark.parametrize("kind", ["gateway", "preset"])
+@pytest.mark.parametrize("kind", ["preset"])
 def test_unsupported_kinds_say_so_rather_than_a_schema_error(kind):
     exc = refuse(("type: %s\nname: my-thing\ncommands: [x]\n" % kind).encode())
     assert wheres(exc) == ["type"]
@@ -384,7 +384,7 @@ def test_expect_match():
 
 
 def test_expect_does_not_hide_an_unsupported_kind():
-    exc = refuse(b"type: gateway\nregion: us-east-1\n", expect="task")
+    exc = refuse(b"type: preset\nname: p\n", expect="task")
     assert "not supported by gpufleet" in message_of(exc)
 
 

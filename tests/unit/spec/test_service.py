@@ -469,10 +469,8 @@ def test_bad_replica_groups(data, path, fragment):
 
 
 @pytest.mark.parametrize("fields, path, fragment", [
-    ({"gateway": True}, "gateway", "gateways are not supported yet: omit `gateway` or set it to "
-                                   "false; the service is published by the in-fleet proxy"),
-    ({"gateway": "team-a/gw"}, "gateway", "gateways are not supported yet"),
-    ({"https": True}, "https", "the in-fleet proxy serves plain HTTP"),
+    ({"https": True, "gateway": False}, "https", "the in-fleet proxy serves plain HTTP, and "
+                                                 "`gateway: false` asks for it"),
     ({"replicas": "0..4", "scaling": {"metric": "rps", "target": 1}}, "replicas",
      "scale to zero is not supported yet: the in-fleet proxy cannot hold a request until a "
      "replica starts"),
@@ -497,6 +495,7 @@ def test_groups_are_refused_naming_groups():
 
 @pytest.mark.parametrize("fields", [
     {"gateway": False}, {"https": False}, {"https": "auto"}, {"replicas": 3}, {"auth": False},
+    {"gateway": True}, {"gateway": "team-a/gw"}, {"https": True}, {"https": True, "gateway": "gw"},
     {"model": "m"}, {"strip_prefix": False}, {"rate_limits": [{"rps": 1}]},
     {"probes": [{"type": "http", "url": "/health"}]},
     {"replicas": "1..4", "scaling": {"metric": "rps", "target": 10, "window": "30s"}},
@@ -507,13 +506,13 @@ def test_everything_else_is_accepted(fields):
 
 def test_the_run_refusals_of_a_task_apply_to_a_service_too():
     config = parse(schedule={"cron": "0 * * * *"}, backends=["kubernetes"], gateway=True)
-    assert set(refused(config)) == {"gateway", "schedule", "backends"}
+    assert set(refused(config)) == {"schedule", "backends"}
     assert [n.where for n in support.notes(parse(dstack=True))] == ["dstack"]
 
 
 def test_validate_file_reports_the_refusal_as_unsupported(tmp_path):
     path = tmp_path / "svc.dstack.yml"
-    path.write_text("type: service\nport: 8000\nimage: nginx\nhttps: true\n")
+    path.write_text("type: service\nport: 8000\nimage: nginx\nhttps: true\ngateway: false\n")
     result = spec.validate_file(str(path))
     assert result["ok"] and not result["runnable"]
     assert [u["path"] for u in result["unsupported"]] == ["https"]

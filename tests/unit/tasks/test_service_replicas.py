@@ -243,7 +243,7 @@ def test_ps_reads_the_service_and_its_replicas_from_the_labels():
     assert record["service"] == {
         "url": "http://192.0.2.10:3000/proxy/services/main/svc/", "model_url": None,
         "proxy_host": "demo-0", "proxy_address": "192.0.2.10", "port": 8000, "model": None,
-        "replicas": 2, "respawn": False}
+        "replicas": 2, "respawn": False, "gateway": None, "https": False}
     assert [(j["replica"], j["container"], j["published"]) for j in record["jobs"]] == [
         (0, "svc-0-0", {"8000/tcp": 49153}), (1, "svc-0-1", {"8000/tcp": 49154})]
     # a replica whose command ended: the service failed, not done

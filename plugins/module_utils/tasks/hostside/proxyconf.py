@@ -36,6 +36,13 @@ _PROXY_ADDRESS = re.compile(r"^[A-Za-z0-9.:-]{1,253}$")
 _PROXY_DIGEST = re.compile(r"^[0-9a-f]{64}$")
 _PROXY_METHODS = ("get", "post", "put", "delete", "patch", "head", "options")
 _PROXY_IDEMPOTENT = "GET HEAD OPTIONS TRACE PUT DELETE"
+_PROXY_DOMAIN = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
+# A gateway's certificates (HAProxy loads every file of the folder; SNI picks one, the first
+# file by name when none matches): the role puts the gateway's own there, proxyside a service's
+# from ACME (gpufleet.cluster.gateway).
+PROXY_CERTS = "/etc/haproxy/gpufleet-certs"
+# Where an ACME client answers the HTTP-01 challenges a gateway forwards to it.
+PROXY_ACME = "127.0.0.1:8402"
 
 
 def proxy_word(text, percent=False):
@@ -175,18 +182,68 @@ def _proxy_json(status, detail):
             % (status, proxy_word(json.dumps({"detail": detail}))))
 
 
+def proxy_listen_domain(listen):
+    # type: (dict) -> str | None
+    """A gateway's domain (its services at ``RUN.DOMAIN``), None for the in-fleet proxy."""
+    domain = listen.get("domain")
+    return None if not domain else _proxy_need(_PROXY_DOMAIN, domain, "the gateway's domain")
+
+
+def proxy_token_fleet(route, listen):
+    # type: (dict, dict) -> str
+    """Whose members' tokens open a route: its fleet's on the in-fleet proxy, the gateway's
+    own members' on a gateway (the services of several fleets share it)."""
+    return listen.get("gateway") or route["fleet"]
+
+
+def _proxy_gateway(routes, listen):
+    """A gateway's requests by host: ``RUN.DOMAIN`` is the service, its whole path under the
+    service's prefix; ``gateway.DOMAIN`` the models' endpoint (dstack's gateway); any other host
+    gets 404. The path rules that follow then serve them as the in-fleet proxy's paths.
+    HTTPS (``https_port``, a certificate): a service that asks for it is redirected there."""
+    domain = proxy_listen_domain(listen)
+    https = bool(listen.get("https_port"))
+    lines = ["    acl gf_acme path_beg /.well-known/acme-challenge/",
+             "    http-request set-var(txn.gf_host) req.hdr(host),field(1,:),lower"]
+    hosts = [(route["run"] + "." + domain, proxy_service_prefix(route["run"])[:-1],
+              https and route.get("https", True)) for route in routes]
+    if any(route.get("model") for route in routes):
+        hosts.append(("gateway." + domain, proxy_model_prefix()[:-1], https))
+    for host, prefix, secure in hosts:
+        mine = "{ var(txn.gf_host) -m str %s }" % host
+        if secure:
+            lines.append("    http-request redirect scheme https code 301 if !{ ssl_fc } "
+                         "!gf_acme %s" % mine)
+        lines += ["    http-request set-var(txn.gf_known) bool(1) if %s" % mine,
+                  "    http-request set-path %s%%[path] if !gf_acme %s" % (prefix, mine)]
+    lines.append("    http-request return %s if !gf_acme !{ var(txn.gf_known) -m found }"
+                 % _proxy_json(404, "Not Found"))
+    return lines
+
+
+def _proxy_binds(listen):
+    address = listen.get("address")
+    lines = ["    bind %s" % proxy_address(address, listen.get("port"))]
+    if listen.get("https_port") and proxy_listen_domain(listen):
+        lines.append("    bind %s ssl crt %s alpn h2,http/1.1"
+                     % (proxy_address(address, listen["https_port"]), PROXY_CERTS))
+    return lines
+
+
 def _proxy_frontend(routes, listen, conf):
-    lines = ["frontend gpufleet_services",
-             "    bind %s" % proxy_address(listen.get("address"), listen.get("port")),
-             "    mode http",
-             "    option forwardfor",
-             "    acl gf_bearer req.fhdr(authorization) -m reg -i '^bearer [^ ]+$'",
-             "    acl gf_models path_beg %s" % proxy_model_prefix(),
-             "    acl gf_models_v1 path_beg %sv1/" % proxy_model_prefix(),
-             "    acl gf_models_list path %smodels %sv1/models"
-             % (proxy_model_prefix(), proxy_model_prefix()),
-             "    http-request set-var(txn.gf_token) "
-             "req.fhdr(authorization),bytes(7),sha2(256),hex,lower if gf_bearer"]
+    domain = proxy_listen_domain(listen)
+    lines = ["frontend gpufleet_services"] + _proxy_binds(listen)
+    lines += ["    mode http",
+              "    option forwardfor",
+              "    acl gf_bearer req.fhdr(authorization) -m reg -i '^bearer [^ ]+$'",
+              "    acl gf_models path_beg %s" % proxy_model_prefix(),
+              "    acl gf_models_v1 path_beg %sv1/" % proxy_model_prefix(),
+              "    acl gf_models_list path %smodels %sv1/models"
+              % (proxy_model_prefix(), proxy_model_prefix()),
+              "    http-request set-var(txn.gf_token) "
+              "req.fhdr(authorization),bytes(7),sha2(256),hex,lower if gf_bearer"]
+    if domain:
+        lines += _proxy_gateway(routes, listen)
     model_routes = [route for route in routes if route.get("model")]
     # Which service a request is for: its path, or its body's model.
     for route in routes:
@@ -197,7 +254,8 @@ def _proxy_frontend(routes, listen, conf):
                      % (route["run"], prefix))
         lines.append("    acl gf_is_%s var(txn.gf_run) -m str %s" % (route["run"], route["run"]))
     if model_routes:
-        guarded = sorted(set(route["fleet"] for route in model_routes if route.get("auth", True)))
+        guarded = sorted(set(proxy_token_fleet(route, listen) for route in model_routes
+                             if route.get("auth", True)))
         if guarded:
             # An ACL named twice matches when either does: a token of any of these fleets.
             lines.append("    http-request return %s hdr www-authenticate Bearer if "
@@ -218,8 +276,8 @@ def _proxy_frontend(routes, listen, conf):
                          "{ var(txn.gf_model) -m str %s }" % (route["run"], digest))
         lines.append("    http-request return %s if gf_models !{ var(txn.gf_run) -m found }"
                      % _proxy_json(404, "Model not found"))
-    lines.append("    http-request return %s if !{ var(txn.gf_run) -m found }"
-                 % _proxy_json(404, "Not Found"))
+    lines.append("    http-request return %s if !{ var(txn.gf_run) -m found }%s"
+                 % (_proxy_json(404, "Not Found"), " !gf_acme" if domain else ""))
     # Auth: a bearer token whose digest a member of the service's fleet published.
     for route in routes:
         if route.get("auth", True):
@@ -228,7 +286,7 @@ def _proxy_frontend(routes, listen, conf):
                       "!gf_bearer" % (_proxy_json(401, "Not authenticated"), run),
                       "    http-request return %s if gf_is_%s !{ var(txn.gf_token) -m str -f "
                       "%s }" % (_proxy_json(403, "Unauthenticated or unauthorized"), run,
-                                conf("tokens-%s.lst" % route["fleet"])),
+                                conf("tokens-%s.lst" % proxy_token_fleet(route, listen))),
                       "    http-request del-header authorization if gf_is_%s" % run]
     # The path the replica sees: the service's prefix taken off, a model's own prefix put on.
     lines.append("    http-request set-var(txn.gf_path) path,regsub(^/proxy/services/%s/[^/]+,) "
@@ -261,9 +319,11 @@ def _proxy_frontend(routes, listen, conf):
                       % (_proxy_json(429, "Too Many Requests"), mine, count),
                       "    http-request sc-inc-gpc(0,0) if %s" % mine]
     for route in routes:
-        if route.get("strip_prefix", True) or route.get("model"):
+        # On a gateway the whole host is the service's: its prefix is always taken off.
+        strip = route.get("strip_prefix", True) or bool(domain)
+        if strip or route.get("model"):
             condition = "gf_is_%s" % route["run"]
-            if not route.get("strip_prefix", True):
+            if not strip:
                 condition += " gf_models"
             lines.append("    http-request set-path %%[var(txn.gf_path)] if %s" % condition)
     # Requests that passed the checks above are counted, per service, over its window (what
@@ -271,6 +331,8 @@ def _proxy_frontend(routes, listen, conf):
     for route in routes:
         lines.append("    http-request track-sc1 var(txn.gf_run) table gf_rate_%d if gf_is_%s"
                      % (proxy_rate_window(route), route["run"]))
+    if domain:
+        lines.append("    use_backend gf_acme if gf_acme")
     for route in routes:
         lines.append("    use_backend gf_service_%s if gf_is_%s" % (route["run"], route["run"]))
     return lines, tables
@@ -330,16 +392,16 @@ def proxy_render(routes, listen, digests, conf, state):
     """The files of PROXY_CONF for ``routes`` (route records, any order) published on
     ``listen`` (``{"address", "port"}``), the members of fleet F having the token digests
     ``digests[F]``: ``{file name: text}``. With no route, ``services.cfg`` holds no proxy at
-    all (nothing listens). ``conf(name)`` is where a file of these will be, ``state(backend)``
+    all (nothing listens), except on a gateway, which answers 404. ``conf(name)`` is where a file of these will be, ``state(backend)``
     where a backend's server states are (proxy_server_states)."""
     routes = sorted(routes, key=lambda route: route.get("run") or "")
     proxy_routes_check(routes)
     head = ["# Written by gpufleet (tasks/hostside/proxyside.py) from the service routes it",
             "# keeps: every change replaces this file.", ""]
     files = {"services.cfg": "\n".join(head) + "\n"}
-    if not routes:
+    if not routes and not proxy_listen_domain(listen):   # a gateway answers 404 then
         return files
-    fleets = sorted(set(route["fleet"] for route in routes))
+    fleets = sorted(set(proxy_token_fleet(route, listen) for route in routes))
     for fleet in fleets:
         kept = sorted(set(d for d in digests.get(fleet) or [] if _PROXY_DIGEST.match(d or "")))
         files["tokens-%s.lst" % fleet] = "".join(digest + "\n" for digest in kept)
@@ -357,6 +419,11 @@ def proxy_render(routes, listen, digests, conf, state):
                   "    stick-table type %s size 100k expire %ds store gpc_rate(1,%d)"
                   % ("string len 128" if header else "ipv6", max(60, 2 * window // 1000 + 1),
                      window), ""]
+    if proxy_listen_domain(listen):
+        # An ACME client on the gateway answers HTTP-01 challenges while it obtains a
+        # service's certificate (nothing listens there otherwise: 503).
+        lines += ["backend gf_acme", "    mode http",
+                  "    server acme %s" % PROXY_ACME, ""]
     for window in sorted(set(proxy_rate_window(route) for route in routes)):
         lines += ["backend gf_rate_%d" % window,
                   "    stick-table type string len 64 size 1k expire %ds store http_req_rate(%ds)"

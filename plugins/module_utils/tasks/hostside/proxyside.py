@@ -43,11 +43,13 @@ import os
 import re
 
 try:  # imported as part of the collection (tests, the controller)
+    from .acmeside import acme_missing, acme_obtain
     from .booking import _Lock
     from .memberside import _members_read
     from .nodeside import Failure
-    from .proxyconf import _PROXY_RUN, _proxy_need, proxy_address, proxy_render, proxy_routes_check
-    from .proxyconf import proxy_rate_window, proxy_server_states
+    from .proxyconf import _PROXY_FLEET, _PROXY_RUN, _proxy_need, proxy_address, proxy_render
+    from .proxyconf import proxy_listen_domain, proxy_rate_window, proxy_routes_check
+    from .proxyconf import proxy_server_states
 except ImportError:  # on a host: the sources sent before this one run first in this namespace
     pass
 
@@ -296,10 +298,15 @@ def _proxy_write_states(routes):
         _proxy_put(os.path.join(folder, name), text.encode("utf-8"), 0o600)
 
 
+# What a gateway's role records besides where it listens: its name, domain, HTTPS port,
+# certificate (self-signed, lets-encrypt or none) and whether it is the default gateway.
+PROXY_GATEWAY_KEYS = ("gateway", "domain", "https_port", "certificate", "default")
+
+
 def proxy_role_listen():
     # type: () -> dict | None
-    """``{"address", "port"}`` the role recorded in PROXY_LISTEN_FILE, None without the file;
-    Failure when it is there but unreadable."""
+    """``{"address", "port"}`` the role recorded in PROXY_LISTEN_FILE, with a gateway's
+    PROXY_GATEWAY_KEYS; None without the file; Failure when it is there but unreadable."""
     data = _proxy_read(PROXY_LISTEN_FILE)
     if data is None:
         return None
@@ -307,11 +314,18 @@ def proxy_role_listen():
         held = json.loads(data.decode("utf-8"))
         address, port = str(held["address"]), int(held["port"])
         proxy_address(address, port)
+        found = {"address": address, "port": port}
+        found.update((key, held[key]) for key in PROXY_GATEWAY_KEYS if held.get(key) is not None)
+        proxy_listen_domain(found)
+        if found.get("gateway"):
+            _proxy_need(_PROXY_FLEET, found["gateway"], "the gateway's name")
+        if found.get("https_port"):
+            proxy_address(address, int(held["https_port"]))
     except (ValueError, TypeError, KeyError, AttributeError, Failure) as exc:
         raise Failure("%s does not say where the proxy listens (%s); play the role "
                       "gpufleet.cluster.gateway on this host again"
                       % (PROXY_LISTEN_FILE, exc)) from exc
-    return {"address": address, "port": port}
+    return found
 
 
 def op_proxy_check(payload):
@@ -336,17 +350,48 @@ def op_proxy_publish(payload):
                       % PROXY_LISTEN_FILE)
     proxy_routes_check([route])
     proxy_address(listen.get("address") or "", listen.get("port") or 0)
+    listen = dict(listen, port=int(listen["port"]))
 
     def change(routes, _held):
         old = routes.get(route["run"]) or {}
+        if listen.get("gateway") and old and old.get("fleet") != route.get("fleet"):
+            # A gateway publishes the services of several fleets, each at its name's host.
+            raise Failure("a service named %s of fleet %s is published on gateway %s already: "
+                          "stop it, or give this one another name"
+                          % (route["run"], old.get("fleet"), listen["gateway"]))
         # The service's own time is when it was first published (the models list's
         # ``created``): a publish again of the same service changes no file when nothing
         # else changed, so HAProxy is not reloaded (nor its request counts started again).
         first = old.get("submitted_at") if old.get("user") == route.get("user") else None
         routes[route["run"]] = dict(route, submitted_at=first or route.get("submitted_at"))
-        return {"address": listen["address"], "port": int(listen["port"])}
+        return listen
 
-    return _proxy_apply(change)
+    answer = _proxy_apply(change)
+    problems = proxy_certificates(listen, route)
+    if problems:
+        answer["certificate_error"] = "; ".join(problems)
+    return answer
+
+
+def proxy_certificates(listen, route, obtain=None):
+    # type: (...) -> list
+    """On a lets-encrypt gateway, the certificates ``route`` lacks, obtained (acmeside) once
+    its route is up (the ACME server asks for the challenge through it), and HAProxy reloaded
+    to take them; one at a time on the host. Returns what went wrong, said, not raised: the
+    service is published, served with the gateway's own certificate until the next publish
+    obtains its own."""
+    problems = []
+    got = False
+    with _Lock(proxy_path("acme"), private=True):
+        for name in acme_missing(listen, route):
+            why = (obtain or acme_obtain)(listen, name)
+            problems += [why] if why else []
+            got = got or not why
+    if got:
+        problem = proxy_reload()
+        if problem is not None:
+            problems.append("HAProxy did not take the new certificate: %s" % problem)
+    return problems
 
 
 def op_proxy_replicas(payload):

@@ -193,13 +193,14 @@ def test_a_service_is_read_and_what_apply_refuses_of_it_is_unsupported(tmp_path)
         port: 8000
         image: nginx
         model: my-model
-        gateway: my-gateway
+        https: true
+        gateway: false
         """)
     code, result = run_module({"path": path, "type": "service"})
     assert code == 0
     assert (result["type"], result["config"]["port"]) == ("service", 8000)
     assert result["config"]["model"]["prefix"] == "/v1"
-    assert [p["path"] for p in result["unsupported"]] == ["gateway"]
+    assert [p["path"] for p in result["unsupported"]] == ["https"]
 
 
 def test_unsupported_holds_what_apply_refuses_as_gpufleet_validate_says_it(tmp_path):

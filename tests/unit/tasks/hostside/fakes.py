@@ -3,11 +3,15 @@
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the tests of the in-fleet proxy's host side share: a base HAProxy configuration, the
 HAProxy binary (a missing one fails the test that asks, it never skips it), routes, probes and
-models as the controller sends them."""
+models as the controller sends them; replicas (small Python HTTP servers) and a free port."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import shutil
+import socket
+import threading
 
 BASE = """global
     stats socket {root}/admin.sock mode 600 level admin
@@ -49,3 +53,42 @@ def probe(**changes):
 
 def model(name="llama", prefix="/v1"):
     return {"type": "chat", "name": name, "format": "openai", "prefix": prefix}
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Replica(http.server.BaseHTTPRequestHandler):
+    """Answers what it saw: its name, the path, the Authorization header, the body."""
+    name = "?"
+    healthy = True
+
+    def answer(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.startswith("/health") and not self.healthy:
+            self.send_response(503)
+            self.end_headers()
+            return
+        data = json.dumps({"replica": self.name, "path": self.path,
+                           "authorization": self.headers.get("Authorization"),
+                           "body": body.decode()}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = answer
+
+    def log_message(self, *args):
+        pass
+
+
+def replica(name, healthy=True):
+    handler = type("Replica_" + name, (Replica,), {"name": name, "healthy": healthy})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server

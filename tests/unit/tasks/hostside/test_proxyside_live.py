@@ -18,12 +18,10 @@ binary fails these tests, it never skips them. They take about 5 s together.
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
 import os
 import socket
 import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -35,48 +33,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
     proxyside,
 )
 
-from .fakes import BASE, haproxy, probe, route
+from .fakes import BASE, free_port, haproxy, probe, replica, route
 
 TOKEN = "live-token"
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Replica(http.server.BaseHTTPRequestHandler):
-    """Answers what it saw: its name, the path, the Authorization header, the body."""
-    name = "?"
-    healthy = True
-
-    def answer(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.path.startswith("/health") and not self.healthy:
-            self.send_response(503)
-            self.end_headers()
-            return
-        data = json.dumps({"replica": self.name, "path": self.path,
-                           "authorization": self.headers.get("Authorization"),
-                           "body": body.decode()}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_POST = answer
-
-    def log_message(self, *args):
-        pass
-
-
-def replica(name, healthy=True):
-    handler = type("Replica_" + name, (Replica,), {"name": name, "healthy": healthy})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
 
 
 def ask(url, token=None, data=None):
