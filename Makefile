@@ -73,8 +73,8 @@ unit: venv test-tools
 unit-all: venv test-tools
 	$(BIN)/python -m pytest -q tests/unit
 
-# What the unit tier runs for real besides Python: HAProxy (installed from Debian's packages
-# when missing).
+# What the tests run for real besides Python: HAProxy, openssl and Pebble (installed from
+# Debian's packages when missing).
 test-tools:
 	scripts/ensure-test-tools.sh
 
@@ -87,7 +87,7 @@ engine:
 # once, the longest files first: tests/integration/conftest.py). Each worker makes its own
 # shared task fleet. INTEGRATION_JOBS=1 runs them one after another.
 INTEGRATION_JOBS ?= 2
-integration: venv engine
+integration: venv engine test-tools
 	$(BIN)/python -m pytest -q -n $(INTEGRATION_JOBS) --dist loadfile --no-loadscope-reorder \
 		--durations=15 tests/integration
 

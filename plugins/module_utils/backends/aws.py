@@ -236,15 +236,33 @@ class Aws(CloudBackend):
                        TagSpecifications=self._tags(fleet, config_tags, "key-pair"))
         return name
 
-    def ensure_security_group(self, region, vpc_id, fleet, config_tags=None):
-        """The fleet's security group in the VPC: SSH from anywhere, everything between the
-        fleet's instances (docs/reference/dstack-runtime.md#aws-instances)."""
-        name = layout.resource_name(fleet)
+    def _find_group(self, region, vpc_id, name):
         found = self._call(region, "finding the security group", "describe_security_groups",
                            Filters=[{"Name": "group-name", "Values": [name]},
                                     {"Name": "vpc-id", "Values": [vpc_id]}])["SecurityGroups"]
-        if found:
-            return found[0]["GroupId"]
+        return found[0]["GroupId"] if found else None
+
+    def ensure_gateways_group(self, region, vpc_id):
+        """The VPC's security group of gateways' hosts (layout.GATEWAYS_GROUP), with no rule of
+        its own: the fleets' groups let it in. Shared by every fleet of the VPC, it stays when
+        a fleet goes."""
+        name = layout.GATEWAYS_GROUP
+        return self._find_group(region, vpc_id, name) or self._call(
+            region, "creating the security group %s" % name, "create_security_group",
+            GroupName=name, VpcId=vpc_id,
+            Description="gpufleet gateways: the fleets' groups let it reach their replicas",
+            TagSpecifications=[{"ResourceType": "security-group", "Tags": [
+                {"Key": "gpufleet:shared", "Value": "gateways"}]}])["GroupId"]
+
+    def ensure_security_group(self, region, vpc_id, fleet, config_tags=None, gateway=False):
+        """The fleet's security group in the VPC: SSH from anywhere, everything between the
+        fleet's instances (docs/reference/dstack-runtime.md#aws-instances), TCP from the VPC's
+        gateways; a gateway's host also HTTP and HTTPS from anywhere."""
+        name = layout.resource_name(fleet)
+        group_id = self._find_group(region, vpc_id, name)
+        if group_id:
+            return group_id
+        gateways = self.ensure_gateways_group(region, vpc_id)
         group_id = self._call(
             region, "creating the security group %s" % name, "create_security_group",
             GroupName=name, VpcId=vpc_id,
@@ -252,7 +270,7 @@ class Aws(CloudBackend):
             TagSpecifications=self._tags(fleet, config_tags, "security-group"))["GroupId"]
         self._call(region, "opening the security group %s" % name,
                    "authorize_security_group_ingress", GroupId=group_id,
-                   IpPermissions=layout.security_group_rules(group_id))
+                   IpPermissions=layout.security_group_rules(group_id, gateways, gateway))
         return group_id
 
     def ensure_placement_group(self, region, fleet, config_tags=None):
@@ -290,9 +308,12 @@ class Aws(CloudBackend):
         if subnet_id is None:
             raise CapacityError("NoSubnetInZone")
         tags = config.get("tags")
-        group_id = self.ensure_security_group(region, vpc_id, fleet, tags)
+        gateway = bool(config.get("gateway"))
+        group_ids = [self.ensure_security_group(region, vpc_id, fleet, tags, gateway)]
+        if gateway:   # its host is in the group the fleets let in
+            group_ids.append(self.ensure_gateways_group(region, vpc_id))
         public_ips = bool(self.settings["public_ips"])
-        interfaces = layout.network_interfaces(info, subnet_id, [group_id], public_ips)
+        interfaces = layout.network_interfaces(info, subnet_id, group_ids, public_ips)
         placement_group = None
         if layout.uses_placement_group(config, offer["instance_type"]):
             placement_group = self.ensure_placement_group(region, fleet, tags)
@@ -302,7 +323,7 @@ class Aws(CloudBackend):
             "fleet": fleet, "nums": nums, "offer": offer, "zone": zone,
             "image_id": self.image_id(region, info),
             "key_name": self.ensure_key_pair(region, fleet, public_key, tags),
-            "subnet_id": subnet_id, "group_ids": [group_id], "public_ips": public_ips,
+            "subnet_id": subnet_id, "group_ids": group_ids, "public_ips": public_ips,
             "interfaces": interfaces, "placement_group": placement_group, "disk_gb": disk_gb,
             "tags": user_tags, "placement": config.get("placement") or "any",
             "blocks": config.get("blocks") or 1, "min_count": None if all_at_once else 1,

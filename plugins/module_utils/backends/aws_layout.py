@@ -105,10 +105,18 @@ def resource_name(fleet: str, what: str | None = None) -> str:
     return "gpufleet-%s" % fleet + ("-%s" % what if what else "")
 
 
-def security_group_rules(group_id: str) -> list[dict[str, Any]]:
-    """Ingress of a fleet's security group: SSH from anywhere, and all traffic from the group
-    itself, which EFA and NCCL between the fleet's instances need."""
-    return [
+# The security group every gateway's host of a VPC is in, besides its own fleet's: each fleet's
+# group lets it in over TCP, so that a gateway reaches the replicas of the services it publishes.
+# (A fleet's group is gpufleet-NAME, NAME starting with a letter: this name is none of them.)
+GATEWAYS_GROUP = "gpufleet--gateways"
+
+
+def security_group_rules(group_id: str, gateways_group: str | None = None,
+                         gateway: bool = False) -> list[dict[str, Any]]:
+    """Ingress of a fleet's security group: SSH from anywhere, all traffic from the group
+    itself, which EFA and NCCL between the fleet's instances need, and TCP from the VPC's
+    gateways (``gateways_group``); a gateway's host also takes HTTP and HTTPS from anywhere."""
+    rules: list[dict[str, Any]] = [
         {"IpProtocol": "tcp", "FromPort": 22, "ToPort": 22,
          "IpRanges": [{"CidrIp": "0.0.0.0/0", "Description": "SSH"}],
          "Ipv6Ranges": [{"CidrIpv6": "::/0", "Description": "SSH"}]},
@@ -116,6 +124,15 @@ def security_group_rules(group_id: str) -> list[dict[str, Any]]:
          "UserIdGroupPairs": [{"GroupId": group_id,
                                "Description": "all traffic between the fleet's instances"}]},
     ]
+    if gateways_group:
+        rules.append({"IpProtocol": "tcp", "FromPort": 0, "ToPort": 65535,
+                      "UserIdGroupPairs": [{"GroupId": gateways_group,
+                                            "Description": "gateways to the services' replicas"}]})
+    for port in ((80, 443) if gateway else ()):
+        rules.append({"IpProtocol": "tcp", "FromPort": port, "ToPort": port,
+                      "IpRanges": [{"CidrIp": "0.0.0.0/0", "Description": "gateway services"}],
+                      "Ipv6Ranges": [{"CidrIpv6": "::/0", "Description": "gateway services"}]})
+    return rules
 
 
 def efa_interfaces(type_info: dict[str, Any]) -> int:

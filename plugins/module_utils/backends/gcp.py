@@ -285,11 +285,11 @@ class Gcp(CloudBackend):
 
     # -- what a fleet creates before its instances ---------------------------------------------
 
-    def ensure_firewall(self, fleet, networks):
+    def ensure_firewall(self, fleet, networks, gateway=False):
         existing = self._request("GET", "/global/firewalls", "listing firewall rules",
                                  params={"filter": 'name = "%s*"' % layout.resource_name(fleet)})
         have = set(f["name"] for f in existing.get("items") or [])
-        for rule in layout.firewall_bodies(self.project, fleet, networks):
+        for rule in layout.firewall_bodies(self.project, fleet, networks, gateway):
             if rule["name"] not in have:
                 self._call("POST", "/global/firewalls", "creating the firewall rule %s"
                            % rule["name"], body=rule)
@@ -326,7 +326,8 @@ class Gcp(CloudBackend):
                                                    extras, roce, bool(self.settings["public_ips"]))
         except layout.LayoutError as exc:
             raise GcpError(str(exc)) from exc
-        self.ensure_firewall(fleet, [main["network"]] + [e["network"] for e in extras])
+        self.ensure_firewall(fleet, [main["network"]] + [e["network"] for e in extras],
+                             bool(config.get("gateway")))
         policy = None
         if config.get("placement") == "cluster" and not config.get("reservation"):
             policy = self.ensure_resource_policy(region, fleet)
@@ -342,6 +343,7 @@ class Gcp(CloudBackend):
             "reservation": config.get("reservation"),
             "service_account": self.settings["service_account"],
             "made_for": config.get("made_for"), "creator": config.get("creator"),
+            "gateway": bool(config.get("gateway")),
         })
         body = layout.bulk_insert_body(names, properties, all_at_once)
         operation = self._request(

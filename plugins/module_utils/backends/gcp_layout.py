@@ -100,6 +100,11 @@ def network_tag(fleet: str) -> str:
     return "gpufleet-" + fleet
 
 
+# The network tag of every gateway's host, which each fleet's firewall lets in over TCP (a
+# fleet's tag is gpufleet-NAME, NAME starting with a letter: this tag is none of them).
+GATEWAY_TAG = "gpufleet--gateway"
+
+
 def resource_name(fleet: str, what: str | None = None) -> str:
     return "gpufleet-%s" % fleet + ("-%s" % what if what else "")
 
@@ -173,7 +178,8 @@ def instance_properties(launch):
         "labels": dict(fleet_labels(launch["fleet"], launch.get("tags"), launch.get("placement")),
                        **({LABEL_CREATOR: label_value(launch["creator"])}
                           if launch.get("creator") else {})),
-        "tags": {"items": [network_tag(launch["fleet"])]},
+        "tags": {"items": [network_tag(launch["fleet"])]
+                 + ([GATEWAY_TAG] if launch.get("gateway") else [])},
         "metadata": {"items": [
             {"key": "ssh-keys", "value": "%s:%s" % (launch.get("ssh_user") or SSH_USER,
                                                     launch["public_key"])},
@@ -252,10 +258,13 @@ def resource_policy_body(fleet: str) -> dict[str, Any]:
     }
 
 
-def firewall_bodies(project: str, fleet: str, networks: Iterable[str]) -> list[dict[str, Any]]:
+def firewall_bodies(project: str, fleet: str, networks: Iterable[str],
+                    gateway: bool = False) -> list[dict[str, Any]]:
     """SSH from anywhere and all traffic among the fleet's instances, on each network the
-    instances use (the main VPC and the extra ones)."""
+    instances use (the main VPC and the extra ones); on the main one, TCP from the gateways'
+    hosts (GATEWAY_TAG), and HTTP and HTTPS from anywhere to a gateway's host."""
     tag = network_tag(fleet)
+    networks = list(networks)
     rules = []
     for index, network in enumerate(networks):
         suffix = "" if index == 0 else "-%d" % index
@@ -274,6 +283,23 @@ def firewall_bodies(project: str, fleet: str, networks: Iterable[str]) -> list[d
             "allowed": [{"IPProtocol": "all"}],
             "sourceTags": [tag], "targetTags": [tag],
             "description": "gpufleet fleet %s: all traffic between its instances" % fleet,
+        })
+    main = _network_url(project, networks[0]) if networks else None
+    if main:
+        rules.append({
+            "name": resource_name(fleet, "gateways"), "network": main,
+            "direction": "INGRESS", "priority": 1000,
+            "allowed": [{"IPProtocol": "tcp"}],
+            "sourceTags": [GATEWAY_TAG], "targetTags": [tag],
+            "description": "gpufleet fleet %s: gateways to the services' replicas" % fleet,
+        })
+    if main and gateway:
+        rules.append({
+            "name": resource_name(fleet, "web"), "network": main,
+            "direction": "INGRESS", "priority": 1000,
+            "allowed": [{"IPProtocol": "tcp", "ports": ["80", "443"]}],
+            "sourceRanges": ["0.0.0.0/0"], "targetTags": [tag],
+            "description": "gpufleet gateway %s: its services" % fleet,
         })
     return rules
 

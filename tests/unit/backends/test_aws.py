@@ -83,8 +83,8 @@ def test_a_cluster_launch_creates_its_resources_once_and_one_run_instances(aws, 
     placed = aws.launch_group("alpha", [0, 1, 2], [offer("g5.xlarge", price=1.006)],
                               config(), public_key, 200, all_at_once=True)
     assert [c["action"] for c in double.mutating()] == [
-        "CreateSecurityGroup", "AuthorizeSecurityGroupIngress", "CreatePlacementGroup",
-        "ImportKeyPair", "RunInstances"]
+        "CreateSecurityGroup", "CreateSecurityGroup", "AuthorizeSecurityGroupIngress",
+        "CreatePlacementGroup", "ImportKeyPair", "RunInstances"]
     run = double.calls("RunInstances")[0]
     group_id = double.calls("AuthorizeSecurityGroupIngress")[0]["params"]["GroupId"]
     subnet = run["params"]["NetworkInterface.1.SubnetId"]
@@ -99,14 +99,20 @@ def test_a_cluster_launch_creates_its_resources_once_and_one_run_instances(aws, 
     assert [(r["name"], r["num"], r["instance_type"], r["price"]) for r in records] == [
         ("alpha-0", 0, "g5.xlarge", 1.006), ("alpha-1", 1, "g5.xlarge", 1.006),
         ("alpha-2", 2, "g5.xlarge", 1.006)]
-    # Ingress: SSH from anywhere, everything from the group itself.
+    # The VPC's gateways' group first (no rule of its own), then the fleet's.
+    gateways = sent(double.calls("CreateSecurityGroup")[0])
+    assert gateways["GroupName"] == L.GATEWAYS_GROUP
+    gateways_id = aws._find_group("us-east-1", gateways["VpcId"], L.GATEWAYS_GROUP)
+    # Ingress: SSH from anywhere, everything from the group itself, TCP from the gateways.
     ingress = sent(double.calls("AuthorizeSecurityGroupIngress")[0])
     assert ingress == on_the_wire("AuthorizeSecurityGroupIngress", {
-        "GroupId": group_id, "IpPermissions": L.security_group_rules(group_id)})
+        "GroupId": group_id, "IpPermissions": L.security_group_rules(group_id, gateways_id)})
+    assert L.security_group_rules(group_id, gateways_id)[2]["UserIdGroupPairs"] == [
+        {"GroupId": gateways_id, "Description": "gateways to the services' replicas"}]
     # The fleet's other resources, parameter for parameter, all tagged with the fleet.
     tags = L.fleet_tags("alpha", {"team": "ml"})
-    vpc = sent(double.calls("CreateSecurityGroup")[0])["VpcId"]
-    assert sent(double.calls("CreateSecurityGroup")[0]) == on_the_wire("CreateSecurityGroup", {
+    vpc = sent(double.calls("CreateSecurityGroup")[1])["VpcId"]
+    assert sent(double.calls("CreateSecurityGroup")[1]) == on_the_wire("CreateSecurityGroup", {
         "GroupName": "gpufleet-alpha", "VpcId": vpc,
         "Description": "gpufleet fleet alpha: SSH in, all traffic between its instances",
         "TagSpecifications": L.tag_specifications(tags, ("security-group",))})
@@ -125,6 +131,26 @@ def test_a_cluster_launch_creates_its_resources_once_and_one_run_instances(aws, 
     assert [i["InstanceId"] for _r, i in again] == [i["InstanceId"] for _r, i in placed]
     assert [c["action"] for c in double.mutating()] == ["RunInstances"]
     assert len(aws.fleet_instances("alpha", [REGION])) == 3
+
+
+def test_a_gateways_host_takes_http_and_https_and_joins_the_gateways_group(aws, double,
+                                                                           public_key):
+    aws.launch_group("gwy", [0], [offer("t3.small", price=0.02)],
+                     config("any", gateway={"domain": "example.com"}), public_key, 50,
+                     all_at_once=False)
+    run = double.calls("RunInstances")[-1]["params"]
+    own = double.calls("AuthorizeSecurityGroupIngress")[-1]["params"]["GroupId"]
+    vpc = sent(double.calls("CreateSecurityGroup")[-1])["VpcId"]
+    gateways_id = aws._find_group(REGION, vpc, L.GATEWAYS_GROUP)
+    groups = sorted(v for k, v in run.items() if "SecurityGroupId" in k or ".Groups." in k
+                    or k.startswith("SecurityGroupId"))
+    assert groups == sorted([own, gateways_id])
+    rules = L.security_group_rules(own, gateways_id, gateway=True)
+    assert sent(double.calls("AuthorizeSecurityGroupIngress")[-1]) == on_the_wire(
+        "AuthorizeSecurityGroupIngress", {"GroupId": own, "IpPermissions": rules})
+    assert [(r.get("FromPort"), r.get("IpRanges")) for r in rules[3:]] == [
+        (port, [{"CidrIp": "0.0.0.0/0", "Description": "gateway services"}])
+        for port in (80, 443)]
 
 
 @pytest.mark.parametrize("count", [1, 8])

@@ -98,8 +98,9 @@ def test_a3_mega_cluster_is_one_bulk_insert_with_tcpxo_nics_and_a_compact_policy
     assert properties["serviceAccounts"][0]["email"] == "vm@test-project.iam"
     policy = gce.calls("POST", r"/resourcePolicies$")[0]["body"]
     assert policy == G.resource_policy_body("train")
-    # Firewall rules on the main VPC and each extra one: SSH and intra-fleet traffic.
-    assert len(gce.calls("POST", r"/global/firewalls$")) == 18
+    # Firewall rules on the main VPC and each extra one: SSH and intra-fleet traffic; on the
+    # main one, TCP from the gateways' hosts too.
+    assert len(gce.calls("POST", r"/global/firewalls$")) == 19
     # The same apply again changes nothing and creates nothing.
     gce.clear()
     again, plan, changed = apply(gcp_cloud, fleet(tags={"Team": "ML"}))
@@ -110,7 +111,7 @@ def test_a3_mega_cluster_is_one_bulk_insert_with_tcpxo_nics_and_a_compact_policy
                                     client=gcp_cloud["client"],
                                     catalog_dir=gcp_cloud["catalog_dir"])
     assert changed and removed["instances"] == ["train-0", "train-1"]
-    assert removed["resource_policies"] == ["gpufleet-train"] and len(removed["firewalls"]) == 18
+    assert removed["resource_policies"] == ["gpufleet-train"] and len(removed["firewalls"]) == 19
     assert gce.instances == {} and gce.policies == {} and gce.firewalls == {}
 
 

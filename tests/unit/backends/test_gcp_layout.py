@@ -89,6 +89,12 @@ def test_instance_properties_of_an_on_demand_gpu_launch():
     assert "guestAccelerators" not in properties
 
 
+def test_a_gateways_host_carries_the_gateways_network_tag():
+    assert G.instance_properties(launch(gateway=True))["tags"]["items"] == [
+        G.network_tag("train"), G.GATEWAY_TAG]
+    assert G.instance_properties(launch())["tags"]["items"] == [G.network_tag("train")]
+
+
 def test_spot_reservations_service_accounts_and_attached_gpus():
     spot = G.instance_properties(launch(offer=offer(spot=True, price=25.0)))
     assert spot["scheduling"] == {"onHostMaintenance": "TERMINATE", "automaticRestart": False,
@@ -128,8 +134,18 @@ def test_placement_policy_firewall_and_numbers():
         "availabilityDomainCount": 1, "collocation": "COLLOCATED"}
     rules = G.firewall_bodies("proj", "train", ["default", "gpu-0"])
     assert [r["name"] for r in rules] == ["gpufleet-train-ssh", "gpufleet-train-internal",
-                                          "gpufleet-train-ssh-1", "gpufleet-train-internal-1"]
+                                          "gpufleet-train-ssh-1", "gpufleet-train-internal-1",
+                                          "gpufleet-train-gateways"]
     assert rules[0]["allowed"] == [{"IPProtocol": "tcp", "ports": ["22"]}]
     assert rules[1]["sourceTags"] == rules[1]["targetTags"] == ["gpufleet-train"]
+    # The gateways' hosts reach the replicas over TCP on the main network.
+    assert (rules[4]["sourceTags"], rules[4]["targetTags"], rules[4]["network"]) == (
+        [G.GATEWAY_TAG], ["gpufleet-train"], "projects/proj/global/networks/default")
+    # A gateway's host also takes HTTP and HTTPS from anywhere, and carries the gateways' tag.
+    web = G.firewall_bodies("proj", "gw", ["default"], gateway=True)[-1]
+    assert (web["name"], web["allowed"], web["sourceRanges"]) == (
+        "gpufleet-gw-web", [{"IPProtocol": "tcp", "ports": ["80", "443"]}], ["0.0.0.0/0"])
+    assert G.GATEWAY_TAG not in G.firewall_bodies("proj", "gw", ["default"])[-1].get(
+        "targetTags", [])
     assert [G.instance_num({"name": n}, "train") for n in ("train-3", "train-x", "other-1")] == \
         [3, None, None]

@@ -299,8 +299,9 @@ def _proxy_write_states(routes):
 
 
 # What a gateway's role records besides where it listens: its name, domain, HTTPS port,
-# certificate (self-signed, lets-encrypt or none) and whether it is the default gateway.
-PROXY_GATEWAY_KEYS = ("gateway", "domain", "https_port", "certificate", "default")
+# certificate (self-signed, lets-encrypt or none), whether it is the default gateway, and the
+# ACME settings of a lets-encrypt one (acmeside).
+PROXY_GATEWAY_KEYS = ("gateway", "domain", "https_port", "certificate", "default", "acme")
 
 
 def proxy_role_listen():
