@@ -407,6 +407,9 @@ def _gateway(args, path, out, err) -> int:
         out.write(f"\nPoint *.{gateway['domain']} at {gateway['hostname']}: services are "
                   f"published at {'https' if gateway.get('https_port') else 'http'}"
                   f"://<run name>.{gateway['domain']}/\n")
-    if gateway.get("ca_file"):
+    if gateway.get("ca_file") and gateway.get("certificate") == "self-signed":
         out.write(f"Its certificate is signed by its own CA: {gateway['ca_file']}\n")
+    elif gateway.get("ca_file"):
+        out.write(f"Each service gets a certificate from the ACME server when it is published "
+                  f"(until then, one signed by the gateway's own CA: {gateway['ca_file']})\n")
     return 0

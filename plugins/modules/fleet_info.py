@@ -16,7 +16,7 @@ description:
   - Without O(paths), finds every fleet the backends hold from their labels alone (for the
     C(local) backend, the labels of the node containers on this machine's Docker engine). SSH
     fleets live only in their files and are listed only through O(paths). Gateways' hosts
-    (one-node fleets made for C(type: gateway) files) are left out: M(gpufleet.cluster.gateway_info)
+    (one-node fleets made for gateway files) are left out, M(gpufleet.cluster.gateway_info)
     lists them.
   - Nothing is changed and, without O(health_max_age), no host is contacted; instance status
     is what the backend says.

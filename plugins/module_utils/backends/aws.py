@@ -236,11 +236,14 @@ class Aws(CloudBackend):
                        TagSpecifications=self._tags(fleet, config_tags, "key-pair"))
         return name
 
-    def _find_group(self, region, vpc_id, name):
+    def _group(self, region, vpc_id, name):
         found = self._call(region, "finding the security group", "describe_security_groups",
                            Filters=[{"Name": "group-name", "Values": [name]},
                                     {"Name": "vpc-id", "Values": [vpc_id]}])["SecurityGroups"]
-        return found[0]["GroupId"] if found else None
+        return found[0] if found else None
+
+    def _find_group(self, region, vpc_id, name):
+        return (self._group(region, vpc_id, name) or {}).get("GroupId")
 
     def ensure_gateways_group(self, region, vpc_id):
         """The VPC's security group of gateways' hosts (layout.GATEWAYS_GROUP), with no rule of
@@ -259,10 +262,16 @@ class Aws(CloudBackend):
         fleet's instances (docs/reference/dstack-runtime.md#aws-instances), TCP from the VPC's
         gateways; a gateway's host also HTTP and HTTPS from anywhere."""
         name = layout.resource_name(fleet)
-        group_id = self._find_group(region, vpc_id, name)
-        if group_id:
-            return group_id
         gateways = self.ensure_gateways_group(region, vpc_id)
+        found = self._group(region, vpc_id, name)
+        if found:   # made by an earlier version, or for a fleet of the name: what it lacks
+            missing = layout.missing_rules(found, layout.security_group_rules(
+                found["GroupId"], gateways, gateway))
+            if missing:
+                self._call(region, "opening the security group %s" % name,
+                           "authorize_security_group_ingress", GroupId=found["GroupId"],
+                           IpPermissions=missing)
+            return found["GroupId"]
         group_id = self._call(
             region, "creating the security group %s" % name, "create_security_group",
             GroupName=name, VpcId=vpc_id,

@@ -135,6 +135,25 @@ def security_group_rules(group_id: str, gateways_group: str | None = None,
     return rules
 
 
+def missing_rules(group: dict[str, Any], rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``rules`` a described security group (``IpPermissions``) does not have, by
+    protocol, ports and source (an address range or a group)."""
+    def sources(rule):
+        found = set()
+        for pair in rule.get("UserIdGroupPairs") or []:
+            found.add((rule.get("IpProtocol"), rule.get("FromPort"), rule.get("ToPort"),
+                       pair.get("GroupId")))
+        for block in rule.get("IpRanges") or []:
+            found.add((rule.get("IpProtocol"), rule.get("FromPort"), rule.get("ToPort"),
+                       block.get("CidrIp")))
+        return found
+
+    held = set()
+    for rule in group.get("IpPermissions") or []:
+        held |= sources(rule)
+    return [rule for rule in rules if not sources(rule) <= held]
+
+
 def efa_interfaces(type_info: dict[str, Any]) -> int:
     """How many EFA interfaces an instance type takes (0: none), from DescribeInstanceTypes."""
     network = type_info.get("NetworkInfo") or {}

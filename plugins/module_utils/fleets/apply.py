@@ -28,7 +28,9 @@ from ..spec.naming import fleet_name, instance_name
 from .plan import has_changes, lowest_unused, plan_backend
 from .records import fleet_record, ssh_instances
 from .status import InstanceStatus
+from ..spec import SpecError, parse_hosts_file
 from ..spec.gateway import gateway_mark
+from ..backends.docker_cli import DockerError
 
 
 class ApplyError(GpufleetError):
@@ -176,6 +178,7 @@ def apply(config: dict[str, Any], path: str | None = None, docker: Docker | None
     root = state.state_dir(root)
     config = resolved(config, settings, root)
     name = fleet_name(config, path)
+    _same_kind(config, name, path, docker, root)
     if path and not check_mode:
         state.remember_file(root, name, path)
     if config["fleet_type"] == "ssh":
@@ -196,6 +199,33 @@ def apply(config: dict[str, Any], path: str | None = None, docker: Docker | None
                 % (name, len(live_instances(record)), config["nodes"]["target"],
                    ", ".join(missing)))
     return record, changed
+
+
+def _same_kind(config, name, path, docker, root):
+    """A gateway's host and a fleet never share a name: ApplyError when ``name`` is the other
+    kind already, by the file this controller applied it from or by its local nodes' labels."""
+    mine = bool(config.get("gateway"))
+    others = []
+    remembered = state.remembered_files(root).get(name)
+    if remembered and (not path or os.path.abspath(remembered) != os.path.abspath(path)):
+        try:
+            others.append(bool(parse_hosts_file(remembered)[0].get("gateway")))
+        except SpecError:
+            pass   # a file that no longer reads says nothing of what it was
+    if docker is not None and "local" in (config.get("backends") or []):
+        try:
+            nodes = local_fleet_nodes(docker).get(name)
+        except DockerError:
+            nodes = None
+        if nodes:
+            others.append(bool((local.spec_from_nodes(nodes) or {}).get("gateway")))
+    if any(other != mine for other in others):
+        if mine:
+            raise ApplyError("%s is the name of a fleet already: give the gateway another name"
+                             % name)
+        raise ApplyError("%s is the name of a gateway already: give the fleet another name, "
+                         "or delete the gateway first (gpufleet gateway delete %s)"
+                         % (name, name))
 
 
 def live_instances(record: FleetRecord) -> list[InstanceRecord]:

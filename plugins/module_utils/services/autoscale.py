@@ -138,7 +138,10 @@ def follow(scale: ScaleEvent, fleets: list, nodes: Mapping[str, Any]) -> dict[st
     roll = rolling.Roll(runner, record, fleet_nodes, proxy_node, addresses, config,
                         str(scale["entry"].get("user") or ""), fleet, None, emit,
                         fresh=lambda _record: rolling.read_again(fleet_nodes, name),
-                        scale_only=True, recheck=recheck)
+                        scale_only=True, recheck=recheck,
+                        reach=lambda: publish.reach(
+                            next(iter(publish.instances_of(fleets, name=proxy_host)), None),
+                            publish.instances_of(fleets, fleet)))
     try:
         done = roll.run()
     finally:

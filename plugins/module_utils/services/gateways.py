@@ -19,7 +19,8 @@ already), never one that says ``default: false``.
 
 On a gateway a service is ``RUN.DOMAIN``, over HTTPS when the service asks for it (``https``
 unset or true; ``auto``: when the gateway has a certificate), and the models' endpoint is
-``gateway.DOMAIN``.
+``gateway.DOMAIN``. A service named ``gateway`` cannot be on a gateway (that name is the
+models').
 """
 
 from __future__ import annotations
@@ -73,68 +74,84 @@ def _listen(node: Any, name: str) -> dict[str, Any]:
     return listen
 
 
-def _default(found: list[Gateway]) -> Optional[Gateway]:
-    chosen = [g for g in found if g["listen"].get("default") is True]
+def _created(record):
+    host = _host(record) or {}
+    return str(record.get("created") or host.get("created") or "")
+
+
+def default_of(fleets: list) -> Optional[dict[str, Any]]:
+    """The fleet record of the default gateway by what the gateways' files say (their records'
+    ``gateway``), whether or not their hosts answer now: the newest that says ``default:
+    true``, else the oldest that leaves it unset; None when none."""
+    found = gateway_fleets(fleets)
+    chosen = [r for r in found if (r.get("gateway") or {}).get("default") is True]
     if chosen:
-        return max(chosen, key=lambda g: (g["instance"].get("created") or "", g["name"]))
-    unset = [g for g in found if g["listen"].get("default") is None]
+        return max(chosen, key=lambda r: (_created(r), r["name"]))
+    unset = [r for r in found if (r.get("gateway") or {}).get("default") is None]
     if unset:
-        return min(unset, key=lambda g: (g["instance"].get("created") or "", g["name"]))
+        return min(unset, key=lambda r: (_created(r), r["name"]))
     return None
+
+
+def _gateway(record: dict[str, Any], nodes: Mapping[str, Any]) -> Gateway:
+    """The Gateway of ``record`` (a gateway's fleet record), its host asked; GatewayError when
+    it has no address, this controller cannot reach it, or it does not answer."""
+    name = record["name"]
+    host = _host(record)
+    if host is None:
+        raise GatewayError("gateway %s: its host has no address yet" % name)
+    if host["name"] not in nodes:
+        raise GatewayError("gateway %s: this controller cannot reach its host" % name)
+    return Gateway(name=name, instance=host, listen=_listen(nodes[host["name"]], name))
 
 
 def listed(fleets: list, nodes: Mapping[str, Any]) -> tuple[list[Gateway], dict[str, str]]:
     """Every gateway of ``fleets`` whose host answers (``nodes``: ``{host: Node}``) and the
-    others' errors by name: ``([Gateway], {name: error})``, the default first."""
-    hosts = dict((record["name"], _host(record)) for record in gateway_fleets(fleets))
-    errors = dict((name, "gateway %s: its host has no address yet" % name)
-                  for name, host in hosts.items() if host is None)
-    asked = dict((name, host) for name, host in hosts.items()
-                 if host is not None and host["name"] in nodes)
-    errors.update((name, "gateway %s: this controller cannot reach its host" % name)
-                  for name, host in hosts.items() if host is not None and name not in asked)
-
-    def ask(name: str) -> tuple[dict[str, Any], Optional[str]]:
+    others' errors by name: ``([Gateway], {name: error})``."""
+    def ask(record: dict[str, Any]) -> tuple[Optional[Gateway], Optional[str]]:
         try:
-            return _listen(nodes[asked[name]["name"]], name), None
+            return _gateway(record, nodes), None
         except GatewayError as exc:
-            return {}, str(exc)
+            return None, str(exc)
 
-    answers = parallel(sorted(asked), ask)
-    found = []
+    records = dict((r["name"], r) for r in gateway_fleets(fleets))
+    answers = parallel(sorted(records), lambda name: ask(records[name]))
+    found, errors = [], {}
     for name, (answer, error) in sorted(answers.items()):
-        listen, why = answer if error is None else ({}, str(error))
-        if why is not None:
-            errors[name] = why
+        gateway, why = answer if error is None else (None, str(error))
+        if gateway is None:
+            errors[name] = why or "gateway %s does not answer" % name
         else:
-            found.append(Gateway(name=name, instance=asked[name], listen=listen))
-    default = _default(found)
-    found.sort(key=lambda g: (g is not default, g["name"]))
+            found.append(gateway)
     return found, errors
 
 
 def resolve(config: Mapping[str, Any], fleets: list, nodes: Mapping[str, Any]
             ) -> Optional[Gateway]:
     """The gateway that publishes the service ``config`` (a normalized service), or None for
-    the in-fleet proxy; GatewayError when it names one that is not there, or asks for the
-    default and there is none."""
+    the in-fleet proxy; GatewayError when it names one that is not there, asks for the default
+    and there is none, or its gateway (the default one too) does not answer: a service is
+    never moved off its gateway because the gateway is down."""
     wanted = config.get("gateway")
-    if wanted is False or not gateway_fleets(fleets) and wanted is None:
+    if wanted is False:
         return None
-    found, errors = listed(fleets, nodes)
     if isinstance(wanted, str):
         name = wanted.rsplit("/", 1)[-1]
-        for gateway in found:
-            if gateway["name"] == name:
-                return gateway
-        if name in errors:
-            raise GatewayError(errors[name])
+        for record in gateway_fleets(fleets):
+            if record["name"] == name:
+                return _gateway(record, nodes)
         raise GatewayError("Gateway %s does not exist in project %s" % (wanted, PROJECT))
-    default = _default(found)
-    if default is None and wanted is True:
-        raise GatewayError("The service requires a gateway, but there is no default gateway in "
-                           "the project")
-    return default
+    default = default_of(fleets)
+    if default is None:
+        if wanted is True:
+            raise GatewayError("The service requires a gateway, but there is no default "
+                               "gateway in the project")
+        return None
+    try:
+        return _gateway(default, nodes)
+    except GatewayError as exc:
+        raise GatewayError("%s (the default gateway; set `gateway: false` to publish the "
+                           "service in its fleet instead)" % exc) from exc
 
 
 def service_https(config: Mapping[str, Any], listen: Mapping[str, Any]) -> bool:
@@ -158,6 +175,9 @@ def proxy_of(run: str, gateway: Gateway, config: Mapping[str, Any]) -> dict[str,
     ``gateway`` and ``https``."""
     listen = gateway["listen"]
     domain = listen.get("domain")
+    if run == "gateway":
+        raise GatewayError("a service on a gateway cannot be named gateway: gateway.%s is the "
+                           "models' endpoint; give it another name" % (domain or "DOMAIN"))
     if not domain:
         raise GatewayError("Domain is required for gateway %s: give it `domain` and apply it "
                            "again" % gateway["name"])
@@ -185,7 +205,7 @@ def records(fleets: list, nodes: Mapping[str, Any], ca_dir: Optional[str] = None
     host says wins over its fleet record; a host that does not answer gives ``error``.
     ``ca_dir``: where gateway.yml copied the gateways' CA certificates."""
     found, errors = listed(fleets, nodes)
-    default = _default(found)
+    default = default_of(fleets)
     by_name = dict((g["name"], g) for g in found)
     out = []
     for record in gateway_fleets(fleets):

@@ -216,6 +216,26 @@ def unpublish_stopped(record: Mapping[str, Any], nodes: Mapping[str, Any]
     return unpublish(nodes[host], record["name"])
 
 
+def reach_problem(gateway: str, proxy: Mapping[str, Any],
+                  instances: Iterable[Mapping[str, Any]]) -> Optional[str]:
+    """Why gateway ``gateway``'s host (``proxy``, its instance record) cannot reach the hosts of
+    a service's fleet (``instances``), or None: a local gateway reaches local nodes only, a
+    cloud gateway the instances of its own cloud and region (its network); an SSH fleet's
+    hosts are taken as reachable."""
+    where = proxy.get("backend")
+    for instance in instances:
+        backend = instance.get("backend")
+        if backend == "ssh" or (backend == where and (
+                where == "local" or instance.get("region") == proxy.get("region"))):
+            continue
+        return ("gateway %s (%s, %s) cannot reach %s (%s, %s): a local gateway publishes the "
+                "services of local fleets, a cloud gateway those of its cloud and region; name "
+                "another gateway, or set `gateway: false`"
+                % (gateway, where, proxy.get("region"), instance.get("name"), backend,
+                   instance.get("region")))
+    return None
+
+
 def reach(proxy: Optional[Mapping[str, Any]], instances: Iterable[Mapping[str, Any]]) -> list:
     """Let a gateway's host reach the hosts of a service's replicas (``instances``: their fleet's
     instance records): a local gateway's container joins the local nodes' networks

@@ -113,8 +113,12 @@ class Roll(object):
                  sleep: Callable[[float], None] = time.sleep,
                  fresh: Optional[Callable[[Mapping[str, Any]], Mapping[str, Any]]] = None,
                  scale_only: bool = False,
-                 recheck: Optional[Callable[[Mapping[str, Any]], int]] = None) -> None:
+                 recheck: Optional[Callable[[Mapping[str, Any]], int]] = None,
+                 reach: Optional[Callable[[], Any]] = None) -> None:
         self.runner = runner
+        # ``reach()``: a gateway's host made able to reach the replicas' hosts before their
+        # route changes (publish.reach), also hosts the fleet gained since it was published.
+        self.reach = reach or (lambda: None)
         # Only the replica count changes (autoscaling): replicas of another version are left
         # as they are, and the queue entry is the caller's.
         self.scale_only = scale_only
@@ -186,6 +190,7 @@ class Roll(object):
         version's probes stay until every replica runs the new one); one the proxy lost is
         published whole."""
         replicas = self._replicas(kept, leave_out)
+        self.reach()
         if publish.set_replicas(self.proxy_node, self.name, replicas).get("missing"):
             self._publish(replicas)
 
@@ -193,6 +198,7 @@ class Roll(object):
         """The whole route of the new version (its probes, limits, model...)."""
         route = publish.route_of(self.config, self.name, self.user, self.fleet, replicas,
                                  listen=self.listen)
+        self.reach()
         publish.publish(self.proxy_node, route, self.listen)
 
     def _ready(self, num: int, host: str) -> None:

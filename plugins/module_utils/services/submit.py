@@ -143,6 +143,19 @@ def queue_hook(event: Mapping[str, Any], fleets: list, nodes: Mapping[str, Any]
     return {"changed": True}
 
 
+def _move_refusal(record: Mapping[str, Any], name: str, gateway: Optional[Mapping[str, Any]],
+                  proxy_instance: Mapping[str, Any]) -> str:
+    """Why a running service is not moved to another proxy by an apply: its old route would
+    stay behind, pointing at ports other containers may take."""
+    service = record.get("service") or {}
+    was = ("gateway %s" % service["gateway"]) if service.get("gateway") else (
+        "the proxy of its fleet on %s" % service.get("proxy_host"))
+    now = ("gateway %s" % gateway["name"]) if gateway else (
+        "the proxy of its fleet on %s" % proxy_instance["name"])
+    return ("service %s runs published by %s, and this apply would publish it by %s: stop it "
+            "(gpufleet stop %s) and apply it again to move it" % (name, was, now, name))
+
+
 def _one(items: list) -> Optional[dict[str, Any]]:
     return items[0] if items else None
 
@@ -215,7 +228,9 @@ def _roll(params: dict[str, Any], config: dict[str, Any], record: dict[str, Any]
     roll = rolling.Roll(runner, record, publisher.nodes, publisher.proxy_node,
                         publisher.addresses, config, publisher.user, publisher.fleet,
                         publisher.listen, emit, fresh=lambda _record: rolling.read_again(
-                            publisher.nodes, record["name"], "; apply it again"))
+                            publisher.nodes, record["name"], "; apply it again"),
+                        reach=lambda: publish.reach(publisher.proxy_instance,
+                                                    publisher.fleet_instances))
     service = dict(proxy, port=int(config["port"]), replicas=count, published=True, error=None)
     try:
         if check_mode:
@@ -295,6 +310,10 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
             proxy = gateways.proxy_of(name, gateway, config)
         except gateways.GatewayError as exc:
             raise actions.ActionError(str(exc)) from exc
+        problem = publish.reach_problem(gateway["name"], proxy_instance,
+                                        publish.instances_of(fleets, fleet))
+        if problem:
+            raise actions.ActionError(problem)
     else:
         try:
             answer = publish.check(proxy_node)
@@ -327,6 +346,9 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
                           proxy_instance=proxy_instance,
                           fleet_instances=publish.instances_of(fleets, fleet))
     record = rolling.live_record(live, name)
+    if record is not None and (record.get("service") or {}).get("proxy_host") not in (
+            None, proxy_instance["name"]):
+        raise actions.ActionError(_move_refusal(record, name, gateway, proxy_instance))
     if record is not None:   # running: its replicas are rolled to this version
         return _roll(params, config, record, runnable, publisher, emit, check_mode, proxy)
     result, failed = actions.submit(dict(params, name=name), emit=publisher.sink(emit),

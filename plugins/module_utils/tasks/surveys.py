@@ -31,6 +31,8 @@ def _describe_file(path, docker, root, local_nodes=None):
             kind = parse_file(path)[0].get("type")
         except SpecError:
             raise RunError(str(exc)) from exc
+        if kind in ("fleet", "gateway"):   # a gateway gpufleet does not make: its refusal
+            raise RunError(str(exc)) from exc
         raise RunError("%s is a %s file; fleets must be fleet files (type: fleet)"
                        % (path, kind)) from None
     try:

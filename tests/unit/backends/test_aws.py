@@ -153,6 +153,23 @@ def test_a_gateways_host_takes_http_and_https_and_joins_the_gateways_group(aws, 
         for port in (80, 443)]
 
 
+def test_a_fleets_group_made_before_gateways_gets_their_rule_once(aws, double, public_key):
+    ec2 = aws.ec2(REGION)
+    vpc = ec2.describe_vpcs()["Vpcs"][0]["VpcId"]
+    old = ec2.create_security_group(GroupName="gpufleet-older", VpcId=vpc,
+                                    Description="an earlier version's")["GroupId"]
+    ec2.authorize_security_group_ingress(GroupId=old, IpPermissions=L.security_group_rules(old))
+    before = len(double.calls("AuthorizeSecurityGroupIngress"))
+    for _attempt in range(2):
+        aws.launch_group("older", [0], [offer("g5.xlarge")], config("any"), public_key, 50,
+                         all_at_once=False)
+    added = [sent(c) for c in double.calls("AuthorizeSecurityGroupIngress")[before:]
+             if sent(c)["GroupId"] == old]
+    gateways_id = aws._find_group(REGION, vpc, L.GATEWAYS_GROUP)
+    assert added == [on_the_wire("AuthorizeSecurityGroupIngress", {
+        "GroupId": old, "IpPermissions": [L.security_group_rules(old, gateways_id)[2]]})]
+
+
 @pytest.mark.parametrize("count", [1, 8])
 def test_mutating_calls_do_not_grow_with_the_number_of_instances(aws, double, public_key,
                                                                  count):

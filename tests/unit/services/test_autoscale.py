@@ -122,8 +122,9 @@ def test_a_pass_scales_a_service_to_what_its_rate_asks(monkeypatch):
 
     class Roll(object):
         def __init__(self, runner, record, nodes, proxy_node, addresses, config, user, fleet,
-                     listen, emit, fresh=None, scale_only=False, recheck=None):
+                     listen, emit, fresh=None, scale_only=False, recheck=None, reach=None):
             self.record, self.recheck = record, recheck
+            assert reach() == []   # not a local gateway: nothing to join
             rolls.append(dict(runner=runner, nodes=sorted(nodes), proxy=proxy_node.name,
                               addresses=addresses, user=user, fleet=fleet, listen=listen,
                               scale_only=scale_only, config=config))

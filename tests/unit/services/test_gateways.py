@@ -19,7 +19,7 @@ from .fakes import FakeNode
 
 def gateway_fleet(name, created, default=None, certificate="self-signed", domain="gw.test"):
     record = fleet_of_instances(name, 1, internal_ip="172.20.0.2")
-    record["gateway"] = {"domain": domain}
+    record["gateway"] = {"domain": domain, "default": default}
     record["instances"][0]["created"] = created
     listen = {"address": "0.0.0.0", "port": 80, "gateway": name, "domain": domain,
               "certificate": certificate, "https_port": 443 if certificate else None,
@@ -65,16 +65,20 @@ def test_the_default_is_the_newest_that_says_so_else_the_oldest_that_leaves_it_u
     assert chosen({}, fleets, nodes) == "new"
     fleets, nodes = world(("no", "2025-01-01", False))
     assert chosen({}, fleets, nodes) is None
-    listed, errors = gateways.listed(*world(("b", "2026-01-01"), ("a", "2026-02-01")))
-    assert ([g["name"] for g in listed], errors) == (["b", "a"], {})
+    found = gateways.records(*world(("b", "2026-01-01"), ("a", "2026-02-01")))
+    assert [(r["name"], r["default"]) for r in found] == [("b", True), ("a", False)]
 
 
 def test_a_gateway_that_does_not_answer_is_named():
     fleets, nodes = world(("gw", "2026-01-01"))
     nodes["gw-0"].answers["proxy_check"] = NodeError("gw-0", "connection refused")
-    with pytest.raises(gateways.GatewayError, match="^gateway gw does not answer: gw-0: connection refused"):
+    with pytest.raises(gateways.GatewayError, match="^gateway gw does not answer: gw-0: "
+                                                    "connection refused$"):
         gateways.resolve({"gateway": "gw"}, fleets, nodes)
-    assert chosen({}, fleets, nodes) is None   # no default that answers: in the fleet
+    # The default gateway down: said, never a silent move to the in-fleet proxy.
+    with pytest.raises(gateways.GatewayError, match=r"does not answer.*\(the default gateway; "
+                                                    "set `gateway: false`"):
+        gateways.resolve({}, fleets, nodes)
     nodes["gw-0"].answers["proxy_check"] = {"installed": True, "running": False, "listen": {}}
     with pytest.raises(gateways.GatewayError, match="gateway gw is not set up"):
         gateways.resolve({"gateway": "gw"}, fleets, nodes)
@@ -107,6 +111,23 @@ def test_https_follows_the_service_and_the_gateways_certificate():
     gateway["listen"]["domain"] = None
     with pytest.raises(gateways.GatewayError, match="^Domain is required for gateway gw"):
         gateways.proxy_of("web", gateway, {"https": False})
+
+
+def test_the_default_is_decided_by_the_files_even_when_a_host_is_down():
+    fleets, nodes = world(("old", "2026-01-01"), ("new", "2026-02-01", True))
+    nodes["new-0"].answers["proxy_check"] = NodeError("new-0", "no route to host")
+    with pytest.raises(gateways.GatewayError, match="gateway new does not answer"):
+        gateways.resolve({}, fleets, nodes)
+    assert chosen({"gateway": "old"}, fleets, nodes) == "old"
+    found = gateways.records(fleets, nodes)
+    assert [(r["name"], r["default"], r["status"]) for r in found] == [
+        ("new", True, "unreachable"), ("old", False, "running")]
+
+
+def test_a_service_named_gateway_cannot_be_on_a_gateway():
+    fleets, nodes = world(("gw", "2026-01-01"))
+    with pytest.raises(gateways.GatewayError, match="cannot be named gateway"):
+        gateways.proxy_of("gateway", gateways.resolve({}, fleets, nodes), {})
 
 
 def test_no_run_is_placed_on_a_gateways_host():

@@ -108,3 +108,20 @@ def test_two_services_may_not_publish_one_model_name_on_one_proxy():
     replicas.check_clash(config, "old", "b-0", [other])          # its own name: a re-apply
     replicas.check_clash(config, "svc", "c-0", [other])          # another proxy
     replicas.check_clash(CONFIG, "svc", "b-0", [other])          # no model
+
+
+def test_a_gateway_publishes_what_it_can_reach():
+    local_gw = {"name": "gw-0", "backend": "local", "region": "local"}
+    aws_gw = {"name": "gw-0", "backend": "aws", "region": "us-east-1"}
+    local = [{"name": "b-0", "backend": "local", "region": "local"}]
+    east = [{"name": "c-0", "backend": "aws", "region": "us-east-1"}]
+    west = [{"name": "d-0", "backend": "aws", "region": "us-west-2"}]
+    ssh = [{"name": "s-0", "backend": "ssh", "region": None}]
+    for proxy, instances in ((local_gw, local), (aws_gw, east), (local_gw, ssh), (aws_gw, ssh)):
+        assert publish.reach_problem("gw", proxy, instances) is None
+    assert publish.reach_problem("gw", aws_gw, west) == (
+        "gateway gw (aws, us-east-1) cannot reach d-0 (aws, us-west-2): a local gateway "
+        "publishes the services of local fleets, a cloud gateway those of its cloud and region; "
+        "name another gateway, or set `gateway: false`")
+    assert "cannot reach b-0 (local, local)" in publish.reach_problem("gw", aws_gw, local)
+    assert "cannot reach c-0" in publish.reach_problem("gw", local_gw, east)

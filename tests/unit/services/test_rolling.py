@@ -186,10 +186,15 @@ def roll(world, runner, count=2, scale_only=False):
     record = {"name": "svc", "run_id": "r1", "submission": 3,
               "jobs": [{"job_num": n, "host": "h-%d" % n} for n in range(count)]}
     events = []
+    world.reached = 0
+
+    def reach():
+        world.reached += 1
+
     job = rolling.Roll(runner, record, world.nodes, world.nodes["h-0"], ADDRESSES,
                        dict(CONFIG, probes=[{"url": "/ready"}]),
                        "alice", "f", {"address": "10.0.0.1", "port": 3000}, events.append,
-                       sleep=lambda seconds: None, scale_only=scale_only)
+                       sleep=lambda seconds: None, scale_only=scale_only, reach=reach)
     return job, events
 
 
@@ -226,6 +231,9 @@ def test_each_replica_leaves_the_proxy_is_replaced_and_back_before_the_next():
     assert world.routes == [["drain", 0], [0, 1], ["ready/fresh", 0], ["drain", 1], [0, 1],
                             ["ready/fresh", 1], [0, 1]]
     assert all(route for route in world.routes)
+    # The proxy's host was made able to reach the replicas before each route it was given
+    # (one per replica back) and before the whole route was published.
+    assert world.reached == 2 + len(world.published)
     ((route),) = world.published
     assert route["probes"] == [{"url": "/ready"}]
     assert [(r["replica_num"], r["port"]) for r in route["replicas"]] == [(0, 41000), (1, 41001)]

@@ -249,3 +249,51 @@ def test_apply_of_a_running_autoscaled_service_keeps_its_count_within_the_range(
         runner = made.pop()
         assert runner.config["nodes"] == count
         assert runner.config["service"]["scaling"]["max"] == most
+
+
+def gateway_world(monkeypatch, config):
+    """World with a gateway gw (one host, gw-0) beside fleet b."""
+    world = World(monkeypatch, config)
+    record = fleet_of_instances("gw", 1, internal_ip="172.20.0.2", port=22, user="root")
+    record["gateway"] = {"domain": "example.com", "default": None}
+    world.fleets.append(record)
+    listen = {"address": "0.0.0.0", "port": 80, "https_port": 443, "gateway": "gw",
+              "domain": "example.com", "certificate": "self-signed", "default": None}
+    world.gateway = FakeNode("gw-0", proxy_check={"installed": True, "running": True,
+                                                  "listen": listen},
+                             proxy_publish={"changed": True, "routes": ["svc"]})
+    nodes = {"b-0": world.proxy, "b-1": world.other, "gw-0": world.gateway}
+    monkeypatch.setattr(surveys, "nodes_of", lambda fleets, root: dict(nodes))
+    return world
+
+
+def test_a_service_on_the_default_gateway_is_published_there_with_its_token(monkeypatch):
+    world = gateway_world(monkeypatch, dict(SERVICE))
+    result, failed, events = run(token_digest="d" * 64)
+    assert not failed
+    assert (result["service"]["url"], result["service"]["model_url"]) == (
+        "https://svc.example.com/", "https://gateway.example.com/")
+    assert (result["service"]["gateway"], result["service"]["proxy_host"]) == ("gw", "gw-0")
+    # The replicas stay on fleet b; the route, with https, goes to the gateway's host.
+    assert world.submitted[0]["runnable"](dict(SERVICE))["fleets"] == ["b"]
+    (route,) = [p["route"] for op, p in world.gateway.calls if op == "proxy_publish"]
+    assert route["https"] is True and route["fleet"] == "b"
+    assert not [op for op, _p in world.proxy.calls if op.startswith("proxy_")]
+    # The token goes to the gateway's members, who its requests are checked against.
+    assert world.tokens == [(["gw-0"], "gw", "alice", "d" * 64)]
+    # gateway: false keeps the in-fleet proxy.
+    world = gateway_world(monkeypatch, dict(SERVICE, gateway=False))
+    result, failed, _events = run()
+    assert result["service"]["url"].endswith("/proxy/services/main/svc/")
+
+
+def test_a_running_service_is_not_moved_to_another_proxy_by_an_apply(monkeypatch):
+    gateway_world(monkeypatch, dict(SERVICE))
+    live = {"name": "svc", "run_id": "r1", "status": "running",
+            "service": {"port": 8000, "proxy_host": "b-0", "gateway": None},
+            "jobs": [{"job_num": 0, "host": "b-1"}]}
+    monkeypatch.setattr(listing, "list_runs", lambda nodes: ([live], {}))
+    with pytest.raises(actions.ActionError, match="service svc runs published by the proxy of "
+                                                  "its fleet on b-0, and this apply would "
+                                                  "publish it by gateway gw: stop it"):
+        run()

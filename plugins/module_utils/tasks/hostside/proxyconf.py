@@ -209,11 +209,14 @@ def _proxy_gateway(routes, listen):
               https and route.get("https", True)) for route in routes]
     if any(route.get("model") for route in routes):
         hosts.append(("gateway." + domain, proxy_model_prefix()[:-1], https))
+    port = int(listen.get("https_port") or 443)
+    redirect = ("scheme https" if port == 443 else
+                "location https://%%[var(txn.gf_host)]:%d%%[capture.req.uri]" % port)
     for host, prefix, secure in hosts:
         mine = "{ var(txn.gf_host) -m str %s }" % host
         if secure:
-            lines.append("    http-request redirect scheme https code 301 if !{ ssl_fc } "
-                         "!gf_acme %s" % mine)
+            lines.append("    http-request redirect %s code 301 if !{ ssl_fc } !gf_acme %s"
+                         % (redirect, mine))
         lines += ["    http-request set-var(txn.gf_known) bool(1) if %s" % mine,
                   "    http-request set-path %s%%[path] if !gf_acme %s" % (prefix, mine)]
     lines.append("    http-request return %s if !gf_acme !{ var(txn.gf_known) -m found }"

@@ -389,7 +389,8 @@ def proxy_certificates(listen, route, obtain=None):
             problems += [why] if why else []
             got = got or not why
     if got:
-        problem = proxy_reload()
+        with _proxy_lock():   # no reload while another change writes its files
+            problem = proxy_reload()
         if problem is not None:
             problems.append("HAProxy did not take the new certificate: %s" % problem)
     return problems

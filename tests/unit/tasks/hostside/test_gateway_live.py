@@ -126,9 +126,15 @@ def test_a_gateway_serves_each_service_at_its_own_host(gateway):
     # HTTPS, the whole path and query, whatever strip_prefix says (the host is the service's).
     status, _where, body = ask(https_port, "web." + DOMAIN + ":443", "/a/b?x=1", context)
     assert (status, body["replica"], body["path"]) == (200, "a", "/a/b?x=1")
-    # Over HTTP, a service with HTTPS is sent there, path and all (dstack's 301).
+    # Over HTTP, a service with HTTPS is sent there, path and all (dstack's 301), to the
+    # gateway's HTTPS port (left out of the URL when it is 443, as the rendering shows).
     status, where, _body = ask(http_port, "web." + DOMAIN, "/a?x=1")
-    assert (status, where) == (301, "https://web.%s/a?x=1" % DOMAIN)
+    assert (status, where) == (301, "https://web.%s:%d/a?x=1" % (DOMAIN, https_port))
+    rendered = proxyconf.proxy_render([route("web", auth=False)],
+                                      {"address": "0.0.0.0", "port": 80, "https_port": 443,
+                                       "domain": DOMAIN}, {}, str, str)["services.cfg"]
+    assert "http-request redirect scheme https code 301 if !{ ssl_fc } !gf_acme " \
+        "{ var(txn.gf_host) -m str web.%s }" % DOMAIN in rendered
     # A service with https: false is served over HTTP as well.
     status, _where, body = ask(http_port, "plain." + DOMAIN, "/p")
     assert (status, body["path"]) == (200, "/p")
