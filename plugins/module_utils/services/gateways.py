@@ -154,6 +154,29 @@ def resolve(config: Mapping[str, Any], fleets: list, nodes: Mapping[str, Any]
                            "service in its fleet instead)" % exc) from exc
 
 
+def check_clash(gateway: Gateway, node: Any, run: str, fleet: str,
+                config: Mapping[str, Any]) -> None:
+    """GatewayError when ``gateway`` (its host ``node``) publishes a service named ``run`` of
+    another fleet, or another service with the same model: found before the replicas are
+    placed (the host refuses the route too, later)."""
+    try:
+        routes = (node.call("proxy_routes", {}) or {}).get("routes") or {}
+    except NodeError as exc:
+        raise GatewayError("gateway %s does not answer: %s" % (gateway["name"], exc)) from exc
+    held = routes.get(run) or {}
+    if held and held.get("fleet") != fleet:
+        raise GatewayError("a service named %s of fleet %s is published on gateway %s already "
+                           "(by %s): stop it, or give this one another name"
+                           % (run, held.get("fleet"), gateway["name"], held.get("user")))
+    model = config.get("model")
+    name = model.get("name") if isinstance(model, dict) else model
+    for other, route in sorted(routes.items()):
+        if name and other != run and route.get("model") == name:
+            raise GatewayError("model: %s is already published by service %s on gateway %s; "
+                               "give this service's model another name, or stop %s first"
+                               % (name, other, gateway["name"], other))
+
+
 def service_https(config: Mapping[str, Any], listen: Mapping[str, Any]) -> bool:
     """Whether ``config`` (a service) is served over HTTPS on a gateway that recorded
     ``listen``: ``https`` unset or true asks for it, ``auto`` takes it where the gateway has a

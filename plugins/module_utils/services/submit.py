@@ -314,6 +314,10 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
                                         publish.instances_of(fleets, fleet))
         if problem:
             raise actions.ActionError(problem)
+        try:
+            gateways.check_clash(gateway, proxy_node, name, fleet, config)
+        except gateways.GatewayError as exc:
+            raise actions.ActionError(str(exc)) from exc
     else:
         try:
             answer = publish.check(proxy_node)

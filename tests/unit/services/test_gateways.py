@@ -130,6 +130,23 @@ def test_a_service_named_gateway_cannot_be_on_a_gateway():
         gateways.proxy_of("gateway", gateways.resolve({}, fleets, nodes), {})
 
 
+def test_a_clash_on_the_gateway_is_found_before_anything_is_placed():
+    fleets, nodes = world(("gw", "2026-01-01"))
+    gateway = gateways.resolve({}, fleets, nodes)
+    nodes["gw-0"].answers["proxy_routes"] = {"routes": {
+        "web": {"fleet": "other", "user": "bob", "model": None},
+        "chat": {"fleet": "work", "user": "bob", "model": "llama"}}}
+    with pytest.raises(gateways.GatewayError, match="a service named web of fleet other is "
+                                                    "published on gateway gw already"):
+        gateways.check_clash(gateway, nodes["gw-0"], "web", "work", {})
+    with pytest.raises(gateways.GatewayError, match="model: llama is already published by "
+                                                    "service chat on gateway gw"):
+        gateways.check_clash(gateway, nodes["gw-0"], "api", "work", {"model": {"name": "llama"}})
+    # Its own route again (an apply of a running service), another model: fine.
+    gateways.check_clash(gateway, nodes["gw-0"], "chat", "work", {"model": {"name": "llama"}})
+    gateways.check_clash(gateway, nodes["gw-0"], "api", "work", {"model": {"name": "other"}})
+
+
 def test_no_run_is_placed_on_a_gateways_host():
     fleets, _nodes = world(("gw", "2026-01-01"))
     assert candidate_fleets({}, fleets) == ["work"]

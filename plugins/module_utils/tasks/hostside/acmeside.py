@@ -29,6 +29,9 @@ ACME_TIMEOUT = 40
 ACME_KILL_AFTER = 5
 ACME_CONFIG = "/etc/letsencrypt"
 ACME_CERTBOT = "certbot"
+# A certificate this close to its end is obtained again at a publish (certbot's own threshold:
+# hosts with no timer to run ``certbot renew``, the local backend's nodes, renew this way).
+ACME_RENEW_BEFORE = 30 * 86400
 
 
 def acme_names(listen, route):
@@ -99,10 +102,21 @@ def acme_obtain(listen, name, run=None):
     return None
 
 
-def acme_missing(listen, route):
-    # type: (dict, dict) -> list
-    """The names of ``route`` whose certificate HAProxy does not have yet."""
-    return [name for name in acme_names(listen, route) if not os.path.exists(acme_pem(name))]
+def acme_missing(listen, route, run=None):
+    # type: (...) -> list
+    """The names of ``route`` whose certificate HAProxy does not have yet, or has one that
+    ends within ACME_RENEW_BEFORE (``openssl x509 -checkend``; without openssl, kept)."""
+    due = []
+    for name in acme_names(listen, route):
+        if not os.path.exists(acme_pem(name)):
+            due.append(name)
+            continue
+        code, _out = (run or _acme_run)(["openssl", "x509", "-checkend",
+                                         str(ACME_RENEW_BEFORE), "-noout", "-in",
+                                         acme_pem(name)], dict(os.environ))
+        if code == 1:
+            due.append(name)
+    return due
 
 
 def _acme_run(argv, env):

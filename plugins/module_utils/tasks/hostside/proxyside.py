@@ -35,7 +35,8 @@ Operations (joining nodeside's through ``PROXY_OPS``):
 - ``proxy_unpublish`` ``{"run"}``: ``{"changed", "routes"}``;
 - ``proxy_refresh`` ``{}``: the configuration written again (after a member's token changed):
   ``{"changed", "routes"}``;
-- ``proxy_status`` ``{"run": name or null}``: ``{"servers": [...], "rates": {run: rps}}``.
+- ``proxy_status`` ``{"run": name or null}``: ``{"servers": [...], "rates": {run: rps}}``;
+- ``proxy_routes`` ``{}``: ``{"routes": {run: {"fleet", "user", "model"}}}``.
 """
 
 import json
@@ -644,8 +645,18 @@ def op_proxy_drain(payload):
         time.sleep(0.2)
 
 
+def op_proxy_routes(payload):
+    # type: (dict) -> dict
+    """What this host publishes, by run: ``{"routes": {run: {"fleet", "user", "model"}}}``
+    (``model``: its name, or None), for a clash to be found before a service is placed."""
+    return {"routes": dict((run, {"fleet": route.get("fleet"), "user": route.get("user"),
+                                  "model": (route.get("model") or {}).get("name")})
+                           for run, route in _proxy_routes().items())}
+
+
 PROXY_OPS = {
     "proxy_drain": op_proxy_drain,
+    "proxy_routes": op_proxy_routes,
     "proxy_check": op_proxy_check,
     "proxy_publish": op_proxy_publish,
     "proxy_replicas": op_proxy_replicas,

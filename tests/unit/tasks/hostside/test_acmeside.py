@@ -48,6 +48,9 @@ def acme(tmp_path, monkeypatch):
     def obtain(listen, name):
         return acmeside.acme_obtain(listen, name, run=certbot)
 
+    # openssl's answer for a certificate held: far from its end.
+    monkeypatch.setattr(acmeside, "_acme_run", lambda argv, env: (0, ""))
+
     return {"certs": certs, "calls": calls, "reloads": reloads, "obtain": obtain}
 
 
@@ -100,3 +103,19 @@ def test_a_certificate_that_cannot_be_had_is_said_and_the_rest_go_on(acme):
     assert acme["reloads"] == [1]
     timed_out = acmeside.acme_obtain(LISTEN, "web.example.com", run=lambda a, e: (124, ""))
     assert "timed out after 40 s" in timed_out
+
+
+def test_a_certificate_near_its_end_is_obtained_again(acme):
+    assert proxyside.proxy_certificates(LISTEN, route("web"), acme["obtain"]) == []
+    checks = []
+
+    def openssl(argv, env):
+        checks.append(argv[:4])
+        return (1 if "near" in checks[0] else 0), ""
+
+    assert acmeside.acme_missing(LISTEN, route("web"), run=openssl) == []
+    assert checks == [["openssl", "x509", "-checkend", str(30 * 86400)]]
+    checks[0].append("near")
+    assert acmeside.acme_missing(LISTEN, route("web"), run=openssl) == ["web.example.com"]
+    # No openssl on the host: the certificate is kept.
+    assert acmeside.acme_missing(LISTEN, route("web"), run=lambda a, e: (127, "")) == []

@@ -303,6 +303,32 @@ def test_publish_writes_the_route_and_the_configuration_and_reloads(host):
     assert host["reloads"] == [1, 1, 1]
 
 
+def test_a_gateway_checks_its_own_members_and_keeps_a_name_to_one_fleet(host):
+    """A plain-HTTP gateway (the role's record names it, with its domain): the services of
+    fleet f are routed by host name, their tokens are the gateway's members', its routes are
+    listed, and a service of that name from another fleet is refused."""
+    (host["root"] / "gpufleet-listen.json").write_text(json.dumps(
+        {"address": "127.0.0.1", "port": 3000, "gateway": "gw", "domain": "example.com",
+         "default": None}))
+    digest = hashlib.sha256(TOKEN.encode()).hexdigest()
+    members(host["root"], {"alice": digest}, fleet="gw")
+    assert proxyside.op_proxy_publish({"route": route(), "listen": LISTEN})["changed"] is True
+    conf = host["conf"]
+    assert (conf / "tokens-gw.lst").read_text() == digest + "\n"
+    assert not (conf / "tokens-f.lst").exists()
+    text = (conf / "services.cfg").read_text()
+    assert "http-request set-path /proxy/services/main/web%[path] if !gf_acme " \
+        "{ var(txn.gf_host) -m str web.example.com }" in text
+    assert proxyside.op_proxy_routes({}) == {
+        "routes": {"web": {"fleet": "f", "user": "alice", "model": None}}}
+    with pytest.raises(nodeside.Failure, match="a service named web of fleet f is published on "
+                                               "gateway gw already"):
+        proxyside.op_proxy_publish({"route": route(fleet="other"), "listen": LISTEN})
+    # With no route left, the gateway still answers (404), unlike the in-fleet proxy.
+    proxyside.op_proxy_unpublish({"run": "web"})
+    assert "frontend gpufleet_services" in (conf / "services.cfg").read_text()
+
+
 def test_unpublish_of_the_last_route_leaves_nothing_listening(host):
     proxyside.op_proxy_publish({"route": route(), "listen": LISTEN})
     proxyside.op_proxy_publish({"route": route("chat", model=model()), "listen": LISTEN})
