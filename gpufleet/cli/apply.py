@@ -77,7 +77,7 @@ def add_delete(commands):
 
 
 def _apply(args, out, err) -> int:
-    from ..api import GpufleetError, apply, plan, progress_printer, unreachable_of
+    from ..api import GpufleetError, apply, progress_printer, unreachable_of
 
     path = os.path.abspath(args.file)
     config = common.read_config(path, err, ("fleet", "task", "dev-environment", "service",
@@ -96,13 +96,8 @@ def _apply(args, out, err) -> int:
         return _gateway(args, path, out, err)
     tables = common.tables()
     try:
-        err.write("Planning...\n")
-        record = plan(path)
-        for line in tables.plan_lines(record):
-            out.write(line + "\n")
-        out.write("\n")
-        if not common.confirm(f"Apply the fleet {record['name']}?", args, out, err):
-            out.write("Nothing was changed.\n")
+        record = _plan_fleet_and_ask(path, "fleet", args, out, err)
+        if record is None:
             return 1
         # The plan's answer for an SSH host it could not reach stands: not waited for twice.
         with _fleet_lock(record["name"], err):
@@ -118,6 +113,22 @@ def _apply(args, out, err) -> int:
     for line in tables.fleet_table([record]):
         out.write(line + "\n")
     return 0
+
+
+def _plan_fleet_and_ask(path, what, args, out, err):
+    """The plan of the hosts a fleet or gateway file makes, printed, then asked about: its
+    record, or None when the answer is no (said). GpufleetError from the plan."""
+    from ..api import plan
+
+    err.write("Planning...\n")
+    record = plan(path)
+    for line in common.tables().plan_lines(record):
+        out.write(line + "\n")
+    out.write("\n")
+    if not common.confirm(f"Apply the {what} {record['name']}?", args, out, err):
+        out.write("Nothing was changed.\n")
+        return None
+    return record
 
 
 @contextlib.contextmanager
@@ -384,17 +395,11 @@ def _delete(args, out, err) -> int:
 def _gateway(args, path, out, err) -> int:
     """``apply -f`` of a gateway: its host's plan (a one-node fleet), asked, then gateway.yml;
     the gateway's table and where to point its domain."""
-    from ..api import GpufleetError, apply, plan, progress_printer
+    from ..api import GpufleetError, apply, progress_printer
 
-    tables = common.tables()
     try:
-        err.write("Planning...\n")
-        record = plan(path)
-        for line in tables.plan_lines(record):
-            out.write(line + "\n")
-        out.write("\n")
-        if not common.confirm(f"Apply the gateway {record['name']}?", args, out, err):
-            out.write("Nothing was changed.\n")
+        record = _plan_fleet_and_ask(path, "gateway", args, out, err)
+        if record is None:
             return 1
         with _fleet_lock(record["name"], err):
             gateway = apply(path, on_event=progress_printer(err, verbose=args.verbose))

@@ -126,15 +126,9 @@ def instances_of(fleets: list, fleet: Optional[str] = None, name: Optional[str] 
 def addresses_of(fleets: list, fleet: str) -> dict[str, str]:
     """``{instance name: internal address}`` of ``fleet``'s instances (the address the proxy
     reaches a replica on)."""
-    out = {}
-    for record in fleets:
-        if record.get("name") != fleet:
-            continue
-        for instance in record.get("instances") or []:
-            address = instance.get("internal_ip") or instance.get("hostname")
-            if address:
-                out[instance["name"]] = address
-    return out
+    return dict((instance["name"], instance.get("internal_ip") or instance.get("hostname"))
+                for instance in instances_of(fleets, fleet)
+                if instance.get("internal_ip") or instance.get("hostname"))
 
 
 def https_of(config: Mapping[str, Any], listen: Optional[Mapping[str, Any]] = None) -> bool:
