@@ -287,6 +287,11 @@ def _plan_and_ask(args, path, overrides, out, err):
             out.write(f"Service {record['run']} is running: ")
         out.write("Each replica at an older version is replaced by the new version in turn, "
                   "the next once the one before passes its checks.\n")
+        moved = (record.get("service") or {}).get("moved_from")
+        if moved:
+            out.write(f"Its proxy host {moved} is lost: the proxy on "
+                      f"{record['service'].get('proxy_host')} publishes it from now on, at "
+                      f"{record['service'].get('url')}\n")
     out.write("\n")
     what = f"the run {record['run']}"
     if record.get("runs"):

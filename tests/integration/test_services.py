@@ -11,7 +11,8 @@ replicas to the new version under continuous requests with none failing, and an 
 one changes nothing; with ``replicas: 2..3`` and ``scaling``, passes of
 playbooks/reconcile.yml add a third replica under a burst and take it away under a light load,
 with no request failing; ``gpufleet stop`` takes the route
-off (404, or nothing listens).
+off (404, or nothing listens). A service of two replica groups runs each group's commands
+behind one URL, and ``ps`` shows its rows as dstack does (``group=I replica=N``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from gpufleet.runner import run_playbook
 from .task_world import CPU, SUFFIX, node_containers, task_file
 
 NAME = "svc-" + SUFFIX
+GROUPED = "grp-" + SUFFIX
 MODEL = "tiny-" + SUFFIX
 # Other files' runs may still hold the shared world: the replicas wait for capacity. A replica
 # that is lost (error) is made again on its own, while the other serves.
@@ -54,6 +56,7 @@ class App(BaseHTTPRequestHandler):
         if self.path.startswith("/v1/models"):
             return self.answer({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
         self.answer({"replica": ME, "path": self.path, "version": os.environ.get("VERSION"),
+                     "group": os.environ.get("GROUP"),
                      "authorization": self.headers.get("Authorization")})
     def do_POST(self):
         length = int(self.headers.get("Content-Length") or 0)
@@ -310,3 +313,39 @@ def test_a_service_behind_the_in_fleet_proxy(world, capsys, token):
     # Stopped: its route is gone (a 404 of the proxy, or nothing listens when it was the last).
     status, _answer = request(url + "hello", token)
     assert status in (404, None), status
+
+
+def test_replica_groups_each_run_their_own_commands_behind_one_url(world, capsys, token):
+    app = base64.b64encode(APP.encode()).decode()
+    group = ("  - name: %s\n    count: 1\n    resources:\n      cpu: 1..\n      memory: 1GB..\n"
+             "      disk: 1GB..\n    commands:\n      - echo %s | base64 -d > /tmp/app.py\n"
+             "      - GROUP=%s MODEL=m python3 /tmp/app.py\n")
+    path = task_file(world, GROUPED, "type: service\nname: %s\nport: 8000\n%sreplicas:\n%s%s"
+                     % (GROUPED, WAIT, group % ("blue", app, "blue"),
+                        group % ("green", app, "green")))
+    capsys.readouterr()
+    assert cli.main(["apply", "-f", path, "-y", "-d"]) == 0, capsys.readouterr()
+    out = capsys.readouterr().out.splitlines()
+    try:
+        url = (out[out.index("Service is published at:") + 1].strip()
+               if "Service is published at:" in out else None)
+        record = wait_for("the service running", lambda: running(records(capsys).get(GROUPED)))
+        url = url or record["service"]["url"]
+        groups = [(j["replica"], j["group"]) for j in record["jobs"]]
+        assert groups == [(0, "blue"), (1, "green")], groups
+        assert record["service"]["groups"] == [{"name": "blue", "replicas": 1},
+                                               {"name": "green", "replicas": 1}]
+
+        def groups_seen():
+            seen = set((request(url + "hello", token)[1] or {}).get("group")
+                       for _attempt in range(12))
+            return seen if seen == {"blue", "green"} else None
+
+        assert wait_for("both groups answering", groups_seen, seconds=120)
+        capsys.readouterr()
+        assert cli.main(["ps"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert any(line.startswith("   group=0 replica=0 ") for line in lines), lines
+        assert any(line.startswith("   group=1 replica=1 ") for line in lines), lines
+    finally:
+        assert cli.main(["stop", "-y", GROUPED]) == 0

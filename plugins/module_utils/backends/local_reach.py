@@ -1,11 +1,12 @@
 # -*- coding: utf-8 -*-
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A local node that must reach other local fleets' nodes: a gateway's host (spec/gateway.py)
-in front of services on other local fleets.
+"""A local node that must reach nodes on other networks: a gateway's host (spec/gateway.py) in
+front of services on other local fleets, or the in-fleet proxy's node in front of replicas on
+the other nodes of its fleet (without ``placement: cluster``, each node has its own network).
 
 Each local fleet has its own networks (local.network_name), and Docker keeps its networks
-apart, so a gateway's container joins the networks of the nodes it sends requests to, as one
+apart, so the proxy's container joins the networks of the nodes it sends requests to, as one
 more network beside its own; it then reaches each node at the node's own address there (the
 address fleet records give). Joining is idempotent and leaves the container running.
 """

@@ -12,7 +12,7 @@ an earlier version hold that text already, and it is shown as it is.
 
 from __future__ import annotations
 
-from ..tasks.records import RunRecord
+from ..tasks.records import JobRecord, RunRecord
 from .fleet_table import (
     FleetTableError,
     _mib_as_gb,
@@ -107,12 +107,10 @@ def run_table(runs: list[RunRecord], now: datetime.datetime | None = None,
             rows.append(row)
             continue
         rows.append(row)
-        for job in jobs:
+        names = _job_names(run, jobs)
+        for job, job_name in zip(jobs, names):
             rows.append({
-                # A service's rows are its replicas, as dstack ps shows them.
-                "NAME": "%s%s=%s" % ((JOB_INDENT, "replica", job.get("replica", job.get(
-                    "job_num"))) if run.get("type") == "service" else (
-                    JOB_INDENT, "job", job.get("job_num"))),
+                "NAME": job_name,
                 "BACKEND": _backend(run),
                 "GPU": run_gpu(job.get("gpu")) or run_gpu(run.get("gpu")) or "-",
                 "RESOURCES": run_resources(job.get("resources")), "PRICE": _price(run),
@@ -121,6 +119,27 @@ def run_table(runs: list[RunRecord], now: datetime.datetime | None = None,
                 "ERROR": _job_error(job),
             })
     return _render(columns, rows)
+
+
+def _job_names(run: RunRecord, jobs: list[JobRecord]) -> list[str]:
+    """The NAME of each job row: ``job=N``; a service's replicas ``replica=N``, as dstack ps
+    shows them, and with replica groups ``group=I replica=N`` at the first replica of each group
+    (I: the group's place in the file), the next ones of the group aligned under ``replica=``."""
+    if run.get("type") != "service":
+        return ["%sjob=%s" % (JOB_INDENT, job.get("job_num")) for job in jobs]
+    order = [g.get("name") for g in (run.get("service") or {}).get("groups") or []]
+    names, last = [], None
+    for job in jobs:
+        replica = "replica=%s" % job.get("replica", job.get("job_num"))
+        index = order.index(job["group"]) if job.get("group") in order else None
+        if index is None:
+            names.append(JOB_INDENT + replica)
+        elif index != last:
+            names.append("%sgroup=%d %s" % (JOB_INDENT, index, replica))
+        else:
+            names.append(" " * len("%sgroup=%d " % (JOB_INDENT, index)) + replica)
+        last = index
+    return names
 
 
 def service_lines(service: dict[str, Any] | None, model: str | None = None) -> list[str]:

@@ -51,6 +51,62 @@ def proxy_instance(config: Mapping[str, Any], fleets: list, errors: Iterable[str
                                   ", ".join(candidate_fleets(config, fleets)) or "(none)"))
 
 
+def running_proxy(record: Mapping[str, Any], chosen: Mapping[str, Any], fleets: list,
+                  nodes: Mapping[str, Any]) -> tuple[dict[str, Any], Optional[str]]:
+    """The proxy host of the running service ``record`` (its run record): ``(instance, lost)``.
+    The host that publishes it keeps it while it is a host of its fleet, also when the queue
+    host (``chosen``, proxy_instance's answer now) is another one (a lower-numbered host came
+    since). One that is no longer there (lost: removed, terminated, taken out of the fleet), or
+    whose name is another host's now (made again, at another address), is replaced by
+    ``chosen``, and ``lost`` names it. PublishError when it is there and does not answer. A
+    service on a gateway has its own rules (services.gateways)."""
+    service = record.get("service") or {}
+    old = service.get("proxy_host")
+    if not old or service.get("gateway"):
+        return dict(chosen), None
+    found = instances_of(fleets, name=old)
+    if not found:
+        return dict(chosen), str(old)
+    silent = "it cannot be reached from this controller" if old not in nodes else None
+    answer: dict[str, Any] = {}
+    if silent is None:
+        try:
+            answer = check(nodes[old])
+        except PublishError as exc:
+            silent = str(exc)
+    if silent:
+        raise PublishError("service %s is published by the proxy on %s, which does not answer "
+                           "(%s): apply it again once %s is back; if it is lost for good, take "
+                           "it out of fleet %s (gpufleet fleet delete %s -i N) and apply it "
+                           "again: another host of the fleet publishes it then"
+                           % (record.get("name"), old, silent, old, found[0]["fleet"],
+                              found[0]["fleet"]))
+    was = service.get("proxy_address")
+    if was and was != url_address(listen_of(answer, found[0]), found[0]):
+        return dict(chosen), str(old)   # a new host of that name: the route went with the old
+    return found[0], None
+
+
+def repoint(nodes: Mapping[str, Any], record: Mapping[str, Any], proxy: Mapping[str, Any],
+            lost: str, clock: Callable[[], float] = time.time) -> list[str]:
+    """Note beside each replica of ``record`` where its service is published now (``proxy``,
+    replicas.proxy_of's answer), after its proxy host ``lost`` was lost: every look at the run
+    (tasks.listing) reads it there, and a replica made again keeps it. Returns the problems
+    (a host that did not answer), each said by the caller."""
+    note = dict(proxy, moved_at=float(clock()), moved_from=lost)
+    problems = []
+    for job in record.get("jobs") or []:
+        host = job.get("host")
+        if host not in nodes:
+            continue   # its host is gone as well: nothing of it is read again
+        try:
+            nodes[host].call("repoint", {"run": record["name"], "job_num": job["job_num"],
+                                         "run_id": record.get("run_id"), "proxy": note})
+        except NodeError as exc:
+            problems.append("replica %s on %s: %s" % (job["job_num"], host, exc))
+    return problems
+
+
 def check(node: Any) -> dict[str, Any]:
     """``proxy_check``'s answer on ``node``: ``{"installed", "version", "running", "listen"}``
     (``listen``: ``{"address", "port"}`` as the gateway role recorded it, None without)."""
@@ -231,18 +287,19 @@ def reach_problem(gateway: str, proxy: Mapping[str, Any],
 
 
 def reach(proxy: Optional[Mapping[str, Any]], instances: Iterable[Mapping[str, Any]]) -> list:
-    """Let a gateway's host reach the hosts of a service's replicas (``instances``: their fleet's
-    instance records): a local gateway's container joins the local nodes' networks
-    (backends.local_reach); a cloud gateway reaches them at their internal addresses within
-    its network. Nothing for the in-fleet proxy, which is one of those hosts. Returns the
+    """Let the proxy's host (``proxy``: a gateway's, or the in-fleet proxy's, instance record)
+    reach the hosts of a service's replicas (``instances``: their fleet's instance records): a
+    local proxy's container joins the other local nodes' networks (backends.local_reach; the
+    nodes of a local fleet without ``placement: cluster`` each have a network of their own); a
+    cloud host reaches them at their internal addresses within its network. Returns the
     networks joined; PublishError when the engine refuses."""
-    instances = list(instances)
-    if not proxy or proxy.get("backend") != "local" or not proxy.get("container") or any(
-            i.get("name") == proxy.get("name") for i in instances):
+    if not proxy or proxy.get("backend") != "local" or not proxy.get("container"):
+        return []
+    networks = local_reach.networks_of(i for i in instances if i.get("name") != proxy.get("name"))
+    if not networks:
         return []
     try:
-        return local_reach.join(Docker(), str(proxy["container"]),
-                                local_reach.networks_of(instances))
+        return local_reach.join(Docker(), str(proxy["container"]), networks)
     except DockerError as exc:
-        raise PublishError("the local gateway %s cannot reach the service's hosts: %s"
-                           % (proxy.get("fleet"), exc)) from exc
+        raise PublishError("the proxy on %s cannot reach the service's hosts: %s"
+                           % (proxy.get("name"), exc)) from exc

@@ -29,9 +29,23 @@ class ServiceError(GpufleetError):
     """A service that cannot run as given (no replica, a model another service publishes)."""
 
 
+def replica_groups(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """A service's replica groups as the runner takes them, in order: ``{"name", "replicas"}``
+    each (its count: a group's replicas are one number in this version, spec.support); [] for
+    a service of one group."""
+    out = []
+    for group in config.get("groups") or []:
+        replicas = group.get("replicas") or {}
+        count = replicas.get("min", 1) if isinstance(replicas, dict) else replicas
+        out.append({"name": str(group["name"]), "replicas": int(1 if count is None else count)})
+    return out
+
+
 def replica_count(config: dict[str, Any]) -> int:
     """How many replicas a service starts with: ``replicas.min`` (a range starts at its least
-    and autoscaling takes it from there)."""
+    and autoscaling takes it from there); with replica groups, theirs together."""
+    if config.get("groups"):
+        return sum(g["replicas"] for g in replica_groups(config))
     replicas = config.get("replicas") or {}
     count = replicas.get("min", 1) if isinstance(replicas, dict) else replicas
     return int(1 if count is None else count)
@@ -39,6 +53,8 @@ def replica_count(config: dict[str, Any]) -> int:
 
 def replica_range(config: dict[str, Any]) -> tuple[int, int]:
     """``(least, most)`` replicas of a service (both the count when it is fixed)."""
+    if config.get("groups"):
+        return replica_count(config), replica_count(config)
     replicas = config.get("replicas") or {}
     least = replica_count(config)
     most = replicas.get("max", least) if isinstance(replicas, dict) else least
@@ -107,9 +123,14 @@ def runnable(config: dict[str, Any], proxy: Optional[dict[str, Any]] = None,
     """The task config the runner takes for ``config``: a service becomes ``count`` (by
     default ``replicas.min``) one-node jobs (``run_type`` keeps what it was) with a
     ``service`` key ``{"port", "replicas", "respawn", "scaling"}`` plus ``proxy``
-    (``proxy_of``'s answer) when given; anything else is as it is."""
+    (``proxy_of``'s answer) when given; anything else is as it is. Replica groups become the
+    runner's node groups (each replica a job of its group, numbered across the groups in
+    order, with its group's commands and resources), and the ``service`` key says them
+    (``groups``: replica_groups)."""
     if config.get("type") != SERVICE:
         return config
+    if config.get("groups"):
+        return _grouped(config, proxy)
     count = replica_count(config) if count is None else count
     if count < 1:
         raise ServiceError("replicas: a service needs at least one replica here (scale to "
@@ -121,4 +142,21 @@ def runnable(config: dict[str, Any], proxy: Optional[dict[str, Any]] = None,
                "scaling": scaling_of(config)}
     service.update(proxy or {})
     return dict(config, type="task", run_type=SERVICE, nodes=count, groups=None,
+                service=service)
+
+
+def _grouped(config: dict[str, Any], proxy: Optional[dict[str, Any]]) -> dict[str, Any]:
+    """``runnable`` of a service with replica groups (a fixed count each)."""
+    layout = replica_groups(config)
+    if any(g["replicas"] < 1 for g in layout):
+        raise ServiceError("groups: each replica group needs at least one replica here")
+    count = sum(g["replicas"] for g in layout)
+    respawn = "error" in ((config.get("retry") or {}).get("on_events") or ())
+    service = {"port": int(config["port"]), "replicas": count, "respawn": respawn,
+               "scaling": None, "groups": layout}
+    service.update(proxy or {})
+    groups = [{"name": g["name"], "nodes": n["replicas"], "resources": g.get("resources"),
+               "commands": list(g.get("commands") or []), "ports": []}
+              for g, n in zip(config["groups"], layout)]
+    return dict(config, type="task", run_type=SERVICE, nodes=count, groups=groups,
                 service=service)

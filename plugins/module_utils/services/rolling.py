@@ -100,6 +100,31 @@ def read_again(nodes: Mapping[str, Any], name: str, hint: str = "") -> dict[str,
     return now
 
 
+def _layout(groups: list[Any]) -> list[tuple[Any, int]]:
+    """``[(group name, count)]`` of the replicas' groups in job order (None: no group)."""
+    out: list[tuple[Any, int]] = []
+    for name in groups:
+        if out and out[-1][0] == name:
+            out[-1] = (name, out[-1][1] + 1)
+        else:
+            out.append((name, 1))
+    return out
+
+
+def _layout_text(layout: list[tuple[Any, int]]) -> str:
+    if not layout or layout == [(None, layout[0][1])]:
+        return "no replica groups"
+    return "replica groups " + ", ".join("%s (%d)" % (name, count) for name, count in layout)
+
+
+def _this_version(kept: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
+    """Whether a running replica (``kept``: replica_info's answer) runs the version of ``job``
+    (the new submission's): its digest is the job's, or the earlier form of it a replica
+    started before tasks.run_preparation.WHERE_KEYS left the digest holds."""
+    digest = kept.get("config_digest")
+    return bool(digest) and digest in (job["config_digest"], job.get("earlier_digest"))
+
+
 class Roll(object):
     """One roll of ``record`` (the live service's run record) to ``runner``'s configuration
     (a tasks.runs.Runner made for the new version, not submitted). ``nodes``: ``{host:
@@ -114,8 +139,10 @@ class Roll(object):
                  fresh: Optional[Callable[[Mapping[str, Any]], Mapping[str, Any]]] = None,
                  scale_only: bool = False,
                  recheck: Optional[Callable[[Mapping[str, Any]], int]] = None,
-                 reach: Optional[Callable[[], Any]] = None) -> None:
+                 reach: Optional[Callable[[], Any]] = None, moved: bool = False) -> None:
         self.runner = runner
+        # Its proxy host was lost: the queue entry (kept there) is written again.
+        self.moved = moved
         # ``reach()``: a gateway's host made able to reach the replicas' hosts before their
         # route changes (publish.reach), also hosts the fleet gained since it was published.
         self.reach = reach or (lambda: None)
@@ -309,14 +336,15 @@ class Roll(object):
         number = int(self.record.get("submission") or 0)
         submission = self.runner.preparing.prepare(number, Claimed(placed, {}, (), ()))
         new = dict((j["job_num"], j) for j in submission.jobs)
-        stale = [k for k in kept[:wanted] if not self.scale_only
-                 and k.get("config_digest") != new[k["job_num"]]["config_digest"]]
+        stale = [k for k in kept[:wanted] if not self.scale_only and not _this_version(
+            k, new[k["job_num"]])]
         if stale and wanted < 2:
             raise RollError("service %s would run one replica, which cannot be replaced without "
                             "a gap; give it replicas: 2 or more, or stop it and apply again"
                             % self.name)
         if not stale and wanted == count:
-            self._entry(submission, changed=False)   # new autoscaling rules reach the passes
+            # New autoscaling rules reach the passes; a lost queue host's entry is made again.
+            self._entry(submission, changed=self.moved)
             self._publish(self._replicas(kept))   # as it is (again, when it was lost)
             return {"rolled": [], "unchanged": True, "added": [], "retired": []}
         self._entry(submission)
@@ -508,10 +536,23 @@ class Roll(object):
             "run": self.name, "run_id": self.record["run_id"], "jobs": [job["job_num"]]})
 
     def _check(self, kept: list[dict[str, Any]]) -> None:
-        """What an update in place cannot do, refused before anything changes."""
-        asked = self.runner.config.get("resources")
-        for item in kept:
-            if item.get("resources") != asked:
+        """What an update in place cannot do, refused before anything changes: other
+        resources, or other replica groups (names, order, counts)."""
+        config = self.runner.config
+        now = [(k.get("placed") or {}).get("group") for k in kept]
+        asked = [config.get("resources")] * len(kept)
+        if config.get("groups") or any(g is not None for g in now):
+            wanted = [(g.get("name"), g.get("nodes")) for g in config.get("groups") or []]
+            if _layout(now) != wanted:
+                raise RollError("groups: service %s runs %s, and this apply asks for %s: a "
+                                "running service keeps its replica groups and their counts; "
+                                "stop it and apply again to change them" % (
+                                    self.name, _layout_text(_layout(now)),
+                                    _layout_text(wanted)))
+            by_name = dict((g.get("name"), g.get("resources")) for g in config["groups"])
+            asked = [by_name.get(g) for g in now]
+        for item, resources in zip(kept, asked):
+            if item.get("resources") != resources:
                 raise RollError("resources: service %s's replicas hold what the old version "
                                 "asked for, and a replica is replaced on its own host; stop it "
                                 "and apply again to change resources" % self.name)

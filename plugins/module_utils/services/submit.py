@@ -156,6 +156,25 @@ def _move_refusal(record: Mapping[str, Any], name: str, gateway: Optional[Mappin
             "(gpufleet stop %s) and apply it again to move it" % (name, was, now, name))
 
 
+def _lost_replicas(record: Mapping[str, Any], lost: str, nodes: Mapping[str, Any]
+                   ) -> Optional[str]:
+    """Why a service whose proxy host ``lost`` is gone is not published elsewhere by this
+    apply: replicas of it were on hosts that are gone too (they are not made again by an
+    apply); None when every replica's host is there."""
+    jobs = record.get("jobs") or []
+    seen = set(j.get("job_num") for j in jobs)
+    # A replica of a host no fleet lists any more is not among the record's jobs at all.
+    gone = [str(n) for n in sorted(set(
+        [int(j["job_num"]) for j in jobs if j.get("host") not in nodes] +
+        [n for n in range(int(record.get("nodes") or 0)) if n not in seen]))]
+    if not gone:
+        return None
+    return ("service %s lost its proxy host %s, and its replica%s %s with %s: stop it (gpufleet "
+            "stop %s) and apply it again" % (record["name"], lost, "s" if len(gone) > 1 else "",
+                                             ", ".join(gone), "them" if len(gone) > 1 else "it",
+                                             record["name"]))
+
+
 def _one(items: list) -> Optional[dict[str, Any]]:
     return items[0] if items else None
 
@@ -216,10 +235,12 @@ def _setup_answer(name, instance, answer, root):
 
 def _roll(params: dict[str, Any], config: dict[str, Any], record: dict[str, Any],
           runnable: Callable[..., dict], publisher: Publisher,
-          emit: Callable[[dict], None], check_mode: bool, proxy: Mapping[str, Any]
-          ) -> tuple[dict[str, Any], bool]:
+          emit: Callable[[dict], None], check_mode: bool, proxy: Mapping[str, Any],
+          lost: Optional[str] = None) -> tuple[dict[str, Any], bool]:
     """A second apply of a running service: services.rolling, reported as a submission. An
-    autoscaled service keeps the count it runs, within its (new) range."""
+    autoscaled service keeps the count it runs, within its (new) range. ``lost``: the proxy
+    host it lost (publish.running_proxy): the roll publishes it on ``publisher``'s, and its
+    replicas note where it is now (publish.repoint)."""
     count = replicas.clipped(config, len(record.get("jobs") or []))   # a fixed one: its count
     _root, _fleets, make_runner = actions.runner_factory(
         params, config, emit, check_mode, lambda run_config: runnable(run_config, count),
@@ -230,8 +251,10 @@ def _roll(params: dict[str, Any], config: dict[str, Any], record: dict[str, Any]
                         publisher.listen, emit, fresh=lambda _record: rolling.read_again(
                             publisher.nodes, record["name"], "; apply it again"),
                         reach=lambda: publish.reach(publisher.proxy_instance,
-                                                    publisher.fleet_instances))
-    service = dict(proxy, port=int(config["port"]), replicas=count, published=True, error=None)
+                                                    publisher.fleet_instances),
+                        moved=bool(lost))
+    service = dict(proxy, port=int(config["port"]), replicas=count, published=True, error=None,
+                   moved_from=lost)
     try:
         if check_mode:
             return {"run": record["name"], "status": "planned", "plan": roll.plan(),
@@ -242,6 +265,14 @@ def _roll(params: dict[str, Any], config: dict[str, Any], record: dict[str, Any]
         raise actions.ActionError(str(exc)) from exc
     except GpufleetError as exc:
         raise actions.ActionError("service %s: %s" % (record["name"], exc)) from exc
+    if lost:   # where it is published now, as the first apply said it
+        for problem in publish.repoint(publisher.nodes, record, proxy, lost):
+            emit({"kind": "info", "run": record["name"], "message": "service %s is published "
+                  "on %s, and its %s still names %s" % (record["name"], proxy["proxy_host"],
+                                                        problem, lost)})
+        model = config.get("model") or {}
+        emit(dict(proxy, kind="service", run=record["name"],
+                  model=model.get("name") if isinstance(model, dict) else None))
     if done["unchanged"]:
         message = "service %s is up to date: nothing changed" % record["name"]
     else:
@@ -297,9 +328,20 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
         gateway = gateways.resolve(config, fleets, every_node)
     except gateways.GatewayError as exc:
         raise actions.ActionError(str(exc)) from exc
+    live = rolling.live_services(nodes)
+    record = rolling.live_record(live, name)
+    lost = None
+    if record is not None and not gateway:   # the host that publishes it keeps it
+        try:
+            instance, lost = publish.running_proxy(record, instance, fleets, every_node)
+        except publish.PublishError as exc:
+            raise actions.ActionError(str(exc)) from exc
+        if lost:
+            problem = _lost_replicas(record, lost, every_node)
+            if problem:
+                raise actions.ActionError(problem)
     proxy_instance = gateway["instance"] if gateway else instance
     proxy_node = every_node[proxy_instance["name"]]
-    live = rolling.live_services(nodes)
     try:
         replicas.check_clash(config, name, proxy_instance["name"], live)
     except replicas.ServiceError as exc:
@@ -327,7 +369,13 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
         proxy = replicas.proxy_of(name, instance["name"], publish.url_address(listen, instance),
                                   config.get("model"), listen["port"])
     if not check_mode and not (answer.get("installed") and answer.get("running")):
-        return _setup_answer(name, instance, answer, root), False
+        return dict(_setup_answer(name, instance, answer, root), moved_from=lost), False
+    if lost:   # said once, by the pass that moves it (a plan says it in its own words)
+        emit({"kind": "info", "run": name, "message": (
+            "service %s: its proxy host %s is no longer a host of fleet %s; the proxy on %s "
+            "publishes it from now on" % (name, lost, fleet, instance["name"])) if lost !=
+            instance["name"] else ("service %s: its proxy host %s was made again; its proxy "
+                                   "publishes it again" % (name, lost))})
     user = actions.submitter(params)
     # A gateway checks tokens against its own members (tasks/hostside/proxyconf.py).
     where = ("gateway", gateway["name"], {proxy_instance["name"]: proxy_node}) if gateway \
@@ -349,12 +397,12 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
                           addresses_of(fleets, fleet), emit, proxy, listen,
                           proxy_instance=proxy_instance,
                           fleet_instances=publish.instances_of(fleets, fleet))
-    record = rolling.live_record(live, name)
-    if record is not None and (record.get("service") or {}).get("proxy_host") not in (
-            None, proxy_instance["name"]):
+    if not lost and record is not None and (record.get("service") or {}).get(
+            "proxy_host") not in (None, proxy_instance["name"]):
         raise actions.ActionError(_move_refusal(record, name, gateway, proxy_instance))
     if record is not None:   # running: its replicas are rolled to this version
-        return _roll(params, config, record, runnable, publisher, emit, check_mode, proxy)
+        return _roll(params, config, record, runnable, publisher, emit, check_mode, proxy,
+                     lost)
     result, failed = actions.submit(dict(params, name=name), emit=publisher.sink(emit),
                                     check_mode=check_mode, stop_event=stop_event,
                                     runnable=runnable, config=config,

@@ -26,7 +26,8 @@ SERVICE_SECTIONS = {
             "as dstack's services without a gateway. It takes every field of a task above except `nodes` and "
             "`ports` (a replica is one node, and a service publishes its one `port`), with the same defaults; "
             "`groups` are replica groups here, not node groups. What this version cannot run yet (`https: true` "
-            "with `gateway: false`, replica groups, a range of replicas that starts at 0) is accepted by the "
+            "with `gateway: false`, what replica groups cannot have yet, a range of replicas that starts at 0) "
+            "is accepted by the "
             "parser and refused by `gpufleet validate` and `apply` with one message naming the field. The "
             "service's own fields:"
         ),
@@ -98,8 +99,9 @@ SERVICE_SECTIONS = {
             "groups": {
                 "values": "a non-empty list of mappings: {see:service.groups}",
                 "text": (
-                    "Replica groups with their own commands, image and resources; not with `replicas`, and then "
-                    "`scaling` and `commands` go in each group. " + _REFUSED_NOW
+                    "Replica groups with their own commands and resources, numbered across the groups in order "
+                    "(docs/services.md#replicas); not with `replicas`, and then `scaling` and `commands` go in "
+                    "each group."
                 ),
             },
         },
@@ -204,7 +206,9 @@ SERVICE_SECTIONS = {
         "intro": (
             "A group of replicas with its own commands, image and resources (dstack's heterogeneous services). "
             "`image`, `docker`, `privileged`, `python`, `nvcc`, `spot_policy` and `reservation` are set either "
-            "at the service level or in groups, never both. Refused by this version of gpufleet."
+            "at the service level or in groups, never both. This version runs a group's `name`, count, "
+            "`resources` and `commands`; a range of replicas, `scaling`, `router`, and the settings above in a "
+            "group are refused (set them on the service)."
         ),
         "fields": {
             "name": {
@@ -213,7 +217,7 @@ SERVICE_SECTIONS = {
             },
             "replicas": {
                 "values": "a whole number or a range, as the service's `replicas` (`count` is another name for it)",
-                "text": "How many replicas the group runs; a range needs `scaling`.",
+                "text": "How many replicas the group runs; a range needs `scaling` (refused for now).",
                 "required": "",
             },
             "scaling": {"values": "{see:service.scaling}", "text": "The group's autoscaling rules."},

@@ -33,8 +33,19 @@ RUN_TYPES = ("task", "dev-environment", "service")
 # publishes one group of at least one replica over plain HTTP.
 HTTPS = ("the in-fleet proxy serves plain HTTP, and `gateway: false` asks for it: name a gateway "
          "with a certificate in `gateway`, or omit `https` or set it to false or auto")
-GROUPS = ("replica groups are not supported yet: remove `groups` and give the service one "
-          "`replicas` count (its commands, image and resources at the top level)")
+# Replica groups run with a fixed count each, their own commands and resources, and the
+# service's image, Python, Docker and spot settings.
+GROUP_RANGE = ("a replica group's `replicas` is one number such as 2 in this version of gpufleet "
+               "(a group does not autoscale yet, nor scale to zero): give it a count, and drop "
+               "its `scaling`")
+GROUP_FIELD = ("`%s` per replica group is not supported yet: set it on the service, for all its "
+               "groups")
+GROUP_ROUTER = ("a router replica group (%s) is not supported yet: the proxy sends requests to "
+                "every replica; remove `router`")
+# What a replica group may set that this version takes from the service only (the flags
+# count when true, the others when given).
+GROUP_OWN = ("image", "python", "spot_policy", "reservation")
+GROUP_FLAGS = ("nvcc", "docker", "privileged")
 SCALE_TO_ZERO = ("scale to zero is not supported yet: the in-fleet proxy cannot hold a request "
                  "until a replica starts; start the range of `replicas` at 1 or more, such as 1..4")
 NO_REPLICAS = ("a service needs at least one replica in this version of gpufleet: set "
@@ -165,20 +176,39 @@ PROBE_URL = ("the probe URL %s has a space, backslash or brace, which the proxy 
 
 
 def service_refusals(config: dict[str, Any]) -> list[Problem]:
-    """What of a service this version does not run: HTTPS without a gateway, replica groups,
-    no replica at all, a range of replicas that starts at 0 (scale to zero). (Whether a
+    """What of a service this version does not run: HTTPS without a gateway, what replica
+    groups cannot have yet (_group_refusals), no replica at all, a range of replicas that starts at 0 (scale to zero). (Whether a
     gateway exists, and has a certificate, is known at apply: services.gateways.)"""
     out = []
     if config.get("https") is True and config.get("gateway") is False:
         out.append(Problem(("https",), HTTPS))
-    if config.get("groups") is not None:
-        out.append(Problem(("groups",), GROUPS))
+    for index, group in enumerate(config.get("groups") or []):
+        out += _group_refusals(index, group)
     replicas = config.get("replicas") or {}
     if replicas.get("max") == 0:
         out.append(Problem(("replicas",), NO_REPLICAS))
     elif replicas.get("min") == 0:
         out.append(Problem(("replicas",), SCALE_TO_ZERO))
     out += _proxy_refusals(config)
+    return out
+
+
+def _group_refusals(index: int, group: dict[str, Any]) -> list[Problem]:
+    """What of replica group ``index`` this version does not run."""
+    out = []
+    replicas = group.get("replicas") or {}
+    if replicas.get("min") != replicas.get("max") or not replicas.get("min") or group.get(
+            "scaling"):
+        out.append(Problem(("groups", index, "replicas"), GROUP_RANGE))
+    for field in GROUP_OWN:
+        if group.get(field) is not None:
+            out.append(Problem(("groups", index, field), GROUP_FIELD % field))
+    for field in GROUP_FLAGS:
+        if group.get(field) is True:
+            out.append(Problem(("groups", index, field), GROUP_FIELD % field))
+    if group.get("router"):
+        out.append(Problem(("groups", index, "router"),
+                           GROUP_ROUTER % group["router"].get("type")))
     return out
 
 

@@ -46,8 +46,11 @@ NVIDIA_CAPABILITIES = "compute,utility,graphics,video"
 # What a replica's gpufleet.service label holds (services.replicas fills the proxy's part).
 SERVICE_KEYS = ("port", "proxy_host", "proxy_address", "proxy_port", "url", "model_url",
                 "model", "respawn")
-# A service on a gateway also carries the gateway's name and whether it is served over HTTPS.
+# A service on a gateway also carries the gateway's name and whether it is served over HTTPS;
+# one with replica groups their names and counts, in order (services.replicas.replica_groups).
 GATEWAY_KEYS = ("gateway", "https")
+# A replica of a service with replica groups: its group's name.
+REPLICA_GROUP_LABEL = "gpufleet.replica-group"
 
 
 def container_name(run_name_, job_num, replica=0):
@@ -259,7 +262,10 @@ def labels_of(config, run, jobs, job, replica=0):
         service = config[SERVICE]
         labels[SERVICE_LABEL] = _json(dict(
             [(key, service.get(key)) for key in SERVICE_KEYS]
-            + [(key, service[key]) for key in GATEWAY_KEYS if service.get("gateway")]))
+            + [(key, service[key]) for key in GATEWAY_KEYS if service.get("gateway")]
+            + ([("groups", service["groups"])] if service.get("groups") else [])))
+        if service.get("groups") and job.get("group") is not None:
+            labels[REPLICA_GROUP_LABEL] = str(job["group"])
     if run.get("array"):
         labels[ARRAY_LABEL] = str(run["array"]["name"])
         labels[ARRAY_INDEX_LABEL] = str(run["array"]["index"])

@@ -21,7 +21,14 @@ from typing import Any
 from ..core.text import shorten
 from . import lifecycle, queue_records, surveys
 from .lifecycle import JobStatus, RunStatus
-from .container import REPLICA_LABEL, RESOURCES_LABEL, RUN_SPEC_LABEL, SERVICE_LABEL, USER_LABEL
+from .container import (
+    REPLICA_GROUP_LABEL,
+    REPLICA_LABEL,
+    RESOURCES_LABEL,
+    RUN_SPEC_LABEL,
+    SERVICE_LABEL,
+    USER_LABEL,
+)
 from .errors import RunError
 from .records import JobRecord, RunRecord
 from .ssh import missing_key, parallel
@@ -119,6 +126,8 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
                 "resources": job_resources(entry["labels"]),
                 # A service's replica: its number, and the host port it answers on.
                 "replica": _int_or(entry["labels"].get(REPLICA_LABEL), 0),
+                # Its replica group's name (a service with replica groups), else None.
+                "group": entry["labels"].get(REPLICA_GROUP_LABEL) or None,
                 "published": entry.get("published") or None,
             })
         jobs += lost
@@ -145,7 +154,7 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
             "user": labels.get(USER_LABEL) or None,
             "stop_criteria": asked.get("stop_criteria"),
             "startup_order": asked.get("startup_order"),
-            "service": service_of(labels, nodes),
+            "service": service_of(labels, nodes, _moved(entries)),
             "jobs": jobs,
         })
     records.sort(key=lambda r: (r["submitted"] or "", r["name"]), reverse=True)
@@ -223,23 +232,37 @@ def _int_or(text, default):
         return default
 
 
-def service_of(labels: dict[str, str], replicas: int) -> dict[str, Any] | None:
+def _moved(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Where a service is published since its proxy host was lost: the newest note beside its
+    replicas (``files["proxy"]``, replicaside's ``repoint``), or None."""
+    notes = [n for n in ((e.get("files") or {}).get("proxy") for e in entries)
+             if isinstance(n, dict) and n.get("proxy_host")]
+    return max(notes, key=lambda n: float(n.get("moved_at") or 0)) if notes else None
+
+
+def service_of(labels: dict[str, str], replicas: int,
+               moved: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """A service's run record part, from its replicas' ``gpufleet.service`` label: ``{"url",
     "model_url", "proxy_host", "proxy_address", "port", "model", "replicas", "respawn",
-    "gateway", "https"}`` (``gateway``: its name, None for the in-fleet proxy); None for a
-    task."""
+    "gateway", "https", "moved_from"}`` (``gateway``: its name, None for the in-fleet proxy);
+    None for a task. ``moved``: where it is published since its proxy host was lost (_moved),
+    which takes the place of what the label says of its proxy."""
     try:
         service = json.loads(labels.get(SERVICE_LABEL) or "null")
     except ValueError:
         return None
     if not isinstance(service, dict):
         return None
+    if moved and not service.get("gateway"):
+        service = dict(service, **dict((k, moved.get(k)) for k in (
+            "proxy_host", "proxy_address", "proxy_port", "url", "model_url", "moved_from")))
     return {"url": service.get("url"), "model_url": service.get("model_url"),
             "proxy_host": service.get("proxy_host"),
             "proxy_address": service.get("proxy_address"), "port": service.get("port"),
             "model": service.get("model"), "replicas": replicas,
             "respawn": bool(service.get("respawn")), "gateway": service.get("gateway"),
-            "https": bool(service.get("https"))}
+            "https": bool(service.get("https")), "moved_from": service.get("moved_from"),
+            "groups": service.get("groups") or None}
 
 
 def _lost_jobs(run, asked, nodes, statuses, answered, instances, silent):

@@ -41,6 +41,8 @@ class JobRecord(_Job, total=False):
     # A service's replica (services.replicas): its number, and {"PORT/tcp": host port}.
     replica: int
     published: dict[str, int] | None
+    # Its replica group's name, when the service has replica groups.
+    group: str | None
 
 
 class _Run(TypedDict):
@@ -70,7 +72,7 @@ class RunRecord(_Run, total=False):
     type: str                       # "task", "dev-environment" or "service"
     stop_criteria: str | None
     # A service: {"url", "model_url", "proxy_host", "proxy_address", "port", "model",
-    # "replicas", "respawn"}
+    # "replicas", "respawn", "gateway", "https", "moved_from", "groups"}
     # (tasks.listing.service_of), None for the others.
     service: dict[str, Any] | None
     startup_order: str | None

@@ -97,23 +97,51 @@ def _inline_files(jobs, files_data=None):
     return out
 
 
-def config_digest(config, image, repo=None):
+# Where a service is published: not part of a version of its replicas, so that a service
+# whose proxy host was lost is published elsewhere without replacing them (services.submit).
+WHERE_KEYS = ("proxy_host", "proxy_address", "proxy_port", "url", "model_url")
+
+
+def config_digest(config, image, repo=None, where=False):
     """The SHA-256 of what makes one version of a run: its normalized configuration, the image
     it resolved to and its code's archive (a new commit or diff is a new version). A
     service's replica count is not part of it: scaling a service is no new version of its
-    replicas (services.rolling)."""
+    replicas (services.rolling); nor is where it is published (WHERE_KEYS), unless ``where``
+    (the digest replicas started before that rule kept)."""
     import hashlib
     import json
 
     if isinstance(config.get("service"), dict):
         # (service.scaling left out rather than emptied: a replica started before it was part
         # of the service key has the same digest as one started since.)
-        service = dict((k, v) for k, v in config["service"].items() if k != "scaling")
+        service = dict((k, v) for k, v in config["service"].items() if k != "scaling" and (
+            where or k not in WHERE_KEYS))
         config = dict(config, nodes=None, replicas=None, scaling=None,
                       service=dict(service, replicas=None))
     text = json.dumps({"config": config, "image": image,
                        "repo": (repo or {}).get("archive")}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _versions(config, image, repo):
+    """``version(group)``: ``(digest, earlier digest, resources)`` of a job of ``group`` (None
+    without groups). A service's replica of a replica group is a version of its own group
+    only: a change to another group does not replace it (services.rolling)."""
+    cache = {}
+
+    def version(group):
+        if group not in cache:
+            own = config
+            resources = config.get("resources")
+            if group is not None and config.get("groups") and isinstance(
+                    config.get("service"), dict):
+                mine = [g for g in config["groups"] if str(g.get("name")) == str(group)]
+                own = dict(config, groups=mine)
+                resources = mine[0].get("resources") if mine else resources
+            cache[group] = (config_digest(own, image, repo),
+                            config_digest(own, image, repo, where=True), resources)
+        return cache[group]
+    return version
 
 
 class Submission(object):
@@ -239,7 +267,7 @@ class RunPreparation(object):
         except (PlanError, volumes.VolumeError) as exc:
             raise RunError(str(exc)) from exc
         run = {"name": self.run.name, "id": self.run.run_id}
-        digest = config_digest(self.run.config, image, repo)
+        versions = _versions(self.run.config, image, repo)
         for job, where in zip(jobs, placed["jobs"]):
             # The start renews the claim under the host's lock (tasks.hostside.booking), so a claim
             # that lapsed during a long pull is only used if nobody took the host meanwhile.
@@ -249,8 +277,11 @@ class RunPreparation(object):
             # What a service's replica keeps on its host (start.json): where it was placed, and
             # which version of the service it runs (services.rolling compares it).
             job["placed"] = dict(where)
+            digest, earlier, resources = versions(where.get("group"))
             job["config_digest"] = digest
-            job["resources"] = self.run.config.get("resources")
+            if earlier != digest:
+                job["earlier_digest"] = earlier
+            job["resources"] = resources
         return Submission(number, _inline_files(jobs, self.run.files_data), nodes, placed)
 
     def _record_setup_failure(self, number, claimed, message):

@@ -1003,3 +1003,15 @@ def test_the_plan_of_a_running_service_says_it_is_updated_and_scaled(
     code, out, _err = run(playbooks, "apply", "-f", "task.dstack.yml")
     assert code == 1
     assert said in out, out
+
+
+def test_the_plan_of_a_service_whose_proxy_host_is_lost_says_where_it_goes(files, playbooks):
+    files("task.dstack.yml", TASK)
+    stats = planned_stats()
+    stats["gpufleet_run"].update(rolls=True, replicas_now=2, service={
+        "replicas": 2, "moved_from": "b-0", "proxy_host": "b-1",
+        "url": "http://10.0.0.3:3000/proxy/services/main/train/"})
+    playbooks.answer(stats=stats)
+    _code, out, _err = run(playbooks, "apply", "-f", "task.dstack.yml")
+    assert ("Its proxy host b-0 is lost: the proxy on b-1 publishes it from now on, at "
+            "http://10.0.0.3:3000/proxy/services/main/train/\n") in out, out

@@ -125,3 +125,29 @@ def test_a_gateway_publishes_what_it_can_reach():
         "name another gateway, or set `gateway: false`")
     assert "cannot reach b-0 (local, local)" in publish.reach_problem("gw", aws_gw, local)
     assert "cannot reach c-0" in publish.reach_problem("gw", local_gw, east)
+
+
+def test_a_local_proxy_joins_the_networks_of_the_other_nodes_it_sends_requests_to(monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local_reach
+
+    joined = []
+    monkeypatch.setattr(local_reach, "join", lambda docker, container, networks: joined.append(
+        (container, list(networks))) or list(networks))
+    nodes = [{"name": "b-%d" % n, "fleet": "b", "num": n, "backend": "local",
+              "placement": "any", "container": "gpufleet-b-%d" % n} for n in range(3)]
+    # the in-fleet proxy on b-0: the networks of b-1 and b-2, not its own
+    publish.reach(nodes[0], nodes)
+    (container, networks), = joined
+    assert container == "gpufleet-b-0" and len(networks) == 2
+    assert networks == local_reach.networks_of(nodes[1:])
+    # a cluster fleet's nodes share one network, which the proxy's node is on already
+    cluster = [dict(n, placement="cluster") for n in nodes]
+    assert local_reach.networks_of(cluster[1:]) == local_reach.networks_of(cluster[:1])
+    # a gateway on its own: every node's network; a cloud proxy or no container: nothing
+    joined.clear()
+    publish.reach({"name": "gw-0", "backend": "local", "container": "gpufleet-gw-0"}, nodes)
+    assert joined == [("gpufleet-gw-0", local_reach.networks_of(nodes))]
+    joined.clear()
+    assert publish.reach(dict(nodes[0], backend="aws"), nodes) == []
+    assert publish.reach(dict(nodes[0], container=None), nodes) == []
+    assert publish.reach(nodes[0], nodes[:1]) == [] and joined == []

@@ -142,7 +142,8 @@ class Preparing(object):
         return Submission([{"job_num": j["job_num"], "host": j["host"],
                             "container": "svc-0-%d" % j["job_num"],
                             "claim": {"run": "svc", "by": "me:2"},
-                            "config_digest": self.runner.digest}
+                            "config_digest": self.runner.digest,
+                            "earlier_digest": getattr(self.runner, "earlier", None)}
                            for j in claimed.placed["jobs"]])
 
 
@@ -251,6 +252,12 @@ def test_an_unchanged_service_is_left_alone_and_a_half_done_roll_goes_on():
     world = World(digests=("new", "old"))
     assert roll(world, Runner())[0].run() == dict(DONE, rolled=[1], unchanged=False)
     assert [h for h, op, _p in world.log if op == "replace"] == ["h-1"]
+    # A replica started before where a service is published left its digest holds the
+    # earlier form of this version's digest: it is this version.
+    world = World(digests=("new", "earlier"))
+    runner = Runner()
+    runner.earlier = "earlier"
+    assert roll(world, runner)[0].run() == dict(DONE, rolled=[], unchanged=True)
 
 
 @pytest.mark.parametrize("world, runner, count, message", [
@@ -450,3 +457,43 @@ def test_a_scale_up_whose_start_fails_on_one_host_keeps_what_started_and_says_wh
         roll(world, Runner(nodes=4, beside=["h-0", "h-1"]))[0].run()
     assert world.released == [("h-1", [3])]   # its share, given back
     assert world.routes[-1] == [0, 1, 2]      # the one that started serves
+
+
+def grouped_world(digests=("old", "old")):
+    """World whose two replicas are one each of replica groups a and b (1 CPU, 2 CPUs)."""
+    world = World(digests=digests)
+    for num, (group, resources) in enumerate((("a", "1 CPU"), ("b", "2 CPUs"))):
+        world.kept[num]["placed"]["group"] = group
+        world.kept[num]["resources"] = resources
+    return world
+
+
+def grouped_runner(groups=(("a", 1, "1 CPU"), ("b", 1, "2 CPUs"))):
+    runner = Runner()
+    runner.config["groups"] = [{"name": n, "nodes": c, "resources": r} for n, c, r in groups]
+    return runner
+
+
+def test_a_service_with_replica_groups_rolls_within_its_groups_and_keeps_them():
+    world = grouped_world(("new", "old"))
+    assert roll(world, grouped_runner())[0].run() == dict(DONE, rolled=[1], unchanged=False)
+    # each replica is held to its own group's resources
+    world = grouped_world()
+    with pytest.raises(rolling.RollError, match="resources: service svc's replicas hold"):
+        roll(world, grouped_runner((("a", 1, "2 CPUs"), ("b", 1, "2 CPUs"))))[0].run()
+    # other groups, counts or order: refused before anything changes
+    for groups, asked in (((("a", 2, "1 CPU"),), "replica groups a (2)"),
+                          ((("b", 1, "2 CPUs"), ("a", 1, "1 CPU")), "replica groups b (1), a (1)"),
+                          ((), "no replica groups")):
+        world = grouped_world()
+        runner = grouped_runner(groups) if groups else Runner()
+        with pytest.raises(rolling.RollError, match=r"groups: service svc runs replica groups a "
+                           r"\(1\), b \(1\), and this apply asks for %s: a running service "
+                           r"keeps its replica groups" % asked.replace("(", r"\(").replace(
+                               ")", r"\)")):
+            roll(world, runner)[0].run()
+        assert not [op for _h, op, _p in world.log if op in ("claim", "replace", "proxy_drain")]
+    # a service without groups asked to have some
+    with pytest.raises(rolling.RollError, match="runs no replica groups, and this apply asks "
+                                                "for replica groups a"):
+        roll(World(), grouped_runner())[0].run()

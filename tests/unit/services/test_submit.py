@@ -297,3 +297,114 @@ def test_a_running_service_is_not_moved_to_another_proxy_by_an_apply(monkeypatch
                                                   "its fleet on b-0, and this apply would "
                                                   "publish it by gateway gw: stop it"):
         run()
+
+
+class StillRoll(object):
+    """services.rolling.Roll where nothing changes: how it was made is kept."""
+
+    made = []
+
+    def __init__(self, runner, record, nodes, proxy_node, *args, **kwargs):
+        StillRoll.made.append({"proxy_node": proxy_node.name, "moved": kwargs.get("moved")})
+
+    def run(self):
+        return {"rolled": [], "unchanged": True, "added": [], "retired": []}
+
+    def plan(self):
+        return {"replicas": []}
+
+
+def running_world(monkeypatch, proxy_host, jobs=((0, "b-1"),), nodes=None):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.services import rolling
+
+    world = World(monkeypatch)
+    live = {"name": "svc", "run_id": "r1", "status": "running", "nodes": nodes or len(jobs),
+            "service": {"port": 8000, "proxy_host": proxy_host, "gateway": None},
+            "jobs": [{"job_num": n, "host": h} for n, h in jobs]}
+    monkeypatch.setattr(listing, "list_runs", lambda nodes_: ([live], {}))
+    monkeypatch.setattr(rolling, "Roll", StillRoll)
+    monkeypatch.setattr(actions, "runner_factory", lambda params, config, emit, check_mode,
+                        runnable, hook: ("/state", [], lambda config_: type(
+                            "Runner", (), {"config": runnable(config_)})))
+    StillRoll.made = []
+    return world
+
+
+def test_a_service_whose_proxy_host_is_lost_is_published_by_another_host_and_apply_says_so(
+        monkeypatch):
+    world = running_world(monkeypatch, "b-7")   # b-7 is no host of fleet b any more
+    result, failed, events = run()
+    assert not failed
+    assert StillRoll.made == [{"proxy_node": "b-0", "moved": True}]
+    assert (result["service"]["proxy_host"], result["service"]["moved_from"]) == ("b-0", "b-7")
+    (said,) = [e["message"] for e in events if e["kind"] == "info" and "b-7" in e["message"]]
+    assert said == ("service svc: its proxy host b-7 is no longer a host of fleet b; the proxy "
+                    "on b-0 publishes it from now on")
+    # apply prints the new URL as the first one did
+    (service,) = [e for e in events if e["kind"] == "service"]
+    assert service["url"] == result["service"]["url"] and service["proxy_host"] == "b-0"
+    # the replica notes where it is published now, for every later look at the run
+    (note,) = [p for op, p in world.other.calls if op == "repoint"]
+    assert (note["run"], note["job_num"], note["run_id"]) == ("svc", 0, "r1")
+    assert (note["proxy"]["proxy_host"], note["proxy"]["moved_from"]) == ("b-0", "b-7")
+    assert note["proxy"]["url"] == result["service"]["url"]
+
+
+def test_a_plan_says_the_proxy_moves_and_the_new_host_gets_haproxy_first(monkeypatch):
+    running_world(monkeypatch, "b-7")
+    result, _failed, events = run(check_mode=True)
+    assert result["rolls"] and result["service"]["moved_from"] == "b-7"
+    assert any("its proxy host b-7 is no longer" in e.get("message", "") for e in events)
+    world = running_world(monkeypatch, "b-7")
+    world.proxy.answers["proxy_check"] = {"installed": False, "running": False}
+    result, failed, _events = run()
+    assert not failed and result["proxy_setup"]["host"] == "b-0"
+    assert result["moved_from"] == "b-7" and StillRoll.made == []
+
+
+def test_the_host_that_publishes_a_service_keeps_it_while_it_is_in_its_fleet(monkeypatch):
+    # b-1 publishes it (b-0, the queue host now, came later): b-1 stays its proxy
+    world = running_world(monkeypatch, "b-1", jobs=((0, "b-0"),))
+    world.other.answers["proxy_check"] = {"installed": True, "running": True}
+    result, failed, events = run()
+    assert not failed and StillRoll.made == [{"proxy_node": "b-1", "moved": False}]
+    assert result["service"]["proxy_host"] == "b-1" and result["service"]["moved_from"] is None
+    assert not [e for e in events if e["kind"] == "service"]
+    assert "repoint" not in world.proxy.ops()
+
+
+def test_a_silent_proxy_host_or_a_replica_lost_with_it_is_said_and_nothing_moves(monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
+
+    world = running_world(monkeypatch, "b-1", jobs=((0, "b-0"),))
+    world.other.answers["proxy_check"] = NodeError("b-1", "ssh: connection timed out")
+    with pytest.raises(actions.ActionError, match=r"service svc is published by the proxy on "
+                       r"b-1, which does not answer \(.*connection timed out\): apply it again "
+                       r"once b-1 is back; if it is lost for good, take it out of fleet b "
+                       r"\(gpufleet fleet delete b -i N\)"):
+        run()
+    # two replicas, one of them on the lost host (so no host lists it any more)
+    running_world(monkeypatch, "b-7", nodes=2)
+    with pytest.raises(actions.ActionError, match="service svc lost its proxy host b-7, and its "
+                                                  "replica 1 with it: stop it"):
+        run()
+    assert StillRoll.made == []
+
+
+def test_a_proxy_host_made_again_under_its_name_publishes_the_service_again(monkeypatch):
+    # b-0 publishes it at 10.9.9.9, and b-0 is at another address now: a new host
+    world = running_world(monkeypatch, "b-0")
+    live = listing.list_runs({})[0][0]
+    live["service"]["proxy_address"] = "10.9.9.9"
+    result, failed, events = run()
+    assert not failed and StillRoll.made == [{"proxy_node": "b-0", "moved": True}]
+    assert result["service"]["moved_from"] == "b-0"
+    assert "service svc: its proxy host b-0 was made again; its proxy publishes it again" in [
+        e.get("message") for e in events]
+    assert [op for op, _p in world.other.calls if op == "repoint"]
+    # at the address it had, it is the same host: nothing moves
+    running_world(monkeypatch, "b-0")
+    live = listing.list_runs({})[0][0]
+    live["service"]["proxy_address"] = world.fleets[0]["instances"][0]["hostname"]
+    result, failed, _events = run()
+    assert not failed and StillRoll.made == [{"proxy_node": "b-0", "moved": False}]

@@ -487,10 +487,24 @@ def test_what_this_version_does_not_run_is_refused_naming_the_field(fields, path
     assert fragment in refused(config)[path]
 
 
-def test_groups_are_refused_naming_groups():
+def test_replica_groups_of_fixed_counts_are_accepted_and_what_they_cannot_have_yet_refused():
     config = parse_only({"type": "service", "port": 8000, "replicas": [
-        {"count": 1, "commands": ["a"]}]})
-    assert "replica groups are not supported yet" in refused(config)["groups"]
+        {"count": 1, "commands": ["a"]},
+        {"name": "decode", "replicas": 2, "commands": ["b"], "resources": {"gpu": "A100:1"}}]})
+    assert refused(config) == {}
+    config = parse_only({"type": "service", "port": 8000, "groups": [
+        {"replicas": "1..3", "scaling": {"metric": "rps", "target": 2}, "commands": ["a"]},
+        {"replicas": 0, "commands": ["b"]},
+        {"replicas": 1, "image": "vllm/vllm-openai", "spot_policy": "spot", "docker": False,
+         "privileged": True},
+        {"replicas": 1, "commands": ["r"], "router": {"type": "sglang"}}]})
+    found = refused(config)
+    assert set(found) == {"groups[0].replicas", "groups[1].replicas", "groups[2].image",
+                          "groups[2].spot_policy", "groups[2].privileged", "groups[3].router"}
+    assert found["groups[0].replicas"].startswith("a replica group's `replicas` is one number")
+    assert found["groups[2].image"] == ("`image` per replica group is not supported yet: set it "
+                                        "on the service, for all its groups")
+    assert "a router replica group (sglang) is not supported yet" in found["groups[3].router"]
 
 
 @pytest.mark.parametrize("fields", [

@@ -462,6 +462,25 @@ def test_a_start_that_fails_gives_back_its_own_share_only(docker, run_root, book
     assert held(book, "svc")["jobs"] == [0]
 
 
+def test_repoint_notes_where_a_replicas_service_is_published_now_for_status(
+        absent, run_root, book):
+    absent.on(["run"], stdout="abc\n")
+    job = replica_spec()
+    job["claim"] = dict(share_claim("svc", 1, 1), run_id="r1")
+    booking.op_start_booked({"job": job})
+    assert "proxy" not in nodeside._read_state("svc", 1)
+    proxy = {"proxy_host": "demo-1", "proxy_address": "10.0.0.3", "url": "http://u/",
+             "model_url": None, "moved_from": "demo-0", "moved_at": 5.0, "token": "no"}
+    assert replicaside.op_repoint({"run": "svc", "job_num": 1, "run_id": "r1",
+                                   "proxy": proxy}) == {"repointed": True}
+    noted = nodeside._read_state("svc", 1)["proxy"]
+    assert noted == dict((k, v) for k, v in proxy.items() if k != "token")
+    with pytest.raises(nodeside.Failure, match="is not here"):
+        replicaside.op_repoint({"run": "svc", "job_num": 1, "run_id": "other", "proxy": proxy})
+    with pytest.raises(nodeside.Failure, match="no proxy host given"):
+        replicaside.op_repoint({"run": "svc", "job_num": 1, "run_id": "r1", "proxy": {}})
+
+
 def test_recount_notes_a_replicas_new_count_beside_it_for_status(absent, run_root, book):
     absent.on(["run"], stdout="abc\n")
     job = replica_spec()

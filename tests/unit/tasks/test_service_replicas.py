@@ -229,6 +229,36 @@ def test_the_hosts_status_reports_the_published_host_port(docker, run_root):
 # tasks.listing: what ps reads back of a service
 
 
+def test_ps_reads_where_a_service_moved_from_the_newest_note_beside_its_replicas():
+    specs = replica_jobs()
+    found = {}
+    notes = [{"proxy_host": "demo-1", "proxy_address": "192.0.2.11", "moved_at": 10.0,
+              "url": "http://192.0.2.11:3000/proxy/services/main/svc/", "model_url": None,
+              "moved_from": "demo-0"},
+             {"proxy_host": "demo-2", "proxy_address": "192.0.2.12", "moved_at": 20.0,
+              "url": "http://192.0.2.12:3000/proxy/services/main/svc/", "model_url": None,
+              "moved_from": "demo-1"}]
+    for num, spec in enumerate(specs):
+        found.setdefault(spec["host"], []).append({
+            "name": spec["container"], "labels": spec["labels"], "state": "running",
+            "exit_code": 0, "oom_killed": False, "started_at": None, "finished_at": None,
+            "error": None, "published": {"8000/tcp": 49153 + num},
+            "files": {"running": "1", "reason": None, "exit_code": None,
+                      "proxy": notes[num]}})
+    (record,) = listing.run_records(found)
+    service = record["service"]
+    assert (service["proxy_host"], service["url"], service["moved_from"]) == (
+        "demo-2", "http://192.0.2.12:3000/proxy/services/main/svc/", "demo-1")
+    assert service["port"] == 8000 and service["replicas"] == 2
+    # a replica without a note reads its labels; a note never moves a service on a gateway
+    found["demo-1"][0]["files"].pop("proxy")
+    labels = found["demo-0"][0]["labels"]
+    on_gateway = dict(json.loads(labels["gpufleet.service"]), gateway="gw")
+    assert listing.service_of(dict(labels, **{"gpufleet.service": json.dumps(on_gateway)}), 2,
+                              notes[0])["proxy_host"] == "demo-0"
+    assert listing.run_records(found)[0]["service"]["proxy_host"] == "demo-1"
+
+
 def test_ps_reads_the_service_and_its_replicas_from_the_labels():
     specs = replica_jobs()
     found = {}
@@ -243,7 +273,8 @@ def test_ps_reads_the_service_and_its_replicas_from_the_labels():
     assert record["service"] == {
         "url": "http://192.0.2.10:3000/proxy/services/main/svc/", "model_url": None,
         "proxy_host": "demo-0", "proxy_address": "192.0.2.10", "port": 8000, "model": None,
-        "replicas": 2, "respawn": False, "gateway": None, "https": False}
+        "replicas": 2, "respawn": False, "gateway": None, "https": False, "moved_from": None,
+        "groups": None}
     assert [(j["replica"], j["container"], j["published"]) for j in record["jobs"]] == [
         (0, "svc-0-0", {"8000/tcp": 49153}), (1, "svc-0-1", {"8000/tcp": 49154})]
     # a replica whose command ended: the service failed, not done
@@ -361,3 +392,75 @@ def test_a_services_version_does_not_change_with_its_replica_count():
     # And a replica started before the service key carried scaling has the digest it had.
     before = dict(two, service=dict((k, v) for k, v in two["service"].items() if k != "scaling"))
     assert config_digest(before, "img") == config_digest(two, "img")
+    # Nor with where it is published (a lost proxy host replaced); the digest replicas started
+    # before that rule kept (where=True) does change with it.
+    moved = dict(two, service=dict(two["service"], proxy_host="demo-1", proxy_address="10.0.0.9",
+                                   url="http://10.0.0.9:3000/proxy/services/main/svc/"))
+    assert config_digest(moved, "img") == config_digest(two, "img")
+    assert config_digest(moved, "img", where=True) != config_digest(two, "img", where=True)
+    assert config_digest(two, "img", where=True) != config_digest(two, "img")
+
+
+# ---------------------------------------------------------------------------------------------
+# replica groups
+
+
+def grouped(**fields):
+    """A service with two replica groups (prefill: 1 replica, decode: 2), each its commands and
+    resources, normalized as spec/service.py gives it."""
+    config = dict(service(1, **fields), replicas=None, commands=[], groups=[
+        {"name": "prefill", "replicas": {"min": 1, "max": 1}, "scaling": None,
+         "resources": {"cpu": {"min": 2, "max": None}}, "commands": ["serve --prefill"]},
+        {"name": "decode", "replicas": {"min": 2, "max": 2}, "scaling": None,
+         "resources": {"cpu": {"min": 1, "max": None}}, "commands": ["serve --decode"]}])
+    return config
+
+
+def test_replica_groups_become_the_runners_node_groups_numbered_across_them():
+    config = replicas.runnable(grouped(), PROXY)
+    assert (config["nodes"], replicas.replica_count(grouped())) == (3, 3)
+    assert replicas.replica_range(grouped()) == (3, 3)
+    assert [(g["name"], g["nodes"], g["commands"]) for g in config["groups"]] == [
+        ("prefill", 1, ["serve --prefill"]), ("decode", 2, ["serve --decode"])]
+    assert config["service"]["groups"] == [{"name": "prefill", "replicas": 1},
+                                           {"name": "decode", "replicas": 2}]
+    assert config["service"]["scaling"] is None
+    jobs = [placed_job(n, group=g) for n, g in enumerate(("prefill", "decode", "decode"))]
+    specs = rankplan.build_jobs(config, placement(*jobs), dict(RUN, name="svc"), environ={})
+    # each replica runs its group's commands, as a one-node run of its own
+    assert ["serve --%s" % g in s["files"]["command.sh"]["text"]
+            for s, g in zip(specs, ("prefill", "decode", "decode"))] == [True] * 3
+    assert [env_of(s)["DSTACK_NODES_NUM"] for s in specs] == ["1", "1", "1"]
+    assert [s["labels"]["gpufleet.replica-group"] for s in specs] == [
+        "prefill", "decode", "decode"]
+    assert [s["container"] for s in specs] == ["svc-0-0", "svc-0-1", "svc-0-2"]
+    assert json.loads(specs[0]["labels"][SERVICE_LABEL])["groups"] == config["service"]["groups"]
+    # a service without groups keeps the label it had
+    assert "groups" not in json.loads(runnable_specs()[0]["labels"][SERVICE_LABEL])
+    assert "gpufleet.replica-group" not in runnable_specs()[0]["labels"]
+
+
+def runnable_specs():
+    return replica_jobs()
+
+
+def test_ps_shows_replica_groups_as_dstack_does():
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.render import run_table
+
+    config = replicas.runnable(grouped(), PROXY)
+    jobs = [placed_job(n, group=g) for n, g in enumerate(("prefill", "decode", "decode"))]
+    specs = rankplan.build_jobs(config, placement(*jobs), dict(RUN, name="svc"), environ={})
+    found = {}
+    for num, spec in enumerate(specs):
+        found.setdefault(spec["host"], []).append({
+            "name": spec["container"], "labels": spec["labels"], "state": "running",
+            "exit_code": 0, "oom_killed": False, "started_at": None, "finished_at": None,
+            "error": None, "address": "localhost",
+            "files": {"running": "1", "reason": None, "exit_code": None}})
+    (record,) = listing.run_records(found)
+    assert [j["group"] for j in record["jobs"]] == ["prefill", "decode", "decode"]
+    assert record["service"]["groups"] == config["service"]["groups"]
+    assert record["service"]["replicas"] == 3
+    lines = run_table.run_table([record])
+    names = [line[:len("   group=0 replica=0")].rstrip() for line in lines[2:]]
+    assert names == ["   group=0 replica=0", "   group=1 replica=1", "           replica=2"]

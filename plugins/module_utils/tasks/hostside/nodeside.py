@@ -261,6 +261,10 @@ def _read_state(run, job_num):
     counted = (_small_file(os.path.join(job_dir(run, job_num), "replicas")) or "").strip()
     if counted.isdigit():
         found["replicas"] = counted
+    # Where its service is published since its proxy host was lost (replicaside's repoint).
+    moved = _json_file(os.path.join(job_dir(run, job_num), "proxy.json"))
+    if isinstance(moved, dict) and moved.get("proxy_host"):
+        found["proxy"] = moved
     return found
 
 

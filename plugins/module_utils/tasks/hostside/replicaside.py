@@ -12,6 +12,7 @@ This file travels to the hosts after tasks.hostside.booking (tasks.ssh.Node.call
 sources and runs them in one namespace), so it uses the standard library only.
 """
 
+import json
 import os
 import time
 
@@ -141,6 +142,30 @@ def op_recount(payload):
     return {"recounted": True}
 
 
+# What ``repoint`` may note of where a replica's service is published now (tasks.container's
+# SERVICE_KEYS that say where, and when it moved).
+PROXY_KEYS = ("proxy_host", "proxy_address", "proxy_port", "url", "model_url", "moved_at",
+              "moved_from")
+
+
+def op_repoint(payload):
+    """Note beside a service's replica where its service is published now (its proxy host was
+    lost and another host of its fleet proxies it, services.submit): its labels keep where it
+    was first, and ``status`` reports this instead (``files["proxy"]``); a respawn keeps it."""
+    run, num = _job_key(payload, "repoint")
+    proxy = payload.get("proxy")
+    if not isinstance(proxy, dict) or not proxy.get("proxy_host"):
+        raise Failure("repoint: no proxy host given for replica %d of %s" % (num, run))
+    note = dict((key, proxy.get(key)) for key in PROXY_KEYS if key in proxy)
+    with _Lock():
+        if _kept_of(run, num, payload.get("run_id")) is None:
+            raise Failure("repoint: replica %d of %s (run id %s) is not here"
+                          % (num, run, payload.get("run_id")))
+        _write(os.path.join(job_dir(run, num), "proxy.json"),
+               json.dumps(note, sort_keys=True).encode("utf-8"), 0o644)
+    return {"repointed": True}
+
+
 def op_retire(payload):
     """Take a service's replica away for good (a service scaled down, services.rolling), under
     the lock: its folder says so (``state/reason`` ``scaled_down``: its job is terminated, as
@@ -175,4 +200,5 @@ BOOK_OPS.update({
     "replace": op_replace,
     "retire": op_retire,
     "recount": op_recount,
+    "repoint": op_repoint,
 })
