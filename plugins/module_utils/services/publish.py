@@ -56,10 +56,10 @@ def running_proxy(record: Mapping[str, Any], chosen: Mapping[str, Any], fleets: 
     """The proxy host of the running service ``record`` (its run record): ``(instance, lost)``.
     The host that publishes it keeps it while it is a host of its fleet, also when the queue
     host (``chosen``, proxy_instance's answer now) is another one (a lower-numbered host came
-    since). One that is no longer there (lost: removed, terminated, taken out of the fleet), or
-    whose name is another host's now (made again, at another address), is replaced by
-    ``chosen``, and ``lost`` names it. PublishError when it is there and does not answer. A
-    service on a gateway has its own rules (services.gateways)."""
+    since), and is published there again (a host made again under its name has lost its
+    routes). One that is no longer there (lost: removed, terminated, taken out of the fleet) is
+    replaced by ``chosen``, and ``lost`` names it. PublishError when it is there and does not
+    answer. A service on a gateway has its own rules (services.gateways)."""
     service = record.get("service") or {}
     old = service.get("proxy_host")
     if not old or service.get("gateway"):
@@ -68,10 +68,9 @@ def running_proxy(record: Mapping[str, Any], chosen: Mapping[str, Any], fleets: 
     if not found:
         return dict(chosen), str(old)
     silent = "it cannot be reached from this controller" if old not in nodes else None
-    answer: dict[str, Any] = {}
     if silent is None:
         try:
-            answer = check(nodes[old])
+            check(nodes[old])
         except PublishError as exc:
             silent = str(exc)
     if silent:
@@ -81,18 +80,29 @@ def running_proxy(record: Mapping[str, Any], chosen: Mapping[str, Any], fleets: 
                            "again: another host of the fleet publishes it then"
                            % (record.get("name"), old, silent, old, found[0]["fleet"],
                               found[0]["fleet"]))
-    was = service.get("proxy_address")
-    if was and was != url_address(listen_of(answer, found[0]), found[0]):
-        return dict(chosen), str(old)   # a new host of that name: the route went with the old
     return found[0], None
 
 
+# What says where a service is published, in its run record and in proxy_of's answer (its
+# model's URL follows the same address; whether it has one is its version's).
+WHERE = ("proxy_host", "proxy_address", "url")
+
+
+def where_changed(record: Mapping[str, Any], proxy: Mapping[str, Any]) -> bool:
+    """Whether the running service ``record`` (its run record) is published elsewhere than
+    ``proxy`` (replicas.proxy_of's or gateways.proxy_of's answer) says: another host, address,
+    port or URL (its proxy host lost, the gateway role played with other values, a gateway's
+    new domain)."""
+    service = record.get("service") or {}
+    return any(service.get(key) != proxy.get(key) for key in WHERE)
+
+
 def repoint(nodes: Mapping[str, Any], record: Mapping[str, Any], proxy: Mapping[str, Any],
-            lost: str, clock: Callable[[], float] = time.time) -> list[str]:
+            lost: Optional[str] = None, clock: Callable[[], float] = time.time) -> list[str]:
     """Note beside each replica of ``record`` where its service is published now (``proxy``,
-    replicas.proxy_of's answer), after its proxy host ``lost`` was lost: every look at the run
-    (tasks.listing) reads it there, and a replica made again keeps it. Returns the problems
-    (a host that did not answer), each said by the caller."""
+    replicas.proxy_of's answer; ``lost``: the proxy host it replaces, if one was lost): every
+    look at the run (tasks.listing) reads it there, and a replica made again keeps it. Returns
+    the problems (a host that did not answer), each said by the caller."""
     note = dict(proxy, moved_at=float(clock()), moved_from=lost)
     problems = []
     for job in record.get("jobs") or []:

@@ -119,10 +119,9 @@ def _layout_text(layout: list[tuple[Any, int]]) -> str:
 
 def _this_version(kept: Mapping[str, Any], job: Mapping[str, Any]) -> bool:
     """Whether a running replica (``kept``: replica_info's answer) runs the version of ``job``
-    (the new submission's): its digest is the job's, or the earlier form of it a replica
-    started before tasks.run_preparation.WHERE_KEYS left the digest holds."""
+    (the new submission's)."""
     digest = kept.get("config_digest")
-    return bool(digest) and digest in (job["config_digest"], job.get("earlier_digest"))
+    return bool(digest) and digest == job["config_digest"]
 
 
 class Roll(object):

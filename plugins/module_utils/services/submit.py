@@ -156,6 +156,20 @@ def _move_refusal(record: Mapping[str, Any], name: str, gateway: Optional[Mappin
             "(gpufleet stop %s) and apply it again to move it" % (name, was, now, name))
 
 
+def _republish(record: Mapping[str, Any], publisher: Publisher, proxy: Mapping[str, Any],
+               lost: Optional[str], emit: Callable[[dict], None]) -> None:
+    """Publish the running service ``record`` where ``proxy`` says, with the replicas running
+    now (``apply`` prints its URL again), and have its replicas note it (publish.repoint);
+    ActionError when the proxy refuses, before anything else changes."""
+    if not publisher.publish():
+        raise actions.ActionError(publisher.error or "could not publish service %s on %s"
+                                  % (record["name"], proxy["proxy_host"]))
+    for problem in publish.repoint(publisher.nodes, record, proxy, lost):
+        emit({"kind": "info", "run": record["name"], "message": "service %s is published on "
+              "%s, and its %s still names %s" % (record["name"], proxy["proxy_host"], problem,
+                                                 lost or "where it was")})
+
+
 def _lost_replicas(record: Mapping[str, Any], lost: str, nodes: Mapping[str, Any]
                    ) -> Optional[str]:
     """Why a service whose proxy host ``lost`` is gone is not published elsewhere by this
@@ -239,8 +253,10 @@ def _roll(params: dict[str, Any], config: dict[str, Any], record: dict[str, Any]
           lost: Optional[str] = None) -> tuple[dict[str, Any], bool]:
     """A second apply of a running service: services.rolling, reported as a submission. An
     autoscaled service keeps the count it runs, within its (new) range. ``lost``: the proxy
-    host it lost (publish.running_proxy): the roll publishes it on ``publisher``'s, and its
-    replicas note where it is now (publish.repoint)."""
+    host it lost (publish.running_proxy). A service published elsewhere now (publish.
+    where_changed: ``publisher``'s host, or another address or URL) is published there before
+    the roll, and its replicas note where it is (_republish)."""
+    moved = bool(lost) or publish.where_changed(record, proxy)
     count = replicas.clipped(config, len(record.get("jobs") or []))   # a fixed one: its count
     _root, _fleets, make_runner = actions.runner_factory(
         params, config, emit, check_mode, lambda run_config: runnable(run_config, count),
@@ -252,7 +268,7 @@ def _roll(params: dict[str, Any], config: dict[str, Any], record: dict[str, Any]
                             publisher.nodes, record["name"], "; apply it again"),
                         reach=lambda: publish.reach(publisher.proxy_instance,
                                                     publisher.fleet_instances),
-                        moved=bool(lost))
+                        moved=moved)
     service = dict(proxy, port=int(config["port"]), replicas=count, published=True, error=None,
                    moved_from=lost)
     try:
@@ -260,19 +276,13 @@ def _roll(params: dict[str, Any], config: dict[str, Any], record: dict[str, Any]
             return {"run": record["name"], "status": "planned", "plan": roll.plan(),
                     "config": config, "changed": True, "rolls": True,
                     "replicas_now": len(record.get("jobs") or []), "service": service}, False
+        if moved:   # published where it is now first, then rolled
+            _republish(record, publisher, proxy, lost, emit)
         done = roll.run()
     except rolling.RollError as exc:
         raise actions.ActionError(str(exc)) from exc
     except GpufleetError as exc:
         raise actions.ActionError("service %s: %s" % (record["name"], exc)) from exc
-    if lost:   # where it is published now, as the first apply said it
-        for problem in publish.repoint(publisher.nodes, record, proxy, lost):
-            emit({"kind": "info", "run": record["name"], "message": "service %s is published "
-                  "on %s, and its %s still names %s" % (record["name"], proxy["proxy_host"],
-                                                        problem, lost)})
-        model = config.get("model") or {}
-        emit(dict(proxy, kind="service", run=record["name"],
-                  model=model.get("name") if isinstance(model, dict) else None))
     if done["unchanged"]:
         message = "service %s is up to date: nothing changed" % record["name"]
     else:

@@ -177,8 +177,9 @@ PROBE_URL = ("the probe URL %s has a space, backslash or brace, which the proxy 
 
 def service_refusals(config: dict[str, Any]) -> list[Problem]:
     """What of a service this version does not run: HTTPS without a gateway, what replica
-    groups cannot have yet (_group_refusals), no replica at all, a range of replicas that starts at 0 (scale to zero). (Whether a
-    gateway exists, and has a certificate, is known at apply: services.gateways.)"""
+    groups cannot have yet (_group_refusals), no replica at all, a range of replicas that
+    starts at 0 (scale to zero). (Whether a gateway exists, and has a certificate, is known at
+    apply: services.gateways.)"""
     out = []
     if config.get("https") is True and config.get("gateway") is False:
         out.append(Problem(("https",), HTTPS))

@@ -253,7 +253,7 @@ def service_of(labels: dict[str, str], replicas: int,
         return None
     if not isinstance(service, dict):
         return None
-    if moved and not service.get("gateway"):
+    if moved:
         service = dict(service, **dict((k, moved.get(k)) for k in (
             "proxy_host", "proxy_address", "proxy_port", "url", "model_url", "moved_from")))
     return {"url": service.get("url"), "model_url": service.get("model_url"),

@@ -102,20 +102,17 @@ def _inline_files(jobs, files_data=None):
 WHERE_KEYS = ("proxy_host", "proxy_address", "proxy_port", "url", "model_url")
 
 
-def config_digest(config, image, repo=None, where=False):
+def config_digest(config, image, repo=None):
     """The SHA-256 of what makes one version of a run: its normalized configuration, the image
     it resolved to and its code's archive (a new commit or diff is a new version). A
     service's replica count is not part of it: scaling a service is no new version of its
-    replicas (services.rolling); nor is where it is published (WHERE_KEYS), unless ``where``
-    (the digest replicas started before that rule kept)."""
+    replicas (services.rolling); nor is where it is published (WHERE_KEYS)."""
     import hashlib
     import json
 
     if isinstance(config.get("service"), dict):
-        # (service.scaling left out rather than emptied: a replica started before it was part
-        # of the service key has the same digest as one started since.)
-        service = dict((k, v) for k, v in config["service"].items() if k != "scaling" and (
-            where or k not in WHERE_KEYS))
+        service = dict((k, v) for k, v in config["service"].items()
+                       if k != "scaling" and k not in WHERE_KEYS)
         config = dict(config, nodes=None, replicas=None, scaling=None,
                       service=dict(service, replicas=None))
     text = json.dumps({"config": config, "image": image,
@@ -124,9 +121,9 @@ def config_digest(config, image, repo=None, where=False):
 
 
 def _versions(config, image, repo):
-    """``version(group)``: ``(digest, earlier digest, resources)`` of a job of ``group`` (None
-    without groups). A service's replica of a replica group is a version of its own group
-    only: a change to another group does not replace it (services.rolling)."""
+    """``version(group)``: ``(digest, resources)`` of a job of ``group`` (None without
+    groups). A service's replica of a replica group is a version of its own group only: a
+    change to another group does not replace it (services.rolling)."""
     cache = {}
 
     def version(group):
@@ -138,8 +135,7 @@ def _versions(config, image, repo):
                 mine = [g for g in config["groups"] if str(g.get("name")) == str(group)]
                 own = dict(config, groups=mine)
                 resources = mine[0].get("resources") if mine else resources
-            cache[group] = (config_digest(own, image, repo),
-                            config_digest(own, image, repo, where=True), resources)
+            cache[group] = (config_digest(own, image, repo), resources)
         return cache[group]
     return version
 
@@ -277,11 +273,7 @@ class RunPreparation(object):
             # What a service's replica keeps on its host (start.json): where it was placed, and
             # which version of the service it runs (services.rolling compares it).
             job["placed"] = dict(where)
-            digest, earlier, resources = versions(where.get("group"))
-            job["config_digest"] = digest
-            if earlier != digest:
-                job["earlier_digest"] = earlier
-            job["resources"] = resources
+            job["config_digest"], job["resources"] = versions(where.get("group"))
         return Submission(number, _inline_files(jobs, self.run.files_data), nodes, placed)
 
     def _record_setup_failure(self, number, claimed, message):

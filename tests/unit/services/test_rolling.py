@@ -142,8 +142,7 @@ class Preparing(object):
         return Submission([{"job_num": j["job_num"], "host": j["host"],
                             "container": "svc-0-%d" % j["job_num"],
                             "claim": {"run": "svc", "by": "me:2"},
-                            "config_digest": self.runner.digest,
-                            "earlier_digest": getattr(self.runner, "earlier", None)}
+                            "config_digest": self.runner.digest}
                            for j in claimed.placed["jobs"]])
 
 
@@ -252,12 +251,6 @@ def test_an_unchanged_service_is_left_alone_and_a_half_done_roll_goes_on():
     world = World(digests=("new", "old"))
     assert roll(world, Runner())[0].run() == dict(DONE, rolled=[1], unchanged=False)
     assert [h for h, op, _p in world.log if op == "replace"] == ["h-1"]
-    # A replica started before where a service is published left its digest holds the
-    # earlier form of this version's digest: it is this version.
-    world = World(digests=("new", "earlier"))
-    runner = Runner()
-    runner.earlier = "earlier"
-    assert roll(world, runner)[0].run() == dict(DONE, rolled=[], unchanged=True)
 
 
 @pytest.mark.parametrize("world, runner, count, message", [

@@ -317,9 +317,15 @@ class StillRoll(object):
 def running_world(monkeypatch, proxy_host, jobs=((0, "b-1"),), nodes=None):
     from ansible_collections.gpufleet.cluster.plugins.module_utils.services import rolling
 
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.services import replicas
+
     world = World(monkeypatch)
+    # where it is published: as submit works it out for proxy_host, when that is in the fleet
+    found = [i for i in world.fleets[0]["instances"] if i["name"] == proxy_host]
+    address = (found[0].get("internal_ip") or found[0]["hostname"]) if found else "10.9.9.9"
     live = {"name": "svc", "run_id": "r1", "status": "running", "nodes": nodes or len(jobs),
-            "service": {"port": 8000, "proxy_host": proxy_host, "gateway": None},
+            "service": dict(replicas.proxy_of("svc", proxy_host, address, SERVICE["model"]),
+                            port=8000, gateway=None),
             "jobs": [{"job_num": n, "host": h} for n, h in jobs]}
     monkeypatch.setattr(listing, "list_runs", lambda nodes_: ([live], {}))
     monkeypatch.setattr(rolling, "Roll", StillRoll)
@@ -391,20 +397,37 @@ def test_a_silent_proxy_host_or_a_replica_lost_with_it_is_said_and_nothing_moves
     assert StillRoll.made == []
 
 
-def test_a_proxy_host_made_again_under_its_name_publishes_the_service_again(monkeypatch):
-    # b-0 publishes it at 10.9.9.9, and b-0 is at another address now: a new host
+def test_a_service_published_at_another_address_now_is_published_there_again(monkeypatch):
+    # b-0 publishes it at 10.9.9.9 in its records, and b-0 is at another address now (the
+    # gateway role played with other values, or the host made again under its name)
     world = running_world(monkeypatch, "b-0")
     live = listing.list_runs({})[0][0]
-    live["service"]["proxy_address"] = "10.9.9.9"
+    live["service"].update(proxy_address="10.9.9.9",
+                           url="http://10.9.9.9:3000/proxy/services/main/svc/")
     result, failed, events = run()
     assert not failed and StillRoll.made == [{"proxy_node": "b-0", "moved": True}]
-    assert result["service"]["moved_from"] == "b-0"
-    assert "service svc: its proxy host b-0 was made again; its proxy publishes it again" in [
-        e.get("message") for e in events]
-    assert [op for op, _p in world.other.calls if op == "repoint"]
-    # at the address it had, it is the same host: nothing moves
-    running_world(monkeypatch, "b-0")
-    live = listing.list_runs({})[0][0]
-    live["service"]["proxy_address"] = world.fleets[0]["instances"][0]["hostname"]
-    result, failed, _events = run()
+    assert result["service"]["moved_from"] is None
+    assert not [e for e in events if "no longer a host" in e.get("message", "")]
+    # published there before the roll, its URL said again, its replicas told
+    assert "proxy_publish" in world.proxy.ops()
+    (service,) = [e for e in events if e["kind"] == "service"]
+    assert service["url"] == result["service"]["url"] != live["service"]["url"]
+    (note,) = [p for op, p in world.other.calls if op == "repoint"]
+    assert note["proxy"]["url"] == result["service"]["url"]
+    assert note["proxy"]["moved_from"] is None
+    # at the address it has, nothing is published again before the roll
+    world = running_world(monkeypatch, "b-0")
+    result, failed, events = run()
     assert not failed and StillRoll.made == [{"proxy_node": "b-0", "moved": False}]
+    assert "proxy_publish" not in world.proxy.ops() and "repoint" not in world.other.ops()
+
+
+def test_a_move_the_new_proxy_refuses_changes_nothing_else(monkeypatch):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
+
+    world = running_world(monkeypatch, "b-7")
+    world.proxy.answers["proxy_publish"] = NodeError("b-0", "haproxy: bad config")
+    with pytest.raises(actions.ActionError, match="could not publish service svc on b-0"):
+        run()
+    assert StillRoll.made == [{"proxy_node": "b-0", "moved": True}]
+    assert "repoint" not in world.other.ops()

@@ -250,12 +250,13 @@ def test_ps_reads_where_a_service_moved_from_the_newest_note_beside_its_replicas
     assert (service["proxy_host"], service["url"], service["moved_from"]) == (
         "demo-2", "http://192.0.2.12:3000/proxy/services/main/svc/", "demo-1")
     assert service["port"] == 8000 and service["replicas"] == 2
-    # a replica without a note reads its labels; a note never moves a service on a gateway
+    # a replica without a note reads its labels; a gateway's service keeps its gateway
     found["demo-1"][0]["files"].pop("proxy")
     labels = found["demo-0"][0]["labels"]
     on_gateway = dict(json.loads(labels["gpufleet.service"]), gateway="gw")
-    assert listing.service_of(dict(labels, **{"gpufleet.service": json.dumps(on_gateway)}), 2,
-                              notes[0])["proxy_host"] == "demo-0"
+    read = listing.service_of(dict(labels, **{"gpufleet.service": json.dumps(on_gateway)}), 2,
+                              notes[0])
+    assert (read["gateway"], read["url"]) == ("gw", notes[0]["url"])
     assert listing.run_records(found)[0]["service"]["proxy_host"] == "demo-1"
 
 
@@ -392,13 +393,13 @@ def test_a_services_version_does_not_change_with_its_replica_count():
     # And a replica started before the service key carried scaling has the digest it had.
     before = dict(two, service=dict((k, v) for k, v in two["service"].items() if k != "scaling"))
     assert config_digest(before, "img") == config_digest(two, "img")
-    # Nor with where it is published (a lost proxy host replaced); the digest replicas started
-    # before that rule kept (where=True) does change with it.
+    # Nor with where it is published (a lost proxy host replaced).
     moved = dict(two, service=dict(two["service"], proxy_host="demo-1", proxy_address="10.0.0.9",
-                                   url="http://10.0.0.9:3000/proxy/services/main/svc/"))
+                                   proxy_port=8080,
+                                   url="http://10.0.0.9:8080/proxy/services/main/svc/"))
     assert config_digest(moved, "img") == config_digest(two, "img")
-    assert config_digest(moved, "img", where=True) != config_digest(two, "img", where=True)
-    assert config_digest(two, "img", where=True) != config_digest(two, "img")
+    assert config_digest(dict(two, service=dict(two["service"], port=9000)), "img") != (
+        config_digest(two, "img"))
 
 
 # ---------------------------------------------------------------------------------------------
