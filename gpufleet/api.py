@@ -225,7 +225,7 @@ def _read(config: Config, types: Iterable[str]):
     return normalized, given
 
 
-_TASK_OPTIONS = ("name", "env", "fleets", "array", "ide_version")
+_TASK_OPTIONS = ("name", "env", "fleets", "array", "ide_version", "after")
 # The configurations that are runs: tasks, dev environments and services.
 RUN_TYPES = ("task", "dev-environment", "service")
 
@@ -240,6 +240,22 @@ def _check_array(array, given):
         overrides.parse_array(array, where)
     except model.SpecError as exc:
         raise GpufleetError(_problems(exc.as_dicts(), where)) from None
+
+
+def _after(after):
+    """``after`` (``RUN[:ok|notok|any]`` items) checked here with the queue's own parser (the
+    task module reads them again): the list task.yml takes, or None."""
+    if not after:
+        return None
+    if isinstance(after, str):
+        after = [after]
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.automation import dependencies
+
+    try:
+        dependencies.parse(after)
+    except dependencies.DependencyError as exc:
+        raise GpufleetError(str(exc)) from None
+    return [str(item) for item in after]
 
 
 def _task_overrides(normalized, given, name=None, env=None, fleets=None, ide_version=None):
@@ -302,7 +318,8 @@ def unreachable_of(record: Mapping) -> dict:
 def plan(config: Config, delete: bool = False, name: str | None = None,
          env: Iterable[str] | Mapping[str, str] | None = None,
          fleets: Iterable[str] | None = None, array: str | None = None,
-         ide_version: str | None = None, **options: Any) -> dict:
+         ide_version: str | None = None, after: Iterable[str] | None = None,
+         **options: Any) -> dict:
     """What applying ``config`` (or, with ``delete``, deleting it) would do, changing nothing:
     the playbooks in check mode.
 
@@ -317,8 +334,8 @@ def plan(config: Config, delete: bool = False, name: str | None = None,
         ("fleet",) + RUN_TYPES + ("volume", "gateway")
     normalized, given = _read(config, kinds)
     kind = normalized["type"]
-    if kind not in RUN_TYPES and (name or env or fleets or array or ide_version):
-        raise GpufleetError("name, env, fleets, array, ide_version: only for tasks, dev "
+    if kind not in RUN_TYPES and (name or env or fleets or array or ide_version or after):
+        raise GpufleetError("name, env, fleets, array, ide_version, after: only for tasks, dev "
                             "environments and services")
     if kind in ("fleet", "gateway"):   # a gateway's host is a fleet (gateway.yml imports it)
         result = opts.play("delete.yml" if delete else "fleet.yml", opts.extravars(fleet=given),
@@ -331,7 +348,7 @@ def plan(config: Config, delete: bool = False, name: str | None = None,
     if array is not None:
         _check_array(array, given)
     result = opts.play("task.yml", opts.extravars(
-        task=given, gpufleet_task_array=array,
+        task=given, gpufleet_task_array=array, gpufleet_task_after=_after(after),
         **_task_overrides(normalized, given, name, env, fleets, ide_version)), check=True)
     record = result.stats.get("gpufleet_run")
     if not record or not (record.get("plan") or record.get("waits")):
@@ -508,7 +525,8 @@ def run_task(task: Config, wait: bool = True, check: bool = True,
              name: str | None = None, env: Iterable[str] | Mapping[str, str] | None = None,
              fleets: Iterable[str] | None = None, array: str | None = None,
              ide_version: str | None = None, show_plan: bool = False, in_process: bool = False,
-             user: str | None = None, **options: Any) -> dict:
+             user: str | None = None, after: Iterable[str] | None = None,
+             **options: Any) -> dict:
     """Run a task on a fleet (one container per node, dstack's variables, MPI hostfile, SSH).
 
     ``wait``: follow the run to its end (its log lines come to ``on_event``) and return the
@@ -531,11 +549,15 @@ def run_task(task: Config, wait: bool = True, check: bool = True,
     fleet that must grow first: those still go through task.yml). Its lines go to ``output``,
     else to ``on_event`` (``verbose`` events; its warnings as ``warning`` events). ``user``:
     who submits the run (kept in its records on the hosts, shown by :func:`runs`); default
-    ``$GPUFLEET_USER``, else the login name.
+    ``$GPUFLEET_USER``, else the login name. ``after`` (``["prep", "train:any"]``, Slurm's
+    ``--dependency``): the runs (or job arrays) it runs after, each ``RUN`` or
+    ``RUN:ok|notok|any``; it waits as ``pending`` (reason ``dependency``) until they end so,
+    and ends ``terminated`` (``dependency_failed``) when one cannot.
     """
     opts = _Options(**options)
+    after = _after(after)
     if (in_process and not wait and isinstance(task, (str, os.PathLike)) and array is None
-            and run_args is None and not secrets and image_source is None):
+            and run_args is None and not secrets and image_source is None and not after):
         record = _submit_here(opts, task, name, env, fleets, ide_version, show_plan, user)
         if record is not None:
             if check and record.get("failed"):
@@ -547,7 +569,8 @@ def run_task(task: Config, wait: bool = True, check: bool = True,
         _check_array(array, given)
     variables = opts.extravars(task=given, **_task_overrides(normalized, given, name, env, fleets,
                                                              ide_version),
-                               gpufleet_task_array=array, gpufleet_task_wait=bool(wait),
+                               gpufleet_task_array=array, gpufleet_task_after=after,
+                               gpufleet_task_wait=bool(wait),
                                gpufleet_task_logs=bool(wait), gpufleet_run_args=run_args,
                                gpufleet_secrets=dict(secrets) if secrets else None,
                                gpufleet_image_source=image_source,

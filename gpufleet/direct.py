@@ -59,6 +59,14 @@ def _call(function, *args, **kwargs):
         raise CommandError(str(exc)) from None
 
 
+def _gate():
+    """What judges the runs a run runs after (automation.dependencies.gate)."""
+    _actions()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.automation import dependencies
+
+    return dependencies.gate
+
+
 def _queue_hook():
     """What a pass over the queue does for services' routes (services.submit.queue_hook: a
     queued service published once it starts, an ended one taken off its proxy)."""
@@ -78,7 +86,8 @@ def runs(fleet_files=(), state_dir=None, user=None) -> dict:
     found = _call(actions.run_info, params)
     if found.get("queue_due"):
         found = _call(actions.run_queue, _params(actions.RUN_QUEUE_ARGS, fleet_files, state_dir,
-                                                 autoscale=False), services=_queue_hook())
+                                                 autoscale=False), services=_queue_hook(),
+                      gate=_gate())
         found["runs"] = actions.listing.of_user(found["runs"], user)
     return {"runs": found["runs"], "unreachable": found.get("unreachable_hosts") or {},
             "unread": found.get("unread_fleets") or {}}
@@ -151,7 +160,8 @@ def submit(path, out, err, fleet_files=(), state_dir=None, name=None, env=None, 
                 out.write(text + "\n")
                 out.flush()
 
-    answer, failed = _call(actions.submit, params, emit=emit, services=_queue_hook())
+    answer, failed = _call(actions.submit, params, emit=emit, services=_queue_hook(),
+                           gate=_gate())
     if answer.get("grow"):
         # Placed on instances the fleet does not have yet: nothing started, no plan shown
         # (tasks.runs announces a plan only on what exists).

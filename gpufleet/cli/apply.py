@@ -49,6 +49,11 @@ def add_apply(commands):
                        help="tasks: a job array, as Slurm writes it (1-100, 1,3,5-7, 0-15:4): "
                             "one run <name>-<index> per index with GPUFLEET_ARRAY_INDEX; %%N: "
                             "at most N runs at a time")
+    apply.add_argument("--after", action="append", default=[], metavar="RUN[:ok|notok|any]",
+                       help="tasks: run after RUN (or every run of the job array RUN) has "
+                            "ended: ok (the default) once done, notok once failed or "
+                            "terminated, any in either case, as Slurm's --dependency; it waits "
+                            "pending until then; repeatable")
     common.fleet_file_option(apply, "tasks: a fleet file whose hosts the run may use (SSH "
                                     "fleets; backend fleets are found without their files); "
                                     "repeatable")
@@ -86,9 +91,9 @@ def _apply(args, out, err) -> int:
         return 1
     if config["type"] in ("task", "dev-environment", "service"):
         return _apply_task(args, path, config, out, err)
-    if args.run_name or args.env or args.fleets or args.array:
-        err.write(f"{path}: --name, --env, --fleet and --array apply to tasks; this is a "
-                  f"{config['type']} configuration\n")
+    if args.run_name or args.env or args.fleets or args.array or args.after:
+        err.write(f"{path}: --name, --env, --fleet, --array and --after apply to tasks; this "
+                  f"is a {config['type']} configuration\n")
         return 1
     if config["type"] == "volume":
         return _volume(args, path, "present", out, err)
@@ -179,7 +184,8 @@ def _run_task(args, path, config, out, err) -> int:
     from ..api import GpufleetError, run_task
 
     overrides = {"name": args.run_name, "env": args.env, "fleets": args.fleets,
-                 "array": args.array, "ide_version": _ide_version(config, err)}
+                 "array": args.array, "ide_version": _ide_version(config, err),
+                 "after": args.after or None}
     # With -y nothing waits for an answer, so no planning pass runs first: the submission
     # prints the same plan once the run is placed (show_plan). A job array is still planned
     # first (its plan is the first run's, with the array's summary).
@@ -248,10 +254,17 @@ def _run_task(args, path, config, out, err) -> int:
 
 def _submitted(record, out, err) -> int:
     """What a detached submission ends with: where the run is, and the exit status."""
-    if record.get("status") == "failed":
-        err.write(f"Run {record['run']} failed" +
+    if record.get("status") in ("failed", "terminated"):
+        err.write(f"Run {record['run']} {record['status']}" +
+                  (f" ({record['reason']})" if record.get("reason") and
+                   record["status"] == "terminated" else "") +
                   (f": {record['message']}" if record.get("message") else "") + "\n")
         return 1
+    if record.get("status") == "pending" and record.get("reason") == "dependency":
+        out.write(f"Run {record['run']} is {record.get('message') or 'waiting'}; it is "
+                  "placed once they have ended, by a gpufleet command, a run's end or the "
+                  "reconcile schedule (gpufleet ps shows it)\n")
+        return 0
     if record.get("status") == "pending":
         out.write(f"Run {record['run']} is {record.get('message') or 'waiting'}; it starts "
                   "when capacity frees up and a gpufleet command, a run's end or the "
@@ -277,6 +290,9 @@ def _plan_and_ask(args, path, overrides, out, err):
         out.write(f"No fleet has room for it now ({record.get('waits')}).\n"
                   "Its retry policy lets it wait: submitted, it waits in the queue and "
                   "starts when capacity frees up.\n")
+    if overrides.get("after"):
+        out.write(f"It runs after {', '.join(overrides['after'])}: it waits in the queue "
+                  "until then, and is placed where there is room at that time.\n")
     if record.get("rolls"):
         now, wanted = record.get("replicas_now"), (record.get("service") or {}).get("replicas")
         if now is not None and wanted is not None and now != wanted:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.automation import dependencies
 from ansible_collections.gpufleet.cluster.plugins.module_utils.services import submit as services
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 from ansible_collections.gpufleet.cluster.plugins.plugin_utils import secret_store
@@ -71,7 +72,8 @@ class ActionModule(ActionBase):
             answer, failed = services.submit(params, emit=printer(params.get("output_path"),
                                                                   params.get("path")),
                                              check_mode=bool(self._task.check_mode),
-                                             token_digest=digest, token_error=why)
+                                             token_digest=digest, token_error=why,
+                                             gate=dependencies.gate)
         except (actions.ActionError, secret_store.SecretStoreError) as exc:
             result.update(failed=True, msg=str(exc))
             return result

@@ -165,6 +165,7 @@ unread_fleets:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.automation import dependencies
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
 )
@@ -176,7 +177,8 @@ def main():
     module = AnsibleModule(argument_spec=actions.RUN_QUEUE_ARGS, supports_check_mode=True)
     with fail_json_on_error(module):
         module.exit_json(**actions.run_queue(module.params, check_mode=module.check_mode,
-                                             services=submit.queue_hook))
+                                             services=submit.queue_hook,
+                                             gate=dependencies.gate))
 
 
 if __name__ == "__main__":

@@ -66,6 +66,20 @@ options:
       - With O(wait), returns when every run has ended; otherwise when the last index is
         submitted (with C(%N), that is when all but N have ended). RV(runs) lists the runs.
     type: str
+  after:
+    description:
+      - Runs this run runs after, Slurm's C(--dependency) way. Each item is C(RUN) or
+        C(RUN:ok), C(RUN:notok), C(RUN:any) (C(ok) when not given) and names a run, or a job
+        array (every run of it).
+      - Until each has ended as asked (C(ok) done, C(notok) failed or terminated, C(any) any
+        end), the run waits in its fleet's queue as V(pending) with the reason
+        V(dependency); once one can no longer end so, it ends V(terminated) with the reason
+        V(dependency_failed). The runs may be on other fleets.
+      - A run that is on no fleet, the run itself, or one that waits for this run (a cycle)
+        is refused.
+    type: list
+    elements: str
+    default: []
   output_path:
     description:
       - A file or FIFO the lines the action plugin would show (with O(logs), the log lines and the jobs' changes) are appended to
@@ -303,6 +317,7 @@ config:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpufleet.cluster.plugins.module_utils.automation import dependencies
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module import (
     fail_json_on_error,
 )
@@ -319,7 +334,7 @@ def main():
     )
     with fail_json_on_error(module):
         result, failed = actions.submit(module.params, check_mode=module.check_mode,
-                                        services=submit.queue_hook)
+                                        services=submit.queue_hook, gate=dependencies.gate)
     if failed:
         module.fail_json(msg=actions.failure_summary(result), **result)
     module.exit_json(**result)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 
+from ..automation import dependencies
 from ..services import publish, submit
 from ..tasks import actions, surveys
 from . import session
@@ -58,7 +59,8 @@ def stop_run(params, check_mode=False):
     (``run``, ``changed``; ``changed`` also when aliases were removed). In check mode nothing
     is stopped and nothing is forgotten."""
     # In check mode no pass over the queue is made: it takes no hook.
-    more = {} if check_mode else {"services": _hook_but(params["name"])}
+    more = {} if check_mode else {"services": _hook_but(params["name"]),
+                                  "gate": dependencies.gate}
     answer = actions.run_stop(params, check_mode=check_mode, **more)
     if check_mode:
         return answer

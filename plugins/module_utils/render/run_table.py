@@ -55,6 +55,8 @@ def _job_status(job):
 
 
 def _error(item):
+    if item.get("status") == "pending" and item.get("reason") == "dependency":
+        return "dependency"   # waiting for other runs to end (squeue's "(Dependency)")
     if item.get("status") == "pending" and item.get("queue_position"):
         # A run held back by its owner's per-user cap (tasks.admission) says so.
         why = "user limit" if item.get("reason") == "user limit" else "no capacity"

@@ -300,17 +300,19 @@ def _roll(params: dict[str, Any], config: dict[str, Any], record: dict[str, Any]
 def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None,
            check_mode: bool = False, stop_event: Any = None,
            token_digest: Optional[str] = None,
-           token_error: Optional[str] = None) -> tuple[dict[str, Any], bool]:
+           token_error: Optional[str] = None,
+           gate: Optional[Callable[[dict], dict]] = None) -> tuple[dict[str, Any], bool]:
     """tasks.actions.submit for a task or a dev environment; for a service, see the module's
     text. ``token_digest``: the submitting user's token's SHA-256 (the caller has it from the
     controller's store: ``token_digest``), or None; ``token_error``: why the caller has none
-    (said, and the service runs). Returns ``(result, failed)``."""
+    (said, and the service runs); ``gate``: what judges the runs ``params["after"]`` names
+    (tasks.actions.submit). Returns ``(result, failed)``."""
     emit = emit or (lambda event: None)
     config = actions.load_task(params)
     if config.get("type") != SERVICE:
         more = {} if stop_event is None else {"stop_event": stop_event}
         return actions.submit(params, emit=emit, check_mode=check_mode, services=queue_hook,
-                              **more)
+                              gate=gate, **more)
     if params.get("array"):
         raise actions.ActionError("array: a service is not run as a job array; give it "
                                   "replicas instead")
@@ -416,7 +418,7 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
     result, failed = actions.submit(dict(params, name=name), emit=publisher.sink(emit),
                                     check_mode=check_mode, stop_event=stop_event,
                                     runnable=runnable, config=config,
-                                    services=queue_hook)
+                                    services=queue_hook, gate=gate)
     if not check_mode and not publisher.published and not failed and (
             result.get("status") in ("submitted", "provisioning", "running")):
         publisher.publish()   # detached: its containers are made, their ports known

@@ -50,6 +50,7 @@ TASK_ARGS = dict(
     create=dict(type="bool", default=True),
     show_plan=dict(type="bool", default=False),
     user=dict(type="str"),
+    after=dict(type="list", elements="str", default=[]),
     **FLEET_OPTIONS
 )
 TASK_MUTUALLY_EXCLUSIVE = [("path", "config")]
@@ -241,7 +242,7 @@ def _check_local(config, config_dir):
 
 
 def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, config=None,
-           services=None):
+           services=None, gate=None):
     """Submit a task and, with ``wait``, follow it to its end. Returns ``(result, failed)``.
 
     With ``array``, one run per index (tasks.array), at most ``%N`` alive at a time.
@@ -249,11 +250,13 @@ def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, 
     passes services.replicas' ``runnable``, which this package may not import); ``config``:
     the config ``load_task(params)`` gave, when the caller has it already; ``services``: the
     hook each pass over the queue takes (tasks.queue.QueuePass; services.submit.queue_hook,
+    which this package may not import); ``gate``: what judges the runs ``params["after"]``
+    names, at submission and in each pass (QueuePass; automation.dependencies.gate,
     which this package may not import)."""
     config = load_task(params) if config is None else config
     array_spec = _array(params)
     root, fleets, make_runner = runner_factory(params, config, emit, check_mode, runnable,
-                                               services)
+                                               services, gate)
     config_dir = os.path.dirname(params["path"]) if params.get("path") else None
     try:
         if array_spec is not None:
@@ -265,8 +268,8 @@ def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, 
         if not check_mode:
             runner.make_key_early()   # ready by the time the run is placed
             runner.queue_first = lambda: _queue_first(runner, fleets, root, emit, whole=True,
-                                                      services=services)
-            _queue_first(runner, fleets, root, emit, services=services)
+                                                      services=services, gate=gate)
+            _queue_first(runner, fleets, root, emit, services=services, gate=gate)
         if check_mode:
             try:
                 try:
@@ -294,7 +297,8 @@ def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, 
             return {"run": runner.name, "status": RunStatus.PENDING.value, "grow": grow.create,
                     "message": "%s; the fleet grows first" % grow, "changed": False}, False
         if params["wait"]:
-            drive_queue(fleets, root, emit, services=services)   # the end of a run frees hosts
+            drive_queue(fleets, root, emit, services=services,
+                        gate=gate)   # the end of a run frees hosts
     except (RunError, NodeError, PlanError, placement.PlacementError) as exc:
         raise ActionError(str(exc)) from exc
     result["changed"] = True
@@ -314,7 +318,8 @@ def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, 
     return result, failed
 
 
-def runner_factory(params, config, emit, check_mode=False, runnable=None, services=None):
+def runner_factory(params, config, emit, check_mode=False, runnable=None, services=None,
+                   gate=None):
     """``(root, fleets, make_runner)`` for the task ``params`` submit: ``make_runner(run_config,
     array_info=None, code_=None)`` is a tasks.runs.Runner with the parameters' options (submit,
     and services.rolling for a service's new version)."""
@@ -334,7 +339,7 @@ def runner_factory(params, config, emit, check_mode=False, runnable=None, servic
             poll=params["poll_interval"], run_args=params.get("run_args") or (),
             local_image=local_image, config_dir=config_dir, array=array_info, code_=code_,
             create=params.get("create", True), grower=grower(root, emit), user=user,
-            runnable=runnable, services=services)
+            runnable=runnable, services=services, after=params.get("after"), gate=gate)
 
     return root, fleets, make_runner
 
@@ -394,14 +399,14 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
         params["wait"] or result["status"] == RunStatus.FAILED)
 
 
-def _queue_first(runner, fleets, root, emit, whole=False, services=None):
+def _queue_first(runner, fleets, root, emit, whole=False, services=None, gate=None):
     """Runs already waiting go first, in priority order (tasks.queue). One look at the hosts
     serves the pass and, when there was no queue to act on, the placement."""
     survey = runner.survey(whole)
     # A look at part of the hosts (tasks.runindex) found no run waiting, and shows runs only
     # in part: a pass would judge them on what it cannot see. The next look at every host
     # passes over the queue.
-    report = (drive_queue(fleets, root, emit, survey=survey, services=services)
+    report = (drive_queue(fleets, root, emit, survey=survey, services=services, gate=gate)
               if runner.surveyed_whole else {})
     if not queue_waiting(survey) and not any(report.values()):
         runner.reuse_survey(survey)
@@ -415,10 +420,11 @@ def queue_waiting(survey):
 
 
 def drive_queue(fleets, root, emit=None, survey=None, check_mode=False, services=None,
-                autoscale=False):
+                autoscale=False, gate=None):
     """One pass over the queue (tasks.queue.QueuePass): the report of what it started,
     resubmitted, stopped and let fail. Check mode only says whether one is due. ``services``:
-    the pass's hook for services' routes (QueuePass), from the caller."""
+    the pass's hook for services' routes (QueuePass), from the caller; ``gate``: what judges
+    the entries that run after other runs (QueuePass)."""
     from . import queue
 
     from . import interruption
@@ -430,7 +436,7 @@ def drive_queue(fleets, root, emit=None, survey=None, check_mode=False, services
     report = queue.QueuePass(fleets, root=root, docker=Docker(), emit=emit,
                              grower=grower(root, emit), grow_first=True,
                              runner_of=runs.runner_of, services=services,
-                             autoscale=autoscale).run(survey)
+                             autoscale=autoscale, gate=gate).run(survey)
     report.pop("own", None)
     return report
 
@@ -451,20 +457,21 @@ def run_info(params):
             "queue_due": queue.is_due(found, instances, silent)}
 
 
-def run_queue(params, check_mode=False, emit=None, services=None):
+def run_queue(params, check_mode=False, emit=None, services=None, gate=None):
     """The queue's pass (playbooks/reconcile.yml, ps when something is due, stop).
-    ``services``: the pass's hook for services' routes (tasks.queue.QueuePass)."""
+    ``services``: the pass's hook for services' routes, ``gate`` its judge of dependencies
+    (tasks.queue.QueuePass)."""
     root, fleets = _fleets(params, host_facts=True)
     try:
         report = drive_queue(fleets, root, emit, check_mode=check_mode, services=services,
-                             autoscale=params.get("autoscale", True))
+                             autoscale=params.get("autoscale", True), gate=gate)
     except (RunError, NodeError, PlanError, placement.PlacementError) as exc:
         raise ActionError(str(exc)) from exc
     if check_mode:
         return {"report": {}, "due": report["due"], "changed": report["due"]}
     changed = any(report[k] for k in ("started", "resubmitted", "expired", "stopped",
                                       "forgotten", "failed", "published", "unpublished",
-                                      "respawned", "scaled"))
+                                      "respawned", "scaled", "terminated"))
     from . import interruption
 
     found, silent = silence.look(surveys.nodes_of(fleets, root), root, fleets)
@@ -474,9 +481,9 @@ def run_queue(params, check_mode=False, emit=None, services=None):
             "unread_fleets": listing.unread_fleets(fleets, found[3], root), "changed": changed}
 
 
-def run_stop(params, check_mode=False, services=None):
-    """Stop a run, or every live run of a job array of that name (tasks.array). ``services``:
-    the hook of the pass over the queue that follows (tasks.queue.QueuePass)."""
+def run_stop(params, check_mode=False, services=None, gate=None):
+    """Stop a run, or every live run of a job array of that name (tasks.array). ``services``
+    and ``gate``: the hooks of the pass over the queue that follows (tasks.queue.QueuePass)."""
     from . import array as arrays
 
     root, fleets = _fleets(params)
@@ -507,7 +514,7 @@ def run_stop(params, check_mode=False, services=None):
         record = listing.stop_run(nodes, params["name"], abort=params["abort"],
                                   surveyed=(found[0], found[3]))
         if queue_waiting(found):
-            drive_queue(fleets, root, services=services)   # what waited may start now
+            drive_queue(fleets, root, services=services, gate=gate)   # what waited may start now
     except (RunError, NodeError) as exc:
         raise ActionError(str(exc)) from exc
     return {"run": record, "changed": bool(record.get("stopped"))}

@@ -185,11 +185,14 @@ def with_queue(records, queues, usage=None):
         status = {queue_records.PENDING: RunStatus.PENDING.value,
                   queue_records.FAILED: RunStatus.FAILED.value,
                   queue_records.TERMINATED: RunStatus.TERMINATED.value}.get(state, state)
+        # A pending run says why it waits when that is not capacity: its owner's cap, or the
+        # runs it runs after (automation.dependencies), which it carries too.
         extra = {"status": status, "queued_on": host, "priority": entry.get("priority") or 0,
                  "queue_position": places.get(entry["run"]),
                  "reason": entry.get("reason") if state != queue_records.PENDING or entry.get(
-                     "reason") == queue_records.USER_LIMIT else None,
-                 "message": entry.get("message") or entry.get("reason")}
+                     "reason") == queue_records.USER_LIMIT or entry.get("after") else None,
+                 "message": entry.get("message") or entry.get("reason"),
+                 "after": entry.get("after") or None}
         record = by_name.get(entry["run"])
         if record is not None and record.get("run_id") == entry.get("run_id"):
             if state == queue_records.PENDING:   # its failed submission went; the next one waits

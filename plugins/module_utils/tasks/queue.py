@@ -34,8 +34,8 @@ from ..core.times import parse_time
 from . import interruption, lifecycle, listing, placement, silence, surveys
 from .lifecycle import JobStatus, RunStatus
 from .admission import UserLimit
-from .queue_records import (ACTIVE, FAILED, PENDING, USER_LIMIT, entries_of, fleet_usage,
-                            keeps_entry, priority_order)
+from .queue_records import (ACTIVE, FAILED, PENDING, TERMINATED, USER_LIMIT, entries_of,
+                            fleet_usage, keeps_entry, priority_order)
 from .errors import NeedsInstances, PlanError, RunError
 from .ssh import NodeError, parallel
 
@@ -70,15 +70,26 @@ class QueuePass(object):
     autoscales. It answers
     ``{"changed": bool}`` or raises GpufleetError, which is said (an ``info`` event) and leaves
     the pass going.
+
+    ``gate(event)`` judges a pending entry that runs after other runs (its ``after``;
+    automation.dependencies.gate, passed in: automation is above the queue): ``event`` is
+    ``{"run", "after", "records", "complete"}`` (the run records with the queue's, and whether
+    every host answered); it answers ``{"verdict": "go" | "wait" | "fail", "reason",
+    "message"}``. Such an entry is tried only once its gate says go, and ends terminated when it
+    says fail; without a gate it waits.
     """
 
     def __init__(self, fleets, own=None, emit=None, clock=time.time, by=None, runner_of=None,
-                 services=None, autoscale=False, **options):
+                 services=None, autoscale=False, gate=None, **options):
 
         self.fleets = fleets
         self.own = own
         self.runner_of = runner_of
         self.services = services
+        self.gate = gate
+        # The run records with the queue's, as the gate reads them (set by each pass).
+        self.gated_records = []
+        self.complete = True
         # Whether running services with scaling are scaled (a scheduled pass: run_queue); a
         # pass inside another command (an apply, a stop, ps) leaves them, as a scale-up waits
         # for its new replicas.
@@ -91,7 +102,7 @@ class QueuePass(object):
         self.nodes = surveys.nodes_of(fleets, options.get("root"))
         self.report = {"started": [], "resubmitted": [], "expired": [], "stopped": [],
                        "forgotten": [], "failed": [], "published": [], "unpublished": [],
-                       "respawned": [], "scaled": [], "own": None}
+                       "respawned": [], "scaled": [], "terminated": [], "own": None}
         self.silent = set()
         # Services whose failed replicas this pass started again (their route stays).
         self.respawned_runs = set()
@@ -146,6 +157,9 @@ class QueuePass(object):
                 self.report["forgotten"].append(run)
         if not entries:
             return self.report
+        self.gated_records = listing.with_queue([dict(r) for r in records], queues)
+        self.complete = not errors
+        self._settle_dependencies(entries)
         now = self.clock()
         # Fair share: among equal priorities, the user who used less in the last 24 h first.
         usage = fleet_usage(surveys.usage_of(survey))
@@ -177,10 +191,58 @@ class QueuePass(object):
                                    % _short(why)}, expect={"state": PENDING})
         self.report["expired"].append(entry["run"])
 
+    def _settle_dependencies(self, entries):
+        """Judge every pending entry that runs after others, again while one of them ended
+        (a chain ends in one pass, whatever order its entries come in)."""
+        waiting = [(h, e) for h, e in entries if e.get("state") == PENDING and e.get("after")]
+        ended = -1
+        while self.gate is not None and ended != len(self.report["terminated"]):
+            ended = len(self.report["terminated"])
+            for host, entry in waiting:
+                if entry["run"] not in self.report["terminated"]:
+                    self._gated(host, entry)
+
+    def _gated(self, host, summary):
+        """Whether a pending entry that runs after other runs may be tried now: its gate says
+        go (its wait for capacity starts then: retry's duration counts from now); a fail ends
+        it terminated (and the runs after it see that in this pass already)."""
+        if self.gate is None:
+            return False
+        try:
+            answer = self.gate({"run": summary["run"], "after": summary["after"],
+                                "records": self.gated_records, "complete": self.complete})
+        except GpufleetError as exc:
+            answer = {"verdict": "fail", "reason": None, "message": str(exc)}
+        if answer["verdict"] == "go":
+            if summary.get("reason") is not None and summary.get("reason") == answer.get(
+                    "waited"):
+                summary["retry_since"] = self.clock()
+                self._update(host, summary, {"reason": None, "message": None,
+                                             "retry_since": summary["retry_since"]},
+                             expect={"state": PENDING})
+            return True
+        if answer["verdict"] == "fail":
+            self._update(host, summary, {"state": TERMINATED, "reason": answer.get("reason"),
+                                         "message": answer.get("message")},
+                         expect={"state": PENDING})
+            self.report["terminated"].append(summary["run"])
+            for record in self.gated_records:
+                if record.get("name") == summary["run"]:
+                    record["status"] = RunStatus.TERMINATED.value
+        elif (summary.get("reason"), summary.get("message")) != (
+                answer.get("reason"), answer.get("message")):
+            self._update(host, summary, {"reason": answer.get("reason"),
+                                         "message": answer.get("message")},
+                         expect={"state": PENDING})
+        return False
+
     def _try(self, host, summary):
         """Submit one pending entry if it fits now; True when it was the own run's."""
         from .claiming import release_hosts
 
+        if summary["run"] in self.report["terminated"] or (
+                summary.get("after") and not self._gated(host, summary)):
+            return False
         node = self.nodes[host]
         retry = summary.get("retry") or {}
         # A run held back by its owner's cap waits for that, not for capacity: retry's

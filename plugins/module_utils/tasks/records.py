@@ -127,6 +127,8 @@ class QueueEntry(_QueueEntry, total=False):
     taken_until: float
     ended_at: float
     held_archive: str
+    # The runs it runs after ({"run", "after"}: automation.dependencies).
+    after: list[dict[str, str]]
 
 
 class QueueSummary(TypedDict):
@@ -154,6 +156,8 @@ class QueueSummary(TypedDict):
     ended_at: float | None
     queued_on: str | None
     policy: dict[str, Any] | None
+    # The runs it runs after ({"run", "after"}: automation.dependencies), or None.
+    after: list[dict[str, str]] | None
 
 
 class ScaleEvent(TypedDict):

@@ -187,6 +187,7 @@ class RunSupervision(object):
                             message="the host that kept its queue entry (%s) is gone" % host), None
             report = queue.QueuePass(self.run.fleets, own=self.run, runner_of=self.runner_of,
                                      services=getattr(self.run, "services", None),
+                                     gate=getattr(self.run, "gate", None),
                                      root=self.run.root, docker=self.run.docker,
                                      poll=self.run.poll, sleep=self.run.sleep,
                                      clock=self.run.clock, by=self.run.by).run()
@@ -224,9 +225,58 @@ class RunSupervision(object):
                            % (host, exc)})
             return self._wait_in_queue(host, stop_event)
 
-    def run_all(self, wait, stop_event):
+    def _after(self, wait, stop_event):
+        """A run that runs after others (``Runner.after``): its gate (automation.dependencies,
+        passed in) judges them from a look at every host; ``(result, submission)``: (None, None)
+        to submit it now; a terminated result when they can no longer end as asked (its entry
+        ends so, for ps and the runs after it); else it waits as a pending entry of its queue
+        (detached: that is the result; attached: this process drives the queue until its
+        turn). RunError for what the gate refuses (a run nowhere, a cycle)."""
+        from ..core.errors import GpufleetError
+        from . import listing
+
+        if self.run.gate is None:
+            raise RunError("run %s runs after %s, and this command cannot judge that; submit "
+                           "it with gpufleet apply or playbooks/task.yml"
+                           % (self.run.name, ", ".join(d["run"] for d in self.run.after)))
+        looked = surveys.survey_with_queues(self.run.nodes)
+        containers, _claims, queues, errors = looked
+        records = listing.with_queue(listing.run_records(containers, errors), queues)
         try:
-            submission = self.run.submit(0, wait_for_capacity=False)
+            answer = self.run.gate({"run": self.run.name, "after": self.run.after,
+                                    "records": records, "complete": not errors,
+                                    "submitting": True})
+        except GpufleetError as exc:
+            raise RunError(str(exc)) from exc
+        if answer["verdict"] == "go":
+            return None, None
+        state = TERMINATED if answer["verdict"] == "fail" else PENDING
+        host = runbook.enqueue(self.run, errors, reason=answer.get("reason"), state=state,
+                               message=answer.get("message"))
+        if state == TERMINATED:
+            self.run.emit({"kind": "run", "status": RunStatus.TERMINATED.value,
+                           "reason": answer.get("reason"), "message": answer.get("message")})
+            return dict(self.run.result(), status=RunStatus.TERMINATED.value,
+                        reason=answer.get("reason"), message=answer.get("message"),
+                        queued_on=host), None
+        self.run.emit({"kind": "run", "status": RunStatus.PENDING.value,
+                       "reason": answer.get("reason"),
+                       "message": "%s in the queue (kept on %s)" % (answer.get("message"), host)})
+        if not wait:
+            return dict(self.run.result(), status=RunStatus.PENDING.value,
+                        reason=answer.get("reason"), message=answer.get("message"),
+                        queued_on=host), None
+        return self._wait_in_queue(host, stop_event)
+
+    def run_all(self, wait, stop_event):
+        submission = None
+        if self.run.after:
+            result, submission = self._after(wait, stop_event)
+            if result is not None:
+                return result
+        try:
+            if submission is None:
+                submission = self.run.submit(0, wait_for_capacity=False)
         except admission.UserLimit as exc:
             # Not a failure, whatever retry says: the run waits for its owner's use to drop.
             result, submission = self._queued(exc, wait, stop_event)

@@ -113,6 +113,8 @@ def entry_of(runner: Any, fleet_names: Iterable[str], state: str = "pending",
                    "scaling": (config.get("service") or {}).get("scaling")},
         "retry_since": runner.submitted_epoch if retry_since is None else retry_since,
         "array": runner.array,
+        # The runs it waits for (automation.dependencies; a pass asks its gate).
+        "after": list(getattr(runner, "after", None) or []),
         "hosts": [],
         "config": dict(config, name=runner.name),
         "secrets": referenced_secrets(config, runner.secrets),

@@ -47,7 +47,8 @@ class Runner(object):
                  emit=None, image_source="auto", follow_logs=False, poll=1.0, clock=time.time,
                  sleep=time.sleep, run_args=(), rng=random, local_image=None,
                  config_dir=None, array=None, code_=None, files_data=None, create=False,
-                 grower=None, grow_first=False, user=None, runnable=None, services=None):
+                 grower=None, grow_first=False, user=None, runnable=None, services=None,
+                 after=None, gate=None):
         # What the plan shows (a dev environment as one), before devenv.runnable.
         self.shown_config = config
         # A dev environment runs as a one-node task with dstack's commands (tasks.devenv); a
@@ -90,6 +91,10 @@ class Runner(object):
         # first submission too with grow_first (a pass over the queue).
         self.grower = grower
         self.grow_first = grow_first
+        # The runs this one runs after (``[{"run", "after"}]``), and the gate that judges them
+        # (automation.dependencies.gate, passed in: the runner may not import it).
+        self.after = list(after or [])
+        self.gate = gate
         refused = support.refusals(config)   # the verdict gpufleet validate reports too
         if refused:
             raise RunError("; ".join(str(p) for p in refused))
@@ -325,7 +330,7 @@ def runner_of(entry, fleets, queue_node=None, **options):
                     local_image=entry.get("local_image"), config_dir=entry.get("config_dir"),
                     array=entry.get("array"), code_=code_,
                     files_data=entry.get("files_data") or {}, user=entry.get("user") or "",
-                    **options)
+                    after=entry.get("after"), **options)
     runner.run_id = entry["run_id"]
     runner.submitted_at = entry["submitted_at"]
     runner.submitted_epoch = entry.get("submitted_epoch") or time.time()

@@ -60,7 +60,8 @@ def test_the_sequence_takes_the_modules_parameters_and_says_what_changed(calls):
     assert answer == {"run": calls.answers["run_stop"]["run"], "changed": True}
     assert calls[0][1] == params and calls[0][2]["check_mode"] is False
     # the pass over the queue after the stop keeps services' routes (services.submit)
-    assert set(calls[0][2]) == {"check_mode", "services"} and callable(calls[0][2]["services"])
+    assert set(calls[0][2]) == {"check_mode", "services", "gate"}
+    assert callable(calls[0][2]["services"]) and callable(calls[0][2]["gate"])
     forget = calls[1][1]
     # Forgetting asks nothing of the hosts: no fleet files; the attach module's defaults.
     assert (forget["fleets"], forget["job"], forget["forward"], forget["include"]) == (

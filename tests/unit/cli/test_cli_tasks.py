@@ -834,8 +834,8 @@ def test_apply_overrides_are_for_tasks_only(files, playbooks):
     path = files("fleet.dstack.yml", "type: fleet\nname: gpus\nnodes: 1\n")
     code, _out, err = run(playbooks, "apply", "-f", "fleet.dstack.yml", "-y", "--env", "A=1")
     assert code == 1
-    assert err == (f"{path}: --name, --env, --fleet and --array apply to tasks; this is a fleet "
-                   "configuration\n")
+    assert err == (f"{path}: --name, --env, --fleet, --array and --after apply to tasks; this "
+                   "is a fleet configuration\n")
     assert playbooks.calls == []
 
 
@@ -1015,3 +1015,38 @@ def test_the_plan_of_a_service_whose_proxy_host_is_lost_says_where_it_goes(files
     _code, out, _err = run(playbooks, "apply", "-f", "task.dstack.yml")
     assert ("Its proxy host b-0 is lost: the proxy on b-1 publishes it from now on, at "
             "http://10.0.0.3:3000/proxy/services/main/train/\n") in out, out
+
+
+def test_apply_after_goes_to_task_yml_and_the_plan_says_it_waits(files, playbooks):
+    files("task.dstack.yml", TASK)
+    playbooks.answer(stats=planned_stats())
+    code, out, _err = run(playbooks, "apply", "-f", "task.dstack.yml", "--after", "prep",
+                          "--after", "fetch:any")
+    assert code == 1   # the question is not answered
+    assert "It runs after prep, fetch:any: it waits in the queue until then" in out, out
+    assert playbooks.calls[0]["extravars"]["gpufleet_task_after"] == ["prep", "fetch:any"]
+    # a bad condition is refused before any playbook runs
+    playbooks.calls.clear()
+    code, _out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "--after", "prep:maybe")
+    assert code == 2 and "--after: 'prep:maybe': the condition is ok, notok or any" in err
+    assert playbooks.calls == []
+
+
+def test_a_detached_run_that_waits_for_others_or_cannot_says_so(files, playbooks):
+    files("task.dstack.yml", TASK)
+    playbooks.answer(stats={"gpufleet_run": {"run": "train", "status": "pending",
+                                             "reason": "dependency",
+                                             "message": "waiting for prep (ok)"}})
+    code, out, _err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-d", "--after",
+                          "prep")
+    assert code == 0
+    assert out.startswith("Run train is waiting for prep (ok); it is placed once they have "
+                          "ended"), out
+    playbooks.answer(stats={"gpufleet_run": {
+        "run": "train", "status": "terminated", "reason": "dependency_failed",
+        "message": "run prep ended failed, and it runs after prep:ok"}})
+    code, _out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "-y", "-d", "--after",
+                          "prep")
+    assert code == 1
+    assert err == ("Run train terminated (dependency_failed): run prep ended failed, and it "
+                   "runs after prep:ok\n")

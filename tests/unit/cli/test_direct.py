@@ -61,9 +61,11 @@ def test_runs_moves_the_queue_first_when_something_is_due_as_ps_yml_does(calls):
     # A pass that stays short: scaling services is the scheduled pass's.
     assert calls[1][1] == {"fleets": [], "state_dir": None, "autoscale": False}
     # the pass publishes a service it starts and takes off one that ended (services.submit)
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.automation import dependencies
     from ansible_collections.gpufleet.cluster.plugins.module_utils.services import submit
 
-    assert calls[1][2] == {"services": submit.queue_hook}
+    # and it judges the runs that wait for others (automation.dependencies)
+    assert calls[1][2] == {"services": submit.queue_hook, "gate": dependencies.gate}
 
 
 def test_runs_passes_on_the_fleets_that_could_not_be_read(calls):
@@ -135,7 +137,7 @@ def test_submit_is_the_task_actions_call_with_its_lines_on_the_output(calls, tmp
     config, _warnings = parse_data({"type": "task", "name": "train", "nodes": 2,
                                     "commands": ["python train.py"]})
 
-    def answer(params, emit=None, services=None):
+    def answer(params, emit=None, services=None, gate=None):
         emit({"kind": "plan", "plan": a_plan(), "config": config})
         emit({"kind": "job", "run": "train", "job_num": 0, "host": "gpus-0",
               "status": "provisioning"})

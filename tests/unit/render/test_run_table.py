@@ -271,6 +271,16 @@ def test_a_run_held_back_by_its_owners_cap_says_user_limit_in_error():
     assert "no capacity, queue #1" in text
 
 
+def test_a_run_waiting_for_others_says_dependency_and_one_that_cannot_start_why():
+    rows = [run("after", "pending", [], reason="dependency", queue_position=1, gpu=None,
+                backend=None, region=None),
+            run("never", "terminated", [], reason="dependency_failed", gpu=None, backend=None,
+                region=None)]
+    lines = runtable.run_table(rows, now=NOW, verbose=True)
+    assert lines[1].split()[0] == "after" and lines[1].rstrip().endswith("dependency")
+    assert lines[2].rstrip().endswith("DEPENDENCY_FAILED")
+
+
 # ---------------------------------------------------------------------------------------------
 # services
 # ---------------------------------------------------------------------------------------------

@@ -50,9 +50,9 @@ class World(object):
         nodes = {"b-0": self.proxy, "b-1": self.other}
 
         def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None,
-                   config=None, services=None):
+                   config=None, services=None, gate=None):
             self.submitted.append({"params": params, "runnable": runnable, "config": config,
-                                   "services": services})
+                                   "services": services, "gate": gate})
             for status_ in events:
                 emit({"kind": "run", "run": "svc", "status": status_})
             return {"run": params.get("name"), "status": status, "jobs": []}, False
@@ -81,8 +81,12 @@ def test_a_task_goes_to_the_runner_as_it_is(monkeypatch):
     assert not failed and result["status"] == "terminated" and "service" not in result
     (call,) = world.submitted
     assert call["runnable"] is None
-    # the passes over the queue it makes keep queued services' routes
-    assert call["services"] is services.queue_hook
+    # the passes over the queue it makes keep queued services' routes, and judge the runs
+    # that wait for others with the gate it was given
+    assert call["services"] is services.queue_hook and call["gate"] is None
+    gate = object()
+    services.submit(dict(PARAMS), gate=gate)
+    assert world.submitted[-1]["gate"] is gate
 
 
 def test_without_haproxy_on_the_proxy_host_nothing_runs_and_task_yml_sets_it_up(monkeypatch):

@@ -471,3 +471,109 @@ def test_an_attached_service_starts_its_failed_replica_again_itself(fake_hosts):
     # Replica 0 served throughout: only the user's stop ended it.
     assert [e["status"] for e in cluster.job_events(0)].count("terminated") <= 1
     assert result["status"] == lc.RunStatus.TERMINATED
+
+
+# ---------------------------------------------------------------------------------------------
+# runs that run after others (--after): the gate is automation.dependencies.gate
+
+
+def after_runner(cluster, fleets, config, after):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.automation import dependencies
+
+    return runs.Runner(config, fleets, emit=cluster.emit, clock=cluster.clock,
+                       sleep=cluster.sleep, poll=1.0, environ={}, after=after,
+                       gate=dependencies.gate)
+
+
+def gated_pass(cluster, fleets):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.automation import dependencies
+
+    return queue.QueuePass(fleets, runner_of=runs.runner_of, clock=cluster.clock,
+                           sleep=cluster.sleep, poll=1.0, emit=cluster.emit,
+                           gate=dependencies.gate).run()
+
+
+def end(cluster, run, code):
+    for node in cluster.nodes.values():
+        for box in node.containers:
+            if box["labels"][RUN_LABEL] == run:
+                box["state"] = "exited"
+                box["files"]["exit_code"] = str(code)
+
+
+def test_a_run_after_another_waits_as_pending_and_ends_when_that_one_fails(fake_hosts):
+    fleets = [fleet_with_facts()]
+    _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
+    occupy(cluster, ["gpus-0"], run="prep")
+    result = after_runner(cluster, fleets, task(name="train"), ["prep"]).run(wait=False)
+    assert (result["status"], result["reason"], result["message"]) == (
+        lc.RunStatus.PENDING, "dependency", "waiting for prep (ok)")
+    entry = cluster.nodes["gpus-0"].queue["train"]
+    assert (entry["state"], entry["after"]) == ("pending", ["prep"])
+    assert cluster.ops("start") == []
+    # eval after train: it waits too; a pass with no gate starts neither
+    after_runner(cluster, fleets, task(name="eval"), ["train:ok"]).run(wait=False)
+    assert a_pass(cluster, fleets)["started"] == []
+    # ps says why each waits
+    records = surveys_records(cluster)
+    assert (records["train"]["status"], records["train"]["reason"]) == ("pending", "dependency")
+    # prep fails: train ends terminated (dependency_failed), and eval with it in one pass
+    end(cluster, "prep", 1)
+    report = gated_pass(cluster, fleets)
+    assert sorted(report["terminated"]) == ["eval", "train"] and report["started"] == []
+    entry = cluster.nodes["gpus-0"].queue["train"]
+    assert (entry["state"], entry["reason"], entry["message"]) == (
+        "terminated", "dependency_failed", "run prep ended failed, and it runs after prep:ok")
+    assert cluster.nodes["gpus-0"].queue["eval"]["message"] == (
+        "run train ended terminated, and it runs after train:ok")
+    # a run submitted after a run that failed ends at once, kept for ps and the runs after it
+    result = after_runner(cluster, fleets, task(name="report"), ["prep"]).run(wait=False)
+    assert (result["status"], result["reason"]) == (lc.RunStatus.TERMINATED, "dependency_failed")
+    assert cluster.nodes["gpus-0"].queue["report"]["state"] == "terminated"
+    assert cluster.ops("start") == []
+
+
+def test_a_run_after_several_starts_once_all_ended_as_asked(fake_hosts):
+    fleets = [fleet_with_facts()]
+    _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
+    occupy(cluster, ["gpus-0"], run="prep")
+    occupy(cluster, ["gpus-1"], run="fetch")
+    runner = after_runner(cluster, fleets, task(name="train"), ["prep", "fetch:any"])
+    assert runner.run(wait=False)["message"] == "waiting for prep (ok), fetch (any)"
+    end(cluster, "prep", 0)
+    assert gated_pass(cluster, fleets)["started"] == []
+    assert cluster.nodes["gpus-0"].queue["train"]["message"] == "waiting for fetch (any)"
+    end(cluster, "fetch", 3)
+    cluster.now += 3600   # however long it waited, its retry's wait for capacity starts now
+    assert gated_pass(cluster, fleets)["started"] == ["train"]
+    assert [p["job"]["run"] for _h, p in cluster.ops("start")] == ["train"]
+
+
+def test_an_unknown_run_or_a_cycle_in_after_is_refused_at_submission(fake_hosts):
+    import pytest
+
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.errors import RunError
+
+    fleets = [fleet_with_facts()]
+    _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
+    with pytest.raises(RunError, match="--after: no run or job array named ghost on any fleet"):
+        after_runner(cluster, fleets, task(name="train"), ["ghost"]).run(wait=False)
+    occupy(cluster, ["gpus-0"], run="prep")
+    after_runner(cluster, fleets, task(name="train"), ["prep"]).run(wait=False)
+    after_runner(cluster, fleets, task(name="eval"), ["train"]).run(wait=False)
+    with pytest.raises(RunError, match="--after: 'prep:maybe': the condition is ok, notok or "
+                                       "any, not 'maybe'"):
+        after_runner(cluster, fleets, task(name="fresh"), ["prep:maybe"]).run(wait=False)
+    # eval waits for train, which waits for prep: train again, after eval, is a cycle
+    with pytest.raises(RunError, match="--after: train would wait for itself: train waits for "
+                                       "eval waits for train"):
+        after_runner(cluster, fleets, task(name="train"), ["eval"]).run(wait=False)
+    assert cluster.ops("start") == []
+
+
+def surveys_records(cluster):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import listing
+
+    nodes = dict((name, node) for name, node in cluster.nodes.items())
+    records, _errors = listing.list_runs(nodes)
+    return dict((r["name"], r) for r in records)

@@ -425,7 +425,7 @@ ENDED_KEPT = 86400
 SUMMARY_FIELDS = ("run", "run_id", "user", "priority", "submitted_at", "submitted_epoch", "state",
                   "reason", "message", "fleets", "nodes", "taken_by", "taken_until",
                   "submissions", "retry_since", "retry", "array", "hosts", "ended_at",
-                  "queued_on", "policy")
+                  "queued_on", "policy", "after")
 
 
 def _queue_dir():
@@ -494,6 +494,8 @@ def op_enqueue(payload):
             except OSError as exc:
                 raise Failure("cannot keep the run's repo archive %s: %s" % (archive, exc)) from exc
             entry["held_archive"] = _held_archive(entry["run"])
+        if entry.get("state") in ("failed", "terminated") and not entry.get("ended_at"):
+            entry["ended_at"] = now   # one that ended as it was written down (kept a day)
         _write_json(_entry_path(entry["run"]), entry)
     return {"queued": True}
 

@@ -341,7 +341,7 @@ def run_action(monkeypatch, params, loader):
     returns (the result, the params actions.submit was given)."""
     submitted = []
 
-    def submit(params, emit=None, check_mode=False, services=None):
+    def submit(params, emit=None, check_mode=False, services=None, gate=None):
         submitted.append(params)
         return {"run": "train", "status": "done", "jobs": []}, False
 

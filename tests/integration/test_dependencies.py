@@ -1,0 +1,104 @@
+"""Runs that run after others (issue 36, ``gpufleet apply --after``), on the shared task world,
+through the ``gpufleet`` command as a user types it, with no process waiting in between: each
+``gpufleet ps`` makes a pass over the queue, which starts or ends what waits.
+
+A chain: first (done) then second (after first, exits 1) then third (after second: ends
+``terminated`` with the reason ``dependency_failed``); a fan-in: fourth after first and
+another run (any); a run after one that is stopped ends so too; an unknown run or a cycle in
+``--after`` refused with one line naming the option, nothing submitted.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from gpufleet import cli
+
+from .task_world import CPU, SUFFIX, task_file
+
+FIRST, SECOND, THIRD = "dfirst-" + SUFFIX, "dsecond-" + SUFFIX, "dthird-" + SUFFIX
+OTHER, FOURTH = "dother-" + SUFFIX, "dfourth-" + SUFFIX
+HOLD, WAITER = "dhold-" + SUFFIX, "dwaiter-" + SUFFIX
+
+
+def task(world, name, command):
+    # Others' runs may hold the world's hosts: a run placed once its dependencies ended waits
+    # for capacity in the queue rather than failing.
+    return task_file(world, name, "type: task\nname: %s\n%sretry:\n  on_events: [no-capacity]\n"
+                     "  duration: 10m\ncommands:\n  - %s\n" % (name, CPU, command))
+
+
+def apply(capsys, world, name, command, *after):
+    capsys.readouterr()
+    code = cli.main(["apply", "-f", task(world, name, command), "-y", "-d"]
+                    + [word for run in after for word in ("--after", run)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def records(capsys):
+    capsys.readouterr()
+    assert cli.main(["ps", "--json"]) == 0   # a pass over the queue first, when one is due
+    return dict((r["name"], r) for r in json.loads(capsys.readouterr().out))
+
+
+def wait_for(capsys, what, check, seconds=240):
+    deadline = time.time() + seconds
+    while True:
+        found = records(capsys)
+        if check(found):
+            return found
+        assert time.time() < deadline, "%s never happened: %s" % (
+            what, dict((n, (r["status"], r.get("reason"))) for n, r in found.items()
+                       if n.endswith(SUFFIX)))
+        time.sleep(3)
+
+
+def test_a_chain_and_a_fan_in_with_no_process_waiting(world, capsys):
+    # A run that holds on, and one after it: what --after refuses is tried against them.
+    assert apply(capsys, world, HOLD, "sleep 300")[0] == 0
+    assert apply(capsys, world, WAITER, "echo ok", HOLD)[0] == 0
+    code, _out, err = apply(capsys, world, "dghost-" + SUFFIX, "echo ok", "nothing-" + SUFFIX)
+    assert code == 1 and "--after: no run or job array named nothing-%s on any fleet" % (
+        SUFFIX) in err, err
+    code, _out, err = apply(capsys, world, HOLD, "echo ok", WAITER)
+    assert code == 1 and "--after: %s would wait for itself: %s waits for %s waits for %s" % (
+        HOLD, HOLD, WAITER, HOLD) in err, err
+    assert records(capsys).get("dghost-" + SUFFIX) is None
+
+    code, out, err = apply(capsys, world, FIRST, "sleep 5")
+    assert code == 0, out + err
+    code, out, err = apply(capsys, world, SECOND, "exit 1", FIRST)
+    assert code == 0, out + err
+    assert "Run %s is waiting for %s (ok)" % (SECOND, FIRST) in out, out
+    code, out, err = apply(capsys, world, THIRD, "echo ok", SECOND)
+    assert code == 0, out + err
+    assert apply(capsys, world, OTHER, "sleep 2")[0] == 0
+    assert apply(capsys, world, FOURTH, "echo ok", FIRST, OTHER + ":any")[0] == 0
+    found = records(capsys)
+    assert (found[WAITER]["status"], found[WAITER]["reason"]) == ("pending", "dependency")
+    assert found[WAITER]["message"] == "waiting for %s (ok)" % HOLD
+
+    # The held run stopped: the one after it can no longer start.
+    assert cli.main(["stop", HOLD, "-y"]) == 0
+
+    def settled(found):
+        return all(found.get(n, {}).get("status") in ("done", "failed", "terminated")
+                   for n in (FIRST, SECOND, THIRD, OTHER, FOURTH, WAITER))
+
+    found = wait_for(capsys, "the chain and the fan-in ending", settled)
+    assert found[FIRST]["status"] == "done"
+    assert found[SECOND]["status"] == "failed"
+    assert (found[THIRD]["status"], found[THIRD]["reason"]) == ("terminated",
+                                                                "dependency_failed")
+    assert found[THIRD]["message"] == "run %s ended failed, and it runs after %s:ok" % (
+        SECOND, SECOND)
+    assert (found[WAITER]["status"], found[WAITER]["reason"]) == ("terminated",
+                                                                  "dependency_failed")
+    assert found[FOURTH]["status"] == "done"
+    # The third never ran; the fourth started only once both of its runs had ended.
+    assert not found[THIRD].get("jobs") and not found[WAITER].get("jobs")
+    started = found[FOURTH]["jobs"][0]["started_at"]
+    assert started >= found[FIRST]["jobs"][0]["finished_at"], found[FOURTH]
+    assert started >= found[OTHER]["jobs"][0]["finished_at"], found[FOURTH]
