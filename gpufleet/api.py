@@ -252,10 +252,10 @@ def _after(after):
     from ansible_collections.gpufleet.cluster.plugins.module_utils.automation import dependencies
 
     try:
-        dependencies.parse(after)
+        parsed = dependencies.parse(after)
     except dependencies.DependencyError as exc:
         raise GpufleetError(str(exc)) from None
-    return [str(item) for item in after]
+    return ["%s:%s" % (item["run"], item["after"]) for item in parsed]
 
 
 def _task_overrides(normalized, given, name=None, env=None, fleets=None, ide_version=None):

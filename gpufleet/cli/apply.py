@@ -286,6 +286,9 @@ def _plan_and_ask(args, path, overrides, out, err):
     if record.get("plan"):
         for line in tables.run_plan_lines(record["config"], record["plan"], path):
             out.write(line + "\n")
+    elif record.get("after"):
+        out.write(f"No fleet has room for it now ({record.get('waits')}); it is placed once "
+                  "the runs it runs after have ended.\n")
     else:
         out.write(f"No fleet has room for it now ({record.get('waits')}).\n"
                   "Its retry policy lets it wait: submitted, it waits in the queue and "

@@ -36,16 +36,18 @@ def world(task_world):
 # --no-loadscope-reorder): half of this tier's time is spent waiting on containers, SSH
 # timeouts and polls. A worker takes whole files in collection order (the next one when its
 # current file has two tests left), so the files go longest first, as a whole run measured
-# them (per file, setup included: 600, 530, 380, 320, 310, 290, 200, 180, 165, 155, 155, 150,
+# them (per file, setup included: 600, 530, (test_automation.py about 400, most of it waiting
+# for a utilization window), 380, 320, 310, 290, 200, 180, 165, 155, 155, 150,
 # 150, 140, 125 and 110 s on a loaded 2-core machine, 2026-11-29); the others, each under
 # 90 s, follow in name order and fill the ends. Otherwise a long file could start last and run
 # alone while the other worker sits idle: the order before this one ended about 170 s later
 # on the same measurements.
-LONGEST_FIRST = ("test_fleets.py", "test_task_scheduling.py", "test_task_volumes.py",
-                 "test_tasks.py", "test_fleet_delete.py", "test_api.py", "test_aws_hosts.py",
-                 "test_monitoring.py", "test_task_secrets.py", "test_doc_examples.py",
-                 "test_task_repos.py", "test_logs.py", "test_aws_fleets.py", "test_reconcile.py",
-                 "test_task_array.py", "test_metrics.py")
+LONGEST_FIRST = ("test_fleets.py", "test_task_scheduling.py", "test_automation.py",
+                 "test_task_volumes.py", "test_tasks.py", "test_fleet_delete.py", "test_api.py",
+                 "test_aws_hosts.py", "test_monitoring.py", "test_task_secrets.py",
+                 "test_doc_examples.py", "test_task_repos.py", "test_logs.py",
+                 "test_aws_fleets.py", "test_reconcile.py", "test_task_array.py",
+                 "test_metrics.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -88,9 +88,16 @@ def text(after: Iterable[Mapping[str, str]]) -> str:
 
 
 def _members(name: str, records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The runs ``name`` names: the run of that name, else every run of the job array."""
+    """The runs ``name`` names: the run of that name, else every run of the job array; an
+    array whose runs are not all submitted yet (a throttled array, ``%N``) counts those as
+    waiting to be submitted."""
     own = [r for r in records if r.get("name") == name]
-    return own or [r for r in records if r.get("array") == name]
+    if own:
+        return own
+    members = [r for r in records if r.get("array") == name]
+    count = max([int(r.get("array_count") or 0) for r in members] or [0])
+    return members + [{"name": "%s (not submitted yet)" % name, "status": "submitted"}] * max(
+        0, count - len(members))
 
 
 def verdict(run: str, after: Sequence[Mapping[str, str]],
@@ -134,20 +141,26 @@ def _ended(members: list[Mapping[str, Any]]) -> str:
 
 
 def check(run: str, after: Sequence[Mapping[str, str]],
-          records: Sequence[Mapping[str, Any]], complete: bool = True) -> None:
+          records: Sequence[Mapping[str, Any]], complete: bool = True,
+          array: Optional[str] = None) -> None:
     """What ``--after`` may not name, refused at submission (DependencyError): a run that is
-    nowhere (when every host answered), the run itself, or one that waits, directly or
-    through others, for this run (a cycle)."""
+    nowhere (when every host answered), the run itself or its own job array (``array``), or
+    one that waits, directly or through others, for this run (a cycle)."""
     for dependency in after:
-        if dependency["run"] == run:
-            raise DependencyError("%s: run %s cannot run after itself" % (OPTION, run))
+        if dependency["run"] in (run, array):
+            raise DependencyError("%s: run %s cannot run after itself%s" % (
+                OPTION, run, " (it is a run of the job array %s)" % array
+                if dependency["run"] == array else ""))
         if complete and not _members(dependency["run"], records):
             raise DependencyError("%s: no run or job array named %s on any fleet (gpufleet ps "
                                   "lists them)" % (OPTION, dependency["run"]))
     path = _cycle(run, [d["run"] for d in after], records)
     if path:
-        raise DependencyError("%s: %s would wait for itself: %s" % (
-            OPTION, run, " waits for ".join([run] + path)))
+        raise DependencyError(_cycle_text(run, path))
+
+
+def _cycle_text(run: str, path: list[str]) -> str:
+    return "%s: %s would wait for itself: %s" % (OPTION, run, " waits for ".join([run] + path))
 
 
 def _cycle(run: str, names: list[str], records: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -182,11 +195,22 @@ def _read(after: Any) -> list[dict[str, str]]:
 
 def gate(event: Mapping[str, Any]) -> dict[str, Any]:
     """The queue's gate (tasks.queue, tasks.run_supervision): ``event`` is ``{"run",
-    "after", "records", "complete", "submitting"}``; a submission (``submitting``) is checked
-    first (``check``: DependencyError). Answers ``verdict``'s."""
-    after = parse(event.get("after"))
+    "after", "records", "complete", "submitting", "array"}``; a submission (``submitting``) is
+    checked first (``check``: DependencyError). A pass fails a run whose after list it cannot
+    read, or that waits in a cycle (two submissions at once can make one). Answers
+    ``verdict``'s."""
+    run = str(event["run"])
     records = list(event.get("records") or [])
     complete = bool(event.get("complete", True))
     if event.get("submitting"):
-        check(str(event["run"]), after, records, complete)
-    return verdict(str(event["run"]), after, records, complete)
+        after = parse(event.get("after"))
+        check(run, after, records, complete, event.get("array"))
+        return verdict(run, after, records, complete)
+    try:
+        after = parse(event.get("after"))
+    except DependencyError as exc:
+        return {"verdict": "fail", "reason": FAILED, "message": str(exc)}
+    path = _cycle(run, [d["run"] for d in after], records)
+    if path:
+        return {"verdict": "fail", "reason": FAILED, "message": _cycle_text(run, path)}
+    return verdict(run, after, records, complete)

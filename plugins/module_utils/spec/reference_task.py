@@ -259,8 +259,9 @@ TASK_SECTIONS = {
             },
             "utilization_policy": {
                 "values": "a mapping: {see:task.utilization_policy}",
-                "text": "Terminate the run when its GPUs stay under-used.",
-                "status": "runner-warns",
+                "text": (
+                    "Terminate the run when one of its GPUs stays under-used (docs/tasks.md#idle-gpus)."
+                ),
             },
             "backend_options": {
                 "values": "a list of mappings: {see:backend_options}",
@@ -426,7 +427,11 @@ TASK_SECTIONS = {
     },
     "task.utilization_policy": {
         "title": "`utilization_policy`",
-        "intro": "dstack terminates the run when GPU utilization stays low; gpufleet does not enforce it.",
+        "intro": (
+            "Each job's own metrics sampler (every 10 s) stops its command once one of its GPUs has stayed below "
+            "`min_gpu_utilization` for `time_window`: the job and the run end `terminated` with the reason "
+            "`terminated_due_to_utilization_policy`, never retried, as dstack ends them."
+        ),
         "fields": {
             "min_gpu_utilization": {"values": "a whole number from 0 to 100", "text": "The lowest acceptable GPU utilization, in percent.", "required": ""},
             "time_window": {

@@ -275,8 +275,6 @@ def notes(config: dict[str, Any]) -> list[Problem]:
     out: list[Problem] = []
     if config.get("type") not in RUN_TYPES:
         return out
-    if config.get("utilization_policy"):
-        out.append(Problem(("utilization_policy",), "not enforced by gpufleet"))
     if config.get("dstack"):
         out.append(Problem(("dstack",), "there is no dstack server socket to expose"))
     return out

@@ -271,6 +271,10 @@ def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, 
                                                       services=services, gate=gate)
             _queue_first(runner, fleets, root, emit, services=services, gate=gate)
         if check_mode:
+            # Runs it runs after: what the submission would refuse is refused here too, and
+            # a fleet full now may have room once they ended.
+            waits_for = runner.supervising.judge_after()[0] if getattr(
+                runner, "after", None) else None
             try:
                 try:
                     placed = runner.place()
@@ -280,6 +284,11 @@ def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, 
             except placement.NoHostFits as exc:
                 from .growth import never_fits
 
+                if waits_for is not None and waits_for["verdict"] != "go" and not never_fits(
+                        runner.config, fleets):
+                    return {"run": runner.name, "status": "planned", "plan": None,
+                            "waits": "%s; %s" % (waits_for.get("message"), exc),
+                            "after": waits_for, "config": config, "changed": True}, False
                 if lifecycle.may_retry(config.get("retry"), lifecycle.EVENT_NO_CAPACITY, 0, 0) \
                         and not never_fits(runner.config, fleets):
                     # Submitted, it would wait in the queue (tasks.queue).
@@ -289,7 +298,7 @@ def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, 
                         "reason": lifecycle.NO_CAPACITY, "message": str(exc),
                         "plan": None, "changed": False}, True
             return {"run": runner.name, "status": "planned", "plan": placed,
-                    "config": config, "changed": True}, False
+                    "config": config, "changed": True, "after": waits_for}, False
         try:
             result = runner.run(wait=params["wait"], stop_event=stop_event)
         except NeedsInstances as grow:
@@ -362,6 +371,12 @@ def _submit_array(config, array_spec, make_runner, fleets, root, params, emit, c
     from . import array as arrays
     from .code import Code
 
+    if params.get("after") and not check_mode and (params["wait"] or array_spec.get("limit")):
+        # Its runs wait in the queue, where neither an attached array (it follows containers)
+        # nor %N (it counts live containers) sees them.
+        raise ActionError("--after with --array: submit the array detached (-d) and without "
+                          "%%N; each of its runs waits in the queue, and gpufleet ps follows "
+                          "them")
     nodes = surveys.nodes_of(fleets, root)
     batch = arrays.ArrayRunner(config, array_spec, make_runner,
                                lambda: arrays.array_statuses(nodes, batch.base), emit=emit,

@@ -33,6 +33,8 @@ RUN_SPEC_LABEL = "gpufleet.run-spec"
 RESOURCES_LABEL = "gpufleet.resources"
 ARRAY_LABEL = "gpufleet.array"             # the job array a run belongs to (tasks.array)
 ARRAY_INDEX_LABEL = "gpufleet.array-index"
+# How many runs the array has (a run after the array waits for all: automation.dependencies).
+ARRAY_COUNT_LABEL = "gpufleet.array-count"
 USER_LABEL = "gpufleet.user"               # who submitted the run (teams.identity)
 # A service's replica: where the service is published (services.replicas), as JSON.
 SERVICE_LABEL = "gpufleet.service"
@@ -269,4 +271,6 @@ def labels_of(config, run, jobs, job, replica=0):
     if run.get("array"):
         labels[ARRAY_LABEL] = str(run["array"]["name"])
         labels[ARRAY_INDEX_LABEL] = str(run["array"]["index"])
+        if run["array"].get("count"):
+            labels[ARRAY_COUNT_LABEL] = str(run["array"]["count"])
     return labels

@@ -98,6 +98,9 @@ MAX_DURATION_EXCEEDED = "max_duration_exceeded"
 # A dev environment with no SSH connection for its inactivity_duration: the job ends
 # terminated, the run failed, and it is never retried (dstack).
 INACTIVITY_DURATION_EXCEEDED = "inactivity_duration_exceeded"
+# A job whose GPUs stayed below utilization_policy's least for its time window: terminated
+# (the run too), never retried (dstack). Its job's wrapper decides it (tasks.hostside.wrapper).
+UTILIZATION_POLICY = "terminated_due_to_utilization_policy"
 TERMINATED_BY_USER = "terminated_by_user"
 TERMINATED_BY_SERVER = "terminated_by_server"
 DONE_BY_RUNNER = "done_by_runner"
@@ -117,6 +120,7 @@ STOP_REASONS = {
     SCALED_DOWN: JobStatus.TERMINATED.value,
     MAX_DURATION_EXCEEDED: JobStatus.TERMINATED.value,
     INACTIVITY_DURATION_EXCEEDED: JobStatus.TERMINATED.value,
+    UTILIZATION_POLICY: JobStatus.TERMINATED.value,
     TERMINATED_BY_USER: JobStatus.TERMINATED.value,
     TERMINATED_BY_SERVER: JobStatus.TERMINATED.value,
     DONE_BY_RUNNER: JobStatus.DONE.value,
@@ -296,7 +300,7 @@ def decide(policy, statuses, now=0.0, retry_since=None):
 
     failed = [n for n, s in sorted(statuses.items()) if s[0] == JobStatus.FAILED]
     user = by_reason(TERMINATED_BY_USER)
-    expired = by_reason(MAX_DURATION_EXCEEDED)
+    expired = by_reason(MAX_DURATION_EXCEEDED) or by_reason(UTILIZATION_POLICY)
     inactive = by_reason(INACTIVITY_DURATION_EXCEEDED)
     # A job the server stopped means the run was ending. When nothing else says why (the job
     # that failed came back: its host was judged after two minutes of silence, and answers
@@ -311,9 +315,10 @@ def decide(policy, statuses, now=0.0, retry_since=None):
         first = (failed or inactive)[0]
         result.failed_job = (first,) + tuple(statuses[first][1:])
         ending = (RunStatus.FAILED.value, "job_failed", TERMINATED_BY_SERVER)
-    elif expired:
-        result.failed_job = (expired[0], MAX_DURATION_EXCEEDED, statuses[expired[0]][2])
-        ending = (RunStatus.TERMINATED.value, MAX_DURATION_EXCEEDED, TERMINATED_BY_SERVER)
+    elif expired:   # max_duration, or utilization_policy: the run ends terminated, so
+        why = statuses[expired[0]][1]
+        result.failed_job = (expired[0], why, statuses[expired[0]][2])
+        ending = (RunStatus.TERMINATED.value, why, TERMINATED_BY_SERVER)
     elif server:
         ending = (RunStatus.TERMINATED.value, TERMINATED_BY_SERVER, TERMINATED_BY_SERVER)
     elif policy.get("stop_criteria") == "master-done" and master[0] == JobStatus.DONE:

@@ -151,6 +151,7 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
             "gpu": asked.get("gpu"),
             "nodes": nodes,
             "array": labels.get("gpufleet.array"),
+            "array_count": _int_or(labels.get("gpufleet.array-count"), None),
             "user": labels.get(USER_LABEL) or None,
             "stop_criteria": asked.get("stop_criteria"),
             "startup_order": asked.get("startup_order"),
@@ -205,6 +206,7 @@ def with_queue(records, queues, usage=None):
                         submitted=entry.get("submitted_at"), fleet=None, backend=None,
                         region=None, price=None, spot=None, gpu=None,
                         nodes=entry.get("nodes"), array=(entry.get("array") or {}).get("name"),
+                        array_count=(entry.get("array") or {}).get("count"),
                         user=entry.get("user") or None, jobs=[]))
     out.sort(key=lambda r: (r["submitted"] or "", r["name"]), reverse=True)
     return out

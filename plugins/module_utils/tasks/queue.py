@@ -194,7 +194,11 @@ class QueuePass(object):
     def _settle_dependencies(self, entries):
         """Judge every pending entry that runs after others, again while one of them ended
         (a chain ends in one pass, whatever order its entries come in)."""
-        waiting = [(h, e) for h, e in entries if e.get("state") == PENDING and e.get("after")]
+        now = self.clock()
+        # (an entry another controller is submitting right now is its own to judge)
+        waiting = [(h, e) for h, e in entries if e.get("state") == PENDING and e.get("after")
+                   and not (float(e.get("taken_until") or 0) > now
+                            and e.get("taken_by") != self.by)]
         ended = -1
         while self.gate is not None and ended != len(self.report["terminated"]):
             ended = len(self.report["terminated"])
@@ -204,8 +208,9 @@ class QueuePass(object):
 
     def _gated(self, host, summary):
         """Whether a pending entry that runs after other runs may be tried now: its gate says
-        go (its wait for capacity starts then: retry's duration counts from now); a fail ends
-        it terminated (and the runs after it see that in this pass already)."""
+        go (its dependencies are met for good: the entry drops them, and its wait for
+        capacity starts then: retry's duration counts from now); a fail ends it terminated
+        (and the runs after it see that in this pass already)."""
         if self.gate is None:
             return False
         try:
@@ -214,33 +219,33 @@ class QueuePass(object):
         except GpufleetError as exc:
             answer = {"verdict": "fail", "reason": None, "message": str(exc)}
         if answer["verdict"] == "go":
-            if summary.get("reason") is not None and summary.get("reason") == answer.get(
-                    "waited"):
-                summary["retry_since"] = self.clock()
-                self._update(host, summary, {"reason": None, "message": None,
-                                             "retry_since": summary["retry_since"]},
-                             expect={"state": PENDING})
+            changes = {"after": [], "retry_since": self.clock()}
+            if summary.get("reason") == answer.get("waited"):
+                changes.update(reason=None, message=None)
+            self._update(host, summary, changes, expect={"state": PENDING})
+            summary.update(changes)
             return True
         if answer["verdict"] == "fail":
-            self._update(host, summary, {"state": TERMINATED, "reason": answer.get("reason"),
-                                         "message": answer.get("message")},
-                         expect={"state": PENDING})
+            changes = {"state": TERMINATED, "reason": answer.get("reason"),
+                       "message": answer.get("message")}
+            self._update(host, summary, changes, expect={"state": PENDING})
+            summary.update(changes)
             self.report["terminated"].append(summary["run"])
             for record in self.gated_records:
                 if record.get("name") == summary["run"]:
                     record["status"] = RunStatus.TERMINATED.value
         elif (summary.get("reason"), summary.get("message")) != (
                 answer.get("reason"), answer.get("message")):
-            self._update(host, summary, {"reason": answer.get("reason"),
-                                         "message": answer.get("message")},
-                         expect={"state": PENDING})
+            changes = {"reason": answer.get("reason"), "message": answer.get("message")}
+            self._update(host, summary, changes, expect={"state": PENDING})
+            summary.update(changes)
         return False
 
     def _try(self, host, summary):
         """Submit one pending entry if it fits now; True when it was the own run's."""
         from .claiming import release_hosts
 
-        if summary["run"] in self.report["terminated"] or (
+        if summary["run"] in self.report["terminated"] or summary.get("state") != PENDING or (
                 summary.get("after") and not self._gated(host, summary)):
             return False
         node = self.nodes[host]
@@ -269,6 +274,7 @@ class QueuePass(object):
         try:
             runner = self.own if own else self.runner_of(entry, self.fleets,
                                                          queue_node=node, **self.options)
+            runner.after = []   # judged: any resubmission of it waits for them no more
             submission = runner.submit(number, wait_for_capacity=False)
         except UserLimit as exc:
             keeper.stop()

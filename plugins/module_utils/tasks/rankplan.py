@@ -266,6 +266,7 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
     host_file = "" if service else hostfile(jobs)
     ssh_config_text = ssh_client_config(jobs) if multinode else ""
     max_duration = _duration(config.get("max_duration"))
+    policy = config.get("utilization_policy") or {}
     stop_duration = _duration(config.get("stop_duration"))
     if stop_duration is None:
         stop_duration = 0
@@ -284,6 +285,10 @@ def build_jobs(config, placement, run, secrets=None, environ=None, ssh_key=None,
             "GPUFLEET_WORKING_DIR": config.get("working_dir") or "",
             "GPUFLEET_USER": config.get("user") or "",
             "GPUFLEET_MAX_DURATION": "" if max_duration is None else str(max_duration),
+            # utilization_policy, enforced by the job's own metrics sampler (tasks.hostside.
+            # wrapper): the least GPU utilization, in percent, and its window in seconds.
+            "GPUFLEET_UTIL_MIN": str(policy.get("min_gpu_utilization", "")),
+            "GPUFLEET_UTIL_WINDOW": str(policy.get("time_window", "")),
             "GPUFLEET_STOP_DURATION": str(stop_duration),
             "GPUFLEET_MULTINODE": "1" if multinode else "0",
             # A dev environment: sshd always (installed when the image lacks it), and the

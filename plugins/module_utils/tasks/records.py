@@ -61,6 +61,7 @@ class _Run(TypedDict):
     gpu: dict[str, Any] | str | None
     nodes: int
     array: str | None               # the job array's name
+    array_count: int | None         # how many runs it has, when the run says
     user: str | None                # who submitted it (None: a run made before users)
     jobs: list[JobRecord]
 

@@ -232,23 +232,9 @@ class RunSupervision(object):
         ends so, for ps and the runs after it); else it waits as a pending entry of its queue
         (detached: that is the result; attached: this process drives the queue until its
         turn). RunError for what the gate refuses (a run nowhere, a cycle)."""
-        from ..core.errors import GpufleetError
-        from . import listing
-
-        if self.run.gate is None:
-            raise RunError("run %s runs after %s, and this command cannot judge that; submit "
-                           "it with gpufleet apply or playbooks/task.yml"
-                           % (self.run.name, ", ".join(d["run"] for d in self.run.after)))
-        looked = surveys.survey_with_queues(self.run.nodes)
-        containers, _claims, queues, errors = looked
-        records = listing.with_queue(listing.run_records(containers, errors), queues)
-        try:
-            answer = self.run.gate({"run": self.run.name, "after": self.run.after,
-                                    "records": records, "complete": not errors,
-                                    "submitting": True})
-        except GpufleetError as exc:
-            raise RunError(str(exc)) from exc
+        answer, errors = self.judge_after()
         if answer["verdict"] == "go":
+            self.run.after = []   # met: a resubmission under retry waits for them no more
             return None, None
         state = TERMINATED if answer["verdict"] == "fail" else PENDING
         host = runbook.enqueue(self.run, errors, reason=answer.get("reason"), state=state,
@@ -267,6 +253,26 @@ class RunSupervision(object):
                         reason=answer.get("reason"), message=answer.get("message"),
                         queued_on=host), None
         return self._wait_in_queue(host, stop_event)
+
+    def judge_after(self):
+        """The gate's answer for this run's ``after`` at submission (a look at every host),
+        and the hosts that did not answer; RunError for what it refuses."""
+        from ..core.errors import GpufleetError
+        from . import listing
+
+        if self.run.gate is None:
+            raise RunError("run %s runs after %s, and this command cannot judge that; submit "
+                           "it with gpufleet apply or playbooks/task.yml"
+                           % (self.run.name, ", ".join(str(d) for d in self.run.after)))
+        containers, _claims, queues, errors = surveys.survey_with_queues(self.run.nodes)
+        records = listing.with_queue(listing.run_records(containers, errors), queues)
+        try:
+            return self.run.gate({"run": self.run.name, "after": self.run.after,
+                                  "records": records, "complete": not errors,
+                                  "submitting": True,
+                                  "array": (self.run.array or {}).get("name")}), errors
+        except GpufleetError as exc:
+            raise RunError(str(exc)) from exc
 
     def run_all(self, wait, stop_event):
         submission = None
@@ -348,6 +354,9 @@ def failure_message(decision, submission):
     job = next(j for j in submission.jobs if j["job_num"] == num)
     if reason == lifecycle.MAX_DURATION_EXCEEDED:
         return "job %d on %s ran longer than max_duration" % (num, job["host"])
+    if reason == lifecycle.UTILIZATION_POLICY:
+        return ("job %d on %s: the job GPU utilization was below utilization_policy's "
+                "min_gpu_utilization for its time_window" % (num, job["host"]))
     if reason == lifecycle.EXECUTOR_ERROR:
         return ("job %d on %s failed before its command started (exit code %s)"
                 % (num, job["host"], code))

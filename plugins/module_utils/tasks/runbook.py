@@ -201,7 +201,7 @@ def enqueue(runner, errors, reason, number=0, retry_since=None, state=PENDING, h
     names = candidate_fleets(runner.config, runner.fleets)
     host = queue_host(runner.fleets, names, errors)
     if host is None:
-        raise RunError("run %s cannot wait for capacity: none of its fleets (%s) has a reachable "
+        raise RunError("run %s cannot wait in the queue: none of its fleets (%s) has a reachable "
                        "host to keep it on" % (runner.name, ", ".join(shorten(n) for n in names)
                                                or "none"))
     entry = entry_of(runner, names, state=state, reason=reason, number=number,

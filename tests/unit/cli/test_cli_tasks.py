@@ -1024,7 +1024,7 @@ def test_apply_after_goes_to_task_yml_and_the_plan_says_it_waits(files, playbook
                           "--after", "fetch:any")
     assert code == 1   # the question is not answered
     assert "It runs after prep, fetch:any: it waits in the queue until then" in out, out
-    assert playbooks.calls[0]["extravars"]["gpufleet_task_after"] == ["prep", "fetch:any"]
+    assert playbooks.calls[0]["extravars"]["gpufleet_task_after"] == ["prep:ok", "fetch:any"]
     # a bad condition is refused before any playbook runs
     playbooks.calls.clear()
     code, _out, err = run(playbooks, "apply", "-f", "task.dstack.yml", "--after", "prep:maybe")

@@ -216,6 +216,20 @@ def test_max_duration_and_user_stop_end_terminated_without_retry():
     assert decision.reason == lc.TERMINATED_BY_USER
 
 
+def test_a_job_stopped_for_its_gpu_utilization_ends_the_run_terminated_without_retry():
+    retry = {"retry": {"on_events": ["error", "no-capacity", "interruption"], "duration": 3600}}
+    idle = (lc.JobStatus.TERMINATED, lc.UTILIZATION_POLICY, 143)
+    assert lc.job_status(box("exited", reason="terminated_due_to_utilization_policy",
+                             exit_code=143)) == idle
+    decision = lc.decide(retry, {0: RUN, 1: idle})
+    assert decision.stop == {0: lc.TERMINATED_BY_SERVER}
+    decision = lc.decide(retry, {0: (lc.JobStatus.TERMINATED, lc.TERMINATED_BY_SERVER, 143),
+                                 1: idle})
+    assert decision.final and decision.status == lc.RunStatus.TERMINATED and not decision.resubmit
+    assert decision.reason == "terminated_due_to_utilization_policy"
+    assert lc.retry_event(lc.UTILIZATION_POLICY) is None
+
+
 def test_event_mapping():
     assert lc.retry_event(lc.CONTAINER_EXITED_WITH_ERROR) == "error"
     assert lc.retry_event(lc.NO_CAPACITY) == "no-capacity"

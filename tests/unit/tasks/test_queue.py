@@ -544,7 +544,6 @@ def test_a_run_after_several_starts_once_all_ended_as_asked(fake_hosts):
     assert gated_pass(cluster, fleets)["started"] == []
     assert cluster.nodes["gpus-0"].queue["train"]["message"] == "waiting for fetch (any)"
     end(cluster, "fetch", 3)
-    cluster.now += 3600   # however long it waited, its retry's wait for capacity starts now
     assert gated_pass(cluster, fleets)["started"] == ["train"]
     assert [p["job"]["run"] for _h, p in cluster.ops("start")] == ["train"]
 
@@ -577,3 +576,57 @@ def surveys_records(cluster):
     nodes = dict((name, node) for name, node in cluster.nodes.items())
     records, _errors = listing.list_runs(nodes)
     return dict((r["name"], r) for r in records)
+
+
+def test_a_run_after_a_job_array_waits_for_every_run_of_it_also_those_not_submitted_yet(
+        fake_hosts):
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.container import (
+        ARRAY_COUNT_LABEL,
+        ARRAY_INDEX_LABEL,
+        ARRAY_LABEL,
+    )
+
+    fleets = [fleet_with_facts()]
+    _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
+    # sweep has 3 runs (%1): one ended done, the next not submitted yet
+    occupy(cluster, ["gpus-0"], run="sweep-1")
+    box = cluster.nodes["gpus-0"].containers[-1]
+    box["labels"].update({ARRAY_LABEL: "sweep", ARRAY_INDEX_LABEL: "1",
+                          ARRAY_COUNT_LABEL: "3"})
+    end(cluster, "sweep-1", 0)
+    runner = after_runner(cluster, fleets, task(name="report", retry=WAIT), ["sweep"])
+    result = runner.run(wait=False)
+    assert result["message"] == "waiting for sweep (ok)"
+    assert gated_pass(cluster, fleets)["started"] == []
+    # a run of the array after its own array is refused
+    import pytest
+
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.errors import RunError
+
+    arrayed = after_runner(cluster, fleets, task(name="sweep-2"), ["sweep"])
+    arrayed.array = {"name": "sweep", "index": 2, "count": 3}
+    with pytest.raises(RunError, match="run sweep-2 cannot run after itself \\(it is a run of "
+                                       "the job array sweep\\)"):
+        arrayed.run(wait=False)
+
+
+def test_a_met_dependency_is_judged_once_and_its_wait_for_capacity_starts_then(fake_hosts):
+    fleets = [fleet_with_facts()]
+    _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
+    occupy(cluster, ["gpus-0"], run="prep")
+    occupy(cluster, ["gpus-1"], run="other")
+    config = task(name="train", nodes=2, retry={"on_events": ["no-capacity"],
+                                                "duration": "10m"})
+    after_runner(cluster, fleets, config, ["prep:any"]).run(wait=False)
+    cluster.now += 3600   # longer than retry's duration: the wait for prep does not count
+    end(cluster, "prep", 1)
+    report = gated_pass(cluster, fleets)   # prep ended; other still holds gpus-1
+    assert report["started"] == [] and report["expired"] == []
+    entry = cluster.nodes["gpus-0"].queue["train"]
+    assert (entry["state"], entry["after"], entry["reason"]) == ("pending", [], entry["reason"])
+    assert "gpus-1" in (entry["reason"] or "")   # now it waits for capacity
+    # prep's record going away changes nothing for a run whose dependencies were met
+    cluster.nodes["gpus-0"].containers = [c for c in cluster.nodes["gpus-0"].containers
+                                          if c["labels"][RUN_LABEL] != "prep"]
+    free(cluster, run="other")
+    assert gated_pass(cluster, fleets)["started"] == ["train"]

@@ -854,6 +854,61 @@ def test_metrics_are_sampled_from_the_cgroup_proc_and_nvidia_smi(tmp_path, shell
     assert lines[1:3] == ["nvidia 93 71234 81559", "nvidia 0 3 81559"]
 
 
+def short_window(job, seconds):
+    """The job's utilization_policy window made ``seconds`` (the grammar's least is 5m)."""
+    env = job.dir / "env.sh"
+    env.write_text(re.sub(r"GPUFLEET_UTIL_WINDOW=\S*", "GPUFLEET_UTIL_WINDOW=%d" % seconds,
+                          env.read_text()))
+
+
+def fake_gpus(tmp_path, *utils):
+    """A directory with an nvidia-smi that reports one GPU per value of ``utils`` (percent)."""
+    fakes = tmp_path / "fakes"
+    fakes.mkdir()
+    lines = "".join("%s, 100, 81559\\n" % u for u in utils)
+    (fakes / "nvidia-smi").write_text("#!/bin/sh\nprintf '%s'\n" % lines)
+    os.chmod(str(fakes / "nvidia-smi"), 0o755)
+    return fakes
+
+
+def test_utilization_policy_stops_a_job_whose_gpu_stays_below_the_least_for_the_window(
+        tmp_path, shell):
+    # GPU 1 idles (0%) while GPU 0 works: one idle GPU is enough, as dstack judges it
+    fakes = fake_gpus(tmp_path, 90, 0)
+    job = Job(tmp_path, {"commands": ["sleep 60"], "stop_duration": 1,
+                         "utilization_policy": {"min_gpu_utilization": 10, "time_window": 300}})
+    short_window(job, 2)
+    started = time.time()
+    done = job.run(shell, path="%s:%s" % (fakes, shell[1]),
+                   extra={"GPUFLEET_METRICS_INTERVAL": "1"})
+    assert time.time() - started < 30
+    assert done.returncode != 0
+    assert (job.state / "reason").read_text() == "terminated_due_to_utilization_policy\n"
+    assert b"The job GPU utilization below 10% for 2 seconds: the command was stopped" in (
+        done.stderr)
+
+
+def test_utilization_policy_leaves_a_busy_job_alone_and_samples_even_with_metrics_off(
+        tmp_path, shell):
+    fakes = fake_gpus(tmp_path, 50, 40)
+    policy = {"min_gpu_utilization": 10, "time_window": 300}
+    job = Job(tmp_path, {"commands": ["sleep 4"], "utilization_policy": policy})
+    short_window(job, 2)
+    done = job.run(shell, path="%s:%s" % (fakes, shell[1]),
+                   extra={"GPUFLEET_METRICS_INTERVAL": "1"})
+    assert done.returncode == 0, done.stderr
+    assert not (job.state / "reason").exists()
+    # metrics off: the policy still needs its samples (every 10 s); a job shorter than that
+    # is sampled once, at its start
+    (tmp_path / "off").mkdir()
+    fakes = fake_gpus(tmp_path / "off", 0)
+    job = Job(tmp_path / "off", {"commands": ["sleep 1"], "utilization_policy": policy})
+    done = job.run(shell, path="%s:%s" % (fakes, shell[1]),
+                   extra={"GPUFLEET_METRICS_INTERVAL": "0"})
+    assert done.returncode == 0, done.stderr
+    assert (job.state / "metrics").read_text().splitlines()[1] == "nvidia 0 100 81559"
+
+
 @pytest.mark.parametrize("interval", ["0", "00"])
 def test_metrics_can_be_turned_off(tmp_path, shell, interval):
     # Long enough for a sampler to write (the test above: one sample at once, then each second).

@@ -81,7 +81,8 @@ _gf_peers_verdict() {
     [ -r "$GPUFLEET_STATE/reason" ] && _gf_why=$(head -n 1 "$GPUFLEET_STATE/reason")
     case $_gf_why in
         terminated_by_*|done_by_runner) return 0 ;;
-        max_duration_exceeded) _gf_tell=terminated_by_server ;;
+        max_duration_exceeded|terminated_due_to_utilization_policy)
+            _gf_tell=terminated_by_server ;;
         *)
             if [ "$1" != 0 ]; then
                 _gf_tell=terminated_by_server
@@ -597,9 +598,54 @@ _gf_sample() {
         done
     fi
 }
-# The interval without leading zeros ("08" is no octal here; "00" is off).
+# utilization_policy, from the samples as they are taken (dstack's server does it from the
+# metrics it collects): once some GPU's utilization has stayed below GPUFLEET_UTIL_MIN percent
+# for GPUFLEET_UTIL_WINDOW seconds (every sample since then), the command is stopped with
+# state/reason terminated_due_to_utilization_policy. Each GPU's last sample at or above the
+# least is kept in $_gf_ok ("INDEX EPOCH" lines); the window counts from the first sample.
+_gf_umin=
+_gf_uwin=
+case "${GPUFLEET_UTIL_MIN-}:${GPUFLEET_UTIL_WINDOW-}" in
+    :*|*:|*[!0-9:]*) ;;
+    *) _gf_umin=$GPUFLEET_UTIL_MIN; _gf_uwin=$GPUFLEET_UTIL_WINDOW ;;
+esac
+_gf_ok=
+_gf_util_check() {
+    [ -n "$_gf_umin" ] || return 0
+    _gf_now=$1
+    _gf_i=0
+    _gf_next=
+    _gf_low=
+    for _gf_u in $(printf '%s\n' "$2" | while read -r _gf_kind _gf_v _gf_rest; do
+            [ "$_gf_kind" = nvidia ] && printf '%s\n' "$_gf_v"; done); do
+        _gf_since=$(printf '%s\n' "$_gf_ok" | while read -r _gf_a _gf_b; do
+            if [ "$_gf_a" = "$_gf_i" ]; then printf '%s' "$_gf_b"; break; fi; done)
+        [ -n "$_gf_since" ] || _gf_since=$_gf_now
+        case $_gf_u in
+            ''|*[!0-9]*) ;;
+            *) [ "$_gf_u" -ge "$_gf_umin" ] && _gf_since=$_gf_now ;;
+        esac
+        [ $(( _gf_now - _gf_since )) -ge "$_gf_uwin" ] && _gf_low=1
+        _gf_next="$_gf_next$_gf_i $_gf_since
+"
+        _gf_i=$((_gf_i + 1))
+    done
+    _gf_ok=$_gf_next
+    if [ -n "$_gf_low" ]; then
+        # Said by the wrapper once the command ended (the sampler holds none of the job's
+        # output open: whoever reads it would wait for the sampler too).
+        _gf_why="The job GPU utilization below ${_gf_umin}% for ${_gf_uwin} seconds"
+        printf '%s\n' "$_gf_why" > "$GPUFLEET_STATE/stopped_why"
+        _gf_stop_command terminated_due_to_utilization_policy "$_gf_why"
+        return 1
+    fi
+    return 0
+}
+# The interval without leading zeros ("08" is no octal here; "00" is off, unless
+# utilization_policy needs the samples: then it is 10).
 _gf_every=${GPUFLEET_METRICS_INTERVAL:-10}
 while [ "${_gf_every#0}" != "$_gf_every" ]; do _gf_every=${_gf_every#0}; done
+[ -z "$_gf_every" ] && [ -n "$_gf_umin" ] && _gf_every=10
 case $_gf_every in
     ''|*[!0-9]*) ;;
     *)
@@ -612,6 +658,7 @@ case $_gf_every in
             while kill -0 "$_gf_child" 2>/dev/null; do
                 _gf_block=$(_gf_sample)
                 printf '%s\n' "$_gf_block" >> "$_gf_out" 2>/dev/null
+                _gf_util_check "$(date +%s)" "$_gf_block" || exit 0
                 _gf_n=$((_gf_n + 1))
                 if [ $((_gf_n % 50)) = 0 ]; then
                     _gf_cap=$(( _gf_keep * $(printf '%s\n' "$_gf_block" | wc -l) ))
@@ -638,6 +685,8 @@ done
 wait "$_gf_child" 2>/dev/null
 _gf_last=$?
 [ "$_gf_last" -eq 127 ] || _gf_rc=$_gf_last
+[ -s "$GPUFLEET_STATE/stopped_why" ] &&
+    _gf_log "$(cat "$GPUFLEET_STATE/stopped_why"): the command was stopped"
 _gf_finish "$_gf_rc"
 """
 

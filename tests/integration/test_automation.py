@@ -1,17 +1,26 @@
-"""Runs that run after others (issue 36, ``gpufleet apply --after``), on the shared task world,
-through the ``gpufleet`` command as a user types it, with no process waiting in between: each
-``gpufleet ps`` makes a pass over the queue, which starts or ends what waits.
+"""Automation without a server (issue 36) on the shared task world, through the ``gpufleet``
+command as a user types it, with no process waiting in between.
+
+Runs that run after others (``gpufleet apply --after``): each ``gpufleet ps`` makes a pass over
+the queue, which starts or ends what waits.
 
 A chain: first (done) then second (after first, exits 1) then third (after second: ends
 ``terminated`` with the reason ``dependency_failed``); a fan-in: fourth after first and
 another run (any); a run after one that is stopped ends so too; an unknown run or a cycle in
 ``--after`` refused with one line naming the option, nothing submitted.
+
+``utilization_policy``: a run whose (stand-in) GPU reports 0% is terminated by its own job
+(``terminated_due_to_utilization_policy``) within its window and 30 s, with no pass or command
+needed; it runs while the tests above do.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+
+import pytest
 
 from gpufleet import cli
 
@@ -55,7 +64,26 @@ def wait_for(capsys, what, check, seconds=240):
         time.sleep(3)
 
 
-def test_a_chain_and_a_fan_in_with_no_process_waiting(world, capsys):
+IDLE = "didle-" + SUFFIX
+WINDOW = 300   # utilization_policy's least time_window (5m)
+# An nvidia-smi that reports one GPU, idle.
+IDLE_GPU = base64.b64encode(b"#!/bin/sh\necho '0, 0, 81559'\n").decode()
+
+
+@pytest.fixture(scope="module")
+def idle_run(world):
+    """A run with utilization_policy whose GPU idles, started first (detached): the tests in
+    between run while its window passes."""
+    path = task_file(world, IDLE, "type: task\nname: %s\n%sutilization_policy:\n"
+                     "  min_gpu_utilization: 10\n  time_window: 5m\ncommands:\n"
+                     "  - echo %s | base64 -d > /usr/local/bin/nvidia-smi\n"
+                     "  - chmod +x /usr/local/bin/nvidia-smi\n  - sleep 1200\n"
+                     % (IDLE, CPU, IDLE_GPU))
+    assert cli.main(["apply", "-f", path, "-y", "-d"]) == 0
+    return {"started": time.time()}
+
+
+def test_a_chain_and_a_fan_in_with_no_process_waiting(world, capsys, idle_run):
     # A run that holds on, and one after it: what --after refuses is tried against them.
     assert apply(capsys, world, HOLD, "sleep 300")[0] == 0
     assert apply(capsys, world, WAITER, "echo ok", HOLD)[0] == 0
@@ -102,3 +130,27 @@ def test_a_chain_and_a_fan_in_with_no_process_waiting(world, capsys):
     started = found[FOURTH]["jobs"][0]["started_at"]
     assert started >= found[FIRST]["jobs"][0]["finished_at"], found[FOURTH]
     assert started >= found[OTHER]["jobs"][0]["finished_at"], found[FOURTH]
+
+
+def test_a_run_whose_gpu_idles_for_its_window_is_terminated_by_its_own_job(
+        world, capsys, idle_run):
+    found = records(capsys)[IDLE]
+    assert found["status"] == "running", found
+    # Nothing of gpufleet runs meanwhile: only the job's own sampler can end it.
+    deadline = idle_run["started"] + WINDOW + 30
+    while time.time() < deadline:
+        capsys.readouterr()
+        assert cli.main(["ps", "--json"]) == 0
+        found = dict((r["name"], r) for r in json.loads(capsys.readouterr().out))[IDLE]
+        if found["status"] not in ("running", "terminating", "provisioning", "pulling",
+                                   "submitted"):
+            break
+        time.sleep(10)
+    assert (found["status"], found["reason"]) == (
+        "terminated", "terminated_due_to_utilization_policy"), found
+    assert found["jobs"][0]["reason"] == "terminated_due_to_utilization_policy"
+    capsys.readouterr()
+    cli.main(["logs", IDLE])
+    out = capsys.readouterr().out
+    assert "The job GPU utilization below 10% for 300 seconds: the command was stopped" in out, (
+        out)
