@@ -56,13 +56,13 @@ def running_proxy(record: Mapping[str, Any], chosen: Mapping[str, Any], fleets: 
     """The proxy host of the running service ``record`` (its run record): ``(instance, lost)``.
     The host that publishes it keeps it while it is a host of its fleet, also when the queue
     host (``chosen``, proxy_instance's answer now) is another one (a lower-numbered host came
-    since), and is published there again (a host made again under its name has lost its
-    routes). One that is no longer there (lost: removed, terminated, taken out of the fleet) is
+    since). One that is no longer there (lost: removed, terminated, taken out of the fleet) is
     replaced by ``chosen``, and ``lost`` names it. PublishError when it is there and does not
-    answer. A service on a gateway has its own rules (services.gateways)."""
+    answer (``chosen`` itself is asked by the caller, services.submit). A service on a gateway
+    has its own rules (services.gateways)."""
     service = record.get("service") or {}
     old = service.get("proxy_host")
-    if not old or service.get("gateway"):
+    if not old or service.get("gateway") or old == chosen.get("name"):
         return dict(chosen), None
     found = instances_of(fleets, name=old)
     if not found:

@@ -383,11 +383,9 @@ def submit(params: dict[str, Any], emit: Optional[Callable[[dict], None]] = None
     if not check_mode and not (answer.get("installed") and answer.get("running")):
         return dict(_setup_answer(name, instance, answer, root), moved_from=lost), False
     if lost:   # said once, by the pass that moves it (a plan says it in its own words)
-        emit({"kind": "info", "run": name, "message": (
-            "service %s: its proxy host %s is no longer a host of fleet %s; the proxy on %s "
-            "publishes it from now on" % (name, lost, fleet, instance["name"])) if lost !=
-            instance["name"] else ("service %s: its proxy host %s was made again; its proxy "
-                                   "publishes it again" % (name, lost))})
+        emit({"kind": "info", "run": name, "message": "service %s: its proxy host %s is no "
+              "longer a host of fleet %s; the proxy on %s publishes it from now on"
+              % (name, lost, fleet, instance["name"])})
     user = actions.submitter(params)
     # A gateway checks tokens against its own members (tasks/hostside/proxyconf.py).
     where = ("gateway", gateway["name"], {proxy_instance["name"]: proxy_node}) if gateway \

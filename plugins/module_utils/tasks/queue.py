@@ -222,24 +222,25 @@ class QueuePass(object):
             changes = {"after": [], "retry_since": self.clock()}
             if summary.get("reason") == answer.get("waited"):
                 changes.update(reason=None, message=None)
-            self._update(host, summary, changes, expect={"state": PENDING})
-            summary.update(changes)
+            self._pending_changes(host, summary, changes)
             return True
+        said = {"reason": answer.get("reason"), "message": answer.get("message")}
         if answer["verdict"] == "fail":
-            changes = {"state": TERMINATED, "reason": answer.get("reason"),
-                       "message": answer.get("message")}
-            self._update(host, summary, changes, expect={"state": PENDING})
-            summary.update(changes)
+            self._pending_changes(host, summary, dict(said, state=TERMINATED))
             self.report["terminated"].append(summary["run"])
             for record in self.gated_records:
                 if record.get("name") == summary["run"]:
                     record["status"] = RunStatus.TERMINATED.value
         elif (summary.get("reason"), summary.get("message")) != (
-                answer.get("reason"), answer.get("message")):
-            changes = {"reason": answer.get("reason"), "message": answer.get("message")}
-            self._update(host, summary, changes, expect={"state": PENDING})
-            summary.update(changes)
+                said["reason"], said["message"]):
+            self._pending_changes(host, summary, said)
         return False
+
+    def _pending_changes(self, host, summary, changes):
+        """Write ``changes`` to a pending entry on its queue host, and to ``summary`` (what
+        the rest of this pass reads of it)."""
+        self._update(host, summary, changes, expect={"state": PENDING})
+        summary.update(changes)
 
     def _try(self, host, summary):
         """Submit one pending entry if it fits now; True when it was the own run's."""

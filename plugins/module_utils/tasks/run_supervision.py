@@ -264,8 +264,7 @@ class RunSupervision(object):
             raise RunError("run %s runs after %s, and this command cannot judge that; submit "
                            "it with gpufleet apply or playbooks/task.yml"
                            % (self.run.name, ", ".join(str(d) for d in self.run.after)))
-        containers, _claims, queues, errors = surveys.survey_with_queues(self.run.nodes)
-        records = listing.with_queue(listing.run_records(containers, errors), queues)
+        records, errors = listing.list_runs(self.run.nodes)
         try:
             return self.run.gate({"run": self.run.name, "after": self.run.after,
                                   "records": records, "complete": not errors,
