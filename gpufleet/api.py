@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._collection import CollectionNotFound, config_model, ensure_importable, errors, text
@@ -675,6 +675,36 @@ def metrics(run: str, job: int | None = None, **options: Any) -> dict:
     if record is None or not result.ok:
         raise _failed(result)
     return record
+
+
+def events(since: str | None = None, fleet: str | None = None, limit: int | None = None,
+           target_fleets: Sequence[str] = (), target_runs: Sequence[str] = (),
+           within_fleets: Sequence[str] = (), within_runs: Sequence[str] = (),
+           include_target_types: Sequence[str] = (), in_process: bool = False,
+           **options: Any) -> dict:
+    """What happened to runs, jobs, fleets, instances and members, from the event records the
+    fleets' hosts keep (events.yml), as ``gpufleet event`` shows them: ``{"since", "now",
+    "events": [{"id", "kind", "at", "recorded_at", "message", "actor", "targets": [{"type",
+    "name"}], "host", "run", "status", "reason", "exit_code", ...}], "unreachable": {host:
+    error}}``, oldest first. ``since``: a duration back from now (``10m``, ``24h``), a date or
+    an RFC 3339 time with its offset; without it, the last ``limit`` (100) events. The filters
+    are dstack's: ``target_fleets`` or ``target_runs`` (the events about them),
+    ``within_fleets`` (with their instances) or ``within_runs`` (with their jobs),
+    ``include_target_types``. ``fleet``: ask only that fleet's hosts. ``in_process``:
+    events.yml's module's function, called in this process."""
+    opts = _Options(**options)
+    chosen = {"target_fleets": list(target_fleets), "target_runs": list(target_runs),
+              "within_fleets": list(within_fleets), "within_runs": list(within_runs),
+              "include_target_types": list(include_target_types)}
+    if in_process:
+        return _direct().events(**opts.here(), since=since, fleet=fleet, limit=limit, **chosen)
+    result = opts.play("events.yml", opts.extravars(
+        gpufleet_since=since, gpufleet_fleet=fleet, gpufleet_events_limit=limit,
+        **dict(("gpufleet_events_" + k, v) for k, v in chosen.items() if v)))
+    found = result.stats.get("gpufleet_events")
+    if found is None or not result.ok:
+        raise _failed(result)
+    return found
 
 
 def usage(since: str | None = "7d", user: str | None = None, fleet: str | None = None,

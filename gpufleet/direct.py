@@ -23,7 +23,7 @@ import os
 from ._collection import config_model, errors
 from .api import CommandError
 
-__all__ = ["CommandError", "runs", "logs", "stop", "submit"]
+__all__ = ["CommandError", "runs", "logs", "stop", "submit", "events"]
 
 
 def _actions():
@@ -91,6 +91,13 @@ def runs(fleet_files=(), state_dir=None, user=None) -> dict:
         found["runs"] = actions.listing.of_user(found["runs"], user)
     return {"runs": found["runs"], "unreachable": found.get("unreachable_hosts") or {},
             "unread": found.get("unread_fleets") or {}}
+
+
+def events(fleet_files=(), state_dir=None, **given) -> dict:
+    """What playbooks/events.yml publishes (the event_info module's answer)."""
+    actions = _actions()
+    params = _params(actions.EVENT_INFO_ARGS, fleet_files, state_dir, **given)
+    return _call(actions.event_info, params)["events"]
 
 
 def logs(run, out, job=None, since=None, fleet_files=(), state_dir=None) -> dict:

@@ -19,8 +19,8 @@ import sys
 
 from .. import __version__
 from ..api import CollectionNotFound
-from . import (apply, attach, fleets, gateways, metrics, offers, runs, secrets, teams, tokens,
-               usage, validate, volumes)
+from . import (apply, attach, events, fleets, gateways, metrics, offers, runs, secrets, teams,
+               tokens, usage, validate, volumes)
 
 # In the order ``gpufleet --help`` lists them.
 COMMANDS = (
@@ -31,6 +31,7 @@ COMMANDS = (
     metrics.add_metrics,
     runs.add_stop,
     usage.add_usage,
+    events.add_event,
     attach.add_attach,
     fleets.add_fleet,
     teams.add_whoami,

@@ -80,7 +80,7 @@ def run_cli(playbooks, *argv):
 
 
 class FakeDirect:
-    """Stands in for gpufleet.direct's ``runs``, ``logs``, ``stop`` and ``submit`` (the
+    """Stands in for gpufleet.direct's ``runs``, ``logs``, ``stop``, ``submit`` and ``events`` (the
     commands answered in the command's own process): one answer per call, in order; each call
     is recorded as ``(function, args, kwargs)``. An answer is a value, or an exception to
     raise; for ``logs`` and ``submit`` it may also carry the lines written to the command's
@@ -97,7 +97,7 @@ class FakeDirect:
     def install(self, monkeypatch):
         from gpufleet import direct
 
-        for name in ("runs", "logs", "stop", "submit"):
+        for name in ("runs", "logs", "stop", "submit", "events"):
             monkeypatch.setattr(direct, name, self._function(name))
         return self
 

@@ -9,6 +9,9 @@ A chain: first (done) then second (after first, exits 1) then third (after secon
 another run (any); a run after one that is stopped ends so too; an unknown run or a cycle in
 ``--after`` refused with one line naming the option, nothing submitted.
 
+Events (``gpufleet event --json``): the hosts' records list every change of those runs in
+order, who stopped the held run, and the instances the world's fleet apply created.
+
 ``utilization_policy``: a run whose (stand-in) GPU reports 0% is terminated by its own job
 (``terminated_due_to_utilization_policy``) within its window and 30 s, with no pass or command
 needed; it runs while the tests above do.
@@ -24,7 +27,7 @@ import pytest
 
 from gpufleet import cli
 
-from .task_world import CPU, SUFFIX, task_file
+from .task_world import CPU, FLEET, SUFFIX, task_file
 
 FIRST, SECOND, THIRD = "dfirst-" + SUFFIX, "dsecond-" + SUFFIX, "dthird-" + SUFFIX
 OTHER, FOURTH = "dother-" + SUFFIX, "dfourth-" + SUFFIX
@@ -130,6 +133,60 @@ def test_a_chain_and_a_fan_in_with_no_process_waiting(world, capsys, idle_run):
     started = found[FOURTH]["jobs"][0]["started_at"]
     assert started >= found[FIRST]["jobs"][0]["finished_at"], found[FOURTH]
     assert started >= found[OTHER]["jobs"][0]["finished_at"], found[FOURTH]
+
+
+def in_order(messages, expected):
+    """Whether ``expected`` appear in ``messages`` in that order (others may come between)."""
+    rest = iter(messages)
+    return all(any(m == wanted for m in rest) for wanted in expected)
+
+
+def events(capsys, *argv):
+    capsys.readouterr()
+    assert cli.main(["event", "--json"] + list(argv)) == 0
+    found = json.loads(capsys.readouterr().out)["events"]
+    moments = [e["at"] for e in found]
+    assert moments == sorted(moments)
+    return found
+
+
+def test_the_hosts_record_every_change_of_these_runs_in_order(world, capsys):
+    second = [e["message"] for e in events(capsys, "--within-run", SECOND)]
+    assert in_order(second, [
+        "Run submitted. Status: PENDING. Reason: DEPENDENCY (waiting for %s (ok))" % FIRST,
+        "Job created on run submission. Status: SUBMITTED",
+        "Run status changed PENDING -> SUBMITTED",
+        "Run status changed SUBMITTED -> PROVISIONING",
+        "Job status changed PROVISIONING -> RUNNING",
+        "Run status changed PROVISIONING -> RUNNING",
+        "Job status changed RUNNING -> FAILED. Termination reason: "
+        "CONTAINER_EXITED_WITH_ERROR. Exit code: 1",
+        "Run status changed RUNNING -> FAILED. Termination reason: JOB_FAILED"]), (
+            "\n".join(second))
+    assert "Run submitted. Status: SUBMITTED" not in second, "\n".join(second)
+
+    third = events(capsys, "--within-run", THIRD)
+    assert [e["message"] for e in third if e["kind"] != "run.queued" or e["state"] != "pending"
+            ][-1:] == ["Run status changed PENDING -> TERMINATED. Termination reason: "
+                       "DEPENDENCY_FAILED (run %s ended failed, and it runs after %s:ok)"
+                       % (SECOND, SECOND)], third
+    assert not [e for e in third if e["kind"].startswith("job.")], third
+
+    held = events(capsys, "--within-run", HOLD)
+    stopping = [e for e in held if e["kind"] == "job.stopping"]
+    assert [(e["reason"], e["targets"]) for e in stopping] == [
+        ("terminated_by_user", [{"type": "job", "name": HOLD + "-0-0"}])], held
+    assert stopping[0]["actor"] == held[0]["actor"] and held[0]["actor"], held
+    assert held[-1]["message"] == (
+        "Run status changed TERMINATING -> TERMINATED. Termination reason: TERMINATED_BY_USER")
+
+    made = events(capsys, "--within-fleet", FLEET, "--include-target-type", "instance")
+    created = sorted(e["instance"] for e in made if e["kind"] == "instance.created")
+    assert created == ["%s-%d" % (FLEET, n) for n in range(3)], made
+    capsys.readouterr()
+    assert cli.main(["event", "--target-fleet", FLEET]) == 0
+    assert "[fleet %s] Fleet applied. Instances added: %s-0, %s-1, %s-2" % (
+        FLEET, FLEET, FLEET, FLEET) in capsys.readouterr().out
 
 
 def test_a_run_whose_gpu_idles_for_its_window_is_terminated_by_its_own_job(

@@ -69,6 +69,13 @@ RUN_LOGS_ARGS = dict(name=dict(type="str", required=True), follow=dict(type="boo
                      **FLEET_OPTIONS)
 USAGE_INFO_ARGS = dict(since=dict(type="str", default="7d"), user=dict(type="str"),
                        fleet=dict(type="str"), **FLEET_OPTIONS)
+EVENT_FILTERS = ("target_fleets", "target_runs", "within_fleets", "within_runs",
+                 "include_target_types")
+EVENT_INFO_ARGS = dict(since=dict(type="str"), fleet=dict(type="str"),
+                       limit=dict(type="int"),
+                       **dict((name, dict(type="list", elements="str", default=[]))
+                              for name in EVENT_FILTERS),
+                       **FLEET_OPTIONS)
 # How much output one event carries when logs are streamed (lines are never split).
 STREAM_BATCH = 65536
 
@@ -509,7 +516,7 @@ def run_stop(params, check_mode=False, services=None, gate=None):
         record = next((r for r in records if r["name"] == params["name"]), None)
         _guard_stop(params, record, records, nodes, fleets)
         if record is not None and record.get("queued_on") and not record.get("jobs"):
-            return _cancel_queued(nodes, record, check_mode)
+            return _cancel_queued(nodes, record, check_mode, _stopper(params))
         if record is None:
             members = [r for r in records if r.get("array") == params["name"]]
             if not members:
@@ -521,18 +528,27 @@ def run_stop(params, check_mode=False, services=None, gate=None):
                 return {"run": {"name": params["name"], "array": params["name"],
                                 "runs": sorted(r["name"] for r in members)},
                         "changed": bool(alive)}
-            record = arrays.stop_array(nodes, params["name"], abort=params["abort"])
+            record = arrays.stop_array(nodes, params["name"], abort=params["abort"],
+                                       by=_stopper(params))
             return {"run": record, "changed": bool(record.get("stopped"))}
         if check_mode:
             alive = [j for j in record["jobs"] if j["status"] in JobStatus.up_statuses()]
             return {"run": record, "changed": bool(alive)}
         record = listing.stop_run(nodes, params["name"], abort=params["abort"],
-                                  surveyed=(found[0], found[3]))
+                                  surveyed=(found[0], found[3]), by=_stopper(params))
         if queue_waiting(found):
             drive_queue(fleets, root, services=services, gate=gate)   # what waited may start now
     except (RunError, NodeError) as exc:
         raise ActionError(str(exc)) from exc
     return {"run": record, "changed": bool(record.get("stopped"))}
+
+
+def _stopper(params):
+    """Who stops a run, as the hosts' event record names them (None when unknown)."""
+    try:
+        return submitter(params)
+    except ActionError:
+        return None
 
 
 def _guard_stop(params, record, records, nodes, fleets):
@@ -557,12 +573,12 @@ def _guard_stop(params, record, records, nodes, fleets):
                          lambda rec: ownership.fleet_of(rec, fleets))
 
 
-def _cancel_queued(nodes, record, check_mode):
+def _cancel_queued(nodes, record, check_mode, by=None):
     """``gpufleet stop`` of a run waiting in the queue: it ends terminated, never having run."""
     waiting = record["status"] == RunStatus.PENDING
     if waiting and not check_mode:
         nodes[record["queued_on"]].call("update", {
-            "run": record["name"], "run_id": record["run_id"],
+            "run": record["name"], "run_id": record["run_id"], "by": by,
             "changes": {"state": "terminated", "reason": lifecycle.TERMINATED_BY_USER,
                         "message": "stopped while it waited in the queue"}})
         record = dict(record, status=RunStatus.TERMINATED.value,
@@ -579,6 +595,26 @@ def run_metrics(params):
     except RunError as exc:
         raise ActionError(str(exc)) from exc
     return {"metrics": result, "changed": False}
+
+
+def event_info(params):
+    """The events the reachable fleets' hosts recorded (tasks.eventlog), as ``gpufleet event``
+    shows them."""
+    from ..events.query import EventQueryError, Filters
+    from .eventlog import report
+    from .usage import UsageError
+
+    root, fleets = _fleets(params)
+    limit = params.get("limit")
+    if limit is not None and limit < 1:
+        raise ActionError("limit %s: give 1 or more events" % limit)
+    try:
+        filters = Filters.of(dict((k, params.get(k)) for k in EVENT_FILTERS))
+        found = report(fleets, root, since=params.get("since"), filters=filters,
+                       fleet=params.get("fleet"), limit=limit)
+    except (EventQueryError, UsageError) as exc:
+        raise ActionError(str(exc)) from exc
+    return {"events": found, "changed": False}
 
 
 def usage_info(params):

@@ -145,8 +145,9 @@ class ArrayRunner(object):
                 "message": ("not done: %s" % ", ".join(failed)) if failed else None}
 
 
-def stop_array(nodes, base, abort=False):
-    """Stop every live run of the array ``base``; RunError when the hosts have none of it."""
+def stop_array(nodes, base, abort=False, by=None):
+    """Stop every live run of the array ``base``; RunError when the hosts have none of it.
+    ``by``: who stops them (the hosts' event record)."""
     statuses = array_statuses(nodes, base)
     if not statuses:
         raise RunError("no run or job array named %s on the fleets' hosts (gpufleet ps lists "
@@ -154,5 +155,5 @@ def stop_array(nodes, base, abort=False):
     stopped = []
     for name, status in sorted(statuses.items()):
         if status not in RunStatus.finished_statuses():
-            stopped += listing.stop_run(nodes, name, abort=abort).get("stopped") or []
+            stopped += listing.stop_run(nodes, name, abort=abort, by=by).get("stopped") or []
     return {"name": base, "array": base, "runs": sorted(statuses), "stopped": sorted(stopped)}

@@ -368,8 +368,9 @@ def find_run(nodes, name, surveyed=None, queues=None):
     return records[0], mine
 
 
-def stop_run(nodes, name, abort=False, surveyed=None):
+def stop_run(nodes, name, abort=False, surveyed=None, by=None):
     """Stop every live job of run ``name`` (``terminated_by_user``); return the run record.
+    ``by``: who stops it, for the hosts' event record (tasks.hostside.eventside).
 
     A graceful stop gives each job stop_duration seconds after TERM; ``abort`` kills at once.
     ``surveyed``: what tasks.surveys.survey answered a moment ago, instead of asking again.
@@ -385,7 +386,7 @@ def stop_run(nodes, name, abort=False, surveyed=None):
         timeout = 0 if abort else max(int(_asked(c["labels"]).get("stop_duration") or 0)
                                       for c in jobs)
         answer = nodes[host].call("stop", {
-            "reason": lifecycle.TERMINATED_BY_USER, "timeout": timeout,
+            "reason": lifecycle.TERMINATED_BY_USER, "timeout": timeout, "by": by,
             "jobs": [{"run": name, "job_num": _job_num(c), "container": c["name"]}
                      for c in jobs]}, timeout=timeout + 60)
         return answer["stopped"]

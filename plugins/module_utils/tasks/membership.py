@@ -34,10 +34,13 @@ import hashlib
 import os
 import re
 import socket
+import time
+import uuid
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Tuple, cast
 
 from ..backends.docker_cli import Docker
 from ..core.errors import GpufleetError
+from ..events.records import fleet_events
 from ..fleets import access, lookup, state
 from ..fleets import apply as fleet_apply
 from ..fleets.types import FleetRecord
@@ -181,9 +184,12 @@ def ensure(record: Mapping[str, Any], root: Optional[str] = None,
     behind = [h for h, d in held.items() if d != members_merge(d, doc)]
     # With it, each host keeps the facts the apply measured on it: a member's controller, which
     # has no facts cache of the fleet, reads them from there (host_facts).
+    # The apply's events (what it created and removed) go to every host with it.
+    applied = fleet_events(dict(record), creator or identity.user_name(), time.time(),
+                           uuid.uuid4().hex)
     answers = parallel(sorted(held), lambda host: nodes[host].call(
         "members_sync", {"doc": doc, "login_user": nodes[host].instance.get("user"),
-                         "facts": _facts_of(record, host)}, timeout=60))
+                         "facts": _facts_of(record, host), "events": applied}, timeout=60))
     for host, (_answer, error) in answers.items():
         if error is not None:
             errors[host] = str(error.detail if isinstance(error, NodeError) else error)

@@ -90,13 +90,13 @@ def host_source():
     volumeside (network volumes) and metricside (a run's metrics), then booking (claims and the
     queue), replicaside (a service's replicas after their start), healthside (the GPU health probe), logside (the kept output), indexside (the run
     index), usageside (the usage records), admitside (per-user limits), memberside (the
-    fleet's members), proxyconf, acmeside and proxyside (the proxy of services: in a fleet
+    fleet's members), eventside (the event record), proxyconf, acmeside and proxyside (the proxy of services: in a fleet
     or on a gateway, whose certificates acmeside obtains), in one
     namespace. Their own sources are sent, so nothing is installed on
     the host and a new controller version never meets an old helper."""
     if "source" not in _HOST_SOURCE:
-        from .hostside import (acmeside, admitside, booking, healthside, indexside, logside,
-                               memberside, metricside, nodeside, proxyconf, proxyside,
+        from .hostside import (acmeside, admitside, booking, eventside, healthside, indexside,
+                               logside, memberside, metricside, nodeside, proxyconf, proxyside,
                                replicaside, usageside, volumeside)
 
         _HOST_SOURCE["source"] = b"\n".join((module_source(vars(nodeside)),
@@ -110,6 +110,7 @@ def host_source():
                                              module_source(vars(usageside)),
                                              module_source(vars(admitside)),
                                              module_source(vars(memberside)),
+                                             module_source(vars(eventside)),
                                              module_source(vars(proxyconf)),
                                              module_source(vars(acmeside)),
                                              module_source(vars(proxyside))))
