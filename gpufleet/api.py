@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +69,11 @@ __all__ = [
     "limit",
     "volumes",
     "offers",
+    "usage",
+    "events",
+    "notify_add",
+    "notify_list",
+    "notify_remove",
     "local_ide_version",
     "CommandError",
     "CollectionNotFound",
@@ -705,6 +711,76 @@ def events(since: str | None = None, fleet: str | None = None, limit: int | None
     if found is None or not result.ok:
         raise _failed(result)
     return found
+
+
+def _webhooks():
+    ensure_importable()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.automation import webhooks
+
+    return webhooks
+
+
+def notify_add(url: str, on: Sequence[str] = (), fleet: str | None = None,
+               format: str = "json", name: str | None = None,
+               vault_password_file: str | None = None, in_process: bool = False,
+               **options: Any) -> dict:
+    """Make the hosts of the reachable fleets (``fleet``: that one's) post their events to
+    ``url`` (``gpufleet notify add``): ``{"hook": {"id", "url" (scheme and host only), "on",
+    "fleet", "format", "by"}, "set_on": [hosts], "unreachable": {host: error}}``. ``on``: the
+    event kinds (all when empty); ``format``: ``json`` or ``slack``. The URL is a credential:
+    it is kept in the secrets store (``GPUFLEET_NOTIFY_<NAME>``; ``vault_password_file`` as
+    :func:`secret_store`) and on the hosts, and never shown. ``in_process``: notify.yml's
+    module's function, called in this process."""
+    hooks = _webhooks()
+    try:
+        checked = hooks.make_hook(url, list(on), fleet, format, name,
+                                  made_id="hook-" + uuid.uuid4().hex[:6])
+        store = secret_store(vault_password_file)
+        store.set(hooks.secret_name(checked["id"]), checked["url"])
+    except hooks.WebhookError as exc:
+        raise GpufleetError(str(exc)) from None
+    given = {"operation": "add", "url": checked["url"], "name": checked["id"],
+             "on": list(checked["on"]), "fleet": fleet, "format": format}
+    return _notify(given, in_process, options)
+
+
+def notify_remove(name: str, fleet: str | None = None, vault_password_file: str | None = None,
+                  in_process: bool = False, **options: Any) -> dict:
+    """Take the hook ``name`` off the fleets' hosts and its URL out of the secrets store:
+    ``{"removed_from": [hosts], "unreachable"}``."""
+    answer = _notify({"operation": "remove", "name": name, "fleet": fleet}, in_process, options)
+    try:
+        store = secret_store(vault_password_file)
+        key = _webhooks().secret_name(name)
+        if key in store.names():
+            store.delete(key)
+    except _webhooks().WebhookError as exc:
+        raise GpufleetError(str(exc)) from None
+    return answer
+
+
+def notify_list(fleet: str | None = None, in_process: bool = False, **options: Any) -> dict:
+    """The hooks the fleets' hosts keep: ``{"hooks": [{"id", "url" (scheme and host only),
+    "on", "fleet", "format", "by", "hosts": {host: {"delivered", "failed", "expired",
+    "waiting", "last_error", "tick"}}}], "unreachable"}``."""
+    return _notify({"operation": "list", "fleet": fleet}, in_process, options)
+
+
+def _notify(given: dict, in_process: bool, options: dict) -> dict:
+    opts = _Options(**options)
+    if in_process:
+        return _direct().notify(**opts.here(), **given)
+    variables = {"gpufleet_notify_operation": given["operation"],
+                 "gpufleet_notify_url": given.get("url"),
+                 "gpufleet_notify_name": given.get("name"),
+                 "gpufleet_notify_on": given.get("on") or None,
+                 "gpufleet_notify_format": given.get("format"),
+                 "gpufleet_fleet": given.get("fleet")}
+    result = opts.play("notify.yml", opts.extravars(**variables))
+    found = result.stats.get("gpufleet_notify")
+    if found is None or not result.ok:
+        raise _failed(result)
+    return dict((k, v) for k, v in found.items() if k not in ("invocation", "failed"))
 
 
 def usage(since: str | None = "7d", user: str | None = None, fleet: str | None = None,

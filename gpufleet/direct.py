@@ -23,7 +23,7 @@ import os
 from ._collection import config_model, errors
 from .api import CommandError
 
-__all__ = ["CommandError", "runs", "logs", "stop", "submit", "events"]
+__all__ = ["CommandError", "runs", "logs", "stop", "submit", "events", "notify"]
 
 
 def _actions():
@@ -95,9 +95,21 @@ def runs(fleet_files=(), state_dir=None, user=None) -> dict:
 
 def events(fleet_files=(), state_dir=None, **given) -> dict:
     """What playbooks/events.yml publishes (the event_info module's answer)."""
-    actions = _actions()
-    params = _params(actions.EVENT_INFO_ARGS, fleet_files, state_dir, **given)
-    return _call(actions.event_info, params)["events"]
+    _actions()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import notices
+
+    params = _params(notices.EVENT_INFO_ARGS, fleet_files, state_dir, **given)
+    return _call(notices.event_info, params)["events"]
+
+
+def notify(fleet_files=(), state_dir=None, **given) -> dict:
+    """What playbooks/notify.yml publishes (the notify module's answer)."""
+    _actions()
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.automation import webhooks
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import notices
+
+    params = _params(notices.NOTIFY_ARGS, fleet_files, state_dir, **given)
+    return _call(notices.notify, params, webhooks)
 
 
 def logs(run, out, job=None, since=None, fleet_files=(), state_dir=None) -> dict:

@@ -19,8 +19,8 @@ import sys
 
 from .. import __version__
 from ..api import CollectionNotFound
-from . import (apply, attach, events, fleets, gateways, metrics, offers, runs, secrets, teams,
-               tokens, usage, validate, volumes)
+from . import (apply, attach, events, fleets, gateways, metrics, notify, offers, runs, secrets,
+               teams, tokens, usage, validate, volumes)
 
 # In the order ``gpufleet --help`` lists them.
 COMMANDS = (
@@ -32,6 +32,7 @@ COMMANDS = (
     runs.add_stop,
     usage.add_usage,
     events.add_event,
+    notify.add_notify,
     attach.add_attach,
     fleets.add_fleet,
     teams.add_whoami,

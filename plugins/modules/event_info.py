@@ -11,7 +11,7 @@ module: event_info
 short_description: What happened to runs, jobs, fleets, instances and members, as the hosts recorded it
 version_added: 0.1.0
 description:
-  - Returns what C(gpufleet event) shows, as C(dstack event) does: one event per change, oldest
+  - Returns what C(gpufleet event) shows, as C(dstack event) does. One event per change, oldest
     first, with when it happened, who acted (when a user did), what it is about (its targets)
     and a message in dstack's words.
   - Every host keeps an append-only event record under C(/var/lib/gpufleet/events). A job's
@@ -198,13 +198,13 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core.module impor
 from ansible_collections.gpufleet.cluster.plugins.module_utils.render.event_table import (
     event_lines,
 )
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import notices
 
 
 def main():
-    module = AnsibleModule(argument_spec=actions.EVENT_INFO_ARGS, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=notices.EVENT_INFO_ARGS, supports_check_mode=True)
     with fail_json_on_error(module):
-        result = actions.event_info(module.params)
+        result = notices.event_info(module.params)
         module.exit_json(lines=event_lines(result["events"]), **result)
 
 

@@ -80,9 +80,9 @@ def run_cli(playbooks, *argv):
 
 
 class FakeDirect:
-    """Stands in for gpufleet.direct's ``runs``, ``logs``, ``stop``, ``submit`` and ``events`` (the
-    commands answered in the command's own process): one answer per call, in order; each call
-    is recorded as ``(function, args, kwargs)``. An answer is a value, or an exception to
+    """Stands in for gpufleet.direct's ``runs``, ``logs``, ``stop``, ``submit``, ``events`` and
+    ``notify`` (the commands answered in the command's own process): one answer per call, in
+    order; each call is recorded as ``(function, args, kwargs)``. An answer is a value, or an exception to
     raise; for ``logs`` and ``submit`` it may also carry the lines written to the command's
     output. ``submit`` with no answer queued gives None: task.yml submits the run (the fake
     playbooks answer), as for a task that needs the secrets store or a fleet's growth."""
@@ -97,7 +97,7 @@ class FakeDirect:
     def install(self, monkeypatch):
         from gpufleet import direct
 
-        for name in ("runs", "logs", "stop", "submit", "events"):
+        for name in ("runs", "logs", "stop", "submit", "events", "notify"):
             monkeypatch.setattr(direct, name, self._function(name))
         return self
 

@@ -12,6 +12,9 @@ another run (any); a run after one that is stopped ends so too; an unknown run o
 Events (``gpufleet event --json``): the hosts' records list every change of those runs in
 order, who stopped the held run, and the instances the world's fleet apply created.
 
+Webhooks (``gpufleet notify``): an HTTP server of the test's own gets the hosts' posts of a
+run's end, with no gpufleet command running, also after it was down for 20 s.
+
 ``utilization_policy``: a run whose (stand-in) GPU reports 0% is terminated by its own job
 (``terminated_due_to_utilization_policy``) within its window and 30 s, with no pass or command
 needed; it runs while the tests above do.
@@ -20,12 +23,16 @@ needed; it runs while the tests above do.
 from __future__ import annotations
 
 import base64
+import io
 import json
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
 from gpufleet import cli
+from gpufleet._collection import config_model
 
 from .task_world import CPU, FLEET, SUFFIX, task_file
 
@@ -211,3 +218,97 @@ def test_a_run_whose_gpu_idles_for_its_window_is_terminated_by_its_own_job(
     out = capsys.readouterr().out
     assert "The job GPU utilization below 10% for 300 seconds: the command was stopped" in out, (
         out)
+
+
+class Receiver:
+    """An HTTP server on every address of this machine that keeps what is posted to it; it
+    can be taken down and brought back on the same port."""
+
+    def __init__(self):
+        self.posts = []
+        self.port = None
+        self.server = None
+
+    def up(self):
+        posts = self.posts
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                posts.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = HTTPServer(("0.0.0.0", self.port or 0), Handler)
+        self.port = self.server.server_port
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def down(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def ended(self, run):
+        return [p["event"] for p in self.posts
+                if p["event"].get("run") == run and p["event"]["kind"] == "run.status"]
+
+
+def gateway(world):
+    """This machine's address on the world's nodes' network."""
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
+
+    config_model()
+    networks = json.loads(world["docker"].run(
+        "inspect", "--format", "{{json .NetworkSettings.Networks}}",
+        local.container_name(FLEET, 0)))
+    return next(n["Gateway"] for n in networks.values() if n.get("Gateway"))
+
+
+def test_the_hosts_post_a_runs_end_to_a_webhook_also_after_it_was_down(
+        world, capsys, monkeypatch):
+    monkeypatch.setenv("ANSIBLE_VAULT_PASSWORD_FILE", str(world["vault_password"]))
+    receiver = Receiver()
+    receiver.up()
+    url = "http://%s:%d/hook/token-%s" % (gateway(world), receiver.port, SUFFIX)
+    name = "it-" + SUFFIX
+    monkeypatch.setattr("sys.stdin", io.StringIO(url + "\n"))
+    capsys.readouterr()
+    assert cli.main(["notify", "add", "--on", "run.status", "--on", "job.ended",
+                     "--name", name]) == 0
+    out = capsys.readouterr().out
+    assert "Hook %s posts run.status, job.ended to http://" % name in out, out
+    assert "token-" not in out
+    try:
+        one, two = "dhook1-" + SUFFIX, "dhook2-" + SUFFIX
+        assert apply(capsys, world, one, "echo one")[0] == 0
+        deadline = time.time() + 90
+        while not receiver.ended(one):
+            assert time.time() < deadline, receiver.posts
+            time.sleep(2)
+        (end,) = receiver.ended(one)
+        assert (end["status"], end["reason"], end["fleet"]) == ("done", "all_jobs_done", FLEET)
+        assert any(p["event"]["kind"] == "job.ended" and p["event"]["run"] == one
+                   and p["event"]["exit_code"] == 0 for p in receiver.posts)
+
+        # Down for 20 s while a run ends: the hosts keep trying, then it arrives.
+        receiver.down()
+        assert apply(capsys, world, two, "exit 3")[0] == 0
+        time.sleep(20)
+        receiver.up()
+        deadline = time.time() + 120
+        while not receiver.ended(two):
+            assert time.time() < deadline, receiver.posts
+            time.sleep(2)
+        assert receiver.ended(two)[0]["status"] == "failed"
+        capsys.readouterr()
+        assert cli.main(["notify", "list", "--json"]) == 0
+        (hook,) = [h for h in json.loads(capsys.readouterr().out)["hooks"] if h["id"] == name]
+        assert hook["url"].endswith(":%d/..." % receiver.port)
+        hosts = hook["hosts"].values()
+        assert sum(h["delivered"] for h in hosts) >= 4
+        assert sum(h["failed"] for h in hosts) >= 1
+        assert all(h["tick"] == "loop" for h in hosts)
+    finally:
+        assert cli.main(["notify", "remove", name]) == 0
+        receiver.down()

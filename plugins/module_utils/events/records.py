@@ -106,8 +106,8 @@ class Event(_Event, total=False):
 
 
 def job_name(run: str, job: int, replica: int = 0) -> str:
-    """dstack's name of a job: ``<run>-<replica>-<job>``."""
-    return "%s-%d-%d" % (run, replica, job)
+    """dstack's name of a job (its container's, tasks.container): ``<run>-<job>-<replica>``."""
+    return "%s-%d-%d" % (run, job, replica)
 
 
 def targets_of(event: Dict[str, Any]) -> List[Target]:

@@ -69,13 +69,6 @@ RUN_LOGS_ARGS = dict(name=dict(type="str", required=True), follow=dict(type="boo
                      **FLEET_OPTIONS)
 USAGE_INFO_ARGS = dict(since=dict(type="str", default="7d"), user=dict(type="str"),
                        fleet=dict(type="str"), **FLEET_OPTIONS)
-EVENT_FILTERS = ("target_fleets", "target_runs", "within_fleets", "within_runs",
-                 "include_target_types")
-EVENT_INFO_ARGS = dict(since=dict(type="str"), fleet=dict(type="str"),
-                       limit=dict(type="int"),
-                       **dict((name, dict(type="list", elements="str", default=[]))
-                              for name in EVENT_FILTERS),
-                       **FLEET_OPTIONS)
 # How much output one event carries when logs are streamed (lines are never split).
 STREAM_BATCH = 65536
 
@@ -595,26 +588,6 @@ def run_metrics(params):
     except RunError as exc:
         raise ActionError(str(exc)) from exc
     return {"metrics": result, "changed": False}
-
-
-def event_info(params):
-    """The events the reachable fleets' hosts recorded (tasks.eventlog), as ``gpufleet event``
-    shows them."""
-    from ..events.query import EventQueryError, Filters
-    from .eventlog import report
-    from .usage import UsageError
-
-    root, fleets = _fleets(params)
-    limit = params.get("limit")
-    if limit is not None and limit < 1:
-        raise ActionError("limit %s: give 1 or more events" % limit)
-    try:
-        filters = Filters.of(dict((k, params.get(k)) for k in EVENT_FILTERS))
-        found = report(fleets, root, since=params.get("since"), filters=filters,
-                       fleet=params.get("fleet"), limit=limit)
-    except (EventQueryError, UsageError) as exc:
-        raise ActionError(str(exc)) from exc
-    return {"events": found, "changed": False}
 
 
 def usage_info(params):

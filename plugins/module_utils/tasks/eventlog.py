@@ -129,7 +129,8 @@ def derive(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
         policy = run["policy"]
         decision = lifecycle.decide({"stop_criteria": policy.get("stop_criteria"),
                                      "startup_order": policy.get("startup_order"),
-                                     "service": policy.get("type") == "service"}, statuses)
+                                     "service": policy.get("type") == "service",
+                                     "respawn": bool(policy.get("respawn"))}, statuses)
         if decision.status != run["status"]:
             out.append(_run_event(event, EventKind.RUN_STATUS, old_status=run["status"],
                                   status=decision.status,
@@ -155,8 +156,8 @@ def _run_event(event: Dict[str, Any], kind: EventKind, actor: Optional[str] = No
             "run_id": event.get("run_id"), "fleet": event.get("fleet"),
             "submission": event.get("submission"), "actor": actor, "host": event.get("host")}
     made.update(fields)
-    made["id"] = "%s/%s/%s/%s" % (made["run"], made["submission"], kind.value,
-                                  fields.get("status") or "")
+    made["id"] = "%s/%s/%s/%s/%s" % (made["run"], made["run_id"], made["submission"],
+                                     kind.value, fields.get("status") or "")
     return made
 
 

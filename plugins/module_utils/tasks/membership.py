@@ -46,6 +46,7 @@ from ..fleets import apply as fleet_apply
 from ..fleets.types import FleetRecord
 from ..teams import identity
 from ..teams import members as team
+from . import notifications
 from .hostside.memberside import members_merge
 from .ssh import Node, NodeError, parallel
 
@@ -187,12 +188,20 @@ def ensure(record: Mapping[str, Any], root: Optional[str] = None,
     # The apply's events (what it created and removed) go to every host with it.
     applied = fleet_events(dict(record), creator or identity.user_name(), time.time(),
                            uuid.uuid4().hex)
+    # Each host records them; the first one alone posts them to the fleet's webhooks.
+    first = min(held) if held else None
     answers = parallel(sorted(held), lambda host: nodes[host].call(
         "members_sync", {"doc": doc, "login_user": nodes[host].instance.get("user"),
-                         "facts": _facts_of(record, host), "events": applied}, timeout=60))
+                         "facts": _facts_of(record, host),
+                         "events": [dict(e, deliver=host == first) for e in applied]},
+        timeout=60))
     for host, (_answer, error) in answers.items():
         if error is not None:
             errors[host] = str(error.detail if isinstance(error, NodeError) else error)
+    # The fleet's webhooks (gpufleet notify) reach the hosts the apply added.
+    answered = dict((h, nodes[h]) for h in held if h not in errors)
+    if len(answered) > 1:
+        errors.update(notifications.copy_to_new_hosts(answered)["unreachable"])
     return {"made": made, "synced": sorted(h for h in behind if h not in errors),
             "unread": errors}
 
@@ -272,9 +281,10 @@ def change(name: str, operation: str, by: str, user: str, key_file: Optional[str
     parallel(behind, lambda host: nodes[host].call(
         "members_sync", {"doc": doc, "login_user": nodes[host].instance.get("user")},
         timeout=60))
+    first = min(nodes)   # the one host that posts the change to the fleet's webhooks
     answers = parallel(sorted(nodes), lambda host: nodes[host].call(
-        "members_change", {"change": made, "login_user": nodes[host].instance.get("user")},
-        timeout=60))
+        "members_change", {"change": made, "login_user": nodes[host].instance.get("user"),
+                           "deliver": host == first}, timeout=60))
     failed = {h: str(e.detail if isinstance(e, NodeError) else e)
               for h, (_a, e) in answers.items() if e is not None}
     if failed:

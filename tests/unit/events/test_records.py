@@ -24,7 +24,7 @@ def test_the_hosts_spell_the_kinds_they_write_and_take_as_the_model_does():
 
 def test_a_jobs_events_are_about_the_job_and_its_creation_about_its_instance_too():
     created = {"kind": "job.created", "run": "train", "job": 1, "instance": "gpus-1"}
-    assert targets_of(created) == [{"type": "job", "name": "train-0-1"},
+    assert targets_of(created) == [{"type": "job", "name": "train-1-0"},
                                    {"type": "instance", "name": "gpus-1"}]
     assert targets_of({"kind": "job.ended", "run": "web", "job": 0, "job_name": "web-0-2"}) == [
         {"type": "job", "name": "web-0-2"}]

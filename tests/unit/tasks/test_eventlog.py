@@ -148,3 +148,23 @@ def test_one_run_is_asked_for_alone_and_the_last_events_are_kept_without_since()
 def test_a_bad_since_is_named():
     with pytest.raises(UsageError, match="--since soon"):
         eventlog.report([{"name": "gpus"}], since="soon", now=NOW, nodes={})
+
+
+def test_a_services_replica_that_respawns_leaves_the_service_running():
+    policy = {"type": "service", "respawn": True}
+    events = [ev("job.created", 0, job=0, nodes=2, policy=policy),
+              ev("job.created", 0, job=1, nodes=2, policy=policy),
+              ev("job.started", 1, job=0), ev("job.started", 1, job=1),
+              ev("job.ended", 5, job=1, exit_code=1, started=True)]
+    assert derived(events)[-1] == ("run.status", "provisioning", "running", None)
+
+
+def test_the_same_name_run_again_is_another_run():
+    first = [ev("job.created", 0), ev("job.ended", 1, exit_code=0, started=True)]
+    again = [dict(e, run_id="id-again", id="again/" + e["id"], at=e["at"] + 10)
+             for e in first]
+    steps = [(e["kind"], e.get("status")) for e in eventlog.derive(first + again)
+             if e["kind"] in ("run.submitted", "run.status")]
+    assert steps.count(("run.submitted", None)) == 2
+    ids = [e["id"] for e in eventlog.derive(first + again)]
+    assert len(ids) == len(set(ids))

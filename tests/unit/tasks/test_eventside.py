@@ -30,8 +30,14 @@ def host(tmp_path, monkeypatch):
     monkeypatch.setattr(eventside, "RUN_ROOT", str(tmp_path / "runs"))
     monkeypatch.setattr(nodeside, "RUN_ROOT", str(tmp_path / "runs"))
     monkeypatch.setattr(booking, "BOOK_ROOT", str(tmp_path / "book"))
-    monkeypatch.setattr(eventside, "op_status", lambda payload: {"containers": []})
+    monkeypatch.setattr(eventside, "op_status", lambda payload: {"containers": running(tmp_path)})
     return tmp_path
+
+
+def running(root):
+    """Every job's container, running (what status answers while no test says otherwise)."""
+    return [{"name": json.loads(p.read_text())["container"], "state": "running"}
+            for p in sorted((root / "runs").glob("*/*/record.json"))]
 
 
 def touch(path, text, when):
@@ -74,8 +80,10 @@ def test_a_jobs_changes_are_recorded_at_the_moments_they_happened_and_once(host)
     events = recorded(host)
     assert [(e["kind"], e["at"]) for e in events] == [
         ("job.created", T0), ("job.started", T0 + 2), ("job.ended", T0 + 60)]
-    assert [e["id"] for e in events] == ["train/0/0/job.created", "train/0/0/job.started",
-                                         "train/0/0/job.ended"]
+    # One container's life: the run's id, its submission and the container's id.
+    assert [e["id"] for e in events] == ["id-train/0/abc/0/job.created",
+                                         "id-train/0/abc/0/job.started",
+                                         "id-train/0/abc/0/job.ended"]
     created, _started, ended = events
     assert created["actor"] == "ann" and created["fleet"] == "gpus"
     assert created["job_name"] == "train-0-0" and created["run_id"] == "id-train"
@@ -108,8 +116,8 @@ def test_a_new_submission_in_the_same_folder_is_recorded_again(host):
     job(host, submission=1, created=T0 + 100, running=T0 + 101)
 
     assert eventside.event_sweep() == 2
-    assert [e["id"] for e in recorded(host)[-2:]] == ["train/0/1/job.created",
-                                                      "train/0/1/job.started"]
+    assert [e["id"] for e in recorded(host)[-2:]] == ["id-train/1/abc/0/job.created",
+                                                      "id-train/1/abc/0/job.started"]
 
 
 def test_a_killed_wrapper_ends_the_job_with_its_containers_exit(host):
@@ -259,3 +267,86 @@ def test_a_job_is_made_before_its_command_begins_whatever_docker_run_took(host):
     eventside.event_sweep()
     assert [(e["kind"], e["at"]) for e in recorded(host)] == [
         ("job.created", T0), ("job.started", T0 + 2.7)]
+
+
+def test_a_run_of_the_same_name_again_and_a_respawned_container_are_recorded_anew(host):
+    folder = job(host, created=T0, running=T0 + 1, code=0, ended=T0 + 2)
+    eventside.event_sweep(running(host))
+    # The same name applied again: another run id, its submission 0 again.
+    shutil.rmtree(str(folder))
+    folder = job(host, created=T0 + 10, running=T0 + 11)
+    record = json.loads((folder / "record.json").read_text())
+    record["labels"]["gpufleet.run-id"] = "id-again"
+    touch(folder / "record.json", json.dumps(record), T0 + 10)
+    assert eventside.event_sweep(running(host)) == 2
+    # Its container made again in the same folder (a replica's respawn): a new life.
+    touch(folder / "created", "def\n", T0 + 20)
+    (folder / "state" / "running").unlink()
+    assert eventside.event_sweep(running(host)) == 1
+    ids = [e["id"] for e in recorded(host)]
+    assert len(ids) == len(set(ids)) == 6
+    assert ids[-1] == "id-again/0/def/0/job.created"
+
+
+def test_a_multi_node_jobs_name_is_its_containers(host):
+    job(host, num=1, created=T0)
+    eventside.event_sweep(running(host))
+    assert recorded(host)[0]["job_name"] == "train-1-0"
+
+
+def test_a_job_folder_its_container_spoiled_stops_only_its_own_record(host):
+    spoiled = job(host, run="bad", created=T0, running=T0 + 1)
+    touch(spoiled / "state" / "running", "9" * 400 + "\n", 0)
+    touch(spoiled / "state" / "exit_code", "7" * 5000 + "\n", 4102444800)   # year 2100
+    job(host, run="good", created=T0, running=T0 + 1, code=0, ended=T0 + 3)
+
+    eventside.event_sweep(running(host))
+    events = recorded(host)
+    assert [e["kind"] for e in events if e["run"] == "good"] == [
+        "job.created", "job.started", "job.ended"]
+    # Numbers no wrapper writes are not read; a moment is held between the folder's making
+    # and now.
+    assert [e["kind"] for e in events if e["run"] == "bad"] == ["job.created"]
+    assert all(T0 <= e["at"] <= os.stat(str(host / "events" / "log.jsonl")).st_mtime
+               for e in events)
+
+
+def test_a_container_removed_while_it_ran_ends_its_job_when_found_gone(host):
+    job(host, created=T0, running=T0 + 1)
+    eventside.event_sweep(running(host))
+    eventside.event_sweep([{"name": "train-0-0", "state": "gone"}])
+    last = recorded(host)[-1]
+    assert (last["kind"], last["exit_code"]) == ("job.ended", None)
+    assert eventside.event_sweep([]) == 0   # once
+
+
+def test_a_failing_record_never_fails_an_applied_member_change_or_a_stop(host, monkeypatch):
+    (host / "events").write_text("not a folder")
+    monkeypatch.setitem(eventside._EVENTS_BEFORE, "members_change",
+                        lambda payload: {"applied": True, "doc": {"fleet": "gpus"}})
+    monkeypatch.setitem(eventside._EVENTS_BEFORE, "members_sync",
+                        lambda payload: {"applied": True, "doc": {"fleet": "gpus"}})
+    change = {"kind": "revoke", "user": "carl", "by": "ann", "stamp": [T0, "c"]}
+    answer = eventside.op_members_change_events({"change": change})
+    assert answer["applied"] is True and "events_error" in answer
+    sent = {"id": "a/fleet", "kind": "fleet.applied", "fleet": "gpus", "at": T0}
+    answer = eventside.op_members_sync_events({"doc": {}, "events": [sent]})
+    assert answer["applied"] is True and "events_error" in answer
+
+    folder = job(host, created=T0, running=T0 + 1)
+    (folder / "stopped_by").mkdir()   # cannot be written
+    stops = []
+    monkeypatch.setitem(eventside._EVENTS_BEFORE, "stop",
+                        lambda payload: stops.append(payload) or {"stopped": ["train-0-0"]})
+    answer = eventside.op_stop_events({"reason": "terminated_by_user", "by": "bob",
+                                       "jobs": [{"run": "train", "job_num": 0,
+                                                 "container": "train-0-0"}]})
+    assert stops and answer["stopped"] == ["train-0-0"] and "events_error" in answer
+
+
+def test_a_new_run_of_a_name_over_an_ended_entry_is_submitted_not_waiting_again(host):
+    enqueue = eventside._event_queue_op("enqueue")
+    enqueue({"entry": dict(entry(), state="terminated", reason="dependency_failed")})
+    enqueue({"entry": dict(entry(), run_id="id-new")})
+    last = recorded(host)[-1]
+    assert (last["state"], last["old_state"], last["run_id"]) == ("pending", None, "id-new")

@@ -16,7 +16,9 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import memb
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
     memberside,
     nodeside,
+    notifyside,
 )
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import notifications
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
 from ansible_collections.gpufleet.cluster.plugins.module_utils.teams import members as team
 
@@ -25,7 +27,8 @@ _ONE_AT_A_TIME = threading.Lock()
 
 
 class HostNode:
-    """A host: memberside's operations over a team folder and a home of its own."""
+    """A host: memberside's and notifyside's hooks operations over a team folder, a notify
+    folder and a home of its own (no tick is started)."""
 
     def __init__(self, name, base, down=False):
         self.name = name
@@ -42,7 +45,12 @@ class HostNode:
         with _ONE_AT_A_TIME, pytest.MonkeyPatch.context() as patch:
             patch.setattr(memberside, "TEAM_ROOT", str(self.team))
             patch.setattr(memberside, "_members_home", lambda user: str(self.home))
+            patch.setattr(notifyside, "NOTIFY_ROOT", str(self.team.parent / "notify"))
+            patch.setattr(notifyside, "tick_ensure", lambda: "loop")
+            patch.setattr(notifyside, "event_end", lambda: [None, 0])
             try:
+                if op.startswith("notify_"):
+                    return notifyside.BOOK_OPS[op](payload or {})
                 return nodeside.OPS[op](payload or {})
             except nodeside.Failure as exc:
                 raise NodeError(self.name, str(exc)) from exc
@@ -340,3 +348,17 @@ def test_operation_token_refuses_bad_parameters(fleet, monkeypatch, given, messa
     params.update(operation="token", state_dir=fleet["root"], **given)
     with pytest.raises(membership.MembershipError, match=message):
         membership.run(params, docker=object())
+
+
+def test_a_fleet_apply_copies_the_fleets_hooks_to_the_hosts_it_added(tmp_path):
+    nodes = dict((name, HostNode(name, tmp_path)) for name in ("gpus-0", "gpus-1"))
+    hook = {"id": "ops", "url": "https://hooks.example/services/T0/B1/secret", "on": [],
+            "fleet": "gpus", "format": "slack", "by": "ann"}
+    nodes["gpus-0"].call("notify_set", {"hook": hook})
+
+    answer = notifications.copy_to_new_hosts(nodes)
+
+    assert answer == {"copied": {"gpus-1": ["ops"]}, "unreachable": {}}
+    (kept,) = nodes["gpus-1"].call("notify_list")["hooks"]
+    assert kept["id"] == "ops" and kept["url"] == "https://hooks.example/..."
+    assert notifications.copy_to_new_hosts(nodes)["copied"] == {}

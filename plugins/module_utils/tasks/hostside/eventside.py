@@ -58,7 +58,8 @@ EVENT_HOST_KINDS = ("job.created", "job.started", "job.stopping", "job.ended", "
 EVENT_SENT_KINDS = ("fleet.applied", "instance.created", "instance.removed")
 _EVENT_FIELDS = ("id", "at", "kind", "actor", "fleet", "instance", "run", "run_id", "job",
                  "job_name", "submission", "status", "old_status", "reason", "exit_code",
-                 "state", "old_state", "user", "role", "detail", "started", "nodes", "policy")
+                 "state", "old_state", "user", "role", "detail", "started", "nodes", "policy",
+                 "deliver")
 
 
 def _event_log(old=False):
@@ -69,7 +70,9 @@ def event_append(items):
     """Append ``items`` (event dicts) to the record, under its lock."""
     if not items:
         return 0
-    lines = "".join(json.dumps(item, sort_keys=True) + "\n" for item in items)
+    recorded = time.time()
+    lines = "".join(json.dumps(dict(item, recorded=recorded), sort_keys=True) + "\n"
+                    for item in items)
     with _Lock(EVENTS_ROOT, private=True):
         path = _event_log()
         try:
@@ -87,6 +90,56 @@ def event_append(items):
                     lines = "\n" + lines
             handle.write(lines)
     return len(items)
+
+
+def event_end():
+    """Where the record ends now: ``[inode of log.jsonl, its size]`` (see event_tail)."""
+    try:
+        st = os.stat(_event_log())
+    except OSError:
+        return [None, 0]
+    return [st.st_ino, st.st_size]
+
+
+def event_tail(cursor):
+    """``(events, cursor)``: the whole lines appended since ``cursor`` (what event_end or an
+    earlier call answered), in the order they were written, and where the next call starts.
+    A record rotated since is read from the cursor to its end, then the new file from its
+    start; lost lines (rotated twice) are skipped."""
+    ino, offset = (cursor or [None, 0])[:2]
+    parts = []
+    try:
+        old = os.stat(_event_log(old=True))
+    except OSError:
+        old = None
+    current = event_end()
+    if ino is not None and ino == current[0]:
+        parts.append((_event_log(), offset))
+    elif ino is not None and old is not None and ino == old.st_ino:
+        parts += [(_event_log(old=True), offset), (_event_log(), 0)]
+    else:
+        parts.append((_event_log(), 0))
+    found = []
+    end = current
+    for path, start in parts:
+        try:
+            handle = open(path, "rb")
+        except (IOError, OSError):
+            continue
+        with handle:
+            handle.seek(start)
+            data = handle.read()
+            stat = os.fstat(handle.fileno())
+        whole = data[:data.rfind(b"\n") + 1]
+        for line in whole.splitlines():
+            try:
+                item = json.loads(line.decode("utf-8"))
+            except ValueError:
+                continue
+            if isinstance(item, dict) and isinstance(item.get("at"), (int, float)):
+                found.append(item)
+        end = [stat.st_ino, start + len(whole)]
+    return found, end
 
 
 def event_read(since=None, run=None):
@@ -116,9 +169,13 @@ def event_read(since=None, run=None):
 
 
 def _event_int(text):
+    """A small whole number from a file a job's container may write (None otherwise)."""
+    text = str(text if text is not None else "").strip()
+    if not text or len(text) > 12:
+        return None
     try:
-        return int(str(text).strip())
-    except (TypeError, ValueError):
+        return int(text)
+    except ValueError:
         return None
 
 
@@ -134,47 +191,55 @@ def _event_first_line(path):
     text = _small_file(path)
     if text is None:
         return None
-    return (text.strip().splitlines() or [""])[0].strip() or None
+    return (text.strip().splitlines() or [""])[0].strip()[:200] or None
 
 
-def _event_job_facts(folder, labels, container):
+def _event_job_facts(folder, container, gone):
     """``[(kind, at, fields)]``: what the job's folder (and its container, when the wrapper
-    did not say how the command ended) shows happened."""
+    did not say how the command ended) shows happened. ``gone``: its container is not on
+    this host any more. The state folder is the job's own (its container writes there): a
+    moment is held between the folder's making and now, a code to a small number."""
     state = os.path.join(folder, "state")
+    made = _event_mtime(os.path.join(folder, "record.json")) or 0.0
+    now = time.time()
+
+    def moment(value):
+        return None if value is None else min(max(float(value), made), now)
+
     facts = []
     setup_error = _event_first_line(os.path.join(state, "setup_error"))
-    created = _event_mtime(os.path.join(folder, "created"))
     if setup_error is not None:
-        at = _event_mtime(os.path.join(folder, "record.json")) or _event_mtime(
-            os.path.join(state, "setup_error"))
-        facts.append(("job.created", at, {"detail": setup_error[:500]}))
-        facts.append(("job.ended", _event_mtime(os.path.join(state, "setup_error")) or at,
+        facts.append(("job.created", made, {"detail": setup_error}))
+        facts.append(("job.ended", moment(_event_mtime(os.path.join(state, "setup_error"))),
                       {"reason": "executor_error", "started": False}))
         return facts
-    if created is not None:
+    if os.path.exists(os.path.join(folder, "created")):
         # Made when its folder's record was written, just before ``docker run``: ``created``
         # is written once the container already runs, maybe after the command began.
-        facts.append(("job.created", _event_mtime(os.path.join(folder, "record.json")) or
-                      created, {}))
-    running = _event_int(_small_file(os.path.join(state, "running")))
+        facts.append(("job.created", made, {}))
+    running_path = os.path.join(state, "running")
+    running = _event_int(_small_file(running_path))
     if running is not None:
         # The wrapper writes the whole second; the file's time is the moment itself.
-        facts.append(("job.started", _event_mtime(os.path.join(state, "running")) or
-                      float(running), {}))
+        started = _event_mtime(running_path)
+        facts.append(("job.started", moment(running if started is None else started), {}))
     reason = _event_first_line(os.path.join(state, "reason"))
+    reason_at = _event_mtime(os.path.join(state, "reason"))
+    if reason is not None and reason_at is not None:
+        by = _event_first_line(os.path.join(folder, "stopped_by"))
+        facts.append(("job.stopping", moment(reason_at), {"reason": reason, "actor": by}))
     code_path = os.path.join(state, "exit_code")
     code = _event_int(_small_file(code_path))
-    if reason is not None and _event_mtime(os.path.join(state, "reason")) is not None:
-        by = _event_first_line(os.path.join(folder, "stopped_by"))
-        facts.append(("job.stopping", _event_mtime(os.path.join(state, "reason")),
-                      {"reason": reason, "actor": by}))
+    ended = {"reason": reason, "started": running is not None}
     if code is not None:
-        facts.append(("job.ended", _event_mtime(code_path),
-                      {"exit_code": code, "reason": reason, "started": running is not None}))
+        facts.append(("job.ended", moment(_event_mtime(code_path)), dict(ended, exit_code=code)))
     elif container is not None and container.get("state") in ("exited", "dead"):
-        at = usage_epoch(container.get("finished_at")) or time.time()
-        facts.append(("job.ended", at, {"exit_code": _event_int(container.get("exit_code")),
-                                        "reason": reason, "started": running is not None}))
+        at = usage_epoch(container.get("finished_at")) or now
+        facts.append(("job.ended", moment(at), dict(
+            ended, exit_code=_event_int(container.get("exit_code")))))
+    elif gone and facts:
+        # Removed by hand while it ran: it ended when it was found gone (as ps says).
+        facts.append(("job.ended", now, dict(ended, exit_code=None)))
     return [f for f in facts if f[1] is not None]
 
 
@@ -182,77 +247,108 @@ def _event_policy(labels):
     """The run's shape a reader needs to decide the run's status from its jobs' events."""
     try:
         asked = json.loads(labels.get("gpufleet.run-spec") or "{}")
+        service = json.loads(labels.get("gpufleet.service") or "{}")
     except ValueError:
-        asked = {}
+        asked, service = {}, {}
     asked = asked if isinstance(asked, dict) else {}
     keys = ("type", "stop_criteria", "startup_order")
-    return {"nodes": _event_int(labels.get("gpufleet.nodes")),
-            "policy": dict((k, asked.get(k)) for k in keys if asked.get(k))}
+    policy = dict((k, asked.get(k)) for k in keys if asked.get(k))
+    if isinstance(service, dict) and service.get("respawn"):
+        policy["respawn"] = True
+    return {"nodes": _event_int(labels.get("gpufleet.nodes")), "policy": policy}
+
+
+def _event_job(name, job, by_name, known):
+    """``(events, seen file, what it notes)`` of one job folder, or None when nothing is new."""
+    folder = job_dir(name, int(job))
+    record = _json_file(os.path.join(folder, "record.json"))
+    if not isinstance(record, dict):
+        return None
+    labels = record.get("labels") or {}
+    container = str(record.get("container") or "")
+    submission = _event_int(labels.get("gpufleet.submission")) or 0
+    # One container's life: a run of the same name again, a respawned replica and a replaced
+    # one are other containers (``created`` holds the container's id).
+    life = "%s/%s/%s" % (labels.get("gpufleet.run-id") or "",
+                         submission, (_small_file(os.path.join(folder, "created")) or "")
+                         .strip()[:12])
+    seen_path = os.path.join(folder, "events.json")
+    seen = _json_file(seen_path)
+    kinds = []
+    if isinstance(seen, dict) and seen.get("life") == life:
+        kinds = [k for k in seen.get("kinds") or [] if isinstance(k, str)]
+    if "job.ended" in kinds:
+        return None
+    gone = known and (container not in by_name or by_name[container].get("state") == "gone")
+    new = []
+    for kind, at, fields in _event_job_facts(folder, by_name.get(container), gone):
+        if kind in kinds:
+            continue
+        item = {"id": "%s/%s/%s" % (life, job, kind), "at": at, "kind": kind, "run": name,
+                "job": int(job), "submission": submission, "job_name": container,
+                "run_id": labels.get("gpufleet.run-id"), "fleet": labels.get("gpufleet.fleet"),
+                "actor": labels.get("gpufleet.user") if kind == "job.created" else None}
+        if kind in ("job.created", "job.ended"):
+            item.update(_event_policy(labels))
+        item.update(fields)
+        new.append(item)
+        kinds.append(kind)
+    if not new:
+        return None
+    return new, seen_path, {"life": life, "kinds": kinds}
 
 
 def event_sweep(containers=None, run=None):
     """Record what the job folders here (of ``run``, or all) show happened and is not recorded
-    yet; ``containers``: what ``status`` answered, for the jobs whose wrapper was killed.
+    yet; ``containers``: what ``status`` answered (the jobs whose wrapper was killed, or whose
+    container is gone). A folder that cannot be read is passed over, never the others.
     Answers how many events it recorded."""
+    known = containers is not None
     by_name = dict((c.get("name"), c) for c in containers or [] if c.get("name"))
     runs = [run] if run else _listdir(RUN_ROOT)
     found = []
-    seen_updates = []
+    notes = []
     for name in runs:
         if not _RUN_NAME.match(name or ""):
             continue
         for job in _listdir(os.path.join(RUN_ROOT, name)):
             if not job.isdigit():
                 continue
-            folder = job_dir(name, int(job))
-            record = _json_file(os.path.join(folder, "record.json"))
-            if not isinstance(record, dict):
+            try:
+                made = _event_job(name, job, by_name, known)
+            except Exception:  # one job's odd folder never stops the others' record
                 continue
-            labels = record.get("labels") or {}
-            submission = _event_int(labels.get("gpufleet.submission")) or 0
-            seen_path = os.path.join(folder, "events.json")
-            seen = _json_file(seen_path)
-            kinds = []
-            if isinstance(seen, dict) and seen.get("submission") == submission:
-                kinds = [k for k in seen.get("kinds") or [] if isinstance(k, str)]
-            if "job.ended" in kinds:
-                continue
-            new = []
-            for kind, at, fields in _event_job_facts(folder, labels,
-                                                     by_name.get(record.get("container"))):
-                if kind in kinds:
-                    continue
-                item = {"id": "%s/%s/%s/%s" % (name, job, submission, kind), "at": at,
-                        "kind": kind, "run": name, "job": int(job), "submission": submission,
-                        "job_name": "%s-%s-%s" % (name, labels.get("gpufleet.replica") or 0,
-                                                  job),
-                        "run_id": labels.get("gpufleet.run-id"),
-                        "fleet": labels.get("gpufleet.fleet"),
-                        "actor": labels.get("gpufleet.user") if kind == "job.created" else None}
-                if kind == "job.created":
-                    item.update(_event_policy(labels))
-                item.update(fields)
-                new.append(item)
-                kinds.append(kind)
-            if new:
-                found += new
-                seen_updates.append((seen_path, {"submission": submission, "kinds": kinds}))
+            if made:
+                found += made[0]
+                notes.append(made[1:])
     if found:
         event_append(found)
-        for path, value in seen_updates:
-            _write_json(path, value)
+        for path, value in notes:
+            if os.path.isdir(os.path.dirname(path)):   # not a folder removed meanwhile
+                _write_json(path, value)
     return len(found)
 
 
-def _event_sweep_quietly(answer, containers=None, run=None):
-    """Sweep without letting a failure of the record fail the request it rides on; the
-    answer says what went wrong (``events_error``)."""
+def _event_quietly(answer, work):
+    """Do ``work`` (a write to the record) without letting its failure fail the request it
+    rides on, which has done what it was asked; the answer says what went wrong
+    (``events_error``)."""
     try:
-        event_sweep(containers, run)
+        work()
     except Exception as exc:  # the record must never stop a job's start, stop or listing
         if isinstance(answer, dict):
             answer["events_error"] = "%s: %s" % (type(exc).__name__, exc)
     return answer
+
+
+def _event_sweep_quietly(answer, containers=None, run=None):
+    """A sweep (with ``containers`` of ``status``, or asked here when None)."""
+    def sweep():
+        found = containers
+        if found is None:
+            found = op_status({"run": run} if run else {})["containers"]
+        event_sweep(found, run)
+    return _event_quietly(answer, sweep)
 
 
 def _event_clean(item, now):
@@ -289,7 +385,7 @@ def op_events(payload):
     if run is not None and not _RUN_NAME.match(str(run)):
         raise Failure("events: bad run name %r" % (run,))
     answer = {"now": time.time()}
-    _event_sweep_quietly(answer, op_status({"run": run} if run else {})["containers"], run)
+    _event_sweep_quietly(answer, None, run)
     answer["events"] = event_read(since, run)
     return answer
 
@@ -312,32 +408,36 @@ def op_status_events(payload):
 def op_start_events(payload):
     """Record how an earlier submission of the run ended before its folder is written anew."""
     run = (payload.get("job") or {}).get("run")
-    if run and _RUN_NAME.match(str(run)):
-        _event_sweep_quietly({}, op_status({"run": run})["containers"], run)
+    if run and _RUN_NAME.match(str(run)) and os.path.isdir(os.path.join(RUN_ROOT, run)):
+        _event_sweep_quietly({}, None, run)
     return _event_before("start")(payload)
 
 
 def op_remove_events(payload):
     run = payload.get("run")
-    if run and _RUN_NAME.match(str(run)):
-        _event_sweep_quietly({}, op_status({"run": run})["containers"], run)
+    if run and _RUN_NAME.match(str(run)) and os.path.isdir(os.path.join(RUN_ROOT, run)):
+        _event_sweep_quietly({}, None, run)
     return _event_before("remove")(payload)
 
 
 def op_stop_events(payload):
     """Note who asks the jobs to stop (``by``), for the stop's event, then stop."""
     by = payload.get("by")
-    if by:
+
+    def note():
         for item in payload.get("jobs") or []:
             if not _RUN_NAME.match(str(item.get("run"))):
                 continue
-            folder = job_dir(item["run"], item.get("job_num"))
+            folder = job_dir(item["run"], int(item.get("job_num")))
             state = os.path.join(folder, "state")
             if os.path.isdir(state) and not os.path.exists(os.path.join(state, "reason")) \
                     and not os.path.exists(os.path.join(state, "exit_code")):
                 with open(os.path.join(folder, "stopped_by"), "w") as handle:
                     handle.write(str(by)[:100] + "\n")
+    noted = _event_quietly({}, note) if by else {}
     answer = _event_before("stop")(payload)
+    if isinstance(answer, dict) and noted.get("events_error"):
+        answer["events_error"] = noted["events_error"]
     return _event_sweep_quietly(answer)
 
 
@@ -352,19 +452,26 @@ def _event_queue_op(name):
         before = _event_entry(run)
         answer = _event_before(name)(payload)
         after = _event_entry(run)
+        if before and after and before.get("run_id") != after.get("run_id"):
+            before = None   # a new run of the name over one that ended
         old = (before or {}).get("state")
         new = (after or {}).get("state") if after else ("removed" if before else None)
         if new and (new != old or (after or {}).get("reason") != (before or {}).get("reason")):
             entry = after or before
             fleets = entry.get("fleets") or []
             now = time.time()
+            reason = (after or {}).get("reason")
+            # The same change seen by two controllers at once (each reads the entry around
+            # its own request) reads as one event.
+            ident = "queue/%s/%s/%s/%s/%s" % (entry.get("run_id"), entry.get("submissions"),
+                                              old, new, reason)
             try:
                 event_append([{
-                    "id": uuid.uuid4().hex, "at": now, "kind": "run.queued", "run": run,
+                    "id": ident, "at": now, "kind": "run.queued", "run": run,
                     "run_id": entry.get("run_id"),
                     "actor": payload.get("by") or (entry.get("user") if not old else None),
                     "fleet": fleets[0] if fleets and isinstance(fleets[0], str) else None,
-                    "state": new, "old_state": old, "reason": (after or {}).get("reason"),
+                    "state": new, "old_state": old, "reason": reason,
                     "detail": (after or {}).get("message") if new != old else None,
                     "submission": entry.get("submissions")}])
             except Exception as exc:  # the queue's change stands; the answer says so
@@ -389,19 +496,19 @@ def op_members_change_events(payload):
         limits = ", ".join("%s=%s" % (k, change[k]) for k in ("runs", "gpus", "nodes")
                            if change.get(k) is not None)
         if kind:
-            event_append([{
+            _event_quietly(answer, lambda: event_append([{
                 "id": "member/%s/%s/%s/%s" % (fleet, change.get("kind"), change.get("user"),
                                               stamp[0]),
                 "at": float(stamp[0]), "kind": kind, "fleet": fleet, "user": change.get("user"),
                 "actor": change.get("by"), "role": change.get("role"),
-                "detail": limits or None}])
+                "detail": limits or None, "deliver": payload.get("deliver", True)}]))
     return answer
 
 
 def op_members_sync_events(payload):
     answer = _event_before("members_sync")(payload)
     if payload.get("events"):
-        _event_sent(payload)
+        _event_quietly(answer, lambda: _event_sent(payload))
     return answer
 
 

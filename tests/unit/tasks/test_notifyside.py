@@ -1,0 +1,249 @@
+# -*- coding: utf-8 -*-
+# Copyright: gpufleet contributors
+# GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Webhooks on a host (tasks.hostside.notifyside): the hooks kept root's only, the tick that
+queues what each hook wants from the event record and posts it, tries again with backoff and
+drops it after a day, and the timer or loop that runs the tick from the helper the host last
+compiled. NOTIFY_ROOT, EVENTS_ROOT and RUN_ROOT point into a temporary folder; nothing is
+posted over the network but in the last test, to a server of the test's own.
+"""
+
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import stat
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
+    bootstrap,
+    eventside,
+    nodeside,
+    notifyside,
+)
+
+T0 = 1780000000.0
+URL = "https://hooks.example/services/T0/B1/the-secret"
+
+
+@pytest.fixture
+def host(tmp_path, monkeypatch):
+    monkeypatch.setattr(notifyside, "NOTIFY_ROOT", str(tmp_path / "notify"))
+    monkeypatch.setattr(eventside, "EVENTS_ROOT", str(tmp_path / "events"))
+    monkeypatch.setattr(eventside, "RUN_ROOT", str(tmp_path / "runs"))
+    monkeypatch.setattr(nodeside, "RUN_ROOT", str(tmp_path / "runs"))
+    monkeypatch.setattr(notifyside, "op_status", lambda payload: {"containers": []})
+    monkeypatch.setattr(notifyside, "tick_ensure", lambda: "loop")
+    return tmp_path
+
+
+class Receiver:
+    """Stands in for the URL: answers each post with the next code given (200 when none)."""
+
+    def __init__(self, *codes):
+        self.codes = list(codes)
+        self.posts = []
+
+    def __call__(self, url, body):
+        self.posts.append((url, body))
+        code = self.codes.pop(0) if self.codes else 200
+        return None if code == 200 else "HTTP %d" % code
+
+
+def hook(**given):
+    made = {"id": "ops", "url": URL, "on": [], "fleet": None, "format": "json", "by": "ann"}
+    made.update(given)
+    return made
+
+
+def ended(run="train", job=0, code=0, reason=None, nodes=1, fleet="gpus", at=T0 + 10,
+          kind="job.ended"):
+    return {"id": "%s/%d/0/%s" % (run, job, kind), "at": at, "kind": kind, "run": run,
+            "job": job, "submission": 0, "fleet": fleet, "exit_code": code, "reason": reason,
+            "nodes": nodes, "policy": {"type": "task"}}
+
+
+def test_a_hook_is_kept_for_root_only_and_set_again_unchanged(host):
+    assert notifyside.op_notify_set({"hook": hook()}) == {"set": True, "changed": True,
+                                                          "tick": "loop"}
+    path = host / "notify" / "hooks.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE((host / "notify").stat().st_mode) == 0o700
+    assert notifyside.op_notify_set({"hook": hook()})["changed"] is False
+    assert notifyside.op_notify_set({"hook": hook(format="slack")})["changed"] is True
+    with pytest.raises(nodeside.Failure, match="http"):
+        notifyside.op_notify_set({"hook": hook(url="file:///etc/shadow")})
+
+
+def test_the_list_never_shows_more_of_the_url_than_scheme_and_host(host):
+    notifyside.op_notify_set({"hook": hook(url="https://user:pw@hooks.example:8443/x?k=v")})
+    (shown,) = notifyside.op_notify_list({})["hooks"]
+    assert shown["url"] == "https://hooks.example:8443/..."
+    assert "pw" not in json.dumps(shown) and "k=v" not in json.dumps(shown)
+
+
+def test_a_tick_posts_what_was_recorded_after_the_hook_was_set(host):
+    eventside.event_append([ended(run="before")])
+    notifyside.op_notify_set({"hook": hook()})
+    eventside.event_append([ended(), ended(run="dist", nodes=2)])
+    receiver = Receiver()
+
+    answer = notifyside.notify_tick(now=T0 + 20, post=receiver, host="gpus-0")
+
+    assert answer["delivered"] == 3 and answer["waiting"] == 0
+    events = [body["event"] for _url, body in receiver.posts]
+    # A run of one job ends with its job; a run of two jobs is said by its jobs only.
+    assert [(e["kind"], e["run"]) for e in events] == [
+        ("job.ended", "train"), ("run.status", "train"), ("job.ended", "dist")]
+    assert events[1]["status"] == "done" and events[1]["id"] == "train/0/run.status/done"
+    assert all(url == URL and body["host"] == "gpus-0" and body["hook"] == "ops"
+               for url, body in receiver.posts)
+    # Nothing twice.
+    assert notifyside.notify_tick(now=T0 + 40, post=receiver)["delivered"] == 0
+
+
+def test_a_run_of_one_job_ends_as_its_job_did():
+    statuses = [notifyside._notify_run_end(ended(code=c, reason=r))["status"]
+                for c, r in ((0, None), (1, None), (143, "terminated_by_user"),
+                             (0, "done_by_runner"), (137, "max_duration_exceeded"))]
+    assert statuses == ["done", "failed", "terminated", "done", "terminated"]
+    assert notifyside._notify_run_end(ended(nodes=2)) is None
+    assert notifyside._notify_run_end(dict(ended(), policy={"type": "service"})) is None
+
+
+def test_a_hook_gets_only_the_kinds_and_fleet_it_asked_for_and_one_copy(host):
+    notifyside.op_notify_set({"hook": hook(on=["run.status"], fleet="gpus")})
+    eventside.event_append([ended(code=1), ended(run="other", fleet="cpus"),
+                            {"id": "x/fleet", "at": T0, "kind": "fleet.applied",
+                             "fleet": "gpus", "deliver": False}])
+    receiver = Receiver()
+    notifyside.notify_tick(now=T0 + 20, post=receiver)
+    assert [(b["event"]["kind"], b["event"]["status"]) for _u, b in receiver.posts] == [
+        ("run.status", "failed")]
+
+
+def test_a_receiver_that_is_down_gets_it_later_with_backoff(host):
+    notifyside.op_notify_set({"hook": hook(on=["job.ended"])})
+    eventside.event_append([ended()])
+    receiver = Receiver(503, 502)
+
+    first = notifyside.notify_tick(now=T0 + 100, post=receiver)
+    assert (first["failed"], first["waiting"]) == (1, 1)
+    assert notifyside.notify_tick(now=T0 + 102, post=receiver)["failed"] == 0   # not due
+    assert notifyside.notify_tick(now=T0 + 105, post=receiver)["failed"] == 1   # 5 s later
+    state = json.loads((host / "notify" / "state.json").read_text())
+    (item,) = state["outbox"]
+    assert (item["attempts"], item["next_at"]) == (2, T0 + 115)   # then 10 s
+    assert notifyside.notify_tick(now=T0 + 115, post=receiver)["delivered"] == 1
+    assert len(receiver.posts) == 3
+    (shown,) = notifyside.op_notify_list({})["hooks"]
+    assert shown["deliveries"]["delivered"] == 1 and shown["deliveries"]["failed"] == 2
+    assert shown["deliveries"]["last_error"] == "HTTP 502"
+
+
+def test_a_delivery_that_never_goes_through_is_dropped_after_a_day(host):
+    notifyside.op_notify_set({"hook": hook()})
+    eventside.event_append([ended(nodes=2)])
+    down = Receiver(*([500] * 100))
+    notifyside.notify_tick(now=T0, post=down)
+    answer = notifyside.notify_tick(now=T0 + notifyside.NOTIFY_KEEP + 1, post=down)
+    assert (answer["expired"], answer["waiting"]) == (1, 0)
+
+
+def test_a_removed_hook_takes_its_deliveries_with_it(host):
+    notifyside.op_notify_set({"hook": hook()})
+    eventside.event_append([ended(nodes=2)])
+    notifyside.notify_tick(now=T0, post=Receiver(500))
+    assert notifyside.op_notify_remove({"id": "ops"}) == {"removed": True}
+    assert notifyside.op_notify_remove({"id": "ops"}) == {"removed": False}
+    assert json.loads((host / "notify" / "state.json").read_text())["outbox"] == []
+    assert notifyside.notify_tick(now=T0 + 60, post=Receiver()) == {"hooks": 0}
+
+
+def test_a_slack_body_is_one_line_of_text(host):
+    body = notifyside._notify_body(hook(format="slack"), ended(code=1), "gpus-0")
+    assert body == {"text": "gpufleet on gpus-0: job.ended fleet=gpus run=train job=0 "
+                            "exit_code=1"}
+    plain = notifyside._notify_body(hook(), dict(ended(), deliver=True), "gpus-0")["event"]
+    assert "policy" not in plain and "deliver" not in plain
+
+
+def test_the_record_is_read_on_across_a_rotation(host, monkeypatch):
+    eventside.event_append([ended(run="a")])
+    cursor = eventside.event_end()
+    eventside.event_append([ended(run="b")])
+    monkeypatch.setattr(eventside, "EVENTS_ROTATE", 10)
+    eventside.event_append([ended(run="c")])   # rotates: a's and b's lines are in log.1
+    found, cursor = eventside.event_tail(cursor)
+    assert [e["run"] for e in found] == ["b", "c"]
+    assert eventside.event_tail(cursor)[0] == []
+
+
+def test_the_tick_starts_a_loop_where_systemd_does_not_run(host, monkeypatch):
+    monkeypatch.undo()
+    monkeypatch.setattr(notifyside, "NOTIFY_ROOT", str(host / "notify"))
+    os.makedirs(str(host / "notify"))
+    started = []
+
+    class Child:
+        pid = os.getpid()
+
+    def popen(argv, **kwargs):
+        started.append((argv, kwargs))
+        return Child()
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    if os.path.isdir("/run/systemd/system"):
+        pytest.skip("this machine runs systemd: the loop is for hosts that do not")
+    assert notifyside.tick_ensure() == "loop"
+    ((argv, kwargs),) = started
+    assert argv[:2] == ["/bin/sh", "-c"] and "sleep 15" in argv[2]
+    assert kwargs["start_new_session"] is True
+    assert notifyside.tick_ensure() == "loop" and len(started) == 1   # alive: not again
+    assert stat.S_IMODE((host / "notify" / "tick.py").stat().st_mode) == 0o600
+
+
+def test_the_tick_program_runs_the_helper_the_host_compiled_last(tmp_path):
+    assert notifyside.NOTIFY_HELPER_CACHE == bootstrap.HELPER_CACHE
+    cache = tmp_path / "helper"
+    cache.mkdir(mode=0o700)
+    said = tmp_path / "said"
+    helper = "def serve(request):\n    open(%r, 'wb').write(request)\n" % str(said)
+    tag = sys.implementation.cache_tag
+    with open(str(cache / ("0" * 24 + "." + tag)), "wb") as handle:
+        marshal.dump(compile(helper, "gpufleet_node", "exec"), handle)
+    program = tmp_path / "tick.py"
+    program.write_text(notifyside.NOTIFY_TICK % str(cache))
+
+    subprocess.run([sys.executable, "-S", str(program)], check=True, timeout=30)
+    assert json.loads(said.read_text()) == {"op": "tick"}
+
+
+def test_a_post_reaches_a_real_receiver_and_a_refusal_is_an_error():
+    got = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            got.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(204 if len(got) == 1 else 500)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = "http://127.0.0.1:%d/hook" % server.server_port
+    try:
+        assert notifyside._notify_post(url, {"text": "hi"}) is None
+        assert notifyside._notify_post(url, {"text": "again"}) == "HTTP 500"
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert got == [{"text": "hi"}, {"text": "again"}]
+    assert "refused" in notifyside._notify_post(url, {"text": "gone"})
