@@ -247,3 +247,29 @@ def test_a_post_reaches_a_real_receiver_and_a_refusal_is_an_error():
         server.server_close()
     assert got == [{"text": "hi"}, {"text": "again"}]
     assert "refused" in notifyside._notify_post(url, {"text": "gone"})
+
+
+def test_an_event_recorded_twice_is_posted_once(host):
+    notifyside.op_notify_set({"hook": hook(on=["job.ended"])})
+    eventside.event_append([ended(nodes=2)])
+    receiver = Receiver()
+    notifyside.notify_tick(now=T0, post=receiver)
+    eventside.event_append([ended(nodes=2)])   # the same event again
+    notifyside.notify_tick(now=T0 + 20, post=receiver)
+    assert len(receiver.posts) == 1
+
+
+def test_a_slow_receiver_never_holds_up_a_change_to_the_hooks(host):
+    notifyside.op_notify_set({"hook": hook()})
+    eventside.event_append([ended(nodes=2)])
+    changed = []
+
+    def post(url, body):
+        # While the tick posts, a controller adds a hook: it must not wait for the post.
+        changed.append(notifyside.op_notify_set({"hook": hook(id="other")})["changed"])
+        return None
+
+    worker = threading.Thread(target=notifyside.notify_tick, kwargs={"now": T0, "post": post})
+    worker.start()
+    worker.join(timeout=20)
+    assert not worker.is_alive() and changed == [True]

@@ -909,6 +909,41 @@ def test_utilization_policy_leaves_a_busy_job_alone_and_samples_even_with_metric
     assert (job.state / "metrics").read_text().splitlines()[1] == "nvidia 0 100 81559"
 
 
+def test_utilization_policy_judges_amd_gpus_from_amd_smis_gfx_column(tmp_path, shell):
+    fakes = tmp_path / "fakes"
+    fakes.mkdir()
+    # amd-smi's CSV: a header, then one row per GPU; GPU 1 idles, GPU 0 works.
+    (fakes / "amd-smi").write_text(
+        "#!/bin/sh\n"
+        "printf 'gpu,power_usage,hotspot_temperature,gfx,vram_used,vram_total\\n"
+        "0,300,60,87.5,1000,196592\\n1,90,40,N/A,1000,196592\\n"
+        "2,90,40,0,1000,196592\\n'\n")
+    os.chmod(str(fakes / "amd-smi"), 0o755)
+    job = Job(tmp_path, {"commands": ["sleep 60"], "stop_duration": 1,
+                         "utilization_policy": {"min_gpu_utilization": 10, "time_window": 300}})
+    short_window(job, 2)
+    started = time.time()
+    done = job.run(shell, path="%s:%s" % (fakes, shell[1]),
+                   extra={"GPUFLEET_METRICS_INTERVAL": "1"})
+    assert time.time() - started < 30
+    assert (job.state / "reason").read_text() == "terminated_due_to_utilization_policy\n"
+    assert done.returncode != 0
+    # A busy AMD GPU (and one that says N/A) is left alone.
+    (tmp_path / "busy").mkdir()
+    busy = tmp_path / "busy" / "fakes"
+    busy.mkdir()
+    (busy / "amd-smi").write_text(
+        "#!/bin/sh\nprintf 'gpu,gfx,vram_used,vram_total\\n0,55,1,2\\n1,N/A,1,2\\n'\n")
+    os.chmod(str(busy / "amd-smi"), 0o755)
+    job = Job(tmp_path / "busy", {"commands": ["sleep 4"], "utilization_policy": {
+        "min_gpu_utilization": 10, "time_window": 300}})
+    short_window(job, 2)
+    done = job.run(shell, path="%s:%s" % (busy, shell[1]),
+                   extra={"GPUFLEET_METRICS_INTERVAL": "1"})
+    assert done.returncode == 0, done.stderr
+    assert not (job.state / "reason").exists()
+
+
 @pytest.mark.parametrize("interval", ["0", "00"])
 def test_metrics_can_be_turned_off(tmp_path, shell, interval):
     # Long enough for a sampler to write (the test above: one sample at once, then each second).

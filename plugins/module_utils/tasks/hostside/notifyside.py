@@ -46,6 +46,7 @@ NOTIFY_BACKOFF_MAX = 300
 NOTIFY_TIMEOUT = 5
 NOTIFY_PER_TICK = 50
 NOTIFY_OUTBOX_MAX = 5000
+NOTIFY_SENT_KEPT = 2000   # the last deliveries remembered, so that none is made twice
 TICK_EVERY = 15
 NOTIFY_FORMATS = ("json", "slack")
 _NOTIFY_UNIT = "/etc/systemd/system/gpufleet-tick"
@@ -228,50 +229,68 @@ def _notify_post(url, body):
     return None if 200 <= code < 300 else "HTTP %s" % code
 
 
+def _notify_key(item):
+    return "%s %s" % (item.get("hook"), (item.get("event") or {}).get("id"))
+
+
 def notify_tick(now=None, post=None, host=None):
-    """One tick: queue the new events each hook wants, post what is due. Answers counts."""
+    """One tick: queue the new events each hook wants, post what is due. Answers counts.
+
+    The posts are made outside the lock (a receiver may take NOTIFY_TIMEOUT seconds each):
+    what is due is picked under it, posted, then the answers are written under it again, so
+    that adding or removing a hook never waits for a slow receiver."""
     import socket
 
     now = time.time() if now is None else now
     post = post or _notify_post
     host = host or socket.gethostname()
-    hooks = notify_hooks()
-    if not hooks:
+    if not notify_hooks():
         return {"hooks": 0}
     try:
         event_sweep(op_status({})["containers"])
     except Exception:  # a sweep that fails leaves the facts in the folders: the next one
         pass
     with _Lock(NOTIFY_ROOT, private=True):
+        hooks = notify_hooks()
         state = _notify_state()
         queued = _notify_queue(hooks, state, now)
+        due = [dict(item) for item in state["outbox"]
+               if item.get("hook") in hooks and float(item.get("expires") or 0) > now
+               and float(item.get("next_at") or 0) <= now][:NOTIFY_PER_TICK]
+        _notify_write("state.json", state)
+    answers = {}
+    for item in due:
+        hook = hooks[item["hook"]]
+        answers[_notify_key(item)] = post(hook["url"], _notify_body(hook, item["event"], host))
+    delivered = failed = expired = 0
+    with _Lock(NOTIFY_ROOT, private=True):
+        hooks = notify_hooks()
+        state = _notify_state()
         outbox = []
-        delivered = failed = expired = tried = 0
         for item in state["outbox"]:
-            hook = hooks.get(item.get("hook"))
-            stats = state["stats"].setdefault(item.get("hook"), {
-                "delivered": 0, "failed": 0, "expired": 0})
-            if hook is None:
-                continue
-            if float(item.get("expires") or 0) <= now:
-                expired += 1
-                stats["expired"] = stats.get("expired", 0) + 1
-                continue
-            if float(item.get("next_at") or 0) > now or tried >= NOTIFY_PER_TICK:
-                outbox.append(item)
-                continue
-            tried += 1
-            error = post(hook["url"], _notify_body(hook, item["event"], host))
-            if error is None:
+            hook_id = item.get("hook")
+            if hook_id not in hooks:
+                continue   # removed meanwhile: its deliveries went with it
+            stats = state["stats"].setdefault(hook_id, {"delivered": 0, "failed": 0,
+                                                        "expired": 0})
+            key = _notify_key(item)
+            if key in answers and answers[key] is None:
+                state["sent"] = ((state.get("sent") or []) + [key])[-NOTIFY_SENT_KEPT:]
                 delivered += 1
                 stats["delivered"] = stats.get("delivered", 0) + 1
                 stats["last_delivered_at"] = now
                 continue
-            failed += 1
-            item["attempts"] = int(item.get("attempts") or 0) + 1
-            item["next_at"] = now + min(NOTIFY_BACKOFF_MAX, 5 * 2 ** (item["attempts"] - 1))
-            stats["failed"] = stats.get("failed", 0) + 1
-            stats["last_error"] = error
+            if key in answers:
+                failed += 1
+                item["attempts"] = int(item.get("attempts") or 0) + 1
+                item["next_at"] = now + min(NOTIFY_BACKOFF_MAX,
+                                            5 * 2 ** (item["attempts"] - 1))
+                stats["failed"] = stats.get("failed", 0) + 1
+                stats["last_error"] = answers[key]
+            elif float(item.get("expires") or 0) <= now:
+                expired += 1
+                stats["expired"] = stats.get("expired", 0) + 1
+                continue
             outbox.append(item)
         state["outbox"] = outbox
         _notify_write("state.json", state)
@@ -283,15 +302,19 @@ def _notify_queue(hooks, state, now):
     """Put the events recorded since the last tick that each hook wants into the outbox
     (under the lock); a hook gets only what was recorded after it was set."""
     events, state["cursor"] = event_tail(state["cursor"])
+    # An event recorded twice (a sweep cut short before it noted what it wrote) goes once.
+    known = set(state.get("sent") or []) | set(_notify_key(i) for i in state["outbox"])
     queued = 0
     for event in events:
         for item in [event] + [e for e in [_notify_run_end(event)] if e]:
             for hook_id, hook in sorted(hooks.items()):
                 if float(event.get("recorded") or 0) < float(hook.get("set_at") or 0):
                     continue
-                if _notify_wanted(hook, item):
-                    state["outbox"].append({"hook": hook_id, "event": item, "attempts": 0,
-                                            "next_at": now, "expires": now + NOTIFY_KEEP})
+                made = {"hook": hook_id, "event": item, "attempts": 0, "next_at": now,
+                        "expires": now + NOTIFY_KEEP}
+                if _notify_wanted(hook, item) and _notify_key(made) not in known:
+                    known.add(_notify_key(made))
+                    state["outbox"].append(made)
                     queued += 1
     if len(state["outbox"]) > NOTIFY_OUTBOX_MAX:
         state["outbox"] = state["outbox"][-NOTIFY_OUTBOX_MAX:]
