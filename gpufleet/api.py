@@ -722,40 +722,44 @@ def _webhooks():
 
 def notify_add(url: str, on: Sequence[str] = (), fleet: str | None = None,
                format: str = "json", name: str | None = None,
-               vault_password_file: str | None = None, in_process: bool = False,
-               **options: Any) -> dict:
+               vault_password_file: str | None = None, **options: Any) -> dict:
     """Make the hosts of the reachable fleets (``fleet``: that one's) post their events to
     ``url`` (``gpufleet notify add``): ``{"hook": {"id", "url" (scheme and host only), "on",
-    "fleet", "format", "by"}, "set_on": [hosts], "unreachable": {host: error}}``. ``on``: the
-    event kinds (all when empty); ``format``: ``json`` or ``slack``. The URL is a credential:
-    it is kept in the secrets store (``GPUFLEET_NOTIFY_<NAME>``; ``vault_password_file`` as
-    :func:`secret_store`) and on the hosts, and never shown. ``in_process``: notify.yml's
-    module's function, called in this process."""
+    "fleet", "format", "by"}, "set_on": [hosts], "changed", "unreachable": {host: error}}``.
+    ``on``: the event kinds (all when empty); ``format``: ``json`` or ``slack``. The URL is a
+    credential: it goes to the hosts from this process (never through ansible-runner, whose
+    command line and files would hold it), is kept in the secrets store once a host took it
+    (``GPUFLEET_NOTIFY_<NAME>``; ``vault_password_file`` as :func:`secret_store`), and is
+    never shown. AWX and playbooks use notify.yml with the URL from a vaulted file."""
     hooks = _webhooks()
     try:
         checked = hooks.make_hook(url, list(on), fleet, format, name,
                                   made_id="hook-" + uuid.uuid4().hex[:6])
         store = secret_store(vault_password_file)
-        store.set(hooks.secret_name(checked["id"]), checked["url"])
+        store.names()   # a wrong vault password fails before any host is asked
     except hooks.WebhookError as exc:
         raise GpufleetError(str(exc)) from None
     given = {"operation": "add", "url": checked["url"], "name": checked["id"],
              "on": list(checked["on"]), "fleet": fleet, "format": format}
-    return _notify(given, in_process, options)
+    answer = _notify(given, True, options)
+    store.set(hooks.secret_name(checked["id"]), checked["url"])
+    return answer
 
 
 def notify_remove(name: str, fleet: str | None = None, vault_password_file: str | None = None,
                   in_process: bool = False, **options: Any) -> dict:
-    """Take the hook ``name`` off the fleets' hosts and its URL out of the secrets store:
-    ``{"removed_from": [hosts], "unreachable"}``."""
-    answer = _notify({"operation": "remove", "name": name, "fleet": fleet}, in_process, options)
+    """Take the hook ``name`` off the fleets' hosts and, once no host that could keep it
+    was silent, its URL out of the secrets store: ``{"removed_from": [hosts], "changed",
+    "unreachable"}``."""
     try:
-        store = secret_store(vault_password_file)
         key = _webhooks().secret_name(name)
+    except _webhooks().WebhookError as exc:
+        raise GpufleetError(str(exc).replace("--name", "NAME")) from None
+    answer = _notify({"operation": "remove", "name": name, "fleet": fleet}, in_process, options)
+    if not answer.get("unreachable") and not fleet:
+        store = secret_store(vault_password_file)
         if key in store.names():
             store.delete(key)
-    except _webhooks().WebhookError as exc:
-        raise GpufleetError(str(exc)) from None
     return answer
 
 
@@ -771,7 +775,6 @@ def _notify(given: dict, in_process: bool, options: dict) -> dict:
     if in_process:
         return _direct().notify(**opts.here(), **given)
     variables = {"gpufleet_notify_operation": given["operation"],
-                 "gpufleet_notify_url": given.get("url"),
                  "gpufleet_notify_name": given.get("name"),
                  "gpufleet_notify_on": given.get("on") or None,
                  "gpufleet_notify_format": given.get("format"),

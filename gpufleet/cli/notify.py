@@ -74,7 +74,7 @@ def _add(args, out, err) -> int:
     try:
         answer = notify_add(url, on=args.on, fleet=args.fleet, format=args.format,
                             name=args.name, vault_password_file=args.vault_password_file,
-                            in_process=True, fleet_files=common.fleet_files(args))
+                            fleet_files=common.fleet_files(args))
     except GpufleetError as exc:
         return common.failed(exc, err)
     hook = answer["hook"]

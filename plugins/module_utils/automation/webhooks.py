@@ -59,6 +59,13 @@ def check_url(url: Any) -> str:
                            "https://hooks.slack.com/services/..." % shown_url(text))
     if any(c.isspace() for c in text):
         raise WebhookError("URL %s: a URL has no spaces" % shown_url(text))
+    if any(ord(c) < 33 or ord(c) > 126 for c in text):
+        raise WebhookError("URL %s: write it in printable ASCII (percent-encode the rest)"
+                           % shown_url(text))
+    if parts.username is not None or parts.password is not None:
+        raise WebhookError("URL %s: a user and password in the URL cannot be posted with; "
+                           "put the credential in its path or query, as Slack's webhooks do"
+                           % shown_url(text))
     return text
 
 
@@ -73,11 +80,11 @@ def check_kinds(kinds: Optional[Sequence[str]]) -> List[str]:
     return found
 
 
-def check_id(hook_id: Any) -> str:
+def check_id(hook_id: Any, option: str = "--name") -> str:
     text = str(hook_id or "")
     if not _ID.match(text):
-        raise WebhookError("--name %s: use lowercase letters, digits and -, at most 40, "
-                           "starting with a letter or digit" % shorten(text))
+        raise WebhookError("%s %s: use lowercase letters, digits and -, at most 40, "
+                           "starting with a letter or digit" % (option, shorten(text)))
     return text
 
 

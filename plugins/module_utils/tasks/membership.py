@@ -183,6 +183,11 @@ def ensure(record: Mapping[str, Any], root: Optional[str] = None,
     # and every host writes its members' keys again (a node whose authorized_keys was made
     # anew when it restarted gets them back).
     behind = [h for h, d in held.items() if d != members_merge(d, doc)]
+    # The fleet's webhooks (gpufleet notify) reach the hosts the apply added, before the
+    # apply's events are written: one of those hosts may be the one that posts them.
+    if len(held) > 1:
+        errors.update(notifications.copy_to_new_hosts(
+            dict((h, nodes[h]) for h in held))["unreachable"])
     # With it, each host keeps the facts the apply measured on it: a member's controller, which
     # has no facts cache of the fleet, reads them from there (host_facts).
     # The apply's events (what it created and removed) go to every host with it.
@@ -198,10 +203,6 @@ def ensure(record: Mapping[str, Any], root: Optional[str] = None,
     for host, (_answer, error) in answers.items():
         if error is not None:
             errors[host] = str(error.detail if isinstance(error, NodeError) else error)
-    # The fleet's webhooks (gpufleet notify) reach the hosts the apply added.
-    answered = dict((h, nodes[h]) for h in held if h not in errors)
-    if len(answered) > 1:
-        errors.update(notifications.copy_to_new_hosts(answered)["unreachable"])
     return {"made": made, "synced": sorted(h for h in behind if h not in errors),
             "unread": errors}
 

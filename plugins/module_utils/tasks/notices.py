@@ -60,15 +60,21 @@ def notify(params, hooks, check_mode=False):
     root, fleets = fleets_of(params)
     operation = params.get("operation") or "list"
     try:
+        if operation == "remove":
+            if not params.get("name"):
+                raise ActionError("name the hook to remove (gpufleet notify list shows them)")
+            hooks.check_id(params["name"], "NAME")
         chosen = reachable_fleets(fleets, params.get("fleet"))
         if not chosen:
             raise ActionError("no fleet this controller can reach: apply one first "
                               "(gpufleet apply -f FLEET_FILE)")
         nodes = surveys.nodes_of(chosen, root)
         if operation == "list":
-            return dict(list_hooks(nodes), changed=False)
-        if not params.get("name") and operation == "remove":
-            raise ActionError("name the hook to remove (gpufleet notify list shows them)")
+            found = list_hooks(nodes)
+            # Cut again here: a host of an earlier version may have shown more of a URL.
+            for hook in found["hooks"]:
+                hook["url"] = hooks.shown_url(hook.get("url") or "")
+            return dict(found, changed=False)
         if operation == "remove":
             if check_mode:
                 return {"removed_from": [], "unreachable": {}, "changed": True}

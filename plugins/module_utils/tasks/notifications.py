@@ -70,27 +70,36 @@ def list_hooks(nodes: Mapping[str, Node]) -> Dict[str, Any]:
 
 
 def copy_to_new_hosts(nodes: Mapping[str, Node]) -> Dict[str, Any]:
-    """The hooks some hosts of one fleet keep, set on those of its hosts that keep none of
-    them (what a fleet apply does for the hosts it added)."""
+    """The hooks the hosts of one fleet keep, set on those of its hosts that never kept any
+    (the hosts a fleet apply added); a hook removed on some host after it was set is copied
+    nowhere."""
     done, unreachable = _ask(nodes, "notify_export", {})
-    held = dict((h, a.get("hooks") or {}) for h, a in done.items())
+    removed: Dict[str, float] = {}
     wanted: Dict[str, Dict[str, Any]] = {}
-    for hooks in held.values():
-        for hook_id, hook in hooks.items():
+    for answer in done.values():
+        for hook_id, when in (answer.get("removed") or {}).items():
+            removed[hook_id] = max(float(when or 0), removed.get(hook_id, 0.0))
+        for hook_id, hook in (answer.get("hooks") or {}).items():
             if hook_id not in wanted or float(hook.get("set_at") or 0) > float(
                     wanted[hook_id].get("set_at") or 0):
                 wanted[hook_id] = hook
-    copied: Dict[str, List[str]] = {}
-    for host, hooks in sorted(held.items()):
+    wanted = dict((k, h) for k, h in wanted.items()
+                  if removed.get(k, 0.0) < float(h.get("set_at") or 0))
+    new = sorted(h for h, a in done.items() if not a.get("kept"))
+    if not wanted or not new:
+        return {"copied": {}, "unreachable": unreachable}
+
+    def copy(host):
         for hook_id, hook in sorted(wanted.items()):
-            if hook_id in hooks:
-                continue
-            try:
-                nodes[host].call("notify_set", {"hook": hook}, timeout=60)
-            except NodeError as exc:
-                unreachable[host] = str(exc.detail)
-                continue
-            copied.setdefault(host, []).append(hook_id)
+            nodes[host].call("notify_set", {"hook": hook}, timeout=60)
+        return sorted(wanted)
+
+    copied: Dict[str, List[str]] = {}
+    for host, (answer, error) in sorted(parallel(new, copy).items()):
+        if error is not None:
+            unreachable[host] = str(error.detail if isinstance(error, NodeError) else error)
+        else:
+            copied[host] = answer
     return {"copied": copied, "unreachable": unreachable}
 
 

@@ -48,3 +48,12 @@ def test_a_hook_can_ask_for_every_kind_the_hosts_post():
     assert "run.status" in webhooks.HOOK_KINDS and "job.ended" in webhooks.HOOK_KINDS
     assert "run.submitted" not in webhooks.HOOK_KINDS   # derived by readers, not posted
     assert "instance.created" in webhooks.HOOK_KINDS and "member.revoked" in webhooks.HOOK_KINDS
+
+
+def test_a_url_with_a_user_or_odd_characters_is_refused_without_showing_them():
+    with pytest.raises(WebhookError, match="a user and password") as info:
+        webhooks.make_hook("https://ann:hunter2@hooks.example/x", made_id="h")
+    assert "hunter2" not in str(info.value)
+    with pytest.raises(WebhookError, match="printable ASCII"):
+        webhooks.make_hook("https://hooks.example/\x7fsecret", made_id="h")
+    assert webhooks.shown_url("https://example.com?token=SECRET") == "https://example.com/..."

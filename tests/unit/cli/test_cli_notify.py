@@ -91,11 +91,29 @@ def test_remove_takes_it_off_the_hosts_and_out_of_the_store(playbooks, direct, v
     assert "GPUFLEET_NOTIFY_OPS" not in api.secret_store().names()
 
 
-def test_the_api_without_in_process_runs_notify_yml(playbooks, vault):
-    playbooks.answer(stats={"gpufleet_notify": dict(added(), invocation={"x": 1})})
-
+def test_the_url_never_goes_through_ansible_runner(playbooks, direct, vault):
+    # add runs in process whatever is asked; list and remove may run notify.yml.
+    direct.answer(added())
     assert api.notify_add(URL, on=["run.status"], format="slack", name="ops") == added()
+    assert playbooks.calls == [] and direct.calls[0][2]["url"] == URL
+    playbooks.answer(stats={"gpufleet_notify": {"hooks": [], "unreachable": {},
+                                                "changed": False, "invocation": {"x": 1}}})
+    assert api.notify_list() == {"hooks": [], "unreachable": {}, "changed": False}
     (call,) = playbooks.calls
     assert call["playbook"] == "notify.yml"
-    assert call["extravars"]["gpufleet_notify_url"] == URL
-    assert call["extravars"]["gpufleet_notify_operation"] == "add"
+    assert call["extravars"] == {"gpufleet_notify_operation": "list"}
+
+
+def test_a_failed_add_keeps_nothing_and_a_remove_with_silent_hosts_keeps_the_url(
+        playbooks, direct, vault):
+    from gpufleet.api import GpufleetError
+
+    direct.answer(raises=GpufleetError("no host took the hook: gpus-0: down"))
+    with pytest.raises(GpufleetError):
+        api.notify_add(URL, name="ops")
+    assert "GPUFLEET_NOTIFY_OPS" not in api.secret_store().names()
+    api.secret_store().set("GPUFLEET_NOTIFY_OPS", URL)
+    direct.answer({"removed_from": ["gpus-0"], "changed": True,
+                   "unreachable": {"gpus-1": "down"}})
+    api.notify_remove("ops", in_process=True)
+    assert "GPUFLEET_NOTIFY_OPS" in api.secret_store().names()   # gpus-1 may keep it

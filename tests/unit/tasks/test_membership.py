@@ -362,3 +362,17 @@ def test_a_fleet_apply_copies_the_fleets_hooks_to_the_hosts_it_added(tmp_path):
     (kept,) = nodes["gpus-1"].call("notify_list")["hooks"]
     assert kept["id"] == "ops" and kept["url"] == "https://hooks.example/..."
     assert notifications.copy_to_new_hosts(nodes)["copied"] == {}
+
+
+def test_a_hook_removed_while_a_host_was_away_is_not_copied_back(tmp_path):
+    nodes = dict((name, HostNode(name, tmp_path)) for name in ("gpus-0", "gpus-1", "gpus-2"))
+    hook = {"id": "ops", "url": "https://hooks.example/services/T0/B1/secret", "on": [],
+            "fleet": "gpus", "format": "json", "by": "ann"}
+    nodes["gpus-0"].call("notify_set", {"hook": hook})
+    nodes["gpus-1"].call("notify_set", {"hook": hook})
+    nodes["gpus-1"].call("notify_remove", {"id": "ops"})   # gpus-0 was away then
+
+    answer = notifications.copy_to_new_hosts(nodes)
+
+    assert answer["copied"] == {}
+    assert nodes["gpus-2"].call("notify_list")["hooks"] == []

@@ -100,7 +100,7 @@ def test_a_tick_posts_what_was_recorded_after_the_hook_was_set(host):
     # A run of one job ends with its job; a run of two jobs is said by its jobs only.
     assert [(e["kind"], e["run"]) for e in events] == [
         ("job.ended", "train"), ("run.status", "train"), ("job.ended", "dist")]
-    assert events[1]["status"] == "done" and events[1]["id"] == "train/0/run.status/done"
+    assert events[1]["status"] == "done" and events[1]["id"] == "train/None/0/run.status/done"
     assert all(url == URL and body["host"] == "gpus-0" and body["hook"] == "ops"
                for url, body in receiver.posts)
     # Nothing twice.
@@ -135,11 +135,12 @@ def test_a_receiver_that_is_down_gets_it_later_with_backoff(host):
     first = notifyside.notify_tick(now=T0 + 100, post=receiver)
     assert (first["failed"], first["waiting"]) == (1, 1)
     assert notifyside.notify_tick(now=T0 + 102, post=receiver)["failed"] == 0   # not due
-    assert notifyside.notify_tick(now=T0 + 105, post=receiver)["failed"] == 1   # 5 s later
+    assert notifyside.notify_tick(now=T0 + 106, post=receiver)["failed"] == 1   # 5 s later
     state = json.loads((host / "notify" / "state.json").read_text())
     (item,) = state["outbox"]
-    assert (item["attempts"], item["next_at"]) == (2, T0 + 115)   # then 10 s
-    assert notifyside.notify_tick(now=T0 + 115, post=receiver)["delivered"] == 1
+    assert item["attempts"] == 2
+    assert item["next_at"] == pytest.approx(T0 + 116, abs=1)   # then 10 s after that answer
+    assert notifyside.notify_tick(now=T0 + 117, post=receiver)["delivered"] == 1
     assert len(receiver.posts) == 3
     (shown,) = notifyside.op_notify_list({})["hooks"]
     assert shown["deliveries"]["delivered"] == 1 and shown["deliveries"]["failed"] == 2
@@ -189,36 +190,42 @@ def test_the_tick_starts_a_loop_where_systemd_does_not_run(host, monkeypatch):
     monkeypatch.setattr(notifyside, "NOTIFY_ROOT", str(host / "notify"))
     os.makedirs(str(host / "notify"))
     started = []
-
-    class Child:
-        pid = os.getpid()
+    real = subprocess.Popen
 
     def popen(argv, **kwargs):
         started.append((argv, kwargs))
-        return Child()
+        # Stands in for the loop: a process whose command line names the tick's program.
+        return real(["/bin/sh", "-c", "sleep 30; : %s" % (host / "notify" / "tick.py")])
 
     monkeypatch.setattr(subprocess, "Popen", popen)
     if os.path.isdir("/run/systemd/system"):
         pytest.skip("this machine runs systemd: the loop is for hosts that do not")
-    assert notifyside.tick_ensure() == "loop"
-    ((argv, kwargs),) = started
-    assert argv[:2] == ["/bin/sh", "-c"] and "sleep 15" in argv[2]
-    assert kwargs["start_new_session"] is True
-    assert notifyside.tick_ensure() == "loop" and len(started) == 1   # alive: not again
-    assert stat.S_IMODE((host / "notify" / "tick.py").stat().st_mode) == 0o600
+    (host / "notify" / "tick.pid").write_text("%d\n" % os.getpid())   # not the loop
+    try:
+        assert notifyside.tick_ensure() == "loop"
+        ((argv, kwargs),) = started
+        assert argv[:2] == ["/bin/sh", "-c"] and "sleep 15" in argv[2]
+        assert argv[2].startswith("while :; do %s -S " % sys.executable)
+        assert kwargs["start_new_session"] is True
+        assert notifyside.tick_ensure() == "loop" and len(started) == 1   # alive: not again
+        assert stat.S_IMODE((host / "notify" / "tick.py").stat().st_mode) == 0o600
+    finally:
+        pid = int((host / "notify" / "tick.pid").read_text())
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
 
 
-def test_the_tick_program_runs_the_helper_the_host_compiled_last(tmp_path):
+def test_the_tick_program_runs_the_helper_kept_for_it(tmp_path):
     assert notifyside.NOTIFY_HELPER_CACHE == bootstrap.HELPER_CACHE
-    cache = tmp_path / "helper"
-    cache.mkdir(mode=0o700)
+    root = tmp_path / "notify"
+    root.mkdir(mode=0o700)
     said = tmp_path / "said"
     helper = "def serve(request):\n    open(%r, 'wb').write(request)\n" % str(said)
     tag = sys.implementation.cache_tag
-    with open(str(cache / ("0" * 24 + "." + tag)), "wb") as handle:
+    with open(str(root / ("helper." + tag)), "wb") as handle:
         marshal.dump(compile(helper, "gpufleet_node", "exec"), handle)
-    program = tmp_path / "tick.py"
-    program.write_text(notifyside.NOTIFY_TICK % str(cache))
+    program = root / "tick.py"
+    program.write_text(notifyside.NOTIFY_TICK % str(root))
 
     subprocess.run([sys.executable, "-S", str(program)], check=True, timeout=30)
     assert json.loads(said.read_text()) == {"op": "tick"}
@@ -273,3 +280,44 @@ def test_a_slow_receiver_never_holds_up_a_change_to_the_hooks(host):
     worker.start()
     worker.join(timeout=20)
     assert not worker.is_alive() and changed == [True]
+
+
+def test_no_part_of_a_url_past_its_host_is_ever_shown_or_kept_in_an_error(host):
+    notifyside.op_notify_set({"hook": hook(url="https://hooks.example?token=SECRET#frag")})
+    (shown,) = notifyside.op_notify_list({})["hooks"]
+    assert shown["url"] == "https://hooks.example/..."
+    said = notifyside._notify_post("http://127.0.0.1:1/path-SECRET", {"text": "x"})
+    assert said.startswith("URLError") and "SECRET" not in said
+    said = notifyside._notify_post("https://ann:SECRET@hooks.example/x", {"text": "x"})
+    assert "SECRET" not in said
+
+
+def test_state_beyond_a_small_file_is_read_whole_and_never_reset(host):
+    notifyside.op_notify_set({"hook": hook(on=["job.ended"])})
+    eventside.event_append([ended(run="r%d" % n, nodes=2) for n in range(400)])
+    notifyside.notify_tick(now=T0, post=Receiver(*([500] * 400)))
+    assert (host / "notify" / "state.json").stat().st_size > 65536
+    receiver = Receiver()
+    for step in range(10):
+        notifyside.notify_tick(now=T0 + 1000 + step * 400, post=receiver)
+    runs = [body["event"]["run"] for _url, body in receiver.posts]
+    assert len(runs) == len(set(runs)) == 400
+    (host / "notify" / "state.json").write_text("{torn")
+    with pytest.raises(nodeside.Failure, match="cannot be read"):
+        notifyside.notify_tick(now=T0 + 9000, post=receiver)
+
+
+def test_the_helper_a_request_runs_is_kept_for_the_tick(host, monkeypatch, tmp_path):
+    cache = tmp_path / "helper"
+    cache.mkdir()
+    tag = sys.implementation.cache_tag
+    digest = "a" * 24
+    (cache / ("%s.%s" % (digest, tag))).write_bytes(b"compiled")
+    (host / "notify").mkdir(mode=0o700, exist_ok=True)
+    monkeypatch.setattr(notifyside, "NOTIFY_HELPER_CACHE", str(cache))
+    monkeypatch.setattr(sys, "argv", ["-c", digest])
+    notifyside._tick_pin()
+    assert (host / "notify" / ("helper." + tag)).read_bytes() == b"compiled"
+    monkeypatch.setattr(sys, "argv", ["-c"])   # a request without a digest changes nothing
+    notifyside._tick_pin()
+    assert (host / "notify" / "helper.digest").read_text() == digest + "\n"

@@ -70,25 +70,30 @@ def event_append(items):
     """Append ``items`` (event dicts) to the record, under its lock."""
     if not items:
         return 0
+    with _Lock(EVENTS_ROOT, private=True):
+        return _event_append_locked(items)
+
+
+def _event_append_locked(items):
+    """Append ``items`` (under the record's lock, which the caller holds)."""
     recorded = time.time()
     lines = "".join(json.dumps(dict(item, recorded=recorded), sort_keys=True) + "\n"
                     for item in items)
-    with _Lock(EVENTS_ROOT, private=True):
-        path = _event_log()
-        try:
-            if os.path.getsize(path) > EVENTS_ROTATE:
-                os.rename(path, _event_log(old=True))
-        except OSError:
-            pass
-        descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(descriptor, "a+") as handle:
-            # A line cut short (a write that died half way) is ended first, so that only it
-            # is lost, not the line after it.
-            if handle.tell() > 0:
-                handle.seek(handle.tell() - 1)
-                if handle.read(1) != "\n":
-                    lines = "\n" + lines
-            handle.write(lines)
+    path = _event_log()
+    try:
+        if os.path.getsize(path) > EVENTS_ROTATE:
+            os.rename(path, _event_log(old=True))
+    except OSError:
+        pass
+    descriptor = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(descriptor, "a+") as handle:
+        # A line cut short (a write that died half way) is ended first, so that only it is
+        # lost, not the line after it.
+        if handle.tell() > 0:
+            handle.seek(handle.tell() - 1)
+            if handle.read(1) != "\n":
+                lines = "\n" + lines
+        handle.write(lines)
     return len(items)
 
 
@@ -127,9 +132,13 @@ def event_tail(cursor):
         except (IOError, OSError):
             continue
         with handle:
+            stat = os.fstat(handle.fileno())
+            if path == _event_log() and stat.st_ino != current[0]:
+                start = 0   # rotated between the look and the opening: all of it is new
+            if start > stat.st_size:
+                start = 0   # not the file the cursor was in (a number used again)
             handle.seek(start)
             data = handle.read()
-            stat = os.fstat(handle.fileno())
         whole = data[:data.rfind(b"\n") + 1]
         for line in whole.splitlines():
             try:
@@ -306,6 +315,13 @@ def event_sweep(containers=None, run=None):
     known = containers is not None
     by_name = dict((c.get("name"), c) for c in containers or [] if c.get("name"))
     runs = [run] if run else _listdir(RUN_ROOT)
+    # Under the record's lock from the reading of what is noted to the noting: two sweeps at
+    # once (a tick and a controller's look) never record one fact twice.
+    with _Lock(EVENTS_ROOT, private=True):
+        return _event_sweep_locked(runs, by_name, known)
+
+
+def _event_sweep_locked(runs, by_name, known):
     found = []
     notes = []
     for name in runs:
@@ -322,7 +338,7 @@ def event_sweep(containers=None, run=None):
                 found += made[0]
                 notes.append(made[1:])
     if found:
-        event_append(found)
+        _event_append_locked(found)
         for path, value in notes:
             if os.path.isdir(os.path.dirname(path)):   # not a folder removed meanwhile
                 _write_json(path, value)

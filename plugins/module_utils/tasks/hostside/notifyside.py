@@ -15,12 +15,16 @@ what it delivered). A hook gets the events recorded after it was set.
 The **tick** (``tick``, run every TICK_EVERY seconds on the host by a systemd timer, or by a
 loop where systemd does not run, such as the local backend's nodes) records what the job
 folders show (eventside's sweep), queues the new events each hook wants, then posts what is
-due: a 2xx answer delivers it; anything else is tried again after 5, 10, 20... seconds (at
-most NOTIFY_BACKOFF_MAX apart) until it is NOTIFY_KEEP seconds old, then dropped and counted.
-No request of a controller posts anything, so a receiver that does not answer never delays a
-run. ``tick_ensure`` (``notify_set``, and every ``status`` while hooks exist) keeps the timer
-or loop there; the tick runs the helper the host last compiled (tasks.hostside.bootstrap's
-cache), so it is always the newest one a controller sent.
+due, outside the hooks' lock: a 2xx answer delivers it (a redirect does not); anything else is
+tried again after 5, 10, 20... seconds (at most NOTIFY_BACKOFF_MAX apart) until it is
+NOTIFY_KEEP seconds old, then dropped and counted. A receiver that failed is not asked again
+in the same tick, and a tick posts for NOTIFY_TICK_BUDGET seconds at most. No request of a
+controller posts anything, so a receiver that does not answer never delays a run or a
+command. Deliveries are at least once: a tick killed while it posts posts again what it had
+not written down. ``tick_ensure`` (``notify_set``, and every ``status`` while hooks exist)
+keeps the timer or loop there, run by the interpreter the requests run with, and keeps for it
+a copy of the helper the request runs (``helper.<tag>``), so that a controller of an earlier
+version, whose helper has no tick, does not stop it.
 
 Each host posts the events it recorded: its jobs' and its queue's. An event a controller wrote
 on every host of a fleet (a fleet apply's, a member change) is posted by the one host it was
@@ -48,18 +52,18 @@ NOTIFY_PER_TICK = 50
 NOTIFY_OUTBOX_MAX = 5000
 NOTIFY_SENT_KEPT = 2000   # the last deliveries remembered, so that none is made twice
 TICK_EVERY = 15
+NOTIFY_TICK_BUDGET = 60   # seconds of posting in one tick; the rest waits for the next
 NOTIFY_FORMATS = ("json", "slack")
 _NOTIFY_UNIT = "/etc/systemd/system/gpufleet-tick"
-# What the timer (or loop) runs: the helper the host compiled last, its ``serve`` on a tick.
+# What the timer (or loop) runs: the helper kept for it (``_tick_pin``: the compiled code of
+# the last request of a controller that has webhooks), its ``serve`` on a tick.
 NOTIFY_TICK = (
     "import marshal, os, sys\n"
     "f = %r\n"
-    "t = '.' + sys.implementation.cache_tag\n"
-    "n = sorted((os.stat(os.path.join(f, x)).st_mtime, x) for x in os.listdir(f)"
-    " if x.endswith(t))\n"
+    "p = os.path.join(f, 'helper.' + sys.implementation.cache_tag)\n"
     "st = os.lstat(f)\n"
-    "if n and st.st_uid == os.geteuid() and not st.st_mode & 0o022:\n"
-    "    with open(os.path.join(f, n[-1][1]), 'rb') as h:\n"
+    "if os.path.isfile(p) and st.st_uid == os.geteuid() and not st.st_mode & 0o022:\n"
+    "    with open(p, 'rb') as h:\n"
     "        c = marshal.load(h)\n"
     "    g = {'__name__': 'gpufleet_node'}\n"
     "    exec(c, g)\n"
@@ -71,13 +75,36 @@ def _notify_path(name):
     return os.path.join(NOTIFY_ROOT, name)
 
 
+def _notify_read(name):
+    """A file of NOTIFY_ROOT, whole (they are root's own, of any size): None when it is not
+    there; a Failure when it cannot be read, so that nothing is reset by mistake."""
+    path = _notify_path(name)
+    try:
+        with open(path) as handle:
+            text = handle.read()
+    except (IOError, OSError):
+        if os.path.exists(path):
+            raise Failure("cannot read %s" % path)
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise Failure("%s cannot be read as JSON" % path) from None
+
+
 def notify_hooks():
-    found = _json_file(_notify_path("hooks.json"))
+    found = _notify_read("hooks.json")
+    return found if isinstance(found, dict) else {}
+
+
+def _notify_removed():
+    """``{hook id: when it was removed}``: a hook removed is never copied back."""
+    found = _notify_read("removed.json")
     return found if isinstance(found, dict) else {}
 
 
 def _notify_state():
-    found = _json_file(_notify_path("state.json"))
+    found = _notify_read("state.json")
     if not isinstance(found, dict):
         found = {}
     found.setdefault("cursor", None)
@@ -94,10 +121,17 @@ def _notify_write(name, value):
 
 def _notify_public(hook):
     """A hook as it may be shown: its URL cut to scheme and host (the rest may be a secret)."""
+    from urllib.parse import urlsplit
+
     shown = dict((k, v) for k, v in hook.items() if k != "url")
-    url = str(hook.get("url") or "")
-    scheme, _sep, rest = url.partition("://")
-    shown["url"] = "%s://%s/..." % (scheme, rest.split("/", 1)[0].rsplit("@", 1)[-1])
+    try:
+        parts = urlsplit(str(hook.get("url") or ""))
+        host = parts.hostname or "?"
+        if parts.port:
+            host = "%s:%d" % (host, parts.port)
+        shown["url"] = "%s://%s/..." % (parts.scheme, host)
+    except ValueError:
+        shown["url"] = "(a URL that cannot be read)"
     return shown
 
 
@@ -119,12 +153,21 @@ def op_notify_set(payload):
         if changed:
             hooks[str(hook["id"])] = dict(hook, set_at=now)
             _notify_write("hooks.json", hooks)
+            removed = _notify_removed()
+            if removed.pop(str(hook["id"]), None) is not None:
+                _notify_write("removed.json", removed)
         state = _notify_state()
         if state["cursor"] is None:
             # The ticks read the record from here on: nothing recorded before is posted.
             state["cursor"] = event_end()
         _notify_write("state.json", state)
-    return {"set": True, "changed": changed, "tick": tick_ensure()}
+    answer = {"set": True, "changed": changed}
+    try:
+        answer["tick"] = tick_ensure()
+    except Exception as exc:  # the hook is kept; the answer says why nothing posts it yet
+        answer["tick"] = None
+        answer["tick_error"] = "%s: %s" % (type(exc).__name__, exc)
+    return answer
 
 
 def op_notify_remove(payload):
@@ -133,6 +176,9 @@ def op_notify_remove(payload):
     with _Lock(NOTIFY_ROOT, private=True):
         hooks = notify_hooks()
         removed = hooks.pop(hook_id, None) is not None
+        marks = _notify_removed()
+        marks[hook_id] = time.time()
+        _notify_write("removed.json", marks)
         if removed:
             _notify_write("hooks.json", hooks)
             state = _notify_state()
@@ -161,7 +207,8 @@ def op_notify_list(payload):
 def op_notify_export(payload):
     """The hooks here whole, URLs included: for a controller to copy them to a host of the
     same fleet that lacks them (tasks.notifications.copy_to_new_hosts); never shown."""
-    return {"hooks": notify_hooks()}
+    return {"hooks": notify_hooks(), "removed": _notify_removed(),
+            "kept": os.path.exists(_notify_path("hooks.json"))}
 
 
 def _notify_wanted(hook, event):
@@ -182,6 +229,8 @@ def _notify_run_end(event):
         return None
     reason = event.get("reason")
     code = event.get("exit_code")
+    if code is None and not reason and event.get("started", True):
+        reason = "terminated_by_user"   # its container was removed under it, as ps says
     if reason in ("done_by_runner",) or (code == 0 and not reason):
         status, why = "done", "all_jobs_done"
     elif reason and (reason.startswith("terminated_") or reason in (
@@ -191,7 +240,8 @@ def _notify_run_end(event):
         status, why = "failed", "job_failed"
     made = dict((k, event.get(k)) for k in ("at", "run", "run_id", "fleet", "submission",
                                             "recorded"))
-    made.update(id="%s/%s/run.status/%s" % (event.get("run"), event.get("submission"), status),
+    made.update(id="%s/%s/%s/run.status/%s" % (event.get("run"), event.get("run_id"),
+                                                event.get("submission"), status),
                 kind="run.status", status=status, reason=why)
     return made
 
@@ -216,16 +266,26 @@ def _notify_post(url, body):
     import urllib.error
     import urllib.request
 
+    class _NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None   # a redirect is an answer that is not 2xx: not delivered
+
     data = json.dumps(body).encode("utf-8")
-    request = urllib.request.Request(url, data=data, method="POST", headers={
-        "Content-Type": "application/json", "User-Agent": "gpufleet-notify"})
     try:
-        with urllib.request.urlopen(request, timeout=NOTIFY_TIMEOUT) as answer:
+        request = urllib.request.Request(url, data=data, method="POST", headers={
+            "Content-Type": "application/json", "User-Agent": "gpufleet-notify"})
+        opener = urllib.request.build_opener(_NoRedirect)
+        with opener.open(request, timeout=NOTIFY_TIMEOUT) as answer:
             code = answer.getcode()
     except urllib.error.HTTPError as exc:
         return "HTTP %s" % exc.code
-    except Exception as exc:  # refused, timed out, a bad name: tried again later
-        return "%s: %s" % (type(exc).__name__, str(exc)[:200])
+    except urllib.error.URLError as exc:
+        # Its reason (refused, no such name), never the URL: that may hold the secret.
+        reason = exc.reason
+        return "URLError: %s" % (reason.strerror if isinstance(reason, OSError) and
+                                 reason.strerror else type(reason).__name__)
+    except Exception as exc:  # timed out, a URL that cannot be posted to: tried again later
+        return type(exc).__name__
     return None if 200 <= code < 300 else "HTTP %s" % code
 
 
@@ -242,6 +302,7 @@ def notify_tick(now=None, post=None, host=None):
     import socket
 
     now = time.time() if now is None else now
+    started = time.time()
     post = post or _notify_post
     host = host or socket.gethostname()
     if not notify_hooks():
@@ -259,9 +320,18 @@ def notify_tick(now=None, post=None, host=None):
                and float(item.get("next_at") or 0) <= now][:NOTIFY_PER_TICK]
         _notify_write("state.json", state)
     answers = {}
+    failing = set()
     for item in due:
+        if time.time() - started > NOTIFY_TICK_BUDGET:
+            break   # the rest waits for the next tick
+        if item["hook"] in failing:
+            continue   # a receiver that did not answer is not asked again in this tick
         hook = hooks[item["hook"]]
-        answers[_notify_key(item)] = post(hook["url"], _notify_body(hook, item["event"], host))
+        error = post(hook["url"], _notify_body(hook, item["event"], host))
+        # When it was answered: the backoff counts from then, not from the tick's start.
+        answers[_notify_key(item)] = (error, now + (time.time() - started))
+        if error is not None:
+            failing.add(item["hook"])
     delivered = failed = expired = 0
     with _Lock(NOTIFY_ROOT, private=True):
         hooks = notify_hooks()
@@ -274,7 +344,8 @@ def notify_tick(now=None, post=None, host=None):
             stats = state["stats"].setdefault(hook_id, {"delivered": 0, "failed": 0,
                                                         "expired": 0})
             key = _notify_key(item)
-            if key in answers and answers[key] is None:
+            error, when = answers.get(key, (False, now))
+            if key in answers and error is None:
                 state["sent"] = ((state.get("sent") or []) + [key])[-NOTIFY_SENT_KEPT:]
                 delivered += 1
                 stats["delivered"] = stats.get("delivered", 0) + 1
@@ -283,10 +354,10 @@ def notify_tick(now=None, post=None, host=None):
             if key in answers:
                 failed += 1
                 item["attempts"] = int(item.get("attempts") or 0) + 1
-                item["next_at"] = now + min(NOTIFY_BACKOFF_MAX,
-                                            5 * 2 ** (item["attempts"] - 1))
+                item["next_at"] = when + min(NOTIFY_BACKOFF_MAX,
+                                             5 * 2 ** (item["attempts"] - 1))
                 stats["failed"] = stats.get("failed", 0) + 1
-                stats["last_error"] = answers[key]
+                stats["last_error"] = error
             elif float(item.get("expires") or 0) <= now:
                 expired += 1
                 stats["expired"] = stats.get("expired", 0) + 1
@@ -316,8 +387,11 @@ def _notify_queue(hooks, state, now):
                     known.add(_notify_key(made))
                     state["outbox"].append(made)
                     queued += 1
-    if len(state["outbox"]) > NOTIFY_OUTBOX_MAX:
-        state["outbox"] = state["outbox"][-NOTIFY_OUTBOX_MAX:]
+    for item in state["outbox"][:-NOTIFY_OUTBOX_MAX]:
+        # The oldest go when too many wait: counted as dropped.
+        stats = state["stats"].setdefault(item.get("hook"), {})
+        stats["expired"] = stats.get("expired", 0) + 1
+    state["outbox"] = state["outbox"][-NOTIFY_OUTBOX_MAX:]
     return queued
 
 
@@ -335,50 +409,105 @@ def op_tick(payload):
         return notify_tick()
 
 
+def _tick_systemd():
+    return os.path.isdir("/run/systemd/system") and os.path.exists(_NOTIFY_UNIT + ".timer")
+
+
 def _tick_alive():
-    if os.path.isdir("/run/systemd/system") and os.path.exists(_NOTIFY_UNIT + ".timer"):
-        return "systemd"
+    """How the tick runs here now: ``systemd`` (its timer is active), ``loop`` (the loop
+    process noted in tick.pid is alive and is the loop), or None."""
+    import subprocess
+
+    if _tick_systemd():
+        with open(os.devnull, "w") as null:
+            active = subprocess.call(["systemctl", "is-active", "--quiet",
+                                      "gpufleet-tick.timer"], stdout=null, stderr=null)
+        return "systemd" if active == 0 else None
     try:
         with open(_notify_path("tick.pid")) as handle:
             pid = int(handle.read().strip())
-        os.kill(pid, 0)
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            command = handle.read()
     except (IOError, OSError, ValueError):
         return None
-    return "loop"
+    # A pid noted before the host restarted may be another process's now.
+    return "loop" if _notify_path("tick.py").encode() in command else None
+
+
+def _tick_pin():
+    """Keep the helper this request runs (its compiled code in bootstrap's cache) for the
+    tick: a controller of an earlier version, whose helper has no tick, never replaces it."""
+    import shutil
+    import sys
+
+    digest = sys.argv[1] if len(sys.argv) > 1 else ""
+    tag = getattr(sys.implementation, "cache_tag", None)
+    if not tag or len(digest) != 24 or digest.strip("0123456789abcdef"):
+        return
+    source = os.path.join(NOTIFY_HELPER_CACHE, "%s.%s" % (digest, tag))
+    pinned = _notify_path("helper.%s" % tag)
+    if os.path.isfile(source) and _notify_read_digest() != digest:
+        shutil.copyfile(source, pinned + ".new")
+        os.chmod(pinned + ".new", 0o600)
+        os.rename(pinned + ".new", pinned)
+        with open(_notify_path("helper.digest"), "w") as handle:
+            handle.write(digest + "\n")
+
+
+def _notify_read_digest():
+    try:
+        with open(_notify_path("helper.digest")) as handle:
+            return handle.read().strip()
+    except (IOError, OSError):
+        return None
 
 
 def tick_ensure():
-    """Start the tick where it does not run: a systemd timer, else a loop in the background.
-    Answers how it runs."""
+    """Start the tick where it does not run: a systemd timer, else a loop in the background
+    (one, also when two requests ask at once). Answers how it runs."""
+    import fcntl
     import subprocess
+    import sys
 
+    _tick_pin()
     alive = _tick_alive()
     if alive:
         return alive
-    program = _notify_path("tick.py")
-    with open(program + ".new", "w") as handle:
-        handle.write(NOTIFY_TICK % NOTIFY_HELPER_CACHE)
-    os.chmod(program + ".new", 0o600)
-    os.rename(program + ".new", program)
-    command = "/usr/bin/env python3 -S %s" % program
-    if os.path.isdir("/run/systemd/system"):
-        with open(_NOTIFY_UNIT + ".service", "w") as handle:
-            handle.write("[Unit]\nDescription=gpufleet: post events to webhooks\n\n[Service]\n"
-                         "Type=oneshot\nExecStart=%s\n" % command)
-        with open(_NOTIFY_UNIT + ".timer", "w") as handle:
-            handle.write("[Unit]\nDescription=gpufleet: post events to webhooks every %ds\n\n"
-                         "[Timer]\nOnBootSec=30\nOnUnitActiveSec=%d\nAccuracySec=1\n\n"
-                         "[Install]\nWantedBy=timers.target\n" % (TICK_EVERY, TICK_EVERY))
-        subprocess.call(["systemctl", "daemon-reload"])
-        subprocess.call(["systemctl", "enable", "--now", "gpufleet-tick.timer"])
-        return "systemd"
-    loop = "while :; do %s >/dev/null 2>&1; sleep %d; done" % (command, TICK_EVERY)
-    with open(os.devnull, "r+") as null:
-        child = subprocess.Popen(["/bin/sh", "-c", loop], stdin=null, stdout=null, stderr=null,
-                                 close_fds=True, start_new_session=True, cwd="/")
-    with open(_notify_path("tick.pid"), "w") as handle:
-        handle.write("%d\n" % child.pid)
-    return "loop"
+    with open(_notify_path("ensure.lock"), "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        alive = _tick_alive()
+        if alive:
+            return alive
+        program = _notify_path("tick.py")
+        with open(program + ".new", "w") as handle:
+            handle.write(NOTIFY_TICK % NOTIFY_ROOT)
+        os.chmod(program + ".new", 0o600)
+        os.rename(program + ".new", program)
+        # The interpreter that runs this request, whose cache tag the pinned helper has.
+        command = "%s -S %s" % (sys.executable or "/usr/bin/python3", program)
+        if os.path.isdir("/run/systemd/system"):
+            with open(_NOTIFY_UNIT + ".service", "w") as handle:
+                handle.write("[Unit]\nDescription=gpufleet: post events to webhooks\n\n"
+                             "[Service]\nType=oneshot\nExecStart=%s\nTimeoutStartSec=%d\n"
+                             "StandardOutput=null\n" % (command, NOTIFY_TICK_BUDGET * 3))
+            with open(_NOTIFY_UNIT + ".timer", "w") as handle:
+                handle.write("[Unit]\nDescription=gpufleet: post events to webhooks every %ds"
+                             "\n\n[Timer]\nOnBootSec=30\nOnUnitActiveSec=%d\nAccuracySec=1"
+                             "\n\n[Install]\nWantedBy=timers.target\n"
+                             % (TICK_EVERY, TICK_EVERY))
+            for argv in (["systemctl", "daemon-reload"],
+                         ["systemctl", "enable", "--now", "gpufleet-tick.timer"]):
+                if subprocess.call(argv) != 0:
+                    raise Failure("%s failed: the webhooks' tick does not run" % " ".join(argv))
+            return "systemd"
+        loop = "while :; do %s >/dev/null 2>&1; sleep %d; done" % (command, TICK_EVERY)
+        with open(os.devnull, "r+") as null:
+            child = subprocess.Popen(["/bin/sh", "-c", loop], stdin=null, stdout=null,
+                                     stderr=null, close_fds=True, start_new_session=True,
+                                     cwd="/")
+        with open(_notify_path("tick.pid"), "w") as handle:
+            handle.write("%d\n" % child.pid)
+        return "loop"
 
 
 _NOTIFY_STATUS_BEFORE = BOOK_OPS["status"]
