@@ -17,7 +17,7 @@ description:
     a Slack incoming webhook's body, from a timer on each host, so deliveries go on with the
     controller switched off. A delivery that fails is tried again, 5, 10, 20 s... later (at
     most 5 minutes apart), for a day; a receiver that does not answer never delays a run.
-  - The URL is never shown: answers carry its scheme and host only.
+  - The URL is never shown; answers carry its scheme and host only.
 author:
   - gpufleet maintainers (@gpufleet)
 options:
