@@ -196,30 +196,6 @@ def test_the_hosts_record_every_change_of_these_runs_in_order(world, capsys):
         FLEET, FLEET, FLEET, FLEET) in capsys.readouterr().out
 
 
-def test_a_run_whose_gpu_idles_for_its_window_is_terminated_by_its_own_job(
-        world, capsys, idle_run):
-    found = records(capsys)[IDLE]
-    assert found["status"] == "running", found
-    # Nothing of gpufleet runs meanwhile: only the job's own sampler can end it.
-    deadline = idle_run["started"] + WINDOW + 30
-    while time.time() < deadline:
-        capsys.readouterr()
-        assert cli.main(["ps", "--json"]) == 0
-        found = dict((r["name"], r) for r in json.loads(capsys.readouterr().out))[IDLE]
-        if found["status"] not in ("running", "terminating", "provisioning", "pulling",
-                                   "submitted"):
-            break
-        time.sleep(10)
-    assert (found["status"], found["reason"]) == (
-        "terminated", "terminated_due_to_utilization_policy"), found
-    assert found["jobs"][0]["reason"] == "terminated_due_to_utilization_policy"
-    capsys.readouterr()
-    cli.main(["logs", IDLE])
-    out = capsys.readouterr().out
-    assert "The job GPU utilization below 10% for 300 seconds: the command was stopped" in out, (
-        out)
-
-
 class Receiver:
     """An HTTP server on every address of this machine that keeps what is posted to it; it
     can be taken down and brought back on the same port."""
@@ -312,3 +288,27 @@ def test_the_hosts_post_a_runs_end_to_a_webhook_also_after_it_was_down(
     finally:
         assert cli.main(["notify", "remove", name]) == 0
         receiver.down()
+
+
+def test_a_run_whose_gpu_idles_for_its_window_is_terminated_by_its_own_job(
+        world, capsys, idle_run):
+    found = records(capsys)[IDLE]
+    assert found["status"] == "running", found
+    # Nothing of gpufleet runs meanwhile: only the job's own sampler can end it.
+    deadline = idle_run["started"] + WINDOW + 30
+    while time.time() < deadline:
+        capsys.readouterr()
+        assert cli.main(["ps", "--json"]) == 0
+        found = dict((r["name"], r) for r in json.loads(capsys.readouterr().out))[IDLE]
+        if found["status"] not in ("running", "terminating", "provisioning", "pulling",
+                                   "submitted"):
+            break
+        time.sleep(10)
+    assert (found["status"], found["reason"]) == (
+        "terminated", "terminated_due_to_utilization_policy"), found
+    assert found["jobs"][0]["reason"] == "terminated_due_to_utilization_policy"
+    capsys.readouterr()
+    cli.main(["logs", IDLE])
+    out = capsys.readouterr().out
+    assert "The job GPU utilization below 10% for 300 seconds: the command was stopped" in out, (
+        out)

@@ -39,7 +39,7 @@ import time
 try:  # imported as part of the collection (tests, the controller)
     from .booking import BOOK_OPS, _Lock, _write_json
     from .eventside import event_end, event_sweep, event_tail
-    from .nodeside import Failure, _json_file, op_status
+    from .nodeside import Failure, op_status
 except ImportError:  # on a host: the files sent before this one run in the same namespace
     pass
 
@@ -82,9 +82,9 @@ def _notify_read(name):
     try:
         with open(path) as handle:
             text = handle.read()
-    except (IOError, OSError):
+    except (IOError, OSError) as exc:
         if os.path.exists(path):
-            raise Failure("cannot read %s" % path)
+            raise Failure("cannot read %s: %s" % (path, exc)) from exc
         return None
     try:
         return json.loads(text)
@@ -240,9 +240,9 @@ def _notify_run_end(event):
         status, why = "failed", "job_failed"
     made = dict((k, event.get(k)) for k in ("at", "run", "run_id", "fleet", "submission",
                                             "recorded"))
-    made.update(id="%s/%s/%s/run.status/%s" % (event.get("run"), event.get("run_id"),
-                                                event.get("submission"), status),
-                kind="run.status", status=status, reason=why)
+    ident = "%s/%s/%s/run.status/%s" % (event.get("run"), event.get("run_id"),
+                                        event.get("submission"), status)
+    made.update(id=ident, kind="run.status", status=status, reason=why)
     return made
 
 
