@@ -350,3 +350,13 @@ def test_a_new_run_of_a_name_over_an_ended_entry_is_submitted_not_waiting_again(
     enqueue({"entry": dict(entry(), run_id="id-new")})
     last = recorded(host)[-1]
     assert (last["state"], last["old_state"], last["run_id"]) == ("pending", None, "id-new")
+
+
+def test_the_latest_events_are_read_from_the_end_of_the_record(host, monkeypatch):
+    eventside.event_append([{"id": "e%d" % n, "at": T0 + n, "kind": "fleet.applied"}
+                            for n in range(50)])
+    monkeypatch.setattr(eventside, "EVENTS_TAIL_BYTES", 1000)
+    latest = eventside.event_read()
+    assert 0 < len(latest) < 50 and latest[-1]["id"] == "e49"
+    assert [e["id"] for e in latest] == ["e%d" % n for n in range(50 - len(latest), 50)]
+    assert len(eventside.event_read(since=T0)) == 50   # a window reads it all

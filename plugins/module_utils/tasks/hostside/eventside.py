@@ -52,6 +52,7 @@ except ImportError:  # on a host: the files sent before this one run in the same
 EVENTS_ROOT = "/var/lib/gpufleet/events"
 EVENTS_ROTATE = 32 * 1024 * 1024
 EVENTS_ANSWER_MAX = 20000
+EVENTS_TAIL_BYTES = 8 * 1024 * 1024
 # The kinds this file writes, and those a controller may send (events.records.EventKind).
 EVENT_HOST_KINDS = ("job.created", "job.started", "job.stopping", "job.ended", "run.queued",
                     "member.granted", "member.revoked", "member.limited")
@@ -153,14 +154,25 @@ def event_tail(cursor):
 
 def event_read(since=None, run=None):
     """The recorded events newer than ``since`` (epoch seconds), of ``run`` only when given,
-    oldest first; lines that cannot be read (a torn last line) are skipped."""
+    oldest first; lines that cannot be read (a torn last line) are skipped. Without ``since``
+    and ``run``, only the last EVENTS_TAIL_BYTES of the record are read (the latest events)."""
     found = []
-    for path in (_event_log(old=True), _event_log()):
+    budget = EVENTS_TAIL_BYTES if since is None and run is None else None
+    for path in (_event_log(), _event_log(old=True)):
         try:
-            handle = open(path)
+            handle = open(path, "rb")
         except (IOError, OSError):
             continue
         with handle:
+            size = os.fstat(handle.fileno()).st_size
+            if budget is not None:
+                if budget <= 0:
+                    break
+                start = max(0, size - budget)
+                budget -= size - start
+                handle.seek(start)
+                if start:
+                    handle.readline()   # the part of a line before the start
             for line in handle:
                 try:
                     item = json.loads(line)
