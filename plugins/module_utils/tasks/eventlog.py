@@ -74,7 +74,11 @@ def ended_status(event: Dict[str, Any]) -> Tuple[str, Optional[str], Optional[in
     """``(status, reason, exit_code)`` of a job from its ``job.ended`` event, by the rules of
     tasks.lifecycle.job_status."""
     code = event.get("exit_code")
-    entry = {"state": "exited", "exit_code": code, "labels": {},
+    # A container removed while it ran: a task's job was stopped by hand, a service's
+    # replica lost, as ps says of them.
+    service = (event.get("policy") or {}).get("type") == "service"
+    entry = {"state": "gone" if event.get("gone") else "exited", "exit_code": code,
+             "labels": {"gpufleet.service": "1"} if service else {},
              "files": {"exit_code": None if code is None else str(code),
                        "reason": event.get("reason"),
                        "running": "1" if event.get("started", True) else None}}

@@ -168,3 +168,10 @@ def test_the_same_name_run_again_is_another_run():
     assert steps.count(("run.submitted", None)) == 2
     ids = [e["id"] for e in eventlog.derive(first + again)]
     assert len(ids) == len(set(ids))
+
+
+def test_a_container_removed_under_its_job_ends_as_ps_says():
+    task = ev("job.ended", 5, exit_code=None, started=True, gone=True)
+    assert eventlog.ended_status(task)[:2] == ("terminated", "terminated_by_user")
+    replica = dict(task, policy={"type": "service"})
+    assert eventlog.ended_status(replica)[:2] == ("failed", "executor_error")

@@ -60,7 +60,7 @@ EVENT_SENT_KINDS = ("fleet.applied", "instance.created", "instance.removed")
 _EVENT_FIELDS = ("id", "at", "kind", "actor", "fleet", "instance", "run", "run_id", "job",
                  "job_name", "submission", "status", "old_status", "reason", "exit_code",
                  "state", "old_state", "user", "role", "detail", "started", "nodes", "policy",
-                 "deliver")
+                 "deliver", "gone")
 
 
 def _event_log(old=False):
@@ -259,8 +259,8 @@ def _event_job_facts(folder, container, gone):
         facts.append(("job.ended", moment(at), dict(
             ended, exit_code=_event_int(container.get("exit_code")))))
     elif gone and facts:
-        # Removed by hand while it ran: it ended when it was found gone (as ps says).
-        facts.append(("job.ended", now, dict(ended, exit_code=None)))
+        # Removed by hand while it ran: it ended when it was found gone (ps judges it so).
+        facts.append(("job.ended", now, dict(ended, exit_code=None, gone=True)))
     return [f for f in facts if f[1] is not None]
 
 
