@@ -39,6 +39,7 @@ def host(tmp_path, monkeypatch):
     monkeypatch.setattr(nodeside, "RUN_ROOT", str(tmp_path / "runs"))
     monkeypatch.setattr(notifyside, "op_status", lambda payload: {"containers": []})
     monkeypatch.setattr(notifyside, "tick_ensure", lambda: "loop")
+    monkeypatch.setattr(notifyside, "tick_stop", lambda: None)
     return tmp_path
 
 
@@ -321,3 +322,25 @@ def test_the_helper_a_request_runs_is_kept_for_the_tick(host, monkeypatch, tmp_p
     monkeypatch.setattr(sys, "argv", ["-c"])   # a request without a digest changes nothing
     notifyside._tick_pin()
     assert (host / "notify" / "helper.digest").read_text() == digest + "\n"
+
+
+def test_the_loop_stops_with_the_last_hook(tmp_path, monkeypatch):
+    if os.path.isdir("/run/systemd/system"):
+        pytest.skip("this machine runs systemd: the loop is for hosts that do not")
+    monkeypatch.setattr(notifyside, "NOTIFY_ROOT", str(tmp_path / "notify"))
+    monkeypatch.setattr(notifyside, "event_end", lambda: [None, 0])
+    os.makedirs(str(tmp_path / "notify"), mode=0o700)
+    program = tmp_path / "notify" / "tick.py"
+    loop = subprocess.Popen(["/bin/sh", "-c", "sleep 60; : %s" % program],
+                            start_new_session=True)
+    (tmp_path / "notify" / "tick.pid").write_text("%d\n" % loop.pid)
+    assert notifyside._tick_alive() == "loop"
+    monkeypatch.setattr(notifyside, "tick_ensure", lambda: "loop")
+    notifyside.op_notify_set({"hook": hook()})
+    notifyside.op_notify_set({"hook": hook(id="other")})
+
+    assert notifyside.op_notify_remove({"id": "ops"}) == {"removed": True}
+    assert loop.poll() is None   # a hook is left: the loop goes on
+    assert notifyside.op_notify_remove({"id": "other"}) == {"removed": True}
+    assert loop.wait(timeout=10) is not None
+    assert notifyside._tick_alive() is None

@@ -22,9 +22,10 @@ in the same tick, and a tick posts for NOTIFY_TICK_BUDGET seconds at most. No re
 controller posts anything, so a receiver that does not answer never delays a run or a
 command. Deliveries are at least once: a tick killed while it posts posts again what it had
 not written down. ``tick_ensure`` (``notify_set``, and every ``status`` while hooks exist)
-keeps the timer or loop there, run by the interpreter the requests run with, and keeps for it
-a copy of the helper the request runs (``helper.<tag>``), so that a controller of an earlier
-version, whose helper has no tick, does not stop it.
+keeps the timer or loop there (``tick_stop`` ends it with the last hook), run by the
+interpreter the requests run with, and keeps for it a copy of the helper the request runs
+(``helper.<tag>``), so that a controller of an earlier version, whose helper has no tick,
+does not stop it.
 
 Each host posts the events it recorded: its jobs' and its queue's. An event a controller wrote
 on every host of a fleet (a fleet apply's, a member change) is posted by the one host it was
@@ -185,7 +186,15 @@ def op_notify_remove(payload):
             state["stats"].pop(hook_id, None)
             state["outbox"] = [d for d in state["outbox"] if d.get("hook") != hook_id]
             _notify_write("state.json", state)
-    return {"removed": removed}
+        last = not hooks
+    answer = {"removed": removed}
+    if last:
+        # Nothing left to post: the tick stops (the next hook starts it again).
+        try:
+            tick_stop()
+        except Exception as exc:  # the hook is gone; the answer says why the tick runs on
+            answer["tick_error"] = "%s: %s" % (type(exc).__name__, exc)
+    return answer
 
 
 def op_notify_list(payload):
@@ -460,6 +469,24 @@ def _notify_read_digest():
             return handle.read().strip()
     except (IOError, OSError):
         return None
+
+
+def tick_stop():
+    """Stop the tick: its systemd timer disabled, or its loop ended."""
+    import signal
+    import subprocess
+
+    if _tick_systemd():
+        with open(os.devnull, "w") as null:
+            subprocess.call(["systemctl", "disable", "--now", "gpufleet-tick.timer"],
+                            stdout=null, stderr=null)
+        return
+    if _tick_alive() == "loop":
+        with open(_notify_path("tick.pid")) as handle:
+            pid = int(handle.read().strip())
+        os.killpg(pid, signal.SIGTERM)   # the loop leads its own session and group
+    if os.path.exists(_notify_path("tick.pid")):
+        os.remove(_notify_path("tick.pid"))
 
 
 def tick_ensure():
