@@ -57,10 +57,12 @@ def test_metrics_show_each_jobs_cpu_and_memory_and_the_busy_one_busy(world):
         assert len(busy["cpu_percent"]) >= 3, seen
         # One busy loop is one CPU's worth when it has the CPU to itself: on a machine that runs
         # other tests at the same time it gets a share, seen at 0.23 of a CPU with six
-        # processes on two cores. A percent read as a fraction, or the reverse, is a hundred
-        # times off either way; the sleeping job is far below it.
+        # processes on two cores, and at 0.12 with Molecule and the integration tests both
+        # busy on them. A percent read as a fraction, or the reverse, is a hundred times off
+        # either way, so the bound is far below any share it gets; the sleeping job is far
+        # below the busy one.
         cores = [v * busy["cpus"] / 100 for _t, v in busy["cpu_percent"][1:]]
-        assert 0.15 < max(cores) <= busy["cpus"] * 1.05, seen
+        assert 0.03 < max(cores) <= busy["cpus"] * 1.05, seen
         assert max(v for _t, v in idle["cpu_percent"]) * 3 < max(
             v for _t, v in busy["cpu_percent"]), seen
         for job in (busy, idle):
