@@ -56,6 +56,7 @@ TICK_EVERY = 15
 NOTIFY_TICK_BUDGET = 60   # seconds of posting in one tick; the rest waits for the next
 NOTIFY_FORMATS = ("json", "slack")
 _NOTIFY_UNIT = "/etc/systemd/system/gpufleet-tick"
+NOTIFY_SYSTEMD = "/run/systemd/system"   # there when systemd runs the host
 # What the timer (or loop) runs: the helper kept for it (``_tick_pin``: the compiled code of
 # the last request of a controller that has webhooks), its ``serve`` on a tick.
 NOTIFY_TICK = (
@@ -419,7 +420,7 @@ def op_tick(payload):
 
 
 def _tick_systemd():
-    return os.path.isdir("/run/systemd/system") and os.path.exists(_NOTIFY_UNIT + ".timer")
+    return os.path.isdir(NOTIFY_SYSTEMD) and os.path.exists(_NOTIFY_UNIT + ".timer")
 
 
 def _tick_alive():
@@ -512,7 +513,7 @@ def tick_ensure():
         os.rename(program + ".new", program)
         # The interpreter that runs this request, whose cache tag the pinned helper has.
         command = "%s -S %s" % (sys.executable or "/usr/bin/python3", program)
-        if os.path.isdir("/run/systemd/system"):
+        if os.path.isdir(NOTIFY_SYSTEMD):
             with open(_NOTIFY_UNIT + ".service", "w") as handle:
                 handle.write("[Unit]\nDescription=gpufleet: post events to webhooks\n\n"
                              "[Service]\nType=oneshot\nExecStart=%s\nTimeoutStartSec=%d\n"
