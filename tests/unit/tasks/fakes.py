@@ -595,3 +595,22 @@ def replica_spec():
                                  "--label", 'gpufleet.service={"port": 8000}',
                                  "-p", "10.0.0.5::8000"],
                     claim={"run": "svc", "run_id": "r1", "submission": 0})
+
+
+class RecordsNode(object):
+    """A host that answers a read of the records it keeps (``usage``, ``events``) with
+    ``{key: items, "now": now}``, or raises ``error`` as a silent host does; what it was asked
+    is kept in ``asked``."""
+
+    def __init__(self, key, items=(), error=None, now=0.0):
+        self.key = key
+        self.items = list(items)
+        self.error = error
+        self.now = now
+        self.asked = []
+
+    def call(self, op, payload=None, timeout=120):
+        self.asked.append((op, payload))
+        if self.error:
+            raise NodeError("h", self.error, silent=True)
+        return {self.key: self.items, "now": self.now}

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import eventlog
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
+
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.usage import UsageError
+
+from .fakes import RecordsNode
 
 NOW = 1780000000.0
 
@@ -26,17 +28,8 @@ def ev(kind, at, run="train", job=0, submission=0, **fields):
     return made
 
 
-class FakeNode(object):
-    def __init__(self, events=(), error=None):
-        self.events = list(events)
-        self.error = error
-        self.asked = []
-
-    def call(self, op, payload=None, timeout=120):
-        self.asked.append((op, payload))
-        if self.error:
-            raise NodeError("h", self.error, silent=True)
-        return {"events": self.events, "now": NOW}
+def FakeNode(items=(), error=None):
+    return RecordsNode("events", items, error, NOW)
 
 
 def derived(events):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import usage
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.ssh import NodeError
+
+from .fakes import RecordsNode
 
 NOW = 1780000000.0   # 2026-05-28T20:26:40Z
 
@@ -21,17 +22,8 @@ def rec(run="train", job=0, host="gpus-0", start=NOW - 3600, end=NOW - 1800, gpu
             "price": price}
 
 
-class FakeNode(object):
-    def __init__(self, records=(), error=None):
-        self.records = list(records)
-        self.error = error
-        self.asked = []
-
-    def call(self, op, payload=None, timeout=120):
-        self.asked.append((op, payload))
-        if self.error:
-            raise NodeError("h", self.error, silent=True)
-        return {"records": self.records, "now": NOW}
+def FakeNode(items=(), error=None):
+    return RecordsNode("records", items, error, NOW)
 
 
 @pytest.mark.parametrize("text,back", [("30m", 1800), ("24h", 86400), ("7d", 7 * 86400),
