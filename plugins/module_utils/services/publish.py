@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 from ..backends import local_reach
 from ..backends.docker_cli import Docker, DockerError
 from ..core.errors import GpufleetError
+from ..tasks.hostside import acmeside
 from ..tasks.queue_records import candidate_fleets, queue_host
 from ..tasks.ssh import NodeError
 from . import gateways
@@ -31,6 +32,10 @@ from .replicas import DEFAULT_WINDOW, scaling_of
 
 # The addresses that mean every address of the host (gateway_public).
 WILDCARDS = ("0.0.0.0", "::", "*", "[::]")
+# How long proxy_publish may take, as any other request of the host helper (tasks.ssh), and
+# on a lets-encrypt gateway as long again as certbot may take for the route's names
+# (publish_timeout).
+PUBLISH_TIMEOUT = 120
 
 
 class PublishError(GpufleetError):
@@ -226,6 +231,22 @@ def route_of(config: Mapping[str, Any], run: str, user: Optional[str], fleet: st
                  https=https_of(config, listen))
 
 
+def publish_timeout(route: Route, listen: Optional[Mapping[str, Any]] = None) -> int:
+    """Seconds ``proxy_publish`` of ``route`` may take: PUBLISH_TIMEOUT, and on a lets-encrypt
+    gateway (``listen`` as its role recorded it) each name that may need a certificate
+    obtained (tasks.hostside.acmeside, one after another) as long as certbot may take and its
+    kill, so that the request outlasts certbot's own limit and the host says what went
+    wrong."""
+    if not listen:
+        return PUBLISH_TIMEOUT
+    try:
+        limit = acmeside.acme_timeout(dict(listen))
+    except ValueError:   # the host says it in the publish's answer
+        limit = acmeside.ACME_TIMEOUT
+    names = acmeside.acme_names(dict(listen), dict(route))
+    return PUBLISH_TIMEOUT + len(names) * (limit + acmeside.ACME_KILL_AFTER)
+
+
 def publish(node: Any, route: Route, listen: Optional[Mapping[str, Any]] = None
             ) -> dict[str, Any]:
     """``proxy_publish`` of ``route`` on the proxy host ``node``: its answer, ``{"changed",
@@ -236,7 +257,7 @@ def publish(node: Any, route: Route, listen: Optional[Mapping[str, Any]] = None
     if listen:
         payload["listen"] = {"address": listen["address"], "port": int(listen["port"])}
     try:
-        return node.call("proxy_publish", payload)
+        return node.call("proxy_publish", payload, timeout=publish_timeout(route, listen))
     except NodeError as exc:
         raise PublishError("could not publish service %s on %s: %s"
                            % (route["run"], node.name, exc)) from exc

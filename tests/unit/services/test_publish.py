@@ -74,6 +74,35 @@ def test_publish_and_unpublish_call_the_proxy_host_and_say_what_failed():
         publish.publish(broken, route)
 
 
+def test_a_publish_waits_for_certbot_on_a_lets_encrypt_gateway_as_long_as_it_may_take():
+    seen = []
+
+    class Node(FakeNode):
+        def call(self, op, payload=None, timeout=120):
+            seen.append(timeout)
+            return super().call(op, payload, timeout)
+
+    gateway = {"address": "0.0.0.0", "port": 80, "gateway": "gw", "domain": "example.com",
+               "https_port": 443, "certificate": "lets-encrypt",
+               "acme": {"server": "https://acme.test/dir", "timeout": 180}}
+    route = publish.route_of(CONFIG, "svc", "alice", "b", [], listen=gateway)
+    model = publish.route_of(dict(CONFIG, model={"type": "chat", "name": "tiny",
+                                                 "format": "openai"}),
+                             "svc", "alice", "b", [], listen=gateway)
+    # The in-fleet proxy, a self-signed gateway: the host helper's usual limit.
+    assert publish.publish_timeout(route) == 120
+    assert publish.publish_timeout(route, {"address": "10.1.0.2", "port": 3000}) == 120
+    assert publish.publish_timeout(route, dict(gateway, certificate="self-signed")) == 120
+    # certbot's limit and its kill after 5 s, for each name: the service's, the models'.
+    assert publish.publish_timeout(route, gateway) == 120 + 185
+    assert publish.publish_timeout(model, gateway) == 120 + 2 * 185
+    assert publish.publish_timeout(route, dict(gateway, acme={})) == 120 + 45
+    assert publish.publish_timeout(route, dict(gateway, acme={"timeout": "x"})) == 120 + 45
+    publish.publish(Node("gw-0"), route, gateway)
+    publish.publish(Node("b-0"), route, {"address": "10.1.0.2", "port": 3000})
+    assert seen == [305, 120]
+
+
 def test_the_proxy_listens_where_the_role_recorded_and_the_url_follows():
     instance = {"name": "b-0", "hostname": "203.0.113.5", "internal_ip": "10.1.0.2"}
     role = {"address": "10.1.0.9", "port": 8080}

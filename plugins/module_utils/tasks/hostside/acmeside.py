@@ -9,10 +9,11 @@ certificate is ``lets-encrypt`` (tasks.ssh.host_source); it runs in their namesp
 standard library only.
 
 A name's certificate comes from the ACME server the role gpufleet.cluster.gateway recorded
-(``acme`` in its listen file: ``server``, ``email``, ``ca_bundle``), through certbot (which the
-role installed) answering the HTTP-01 challenge on its own listener, ``PROXY_ACME``, where
-HAProxy sends ``/.well-known/acme-challenge/`` of every host (proxyconf). It is written, chain
-and key, to ``PROXY_CERTS/<name>.pem``, where HAProxy finds it by the name a client asks for.
+(``acme`` in its listen file: ``server``, ``email``, ``ca_bundle``, ``timeout``), through
+certbot (which the role installed; given ``timeout`` seconds a name, ACME_TIMEOUT without one)
+answering the HTTP-01 challenge on its own listener, ``PROXY_ACME``, where HAProxy sends
+``/.well-known/acme-challenge/`` of every host (proxyconf). It is written, chain and key, to
+``PROXY_CERTS/<name>.pem``, where HAProxy finds it by the name a client asks for.
 certbot's own timer renews it and the role's deploy hook hands the renewed one to HAProxy.
 """
 
@@ -24,8 +25,11 @@ try:  # imported as part of the collection (tests, the controller)
 except ImportError:  # on a host: proxyconf's source runs first in this namespace
     pass
 
-# How long one certificate may take (dstack's gateway gives certbot as long), then its kill.
+# How long one certificate may take by default (dstack's gateway gives certbot as long), then
+# its kill; the role's gateway_acme_timeout (the listen file's acme.timeout) sets it per
+# gateway, whole seconds within ACME_TIMEOUT_RANGE.
 ACME_TIMEOUT = 40
+ACME_TIMEOUT_RANGE = (10, 3600)
 ACME_KILL_AFTER = 5
 ACME_CONFIG = "/etc/letsencrypt"
 ACME_CERTBOT = "certbot"
@@ -56,14 +60,31 @@ def acme_pem(name):
     return os.path.join(PROXY_CERTS, name + ".pem")
 
 
+def acme_timeout(listen):
+    # type: (dict) -> int
+    """How many seconds certbot may take for one name: the listen file's ``acme.timeout``,
+    ACME_TIMEOUT when it has none (a file the role wrote before it had the setting); ValueError
+    naming the setting when it is not whole seconds within ACME_TIMEOUT_RANGE."""
+    value = (listen.get("acme") or {}).get("timeout")
+    if value is None:
+        return ACME_TIMEOUT
+    low, high = ACME_TIMEOUT_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValueError("certbot's time limit (gateway_acme_timeout, gpufleet_gateway_acme's "
+                         "timeout) is %r here: it must be whole seconds from %d to %d; apply the "
+                         "gateway again with one" % (value, low, high))
+    return value
+
+
 def acme_command(listen, name):
     # type: (dict, str) -> list
-    """certbot's command line for ``name``'s certificate (standalone, on PROXY_ACME)."""
+    """certbot's command line for ``name``'s certificate (standalone, on PROXY_ACME), limited
+    to acme_timeout seconds (ValueError when the listen file's limit is not one)."""
     acme = listen.get("acme") or {}
     address, port = PROXY_ACME.rsplit(":", 1)
-    argv = ["timeout", "--kill-after", str(ACME_KILL_AFTER), str(ACME_TIMEOUT), ACME_CERTBOT,
-            "certonly", "--standalone", "--non-interactive", "--agree-tos", "--quiet",
-            "--http-01-address", address, "--http-01-port", port,
+    argv = ["timeout", "--kill-after", str(ACME_KILL_AFTER), str(acme_timeout(listen)),
+            ACME_CERTBOT, "certonly", "--standalone", "--non-interactive", "--agree-tos",
+            "--quiet", "--http-01-address", address, "--http-01-port", port,
             "--config-dir", ACME_CONFIG, "--cert-name", name, "-d", name]
     if acme.get("server"):
         argv += ["--server", acme["server"]]
@@ -80,10 +101,14 @@ def acme_obtain(listen, name, run=None):
     bundle = (listen.get("acme") or {}).get("ca_bundle")
     if bundle:
         env["REQUESTS_CA_BUNDLE"] = bundle
-    code, out = (run or _acme_run)(acme_command(listen, name), env)
+    try:
+        argv = acme_command(listen, name)
+    except ValueError as exc:
+        return "could not obtain a TLS certificate of %s: %s" % (name, exc)
+    code, out = (run or _acme_run)(argv, env)
     live = os.path.join(ACME_CONFIG, "live", name)
     if code != 0:
-        why = "timed out after %d s" % ACME_TIMEOUT if code in (124, 137) else (
+        why = "timed out after %d s" % acme_timeout(listen) if code in (124, 137) else (
             out.strip()[-500:] or "certbot exited with %d" % code)
         return ("could not obtain a TLS certificate of %s: %s. Make sure the DNS records of "
                 "*.%s point at this gateway and that it is reachable on port 80"

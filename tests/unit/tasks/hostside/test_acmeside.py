@@ -78,6 +78,41 @@ def test_certbot_answers_the_challenge_on_its_own_listener_with_the_roles_settin
     assert "--register-unsafely-without-email" in plain and "--server" not in plain
 
 
+def with_timeout(timeout):
+    return dict(LISTEN, acme=dict(LISTEN["acme"], timeout=timeout))
+
+
+def test_certbot_has_the_gateways_time_limit_and_40_s_without_one():
+    name = "web.example.com"
+    assert acmeside.acme_command(with_timeout(180), name)[:5] == [
+        "timeout", "--kill-after", "5", "180", "certbot"]
+    for bound in (10, 3600):
+        assert acmeside.acme_command(with_timeout(bound), name)[3] == str(bound)
+    # A listen file the role wrote before the setting (or without ACME settings): dstack's 40.
+    for listen in (LISTEN, with_timeout(None), dict(LISTEN, acme={}), dict(LISTEN, acme=None)):
+        assert acmeside.acme_command(listen, name)[:5] == [
+            "timeout", "--kill-after", "5", "40", "certbot"]
+    said = acmeside.acme_obtain(with_timeout(180), name, run=lambda a, e: (124, ""))
+    assert "timed out after 180 s" in said
+    said = acmeside.acme_obtain(LISTEN, name, run=lambda a, e: (137, ""))
+    assert "timed out after 40 s" in said
+
+
+@pytest.mark.parametrize("bad", [9, 3601, 0, -40, "180", 40.5, True, [40]])
+def test_a_time_limit_that_is_not_whole_seconds_in_range_is_said_and_certbot_not_run(bad):
+    with pytest.raises(ValueError) as raised:
+        acmeside.acme_command(with_timeout(bad), "web.example.com")
+    assert str(raised.value) == (
+        "certbot's time limit (gateway_acme_timeout, gpufleet_gateway_acme's timeout) is %r "
+        "here: it must be whole seconds from 10 to 3600; apply the gateway again with one"
+        % (bad,))
+    ran = []
+    said = acmeside.acme_obtain(with_timeout(bad), "web.example.com",
+                                run=lambda a, e: ran.append(a) or (0, ""))
+    assert said == "could not obtain a TLS certificate of web.example.com: " + str(raised.value)
+    assert ran == []
+
+
 def test_a_certificate_is_obtained_once_handed_to_haproxy_and_haproxy_reloaded(acme):
     assert proxyside.proxy_certificates(LISTEN, route("web"), acme["obtain"]) == []
     pem = acme["certs"] / "web.example.com.pem"
