@@ -240,8 +240,9 @@ def _run_task(args, path, config, out, err) -> int:
         return common.failed(exc, err)
     if record.get("runs") is not None:
         return _array_summary(record, args, out)
-    if args.detach or record.get("rolled") is not None:
-        # A running service updated in place: the update is the whole of this apply.
+    if args.detach or record.get("rolled") is not None or record.get("next_run"):
+        # A running service updated in place: the update is the whole of this apply. A
+        # scheduled task: its hosts start it at its times, with nothing to follow now.
         return _submitted(record, out, err)
     status = record.get("status")
     # A run that never got a job started (no capacity, a submission refused) is an error of
@@ -264,6 +265,11 @@ def _submitted(record, out, err) -> int:
         out.write(f"Run {record['run']} is {record.get('message') or 'waiting'}; it is "
                   "placed once they have ended, by a gpufleet command, a run's end or the "
                   "reconcile schedule (gpufleet ps shows it)\n")
+        return 0
+    if record.get("status") == "pending" and record.get("next_run"):
+        out.write(f"Run {record['run']} is {record.get('message')}; its hosts start it at "
+                  f"each time of its schedule (gpufleet ps shows it, gpufleet stop "
+                  f"{record['run']} ends the schedule)\n")
         return 0
     if record.get("status") == "pending":
         out.write(f"Run {record['run']} is {record.get('message') or 'waiting'}; it starts "

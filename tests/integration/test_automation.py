@@ -15,6 +15,9 @@ order, who stopped the held run, and the instances the world's fleet apply creat
 Webhooks (``gpufleet notify``): an HTTP server of the test's own gets the hosts' posts of a
 run's end, with no gpufleet command running, also after it was down for 20 s.
 
+``schedule``: a task applied with ``* * * * *`` is started by its host twice while the world's
+state dir is moved away (no controller can reach the fleet), and a stop ends its schedule.
+
 ``utilization_policy``: a run whose (stand-in) GPU reports 0% is terminated by its own job
 (``terminated_due_to_utilization_policy``) within its window and 30 s, with no pass or command
 needed; it runs while the tests above do.
@@ -30,6 +33,8 @@ import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
+
+from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
 
 from gpufleet import cli
 from gpufleet._collection import config_model
@@ -288,6 +293,65 @@ def test_the_hosts_post_a_runs_end_to_a_webhook_also_after_it_was_down(
     finally:
         assert cli.main(["notify", "remove", name]) == 0
         receiver.down()
+
+
+SCHEDULED = "dcron-" + SUFFIX
+
+
+def kept_schedule(world, host):
+    """The schedule the host keeps for the scheduled run's job, read on the node itself."""
+    out = world["docker"].run("exec", host, "cat",
+                              "/var/lib/gpufleet/runs/%s/0/schedule.json" % SCHEDULED)
+    return json.loads(out)
+
+
+def test_a_scheduled_task_fires_on_its_host_twice_with_no_controller(world, capsys):
+    path = task_file(world, SCHEDULED, "type: task\nname: %s\n%sschedule:\n  cron: '* * * * *'"
+                     "\ncommands:\n  - echo fired at $(date -u +%%H:%%M:%%S)\n"
+                     % (SCHEDULED, CPU))
+    capsys.readouterr()
+    assert cli.main(["apply", "-f", path, "-y"]) == 0   # attached: it returns at once
+    out = capsys.readouterr().out
+    assert "Run %s is waiting for schedule, next run " % SCHEDULED in out, out
+    found = records(capsys)[SCHEDULED]
+    assert (found["status"], found["reason"]) == ("pending", "waiting_for_schedule"), found
+    assert found["schedule"]["cron"] == ["* * * * *"] and found["schedule"]["firings"] == 0
+    assert found["schedule"]["next"] % 60 == 0 and found["schedule"]["next"] > time.time()
+    (job,) = found["jobs"]
+    host = local.container_name(FLEET, int(job["host"].rsplit("-", 1)[1]))
+    # No controller from here on: the world's state dir, its keys included, is moved away.
+    state = world["base"] / "state"
+    away = world["base"] / "state-away"
+    state.rename(away)
+    try:
+        deadline = time.time() + 150
+        while kept_schedule(world, host)["firings"] < 2:
+            assert time.time() < deadline, kept_schedule(world, host)
+            time.sleep(3)
+    finally:
+        away.rename(state)
+    kept = kept_schedule(world, host)
+    assert kept["next"] - kept["last"] <= 75 and kept["waiting"] is None, kept
+    # Each firing was a start of its own: two containers made, the second one's output kept.
+    found = events(capsys, "--within-run", SCHEDULED)
+    made = [e for e in found if e["kind"] == "job.created"]
+    assert len(made) >= 2 and len(set(e["submission"] for e in made)) == len(made), made
+    # The run's own changes at each time: from pending, and back to it once the start ended.
+    said = [e["message"] for e in found if e["kind"] == "run.status"]
+    assert said.count("Run status changed PENDING -> SUBMITTED") >= 2, said
+    assert "Run status changed DONE -> PENDING" in said, said
+    found = records(capsys)[SCHEDULED]
+    assert found["schedule"]["firings"] >= 2, found
+    assert found["status"] in ("pending", "running", "provisioning"), found
+    capsys.readouterr()
+    assert cli.main(["logs", SCHEDULED]) == 0
+    assert "fired at " in capsys.readouterr().out
+    # A stop ends the schedule for good.
+    assert cli.main(["stop", SCHEDULED, "-y"]) == 0
+    found = records(capsys)[SCHEDULED]
+    assert (found["status"], found["reason"]) == ("terminated", "terminated_by_user"), found
+    assert found["schedule"]["stopped"] is True and found["schedule"]["next"] is None
+    assert kept_schedule(world, host)["stopped"] is True
 
 
 def test_a_run_whose_gpu_idles_for_its_window_is_terminated_by_its_own_job(

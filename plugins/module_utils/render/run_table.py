@@ -23,6 +23,7 @@ from .fleet_table import (
     pretty_resources,
 )
 import datetime
+import time
 from typing import Any
 
 COLUMNS = ("NAME", "USER", "BACKEND", "GPU", "PRICE", "STATUS", "SUBMITTED")
@@ -55,6 +56,16 @@ def _job_status(job):
 
 
 def _error(item):
+    schedule = item.get("schedule") if isinstance(item.get("schedule"), dict) else {}
+    if item.get("status") == "pending" and schedule:
+        # A scheduled task between its firings (dstack apply's "Next run").
+        if schedule.get("waiting"):
+            return "firing waits: %s" % schedule["waiting"]
+        if schedule.get("error"):
+            return "last firing failed: %s" % schedule["error"]
+        if isinstance(schedule.get("next"), (int, float)):
+            return "next run %s" % time.strftime("%Y-%m-%d %H:%M UTC",
+                                                 time.gmtime(schedule["next"]))
     if item.get("status") == "pending" and item.get("reason") == "dependency":
         return "dependency"   # waiting for other runs to end (squeue's "(Dependency)")
     if item.get("status") == "pending" and item.get("queue_position"):

@@ -254,8 +254,11 @@ TASK_SECTIONS = {
             },
             "schedule": {
                 "values": "a mapping: {see:task.schedule}",
-                "text": "Start the run on a cron schedule. Run `gpufleet apply` from cron or an AWX schedule instead.",
-                "status": "runner-refuses",
+                "text": (
+                    "Start the run at cron times (UTC), with no controller on: `apply` places it and its hosts keep "
+                    "it ready, then start it at each time (see [tasks.md](../tasks.md#starting-at-set-times-schedule)). Tasks "
+                    "only, and not with `retry` or a `startup_order`; services and dev environments refuse it."
+                ),
             },
             "utilization_policy": {
                 "values": "a mapping: {see:task.utilization_policy}",
@@ -416,7 +419,10 @@ TASK_SECTIONS = {
     },
     "task.schedule": {
         "title": "`schedule`",
-        "intro": "When dstack starts the run by itself. gpufleet's task runner refuses `schedule`.",
+        "intro": (
+            "When the run starts by itself. Between its times the run is `pending`; a time that comes while the "
+            "previous start still runs is skipped; `gpufleet stop` ends the schedule."
+        ),
         "fields": {
             "cron": {
                 "values": "a cron expression of 5 fields (minute hour day month weekday), or a list of them",

@@ -115,6 +115,16 @@ def validate_cron(expression: str) -> str:
                     "invalid cron expression %s: %s is out of range %d-%d"
                     % (show(expression), show(token), low, high)
                 )
+        for part in field.split(","):
+            base, _sep, step = part.partition("/")
+            if step and int(step) == 0:
+                raise Invalid("invalid cron expression %s: %s has a step of 0"
+                              % (show(expression), show(part)))
+            ends = [int(t) if t.isdigit() else names[t.lower()] for t in base.split("-")
+                    if t != "*"]
+            if len(ends) == 2 and ends[0] > ends[1]:
+                raise Invalid("invalid cron expression %s: the range %s goes backwards"
+                              % (show(expression), show(base)))
     return expression
 
 

@@ -25,8 +25,14 @@ from typing import Any, Iterable
 from ..core.text import quote
 from ._errors import Problem
 
-SCHEDULE = ("gpufleet has no server to start runs on a schedule; remove it and run gpufleet "
+# A task's schedule is fired by its hosts (tasks/hostside/scheduleside.py): each firing runs
+# once, all its jobs at once, with nobody to resubmit it or order its nodes.
+SCHEDULE = ("gpufleet starts tasks on a schedule, not %ss; remove `schedule` and run gpufleet "
             "apply (or playbooks/task.yml) from cron or an AWX schedule")
+SCHEDULE_RETRY = ("a scheduled task runs once at each firing, and its hosts resubmit nothing: "
+                  "remove `retry` (the next firing comes at the next cron time) or `schedule`")
+SCHEDULE_ORDER = ("a scheduled task's hosts start all its jobs at the firing, in no order: "
+                  "remove `startup_order` or `schedule`")
 RUN_TYPES = ("task", "dev-environment", "service")
 
 # What a service may ask for that this version of gpufleet does not run yet: the in-fleet proxy
@@ -146,7 +152,7 @@ def refusals(config: dict[str, Any]) -> list[Problem]:
         return []
     out = service_refusals(config) if kind == "service" else []
     if config.get("schedule"):
-        out.append(Problem(("schedule",), SCHEDULE))
+        out += schedule_refusals(config)
     why = run_backends_refusal(config.get("backends"))
     if why:
         out.append(Problem(("backends",), why))
@@ -173,6 +179,18 @@ MODEL_PREFIX = ("the model prefix %s is not supported: use a path of letters, di
                 "`._~/-` that starts with `/` (such as /v1)")
 PROBE_URL = ("the probe URL %s has a space, backslash or brace, which the proxy cannot "
              "send; percent-encode them")
+
+
+def schedule_refusals(config: dict[str, Any]) -> list[Problem]:
+    """Why a run with ``schedule`` cannot be kept on its hosts for its firings."""
+    if config.get("type") != "task":
+        return [Problem(("schedule",), SCHEDULE % config.get("type"))]
+    out = []
+    if config.get("retry"):
+        out.append(Problem(("retry",), SCHEDULE_RETRY))
+    if config.get("startup_order") not in (None, "any"):
+        out.append(Problem(("startup_order",), SCHEDULE_ORDER))
+    return out
 
 
 def service_refusals(config: dict[str, Any]) -> list[Problem]:

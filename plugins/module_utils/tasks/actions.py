@@ -255,6 +255,10 @@ def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, 
     which this package may not import)."""
     config = load_task(params) if config is None else config
     array_spec = _array(params)
+    if array_spec is not None and config.get("schedule"):
+        # A job array ends when its runs have; a scheduled run never does by itself.
+        raise ActionError("a job array cannot have a schedule: its runs would never end; "
+                          "apply one scheduled task per index, or drop --array or schedule")
     root, fleets, make_runner = runner_factory(params, config, emit, check_mode, runnable,
                                                services, gate)
     config_dir = os.path.dirname(params["path"]) if params.get("path") else None
@@ -314,8 +318,8 @@ def submit(params, emit=None, check_mode=False, stop_event=None, runnable=None, 
     if ignored_fields(config):
         result["warnings"] = ignored_fields(config)
     # Detached, a run that could not even start (no capacity, a failed start) has failed too.
-    failed = result["status"] != RunStatus.DONE if params["wait"] else (
-        result["status"] == RunStatus.FAILED)
+    failed = result["status"] != RunStatus.DONE if params["wait"] and result.get(
+        "reason") != lifecycle.WAITING_FOR_SCHEDULE else result["status"] == RunStatus.FAILED
     if failed and runner.submissions:
         last = runner.submissions[-1]
         rank0 = next((j for j in last.jobs if j["job_num"] == 0), None)
@@ -526,7 +530,8 @@ def run_stop(params, check_mode=False, services=None, gate=None):
             return {"run": record, "changed": bool(record.get("stopped"))}
         if check_mode:
             alive = [j for j in record["jobs"] if j["status"] in JobStatus.up_statuses()]
-            return {"run": record, "changed": bool(alive)}
+            armed = not (record.get("schedule") or {"stopped": True})["stopped"]
+            return {"run": record, "changed": bool(alive) or armed}
         record = listing.stop_run(nodes, params["name"], abort=params["abort"],
                                   surveyed=(found[0], found[3]), by=_stopper(params))
         if queue_waiting(found):

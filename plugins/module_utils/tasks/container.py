@@ -225,6 +225,8 @@ def _run_spec(config, jobs, job):
             "max_duration": config.get("max_duration"),
             "stop_duration": config.get("stop_duration"),
             "retry": config.get("retry"),
+            # A scheduled task's cron times (its hosts start it: tasks.hostside.scheduleside).
+            "schedule": (config.get("schedule") or {}).get("cron"),
             # Where every job of the run is: a job whose host is gone is known from the others.
             "hosts": [j.get("host") for j in sorted(jobs, key=lambda j: j["job_num"])],
             # What gpufleet attach forwards, and who it logs in as (tasks/attach).

@@ -113,7 +113,12 @@ def derive(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 continue   # a later submission is known by its jobs' creation first
             first = run["submission"] is None and submission == 0
             run.update(submission=submission, jobs={}, status=RunStatus.SUBMITTED.value)
-            if first and key in waited:
+            if (event.get("policy") or {}).get("schedule"):
+                # A scheduled task's firing: the run waited for its time (scheduleside).
+                out.append(_run_event(event, EventKind.RUN_STATUS,
+                                      old_status=RunStatus.PENDING.value,
+                                      status=RunStatus.SUBMITTED.value))
+            elif first and key in waited:
                 # It waited in the queue: its submission is a change of its status.
                 out.append(_run_event(event, EventKind.RUN_STATUS,
                                       old_status=RunStatus.PENDING.value,
@@ -140,6 +145,12 @@ def derive(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                                   status=decision.status,
                                   reason=decision.reason if decision.final else None))
             run["status"] = decision.status
+            if decision.final and policy.get("schedule") and \
+                    decision.reason != lifecycle.TERMINATED_BY_USER:
+                # Ended by itself, a scheduled run waits for its next time (as ps says).
+                out.append(_run_event(event, EventKind.RUN_STATUS, old_status=decision.status,
+                                      status=RunStatus.PENDING.value))
+                run["status"] = RunStatus.PENDING.value
     return out
 
 

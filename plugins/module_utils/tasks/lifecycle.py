@@ -102,6 +102,10 @@ INACTIVITY_DURATION_EXCEEDED = "inactivity_duration_exceeded"
 # (the run too), never retried (dstack). Its job's wrapper decides it (tasks.hostside.wrapper).
 UTILIZATION_POLICY = "terminated_due_to_utilization_policy"
 TERMINATED_BY_USER = "terminated_by_user"
+# A task with ``schedule`` between its firings: the run is pending, its hosts keep it ready
+# (tasks.hostside.scheduleside); not one of dstack's reasons, which says "waiting for schedule"
+# in its status message.
+WAITING_FOR_SCHEDULE = "waiting_for_schedule"
 TERMINATED_BY_SERVER = "terminated_by_server"
 DONE_BY_RUNNER = "done_by_runner"
 NO_CAPACITY = "failed_to_start_due_to_no_capacity"
@@ -152,6 +156,11 @@ def job_status(entry):
     files = entry.get("files") or {}
     reason = files.get("reason")
     state = entry.get("state")
+    if state == "scheduled":
+        # A scheduled task's job before its first firing (tasks.hostside.scheduleside).
+        if reason in STOP_REASONS:
+            return STOP_REASONS[reason], reason, None
+        return JobStatus.SUBMITTED.value, None, None
     if entry.get("setup_error"):
         # Its container could not be created (tasks.hostside.nodeside's start).
         return JobStatus.FAILED.value, EXECUTOR_ERROR, None
@@ -187,6 +196,14 @@ def job_status(entry):
         # missing, the user does not exist...
         return JobStatus.FAILED.value, EXECUTOR_ERROR, code
     return JobStatus.FAILED.value, CONTAINER_EXITED_WITH_ERROR, code
+
+
+def armed(entry):
+    """Whether a job's host keeps it for firings to come (a scheduled task's job whose schedule
+    was not stopped, tasks.hostside.scheduleside): its host is not idle, though no container
+    holds it between firings."""
+    kept = ((entry or {}).get("files") or {}).get("schedule")
+    return isinstance(kept, dict) and not kept.get("stopped")
 
 
 def holds_host(entry):

@@ -115,6 +115,13 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
                                      "service": asked.get("type") == "service",
                                      "respawn": bool((service_of(labels, 0) or {}).get(
                                          "respawn"))}, statuses)
+        schedule = schedule_of(entries)
+        run_status, run_reason = decision.status, decision.reason
+        if schedule and not any(JobStatus(s[0]).is_up() for s in statuses.values()):
+            # Between firings a scheduled run waits; a user's stop ends it (dstack's).
+            run_status, run_reason = (
+                (RunStatus.TERMINATED.value, lifecycle.TERMINATED_BY_USER) if schedule["stopped"]
+                else (RunStatus.PENDING.value, lifecycle.WAITING_FOR_SCHEDULE))
         jobs: list[JobRecord] = []
         for entry in entries:
             status = statuses[_job_num(entry)]
@@ -141,8 +148,8 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
             "run_id": labels.get("gpufleet.run-id"),
             "submission": latest,
             "submitted": labels.get("gpufleet.submitted"),
-            "status": decision.status,
-            "reason": decision.reason,
+            "status": run_status,
+            "reason": run_reason,
             "fleet": labels.get("gpufleet.fleet"),
             "backend": asked.get("backend"),
             "region": asked.get("region"),
@@ -156,10 +163,31 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
             "stop_criteria": asked.get("stop_criteria"),
             "startup_order": asked.get("startup_order"),
             "service": service_of(labels, nodes, _moved(entries)),
+            "schedule": schedule,
             "jobs": jobs,
         })
     records.sort(key=lambda r: (r["submitted"] or "", r["name"]), reverse=True)
     return records
+
+
+def schedule_of(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """A scheduled task's schedule as its jobs' hosts keep it (tasks.hostside.scheduleside:
+    ``files["schedule"]``), one for the run: its next firing the soonest of its jobs', stopped
+    when every job's is; None for a run without one."""
+    kept = [k for k in ((e.get("files") or {}).get("schedule") for e in entries)
+            if isinstance(k, dict)]
+    if not kept:
+        return None
+    upcoming = [k["next"] for k in kept if isinstance(k.get("next"), (int, float))]
+    last = [k["last"] for k in kept if isinstance(k.get("last"), (int, float))]
+    return {"cron": list(kept[0].get("cron") or []),
+            "next": min(upcoming) if upcoming else None,
+            "firings": max(_int_or(k.get("firings"), 0) for k in kept),
+            "last": max(last) if last else None,
+            "stopped": all(bool(k.get("stopped")) for k in kept),
+            "waiting": next((str(k["waiting"]) for k in kept if k.get("waiting")), None),
+            # Why the last firing of a job could not start its container, if it could not.
+            "error": next((str(k["error"]) for k in kept if k.get("error")), None)}
 
 
 def with_queue(records, queues, usage=None):
@@ -380,7 +408,9 @@ def stop_run(nodes, name, abort=False, surveyed=None, by=None):
     def stop(host):
         jobs = [c for c in mine[host]
                 if lifecycle.job_status(c)[0] in JobStatus.up_statuses() and
-                _submission_of(c) == record["submission"]]
+                _submission_of(c) == record["submission"] or
+                # a scheduled job, of any firing: its host ends its schedule (scheduleside)
+                lifecycle.armed(c)]
         if not jobs:
             return []
         timeout = 0 if abort else max(int(_asked(c["labels"]).get("stop_duration") or 0)
@@ -527,8 +557,11 @@ def runs_alive(record, root):
     found, unreachable = list_runs(nodes)
     using = {}
     for run in found:
+        armed = not (run.get("schedule") or {"stopped": True})["stopped"]
         for job in run["jobs"]:
-            if job["status"] in JobStatus.up_statuses() and job["host"] not in unreachable:
+            # A host that keeps a scheduled run's job for its firings is using it too.
+            if (job["status"] in JobStatus.up_statuses() or armed) and \
+                    job["host"] not in unreachable:
                 using.setdefault(job["host"], set()).add(run["name"])
     return using, dict((h, _reason(h, e)) for h, e in unreachable.items())
 

@@ -29,8 +29,8 @@ def idle_since(instance, containers):
     as tasks.hostside.nodeside's ``status`` lists them."""
     finished = []
     for entry in containers:
-        if lifecycle.holds_host(entry):
-            return None
+        if lifecycle.holds_host(entry) or lifecycle.armed(entry):
+            return None   # a run on it, or a schedule it keeps
         moment = parse_time(entry.get("finished_at"))
         if moment is not None:
             finished.append(moment)

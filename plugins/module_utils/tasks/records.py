@@ -77,6 +77,11 @@ class RunRecord(_Run, total=False):
     # (tasks.listing.service_of), None for the others.
     service: dict[str, Any] | None
     startup_order: str | None
+    # A task with ``schedule``: {"cron", "next" (epoch seconds, None once stopped), "firings",
+    # "last", "stopped", "waiting" (why its host has not started a due firing yet), "error"
+    # (why the last firing could not start its container)}
+    # (tasks.listing.schedule_of), None for the others.
+    schedule: dict[str, Any] | None
     # From the queue: the host whose queue holds the run, its place and priority there, and
     # the host that keeps a running run's retries.
     queued_on: str

@@ -273,7 +273,50 @@ class RunSupervision(object):
         except GpufleetError as exc:
             raise RunError(str(exc)) from exc
 
+    def arm(self):
+        """A task with ``schedule``: placed and prepared now, then kept ready on its hosts,
+        whose tick starts it at each cron time (tasks.hostside.scheduleside); the result is
+        the run pending with its next firing (``next_run``, epoch seconds). Nothing is left
+        behind when a host refuses."""
+        import time
+
+        if self.run.after:
+            raise RunError("run %s has a schedule: it cannot also wait for other runs (--after);"
+                           " drop one of them" % self.run.name)
+        try:
+            submission = self.run.submit(0, wait_for_capacity=False)
+        except (admission.UserLimit, placement.NoHostFits) as exc:
+            return dict(self.run.result(), status=RunStatus.FAILED.value,
+                        reason=lifecycle.NO_CAPACITY, message="no host can keep the scheduled "
+                        "run ready now: %s" % exc)
+        crons = list(self.run.config["schedule"]["cron"])
+        answers = parallel([j["job_num"] for j in submission.jobs], lambda num: next(
+            submission.nodes[j["host"]].call("arm", {"job": j, "cron": crons})
+            for j in submission.jobs if j["job_num"] == num))
+        # Between firings the run holds nothing a per-user cap counts (its hosts fire it).
+        self.run.placing.admission.release()
+        failed = sorted((num, error) for num, (_a, error) in answers.items() if error)
+        if failed:
+            hosts = sorted(set(j["host"] for j in submission.jobs))
+            parallel(hosts, lambda h: submission.nodes[h].call("remove", {"run": self.run.name}))
+            num, error = failed[0]
+            raise RunError("could not keep job %d of run %s ready on its host: %s"
+                           % (num, self.run.name, error))
+        for num, (answer, _e) in sorted(answers.items()):
+            if answer.get("tick_error"):   # kept, but nothing fires it until the tick runs
+                self.run.emit({"kind": "info", "message": "job %d: its host's tick does not "
+                               "run (%s); the next gpufleet command that looks at the fleet "
+                               "starts it again" % (num, answer["tick_error"])})
+        upcoming = min(answer["next"] for answer, _e in answers.values())
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(upcoming))
+        message = "waiting for schedule, next run %s" % when
+        self.run.emit({"kind": "run", "status": RunStatus.PENDING.value, "message": message})
+        return dict(self.run.result(), status=RunStatus.PENDING.value,
+                    reason=lifecycle.WAITING_FOR_SCHEDULE, message=message, next_run=upcoming)
+
     def run_all(self, wait, stop_event):
+        if self.run.config.get("schedule"):
+            return self.arm()
         submission = None
         if self.run.after:
             result, submission = self._after(wait, stop_event)

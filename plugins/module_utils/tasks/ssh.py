@@ -88,16 +88,18 @@ _HOST_SOURCE: dict = {}
 def host_source():
     """What runs on a host for each request, from tasks.hostside: nodeside, then its parts
     volumeside (network volumes) and metricside (a run's metrics), then booking (claims and the
-    queue), replicaside (a service's replicas after their start), healthside (the GPU health probe), logside (the kept output), indexside (the run
-    index), usageside (the usage records), admitside (per-user limits), memberside (the
-    fleet's members), eventside (the event record), notifyside (webhooks), proxyconf, acmeside and proxyside (the proxy of services: in a fleet
-    or on a gateway, whose certificates acmeside obtains), in one
-    namespace. Their own sources are sent, so nothing is installed on
-    the host and a new controller version never meets an old helper."""
+    queue), replicaside (a service's replicas after their start), healthside (the GPU health
+    probe), logside (the kept output), indexside (the run index), usageside (the usage
+    records), admitside (per-user limits), memberside (the fleet's members), eventside (the
+    event record), notifyside (webhooks and the host's tick), scheduleside (schedules),
+    proxyconf, acmeside and proxyside (the proxy of services: in a fleet or on a gateway, whose
+    certificates acmeside obtains), in one namespace. Their own sources are sent, so nothing is
+    installed on the host and a new controller version never meets an old helper."""
     if "source" not in _HOST_SOURCE:
         from .hostside import (acmeside, admitside, booking, eventside, healthside, indexside,
                                logside, memberside, metricside, nodeside, notifyside, proxyconf,
-                               proxyside, replicaside, usageside, volumeside)
+                               proxyside, replicaside, scheduleside, usageside,
+                               volumeside)
 
         _HOST_SOURCE["source"] = b"\n".join((module_source(vars(nodeside)),
                                              module_source(vars(volumeside)),
@@ -112,6 +114,7 @@ def host_source():
                                              module_source(vars(memberside)),
                                              module_source(vars(eventside)),
                                              module_source(vars(notifyside)),
+                                             module_source(vars(scheduleside)),
                                              module_source(vars(proxyconf)),
                                              module_source(vars(acmeside)),
                                              module_source(vars(proxyside))))

@@ -470,13 +470,12 @@ def test_validate_reports_what_apply_refuses_and_what_it_ignores(files):
     from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import runs
 
     path = files("nightly.dstack.yml", "type: task\ncommands: [train]\npriority: 50\n"
-                 "schedule:\n  cron: '0 2 * * *'\n")
+                 "retry: true\nschedule:\n  cron: '0 2 * * *'\n")
     code, out, _err = run("validate", path)
     assert code == 1
     lines = out.splitlines()
     assert lines[0] == "%s: valid for dstack, but gpufleet apply refuses it (task):" % path
-    assert lines[1].startswith("%s: schedule: gpufleet has no server to start runs on a "
-                               "schedule" % path)
+    assert lines[1].startswith("%s: retry: a scheduled task runs once at each firing" % path)
     # priority orders the runs waiting in the queue: gpufleet acts on it, so no warning
     assert not any("priority" in line for line in lines), lines
     # apply stops on the very same message, before anything runs
@@ -487,7 +486,11 @@ def test_validate_reports_what_apply_refuses_and_what_it_ignores(files):
     code, out, _err = run("validate", "--json", path)
     result = json.loads(out)[0]
     assert result["ok"] is True and result["runnable"] is False
-    assert [p["path"] for p in result["unsupported"]] == ["schedule"]
+    assert [p["path"] for p in result["unsupported"]] == ["retry"]
+    # Without retry, the schedule is kept on its hosts: valid and runnable.
+    path = files("nightly.dstack.yml", "type: task\ncommands: [train]\n"
+                 "schedule:\n  cron: '0 2 * * *'\n")
+    assert run("validate", path)[0] == 0
 
 
 def refused_lines(path):

@@ -281,6 +281,8 @@ TASK_INVALID = [
     ("instances: [{name: a, hostname: b}]\n", "instances[0]", "exactly name"),
     ("schedule: {cron: '0 8 * *'}\n", "schedule.cron", "5 fields"),
     ("schedule: {cron: '61 * * * *'}\n", "schedule.cron", "out of range"),
+    ("schedule: {cron: '*/0 * * * *'}\n", "schedule.cron", "a step of 0"),
+    ("schedule: {cron: '0 8 * * fri-mon'}\n", "schedule.cron", "goes backwards"),
     ("schedule: {cron: []}\n", "schedule.cron", "at least one"),
     ("utilization_policy: {min_gpu_utilization: 10, time_window: 1m}\n",
      "utilization_policy.time_window", "minimum time_window"),

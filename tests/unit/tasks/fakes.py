@@ -186,6 +186,14 @@ class FakeNode:
     def op_record_failure(self, payload):
         return {"recorded": True}
 
+    def op_arm(self, payload):
+        # As scheduleside.op_arm: the job kept, no container; the next firing a minute on.
+        if self.fail_start:
+            raise NodeError(self.name, self.fail_start)
+        job = payload["job"]
+        self.kept[(job["run"], job["job_num"])] = dict(job, cron=payload["cron"])
+        return {"armed": True, "next": self.cluster.now + 60}
+
     def op_image_info(self, payload):
         return {"present": True, "entrypoint": None, "cmd": None, "working_dir": None}
 

@@ -85,6 +85,32 @@ def test_a_run_that_waited_in_the_queue_is_not_said_submitted_twice():
                      ("run.status", "submitted", "provisioning")]
 
 
+def test_each_firing_of_a_scheduled_run_comes_from_pending_and_goes_back_to_it():
+    cron = {"schedule": ["* * * * *"]}
+    first, second = 29933961, 29933962   # each firing is the submission of its cron minute
+    events = [ev("job.created", 0, submission=first, policy=cron),
+              ev("job.started", 1, submission=first),
+              ev("job.ended", 2, submission=first, exit_code=0, started=True),
+              ev("job.created", 60, submission=second, policy=cron),
+              ev("job.started", 61, submission=second),
+              ev("job.stopping", 62, submission=second, reason="terminated_by_user"),
+              ev("job.ended", 63, submission=second, exit_code=143,
+                 reason="terminated_by_user", started=True)]
+    assert derived(events) == [
+        ("run.status", "pending", "submitted", None),
+        ("run.status", "submitted", "provisioning", None),
+        ("run.status", "provisioning", "running", None),
+        ("run.status", "running", "done", "all_jobs_done"),
+        ("run.status", "done", "pending", None),
+        ("run.status", "pending", "submitted", None),
+        ("run.status", "submitted", "provisioning", None),
+        ("run.status", "provisioning", "running", None),
+        ("run.status", "running", "terminating", None),
+        ("run.status", "terminating", "terminated", "terminated_by_user")]   # stopped for good
+    ids = [e["id"] for e in eventlog.derive(events)]
+    assert len(ids) == len(set(ids))
+
+
 def test_a_job_that_never_started_failed_on_setup():
     events = [ev("job.created", 0, detail="no such image"),
               ev("job.ended", 1, reason="executor_error", started=False)]

@@ -493,7 +493,7 @@ def test_job_spec_shape_for_two_gpu_nodes():
     assert run_spec == {
         "nodes": 2, "backend": "ssh", "region": "remote", "price": 0.0,
         "spot": False, "startup_order": "any", "stop_criteria": "all-done",
-        "max_duration": 3600, "stop_duration": 300, "retry": None,
+        "max_duration": 3600, "stop_duration": 300, "retry": None, "schedule": None,
         "hosts": ["demo-0", "demo-1"], "ports": [], "user": None, "type": "task", "ide": None,
     }
     assert "\n" not in labels["gpufleet.run-spec"]

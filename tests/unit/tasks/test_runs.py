@@ -616,8 +616,9 @@ def test_fields_the_runner_cannot_honour_are_refused_or_warned():
         data.update(extra)
         return parse_data(data)[0]
 
-    with pytest.raises(runs.RunError, match="schedule: gpufleet has no server"):
-        runs.Runner(config(schedule={"cron": "0 * * * *"}), [])
+    runs.Runner(config(schedule={"cron": "0 * * * *"}), [])   # kept on its hosts
+    with pytest.raises(runs.RunError, match="retry: a scheduled task runs once at each firing"):
+        runs.Runner(config(schedule={"cron": "0 * * * *"}, retry=True), [])
     with pytest.raises(runs.RunError, match=r"repos\[0\]\.url: unsupported URL scheme ftp"):
         runs.Runner(config(repos=[{"url": "ftp://example.com/org/repo.git"}]), [])
     # ports are forwarded by gpufleet attach (and apply, which attaches): no note.

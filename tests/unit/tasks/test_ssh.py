@@ -35,6 +35,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
     proxyconf,
     proxyside,
     replicaside,
+    scheduleside,
     usageside,
     volumeside,
 )
@@ -316,7 +317,7 @@ def test_call_sends_the_source_and_the_request_on_stdin():
     data = kwargs["input"]
     # Split the way BOOTSTRAP splits it on the host: nodeside's source, then volumeside's,
     # metricside's, booking's, replicaside's, healthside's, logside's, indexside's, usageside's, admitside's,
-    # memberside's, eventside's, notifyside's, proxyconf's, acmeside's and proxyside's.
+    # memberside's, eventside's, notifyside's, scheduleside's, proxyconf's, acmeside's and proxyside's.
     source, sep, request = data.partition(b"\n" + bootstrap.SEPARATOR + b"\n")
     assert sep and source == b"\n".join((module_source(vars(nodeside)),
                                          module_source(vars(volumeside)),
@@ -331,6 +332,7 @@ def test_call_sends_the_source_and_the_request_on_stdin():
                                          module_source(vars(memberside)),
                                          module_source(vars(eventside)),
                                          module_source(vars(notifyside)),
+                                         module_source(vars(scheduleside)),
                                          module_source(vars(proxyconf)),
                                          module_source(vars(acmeside)),
                                          module_source(vars(proxyside))))

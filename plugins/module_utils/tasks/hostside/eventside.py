@@ -272,7 +272,7 @@ def _event_policy(labels):
     except ValueError:
         asked, service = {}, {}
     asked = asked if isinstance(asked, dict) else {}
-    keys = ("type", "stop_criteria", "startup_order")
+    keys = ("type", "stop_criteria", "startup_order", "schedule")
     policy = dict((k, asked.get(k)) for k in keys if asked.get(k))
     if isinstance(service, dict) and service.get("respawn"):
         policy["respawn"] = True

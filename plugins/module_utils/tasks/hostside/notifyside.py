@@ -22,7 +22,8 @@ in the same tick, and a tick posts for NOTIFY_TICK_BUDGET seconds at most. No re
 controller posts anything, so a receiver that does not answer never delays a run or a
 command. Deliveries are at least once: a tick killed while it posts posts again what it had
 not written down. ``tick_ensure`` (``notify_set``, and every ``status`` while hooks exist)
-keeps the timer or loop there (``tick_stop`` ends it with the last hook), run by the
+keeps the timer or loop there (``tick_stop`` ends it with the last hook, unless another part
+of the helper still wants it: ``TICK_PARTS``, scheduleside's schedules), run by the
 interpreter the requests run with, and keeps for it a copy of the helper the request runs
 (``helper.<tag>``), so that a controller of an earlier version, whose helper has no tick,
 does not stop it.
@@ -189,7 +190,7 @@ def op_notify_remove(payload):
             _notify_write("state.json", state)
         last = not hooks
     answer = {"removed": removed}
-    if last:
+    if last and not tick_wanted():
         # Nothing left to post: the tick stops (the next hook starts it again).
         try:
             tick_stop()
@@ -405,8 +406,20 @@ def _notify_queue(hooks, state, now):
     return queued
 
 
+# The parts of the helper sent after this one that act on the tick too (scheduleside's
+# schedules): ``{name: (wanted(), tick())}``; the tick runs while one of them wants it.
+TICK_PARTS = {}  # type: dict
+
+
+def tick_wanted():
+    """Whether the tick has work here: hooks, or a part that wants it."""
+    return bool(notify_hooks()) or any(wanted() for wanted, _tick in TICK_PARTS.values())
+
+
 def op_tick(payload):
-    """A tick, unless another one is under way (then nothing)."""
+    """A tick, unless another one is under way (then nothing): each part's own (schedules
+    first: their times should not wait for slow receivers), then the webhooks' posts; a part
+    that fails is said in the answer, and the others go on."""
     import fcntl
 
     if not os.path.isdir(NOTIFY_ROOT):
@@ -416,7 +429,13 @@ def op_tick(payload):
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return {"busy": True}
-        return notify_tick()
+        answer = {}
+        for name, tick in sorted(TICK_PARTS.items()) + [("notify", (None, notify_tick))]:
+            try:
+                answer[name] = tick[1]()
+            except Exception as exc:  # one part's trouble never stops the others
+                answer[name] = {"error": "%s: %s" % (type(exc).__name__, exc)}
+        return answer
 
 
 def _tick_systemd():
@@ -497,6 +516,8 @@ def tick_ensure():
     import subprocess
     import sys
 
+    if not os.path.isdir(NOTIFY_ROOT):
+        os.makedirs(NOTIFY_ROOT, 0o700)
     _tick_pin()
     alive = _tick_alive()
     if alive:
@@ -515,11 +536,12 @@ def tick_ensure():
         command = "%s -S %s" % (sys.executable or "/usr/bin/python3", program)
         if os.path.isdir(NOTIFY_SYSTEMD):
             with open(_NOTIFY_UNIT + ".service", "w") as handle:
-                handle.write("[Unit]\nDescription=gpufleet: post events to webhooks\n\n"
+                handle.write("[Unit]\nDescription=gpufleet: the host's tick (webhooks, "
+                             "schedules)\n\n"
                              "[Service]\nType=oneshot\nExecStart=%s\nTimeoutStartSec=%d\n"
                              "StandardOutput=null\n" % (command, NOTIFY_TICK_BUDGET * 3))
             with open(_NOTIFY_UNIT + ".timer", "w") as handle:
-                handle.write("[Unit]\nDescription=gpufleet: post events to webhooks every %ds"
+                handle.write("[Unit]\nDescription=gpufleet: the host's tick every %ds"
                              "\n\n[Timer]\nOnBootSec=30\nOnUnitActiveSec=%d\nAccuracySec=1"
                              "\n\n[Install]\nWantedBy=timers.target\n"
                              % (TICK_EVERY, TICK_EVERY))
@@ -542,10 +564,10 @@ _NOTIFY_STATUS_BEFORE = BOOK_OPS["status"]
 
 
 def op_status_notify(payload):
-    """The host's status; a host that keeps hooks gets its tick back when it stopped (a node
-    that restarted)."""
+    """The host's status; a host whose tick has work (hooks, schedules) gets it back when it
+    stopped (a node that restarted)."""
     answer = _NOTIFY_STATUS_BEFORE(payload)
-    if os.path.exists(_notify_path("hooks.json")) and notify_hooks():
+    if tick_wanted():
         try:
             tick_ensure()
         except Exception as exc:  # the listing stands; the answer says why the tick is off
