@@ -123,8 +123,20 @@ runs:
       type: str
       returned: always
     submission:
-      description: The number of its latest submission (0 unless retried).
+      description:
+        - The number of its latest submission (0 unless retried).
+        - A task with C(schedule), the minute since the epoch of the time its latest start was
+          for (each start is a submission of its own).
       type: int
+      returned: always
+    schedule:
+      description:
+        - A task with C(schedule), as its hosts keep it; null for other runs.
+        - C(cron) its times, C(next) its next start (seconds since the epoch, UTC; null once
+          stopped), C(firings) how many starts there were, C(last) when the last one was,
+          C(stopped) whether a user stopped it, C(waiting) why a start that is due waits (its
+          host is busy), C(error) why the last start could not be made.
+      type: dict
       returned: always
     user:
       description:

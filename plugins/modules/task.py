@@ -235,14 +235,16 @@ status:
   description:
     - The run's status, as dstack names them; V(done), V(failed) or V(terminated) once it has
       ended, V(planned) in check mode, V(pending) when it waits in the queue for capacity (see
-      M(gpufleet.cluster.run_queue)) or for its fleet to grow (RV(grow)).
+      M(gpufleet.cluster.run_queue)), for its fleet to grow (RV(grow)), or, with C(schedule),
+      for its first time (RV(next_run)).
   returned: always
   type: str
   sample: done
 reason:
   description:
     - Why the run ended (V(all_jobs_done), V(job_failed), V(max_duration_exceeded),
-      V(terminated_by_user), V(failed_to_start_due_to_no_capacity)); null while it goes on.
+      V(terminated_by_user), V(failed_to_start_due_to_no_capacity)); null while it goes on;
+      V(waiting_for_schedule) for a task with C(schedule) kept ready on its hosts.
   returned: when submitted, or in check mode when no fleet has room
   type: str
 message:
@@ -254,6 +256,13 @@ fleet:
   description: The fleet the run was placed on.
   returned: when submitted
   type: str
+next_run:
+  description:
+    - A task with C(schedule), the first time its hosts start it, in seconds since the epoch
+      (UTC). The task is kept ready on its hosts and the module returns at once, also with
+      O(wait); its hosts start it at each time with no controller on.
+  returned: with schedule
+  type: float
 submissions:
   description: How many times the run was submitted (more than 1 after retries).
   returned: when submitted
