@@ -805,18 +805,22 @@ def usage(since: str | None = "7d", user: str | None = None, fleet: str | None =
 
 
 def stop(run: str, abort: bool = False, in_process: bool = False, force: bool = False,
-         **options: Any) -> dict:
+         delete: bool = False, **options: Any) -> dict:
     """Stop every job of a run (TERM, then KILL after its stop_duration; ``abort``: KILL at
     once), then remove its SSH aliases on this controller. Returns the run's record.
+    ``delete``: then remove the run from its hosts (``gpufleet delete -f`` of its file; a
+    scheduled task's schedule goes with it); the record's ``deleted`` names them.
     Another user's run is refused (GpufleetError naming its owner) unless ``force`` is given
     or this controller's user is an admin of its fleet.
     ``in_process``: stop.yml's one step (the run_stop module's function), in this process."""
     opts = _Options(**options)
     if in_process:
         return _direct().stop(run, abort=bool(abort), **opts.here(),
-                              **({"force": True} if force else {})) or {}
+                              **({"force": True} if force else {}),
+                              **({"delete": True} if delete else {})) or {}
     result = opts.play("stop.yml", opts.extravars(run=run, gpufleet_abort=bool(abort),
-                                                  gpufleet_force=True if force else None))
+                                                  gpufleet_force=True if force else None,
+                                                  gpufleet_delete=True if delete else None))
     if not result.ok:
         raise _failed(result)
     return result.stats.get("gpufleet_run") or {}

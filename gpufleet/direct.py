@@ -129,7 +129,7 @@ def logs(run, out, job=None, since=None, fleet_files=(), state_dir=None) -> dict
     return answer.get("run")
 
 
-def stop(run, abort=False, fleet_files=(), state_dir=None, force=False) -> dict:
+def stop(run, abort=False, fleet_files=(), state_dir=None, force=False, delete=False) -> dict:
     """What playbooks/stop.yml does, with the function its run_stop module calls
     (attach.stop.stop_run): every job of the run stopped, the queue moved on, the run's SSH
     aliases on this controller removed; returns the run's record."""
@@ -138,7 +138,7 @@ def stop(run, abort=False, fleet_files=(), state_dir=None, force=False) -> dict:
 
     answer = _call(stopping.stop_run, _params(actions.RUN_STOP_ARGS, fleet_files, state_dir,
                                               name=run, abort=bool(abort),
-                                              force=bool(force)))
+                                              force=bool(force), delete=bool(delete)))
     return answer["run"]
 
 

@@ -64,20 +64,25 @@ def add_delete(commands):
     """Add ``gpufleet delete`` to the command parser."""
     delete = commands.add_parser(
         "delete",
-        help="delete a fleet, a volume or a gateway",
+        help="delete a fleet, a volume, a gateway or a run",
         description=(
             "Delete the fleet of a dstack fleet file with playbooks/delete.yml: remove a backend "
             "fleet's nodes, or release an SSH fleet's hosts, and the fleet's local files. "
             "A volume file: delete the volume with playbooks/volume.yml (a registered volume "
-            "is only released). A gateway file: remove the gateway's host, as a fleet's."
+            "is only released). A gateway file: remove the gateway's host, as a fleet's. A "
+            "task, dev environment or service file: stop the run of its name and remove it "
+            "from its hosts (a scheduled task's schedule with it)."
         ),
     )
     delete.add_argument("-f", "--file", required=True, metavar="FILE",
-                        help="the fleet or volume file")
+                        help="the fleet, volume, gateway or run file")
     delete.add_argument("-y", "--yes", action="store_true", help="delete without asking")
     delete.add_argument("--force", action="store_true",
                         help="delete the fleet even when a task still runs on it or its hosts "
-                        "cannot be checked (the runs there go with it)")
+                        "cannot be checked (the runs there go with it); a run's file: delete "
+                        "another user's run")
+    common.fleet_file_option(delete, "a run's file: a fleet file whose hosts the run may be "
+                                     "on (SSH fleets); repeatable")
     delete.set_defaults(handler=_delete)
 
 
@@ -397,11 +402,14 @@ def _delete(args, out, err) -> int:
     from ..api import GpufleetError, delete, fleet_name, progress_printer
 
     path = os.path.abspath(args.file)
-    config = common.read_config(path, err, ("fleet", "volume", "gateway"))
+    config = common.read_config(path, err, ("fleet", "volume", "gateway", "task",
+                                            "dev-environment", "service"))
     if config is None:
         return 1
     if config["type"] == "volume":
         return _volume(args, path, "absent", out, err)
+    if config["type"] in ("task", "dev-environment", "service"):
+        return _delete_run(args, path, config, out, err)
     what = "gateway" if config["type"] == "gateway" else "fleet"
     try:
         name = fleet_name(config, path)
@@ -419,6 +427,27 @@ def _delete(args, out, err) -> int:
     removed_count = sum(len(v) for v in removed.values())
     out.write(f"{what.capitalize()} {record['name']} deleted.\n" if removed_count else
               f"{what.capitalize()} {record['name']}: nothing to delete.\n")
+    return 0
+
+
+def _delete_run(args, path, config, out, err) -> int:
+    """``delete -f`` of a run's file, as dstack's: the run of the file's name, stopped if it
+    still goes (a scheduled task's schedule ends), then removed from its hosts."""
+    from ..api import GpufleetError, stop
+
+    if not config.get("name"):
+        err.write(f"{path}: the configuration names no run to delete (give it a name)\n")
+        return 1
+    name = config["name"]
+    if not common.confirm(f"Delete the run {name}?", args, out, err):
+        out.write("Nothing was deleted.\n")
+        return 1
+    try:
+        stop(name, in_process=True, delete=True, fleet_files=common.fleet_files(args),
+             **({"force": True} if args.force else {}))
+    except GpufleetError as exc:
+        return common.failed(exc, err)
+    out.write(f"Run {name} deleted.\n")
     return 0
 
 

@@ -37,6 +37,13 @@ options:
       - Defaults to C(GPUFLEET_USER), else the login name. C(playbooks/stop.yml) passes
         C(gpufleet_user), else in AWX the user who launched the job (C(awx_user_name)).
     type: str
+  delete:
+    description:
+      - After the stop, remove the run from its hosts (its containers, their folders and, for
+        a task with C(schedule), the schedule), so that M(gpufleet.cluster.run_info) no longer
+        lists it; what C(gpufleet delete -f) of a run's file does. Not for a job array's name.
+    type: bool
+    default: false
   force:
     description:
       - Stop the run even when another user submitted it.
@@ -77,6 +84,12 @@ EXAMPLES = r"""
     name: train
   delegate_to: localhost
 
+- name: Stop a run and remove it from its hosts (a scheduled task's schedule with it)
+  gpufleet.cluster.run_stop:
+    name: nightly-eval
+    delete: true
+  delegate_to: localhost
+
 - name: Stop a run another user submitted
   gpufleet.cluster.run_stop:
     name: bobs-run
@@ -87,7 +100,8 @@ EXAMPLES = r"""
 RETURN = r"""
 run:
   description: The run's record after the stop (see M(gpufleet.cluster.run_info)), with
-    C(stopped), the containers stopped (not in check mode, where it is the record as it is).
+    C(stopped), the containers stopped (not in check mode, where it is the record as it is),
+    and with O(delete) C(deleted), the hosts it was removed from.
   returned: success
   type: dict
 """

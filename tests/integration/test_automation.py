@@ -352,6 +352,13 @@ def test_a_scheduled_task_fires_on_its_host_twice_with_no_controller(world, caps
     assert (found["status"], found["reason"]) == ("terminated", "terminated_by_user"), found
     assert found["schedule"]["stopped"] is True and found["schedule"]["next"] is None
     assert kept_schedule(world, host)["stopped"] is True
+    # delete -f of its file removes it from its host: ps no longer lists it.
+    capsys.readouterr()
+    assert cli.main(["delete", "-f", path, "-y"]) == 0
+    assert capsys.readouterr().out == "Run %s deleted.\n" % SCHEDULED
+    assert SCHEDULED not in records(capsys)
+    assert world["docker"].run("exec", host, "ls", "/var/lib/gpufleet/runs").split().count(
+        SCHEDULED) == 0
 
 
 def test_a_run_whose_gpu_idles_for_its_window_is_terminated_by_its_own_job(

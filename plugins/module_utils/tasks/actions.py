@@ -24,7 +24,7 @@ from . import images, lifecycle, listing, ownership, placement, runindex, runs, 
 from .errors import NeedsInstances, PlanError, RunError
 from .grower import grower
 from .lifecycle import JobStatus, RunStatus
-from .ssh import NodeError
+from .ssh import NodeError, parallel
 
 # doc_fragments/run_fleets.py and state.py document these.
 FLEET_OPTIONS = dict(
@@ -60,7 +60,7 @@ RUN_INFO_ARGS = dict(name=dict(type="str"), user=dict(type="str"), **FLEET_OPTIO
 RUN_QUEUE_ARGS = dict(autoscale=dict(type="bool", default=True), **FLEET_OPTIONS)
 RUN_STOP_ARGS = dict(name=dict(type="str", required=True), abort=dict(type="bool", default=False),
                      force=dict(type="bool", default=False), user=dict(type="str"),
-                     **FLEET_OPTIONS)
+                     delete=dict(type="bool", default=False), **FLEET_OPTIONS)
 RUN_METRICS_ARGS = dict(name=dict(type="str", required=True), job=dict(type="int"),
                         **FLEET_OPTIONS)
 RUN_LOGS_ARGS = dict(name=dict(type="str", required=True), follow=dict(type="bool", default=False),
@@ -519,6 +519,10 @@ def run_stop(params, check_mode=False, services=None, gate=None):
             if not members:
                 raise RunError("no run or job array named %s on the fleets' hosts (gpufleet ps "
                                "lists runs)" % shorten(params["name"]))
+            if params.get("delete"):
+                name = shorten(params["name"])
+                raise RunError("%s is a job array: delete removes one run; stop the array "
+                               "with gpufleet stop %s" % (name, name))
             if check_mode:
                 alive = [r["name"] for r in members
                          if r["status"] not in RunStatus.finished_statuses()]
@@ -531,14 +535,28 @@ def run_stop(params, check_mode=False, services=None, gate=None):
         if check_mode:
             alive = [j for j in record["jobs"] if j["status"] in JobStatus.up_statuses()]
             armed = not (record.get("schedule") or {"stopped": True})["stopped"]
-            return {"run": record, "changed": bool(alive) or armed}
+            return {"run": record, "changed": bool(alive) or armed or params.get("delete")}
         record = listing.stop_run(nodes, params["name"], abort=params["abort"],
                                   surveyed=(found[0], found[3]), by=_stopper(params))
+        if params.get("delete"):
+            record["deleted"] = _delete_run(nodes, record)
         if queue_waiting(found):
             drive_queue(fleets, root, services=services, gate=gate)   # what waited may start now
     except (RunError, NodeError) as exc:
         raise ActionError(str(exc)) from exc
     return {"run": record, "changed": bool(record.get("stopped"))}
+
+
+def _delete_run(nodes, record):
+    """Remove a stopped run from its hosts (``gpufleet delete -f`` of its file): its
+    containers, folders and schedules go; the hosts that removed it."""
+    hosts = sorted(set(j["host"] for j in record.get("jobs") or [] if j.get("host") in nodes))
+    answers = parallel(hosts, lambda h: nodes[h].call("remove", {"run": record["name"]}))
+    failed = ["%s: %s" % (h, e) for h, (_a, e) in sorted(answers.items()) if e is not None]
+    if failed:
+        raise RunError("run %s was stopped, but not removed from %s" % (
+            record["name"], "; ".join(failed)))
+    return hosts
 
 
 def _stopper(params):

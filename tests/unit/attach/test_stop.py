@@ -49,7 +49,7 @@ def test_a_stop_stops_then_forgets_the_runs_ssh_aliases(calls):
     assert record["status"] == "terminated"
     assert [c[0] for c in calls] == ["run_stop", "attach_entry"]
     assert calls[0][1] == {"name": "train", "abort": True, "force": False, "user": None,
-                           "fleets": [], "state_dir": "/s"}
+                           "delete": False, "fleets": [], "state_dir": "/s"}
     assert (calls[1][1]["name"], calls[1][1]["state"], calls[1][1]["state_dir"]) == (
         "train", "absent", "/s")
 

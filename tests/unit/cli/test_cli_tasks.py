@@ -696,6 +696,30 @@ def test_stop_of_an_unknown_run_exits_1_with_the_failure(playbooks, direct):
     assert (code, out, err) == (1, "", "gpufleet: %s\n" % msg)
 
 
+def test_delete_of_a_run_file_stops_and_removes_the_run_of_its_name(files, playbooks, direct):
+    path = files("nightly.dstack.yml", "type: task\nname: nightly\ncommands: [eval]\n"
+                 "schedule:\n  cron: '0 2 * * *'\n")
+    direct.answer(dict(run_record("nightly", "terminated"), deleted=["gpus-0"]))
+    code, out, err = run(playbooks, "delete", "-f", path, "-y")
+    assert (code, out, err) == (0, "Run nightly deleted.\n", "")
+    assert direct.calls == [
+        ("stop", ("nightly",), {"abort": False, "fleet_files": [], "delete": True})]
+    assert playbooks.calls == []
+
+
+def test_delete_of_a_run_file_without_a_name_or_unanswered_deletes_nothing(
+        files, playbooks, direct, stdin):
+    path = files("anon.dstack.yml", "type: task\ncommands: [eval]\n")
+    code, out, err = run(playbooks, "delete", "-f", path, "-y")
+    assert (code, out) == (1, "")
+    assert err == "%s: the configuration names no run to delete (give it a name)\n" % path
+    path = files("nightly.dstack.yml", "type: task\nname: nightly\ncommands: [eval]\n")
+    stdin.tty, stdin.answer = True, "no\n"
+    code, out, _err = run(playbooks, "delete", "-f", path)
+    assert (code, out) == (1, "Delete the run nightly? [y/n] Nothing was deleted.\n")
+    assert direct.calls == []
+
+
 # ---------------------------------------------------------------------------------------------
 # apply -f TASK with dstack's --name, --env and --fleet
 

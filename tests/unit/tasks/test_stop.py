@@ -60,3 +60,16 @@ def test_a_stop_in_check_mode_says_a_change_for_a_run_with_jobs_up_and_stops_not
                               check_mode=True)
     assert answer["changed"] and answer["run"]["name"] == "train"
     assert [op for _h, op, _p in cluster.log if op == "stop"] == []
+
+
+def test_a_stop_with_delete_removes_the_run_from_its_hosts(started):
+    cluster, _moved = started
+    answer = actions.run_stop({"name": "train", "abort": True, "fleets": [], "state_dir": None,
+                               "delete": True})
+    assert answer["run"]["deleted"] == ["gpus-0", "gpus-1"]
+    assert sorted(h for h, op, p in cluster.log if op == "remove" and p["run"] == "train") == [
+        "gpus-0", "gpus-1"]
+    assert all(not n.containers for n in cluster.nodes.values())
+    # Gone: ps no longer lists it, and a stop says so.
+    with pytest.raises(actions.ActionError, match="no run or job array named train"):
+        actions.run_stop({"name": "train", "abort": False, "fleets": [], "state_dir": None})
