@@ -436,17 +436,20 @@ def _delete_run(args, path, config, out, err) -> int:
     from ..api import GpufleetError, stop
 
     if not config.get("name"):
-        err.write(f"{path}: the configuration names no run to delete (give it a name)\n")
+        err.write(f"{path}: configuration specifies no run to delete (give it a name)\n")
         return 1
     name = config["name"]
     if not common.confirm(f"Delete the run {name}?", args, out, err):
         out.write("Nothing was deleted.\n")
         return 1
     try:
-        stop(name, in_process=True, delete=True, fleet_files=common.fleet_files(args),
-             **({"force": True} if args.force else {}))
+        record = stop(name, in_process=True, delete=True, fleet_files=common.fleet_files(args),
+                      **({"force": True} if args.force else {}))
     except GpufleetError as exc:
         return common.failed(exc, err)
+    if not record.get("deleted"):
+        err.write(f"Run {name} does not exist\n")
+        return 1
     out.write(f"Run {name} deleted.\n")
     return 0
 

@@ -135,9 +135,10 @@ runs:
         - C(cron) its times, C(next) its next start (seconds since the epoch, UTC; null once
           stopped), C(firings) how many starts there were, C(last) when the last one was,
           C(stopped) whether a user stopped it, C(waiting) why a start that is due waits (its
-          host is busy), C(error) why the last start could not be made.
+          host is busy), C(error) why the last start could not be made, C(hosts) the hosts
+          that keep it.
       type: dict
-      returned: always
+      returned: for runs on hosts (a run that only waits in the queue has none)
     user:
       description:
         - Who submitted the run (the submitter's C(GPUFLEET_USER), else login name), as its

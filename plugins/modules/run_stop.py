@@ -40,8 +40,11 @@ options:
   delete:
     description:
       - After the stop, remove the run from its hosts (its containers, their folders and, for
-        a task with C(schedule), the schedule), so that M(gpufleet.cluster.run_info) no longer
-        lists it; what C(gpufleet delete -f) of a run's file does. Not for a job array's name.
+        a task with C(schedule), the schedule) and its entries from the queue, so that
+        M(gpufleet.cluster.run_info) no longer lists it; what C(gpufleet delete -f) of a run's
+        file does. Not for a job array's name.
+      - When one of the run's hosts does not answer, nothing is stopped or removed and the
+        module fails naming it.
     type: bool
     default: false
   force:
@@ -65,13 +68,14 @@ attributes:
     support: full
     details:
       - In check mode nothing is stopped and no SSH alias is removed; C(changed) says whether
-        a job is still going.
+        a job is still going, a schedule is kept, or (with O(delete)) there is a run to remove.
   diff_mode:
     support: none
   idempotent:
     support: full
     details:
-      - Stopping a run that has ended changes nothing.
+      - Stopping a run that has ended changes nothing; with O(delete), a run that is gone
+        already changes nothing either.
 seealso:
   - module: gpufleet.cluster.task
   - module: gpufleet.cluster.run_info

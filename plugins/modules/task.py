@@ -262,7 +262,7 @@ next_run:
       (UTC). The task is kept ready on its hosts and the module returns at once, also with
       O(wait); its hosts start it at each time with no controller on.
   returned: with schedule
-  type: float
+  type: int
 submissions:
   description: How many times the run was submitted (more than 1 after retries).
   returned: when submitted

@@ -24,7 +24,7 @@ from . import images, lifecycle, listing, ownership, placement, runindex, runs, 
 from .errors import NeedsInstances, PlanError, RunError
 from .grower import grower
 from .lifecycle import JobStatus, RunStatus
-from .ssh import NodeError, parallel
+from .ssh import NodeError
 
 # doc_fragments/run_fleets.py and state.py document these.
 FLEET_OPTIONS = dict(
@@ -513,9 +513,15 @@ def run_stop(params, check_mode=False, services=None, gate=None):
         record = next((r for r in records if r["name"] == params["name"]), None)
         _guard_stop(params, record, records, nodes, fleets)
         if record is not None and record.get("queued_on") and not record.get("jobs"):
-            return _cancel_queued(nodes, record, check_mode, _stopper(params))
+            answer = _cancel_queued(nodes, record, check_mode, _stopper(params))
+            if params.get("delete"):
+                answer = listing.delete_queued(nodes, answer, check_mode)
+            return answer
         if record is None:
             members = [r for r in records if r.get("array") == params["name"]]
+            if not members and params.get("delete"):
+                # Deleted already (or never made): nothing to do, as a second delete finds.
+                return {"run": {"name": params["name"], "deleted": []}, "changed": False}
             if not members:
                 raise RunError("no run or job array named %s on the fleets' hosts (gpufleet ps "
                                "lists runs)" % shorten(params["name"]))
@@ -536,27 +542,27 @@ def run_stop(params, check_mode=False, services=None, gate=None):
             alive = [j for j in record["jobs"] if j["status"] in JobStatus.up_statuses()]
             armed = not (record.get("schedule") or {"stopped": True})["stopped"]
             return {"run": record, "changed": bool(alive) or armed or params.get("delete")}
+        hosts = listing.run_hosts(found[0], params["name"])
+        silent = [h for h in hosts if h in found[3] or h not in nodes]
+        if params.get("delete") and silent:
+            raise RunError("cannot delete run %s: %s of its hosts do%s not answer; nothing was "
+                           "changed (delete it again once they do, or gpufleet stop %s stops "
+                           "it where its hosts answer)" % (shorten(params["name"]),
+                                                           ", ".join(silent),
+                                                           "es" if len(silent) == 1 else "",
+                                                           shorten(params["name"])))
         record = listing.stop_run(nodes, params["name"], abort=params["abort"],
                                   surveyed=(found[0], found[3]), by=_stopper(params))
-        if params.get("delete"):
-            record["deleted"] = _delete_run(nodes, record)
-        if queue_waiting(found):
-            drive_queue(fleets, root, services=services, gate=gate)   # what waited may start now
+        try:
+            if params.get("delete"):
+                record["deleted"] = listing.delete_run(nodes, record, hosts, found[2])
+        finally:
+            if queue_waiting(found):
+                drive_queue(fleets, root, services=services,
+                            gate=gate)   # what waited may start now
     except (RunError, NodeError) as exc:
         raise ActionError(str(exc)) from exc
-    return {"run": record, "changed": bool(record.get("stopped"))}
-
-
-def _delete_run(nodes, record):
-    """Remove a stopped run from its hosts (``gpufleet delete -f`` of its file): its
-    containers, folders and schedules go; the hosts that removed it."""
-    hosts = sorted(set(j["host"] for j in record.get("jobs") or [] if j.get("host") in nodes))
-    answers = parallel(hosts, lambda h: nodes[h].call("remove", {"run": record["name"]}))
-    failed = ["%s: %s" % (h, e) for h, (_a, e) in sorted(answers.items()) if e is not None]
-    if failed:
-        raise RunError("run %s was stopped, but not removed from %s" % (
-            record["name"], "; ".join(failed)))
-    return hosts
+    return {"run": record, "changed": bool(record.get("stopped") or record.get("deleted"))}
 
 
 def _stopper(params):

@@ -93,6 +93,9 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
                 by_run.setdefault(name, []).append(dict(entry, host=host))
     records: list[RunRecord] = []
     for name, entries in by_run.items():
+        # A scheduled run's schedule is every job's, also one whose host missed the latest
+        # firing (its entry is of an earlier submission).
+        schedule = schedule_of(entries)
         latest = max(_submission_of(e) for e in entries)
         entries = sorted((e for e in entries if _submission_of(e) == latest), key=_job_num)
         # Replicas a scale-down took away are not the service's any more (tasks.lifecycle);
@@ -115,7 +118,6 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
                                      "service": asked.get("type") == "service",
                                      "respawn": bool((service_of(labels, 0) or {}).get(
                                          "respawn"))}, statuses)
-        schedule = schedule_of(entries)
         run_status, run_reason = decision.status, decision.reason
         if schedule and not any(JobStatus(s[0]).is_up() for s in statuses.values()):
             # Between firings a scheduled run waits; a user's stop ends it (dstack's).
@@ -170,6 +172,19 @@ def run_records(containers: dict[str, list[dict[str, Any]]], errors: dict[str, s
     return records
 
 
+def run_hosts(containers: dict[str, list[dict[str, Any]]], name: str) -> list[str]:
+    """The hosts run ``name`` is on, from a survey (``{host: [containers]}``): those that
+    have any of its jobs (of any submission), and those its jobs were placed on (their labels
+    say, so that a host that did not answer is known too)."""
+    hosts = set()
+    for host, entries in containers.items():
+        for entry in entries:
+            if entry["labels"].get(RUN_LABEL) == name:
+                hosts.add(host)
+                hosts.update(h for h in _asked(entry["labels"]).get("hosts") or [] if h)
+    return sorted(hosts)
+
+
 def schedule_of(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
     """A scheduled task's schedule as its jobs' hosts keep it (tasks.hostside.scheduleside:
     ``files["schedule"]``), one for the run: its next firing the soonest of its jobs', stopped
@@ -180,7 +195,9 @@ def schedule_of(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
         return None
     upcoming = [k["next"] for k in kept if isinstance(k.get("next"), (int, float))]
     last = [k["last"] for k in kept if isinstance(k.get("last"), (int, float))]
+    hosts = sorted(set(str(e["host"]) for e in entries if e.get("host") and lifecycle.armed(e)))
     return {"cron": list(kept[0].get("cron") or []),
+            "hosts": hosts,   # the hosts that keep it for firings to come
             "next": min(upcoming) if upcoming else None,
             "firings": max(_int_or(k.get("firings"), 0) for k in kept),
             "last": max(last) if last else None,
@@ -432,6 +449,33 @@ def stop_run(nodes, name, abort=False, surveyed=None, by=None):
     return after
 
 
+def delete_run(nodes, record, hosts, queues):
+    """Remove a stopped run from ``hosts`` (``gpufleet delete -f`` of its file): its
+    containers, folders and schedules, and its entries in the queues (the failed or active
+    one ps would list it by); the hosts that removed it."""
+    name = record["name"]
+    answers = parallel(hosts, lambda h: nodes[h].call("remove", {"run": name}))
+    kept = [h for h, entry in queue_records.entries_of(queues or {})
+            if entry.get("run") == name and entry.get("run_id") == record.get("run_id")]
+    answers.update(("%s (queue)" % h, answer) for h, answer in parallel(
+        kept, lambda h: nodes[h].call("dequeue", {"run": name,
+                                                  "run_id": record.get("run_id")})).items())
+    failed = ["%s: %s" % (h, e) for h, (_a, e) in sorted(answers.items()) if e is not None]
+    if failed:
+        raise RunError("run %s was stopped, but not removed from %s; delete it again"
+                       % (name, "; ".join(failed)))
+    return sorted(set(hosts) | set(kept))
+
+
+def delete_queued(nodes, answer, check_mode):
+    """``delete`` of a run that is only a queue entry: the entry taken off its host."""
+    record = answer["run"]
+    if not check_mode:
+        nodes[record["queued_on"]].call("dequeue", {"run": record["name"],
+                                                    "run_id": record["run_id"]})
+    return {"run": dict(record, deleted=[record["queued_on"]]), "changed": True}
+
+
 def run_logs(nodes, name, tail=None, job=None, since=None):
     """The output of every job of run ``name``'s latest submission (or of ``job``) as its
     hosts keep it (tasks.joblogs): ``(record, [(rank, line), ...])`` in rank order, lines
@@ -557,12 +601,13 @@ def runs_alive(record, root):
     found, unreachable = list_runs(nodes)
     using = {}
     for run in found:
-        armed = not (run.get("schedule") or {"stopped": True})["stopped"]
         for job in run["jobs"]:
-            # A host that keeps a scheduled run's job for its firings is using it too.
-            if (job["status"] in JobStatus.up_statuses() or armed) and \
-                    job["host"] not in unreachable:
+            if job["status"] in JobStatus.up_statuses() and job["host"] not in unreachable:
                 using.setdefault(job["host"], set()).add(run["name"])
+        # A host that keeps a scheduled run's job for its firings is using it too.
+        for host in (run.get("schedule") or {}).get("hosts") or []:
+            if host not in unreachable:
+                using.setdefault(host, set()).add(run["name"])
     return using, dict((h, _reason(h, e)) for h, e in unreachable.items())
 
 

@@ -77,7 +77,8 @@ class RunRecord(_Run, total=False):
     # (tasks.listing.service_of), None for the others.
     service: dict[str, Any] | None
     startup_order: str | None
-    # A task with ``schedule``: {"cron", "next" (epoch seconds, None once stopped), "firings",
+    # A task with ``schedule``: {"cron", "hosts" (those that keep it for firings to come),
+    # "next" (epoch seconds, None once stopped), "firings",
     # "last", "stopped", "waiting" (why its host has not started a due firing yet), "error"
     # (why the last firing could not start its container)}
     # (tasks.listing.schedule_of), None for the others.

@@ -712,12 +712,16 @@ def test_delete_of_a_run_file_without_a_name_or_unanswered_deletes_nothing(
     path = files("anon.dstack.yml", "type: task\ncommands: [eval]\n")
     code, out, err = run(playbooks, "delete", "-f", path, "-y")
     assert (code, out) == (1, "")
-    assert err == "%s: the configuration names no run to delete (give it a name)\n" % path
+    assert err == "%s: configuration specifies no run to delete (give it a name)\n" % path
     path = files("nightly.dstack.yml", "type: task\nname: nightly\ncommands: [eval]\n")
     stdin.tty, stdin.answer = True, "no\n"
     code, out, _err = run(playbooks, "delete", "-f", path)
     assert (code, out) == (1, "Delete the run nightly? [y/n] Nothing was deleted.\n")
     assert direct.calls == []
+    # A run that is not there (deleted already): dstack's words.
+    direct.answer({"name": "nightly", "deleted": []})
+    code, out, err = run(playbooks, "delete", "-f", path, "-y")
+    assert (code, out, err) == (1, "", "Run nightly does not exist\n")
 
 
 # ---------------------------------------------------------------------------------------------

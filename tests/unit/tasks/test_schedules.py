@@ -133,6 +133,10 @@ def test_a_stop_reaches_every_job_that_keeps_the_schedule_whatever_its_firing():
     waiting["files"]["schedule"] = kept(firings=1, waiting="busy")
     cluster.nodes["gpus-0"].containers = [now]
     cluster.nodes["gpus-1"].containers = [waiting]
+    # Both hosts keep the schedule, the one that missed the latest firing too.
+    (record,) = listing.run_records({"gpus-0": [now], "gpus-1": [waiting]})
+    assert (record["schedule"]["hosts"], record["schedule"]["waiting"]) == (
+        ["gpus-0", "gpus-1"], "busy")
     listing.stop_run(cluster.nodes, "nightly", by="ann")
     stops = sorted((h, [j["job_num"] for j in p["jobs"]], p["reason"])
                    for h, p in cluster.ops("stop"))

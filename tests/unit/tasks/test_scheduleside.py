@@ -117,6 +117,9 @@ def host(tmp_path, monkeypatch):
     monkeypatch.setattr(scheduleside, "_event_sweep_quietly",
                         lambda answer, containers, run: engine.swept.append(
                             (run, list(engine.started))))
+    engine.seen = []
+    monkeypatch.setattr(scheduleside, "usage_seen",
+                        lambda entries, now: engine.seen.append([e["name"] for e in entries]))
     engine.dropped = []
     monkeypatch.setattr(scheduleside, "_claim_locked", claim)
     monkeypatch.setattr(scheduleside, "_drop_shares",
@@ -187,8 +190,11 @@ def test_the_tick_fires_at_the_time_and_again_at_the_next(host):
     assert scheduleside.schedule_tick(first - 1) == {} and host.started == []
     assert scheduleside.schedule_tick(first + 3) == {"nightly/0": "fired"}
     assert host.started == ["nightly-0-0"]
-    # The event record reads the folder before the firing empties it, and the new start after.
+    # The event record reads the folder before the firing empties it, and the new start after;
+    # the usage records settle the container before (none at the first firing) and begin the
+    # new one's.
     assert host.swept == [("nightly", []), ("nightly", ["nightly-0-0"])]
+    assert host.seen == [[], ["nightly-0-0"]]
     # Each firing is a submission of its own, numbered by its cron minute (the same on every
     # host of the run): its container's label, its claim and its record say so.
     submission = first // 60
@@ -240,10 +246,17 @@ def test_a_firing_held_back_until_the_next_time_is_missed(host):
     assert scheduleside.schedule_tick(first + 30) == {"nightly/0": "waiting"}
     assert scheduleside.schedule_tick(first + 65) == {"nightly/0": "missed"}
     state = kept(host)
-    assert state["next"] == first + 120 and state["waiting"] is None
+    # The time that came meanwhile waits now, and starts once the host is free.
+    assert state["next"] == first + 60 and state["waiting"] == host.busy
     assert state["error"].startswith("the firing of %s was missed: busy" % time.strftime(
         "%Y-%m-%d %H:%M UTC", time.gmtime(first)))
     assert host.started == [] and state["firings"] == 0
+    # Held back past several times: only the latest due one is left.
+    assert scheduleside.schedule_tick(first + 250) == {"nightly/0": "missed"}
+    assert kept(host)["next"] == first + 240
+    host.busy = None
+    assert scheduleside.schedule_tick(first + 255) == {"nightly/0": "fired"}
+    assert kept(host)["next"] == first + 300 and kept(host)["firings"] == 1
 
 
 def test_a_stop_ends_the_schedule_for_good(host):

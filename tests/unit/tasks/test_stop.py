@@ -70,6 +70,42 @@ def test_a_stop_with_delete_removes_the_run_from_its_hosts(started):
     assert sorted(h for h, op, p in cluster.log if op == "remove" and p["run"] == "train") == [
         "gpus-0", "gpus-1"]
     assert all(not n.containers for n in cluster.nodes.values())
-    # Gone: ps no longer lists it, and a stop says so.
+    # Gone: ps no longer lists it, a stop says so, and deleting it again changes nothing.
     with pytest.raises(actions.ActionError, match="no run or job array named train"):
         actions.run_stop({"name": "train", "abort": False, "fleets": [], "state_dir": None})
+    again = actions.run_stop({"name": "train", "abort": False, "fleets": [], "state_dir": None,
+                              "delete": True})
+    assert again == {"run": {"name": "train", "deleted": []}, "changed": False}
+
+
+def test_a_delete_takes_the_runs_queue_entry_too(started):
+    cluster, _moved = started
+    entry = {"run": "train", "run_id": cluster.nodes["gpus-0"].containers[0]["labels"][
+        "gpufleet.run-id"], "state": "failed", "priority": 0,
+        "submitted_at": "2026-01-01T09:00:00Z", "config": {}}
+    cluster.nodes["gpus-3"].queue["train"] = entry
+    answer = actions.run_stop({"name": "train", "abort": True, "fleets": [], "state_dir": None,
+                               "delete": True})
+    assert answer["run"]["deleted"] == ["gpus-0", "gpus-1", "gpus-3"]
+    assert cluster.nodes["gpus-3"].queue == {}
+
+
+def test_a_run_that_only_waits_in_the_queue_is_deleted_from_it(started):
+    cluster, _moved = started
+    cluster.nodes["gpus-3"].queue["later"] = {
+        "run": "later", "run_id": "x", "state": "pending", "priority": 0,
+        "submitted_at": "2026-01-01T09:00:00Z", "config": {}}
+    answer = actions.run_stop({"name": "later", "abort": False, "fleets": [],
+                               "state_dir": None, "delete": True})
+    assert (answer["changed"], answer["run"]["deleted"]) == (True, ["gpus-3"])
+    assert "later" not in cluster.nodes["gpus-3"].queue
+
+
+def test_a_delete_with_a_host_that_does_not_answer_changes_nothing(started):
+    cluster, _moved = started
+    cluster.nodes["gpus-1"].down = True
+    with pytest.raises(actions.ActionError, match="cannot delete run train: gpus-1 of its "
+                                                  "hosts does not answer; nothing was changed"):
+        actions.run_stop({"name": "train", "abort": False, "fleets": [], "state_dir": None,
+                          "delete": True})
+    assert not [op for _h, op, _p in cluster.log if op in ("stop", "remove")]

@@ -37,6 +37,7 @@ try:  # imported as part of the collection (tests, the controller)
     from .nodeside import (RUN_ROOT, _RUN_NAME, Failure, _docker, _job_key, _json_file,
                            _listdir, _read_state, _run_container, job_dir, op_status)
     from .notifyside import TICK_PARTS, tick_ensure
+    from .usageside import usage_seen
 except ImportError:  # on a host: the files sent before this one run in the same namespace
     pass
 
@@ -252,9 +253,10 @@ def _schedule_fire_locked(run, num, kept, now, alive):
         answer = _claim_locked(dict(claim, submission=submission, replace=False), now)
         if not answer["claimed"]:
             return "waiting", answer["reason"]
-    # What the firing before left (its end) goes to the event record before the folder is
-    # emptied: with no controller about, nothing else may have read it.
+    # What the firing before left (its end) goes to the event record and the usage records
+    # before the folder is emptied: with no controller about, nothing else may have read it.
     _event_sweep_quietly({}, None, run)
+    usage_seen(_schedule_container(run, job["container"]), now)
     job = _schedule_relabel(job, folder, submission)
     _docker(["rm", "-f", job["container"]], check=False)
     state = os.path.join(folder, "state")
@@ -268,7 +270,24 @@ def _schedule_fire_locked(run, num, kept, now, alive):
     except Failure as exc:
         _drop_shares(run, (job.get("claim") or {}).get("run_id"), [num])
         return "failed", str(exc)
+    usage_seen(_schedule_container(run, job["container"]), time.time())   # its record begins
     return "fired", started.get("id")
+
+
+def _schedule_container(run, name):
+    """``status``'s entry of container ``name`` of ``run`` (none when it is not there)."""
+    return [c for c in op_status({"run": run})["containers"] if c.get("name") == name]
+
+
+def schedule_due(kept, now):
+    """The firing a held-back job should wait for now: its own time until the next one has
+    come, then the latest cron time at or before now (a firing held back past its next time
+    is missed, and the latest due one waits instead)."""
+    due = kept["next"]
+    following = cron_next(kept["cron"], due)
+    while following is not None and following <= now:
+        due, following = following, cron_next(kept["cron"], following)
+    return due
 
 
 def schedule_tick(now=None):
@@ -292,14 +311,14 @@ def schedule_tick(now=None):
             except Exception as exc:  # one job's trouble never keeps the others from firing
                 what, detail = "failed", "%s: %s" % (type(exc).__name__, exc)
             done["%s/%d" % (run, num)] = what
-            following = cron_next(kept["cron"], kept["next"])
-            if what == "waiting" and following is not None and now >= following:
+            latest = schedule_due(kept, now)
+            if what == "waiting" and latest != kept["next"]:
                 # Held until its next time came: that firing is missed (dstack's run ends for
-                # want of capacity and waits for its next time), the next one waits instead.
+                # want of capacity and waits for its next time); the latest due one waits.
                 what = done["%s/%d" % (run, num)] = "missed"
-                kept.update(next=cron_next(kept["cron"], now), error="the firing of %s was "
-                            "missed: %s" % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(
-                                kept["next"])), detail), waiting=None)
+                kept.update(next=latest, waiting=detail, error="the firing of %s was missed: %s"
+                            % (time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(kept["next"])),
+                               detail))
             elif what == "waiting":
                 kept["waiting"] = detail
             else:
