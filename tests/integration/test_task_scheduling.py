@@ -28,6 +28,18 @@ def gpufleet(*args, timeout=300):
                             env=dict(os.environ))
 
 
+def finish(proc, timeout):
+    """``proc.communicate(timeout=...)``; past it the process is killed and the assertion
+    shows what it had printed (a bare TimeoutExpired shows nothing)."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError("%s still ran after %d s:\n%s\n%s" % (
+            " ".join(proc.args[1:]), timeout, out[-3000:], err[-3000:])) from None
+
+
 def moment(text):
     """Docker's RFC 3339 time with nanoseconds, as seconds since the epoch."""
     if not text or text.startswith("0001-"):
@@ -436,20 +448,24 @@ def pinned_retry_task(world, run, node_num):
 
 
 def kill_node_when_running(world, node, run, proc, seconds=240):
-    """Once ``run`` runs on ``node``, kill the node's container, keeping it from restarting by
-    itself (as a stopped instance); ``restore_node`` starts it again."""
+    """Once ``run``'s commands run on ``node`` (its marker is in the instance volume: killed
+    before, the next submission would sleep too), kill the node's container, keeping it from
+    restarting by itself (as a stopped instance); ``restore_node`` starts it again."""
     deadline = time.time() + seconds
     while time.time() < deadline:
+        marked = world["docker"].run("exec", node, "test", "-e", "/tmp/%s/first" % run,
+                                     check=False)[0] == 0
         out = world["docker"].run("exec", node, "docker", "ps", "-q", "--filter",
                                   "label=gpufleet.run=" + run, check=False)[1]
-        if out.strip():
+        if marked and out.strip():
             world["docker"].run("update", "--restart", "no", node)
             world["docker"].run("kill", node)
             return
         if proc.poll() is not None:
             break
         time.sleep(1)
-    raise AssertionError("%s never ran on %s: %s" % (run, node, proc.communicate(timeout=5)))
+    proc.kill()
+    raise AssertionError("%s never ran on %s: %s" % (run, node, proc.communicate()))
 
 
 def restore_node(world, node, seconds=120):
@@ -465,6 +481,16 @@ def restore_node(world, node, seconds=120):
             return
         time.sleep(1)
     raise AssertionError("node %s did not come back" % node)
+
+
+def leave_node(world, node, run, proc):
+    """After a test of ``attached_pinned_retry``: its node back, and the run stopped if the
+    test left it going (the next tests on this world need the node free)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+    restore_node(world, node)
+    gpufleet("stop", "-y", run).communicate(timeout=300)
 
 
 def wait_for_ps_status(capsys, run, wanted, seconds=150):
@@ -502,11 +528,9 @@ def test_an_attached_retry_sees_its_node_come_back(world, tmp_path, capsys):
         record = wait_for_ps_status(capsys, run, "pending")
         assert record.get("queued_on"), record
         restore_node(world, node)
-        out, err = proc.communicate(timeout=150)
+        out, err = finish(proc, 150)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        restore_node(world, node)
+        leave_node(world, node, run, proc)
     assert proc.returncode == 0, out + err
     assert "Run %s done" % run in out, out + err
     record = ps_record(capsys, run)
@@ -524,7 +548,7 @@ def test_ctrl_c_of_an_attached_retry_that_waits_leaves_it_pending(world, tmp_pat
         kill_node_when_running(world, node, run, proc)
         wait_for_ps_status(capsys, run, "pending")
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, err = finish(proc, 60)
         assert "detached; the run %s goes on" % run in err, out + err
         assert "Run %s failed" % run not in out + err, out + err
         assert ps_record(capsys, run)["status"] == "pending"
@@ -533,6 +557,4 @@ def test_ctrl_c_of_an_attached_retry_that_waits_leaves_it_pending(world, tmp_pat
         assert (record["status"], record["reason"]) == ("terminated", "terminated_by_user"), \
             record
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        restore_node(world, node)
+        leave_node(world, node, run, proc)

@@ -17,6 +17,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
@@ -333,6 +334,11 @@ def test_the_loop_stops_with_the_last_hook(tmp_path, monkeypatch):
     loop = subprocess.Popen(["/bin/sh", "-c", "sleep 60; : %s" % program],
                             start_new_session=True)
     (tmp_path / "notify" / "tick.pid").write_text("%d\n" % loop.pid)
+    # Until the child has exec'd the shell, its command line is still pytest's.
+    deadline = time.time() + 10
+    while str(program).encode() not in open("/proc/%d/cmdline" % loop.pid, "rb").read():
+        assert time.time() < deadline, "the loop's shell never started"
+        time.sleep(0.02)
     assert notifyside._tick_alive() == "loop"
     monkeypatch.setattr(notifyside, "tick_ensure", lambda: "loop")
     notifyside.op_notify_set({"hook": hook()})
