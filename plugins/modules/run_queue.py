@@ -140,6 +140,13 @@ report:
       type: list
       elements: str
       returned: success
+    rearmed:
+      description:
+        - Scheduled tasks (C(schedule)) that the pass armed again on other hosts from their
+          queue entry, because the backend said one of their hosts is gone or stopped.
+      type: list
+      elements: str
+      returned: success
 due:
   description: Whether a pass had something to do (check mode).
   returned: check mode

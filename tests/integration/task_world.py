@@ -9,6 +9,7 @@ SSH to the nodes).
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 
 import pytest
@@ -90,3 +91,18 @@ def node_containers(world, run):
 
 
 CPU = "resources:\n  cpu: 1..\n  memory: 1GB..\n  disk: 1GB..\n"
+
+
+def restore_node(world, node, seconds=120):
+    """Start ``node`` again with its restart policy, and wait until its sshd and dockerd
+    answer (the other tests of the world use it)."""
+    world["docker"].run("update", "--restart", "unless-stopped", node, check=False)
+    world["docker"].run("start", node, check=False)
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        rc = world["docker"].run("exec", node, "docker", "info", check=False)[0]
+        ssh = world["docker"].run("exec", node, "sh", "-c", "pgrep -x sshd", check=False)[0]
+        if rc == 0 and ssh == 0:
+            return
+        time.sleep(1)
+    raise AssertionError("node %s did not come back" % node)

@@ -18,6 +18,11 @@ run's end, with no gpufleet command running, also after it was down for 20 s.
 ``schedule``: a task applied with ``* * * * *`` is started by its host twice while the world's
 state dir is moved away (no controller can reach the fleet), and a stop ends its schedule.
 
+A lost queue host: node 0, which keeps a run that waits (``--after``) and a scheduled run's
+entry and job, is killed; the next ``gpufleet ps`` hands the entries over to node 1, which kept
+their copies: the waiting run starts there, and the scheduled run is armed again there and
+fires; node 0 back, its stale entry and job go.
+
 ``utilization_policy``: a run whose (stand-in) GPU reports 0% is terminated by its own job
 (``terminated_due_to_utilization_policy``) within its window and 30 s, with no pass or command
 needed; it runs while the tests above do.
@@ -30,6 +35,7 @@ import io
 import json
 import threading
 import time
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
@@ -39,7 +45,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import l
 from gpufleet import cli
 from gpufleet._collection import config_model
 
-from .task_world import CPU, FLEET, SUFFIX, task_file
+from .task_world import CPU, FLEET, SUFFIX, restore_node, task_file
 
 FIRST, SECOND, THIRD = "dfirst-" + SUFFIX, "dsecond-" + SUFFIX, "dthird-" + SUFFIX
 OTHER, FOURTH = "dother-" + SUFFIX, "dfourth-" + SUFFIX
@@ -89,11 +95,13 @@ IDLE_GPU = base64.b64encode(b"#!/bin/sh\necho '0, 0, 81559'\n").decode()
 def idle_run(world):
     """A run with utilization_policy whose GPU idles, started first (detached): the tests in
     between run while its window passes."""
-    path = task_file(world, IDLE, "type: task\nname: %s\n%sutilization_policy:\n"
+    # On node 2: the handover test takes node 0 away and runs on node 1.
+    path = task_file(world, IDLE, "type: task\nname: %s\n%sinstances: [%s-2]\n"
+                     "utilization_policy:\n"
                      "  min_gpu_utilization: 10\n  time_window: 5m\ncommands:\n"
                      "  - echo %s | base64 -d > /usr/local/bin/nvidia-smi\n"
                      "  - chmod +x /usr/local/bin/nvidia-smi\n  - sleep 1200\n"
-                     % (IDLE, CPU, IDLE_GPU))
+                     % (IDLE, CPU, FLEET, IDLE_GPU))
     assert cli.main(["apply", "-f", path, "-y", "-d"]) == 0
     return {"started": time.time()}
 
@@ -361,10 +369,79 @@ def test_a_scheduled_task_fires_on_its_host_twice_with_no_controller(world, caps
         SCHEDULED) == 0
 
 
+HELD, HANDED, REARMED = "dheld-" + SUFFIX, "dhanded-" + SUFFIX, "drearm-" + SUFFIX
+
+
+def book_file(world, node, path):
+    """A file of the node's booking folder, as JSON, or None."""
+    rc, out, _err = world["docker"].run("exec", node, "cat", "/var/lib/gpufleet/book/" + path,
+                                        check=False)
+    return json.loads(out) if rc == 0 else None
+
+
+def test_a_lost_queue_host_hands_its_waiting_and_scheduled_runs_over(world, capsys):
+    """Node 0, the fleet's queue host, keeps a run that waits (--after a run on node 1) and a
+    scheduled run's entry, whose job it also keeps; their copies are on node 1. Node 0 is
+    killed (its backend says stopped): the next ps hands both entries over to node 1. The
+    waiting run starts there once the run it follows ended, and the scheduled run is armed
+    again on node 1 (node 2 is held all along) and fires there. Node 0 back, its stale entry
+    and its stale job of the scheduled run go, and nothing starts twice."""
+    lost, keeper = local.container_name(FLEET, 0), local.container_name(FLEET, 1)
+    path = task_file(world, HELD, "type: task\nname: %s\n%sinstances: [%s-1]\ncommands:\n"
+                     "  - sleep 45\n" % (HELD, CPU, FLEET))
+    assert cli.main(["apply", "-f", path, "-y", "-d"]) == 0
+    cron = task_file(world, REARMED, "type: task\nname: %s\n%sschedule:\n  cron: '* * * * *'"
+                     "\ncommands:\n  - echo rearmed and fired\n" % (REARMED, CPU))
+    assert cli.main(["apply", "-f", cron, "-y"]) == 0
+    assert records(capsys)[REARMED]["jobs"][0]["host"] == "%s-0" % FLEET
+    assert apply(capsys, world, HANDED, "echo handed over", HELD)[0] == 0
+    for run, state in ((HANDED, "pending"), (REARMED, "scheduled")):
+        copy = book_file(world, keeper, "queue-mirror/%s.json" % run)
+        assert copy and (copy["queued_on"], copy["state"]) == ("%s-0" % FLEET, state), copy
+        assert book_file(world, lost, "queue/%s.json" % run)["run_id"] == copy["run_id"]
+    world["docker"].run("update", "--restart", "no", lost)
+    world["docker"].run("kill", lost)
+    try:
+        found = records(capsys)   # ps: its pass hands the entries over
+        assert (found[HANDED]["status"], found[HANDED]["reason"], found[HANDED]["queued_on"]) \
+            == ("pending", "dependency", "%s-1" % FLEET), found[HANDED]
+        for run in (HANDED, REARMED):
+            assert book_file(world, keeper, "queue/%s.json" % run)["handed_from"] == \
+                "%s-0" % FLEET
+
+        def both(found):
+            fired = (found.get(REARMED) or {}).get("schedule") or {}
+            return found.get(HANDED, {}).get("status") in ("done", "failed", "terminated") \
+                and fired.get("firings", 0) >= 1 and found[REARMED]["jobs"][0]["host"] == \
+                "%s-1" % FLEET
+
+        found = wait_for(capsys, "the waiting run done and the schedule fired on node 1", both)
+        assert found[HANDED]["status"] == "done", found[HANDED]
+        assert found[HANDED]["jobs"][0]["host"] == "%s-1" % FLEET, found[HANDED]
+        assert book_file(world, keeper, "queue/%s.json" % REARMED)["hosts"] == [
+            "%s-1" % FLEET]
+    finally:
+        restore_node(world, lost)
+    assert book_file(world, lost, "queue/%s.json" % HANDED)["state"] == "pending"
+    found = records(capsys)   # a pass: the stale entry and the stale job go, nothing started
+    assert book_file(world, lost, "queue/%s.json" % HANDED) is None
+    assert REARMED not in world["docker"].run("exec", lost, "ls", "/var/lib/gpufleet/runs")
+    assert found[HANDED]["status"] == "done" and found[HANDED]["submission"] == 0, found
+    assert [j["host"] for j in found[REARMED]["jobs"]] == ["%s-1" % FLEET], found[REARMED]
+    capsys.readouterr()
+    assert cli.main(["logs", HANDED]) == 0
+    assert capsys.readouterr().out.count("handed over") == 1
+    assert cli.main(["logs", REARMED]) == 0
+    assert "rearmed and fired" in capsys.readouterr().out
+    assert cli.main(["delete", "-f", cron, "-y"]) == 0
+    assert book_file(world, keeper, "queue/%s.json" % REARMED) is None
+
+
 def test_a_run_whose_gpu_idles_for_its_window_is_terminated_by_its_own_job(
         world, capsys, idle_run):
     found = records(capsys)[IDLE]
-    assert found["status"] == "running", found
+    # The tests above may outlast its window: then it has ended already.
+    assert found["status"] in ("running", "terminated"), found
     # Nothing of gpufleet runs meanwhile: only the job's own sampler can end it.
     deadline = idle_run["started"] + WINDOW + 30
     while time.time() < deadline:
@@ -378,6 +455,9 @@ def test_a_run_whose_gpu_idles_for_its_window_is_terminated_by_its_own_job(
     assert (found["status"], found["reason"]) == (
         "terminated", "terminated_due_to_utilization_policy"), found
     assert found["jobs"][0]["reason"] == "terminated_due_to_utilization_policy"
+    ended = datetime.strptime(found["jobs"][0]["finished_at"][:19], "%Y-%m-%dT%H:%M:%S")
+    # Its end is said within the window and 30 s; the container itself ends once stopped.
+    assert ended.replace(tzinfo=timezone.utc).timestamp() <= deadline + 30, found["jobs"][0]
     capsys.readouterr()
     cli.main(["logs", IDLE])
     out = capsys.readouterr().out

@@ -17,7 +17,7 @@ from datetime import datetime
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.backends import local
 
-from .task_world import CPU, FLEET, SUFFIX
+from .task_world import CPU, FLEET, SUFFIX, restore_node
 
 
 def gpufleet(*args, timeout=300):
@@ -466,21 +466,6 @@ def kill_node_when_running(world, node, run, proc, seconds=240):
         time.sleep(1)
     proc.kill()
     raise AssertionError("%s never ran on %s: %s" % (run, node, proc.communicate()))
-
-
-def restore_node(world, node, seconds=120):
-    """Start ``node`` again with its restart policy, and wait until its sshd and dockerd
-    answer (the other tests of the world use it)."""
-    world["docker"].run("update", "--restart", "unless-stopped", node, check=False)
-    world["docker"].run("start", node, check=False)
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        rc = world["docker"].run("exec", node, "docker", "info", check=False)[0]
-        ssh = world["docker"].run("exec", node, "sh", "-c", "pgrep -x sshd", check=False)[0]
-        if rc == 0 and ssh == 0:
-            return
-        time.sleep(1)
-    raise AssertionError("node %s did not come back" % node)
 
 
 def leave_node(world, node, run, proc):

@@ -204,6 +204,12 @@ def _queued_message(event: Dict[str, Any]) -> str:
         text = "Run waits in the queue again. Status: PENDING"
     elif state == "active" and old in (None, "pending"):
         text = "Run kept in its fleet's queue, to be resubmitted from there"
+    elif state == "scheduled":
+        # A scheduled task's entry (tasks.rearm): what arms it again if a host of it is lost.
+        text = "Run's schedule kept in its fleet's queue, to arm it again if one of its hosts " \
+            "is lost"
+    elif state == "removed" and old == "scheduled":
+        text = "Run's schedule left its fleet's queue"
     elif state == "removed" and old == "pending":
         # A pending entry goes once a pass (or the apply that waited) has submitted its run:
         # its submission is the run's event (tasks.eventlog), at its jobs' creation.

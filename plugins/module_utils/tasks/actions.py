@@ -20,8 +20,10 @@ from ..core.module import state_options
 from ..core.text import shorten
 from ..fleets import state
 from ..teams import identity
-from . import images, lifecycle, listing, ownership, placement, runindex, runs, silence, surveys
+from . import (images, lifecycle, listing, ownership, placement, queue_mirror, rearm, runindex,
+               runs, silence, surveys)
 from .errors import NeedsInstances, PlanError, RunError
+from .queue_records import entries_of
 from .grower import grower
 from .lifecycle import JobStatus, RunStatus
 from .ssh import NodeError
@@ -490,7 +492,7 @@ def run_queue(params, check_mode=False, emit=None, services=None, gate=None):
         return {"report": {}, "due": report["due"], "changed": report["due"]}
     changed = any(report[k] for k in ("started", "resubmitted", "expired", "stopped",
                                       "forgotten", "failed", "published", "unpublished",
-                                      "respawned", "scaled", "terminated"))
+                                      "respawned", "scaled", "terminated", "rearmed"))
     from . import interruption
 
     found, silent = silence.look(surveys.nodes_of(fleets, root), root, fleets)
@@ -516,7 +518,14 @@ def run_stop(params, check_mode=False, services=None, gate=None):
             answer = _cancel_queued(nodes, record, check_mode, _stopper(params))
             if params.get("delete"):
                 answer = listing.delete_queued(nodes, answer, check_mode)
+            if not check_mode:   # its copy on the mirror host follows (tasks.queue_mirror)
+                queue_mirror.follow(nodes, fleets, record["queued_on"], record["name"])
             return answer
+        if record is None and not check_mode and rearm.drop_entries(nodes, fleets, found[2],
+                                                                    params["name"]):
+            # A scheduled run whose every host is lost: only its entry was left.
+            return {"run": {"name": params["name"], "stopped": [], "deleted": []},
+                    "changed": True}
         if record is None:
             members = [r for r in records if r.get("array") == params["name"]]
             if not members and params.get("delete"):
@@ -551,11 +560,17 @@ def run_stop(params, check_mode=False, services=None, gate=None):
                                                            ", ".join(silent),
                                                            "es" if len(silent) == 1 else "",
                                                            shorten(params["name"])))
+        scheduled = bool(record.get("schedule"))
         record = listing.stop_run(nodes, params["name"], abort=params["abort"],
                                   surveyed=(found[0], found[3]), by=_stopper(params))
+        if scheduled:   # its schedule ends: nothing arms it again (tasks.rearm)
+            rearm.drop_entries(nodes, fleets, found[2], params["name"])
         try:
             if params.get("delete"):
                 record["deleted"] = listing.delete_run(nodes, record, hosts, found[2])
+                for host in sorted(set(h for h, e in entries_of(found[2])
+                                       if e.get("run") == params["name"])):
+                    queue_mirror.follow(nodes, fleets, host, params["name"])
         finally:
             if queue_waiting(found):
                 drive_queue(fleets, root, services=services,

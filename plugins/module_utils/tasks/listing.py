@@ -224,6 +224,8 @@ def with_queue(records, queues, usage=None):
     out = list(records)
     for host, entry in entries:
         state = entry.get("state")
+        if state == queue_records.SCHEDULED:
+            continue   # the run's hosts say what it is; the entry re-arms it (tasks.queue)
         if state == queue_records.ACTIVE:
             if entry["run"] in by_name:
                 by_name[entry["run"]]["retry_kept_on"] = host

@@ -31,7 +31,8 @@ import time
 
 from ..core.errors import GpufleetError
 from ..core.times import parse_time
-from . import interruption, lifecycle, listing, placement, silence, surveys
+from . import (interruption, lifecycle, listing, placement, queue_mirror, rearm, silence,
+               surveys)
 from .lifecycle import JobStatus, RunStatus
 from .admission import UserLimit
 from .queue_records import (ACTIVE, FAILED, PENDING, TERMINATED, USER_LIMIT, entries_of,
@@ -102,17 +103,24 @@ class QueuePass(object):
         self.nodes = surveys.nodes_of(fleets, options.get("root"))
         self.report = {"started": [], "resubmitted": [], "expired": [], "stopped": [],
                        "forgotten": [], "failed": [], "published": [], "unpublished": [],
-                       "respawned": [], "scaled": [], "terminated": [], "own": None}
+                       "respawned": [], "scaled": [], "terminated": [], "rearmed": [],
+                       "own": None}
         self.silent = set()
         # Services whose failed replicas this pass started again (their route stays).
         self.respawned_runs = set()
         # Owners refused for a per-user cap in this pass (tasks.admission).
         self.capped = set()
+        # The entries this pass changed, ``{(host, run)}``: their copies follow at its end.
+        self.touched = set()
 
     def run(self, survey=None):
         """Act on every run and entry; returns the report (runs started, resubmitted...)."""
         ended = []
-        report = self._pass(survey, ended)
+        try:
+            report = self._pass(survey, ended)
+        finally:
+            parallel(sorted(self.touched), lambda item: queue_mirror.follow(
+                self.nodes, self.fleets, item[0], item[1]))
         # A service that ended by itself leaves the proxy, unless this pass started it again
         # (its route was published anew then).
         for record in ended:
@@ -127,6 +135,8 @@ class QueuePass(object):
                                       survey, self.clock)
         containers, claims, queues, errors = survey
         self.silent = set(errors)
+        # A lost queue host's entries are handed over first: the pass then acts on them.
+        queue_mirror.sync(self.fleets, self.nodes, survey, self.emit)
         entries = entries_of(queues)
         records = listing.run_records(containers, errors,
                                       interruption.instance_map(self.fleets), silent)
@@ -155,6 +165,8 @@ class QueuePass(object):
                 self._call(host, "dequeue", {"run": run, "run_id": entry["run_id"],
                                              "expect": {"state": ACTIVE}})
                 self.report["forgotten"].append(run)
+        # Scheduled runs whose host was lost are armed again elsewhere (tasks.rearm).
+        rearm.keep_schedules(self, entries, containers, errors)
         if not entries:
             return self.report
         self.gated_records = listing.with_queue([dict(r) for r in records], queues)
@@ -497,6 +509,8 @@ class QueuePass(object):
                                            "changes": changes, "expect": expect})
 
     def _call(self, host, op, payload):
+        if op in ("update", "dequeue"):
+            self.touched.add((host, payload["run"]))
         try:
             return self.nodes[host].call(op, payload)
         except NodeError:
@@ -568,6 +582,10 @@ def is_due(survey, instances=None, silent=None):
     for _host, entry in entries_of(queues):
         if entry.get("state") == PENDING:
             return True
+    if queue_mirror.handover_due(survey, instances or {}):
+        return True   # a lost queue host's entries wait for a pass to hand them over
+    if rearm.due(entries_of(queues), containers, errors, instances or {}):
+        return True   # a scheduled run lost a host, or an old host still keeps its job
     active = set(e["run"] for _h, e in entries_of(queues) if e.get("state") == ACTIVE)
     for record in listing.run_records(containers, errors, instances, silent):
         statuses = _statuses(record)

@@ -21,6 +21,12 @@ ACTIVE = "active"
 FAILED = "failed"
 TERMINATED = "terminated"
 WAITING = (PENDING, ACTIVE)
+# A task with ``schedule`` kept ready on its hosts (tasks.hostside.scheduleside): its entry
+# holds what re-arms it elsewhere when one of its hosts is lost (tasks.queue).
+SCHEDULED = "scheduled"
+# The entries a lost queue host must not lose: each has a copy on its mirror host
+# (tasks.queue_mirror).
+KEPT = WAITING + (SCHEDULED,)
 # Why a pending run waits when its owner is at a per-user cap (tasks.admission): it is not a
 # failure, and it waits whatever its retry policy says.
 USER_LIMIT = "user limit"
@@ -91,6 +97,23 @@ def queue_host(fleets, names, errors):
                     inst.get("status") in InstanceStatus.available_statuses()) and (
                     inst["name"] not in errors):
                 return inst["name"]
+    return None
+
+
+def mirror_host(fleets, primary):
+    """The host that keeps copies of ``primary``'s queue entries (tasks.queue_mirror): the
+    instance with the lowest number of ``primary``'s fleet other than it that has an address
+    and that its backend does not say is gone, or None (a fleet of one host). Read from the
+    backends' records alone (not from facts a controller cached), so that every controller
+    names the same host."""
+    for fleet in fleets:
+        if not any(i.get("name") == primary for i in fleet.get("instances") or []):
+            continue
+        for inst in sorted(fleet.get("instances") or [], key=lambda i: i.get("num") or 0):
+            if inst.get("name") != primary and inst.get("hostname") and (
+                    inst.get("status") not in InstanceStatus.gone_statuses()):
+                return inst["name"]
+        return None
     return None
 
 

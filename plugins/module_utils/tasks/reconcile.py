@@ -79,7 +79,7 @@ def decide(config, instances, containers, errors, now, claims=None, queues=None)
             reasons[name] = "kept: claimed by run %s" % ", ".join(held)
             continue
         kept = sorted(e.get("run") for e in queues.get(name) or []
-                      if e.get("state") in ("pending", "active"))
+                      if e.get("state") in ("pending", "active", "scheduled"))
         if kept:
             reasons[name] = "kept: holds the queue entries of run %s" % ", ".join(kept)
             continue

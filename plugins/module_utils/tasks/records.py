@@ -165,6 +165,11 @@ class QueueSummary(TypedDict):
     policy: dict[str, Any] | None
     # The runs it runs after ({"run", "after"}: automation.dependencies), or None.
     after: list[dict[str, str]] | None
+    # Changes whenever what the entry says changes: its copy on another host
+    # (tasks.queue_mirror) is current when the digests match.
+    digest: str | None
+    # The host it was handed over from, once its queue host was lost (tasks.queue_mirror).
+    handed_from: str | None
 
 
 class ScaleEvent(TypedDict):

@@ -13,11 +13,12 @@ host that stops answering is looked up in its backend (tasks.interruption).
 
 from __future__ import annotations
 
-from . import admission, growth, interruption, lifecycle, placement, queue, runbook, surveys
+from . import (admission, growth, interruption, lifecycle, placement, queue, queue_mirror,
+               runbook, surveys)
 from .lifecycle import JobStatus, RunStatus
 from .errors import RunError
-from .queue_records import (ACTIVE, FAILED, PENDING, TERMINATED, USER_LIMIT, autoscaled,
-                            entries_of, fleet_usage, keeps_entry, positions)
+from .queue_records import (ACTIVE, FAILED, PENDING, SCHEDULED, TERMINATED, USER_LIMIT,
+                            autoscaled, entries_of, fleet_usage, keeps_entry, positions)
 from .ssh import NodeError, parallel
 from .supervisor import Watch
 
@@ -119,6 +120,8 @@ class RunSupervision(object):
             except NodeError as exc:
                 self.run.emit({"kind": "info", "message": "its queue entry on %s stays: %s"
                                % (host, exc)})
+                continue
+            queue_mirror.follow(self.run.nodes, self.run.fleets, host, entry["run"])
 
     def launch(self, submission, watch=None):
         """Detached: stay until every job of ``submission`` is started (startup_order needs
@@ -175,6 +178,7 @@ class RunSupervision(object):
                 self.run.nodes[host].call("update", {"run": self.run.name,
                                                      "run_id": self.run.run_id,
                                                      "changes": stopped})
+                queue_mirror.follow(self.run.nodes, self.run.fleets, host, self.run.name)
                 return dict(self.run.result(), status=RunStatus.TERMINATED.value,
                             reason=lifecycle.TERMINATED_BY_USER), None
             self.run.sleep(NO_CAPACITY_BACKOFF[min(attempt, len(NO_CAPACITY_BACKOFF) - 1)])
@@ -307,6 +311,16 @@ class RunSupervision(object):
                 self.run.emit({"kind": "info", "message": "job %d: its host's tick does not "
                                "run (%s); the next gpufleet command that looks at the fleet "
                                "starts it again" % (num, answer["tick_error"])})
+        # The entry that arms it again when one of its hosts is lost (tasks.rearm, which
+        # writes it itself when it is what arms the run again).
+        self.run.schedule_hosts = sorted(set(j["host"] for j in submission.jobs))
+        try:
+            if not getattr(self.run, "rearming", False):
+                runbook.enqueue(self.run, {}, reason=None, state=SCHEDULED,
+                                hosts=self.run.schedule_hosts, resubmits=False)
+        except RunError as exc:
+            self.run.emit({"kind": "info", "message": "its schedule is kept on its hosts "
+                           "only (a lost host loses its job's schedule): %s" % exc})
         upcoming = min(answer["next"] for answer, _e in answers.values())
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(upcoming))
         message = "waiting for schedule, next run %s" % when

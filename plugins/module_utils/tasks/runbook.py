@@ -28,7 +28,7 @@ from ..repos import ship
 from . import admission
 from . import code as codes
 from .errors import RunError
-from .queue_records import PENDING, candidate_fleets, queue_host
+from .queue_records import KEPT, PENDING, candidate_fleets, mirror_host, queue_host
 from .records import QueueEntry
 from .ssh import NodeError
 
@@ -213,6 +213,9 @@ def enqueue(runner, errors, reason, number=0, retry_since=None, state=PENDING, h
     # whichever controller submits it.
     entry["user"] = admission.user_of(runner)
     archive = None
+    # Its copy goes to the fleet's mirror host (tasks.queue_mirror), with the repo archive.
+    mirror = mirror_host(runner.fleets, host) if state in KEPT else None
+    mirror = mirror if mirror in runner.nodes and mirror not in errors else None
     if entry.get("repo"):
         runner.code.ship(runner.nodes, [host], None, runner.secrets)
         archive = local_archive(runner)
@@ -222,4 +225,12 @@ def enqueue(runner, errors, reason, number=0, retry_since=None, state=PENDING, h
         raise RunError(str(exc)) from exc
     if not answer.get("queued"):
         raise RunError(answer.get("reason") or "the queue refused run %s" % runner.name)
+    if mirror is not None:
+        try:
+            if entry.get("repo"):
+                runner.code.ship(runner.nodes, [mirror], None, runner.secrets)
+            runner.nodes[mirror].call("mirror_put", {"entry": entry, "archive": archive})
+        except (NodeError, RunError) as exc:   # the next pass over the queue copies it
+            runner.emit({"kind": "info", "message": "run %s: its queue entry's copy on %s is "
+                         "not written yet: %s" % (runner.name, mirror, exc)})
     return host

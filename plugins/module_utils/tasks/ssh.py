@@ -88,8 +88,8 @@ _HOST_SOURCE: dict = {}
 def host_source():
     """What runs on a host for each request, from tasks.hostside: nodeside, then its parts
     volumeside (network volumes) and metricside (a run's metrics), then booking (claims and the
-    queue), replicaside (a service's replicas after their start), healthside (the GPU health
-    probe), logside (the kept output), indexside (the run index), usageside (the usage
+    queue), mirrorside (copies of another host's queue entries), replicaside (a service's
+    replicas after their start), healthside (the GPU health probe), logside (the kept output), indexside (the run index), usageside (the usage
     records), admitside (per-user limits), memberside (the fleet's members), eventside (the
     event record), notifyside (webhooks and the host's tick), scheduleside (schedules),
     proxyconf, acmeside and proxyside (the proxy of services: in a fleet or on a gateway, whose
@@ -97,14 +97,15 @@ def host_source():
     installed on the host and a new controller version never meets an old helper."""
     if "source" not in _HOST_SOURCE:
         from .hostside import (acmeside, admitside, booking, eventside, healthside, indexside,
-                               logside, memberside, metricside, nodeside, notifyside, proxyconf,
-                               proxyside, replicaside, scheduleside, usageside,
-                               volumeside)
+                               logside, memberside, metricside, mirrorside, nodeside,
+                               notifyside, proxyconf, proxyside, replicaside, scheduleside,
+                               usageside, volumeside)
 
         _HOST_SOURCE["source"] = b"\n".join((module_source(vars(nodeside)),
                                              module_source(vars(volumeside)),
                                              module_source(vars(metricside)),
                                              module_source(vars(booking)),
+                                             module_source(vars(mirrorside)),
                                              module_source(vars(replicaside)),
                                              module_source(vars(healthside)),
                                              module_source(vars(logside)),

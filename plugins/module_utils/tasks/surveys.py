@@ -158,12 +158,14 @@ class Survey(tuple):
     """A survey's ``(containers, claims, queues, errors)``, unpacked as that tuple, with what
     the hosts add for the per-user limits (tasks.admission): ``limits`` (``{host: the members
     document's caps, or None}``) and ``usage`` (``{host: {user: GPU-seconds in the last 24
-    h}}``, the hosts' ``usage_24h``, for fair share)."""
+    h}}``, the hosts' ``usage_24h``, for fair share); and ``mirrors`` (``{host: [summaries]}``,
+    the copies of other hosts' queue entries each keeps: tasks.queue_mirror)."""
 
-    def __new__(cls, parts, limits=None, usage=None):
+    def __new__(cls, parts, limits=None, usage=None, mirrors=None):
         made = super(Survey, cls).__new__(cls, tuple(parts))
         made.limits = dict(limits or {})
         made.usage = dict(usage or {})
+        made.mirrors = dict(mirrors or {})
         return made
 
 
@@ -175,6 +177,11 @@ def limits_of(survey):
 def usage_of(survey):
     """``{host: {user: GPU-seconds}}`` a survey read (empty for a plain tuple)."""
     return getattr(survey, "usage", None) or {}
+
+
+def mirrors_of(survey):
+    """``{host: [copies of queue entries]}`` a survey read (empty for a plain tuple)."""
+    return getattr(survey, "mirrors", None) or {}
 
 
 def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pages=None,
@@ -207,6 +214,7 @@ def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pa
     errors = {}
     limits = {}
     usage = {}
+    mirrors = {}
     for host, (answer, error) in answers.items():
         if error is not None:
             errors[host] = error
@@ -224,4 +232,6 @@ def survey_with_queues(nodes, probe=(), health=None, timeout=None, logs=None, pa
                 limits[host] = answer["limits"]
             if isinstance(answer.get("usage_24h"), dict):
                 usage[host] = answer["usage_24h"]
-    return Survey((containers, claims, queues, errors), limits, usage)
+            if answer.get("queue_mirror"):
+                mirrors[host] = answer["queue_mirror"]
+    return Survey((containers, claims, queues, errors), limits, usage, mirrors)

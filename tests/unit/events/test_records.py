@@ -68,6 +68,10 @@ def test_a_queued_runs_messages_say_its_state_and_why():
         "Run status changed SUBMITTED -> TERMINATED. Termination reason: DEPENDENCY_FAILED")
     assert message_of({"kind": "run.queued", "state": "removed", "old_state": "active"}) == (
         "Run left the queue (was ACTIVE)")
+    assert message_of({"kind": "run.queued", "state": "scheduled"}) == (
+        "Run's schedule kept in its fleet's queue, to arm it again if one of its hosts is lost")
+    assert message_of({"kind": "run.queued", "state": "removed", "old_state": "scheduled"}) == (
+        "Run's schedule left its fleet's queue")
 
 
 def test_a_fleet_apply_makes_one_event_and_one_per_instance_with_shared_ids():

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 
-from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import supervisor
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import queue, runs, supervisor
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
     admitside,
     booking,
@@ -62,6 +62,8 @@ class FakeNode:
         self.fail_start = None
         self.claims = []
         self.queue = {}
+        self.mirror = {}   # copies of another host's entries (tasks.hostside.mirrorside)
+        self.handed = {}   # the notes of the copies it adopted
         self.before_claim = None  # a competitor acting between a survey and a claim
         self.before_stop = None   # a job ending by itself between a survey and a stop
         # The run index it keeps as a record host (tasks.hostside.indexside's rules, without files):
@@ -92,6 +94,9 @@ class FakeNode:
             answer["claims"] = [c for c in self.claims
                                 if booking.claim_live(c, by_sub, self.cluster.now)]
             answer["queue"] = [booking.summary(e) for e in self.queue.values()]
+            if self.mirror or self.handed:
+                answer["queue_mirror"] = [booking.summary(e) for e in list(
+                    self.mirror.values()) + list(self.handed.values())]
             answer["limits"] = copy.deepcopy(self.limits)
             if self.usage_24h is not None:
                 answer["usage_24h"] = dict(self.usage_24h)
@@ -192,6 +197,12 @@ class FakeNode:
             raise NodeError(self.name, self.fail_start)
         job = payload["job"]
         self.kept[(job["run"], job["job_num"])] = dict(job, cron=payload["cron"])
+        # What its status answers for a job that never fired yet (scheduleside's wrapper).
+        kept = container(job["container"], job["labels"], state="scheduled")
+        kept["files"]["schedule"] = {"cron": payload["cron"], "next": self.cluster.now + 60,
+                                     "firings": 0, "last": None, "stopped": False,
+                                     "waiting": None, "error": None}
+        self.containers.append(kept)
         return {"armed": True, "next": self.cluster.now + 60}
 
     def op_image_info(self, payload):
@@ -257,6 +268,41 @@ class FakeNode:
             return {"removed": False}
         del self.queue[payload["run"]]
         return {"removed": True}
+
+    # Copies of another host's entries, kept as mirrorside keeps them.
+    def op_queue_read(self, payload):
+        return {"entry": copy.deepcopy(self.queue.get(payload["run"]))}
+
+    def op_mirror_put(self, payload):
+        entry = dict(copy.deepcopy(payload["entry"]), held_archive=payload.get("archive"))
+        assert entry["state"] in ("pending", "active", "scheduled"), entry
+        entry.pop("taken_by", None)
+        entry.pop("taken_until", None)
+        self.mirror[entry["run"]] = entry
+        return {"kept": True}
+
+    def op_mirror_drop(self, payload):
+        entry = self.mirror.get(payload["run"])
+        if entry is None or payload.get("run_id") not in (None, entry["run_id"]):
+            return {"dropped": False}
+        del self.mirror[payload["run"]]
+        return {"dropped": True}
+
+    def op_mirror_adopt(self, payload):
+        entry = self.mirror.get(payload["run"])
+        if entry is None or entry["run_id"] != payload["run_id"]:
+            return {"adopted": False, "reason": "no copy"}
+        own = self.queue.get(payload["run"])
+        if own and own["state"] in ("pending", "active", "scheduled"):
+            return {"adopted": False, "reason": "waits here"}
+        adopted = dict(entry, queued_on=payload["host"], handed_from=payload["from"],
+                       **(payload.get("changes") or {}))
+        self.queue[payload["run"]] = adopted
+        del self.mirror[payload["run"]]
+        self.handed[payload["run"]] = {"run": payload["run"], "run_id": payload["run_id"],
+                                       "state": "handed", "handed_from": payload["from"],
+                                       "queued_on": payload["host"]}
+        return {"adopted": True, "entry": booking.summary(adopted)}
 
     def op_release(self, payload):
         before = len(self.claims)
@@ -622,3 +668,35 @@ class RecordsNode(object):
         if self.error:
             raise NodeError("h", self.error, silent=True)
         return {self.key: self.items, "now": self.now}
+
+
+# Runs and passes over the queue on a Cluster (tests of tasks.queue and tasks.queue_mirror).
+WAIT = {"on_events": ["no-capacity"], "duration": "10m"}
+
+
+def occupy(cluster, hosts, run="first"):
+    """A run of another submitter alive on ``hosts``."""
+    for num, host in enumerate(hosts):
+        cluster.nodes[host].containers.append(container(
+            "%s-%d-0" % (run, num), {RUN_LABEL: run, JOB_LABEL: str(num), SUB_LABEL: "0",
+                                     "gpufleet.blocks": "1"},
+            state="running", running=STARTED))
+
+
+def free(cluster, run="first"):
+    for node in cluster.nodes.values():
+        for box in node.containers:
+            if box["labels"][RUN_LABEL] == run:
+                box["state"] = "exited"
+                box["files"]["exit_code"] = "0"
+
+
+def submit_detached(fake_hosts, cluster, config, fleets):
+    runner = runs.Runner(config, fleets, emit=cluster.emit, clock=cluster.clock,
+                         sleep=cluster.sleep, poll=1.0, environ={})
+    return runner.run(wait=False)
+
+
+def a_pass(cluster, fleets):
+    return queue.QueuePass(fleets, runner_of=runs.runner_of, clock=cluster.clock,
+                           sleep=cluster.sleep, poll=1.0, emit=cluster.emit).run()

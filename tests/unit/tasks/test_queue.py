@@ -14,37 +14,8 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import queu
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import supervisor
 
 from ..configs import task
-from .fakes import JOB_LABEL, RUN_LABEL, STARTED, SUB_LABEL, container, fleet_with_facts
-
-WAIT = {"on_events": ["no-capacity"], "duration": "10m"}
-
-
-def occupy(cluster, hosts, run="first"):
-    """A run of another submitter alive on ``hosts``."""
-    for num, host in enumerate(hosts):
-        cluster.nodes[host].containers.append(container(
-            "%s-%d-0" % (run, num), {RUN_LABEL: run, JOB_LABEL: str(num), SUB_LABEL: "0",
-                                     "gpufleet.blocks": "1"},
-            state="running", running=STARTED))
-
-
-def free(cluster, run="first"):
-    for node in cluster.nodes.values():
-        for box in node.containers:
-            if box["labels"][RUN_LABEL] == run:
-                box["state"] = "exited"
-                box["files"]["exit_code"] = "0"
-
-
-def submit_detached(fake_hosts, cluster, config, fleets):
-    runner = runs.Runner(config, fleets, emit=cluster.emit, clock=cluster.clock,
-                         sleep=cluster.sleep, poll=1.0, environ={})
-    return runner.run(wait=False)
-
-
-def a_pass(cluster, fleets):
-    return queue.QueuePass(fleets, runner_of=runs.runner_of, clock=cluster.clock,
-                           sleep=cluster.sleep, poll=1.0, emit=cluster.emit).run()
+from .fakes import (JOB_LABEL, RUN_LABEL, SUB_LABEL, WAIT, a_pass, free, fleet_with_facts,
+                    occupy, submit_detached)
 
 
 def test_a_detached_run_without_capacity_waits_in_the_queue_of_its_fleet(fake_hosts):

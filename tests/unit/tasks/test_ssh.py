@@ -30,6 +30,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
     logside,
     memberside,
     metricside,
+    mirrorside,
     nodeside,
     notifyside,
     proxyconf,
@@ -316,13 +317,14 @@ def test_call_sends_the_source_and_the_request_on_stdin():
     assert kwargs["stdout"] == subprocess.PIPE and kwargs["stderr"] == subprocess.PIPE
     data = kwargs["input"]
     # Split the way BOOTSTRAP splits it on the host: nodeside's source, then volumeside's,
-    # metricside's, booking's, replicaside's, healthside's, logside's, indexside's, usageside's, admitside's,
+    # metricside's, booking's, mirrorside's, replicaside's, healthside's, logside's, indexside's, usageside's, admitside's,
     # memberside's, eventside's, notifyside's, scheduleside's, proxyconf's, acmeside's and proxyside's.
     source, sep, request = data.partition(b"\n" + bootstrap.SEPARATOR + b"\n")
     assert sep and source == b"\n".join((module_source(vars(nodeside)),
                                          module_source(vars(volumeside)),
                                          module_source(vars(metricside)),
                                          module_source(vars(booking)),
+                                         module_source(vars(mirrorside)),
                                          module_source(vars(replicaside)),
                                          module_source(vars(healthside)),
                                          module_source(vars(logside)),

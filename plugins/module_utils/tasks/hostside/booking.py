@@ -425,7 +425,7 @@ ENDED_KEPT = 86400
 SUMMARY_FIELDS = ("run", "run_id", "user", "priority", "submitted_at", "submitted_epoch", "state",
                   "reason", "message", "fleets", "nodes", "taken_by", "taken_until",
                   "submissions", "retry_since", "retry", "array", "hosts", "ended_at",
-                  "queued_on", "policy", "after")
+                  "queued_on", "policy", "after", "handed_from")
 
 
 def _queue_dir():
@@ -461,8 +461,24 @@ def _prune(now):
             _drop_entry(entry["run"])
 
 
+# What differs between an entry and its copy on another host (tasks.hostside.mirrorside) and
+# so is left out of its digest: the lease of a take, and where the repo archive lies.
+_UNMIRRORED = ("taken_by", "taken_until", "held_archive")
+
+
+def entry_digest(entry):
+    """16 hex digits that change whenever what the entry says changes (not its lease)."""
+    import hashlib
+
+    kept = dict((k, v) for k, v in entry.items() if k not in _UNMIRRORED)
+    text = json.dumps(kept, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
 def summary(entry):
-    return dict((k, entry.get(k)) for k in SUMMARY_FIELDS)
+    found = dict((k, entry.get(k)) for k in SUMMARY_FIELDS)
+    found["digest"] = entry_digest(entry)
+    return found
 
 
 def queue_summaries():
