@@ -511,6 +511,8 @@ def run_stop(params, check_mode=False, services=None, gate=None):
     nodes = surveys.nodes_of(fleets, root)
     try:
         found = surveys.survey_with_queues(nodes)   # one look at every host serves all below
+        if not check_mode:   # entries of a lost queue host handed over, stale ones gone
+            queue_mirror.sync(fleets, nodes, found)
         records, _errors = listing.list_runs(nodes, found)
         record = next((r for r in records if r["name"] == params["name"]), None)
         _guard_stop(params, record, records, nodes, fleets)
@@ -521,11 +523,9 @@ def run_stop(params, check_mode=False, services=None, gate=None):
             if not check_mode:   # its copy on the mirror host follows (tasks.queue_mirror)
                 queue_mirror.follow(nodes, fleets, record["queued_on"], record["name"])
             return answer
-        if record is None and not check_mode and rearm.drop_entries(nodes, fleets, found[2],
-                                                                    params["name"]):
-            # A scheduled run whose every host is lost: only its entry was left.
-            return {"run": {"name": params["name"], "stopped": [], "deleted": []},
-                    "changed": True}
+        if record is None and not check_mode and rearm.drop_entries(  # all its hosts lost
+                nodes, fleets, found[2], params["name"]):
+            return {"run": {"name": params["name"], "stopped": [], "deleted": []}, "changed": True}
         if record is None:
             members = [r for r in records if r.get("array") == params["name"]]
             if not members and params.get("delete"):

@@ -207,16 +207,20 @@ def schedule_of(entries: list[dict[str, Any]]) -> dict[str, Any] | None:
             "error": next((str(k["error"]) for k in kept if k.get("error")), None)}
 
 
+def _written(entry):
+    return (float(entry.get("submitted_epoch") or 0), float(entry.get("written_at") or 0))
+
+
 def with_queue(records, queues, usage=None):
     """The run records with what the queue entries (tasks.queue) add: a pending run (waiting for
     capacity, or to be resubmitted) with its place in the queue, and one whose wait ended
     (failed for no capacity, or stopped) before it ever ran."""
     newest = {}
     for host, entry in queue_records.entries_of(queues):
-        # The same name on two queue hosts (the queue host changed): the newest entry counts.
+        # The same name on two queue hosts (the queue host changed, or an old one came back
+        # with an entry handed over since: tasks.queue_mirror): the newest entry counts.
         key = entry.get("run")
-        if key not in newest or float(entry.get("submitted_epoch") or 0) > float(
-                newest[key][1].get("submitted_epoch") or 0):
+        if key not in newest or _written(entry) > _written(newest[key][1]):
             newest[key] = (host, entry)
     entries = list(newest.values())
     places = queue_records.positions(entries, usage)

@@ -110,8 +110,11 @@ class QueuePass(object):
         self.respawned_runs = set()
         # Owners refused for a per-user cap in this pass (tasks.admission).
         self.capped = set()
-        # The entries this pass changed, ``{(host, run)}``: their copies follow at its end.
+        # The entries this pass changed, ``{(host, run)}``: their copies follow at its end,
+        # unless ``copies`` (``{(host, run): digest}`` of the copies its survey saw on each
+        # entry's mirror host) says one is current still.
         self.touched = set()
+        self.copies = {}
 
     def run(self, survey=None):
         """Act on every run and entry; returns the report (runs started, resubmitted...)."""
@@ -120,7 +123,7 @@ class QueuePass(object):
             report = self._pass(survey, ended)
         finally:
             parallel(sorted(self.touched), lambda item: queue_mirror.follow(
-                self.nodes, self.fleets, item[0], item[1]))
+                self.nodes, self.fleets, item[0], item[1], known=self.copies.get(item)))
         # A service that ended by itself leaves the proxy, unless this pass started it again
         # (its route was published anew then).
         for record in ended:
@@ -137,6 +140,7 @@ class QueuePass(object):
         self.silent = set(errors)
         # A lost queue host's entries are handed over first: the pass then acts on them.
         queue_mirror.sync(self.fleets, self.nodes, survey, self.emit)
+        self.copies = queue_mirror.copies_of(self.fleets, survey)
         entries = entries_of(queues)
         records = listing.run_records(containers, errors,
                                       interruption.instance_map(self.fleets), silent)

@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from . import interruption
 from .errors import RunError
+from .hostside.booking import entry_digest
 from .queue_records import ACTIVE, KEPT, PENDING, entries_of, mirror_host
 from .runbook import HeldCode
 from .ssh import NodeError
@@ -42,15 +43,18 @@ def lost(instances, name):
 
 def _orphans(survey, instances):
     """The copies a survey read whose queue host did not answer and is lost, and whose run
-    waits nowhere else: ``[(host, copy)]``."""
-    queues = survey[2]
-    waiting = set((e.get("run"), e.get("run_id")) for _h, e in entries_of(queues)
-                  if e.get("state") in KEPT)
+    waits nowhere else: ``[(host, copy)]``. None while a host that is not lost does not
+    answer: it may hold the run."""
+    queues, errors = survey[2], survey[3]
+    if any(not lost(instances, host) for host in errors):
+        return []
+    kept = set((e.get("run"), e.get("run_id")) for _h, e in entries_of(queues)
+               if e.get("state") in KEPT)
     return [(host, copy) for host, copy in entries_of(mirrors_of(survey))
             if copy.get("state") in KEPT
             and host in queues and copy.get("queued_on") not in queues
             and copy.get("queued_on") != host
-            and (copy.get("run"), copy.get("run_id")) not in waiting
+            and (copy.get("run"), copy.get("run_id")) not in kept
             and lost(instances, copy.get("queued_on"))]
 
 
@@ -59,10 +63,11 @@ def handover_due(survey, instances) -> bool:
     return bool(_orphans(survey, instances))
 
 
-def follow(nodes, fleets, host, run) -> str | None:
+def follow(nodes, fleets, host, run, known=None) -> str | None:
     """After a change to ``run``'s entry on ``host``: its copy on the mirror host is written
-    anew from the entry, or dropped when the entry no longer waits. Returns why it could not
-    (the next pass's ``sync`` tries again), or None."""
+    anew from the entry (unless ``known``, the digest of the copy there, says it is current),
+    or dropped when the entry is no longer kept. Returns why it could not (the next pass's
+    ``sync`` tries again), or None."""
     mirror = mirror_host(fleets, host)
     if mirror is None or mirror not in nodes or host not in nodes:
         return None
@@ -71,6 +76,8 @@ def follow(nodes, fleets, host, run) -> str | None:
         if not entry or entry.get("state") not in KEPT:
             nodes[mirror].call("mirror_drop", {"run": run})
             return None
+        if known is not None and known == entry_digest(entry):
+            return None
         archive = None
         if (entry.get("repo") or {}).get("kind") == "local" and entry.get("held_archive"):
             code = HeldCode(entry, nodes[host])
@@ -78,9 +85,11 @@ def follow(nodes, fleets, host, run) -> str | None:
                 archive = code.ship(nodes, [mirror])["archive"]
             finally:
                 code.close()
-        nodes[mirror].call("mirror_put", {"entry": entry, "archive": archive})
+        answer = nodes[mirror].call("mirror_put", {"entry": entry, "archive": archive})
     except (NodeError, RunError) as exc:
         return "%s: %s" % (mirror, exc)
+    if not answer.get("kept"):
+        return "%s: %s" % (mirror, answer.get("reason"))
     return None
 
 
@@ -91,17 +100,22 @@ def _drop(nodes, host, copy):
         pass   # the next pass tries again
 
 
-def _seen(containers, run_id):
-    return any((c.get("labels") or {}).get("gpufleet.run-id") == run_id
-               for found in containers.values() for c in found or ())
+def _seen(survey, run_id):
+    """The hosts where a survey sees the run id started: a container, or a claim."""
+    containers, claims = survey[0], survey[1]
+    return sorted(set(h for h, found in containers.items() for c in found or ()
+                      if (c.get("labels") or {}).get("gpufleet.run-id") == run_id) |
+                  set(h for h, found in claims.items() for c in found or ()
+                      if c.get("run_id") == run_id))
 
 
-def _adopt(nodes, containers, host, copy, emit):
+def _adopt(nodes, survey, host, copy, emit):
     """Make ``copy`` (on ``host``) the entry there; answers its summary, or None."""
     source = copy.get("queued_on")
     changes = {}
-    if copy.get("state") == PENDING and _seen(containers, copy.get("run_id")):
-        changes["state"] = ACTIVE
+    started = _seen(survey, copy.get("run_id"))
+    if copy.get("state") == PENDING and started:
+        changes.update(state=ACTIVE, hosts=started)
     try:
         answer = nodes[host].call("mirror_adopt", {"run": copy["run"], "run_id": copy["run_id"],
                                                    "host": host, "from": source,
@@ -126,17 +140,50 @@ def _without(mirrors, host, copy):
     mirrors[host] = [c for c in mirrors.get(host) or () if c is not copy]
 
 
+def _dequeue(nodes, queues, host, entry):
+    try:
+        nodes[host].call("dequeue", {"run": entry["run"], "run_id": entry["run_id"]})
+    except NodeError:
+        return False
+    queues[host] = [e for e in queues[host] if e is not entry]
+    return True
+
+
+def _one_each(nodes, queues, mirrors):
+    """One entry per run id: of two (an old queue host back with its stale one, or an entry
+    written anew on it since), the one written last counts; an entry that a host adopted from
+    this one's host after it was written goes. Returns whether one went."""
+    changed = False
+    found: dict = {}
+    for host, entry in entries_of(queues):
+        if entry.get("state") in KEPT:
+            found.setdefault((entry.get("run"), entry.get("run_id")), []).append((host, entry))
+    for same in found.values():
+        same.sort(key=lambda item: (float(item[1].get("written_at") or 0),
+                                    bool(item[1].get("handed_from")), item[0]), reverse=True)
+        for host, entry in same[1:]:
+            changed = _dequeue(nodes, queues, host, entry) or changed
+    notes = dict(((c.get("run"), c.get("run_id")), c) for _h, c in entries_of(mirrors)
+                 if c.get("state") == "handed")
+    for host, entry in entries_of(queues):
+        note = notes.get((entry.get("run"), entry.get("run_id")))
+        if entry.get("state") in KEPT and note and note.get("handed_from") == host and \
+                float(entry.get("written_at") or 0) < float(note.get("ended_at") or 0):
+            changed = _dequeue(nodes, queues, host, entry) or changed
+    return changed
+
+
 def sync(fleets, nodes, survey, emit: Callable[[dict], Any] | None = None) -> bool:
-    """Hand over the copies of lost queue hosts, drop the entries a handover replaced, and bring
-    every kept entry's copy up to date (one copy, on its mirror host). ``survey``
+    """Keep one entry per run id, hand over the copies of lost queue hosts, and bring every
+    kept entry's copy up to date (one copy, on its mirror host). ``survey``
     (tasks.surveys.survey_with_queues's) is changed in place to what the hosts keep now.
     Returns whether anything changed."""
     emit = emit or (lambda event: None)
-    containers, _claims, queues, errors = survey
+    _containers, _claims, queues, errors = survey
     mirrors = mirrors_of(survey)
-    changed = False
-    kept = dict(((e.get("run"), e.get("run_id")), host) for host, e in entries_of(queues)
-                if e.get("state") in KEPT)
+    changed = _one_each(nodes, queues, mirrors)
+    kept = set((e.get("run"), e.get("run_id")) for _h, e in entries_of(queues)
+               if e.get("state") in KEPT)
     # Copies whose entry answered and no longer waits.
     for host, copy in entries_of(mirrors):
         key = (copy.get("run"), copy.get("run_id"))
@@ -153,24 +200,12 @@ def sync(fleets, nodes, survey, emit: Callable[[dict], Any] | None = None) -> bo
         if key in kept or key in tried:
             continue
         tried.add(key)
-        summary = _adopt(nodes, containers, host, copy, emit)
+        summary = _adopt(nodes, survey, host, copy, emit)
         _without(mirrors, host, copy)
         changed = True
         if summary is not None:
             queues.setdefault(host, []).append(summary)
-            kept[key] = host
-    # The old queue host back: the entries handed over meanwhile go from it.
-    handed = dict(((c.get("run"), c.get("run_id")), c.get("handed_from"))
-                  for _h, c in entries_of(mirrors) if c.get("state") == "handed")
-    for host, entry in entries_of(queues):
-        key = (entry.get("run"), entry.get("run_id"))
-        if entry.get("state") in KEPT and handed.get(key) == host:
-            try:
-                nodes[host].call("dequeue", {"run": entry["run"], "run_id": entry["run_id"]})
-            except NodeError:
-                continue
-            queues[host] = [e for e in queues[host] if e is not entry]
-            changed = True
+            kept.add(key)
     # Each kept entry's copy on its mirror host, current; copies elsewhere go once it is.
     for host, entry in entries_of(queues):
         if entry.get("state") not in KEPT:
@@ -184,7 +219,11 @@ def sync(fleets, nodes, survey, emit: Callable[[dict], Any] | None = None) -> bo
         current = any(h == mirror and c.get("digest") == entry.get("digest")
                       for h, c in copies)
         if not current:
-            current = follow(nodes, fleets, host, entry["run"]) is None
+            why = follow(nodes, fleets, host, entry["run"])
+            current = why is None
+            if why:
+                emit({"kind": "info", "message": "run %s: its queue entry's copy is not "
+                      "written: %s" % (entry["run"], why)})
             changed = True
         if current:
             for other, copy in copies:
@@ -192,3 +231,15 @@ def sync(fleets, nodes, survey, emit: Callable[[dict], Any] | None = None) -> bo
                     _drop(nodes, other, copy)
                     changed = True
     return changed
+
+
+def copies_of(fleets, survey):
+    """``{(queue host, run): digest}`` of the copies a survey saw on each entry's mirror host."""
+    found = {}
+    for host, entry in entries_of(survey[2]):
+        mirror = mirror_host(fleets, host)
+        for copy in mirrors_of(survey).get(mirror) or ():
+            if copy.get("run") == entry.get("run") and copy.get("run_id") == entry.get(
+                    "run_id") and copy.get("state") in KEPT:
+                found[(host, entry.get("run"))] = copy.get("digest")
+    return found

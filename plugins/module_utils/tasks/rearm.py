@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.errors import GpufleetError
 from . import interruption, queue_mirror
 from .errors import PlanError, RunError
 from .placement import PlacementError
@@ -76,6 +77,13 @@ def strays(entry, containers, errors):
     return sorted(h for h in _jobs_of(containers, entry) if h not in kept and h not in errors)
 
 
+def wanted(entry, instances):
+    """Whether the entry's run must be armed again: a host of it is lost, or an earlier try
+    left it half done (``rearm``: its jobs on the other hosts went)."""
+    return bool(entry.get("rearm")) or (judged(entry, instances) and
+                                        bool(lost_hosts(entry, instances)))
+
+
 def due(entries, containers, errors, instances) -> bool:
     """Whether a pass would arm a scheduled run again, remove a stray job of one, or drop a
     stale entry."""
@@ -83,9 +91,7 @@ def due(entries, containers, errors, instances) -> bool:
         if entry.get("state") != SCHEDULED:
             continue
         if replaced(entry, containers) or stopped(entry, containers) or strays(
-                entry, containers, errors):
-            return True
-        if judged(entry, instances) and lost_hosts(entry, instances):
+                entry, containers, errors) or wanted(entry, instances):
             return True
     return False
 
@@ -95,9 +101,12 @@ def keep_schedules(queue_pass: Any, entries, containers, errors) -> None:
     strays removed, runs that lost a host armed again. What was done goes into the pass's
     report (``rearmed``) and its events."""
     instances = interruption.instance_map(queue_pass.fleets)
+    now = queue_pass.clock()
     for host, entry in entries:
         if entry.get("state") != SCHEDULED:
             continue
+        if float(entry.get("taken_until") or 0) > now and entry.get("taken_by") != queue_pass.by:
+            continue   # another controller arms it again right now
         if stopped(entry, containers) or replaced(entry, containers):
             # A stop that could not reach the entry then, or a new run of the name.
             queue_pass._call(host, "dequeue", {"run": entry["run"], "run_id": entry["run_id"],
@@ -108,8 +117,12 @@ def keep_schedules(queue_pass: Any, entries, containers, errors) -> None:
             queue_pass.emit({"kind": "info", "message": "run %s: its job kept on %s is no "
                              "longer its (it was armed again elsewhere); removed"
                              % (entry["run"], stray)})
-        if judged(entry, instances) and lost_hosts(entry, instances):
-            _rearm(queue_pass, host, entry, instances)
+        if wanted(entry, instances):
+            try:
+                _rearm(queue_pass, host, entry, instances)
+            except GpufleetError as exc:   # this run's trouble: the pass goes on
+                queue_pass.emit({"kind": "info", "message": "run %s: its schedule could not "
+                                 "be armed again: %s" % (entry["run"], exc)})
 
 
 def _release(queue_pass, host, entry, changes=None):
@@ -126,13 +139,13 @@ def _rearm(queue_pass, host, summary, instances):
         return
     entry = taken["entry"]
     lost = lost_hosts(entry, instances)   # the entry as it is now: another pass may have acted
-    if not lost:
+    if not wanted(entry, instances):
         _release(queue_pass, host, entry)
         return
     try:
         runner = queue_pass.runner_of(entry, queue_pass.fleets, queue_node=queue_pass.nodes[host],
                                       **queue_pass.options)
-    except RunError as exc:
+    except GpufleetError as exc:
         _release(queue_pass, host, entry, {"message": str(exc)})
         return
     # Its jobs on the other hosts go first: the placement may use those hosts again.
@@ -145,21 +158,24 @@ def _rearm(queue_pass, host, summary, instances):
     except (RunError, PlanError, NodeError, PlacementError) as exc:
         result = {"status": RunStatus.FAILED.value, "message": str(exc)}
     if result.get("status") == RunStatus.FAILED.value:
-        _release(queue_pass, host, entry, {"message": "its host %s is lost; arming it again "
-                                           "failed: %s" % (", ".join(lost),
-                                                           result.get("message"))})
+        # Its jobs on the other hosts went: it is armed again as a whole once it fits.
+        _release(queue_pass, host, entry, {"rearm": True, "message": "its host %s is lost; "
+                                           "arming it again failed: %s" % (
+                                               ", ".join(lost) or "(none now)",
+                                               result.get("message"))})
         queue_pass.emit({"kind": "info", "message": "run %s: its host %s is lost, and its "
                          "schedule could not be kept elsewhere yet: %s (the next pass tries "
                          "again)" % (entry["run"], ", ".join(lost), result.get("message"))})
         return
     hosts = list(getattr(runner, "schedule_hosts", None) or ())
-    if not _release(queue_pass, host, entry, {"hosts": hosts, "message": None}):
+    if not _release(queue_pass, host, entry, {"hosts": hosts, "message": None, "rearm": False}):
         # Stopped (or taken over) meanwhile: what this pass armed goes again.
         parallel(hosts, lambda h: queue_pass.nodes[h].call("remove", {"run": entry["run"]}))
         return
     queue_pass.report.setdefault("rearmed", []).append(entry["run"])
     queue_pass.emit({"kind": "info", "message": "run %s: its host %s is lost; its schedule is "
-                     "kept on %s now" % (entry["run"], ", ".join(lost), ", ".join(hosts))})
+                     "kept on %s now" % (entry["run"], ", ".join(lost) or "(back now)",
+                                         ", ".join(hosts))})
 
 
 def drop_entries(nodes, fleets, queues, name) -> int:

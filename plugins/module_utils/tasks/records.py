@@ -170,6 +170,10 @@ class QueueSummary(TypedDict):
     digest: str | None
     # The host it was handed over from, once its queue host was lost (tasks.queue_mirror).
     handed_from: str | None
+    # When its host last wrote it (of two entries of one run id, the newer counts).
+    written_at: float | None
+    # A scheduled run's entry whose re-arming is not done (tasks.rearm).
+    rearm: bool | None
 
 
 class ScaleEvent(TypedDict):

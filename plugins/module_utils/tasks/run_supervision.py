@@ -174,21 +174,19 @@ class RunSupervision(object):
         attempt = 0
         while True:
             if stop_event is not None and stop_event.is_set():
+                host = self._entry_host(host)
                 stopped = {"state": "terminated", "reason": lifecycle.TERMINATED_BY_USER}
-                self.run.nodes[host].call("update", {"run": self.run.name,
-                                                     "run_id": self.run.run_id,
-                                                     "changes": stopped})
-                queue_mirror.follow(self.run.nodes, self.run.fleets, host, self.run.name)
+                if host is not None:
+                    self.run.nodes[host].call("update", {"run": self.run.name,
+                                                         "run_id": self.run.run_id,
+                                                         "changes": stopped})
+                    queue_mirror.follow(self.run.nodes, self.run.fleets, host, self.run.name)
                 return dict(self.run.result(), status=RunStatus.TERMINATED.value,
                             reason=lifecycle.TERMINATED_BY_USER), None
             self.run.sleep(NO_CAPACITY_BACKOFF[min(attempt, len(NO_CAPACITY_BACKOFF) - 1)])
             attempt += 1
             self.run.refresh_quietly()
-            if host not in self.run.nodes:
-                # The queue host's instance is gone, and its entry with it: what ps says.
-                return dict(self.run.result(), status=RunStatus.FAILED.value,
-                            reason=lifecycle.NO_CAPACITY,
-                            message="the host that kept its queue entry (%s) is gone" % host), None
+            # The pass hands a lost queue host's entries over first (tasks.queue_mirror).
             report = queue.QueuePass(self.run.fleets, own=self.run, runner_of=self.runner_of,
                                      services=getattr(self.run, "services", None),
                                      gate=getattr(self.run, "gate", None),
@@ -197,9 +195,25 @@ class RunSupervision(object):
                                      clock=self.run.clock, by=self.run.by).run()
             if report["own"] is not None:
                 return None, report["own"]
+            keeper = self._entry_host(host)
+            if keeper is None:
+                # The queue host's instance is gone, and its entry with it: what ps says.
+                return dict(self.run.result(), status=RunStatus.FAILED.value,
+                            reason=lifecycle.NO_CAPACITY,
+                            message="the host that kept its queue entry (%s) is gone" % host), None
+            host = keeper
             ended = self._wait_ended(host)
             if ended is not None:
                 return ended, None
+
+    def _entry_host(self, host):
+        """The host that keeps the run's entry now: ``host`` while it is a host of the
+        fleets, else the one its entry was handed over to (tasks.queue_mirror), or None."""
+        if host in self.run.nodes:
+            return host
+        queues = surveys.survey_with_queues(self.run.nodes)[2]
+        return next((h for h, e in entries_of(queues) if e.get("run_id") == self.run.run_id
+                     and e.get("state") in (PENDING, ACTIVE)), None)
 
     def _resubmit(self, number, since, stop_event):
         """Submit the run again (retry after an error or interruption), as ``(result,

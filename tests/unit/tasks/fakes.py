@@ -239,6 +239,7 @@ class FakeNode:
         if old and old["run_id"] != entry["run_id"] and old["state"] in ("pending", "active"):
             return {"queued": False, "reason": "run %s is already %s" % (entry["run"],
                                                                          old["state"])}
+        entry["written_at"] = self.cluster.now
         self.queue[entry["run"]] = entry
         return {"queued": True}
 
@@ -259,6 +260,8 @@ class FakeNode:
                 entry.get(k) != v for k, v in (payload.get("expect") or {}).items()):
             return {"updated": False}
         entry.update(payload["changes"], taken_by=None, taken_until=None)
+        if payload["changes"]:
+            entry["written_at"] = self.cluster.now
         return {"updated": True}
 
     def op_dequeue(self, payload):
@@ -273,9 +276,16 @@ class FakeNode:
     def op_queue_read(self, payload):
         return {"entry": copy.deepcopy(self.queue.get(payload["run"]))}
 
+    def _handed_here(self, run, run_id):
+        own = self.queue.get(run)
+        note = self.handed.get(run)
+        return (own and own["run_id"] == run_id) or (note and note["run_id"] == run_id)
+
     def op_mirror_put(self, payload):
         entry = dict(copy.deepcopy(payload["entry"]), held_archive=payload.get("archive"))
         assert entry["state"] in ("pending", "active", "scheduled"), entry
+        if self._handed_here(entry["run"], entry["run_id"]):
+            return {"kept": False, "reason": "run %s was handed over here" % entry["run"]}
         entry.pop("taken_by", None)
         entry.pop("taken_until", None)
         self.mirror[entry["run"]] = entry
@@ -292,16 +302,20 @@ class FakeNode:
         entry = self.mirror.get(payload["run"])
         if entry is None or entry["run_id"] != payload["run_id"]:
             return {"adopted": False, "reason": "no copy"}
+        if self._handed_here(payload["run"], payload["run_id"]):
+            del self.mirror[payload["run"]]
+            return {"adopted": False, "dropped": True, "reason": "handed over here before"}
         own = self.queue.get(payload["run"])
         if own and own["state"] in ("pending", "active", "scheduled"):
             return {"adopted": False, "reason": "waits here"}
         adopted = dict(entry, queued_on=payload["host"], handed_from=payload["from"],
-                       **(payload.get("changes") or {}))
+                       written_at=self.cluster.now, **(payload.get("changes") or {}))
         self.queue[payload["run"]] = adopted
         del self.mirror[payload["run"]]
         self.handed[payload["run"]] = {"run": payload["run"], "run_id": payload["run_id"],
                                        "state": "handed", "handed_from": payload["from"],
-                                       "queued_on": payload["host"]}
+                                       "queued_on": payload["host"],
+                                       "ended_at": self.cluster.now}
         return {"adopted": True, "entry": booking.summary(adopted)}
 
     def op_release(self, payload):

@@ -112,3 +112,23 @@ def test_the_digest_changes_with_what_the_entry_says_not_with_its_lease():
     assert booking.entry_digest(base) == booking.entry_digest(
         dict(base, taken_by="ctl", taken_until=1.0, held_archive="/x"))
     assert booking.entry_digest(base) != booking.entry_digest(dict(base, state="active"))
+
+
+def test_a_host_that_adopted_a_run_refuses_its_copy_and_drops_a_late_one(hosts, monkeypatch):
+    hosts("fl-1")
+    mirrorside.op_mirror_put({"entry": entry()})
+    assert mirrorside.op_mirror_adopt({"run": "train", "run_id": "train-id", "host": "fl-1",
+                                       "from": "fl-0"})["adopted"]
+    assert mirrorside.op_mirror_put({"entry": entry()}) == {
+        "kept": False, "reason": "run train was handed over here"}
+    booking.op_dequeue({"run": "train"})   # started: the entry went; the note stays
+    assert mirrorside.op_mirror_put({"entry": entry()})["kept"] is False
+    # A copy written before the note (as by a crash in between) is dropped, not adopted.
+    with booking._Lock():
+        booking._write_json(mirrorside._mirror_path("train"), entry())
+    answer = mirrorside.op_mirror_adopt({"run": "train", "run_id": "train-id", "host": "fl-1",
+                                         "from": "fl-0"})
+    assert answer["adopted"] is False and answer["dropped"] is True
+    assert mirrorside._mirror_read("train") is None and booking._read_entry("train") is None
+    # Another run of the name is copied as any.
+    assert mirrorside.op_mirror_put({"entry": entry(run_id="new-id")}) == {"kept": True}

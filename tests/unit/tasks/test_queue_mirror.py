@@ -28,7 +28,8 @@ def instances_of(fleets):
 
 
 def lose(cluster, fleets, host):
-    """The queue host is gone: down, and its fleet no longer lists it."""
+    """The queue host is gone: down, and its fleet no longer lists it (a second on)."""
+    cluster.now += 1
     cluster.nodes[host].down = True
     for fleet in fleets:
         fleet["instances"] = [i for i in fleet["instances"] if i["name"] != host]
@@ -44,11 +45,17 @@ def test_a_waiting_entry_has_a_copy_on_the_next_host_that_follows_it(fake_hosts)
     kept = cluster.nodes["gpus-1"].mirror["train"]
     assert kept["run_id"] == entry["run_id"] and kept["config"] == entry["config"]
     assert cluster.nodes["gpus-2"].mirror == {}
-    # A pass changes the entry (its reason); the copy follows, with the same digest.
-    cluster.now += 5
+    # The entry changes (its priority, by another controller): the next pass sees the
+    # copy's digest differ, and the copy follows.
+    cluster.nodes["gpus-0"].op_update({"run": "train", "run_id": entry["run_id"],
+                                       "changes": {"priority": 70}})
     a_pass(cluster, fleets)
-    assert cluster.nodes["gpus-1"].mirror["train"]["reason"] == \
-        cluster.nodes["gpus-0"].queue["train"]["reason"]
+    assert cluster.nodes["gpus-1"].mirror["train"]["priority"] == 70
+    # A copy on a host that is not the mirror host goes once the mirror host's is current.
+    cluster.nodes["gpus-2"].mirror["train"] = copies.deepcopy(
+        cluster.nodes["gpus-1"].mirror["train"])
+    a_pass(cluster, fleets)
+    assert cluster.nodes["gpus-2"].mirror == {} and "train" in cluster.nodes["gpus-1"].mirror
     # Stopped while it waits: the entry ends and its copy goes.
     from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import actions
 
@@ -273,3 +280,59 @@ def test_a_stop_of_a_scheduled_run_whose_hosts_are_all_lost_ends_its_entry(fake_
     assert answer == {"run": {"name": "train", "stopped": [], "deleted": []}, "changed": True}
     assert cluster.nodes["gpus-0"].queue == {} and cluster.nodes["gpus-2"].mirror == {}
     assert a_pass(cluster, fleets)["rearmed"] == []
+
+
+def test_of_two_entries_of_one_run_id_the_one_written_last_counts(fake_hosts):
+    """An old queue host back with its entry, and the run's entry written anew meanwhile on
+    another host (an attached run's resubmission, say): one pass leaves the newer one only."""
+    fleets = [fleet_with_facts(count=3)]
+    _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
+    occupy(cluster, ["gpus-0", "gpus-1", "gpus-2"])
+    submit_detached(fake_hosts, cluster, task(retry=WAIT), fleets)
+    older = copies.deepcopy(cluster.nodes["gpus-0"].queue["train"])
+    cluster.now += 1
+    cluster.nodes["gpus-2"].op_enqueue({"entry": dict(older, priority=5)})
+    a_pass(cluster, fleets)
+    assert "train" not in cluster.nodes["gpus-0"].queue
+    assert cluster.nodes["gpus-2"].queue["train"]["priority"] == 5
+
+
+def test_a_late_copy_of_an_entry_handed_over_is_neither_kept_nor_adopted_again(fake_hosts):
+    fleets = [fleet_with_facts(count=3)]
+    _runner, cluster = fake_hosts(task(), fleets, program=lambda job: (None, None))
+    occupy(cluster, ["gpus-0", "gpus-1", "gpus-2"])
+    submit_detached(fake_hosts, cluster, task(retry=WAIT), fleets)
+    late = copies.deepcopy(cluster.nodes["gpus-1"].mirror["train"])
+    lose(cluster, fleets, "gpus-0")
+    a_pass(cluster, fleets)
+    keeper = cluster.nodes["gpus-1"]
+    assert keeper.queue["train"]["handed_from"] == "gpus-0"
+    # A slow controller's copy arrives after the handover: refused.
+    assert keeper.op_mirror_put({"entry": late})["kept"] is False
+    # One written there before it (a crash between adoption and the copy's removal) goes
+    # at the next adoption try, which adopts nothing.
+    keeper.mirror["train"] = late
+    assert keeper.op_mirror_adopt({"run": "train", "run_id": late["run_id"], "host": "gpus-1",
+                                   "from": "gpus-0"})["dropped"] is True
+    assert keeper.mirror == {}
+
+
+def test_an_attached_run_that_waits_follows_its_entry_to_the_host_that_adopted_it(fake_hosts):
+    fleets = [fleet_with_facts(count=3)]
+    runner, cluster = fake_hosts(task(retry=WAIT), fleets, program=lambda job: (1, 0))
+    occupy(cluster, ["gpus-0", "gpus-1", "gpus-2"])
+    begun = cluster.now
+
+    def hook(cluster):
+        if cluster.now >= begun + 10 and not cluster.nodes["gpus-0"].down:
+            lose(cluster, fleets, "gpus-0")
+            free(cluster)
+
+    cluster.hook = hook
+    result = runner.run(wait=True)
+    assert result["status"] == lc.RunStatus.DONE, result
+    assert all(c["labels"][RUN_LABEL] != "train" for c in cluster.nodes["gpus-0"].containers)
+    # Its own pass handed the entry over, then gave it its submission.
+    assert [(h, p["from"]) for h, op, p in cluster.log if op == "mirror_adopt"] == [
+        ("gpus-1", "gpus-0")]
+    assert cluster.nodes["gpus-1"].queue == {}

@@ -425,7 +425,7 @@ ENDED_KEPT = 86400
 SUMMARY_FIELDS = ("run", "run_id", "user", "priority", "submitted_at", "submitted_epoch", "state",
                   "reason", "message", "fleets", "nodes", "taken_by", "taken_until",
                   "submissions", "retry_since", "retry", "array", "hosts", "ended_at",
-                  "queued_on", "policy", "after", "handed_from")
+                  "queued_on", "policy", "after", "handed_from", "written_at", "rearm")
 
 
 def _queue_dir():
@@ -463,7 +463,7 @@ def _prune(now):
 
 # What differs between an entry and its copy on another host (tasks.hostside.mirrorside) and
 # so is left out of its digest: the lease of a take, and where the repo archive lies.
-_UNMIRRORED = ("taken_by", "taken_until", "held_archive")
+_UNMIRRORED = ("taken_by", "taken_until", "held_archive", "written_at")
 
 
 def entry_digest(entry):
@@ -512,6 +512,7 @@ def op_enqueue(payload):
             entry["held_archive"] = _held_archive(entry["run"])
         if entry.get("state") in ("failed", "terminated") and not entry.get("ended_at"):
             entry["ended_at"] = now   # one that ended as it was written down (kept a day)
+        entry["written_at"] = now   # which of two copies is newer (tasks.queue_mirror)
         _write_json(_entry_path(entry["run"]), entry)
     return {"queued": True}
 
@@ -547,6 +548,8 @@ def op_update(payload):
         entry.update(payload.get("changes") or {})
         entry["taken_by"] = None
         entry["taken_until"] = None
+        if payload.get("changes"):
+            entry["written_at"] = time.time()
         if entry.get("state") in ("failed", "terminated") and not entry.get("ended_at"):
             entry["ended_at"] = time.time()
         _write_json(_entry_path(entry["run"]), entry)

@@ -148,8 +148,9 @@ def op_mirror_adopt(payload):
                 payload["run"], own.get("state"))}
         if own:
             _drop_entry(payload["run"])
+        now = time.time()
         entry = dict(copy, queued_on=payload["host"], handed_from=payload["from"],
-                     handed_at=time.time(), **(payload.get("changes") or {}))
+                     handed_at=now, written_at=now, **(payload.get("changes") or {}))
         _folder(os.path.dirname(_entry_path(payload["run"])))
         if copy.get("held_archive"):
             entry["held_archive"] = _mirror_link(copy["held_archive"],

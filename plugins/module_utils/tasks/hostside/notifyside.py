@@ -559,7 +559,7 @@ def tick_ensure():
             handle.write("%d\n" % child.pid)
         # Until the child has exec'd the shell its command line is this request's, and a
         # request that asked now would start a second loop: hold the lock until it shows.
-        for _ in range(200):
+        for _attempt in range(200):
             if _tick_alive() or child.poll() is not None:
                 break
             time.sleep(0.01)
