@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from . import interruption
+from .container import RUN_ID_LABEL
 from .errors import RunError
 from .hostside.booking import entry_digest
 from .queue_records import ACTIVE, KEPT, PENDING, entries_of, mirror_host
@@ -104,7 +105,7 @@ def _seen(survey, run_id):
     """The hosts where a survey sees the run id started: a container, or a claim."""
     containers, claims = survey[0], survey[1]
     return sorted(set(h for h, found in containers.items() for c in found or ()
-                      if (c.get("labels") or {}).get("gpufleet.run-id") == run_id) |
+                      if (c.get("labels") or {}).get(RUN_ID_LABEL) == run_id) |
                   set(h for h, found in claims.items() for c in found or ()
                       if c.get("run_id") == run_id))
 

@@ -22,14 +22,12 @@ from typing import Any
 
 from ..core.errors import GpufleetError
 from . import interruption, queue_mirror
+from .container import RUN_ID_LABEL, RUN_LABEL
 from .errors import PlanError, RunError
 from .placement import PlacementError
 from .lifecycle import RunStatus
 from .queue_records import SCHEDULED, entries_of
 from .ssh import NodeError, parallel
-
-RUN_LABEL = "gpufleet.run"
-RUN_ID_LABEL = "gpufleet.run-id"
 
 
 def _jobs_of(containers, entry):

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import (
-    actions, container, listing, queue, rankplan, runbook, runindex, runs)
+    actions, container, listing, rankplan, runbook, runindex, runs)
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import lifecycle as lc
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import booking, indexside
 from ansible_collections.gpufleet.cluster.plugins.module_utils.teams import identity
 
 from ..configs import task
-from .fakes import JOB_LABEL, RUN_LABEL, STARTED, SUB_LABEL, container as box, fleet_with_facts
+from .fakes import a_pass, fleet_with_facts, free, occupy
 
 RUN = {"name": "train", "id": "3f2a9c", "submission": 0, "submitted_at": "2026-08-01T10:00:00Z"}
 WAIT = {"on_events": ["no-capacity"], "duration": "10m"}
@@ -47,25 +47,6 @@ def running(spec):
             "finished_at": None, "error": None,
             "files": {"running": "1785578405", "reason": None, "exit_code": None}}
 
-
-def occupy(cluster, host, run="first"):
-    """A run of another submitter alive on ``host``."""
-    cluster.nodes[host].containers.append(box(
-        "%s-0-0" % run, {RUN_LABEL: run, JOB_LABEL: "0", SUB_LABEL: "0", "gpufleet.blocks": "1"},
-        state="running", running=STARTED))
-
-
-def free(cluster, run="first"):
-    for node in cluster.nodes.values():
-        for found in node.containers:
-            if found["labels"][RUN_LABEL] == run:
-                found["state"] = "exited"
-                found["files"]["exit_code"] = "0"
-
-
-def a_pass(cluster, fleets):
-    return queue.QueuePass(fleets, runner_of=runs.runner_of, clock=cluster.clock,
-                           sleep=cluster.sleep, poll=1.0, emit=cluster.emit).run()
 
 # ---------------------------------------------------------------------------------------------
 # Labels and records
@@ -148,7 +129,7 @@ def test_a_queued_run_keeps_its_submitter_when_another_controller_starts_it(
     fleets = [fleet_with_facts()]
     runner, cluster = fake_hosts(task(nodes=2, retry=WAIT), fleets,
                                  program=lambda job: (None, None))
-    occupy(cluster, "gpus-0")
+    occupy(cluster, ["gpus-0"])
     assert runner.run(wait=False)["status"] == lc.RunStatus.PENDING
     entry = cluster.nodes["gpus-0"].queue["train"]
     assert entry["user"] == "ann"

@@ -440,13 +440,18 @@ def _held_archive(run):
     return os.path.join(_queue_dir(), _name(run) + ".tar.gz")
 
 
-def _read_entry(run):
+def _read_json(path):
+    """The JSON object in ``path``, or None (no file, or not an object)."""
     try:
-        with open(_entry_path(run)) as handle:
+        with open(path) as handle:
             value = json.load(handle)
     except (IOError, OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
+
+
+def _read_entry(run):
+    return _read_json(_entry_path(run))
 
 
 def _drop_entry(run):

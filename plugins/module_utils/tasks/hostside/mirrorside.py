@@ -23,8 +23,8 @@ import time
 
 try:  # imported as part of the collection (tests, the controller)
     from .booking import (BOOK_OPS, BOOK_ROOT, _drop_entry, _entry_path, _folder,
-                          _held_archive, _Lock, _name, _read_all, _read_entry, _remove,
-                          _write_json, summary)
+                          _held_archive, _Lock, _name, _read_all, _read_entry, _read_json,
+                          _remove, _write_json, summary)
     from .nodeside import Failure
 except ImportError:  # on a host: the files sent before this one run in the same namespace
     pass
@@ -52,25 +52,11 @@ def _mirror_handed(run):
 
 
 def _mirror_note(run):
-    import json
-
-    try:
-        with open(_mirror_handed(run)) as handle:
-            value = json.load(handle)
-    except (IOError, OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+    return _read_json(_mirror_handed(run))
 
 
 def _mirror_read(run):
-    import json
-
-    try:
-        with open(_mirror_path(run)) as handle:
-            value = json.load(handle)
-    except (IOError, OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+    return _read_json(_mirror_path(run))
 
 
 def _mirror_link(source, target):
