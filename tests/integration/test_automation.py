@@ -13,7 +13,8 @@ Events (``gpufleet event --json``): the hosts' records list every change of thos
 order, who stopped the held run, and the instances the world's fleet apply created.
 
 Webhooks (``gpufleet notify``): an HTTP server of the test's own gets the hosts' posts of a
-run's end, with no gpufleet command running, also after it was down for 20 s.
+run's end, with no gpufleet command running, also after it was down for 20 s; a run of two
+nodes is posted once, by its job 0's host, once both jobs ended.
 
 ``schedule``: a task applied with ``* * * * *`` is started by its host twice while the world's
 state dir is moved away (no controller can reach the fleet), and a stop ends its schedule.
@@ -280,16 +281,29 @@ def test_the_hosts_post_a_runs_end_to_a_webhook_also_after_it_was_down(
         assert any(p["event"]["kind"] == "job.ended" and p["event"]["run"] == one
                    and p["event"]["exit_code"] == 0 for p in receiver.posts)
 
-        # Down for 20 s while a run ends: the hosts keep trying, then it arrives.
+        # Down for 20 s while a run of two nodes ends: job 1 fails, job 0 is stopped by it
+        # and, once job 1 told it how it ended, its host says the run's end; the hosts keep
+        # trying, then it arrives, once.
         receiver.down()
-        assert apply(capsys, world, two, "exit 3")[0] == 0
+        capsys.readouterr()
+        assert cli.main(["apply", "-y", "-d", "-f", task_file(
+            world, two, "type: task\nname: %s\nnodes: 2\n%scommands:\n"
+            "  - if [ $DSTACK_NODE_RANK = 1 ]; then sleep 8; exit 3; fi; sleep 120\n"
+            % (two, CPU))]) == 0, capsys.readouterr()
         time.sleep(20)
         receiver.up()
         deadline = time.time() + 120
         while not receiver.ended(two):
             assert time.time() < deadline, receiver.posts
             time.sleep(2)
-        assert receiver.ended(two)[0]["status"] == "failed"
+        time.sleep(16)   # a tick more: no other host says it again
+        (end,) = receiver.ended(two)
+        assert (end["status"], end["reason"], end["nodes"]) == ("failed", "job_failed", 2), end
+        assert end["detail"] == "job 1 ended: container_exited_with_error, exit code 3", end
+        jobs = [p["event"] for p in receiver.posts if p["event"].get("run") == two
+                and p["event"]["kind"] == "job.ended"]
+        assert sorted((e["job"], e["reason"]) for e in jobs) == [
+            (0, "terminated_by_server"), (1, None)], jobs
         capsys.readouterr()
         assert cli.main(["notify", "list", "--json"]) == 0
         (hook,) = [h for h in json.loads(capsys.readouterr().out)["hooks"] if h["id"] == name]

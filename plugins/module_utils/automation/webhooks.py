@@ -22,10 +22,9 @@ from ..core.text import shorten
 from ..events.records import EventKind
 
 FORMATS = ("json", "slack")
-# The kinds a hook may ask for: what the hosts record, and a run's end (run.status), which
-# the host of a run's only job says (a run on several hosts: its jobs' ends).
-HOOK_KINDS = tuple(sorted([k.value for k in EventKind.host_kinds() | EventKind.sent_kinds()]
-                          + [EventKind.RUN_STATUS.value]))
+# The kinds a hook may ask for: what the hosts record or are sent, a run's end (run.status)
+# included: the host of a run's only job says it, and for a multi-node run its job 0's host.
+HOOK_KINDS = tuple(sorted(k.value for k in EventKind.host_kinds() | EventKind.sent_kinds()))
 _ID = re.compile(r"[a-z0-9][a-z0-9-]{0,39}\Z")
 
 

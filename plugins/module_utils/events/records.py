@@ -41,10 +41,12 @@ class EventKind(StrEnum):
 
     @classmethod
     def host_kinds(cls):
-        """The kinds a host writes itself (the rest are derived or sent by a controller)."""
+        """The kinds a host writes itself (the rest are derived or sent by a controller). A
+        multi-node run's end is both: job 0's host records it, for its webhooks, and the
+        reader derives it (tasks.eventlog)."""
         return frozenset((cls.JOB_CREATED, cls.JOB_STARTED, cls.JOB_STOPPING, cls.JOB_ENDED,
-                          cls.RUN_QUEUED, cls.MEMBER_GRANTED, cls.MEMBER_REVOKED,
-                          cls.MEMBER_LIMITED))
+                          cls.RUN_QUEUED, cls.RUN_STATUS, cls.MEMBER_GRANTED,
+                          cls.MEMBER_REVOKED, cls.MEMBER_LIMITED))
 
     @classmethod
     def sent_kinds(cls):

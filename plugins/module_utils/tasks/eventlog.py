@@ -10,7 +10,9 @@ the host it was read from names the instance of a job's events. ``derive`` adds 
 server would have written about the run while its jobs changed: ``Run submitted`` when its
 first submission's jobs were made, ``Run resubmitted on retry`` for a later one, and each
 change of the run's status, decided from its jobs' statuses by the rules ``ps`` uses
-(tasks.lifecycle.decide), at the moment of the job event that changed it. ``report`` is what
+(tasks.lifecycle.decide), at the moment of the job event that changed it. The end of a
+multi-node run that its job 0's host recorded (for its webhooks) is the same event; it is
+shown only when the jobs' events read here do not decide that end. ``report`` is what
 the command shows: the filters of events.query over them, oldest first.
 """
 
@@ -93,8 +95,12 @@ def derive(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     out: List[Dict[str, Any]] = []
     runs: Dict[Tuple[str, str], Dict[str, Any]] = {}
     waited = set()   # runs first written down as pending: their queue event says submitted
+    said = []   # the ends job 0's host recorded of multi-node runs
     for event in _ordered(events):
         kind = event.get("kind")
+        if kind == EventKind.RUN_STATUS:
+            said.append(event)
+            continue
         if kind == EventKind.RUN_QUEUED and event.get("state") == "pending" and not event.get(
                 "old_state"):
             waited.add((str(event.get("run")), str(event.get("run_id") or "")))
@@ -151,7 +157,29 @@ def derive(events: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 out.append(_run_event(event, EventKind.RUN_STATUS, old_status=decision.status,
                                       status=RunStatus.PENDING.value))
                 run["status"] = RunStatus.PENDING.value
+    for event in _said_ends(said, out, runs):
+        # After what happened by its moment, the order of the rest kept.
+        at = float(event["at"])
+        out.insert(next((i for i, e in enumerate(out) if float(e["at"]) > at), len(out)),
+                   event)
     return out
+
+
+def _said_ends(said: List[Dict[str, Any]], derived: List[Dict[str, Any]],
+               runs: Dict[Tuple[str, str], Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The ends job 0's host recorded of multi-node runs (tasks.hostside.eventside) whose
+    submission's end could not be derived here: a host of the run did not answer, or its
+    record lost the job's end. One that was derived is the same event (its id)."""
+    ended = set((e.get("run"), e.get("run_id"), e.get("submission")) for e in derived
+                if e.get("kind") == EventKind.RUN_STATUS and e.get("reason"))
+    found = []
+    for event in said:
+        if (event.get("run"), event.get("run_id"), event.get("submission")) in ended:
+            continue
+        run = runs.get((str(event.get("run")), str(event.get("run_id") or ""))) or {}
+        found.append(dict(event, old_status=run.get("status") if run.get(
+            "submission") == event.get("submission") else None))
+    return found
 
 
 def _job_state(event: Dict[str, Any]) -> Tuple[str, Optional[str], Optional[int]]:

@@ -31,7 +31,7 @@ STANDALONE = ("tasks/hostside/nodeside.py", "tasks/hostside/volumeside.py",
               "tasks/hostside/scheduleside.py", "tasks/hostside/proxyconf.py", "tasks/hostside/acmeside.py",
               "tasks/hostside/proxyside.py", "tasks/hostside/bootstrap.py",
               "tasks/hostside/wrapper.py", "tasks/hostside/wrapper_output.py",
-              "tasks/hostside/wrapper_metrics.py",
+              "tasks/hostside/wrapper_metrics.py", "tasks/hostside/wrapper_peers.py",
               "tasks/hostside/wrapper_ssh.py", "tasks/hostside/__init__.py",
               "backends/localpool.py")
 SENT_WITH = {"tasks/hostside/volumeside.py": ["tasks.hostside.nodeside"],
@@ -71,6 +71,7 @@ SENT_WITH = {"tasks/hostside/volumeside.py": ["tasks.hostside.nodeside"],
                                              "tasks.hostside.proxyconf"],
              "tasks/hostside/wrapper.py": ["tasks.hostside.wrapper_metrics",
                                            "tasks.hostside.wrapper_output",
+                                           "tasks.hostside.wrapper_peers",
                                            "tasks.hostside.wrapper_ssh"]}
 
 

@@ -62,6 +62,30 @@ def test_a_two_node_run_runs_when_both_jobs_run_and_fails_when_one_fails():
     assert steps[-1][3] == "job_failed"
 
 
+def said_end(at, status, reason, run="train", submission=0):
+    """A multi-node run's end as its job 0's host records it (tasks.hostside.eventside)."""
+    return {"id": "%s/id-%s/%s/run.status/%s" % (run, run, submission, status),
+            "kind": "run.status", "at": NOW + at, "run": run, "run_id": "id-" + run,
+            "submission": submission, "fleet": "gpus", "status": status, "reason": reason,
+            "nodes": 2}
+
+
+def test_a_multi_node_runs_end_said_by_its_job_0s_host_is_the_derived_one_or_stands_in():
+    both = [ev("job.created", 0, job=0, nodes=2), ev("job.created", 0, job=1, nodes=2),
+            ev("job.started", 1, job=0), ev("job.started", 1, job=1),
+            ev("job.ended", 4, job=0, exit_code=0, started=True)]
+    last = ev("job.ended", 5, job=1, exit_code=0, started=True)
+    # Both jobs' ends read: the end is derived once; the host's is the same event.
+    found = eventlog.derive(both + [last, said_end(6, "done", "all_jobs_done")])
+    ends = [e for e in found if e["kind"] == "run.status" and e.get("reason")]
+    assert [(e["status"], e["at"]) for e in ends] == [("done", NOW + 5)]
+    # Job 1's host did not answer: the host's word says how the run ended, after the rest.
+    found = eventlog.derive(both + [said_end(6, "done", "all_jobs_done")])
+    assert [(e["kind"], e.get("old_status"), e.get("status")) for e in found][-1] == (
+        "run.status", "running", "done")
+    assert found[-1]["id"] == "train/id-train/0/run.status/done"
+
+
 def test_a_retry_is_a_resubmission_and_a_stop_by_a_user_ends_it_terminated():
     events = [ev("job.created", 0), ev("job.started", 1),
               ev("job.ended", 2, exit_code=1, started=True),

@@ -9,12 +9,14 @@ BOOK_ROOT point into a temporary folder; Docker is not asked.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
 import stat
 
 import pytest
+from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks import eventlog, lifecycle
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
     booking,
     eventside,
@@ -360,3 +362,90 @@ def test_the_latest_events_are_read_from_the_end_of_the_record(host, monkeypatch
     assert 0 < len(latest) < 50 and latest[-1]["id"] == "e49"
     assert [e["id"] for e in latest] == ["e%d" % n for n in range(50 - len(latest), 50)]
     assert len(eventside.event_read(since=T0)) == 50   # a window reads it all
+
+
+# ---------------------------------------------------------------------------------------------
+# A multi-node run's end: job 0's wrapper writes state/run_end once every job told it how it
+# ended (tasks.hostside.wrapper_peers); its host records one run.status from it.
+
+
+def test_job_0_records_a_multi_node_runs_end_once_every_job_told_it(host):
+    folder = job(host, created=T0, running=T0 + 1, code=0, ended=T0 + 30)
+    assert eventside.event_sweep() == 3   # its own end; the run's is not known yet
+    assert eventside.event_sweep() == 0
+    touch(folder / "state" / "run_end", "0 0 1 -\n1 3 1 -\n", T0 + 45)
+
+    assert eventside.event_sweep() == 1
+    last = recorded(host)[-1]
+    assert (last["kind"], last["status"], last["reason"], last["at"]) == (
+        "run.status", "failed", "job_failed", T0 + 45)
+    # The id the reader derives for the same end (tasks.eventlog): the two are one event.
+    assert last["id"] == "train/id-train/0/run.status/failed"
+    assert last["detail"] == "job 1 ended: container_exited_with_error, exit code 3"
+    assert last["nodes"] == 2 and "job" not in last and last["fleet"] == "gpus"
+    assert eventside.event_sweep() == 0
+
+
+def test_a_runs_end_written_with_its_jobs_is_recorded_after_it(host):
+    folder = job(host, created=T0, running=T0 + 1, code=0, ended=T0 + 30)
+    touch(folder / "state" / "run_end", "0 0 1 -\n1 0 1 -\n", T0 + 31)
+    eventside.event_sweep()
+    assert [(e["kind"], e.get("status")) for e in recorded(host)][-2:] == [
+        ("job.ended", None), ("run.status", "done")]
+    # Only job 0's folder says it, and only for a run of several nodes.
+    other = job(host, run="other", num=1, created=T0, running=T0 + 1, code=0, ended=T0 + 30)
+    touch(other / "state" / "run_end", "0 0 1 -\n1 0 1 -\n", T0 + 31)
+    eventside.event_sweep()
+    assert [e["kind"] for e in recorded(host) if e["run"] == "other"] == [
+        "job.created", "job.started", "job.ended"]
+
+
+@pytest.mark.parametrize("text, criteria, said", [
+    # A line its container spoiled is a job not known: no verdict from what is left...
+    ("0 0 1 -\n1 x 1 ; rm -rf /\n", "all-done", None),
+    # ...unless what is known decides: master-done, a user's stop, a failure.
+    ("0 0 1 -\nnonsense\n", "master-done", ("done", "all_jobs_done")),
+    ("0 143 1 terminated_by_user\n1 - - unknown\n", "all-done",
+     ("terminated", "terminated_by_user")),
+    ("0 0 1 -\n1 - - lost\n", "all-done", ("failed", "job_failed")),
+    ("0 143 1 terminated_by_server\n1 137 1 max_duration_exceeded\n", "all-done",
+     ("terminated", "max_duration_exceeded")),
+])
+def test_a_runs_end_is_read_with_care(host, text, criteria, said):
+    folder = job(host, created=T0, running=T0 + 1, code=0, ended=T0 + 30)
+    record = json.loads((folder / "record.json").read_text())
+    record["labels"]["gpufleet.run-spec"] = json.dumps({"type": "task",
+                                                        "stop_criteria": criteria})
+    touch(folder / "record.json", json.dumps(record), T0)
+    touch(folder / "state" / "run_end", text, T0 + 31)
+    eventside.event_sweep()
+    ends = [(e["status"], e["reason"]) for e in recorded(host) if e["kind"] == "run.status"]
+    assert ends == ([said] if said else [])
+
+
+ENDS = [(0, None, True), (3, None, True), (1, None, False), (143, "terminated_by_user", True),
+        (143, "terminated_by_server", True), (0, "done_by_runner", True),
+        (137, "max_duration_exceeded", True), (143, "terminated_due_to_utilization_policy", True),
+        (0, "inactivity_duration_exceeded", True), (None, None, True), "lost"]
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 3])
+@pytest.mark.parametrize("criteria", ["all-done", "master-done"])
+def test_the_hosts_verdict_on_a_run_is_the_one_ps_reaches(nodes, criteria):
+    """event_run_verdict (on the hosts, standard library only) against tasks.lifecycle.decide
+    fed by tasks.eventlog.ended_status, for every combination of these ends."""
+    for combo in itertools.product(ENDS, repeat=nodes):
+        ends, statuses = {}, {}
+        for num, end in enumerate(combo):
+            if end == "lost":
+                ends[num] = {"lost": True}
+                statuses[num] = ("failed", lifecycle.INSTANCE_UNREACHABLE, None)
+                continue
+            code, reason, started = end
+            ends[num] = {"exit_code": code, "reason": reason, "started": started}
+            statuses[num] = eventlog.ended_status(dict(ends[num], gone=code is None and
+                                                       not reason))
+        decision = lifecycle.decide({"stop_criteria": criteria}, statuses)
+        assert decision.final, combo
+        verdict = eventside.event_run_verdict(ends, criteria)
+        assert verdict and verdict[:2] == (decision.status, decision.reason), (combo, decision)

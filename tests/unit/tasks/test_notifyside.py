@@ -118,6 +118,31 @@ def test_a_run_of_one_job_ends_as_its_job_did():
     assert notifyside._notify_run_end(dict(ended(), policy={"type": "service"})) is None
 
 
+def test_a_multi_node_runs_end_is_posted_once_by_its_job_0s_host(host):
+    """Job 0's wrapper wrote the run's end (every job told it theirs): the tick's sweep records
+    one run.status, which the hook gets; the host of job 1 says only its job's end."""
+    notifyside.op_notify_set({"hook": hook(on=["run.status"])})
+    labels = {"gpufleet.run": "dist", "gpufleet.run-id": "id-dist", "gpufleet.submission": "0",
+              "gpufleet.fleet": "gpus", "gpufleet.nodes": "2",
+              "gpufleet.run-spec": json.dumps({"type": "task"})}
+    for num, lines in ((0, "0 0 1 -\n1 3 1 -\n"), (1, None)):
+        folder = host / "runs" / "dist" / str(num)
+        (folder / "state").mkdir(parents=True)
+        (folder / "record.json").write_text(json.dumps({
+            "container": "dist-%d-0" % num, "labels": dict(labels, **{"gpufleet.job": str(num)})}))
+        (folder / "created").write_text("c%d\n" % num)
+        (folder / "state" / "running").write_text("1\n")
+        (folder / "state" / "exit_code").write_text("%d\n" % (3 if num else 0))
+        if lines:
+            (folder / "state" / "run_end").write_text(lines)
+    receiver = Receiver()
+    notifyside.notify_tick(post=receiver, host="gpus-0")
+    notifyside.notify_tick(post=receiver, host="gpus-0")
+    assert [(b["event"]["kind"], b["event"]["status"], b["event"]["reason"])
+            for _u, b in receiver.posts] == [("run.status", "failed", "job_failed")]
+    assert receiver.posts[0][1]["event"]["id"] == "dist/id-dist/0/run.status/failed"
+
+
 def test_a_hook_gets_only_the_kinds_and_fleet_it_asked_for_and_one_copy(host):
     notifyside.op_notify_set({"hook": hook(on=["run.status"], fleet="gpus")})
     eventside.event_append([ended(code=1), ended(run="other", fleet="cpus"),

@@ -582,7 +582,8 @@ def test_a_failed_clone_names_the_url_and_the_credentials(tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # A run that supervises itself: a job that ends the run asks the others to stop over SSH, and
-# each job's monitor carries such a request out.
+# each job's monitor carries such a request out. Each job tells job 0 how it ended, and job 0
+# writes the run's end (state/run_end) once it has every job's word.
 
 
 def multinode_fakes(tmp_path):
@@ -601,12 +602,19 @@ def multinode_fakes(tmp_path):
     return fakes
 
 
+def ssh_calls(fakes, what="run/stop"):
+    """The fake ssh's calls whose remote command holds ``what``."""
+    log = fakes / "ssh.log"
+    return sorted(c for c in (log.read_text().splitlines() if log.exists() else [])
+                  if what in c)
+
+
 def test_a_failing_job_asks_the_other_nodes_to_stop(tmp_path, shell):
     job = Job(tmp_path, {"commands": ["exit 3"]}, nodes=3, rank=1)
     fakes = multinode_fakes(tmp_path)
     proc = job.run(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
     assert proc.returncode == 3, proc.stderr
-    calls = sorted((fakes / "ssh.log").read_text().splitlines())
+    calls = ssh_calls(fakes)
     # Ranks 0 and 2, on the run's port with the run's key, and not itself.
     assert [c.split(" -l ")[1].split()[1] for c in calls] == ["10.1.0.2", "10.1.0.4"]
     for call in calls:
@@ -619,6 +627,10 @@ def test_a_failing_job_asks_the_other_nodes_to_stop(tmp_path, shell):
     assert job.read_state("peers.log") == (
         "gpufleet: asked the other nodes of the run to stop (terminated_by_server)")
     assert b"asked the other nodes" not in proc.stderr
+    # Then it tells job 0 (at the master's address) how it ended: rank, code, began, reason.
+    (told,) = ssh_calls(fakes, "end.1")
+    assert told.split(" -l ")[1].split()[1] == "10.1.0.2"
+    assert (job.dstack / "run" / "end.1").read_text() == "1 3 1 -\n"
 
 
 def test_a_peer_that_never_answers_does_not_hold_the_jobs_end(tmp_path, shell):
@@ -649,6 +661,8 @@ def test_a_peer_that_never_answers_does_not_hold_the_jobs_end(tmp_path, shell):
 def test_the_master_of_a_master_done_run_ends_it(tmp_path, shell, criteria, rank, told):
     job = Job(tmp_path, {"commands": ["true"], "stop_criteria": criteria}, nodes=2, rank=rank)
     fakes = multinode_fakes(tmp_path)
+    if rank == 0:
+        tell_job_0(job, "1 0 1 done_by_runner")
     proc = job.run(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
     assert proc.returncode == 0, proc.stderr
     stop = job.dstack / "run" / "stop"
@@ -661,7 +675,9 @@ def test_a_job_stopped_from_outside_tells_nobody(tmp_path, shell):
     fakes = multinode_fakes(tmp_path)
     proc = job.run(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
     assert proc.returncode == 9, proc.stderr
-    assert not (fakes / "ssh.log").exists()
+    assert not ssh_calls(fakes)
+    # It still tells job 0 how it ended.
+    assert (job.dstack / "run" / "end.1").read_text() == "1 9 1 terminated_by_user\n"
 
 
 @pytest.mark.parametrize("asked, recorded", [
@@ -673,6 +689,7 @@ def test_a_stop_request_from_another_node_stops_the_command(tmp_path, shell, ask
     job = Job(tmp_path, {"commands": ["trap 'exit 7' TERM; : > ready; "
                                       "while :; do sleep 0.1; done"]}, nodes=2, rank=0)
     fakes = multinode_fakes(tmp_path)
+    tell_job_0(job, "1 3 1 -")
     proc = job.start(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
     try:
         wait_for(job.workdir / "ready")
@@ -686,7 +703,86 @@ def test_a_stop_request_from_another_node_stops_the_command(tmp_path, shell, ask
     assert proc.returncode == 7, err
     assert job.read_state("reason") == recorded
     assert b"another node of the run ended it" in err
-    assert not (fakes / "ssh.log").exists()  # stopped from outside: nobody else is told
+    assert not ssh_calls(fakes)  # stopped from outside: nobody else is told
+
+
+def tell_job_0(job, *lines):
+    """What the other jobs told job 0 (``RANK CODE STARTED REASON`` each)."""
+    (job.dstack / "run").mkdir(parents=True, exist_ok=True)
+    for line in lines:
+        (job.dstack / "run" / ("end." + line.split()[0])).write_text(line + "\n")
+
+
+def test_job_0_waits_for_every_jobs_word_then_writes_the_runs_end(tmp_path, shell):
+    job = Job(tmp_path, {"commands": ["exit 0"]}, nodes=3, rank=0)
+    fakes = multinode_fakes(tmp_path)
+    proc = job.start(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
+    try:
+        wait_for(job.state / "exit_code")
+        time.sleep(1.5)
+        # Its command ended; it waits, its container still there, for jobs 1 and 2.
+        assert proc.poll() is None and not (job.state / "run_end").exists()
+        tell_job_0(job, "1 0 1 -")
+        time.sleep(1.5)
+        assert proc.poll() is None
+        tell_job_0(job, "2 4 1 -")
+        proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert job.read_state("run_end").splitlines() == ["0 0 1 -", "1 0 1 -", "2 4 1 -"]
+    assert not ssh_calls(fakes, "")   # every word came before a probe was due
+
+
+def test_job_0_counts_a_job_gone_without_a_word_as_lost(tmp_path, shell):
+    """Job 1 never tells, and no sshd answers at its address on two probes in a row."""
+    job = Job(tmp_path, {"commands": ["exit 0"]}, nodes=3, rank=0)
+    fakes = multinode_fakes(tmp_path)
+    (fakes / "ssh").write_text(
+        '#!/bin/sh\nprintf "%s\\n" "$*" >> "$FAKE_LOG/ssh.log"\n'
+        'case "$*" in *10.1.0.3*) exit 255 ;; esac\n'
+        'for last; do :; done\nsh -c "$last"\n')
+    tell_job_0(job, "2 0 1 -")
+    proc = job.run(shell, path="%s:%s" % (fakes, shell[1]),
+                   extra={"FAKE_LOG": str(fakes), "GPUFLEET_PEER_PROBE_EVERY": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert job.read_state("run_end").splitlines() == ["0 0 1 -", "1 - - lost", "2 0 1 -"]
+    probes = ssh_calls(fakes, "true")
+    assert len(probes) == 2 and all("10.1.0.3" in p for p in probes), probes
+    assert job.read_state("peers.log") == (
+        "gpufleet: the jobs of rank 1 ended without a word (no sshd answers where they ran)")
+
+
+def test_job_0_keeps_waiting_for_a_job_that_still_answers(tmp_path, shell):
+    job = Job(tmp_path, {"commands": ["exit 0"]}, nodes=2, rank=0)
+    fakes = multinode_fakes(tmp_path)
+    proc = job.start(shell, path="%s:%s" % (fakes, shell[1]),
+                     extra={"FAKE_LOG": str(fakes), "GPUFLEET_PEER_PROBE_EVERY": "1"})
+    try:
+        wait_for(job.state / "exit_code")
+        deadline = time.time() + 15
+        while len(ssh_calls(fakes, "true")) < 3:
+            assert time.time() < deadline and proc.poll() is None
+            time.sleep(0.2)
+        tell_job_0(job, "1 0 1 -")
+        proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert job.read_state("run_end").splitlines() == ["0 0 1 -", "1 0 1 -"]
+
+
+def test_a_users_stop_ends_job_0s_wait_at_once(tmp_path, shell):
+    job = Job(tmp_path, {"commands": ["exit 0"]}, nodes=3, rank=0)
+    (job.state / "reason").write_text("terminated_by_user\n")
+    fakes = multinode_fakes(tmp_path)
+    tell_job_0(job, "2 143 1 terminated_by_user")
+    proc = job.run(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
+    assert proc.returncode == 0, proc.stderr
+    assert job.read_state("run_end").splitlines() == [
+        "0 0 1 terminated_by_user", "1 - - unknown", "2 143 1 terminated_by_user"]
+    assert not ssh_calls(fakes, "")
 
 
 def _fake_sshd(tmp_path, check_rc=0):

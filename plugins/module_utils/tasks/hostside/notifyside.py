@@ -30,8 +30,9 @@ does not stop it.
 
 Each host posts the events it recorded: its jobs' and its queue's. An event a controller wrote
 on every host of a fleet (a fleet apply's, a member change) is posted by the one host it was
-marked ``deliver`` on. A run all of whose jobs ran here ends with a ``run.status`` event that
-this host derives from its jobs' ends (a run on several hosts: each job's end is posted).
+marked ``deliver`` on. A run's end is posted as one ``run.status`` event: by the host of its only
+job, from that job's end, and for a multi-node run by the host of its job 0, which records it
+once every job has told job 0 how it ended (eventside).
 """
 
 import json
@@ -40,7 +41,7 @@ import time
 
 try:  # imported as part of the collection (tests, the controller)
     from .booking import BOOK_OPS, _Lock, _write_json
-    from .eventside import event_end, event_sweep, event_tail
+    from .eventside import event_end, event_run_verdict, event_sweep, event_tail
     from .nodeside import Failure, op_status
 except ImportError:  # on a host: the files sent before this one run in the same namespace
     pass
@@ -232,23 +233,16 @@ def _notify_wanted(hook, event):
 
 
 def _notify_run_end(event):
-    """The ``run.status`` this host says of a run all of whose jobs ran here: one job, not a
-    service's replica (None otherwise)."""
+    """The ``run.status`` this host says of a run whose only job ran here, a task's (None
+    otherwise); a multi-node run's is recorded by its job 0's host (eventside)."""
     if event.get("kind") != "job.ended" or event.get("nodes") != 1:
         return None
     if (event.get("policy") or {}).get("type") == "service":
         return None
-    reason = event.get("reason")
-    code = event.get("exit_code")
-    if code is None and not reason and event.get("started", True):
-        reason = "terminated_by_user"   # its container was removed under it, as ps says
-    if reason in ("done_by_runner",) or (code == 0 and not reason):
-        status, why = "done", "all_jobs_done"
-    elif reason and (reason.startswith("terminated_") or reason in (
-            "max_duration_exceeded", "scaled_down")):
-        status, why = "terminated", reason
-    else:
-        status, why = "failed", "job_failed"
+    verdict = event_run_verdict({0: event})
+    if verdict is None:
+        return None
+    status, why = verdict[:2]
     made = dict((k, event.get(k)) for k in ("at", "run", "run_id", "fleet", "submission",
                                             "recorded"))
     ident = "%s/%s/%s/run.status/%s" % (event.get("run"), event.get("run_id"),

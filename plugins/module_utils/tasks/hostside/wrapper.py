@@ -25,23 +25,27 @@ then
 6. writes ``state/running``, the moment the command starts;
 7. runs ``command.sh`` as the task's user, forwarding SIGTERM/SIGINT and enforcing max_duration
    (``state/reason`` = ``max_duration_exceeded``, TERM, then KILL after stop_duration);
-8. writes ``state/exit_code`` and exits with it.
+8. writes ``state/exit_code``; in a multi-node run, tells the other jobs to stop when its end
+   ends the run, and tells job 0 how it ended (job 0 waits for the others' word and writes
+   ``state/run_end``, see tasks.hostside.wrapper_peers); exits with the command's code.
 
 It runs with dash, busybox ash and bash, using only tools that busybox also has. For tests the
 paths come from the environment: ``GPUFLEET_DIR`` (``/gpufleet``), ``GPUFLEET_STATE``
 (``$GPUFLEET_DIR/state``), ``DSTACK_DIR`` (``/dstack``) and ``GPUFLEET_ETC`` (``/etc``; its
 parent also roots ``run/sshd``).
 
-The script is one text: sections 0 (the output kept on the host) and 5 (inter-node SSH), and
+The script is one text: sections 0 (the output kept on the host) and 5 (inter-node SSH), what
+a multi-node run's jobs do as they end (tell the others to stop, tell job 0 how they ended), and
 the metrics sampler (with utilization_policy) that section 7 starts, are kept in
-tasks.hostside.wrapper_output, tasks.hostside.wrapper_ssh and tasks.hostside.wrapper_metrics
-and joined in where they stand.
+tasks.hostside.wrapper_output, tasks.hostside.wrapper_ssh, tasks.hostside.wrapper_peers and
+tasks.hostside.wrapper_metrics and joined in where they stand.
 """
 
 from __future__ import annotations
 
 from .wrapper_metrics import METRICS
 from .wrapper_output import OUTPUT
+from .wrapper_peers import PEERS
 from .wrapper_ssh import SSH
 
 WRAPPER = r"""#!/bin/sh
@@ -70,77 +74,11 @@ _gf_finish() {
     _gf_drain
     printf '%s\n' "$1" > "$GPUFLEET_STATE/exit_code" 2>/dev/null
     _gf_peers_verdict "$1"
+    _gf_run_end "$1"
     exit "$1"
 }
 
-# The run supervises itself: when this job ends the run (it failed, ran past max_duration, or
-# it is the master of a master-done run), it asks every other job's container to stop, over the
-# SSH the run's nodes already share (the other wrapper's monitor carries the stop out). A job
-# stopped from outside (state/reason is terminated_by_* or done_by_runner) says nothing.
-_gf_peers_verdict() {
-    [ "$GPUFLEET_MULTINODE" = 1 ] || return 0
-    _gf_why=
-    [ -r "$GPUFLEET_STATE/reason" ] && _gf_why=$(head -n 1 "$GPUFLEET_STATE/reason")
-    case $_gf_why in
-        terminated_by_*|done_by_runner) return 0 ;;
-        max_duration_exceeded|terminated_due_to_utilization_policy)
-            _gf_tell=terminated_by_server ;;
-        *)
-            if [ "$1" != 0 ]; then
-                _gf_tell=terminated_by_server
-            elif [ "$DSTACK_NODE_RANK" = 0 ] && [ "$GPUFLEET_STOP_CRITERIA" = master-done ]; then
-                _gf_tell=done_by_runner
-            else
-                return 0
-            fi ;;
-    esac
-    _gf_tell_peers "$_gf_tell"
-}
-
-_gf_tell_peers() {
-    # What happens here goes to state/peers.log, not to the job's output (which is the user's).
-    [ -r "$GPUFLEET_DIR/ssh/dstack_job" ] && command -v ssh >/dev/null 2>&1 || {
-        _gf_note "cannot tell the other nodes to stop (no ssh client in the image);" \
-            "a gpufleet command on the fleet will stop them"
-        return 0
-    }
-    _gf_login=${_gf_name:-$(id -un 2>/dev/null)}
-    _gf_i=0
-    _gf_pids=
-    for _gf_ip in $DSTACK_NODES_IPS; do
-        if [ "$_gf_i" != "$DSTACK_NODE_RANK" ]; then
-            # A peer that vanishes once connected (its node lost) must not hold this job's
-            # end for the kernel's TCP timeout: the connection gives up after ~6 silent s.
-            ssh -q -n -o BatchMode=yes -o ConnectTimeout=4 -o StrictHostKeyChecking=no \
-                -o ServerAliveInterval=2 -o ServerAliveCountMax=3 \
-                -o UserKnownHostsFile=/dev/null -o IdentitiesOnly=yes \
-                -i "$GPUFLEET_DIR/ssh/dstack_job" -p 10022 -l "${_gf_login:-root}" "$_gf_ip" \
-                "printf '%s\n' $1 > $DSTACK_DIR/run/stop" > /dev/null 2>&1 &
-            _gf_pids="$_gf_pids $!"
-        fi
-        _gf_i=$((_gf_i + 1))
-    done
-    # Nor one that stalls before the session is up (its key exchange or login, on a frozen
-    # node), which no ssh option bounds: this job has ended, and its container must not stay.
-    # KILL: TERM is ignored from the drain on, and so by everything started since.
-    _gf_killer=
-    if [ -n "$_gf_pids" ]; then
-        ( sleep "${GPUFLEET_PEER_STOP_LIMIT:-20}"; kill -KILL $_gf_pids ) > /dev/null 2>&1 &
-        _gf_killer=$!
-    fi
-    for _gf_p in $_gf_pids; do
-        wait "$_gf_p" 2>/dev/null || _gf_note "could not reach another node to stop it" \
-            "(a gpufleet command on the fleet will stop it)"
-    done
-    [ -z "$_gf_killer" ] || kill -KILL "$_gf_killer" 2>/dev/null
-    _gf_note "asked the other nodes of the run to stop ($1)"
-}
-
-_gf_note() {
-    printf 'gpufleet: %s\n' "$*" >> "$GPUFLEET_STATE/peers.log" 2>/dev/null
-}
-
-_gf_fail() {
+""" + PEERS + r"""_gf_fail() {
     _gf_log "$*"
     _gf_finish 1
 }
