@@ -428,9 +428,18 @@ def stop_run(nodes, name, abort=False, surveyed=None, by=None):
     """
     record, mine = find_run(nodes, name, surveyed)
 
+    def up(c):
+        return lifecycle.job_status(c)[0] in JobStatus.up_statuses() and \
+            _submission_of(c) == record["submission"]
+
+    # While a job of the run is up, a job that ended with its container still there is
+    # stopped too: job 0 of a multi-node run waits there for the others' ends
+    # (tasks.hostside.wrapper_peers), and the stop ends its wait.
+    live = any(up(c) for found in mine.values() for c in found)
+
     def stop(host):
         jobs = [c for c in mine[host]
-                if lifecycle.job_status(c)[0] in JobStatus.up_statuses() and
+                if up(c) or live and lifecycle.holds_host(c) and
                 _submission_of(c) == record["submission"] or
                 # a scheduled job, of any firing: its host ends its schedule (scheduleside)
                 lifecycle.armed(c)]

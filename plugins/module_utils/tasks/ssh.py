@@ -90,16 +90,16 @@ def host_source():
     volumeside (network volumes) and metricside (a run's metrics), then booking (claims and the
     queue), mirrorside (copies of another host's queue entries), replicaside (a service's
     replicas after their start), healthside (the GPU health probe), logside (the kept output), indexside (the run index), usageside (the usage
-    records), admitside (per-user limits), memberside (the fleet's members), eventside (the
-    event record), notifyside (webhooks and the host's tick), scheduleside (schedules),
+    records), admitside (per-user limits), memberside (the fleet's members), runendside (a
+    run's end judged from its jobs'), eventside (the event record), notifyside (webhooks and the host's tick), scheduleside (schedules),
     proxyconf, acmeside and proxyside (the proxy of services: in a fleet or on a gateway, whose
     certificates acmeside obtains), in one namespace. Their own sources are sent, so nothing is
     installed on the host and a new controller version never meets an old helper."""
     if "source" not in _HOST_SOURCE:
         from .hostside import (acmeside, admitside, booking, eventside, healthside, indexside,
                                logside, memberside, metricside, mirrorside, nodeside,
-                               notifyside, proxyconf, proxyside, replicaside, scheduleside,
-                               usageside, volumeside)
+                               notifyside, proxyconf, proxyside, replicaside, runendside,
+                               scheduleside, usageside, volumeside)
 
         _HOST_SOURCE["source"] = b"\n".join((module_source(vars(nodeside)),
                                              module_source(vars(volumeside)),
@@ -113,6 +113,7 @@ def host_source():
                                              module_source(vars(usageside)),
                                              module_source(vars(admitside)),
                                              module_source(vars(memberside)),
+                                             module_source(vars(runendside)),
                                              module_source(vars(eventside)),
                                              module_source(vars(notifyside)),
                                              module_source(vars(scheduleside)),

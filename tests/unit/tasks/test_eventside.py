@@ -21,6 +21,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
     booking,
     eventside,
     nodeside,
+    runendside,
 )
 
 T0 = 1780000000.0
@@ -421,6 +422,9 @@ def test_a_runs_end_is_read_with_care(host, text, criteria, said):
     eventside.event_sweep()
     ends = [(e["status"], e["reason"]) for e in recorded(host) if e["kind"] == "run.status"]
     assert ends == ([said] if said else [])
+    # Read once either way: a later sweep finds nothing new in the folder.
+    assert json.loads((folder / "events.json").read_text())["kinds"][-1] == "run.status"
+    assert eventside.event_sweep() == 0
 
 
 ENDS = [(0, None, True), (3, None, True), (1, None, False), (143, "terminated_by_user", True),
@@ -432,7 +436,7 @@ ENDS = [(0, None, True), (3, None, True), (1, None, False), (143, "terminated_by
 @pytest.mark.parametrize("nodes", [1, 2, 3])
 @pytest.mark.parametrize("criteria", ["all-done", "master-done"])
 def test_the_hosts_verdict_on_a_run_is_the_one_ps_reaches(nodes, criteria):
-    """event_run_verdict (on the hosts, standard library only) against tasks.lifecycle.decide
+    """runendside.runend_verdict (on the hosts, standard library only) against tasks.lifecycle.decide
     fed by tasks.eventlog.ended_status, for every combination of these ends."""
     for combo in itertools.product(ENDS, repeat=nodes):
         ends, statuses = {}, {}
@@ -447,5 +451,27 @@ def test_the_hosts_verdict_on_a_run_is_the_one_ps_reaches(nodes, criteria):
                                                        not reason))
         decision = lifecycle.decide({"stop_criteria": criteria}, statuses)
         assert decision.final, combo
-        verdict = eventside.event_run_verdict(ends, criteria)
+        verdict = runendside.runend_verdict(ends, criteria)
         assert verdict and verdict[:2] == (decision.status, decision.reason), (combo, decision)
+
+
+def test_a_long_run_end_is_read_whole_and_a_line_cut_short_is_not_believed(host):
+    folder = job(host, created=T0, running=T0 + 1, code=0, ended=T0 + 30)
+    record = json.loads((folder / "record.json").read_text())
+    record["labels"]["gpufleet.nodes"] = "300"
+    touch(folder / "record.json", json.dumps(record), T0)
+    lines = ["%d 0 1 terminated_by_server" % n for n in range(1, 300)]
+    touch(folder / "state" / "run_end", "0 1 1 -\n" + "\n".join(lines) + "\n", T0 + 31)
+    eventside.event_sweep()
+    (end,) = [e for e in recorded(host) if e["kind"] == "run.status"]
+    assert (end["status"], end["detail"]) == ("failed", "job 0 ended: "
+                                              "container_exited_with_error, exit code 1")
+    # Past what 2 nodes may write, the rest is not read: job 1 is not known, no verdict.
+    assert runendside.runend_read(str(folder / "state" / "run_end"), 2) == {
+        0: {"exit_code": 1, "started": True, "reason": None},
+        1: {"exit_code": 0, "started": True, "reason": "terminated_by_server"}}
+    touch(folder / "state" / "run_end", "0 0 1 -\n1 0 1 " + "x" * 400 + "\n", T0 + 31)
+    assert runendside.runend_read(str(folder / "state" / "run_end"), 2)[1] == {
+        "unknown": True}
+    touch(folder / "state" / "run_end", "0 0 1 -\n\u00b2 0 1 -\n1 3 1 -\n", T0 + 31)
+    assert runendside.runend_read(str(folder / "state" / "run_end"), 2)[1]["exit_code"] == 3

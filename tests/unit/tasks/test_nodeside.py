@@ -385,7 +385,22 @@ def test_stop_records_no_reason_for_a_job_whose_command_ended(docker, run_root):
 
     assert answer == {"stopped": ["r-0-0"], "ended": [0]}
     assert not (ended / "reason").exists()
+    # The run's stop is said apart: job 0 of a multi-node run may be waiting for the others'
+    # ends (wrapper_peers), and a user's stop ends that wait.
+    assert (ended / "run_stopped").read_text() == "terminated_by_server\n"
     assert docker.calls() == [["stop", "-t", "10", "r-0-0"]]
+
+
+def test_a_job_whose_command_ended_gets_time_to_end_its_wait_even_on_an_abort(docker, run_root):
+    """docker stop -t 0 sends KILL at once: job 0, which waits for the others' ends, gets 10
+    seconds for its TERM (it ends the wait and writes what it knows), the running job none."""
+    write_state(run_root, "r", 0, running="1\n", exit_code="0\n")
+    write_state(run_root, "r", 1, running="1\n")
+    answer = nodeside.op_stop({"jobs": [{"run": "r", "job_num": 0, "container": "r-0-0"},
+                                        {"run": "r", "job_num": 1, "container": "r-1-0"}],
+                               "reason": "terminated_by_user", "timeout": 0})
+    assert answer == {"stopped": ["r-0-0", "r-1-0"], "ended": [0]}
+    assert docker.calls() == [["stop", "-t", "0", "r-1-0"], ["stop", "-t", "10", "r-0-0"]]
 
 
 def test_stop_waits_ten_seconds_by_default(docker, run_root):

@@ -142,3 +142,36 @@ def test_a_stop_reaches_every_job_that_keeps_the_schedule_whatever_its_firing():
                    for h, p in cluster.ops("stop"))
     assert stops == [("gpus-0", [0], "terminated_by_user"),
                      ("gpus-1", [1], "terminated_by_user")]
+
+
+def test_a_stop_reaches_job_0_while_it_waits_for_the_others_ends():
+    """Job 0 of a multi-node run whose command ended still has its container (its wrapper
+    waits for the other jobs' ends, tasks.hostside.wrapper_peers): ps says it ended, and a stop
+    of the run still reaches it, so that its wait ends with the user's stop."""
+    from .fakes import Cluster, container
+
+    cluster = Cluster(["gpus-0", "gpus-1"])
+    run = {RUN_LABEL: "dist", "gpufleet.submitted": "2026-11-30T10:00:00Z",
+           "gpufleet.nodes": "2", SUB_LABEL: "0"}
+    waits = container("dist-0-0", dict(run, **{JOB_LABEL: "0"}), state="running",
+                      running="1", exit_code=0)
+    runs = container("dist-1-0", dict(run, **{JOB_LABEL: "1"}), state="running", running="1")
+    cluster.nodes["gpus-0"].containers = [waits]
+    cluster.nodes["gpus-1"].containers = [runs]
+    assert lc.job_status(waits)[0] == "done" and lc.holds_host(waits)
+    stopped = listing.stop_run(cluster.nodes, "dist", by="ann")
+    assert sorted(stopped["stopped"]) == ["dist-0-0", "dist-1-0"]
+    assert sorted((h, [j["job_num"] for j in p["jobs"]]) for h, p in cluster.ops("stop")) == [
+        ("gpus-0", [0]), ("gpus-1", [1])]
+
+    # Once every job has ended, the run is over: a stop leaves job 0's wait alone (the ends
+    # it waits for are the run's, not a user's stop).
+    again = Cluster(["gpus-0", "gpus-1"])
+    waits = container("dist-0-0", dict(run, **{JOB_LABEL: "0"}), state="running",
+                      running="1", exit_code=0)
+    ended = container("dist-1-0", dict(run, **{JOB_LABEL: "1"}), state="exited", running="1",
+                      exit_code=0)
+    again.nodes["gpus-0"].containers = [waits]
+    again.nodes["gpus-1"].containers = [ended]
+    listing.stop_run(again.nodes, "dist", by="ann")
+    assert again.ops("stop") == []

@@ -36,6 +36,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
     proxyconf,
     proxyside,
     replicaside,
+    runendside,
     scheduleside,
     usageside,
     volumeside,
@@ -318,7 +319,7 @@ def test_call_sends_the_source_and_the_request_on_stdin():
     data = kwargs["input"]
     # Split the way BOOTSTRAP splits it on the host: nodeside's source, then volumeside's,
     # metricside's, booking's, mirrorside's, replicaside's, healthside's, logside's, indexside's, usageside's, admitside's,
-    # memberside's, eventside's, notifyside's, scheduleside's, proxyconf's, acmeside's and proxyside's.
+    # memberside's, runendside's, eventside's, notifyside's, scheduleside's, proxyconf's, acmeside's and proxyside's.
     source, sep, request = data.partition(b"\n" + bootstrap.SEPARATOR + b"\n")
     assert sep and source == b"\n".join((module_source(vars(nodeside)),
                                          module_source(vars(volumeside)),
@@ -332,6 +333,7 @@ def test_call_sends_the_source_and_the_request_on_stdin():
                                          module_source(vars(usageside)),
                                          module_source(vars(admitside)),
                                          module_source(vars(memberside)),
+                                         module_source(vars(runendside)),
                                          module_source(vars(eventside)),
                                          module_source(vars(notifyside)),
                                          module_source(vars(scheduleside)),

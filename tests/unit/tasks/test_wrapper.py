@@ -745,11 +745,13 @@ def test_job_0_counts_a_job_gone_without_a_word_as_lost(tmp_path, shell):
         'for last; do :; done\nsh -c "$last"\n')
     tell_job_0(job, "2 0 1 -")
     proc = job.run(shell, path="%s:%s" % (fakes, shell[1]),
-                   extra={"FAKE_LOG": str(fakes), "GPUFLEET_PEER_PROBE_EVERY": "1"})
+                   extra={"FAKE_LOG": str(fakes), "GPUFLEET_PEER_PROBE_EVERY": "1",
+                          "GPUFLEET_PEER_LOST_AFTER": "2"})
     assert proc.returncode == 0, proc.stderr
     assert job.read_state("run_end").splitlines() == ["0 0 1 -", "1 - - lost", "2 0 1 -"]
+    # Silent from the first probe to one at least GPUFLEET_PEER_LOST_AFTER seconds later.
     probes = ssh_calls(fakes, "true")
-    assert len(probes) == 2 and all("10.1.0.3" in p for p in probes), probes
+    assert len(probes) >= 3 and all("10.1.0.3" in p for p in probes), probes
     assert job.read_state("peers.log") == (
         "gpufleet: the jobs of rank 1 ended without a word (no sshd answers where they ran)")
 
@@ -773,6 +775,61 @@ def test_job_0_keeps_waiting_for_a_job_that_still_answers(tmp_path, shell):
     assert job.read_state("run_end").splitlines() == ["0 0 1 -", "1 0 1 -"]
 
 
+@pytest.mark.parametrize("said, term, untold", [
+    ("terminated_by_user", True, "1 - 1 terminated_by_user"),
+    (None, True, "1 - - unknown"),
+    # The host's word alone (TERM came before the wait began, when it is ignored).
+    ("terminated_by_server", False, "1 - - unknown"),
+])
+def test_a_stop_that_comes_while_job_0_waits_ends_the_wait(tmp_path, shell, said, term,
+                                                           untold):
+    """Its command ended, job 0 waits for job 1: a stop (docker stop's TERM, after the host
+    wrote the run's stop in run_stopped) ends it at once."""
+    job = Job(tmp_path, {"commands": ["exit 0"]}, nodes=2, rank=0)
+    fakes = multinode_fakes(tmp_path)
+    proc = job.start(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
+    try:
+        wait_for(job.state / "exit_code")
+        time.sleep(1)
+        if said:
+            (job.state / "run_stopped").write_text(said + "\n")
+        if term:
+            proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert job.read_state("run_end").splitlines() == ["0 0 1 -", untold]
+
+
+def test_a_stop_ends_a_round_of_probes_under_way(tmp_path, shell):
+    """Three jobs whose sshd stalls (each probe waits GPUFLEET_PEER_STOP_LIMIT): a TERM
+    during the round ends the wait without probing the rest."""
+    job = Job(tmp_path, {"commands": ["exit 0"]}, nodes=4, rank=0)
+    fakes = multinode_fakes(tmp_path)
+    (fakes / "ssh").write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$FAKE_LOG/ssh.log"\n'
+                               'exec sleep 300\n')
+    proc = job.start(shell, path="%s:%s" % (fakes, shell[1]),
+                     extra={"FAKE_LOG": str(fakes), "GPUFLEET_PEER_PROBE_EVERY": "1",
+                            "GPUFLEET_PEER_STOP_LIMIT": "4"})
+    try:
+        deadline = time.time() + 15
+        while not ssh_calls(fakes, "true"):
+            assert time.time() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        began = time.time()
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert time.time() - began < 6   # the probe under way ends, the next two never begin
+    assert len(ssh_calls(fakes, "true")) == 1
+    assert job.read_state("run_end").splitlines() == [
+        "0 0 1 -", "1 - - unknown", "2 - - unknown", "3 - - unknown"]
+
+
 def test_a_users_stop_ends_job_0s_wait_at_once(tmp_path, shell):
     job = Job(tmp_path, {"commands": ["exit 0"]}, nodes=3, rank=0)
     (job.state / "reason").write_text("terminated_by_user\n")
@@ -781,7 +838,7 @@ def test_a_users_stop_ends_job_0s_wait_at_once(tmp_path, shell):
     proc = job.run(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
     assert proc.returncode == 0, proc.stderr
     assert job.read_state("run_end").splitlines() == [
-        "0 0 1 terminated_by_user", "1 - - unknown", "2 143 1 terminated_by_user"]
+        "0 0 1 terminated_by_user", "1 - 1 terminated_by_user", "2 143 1 terminated_by_user"]
     assert not ssh_calls(fakes, "")
 
 

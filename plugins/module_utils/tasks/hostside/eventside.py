@@ -21,7 +21,7 @@ ever appended to under the folder's lock; past EVENTS_ROTATE bytes it becomes ``
   when no controller asks for a while: the facts wait in the folder, with their times.
 - the end of a multi-node run whose job 0 ran here: once job 0's wrapper has every job's word
   (tasks.hostside.wrapper_peers), its ``state/run_end`` becomes a ``run.status`` event, the
-  status decided as tasks.lifecycle.decide decides it (``event_run_verdict``), with the id the
+  status decided as tasks.lifecycle.decide decides it (tasks.hostside.runendside), with the id the
   reader gives the same end (tasks.eventlog), so that the hosts can post a run's end;
 - a queue entry's state changing (``enqueue``, ``update``, ``dequeue``), and a member change
   this host applied (``members_change``);
@@ -47,6 +47,7 @@ try:  # imported as part of the collection (tests, the controller)
     from .replicaside import op_respawn
     from .booking import BOOK_OPS, _Lock, _read_entry, _write_json
     from .memberside import _members_read
+    from .runendside import runend_job, runend_read, runend_verdict
     from .nodeside import (OPS, RUN_ROOT, _RUN_NAME, Failure, _json_file, _listdir,
                            _small_file, job_dir, op_status)
     from .usageside import usage_epoch
@@ -268,93 +269,15 @@ def _event_job_facts(folder, container, gone):
     return [f for f in facts if f[1] is not None]
 
 
-# How a job's stop reason leaves it (tasks.lifecycle.STOP_REASONS).
-_EVENT_STOPPED = {"scaled_down": "terminated", "max_duration_exceeded": "terminated",
-                  "inactivity_duration_exceeded": "terminated",
-                  "terminated_due_to_utilization_policy": "terminated",
-                  "terminated_by_user": "terminated", "terminated_by_server": "terminated",
-                  "done_by_runner": "done"}
-
-
-def _event_job_end(end):
-    """``(status, reason)`` of one job from its end (``exit_code``, ``reason``, ``started``,
-    ``lost``), by the rules of tasks.lifecycle.job_status; None when it is not known."""
-    if end.get("unknown"):
-        return None
-    if end.get("lost"):
-        return "failed", "instance_unreachable"
-    code, reason = end.get("exit_code"), end.get("reason")
-    if code is None and not reason and end.get("started", True):
-        return "terminated", "terminated_by_user"   # its container was removed under it
-    if reason in _EVENT_STOPPED:
-        return _EVENT_STOPPED[reason], reason
-    if code == 0:
-        return "done", None
-    if not end.get("started", True):
-        return "failed", "executor_error"
-    return "failed", "container_exited_with_error"
-
-
-def event_run_verdict(ends, stop_criteria=None):
-    """``(status, reason, deciding job)`` of a run all of whose jobs have ended, from their
-    ends (``{job number: end}``, see _event_job_end), ranked as tasks.lifecycle.decide ranks
-    them: a user's stop, then a failure, then a duration or utilization_policy, then the
-    server's stop, then master-done, then all done. None when the ends known do not decide."""
-    jobs = dict((num, _event_job_end(end)) for num, end in ends.items())
-
-    def first(test):
-        found = [n for n, job in sorted(jobs.items()) if job and test(job)]
-        return found[0] if found else None
-
-    for test, status, reason in (
-            (lambda j: j[1] == "terminated_by_user", "terminated", "terminated_by_user"),
-            (lambda j: j[0] == "failed" or j[1] == "inactivity_duration_exceeded", "failed",
-             "job_failed"),
-            (lambda j: j[1] == "max_duration_exceeded", "terminated", None),
-            (lambda j: j[1] == "terminated_due_to_utilization_policy", "terminated", None),
-            (lambda j: j[1] == "terminated_by_server", "terminated", "terminated_by_server")):
-        num = first(test)
-        if num is not None:
-            return status, reason or jobs[num][1], num
-    if stop_criteria == "master-done" and (jobs.get(0) or ("",))[0] == "done":
-        return "done", "all_jobs_done", 0
-    if jobs and all(job and job[0] == "done" for job in jobs.values()):
-        return "done", "all_jobs_done", None
-    return None
-
-
-def _event_run_end(path, nodes):
-    """The ends ``state/run_end`` lists (job 0 of a multi-node run writes it once it has every
-    job's word, tasks.hostside.wrapper_peers): ``{job number: end}``, or None when it is not
-    there. Its container writes it: a line that cannot be read is a job not known."""
-    text = _small_file(path, 4096)
-    if text is None:
-        return None
-    ends = dict((num, {"unknown": True}) for num in range(nodes))
-    for line in text.splitlines():
-        words = line.split()
-        if len(words) != 4 or not words[0].isdigit() or int(words[0]) >= nodes:
-            continue
-        num, code, started, reason = int(words[0]), words[1], words[2], words[3]
-        if reason in ("lost", "unknown"):
-            ends[num] = {reason: True}
-            continue
-        if code != "-" and _event_int(code) is None or len(reason) > 64:
-            continue
-        ends[num] = {"exit_code": _event_int(code), "started": started == "1",
-                     "reason": None if reason == "-" else reason}
-    return ends
-
-
 def _event_run_status(folder, labels, made):
     """The ``run.status`` fact of a multi-node run from job 0's ``state/run_end`` (None while
     it is not there, or when it does not decide)."""
     path = os.path.join(folder, "state", "run_end")
     nodes = _event_int(labels.get("gpufleet.nodes")) or 1
-    ends = _event_run_end(path, nodes)
+    ends = runend_read(path, nodes)
     if ends is None:
         return None
-    verdict = event_run_verdict(ends, _event_policy(labels)["policy"].get("stop_criteria"))
+    verdict = runend_verdict(ends, _event_policy(labels)["policy"].get("stop_criteria"))
     if verdict is None:
         return None
     status, reason, num = verdict
@@ -363,7 +286,7 @@ def _event_run_status(folder, labels, made):
     if num is not None and status != "done":
         fields["detail"] = "job %d %s" % (num, "went without a word (no sshd answered)"
                                           if end.get("lost") else "ended: %s%s" % (
-                                              _event_job_end(end)[1] or "done",
+                                              runend_job(end)[1] or "done",
                                               "" if end.get("exit_code") is None else
                                               ", exit code %s" % end["exit_code"]))
     at = min(max(_event_mtime(path) or time.time(), made), time.time())
@@ -413,9 +336,16 @@ def _event_job(name, job, by_name, known):
         return None
     gone = known and (container not in by_name or by_name[container].get("state") == "gone")
     facts = _event_job_facts(folder, by_name.get(container), gone)
+    undecided = False
     if judge and "job.ended" in kinds + [f[0] for f in facts]:
         made = _event_mtime(os.path.join(folder, "record.json")) or 0.0
-        facts += [f for f in [_event_run_status(folder, labels, made)] if f]
+        # Ends that decide nothing are read once: noted as if said, with no event. Whether
+        # they are there is asked first: written between the reading and the asking, they
+        # would be noted unread.
+        there = os.path.exists(os.path.join(folder, "state", "run_end"))
+        said = _event_run_status(folder, labels, made)
+        undecided = said is None and there
+        facts += [said] if said else []
     new = []
     for kind, at, fields in facts:
         if kind in kinds:
@@ -435,7 +365,9 @@ def _event_job(name, job, by_name, known):
         item.update(fields)
         new.append(item)
         kinds.append(kind)
-    if not new:
+    if undecided:
+        kinds.append("run.status")
+    if not new and not undecided:
         return None
     return new, seen_path, {"life": life, "kinds": kinds}
 
@@ -472,9 +404,9 @@ def _event_sweep_locked(runs, by_name, known):
                 notes.append(made[1:])
     if found:
         _event_append_locked(found)
-        for path, value in notes:
-            if os.path.isdir(os.path.dirname(path)):   # not a folder removed meanwhile
-                _write_json(path, value)
+    for path, value in notes:
+        if os.path.isdir(os.path.dirname(path)):   # not a folder removed meanwhile
+            _write_json(path, value)
     return len(found)
 
 

@@ -4,16 +4,14 @@
 """What the task runner does on a fleet host, as root: one short Python process per request.
 
 The controller sends this file's source and a JSON request on the standard input of
-``python3 -S -c BOOTSTRAP`` (tasks.hostside.bootstrap, see tasks.ssh.Node.call); nothing is
-installed and nothing keeps running on the host besides the run's containers (the host keeps
-the compiled source in HELPER_CACHE, see bootstrap). It uses the standard library only and runs
-on the Python 3.6+ that any Ansible-managed host has. Every answer is one JSON line. The parts
+``python3 -S -c BOOTSTRAP`` (tasks.hostside.bootstrap, see tasks.ssh.Node.call); nothing else
+keeps running on the host besides the run's containers (the compiled source is kept in
+HELPER_CACHE). Standard library only, Python 3.6+; every answer is one JSON line. The parts
 sent with it (volumeside, metricside, booking and the files sent with booking) add their
 operations to OPS or booking's BOOK_OPS; proxyside (the in-fleet proxy) has its PROXY_OPS.
 
-The run's state lives with the containers: their labels say which run, job and submission they
-belong to, and each job's state folder (``RUN_ROOT/<run>/<job>/state``, written by the job's
-wrapper and by ``stop``) says when its command started, why it was stopped and how it exited.
+The run's state lives with the containers (labels: run, job, submission) and each job's state
+folder (``RUN_ROOT/<run>/<job>/state``): when its command began, why it stopped, its code.
 """
 
 import json
@@ -23,8 +21,8 @@ import stat
 import sys
 import time
 
-# subprocess, shutil and base64 are imported where they are used: every request runs this
-# module's top level, and most need none of them (7 ms of a request's 40 on a host).
+# subprocess, shutil and base64 are imported where used: every request runs this module's top
+# level, and most need none of them (7 ms of a request's 40 on a host).
 
 RUN_ROOT = "/var/lib/gpufleet/runs"
 RUN_LABEL = "gpufleet.run"
@@ -631,22 +629,24 @@ def op_record_failure(payload):
 
 
 def op_stop(payload):
-    """Stop containers: the reason is recorded first (unless one is, or the job's command has
-    already ended: its wrapper wrote ``exit_code``, and that is why the job ended), then
-    ``docker stop`` (TERM, then KILL after ``timeout`` seconds)."""
-    names = []
-    ended = []
+    """Stop containers: the reason is recorded first (unless one is), then ``docker stop`` (TERM,
+    KILL after ``timeout`` s). A job whose command ended (``ended``) gets it as ``run_stopped``,
+    and 10 s at least: job 0 of a multi-node run may wait for the others (wrapper_peers)."""
+    names, ended, by_wait = [], [], {}
+    timeout = int(payload.get("timeout", 10))
     for item in payload["jobs"]:
         folder = os.path.join(job_dir(item["run"], item["job_num"]), "state")
         reason_file = os.path.join(folder, "reason")
         if os.path.exists(os.path.join(folder, "exit_code")):
             ended.append(item["job_num"])
-        elif os.path.isdir(folder) and not os.path.exists(reason_file):
+            reason_file = os.path.join(folder, "run_stopped")
+        if os.path.isdir(folder) and not os.path.exists(reason_file):
             _write(reason_file, (payload["reason"] + "\n").encode("utf-8"), 0o644)
         names.append(item["container"])
-    if names:
-        _docker(["stop", "-t", str(int(payload.get("timeout", 10)))] + names, check=False)
-    # ended: the jobs whose command had ended by itself, whose status is not the stop's.
+        wait = max(timeout, 10) if reason_file.endswith("run_stopped") else timeout
+        by_wait.setdefault(wait, []).append(item["container"])
+    for wait, chosen in sorted(by_wait.items()):
+        _docker(["stop", "-t", str(wait)] + chosen, check=False)
     return {"stopped": names, "ended": ended}
 
 

@@ -41,7 +41,8 @@ import time
 
 try:  # imported as part of the collection (tests, the controller)
     from .booking import BOOK_OPS, _Lock, _write_json
-    from .eventside import event_end, event_run_verdict, event_sweep, event_tail
+    from .eventside import event_end, event_sweep, event_tail
+    from .runendside import runend_verdict
     from .nodeside import Failure, op_status
 except ImportError:  # on a host: the files sent before this one run in the same namespace
     pass
@@ -239,7 +240,7 @@ def _notify_run_end(event):
         return None
     if (event.get("policy") or {}).get("type") == "service":
         return None
-    verdict = event_run_verdict({0: event})
+    verdict = runend_verdict({0: event})
     if verdict is None:
         return None
     status, why = verdict[:2]

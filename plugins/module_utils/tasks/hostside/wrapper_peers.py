@@ -11,14 +11,16 @@ run's key). Shell text, joined into the wrapper's script after ``_gf_finish``.
   their monitor carries out). A job stopped from outside says nothing.
 - **The run's end is judged on job 0** (``_gf_run_end``), so that its host can post one
   ``run.status`` for the whole run (tasks.hostside.eventside reads it): every other job tells
-  job 0 how it ended (``$DSTACK_DIR/run/end.RANK``); job 0, once its own command has ended,
-  waits until each other job has told it, or is gone (two probes in a row,
-  ``GPUFLEET_PEER_PROBE_EVERY`` seconds apart, find no sshd there), or a user's stop reaches it
-  (the run is terminated whatever the others say), then writes ``state/run_end``: one line per
-  job, ``RANK CODE STARTED REASON`` (``-`` where there is none), ``RANK - - lost`` for a job
-  that went without a word and ``RANK - - unknown`` for one not waited for. Job 0's container
-  stays while it waits (its job has ended: ps says so, and its host is still held, as for any
-  job whose container is there).
+  job 0 how it ended (``$DSTACK_DIR/run/end.RANK``, tried three times); job 0, once its own
+  command has ended, waits until each other job has told it, or is gone (no sshd has answered
+  at its address for ``GPUFLEET_PEER_LOST_AFTER`` seconds, probed every
+  ``GPUFLEET_PEER_PROBE_EVERY``), or a user's stop reaches it (its own, or
+  ``state/run_stopped`` when the stop came after its command ended: every job is stopped so),
+  or a TERM, then writes ``state/run_end``: one line per job, ``RANK CODE STARTED REASON``
+  (``-`` where there is none), ``RANK - - lost`` for a job that went without a word, ``RANK -
+  1 terminated_by_user`` for one not waited for after a user's stop, ``RANK - - unknown``
+  after another TERM. Job 0's container stays while it waits (its job has ended: ps says so,
+  and its host is still held, as for any job whose container is there).
 
 What either does is noted in ``state/peers.log``, never in the job's output, which is the
 user's. Each connection is bounded: a peer that stalls before its session is up (a frozen
@@ -126,8 +128,14 @@ _gf_ip_of() {
     return 1
 }
 
+# A user's stop of the run: this job's own (state/reason), or one that came once its command
+# had ended (state/run_stopped, tasks.hostside.nodeside's stop).
 _gf_stopped_by_user() {
-    [ "$(head -n 1 "$GPUFLEET_STATE/reason" 2>/dev/null)" = terminated_by_user ]
+    for _gf_f in reason run_stopped; do
+        [ "$(head -n 1 "$GPUFLEET_STATE/$_gf_f" 2>/dev/null)" = terminated_by_user ] &&
+            return 0
+    done
+    return 1
 }
 
 _gf_run_end() {
@@ -136,13 +144,23 @@ _gf_run_end() {
     if [ "$DSTACK_NODE_RANK" != 0 ]; then
         _gf_can_ssh || return 0
         _gf_to=$DSTACK_DIR/run/end.$DSTACK_NODE_RANK
-        _gf_ssh_to "$DSTACK_MASTER_NODE_IP" \
-            "printf '%s\n' '$_gf_line' > $_gf_to.new && mv $_gf_to.new $_gf_to" &
-        _gf_bounded_wait "$!" "could not tell job 0 how this job ended"
+        # Tried three times, a few seconds apart (spread by rank): job 0's sshd may turn away
+        # logins when many jobs end at once.
+        for _gf_try in 1 2 3; do
+            _gf_ssh_to "$DSTACK_MASTER_NODE_IP" \
+                "printf '%s\n' '$_gf_line' > $_gf_to.new && mv $_gf_to.new $_gf_to" &
+            _gf_bounded_wait "$!" && return 0
+            [ "$_gf_try" = 3 ] ||
+                sleep $(( _gf_try + DSTACK_NODE_RANK % 5 )) < /dev/null > /dev/null 2>&1
+        done
+        _gf_note "could not tell job 0 how this job ended"
         return 0
     fi
     _gf_missed=
     _gf_lost=
+    _gf_term=
+    # A stop (TERM) ends the wait: what is known is written.
+    trap '_gf_term=1' TERM INT
     _gf_probe_at=$(( $(date +%s) + ${GPUFLEET_PEER_PROBE_EVERY:-15} ))
     while :; do
         _gf_wanting=
@@ -151,22 +169,31 @@ _gf_run_end() {
             [ -s "$DSTACK_DIR/run/end.$_gf_i" ] || _gf_wanting="$_gf_wanting $_gf_i "
             _gf_i=$((_gf_i + 1))
         done
-        [ -n "$_gf_wanting" ] && ! _gf_stopped_by_user || break
-        if [ "$(date +%s)" -ge "$_gf_probe_at" ]; then
+        # A stop of the run (TERM, or its word in run_stopped) ends the wait.
+        [ -n "$_gf_wanting" ] && [ -z "$_gf_term" ] && ! _gf_stopped_by_user &&
+            [ ! -s "$GPUFLEET_STATE/run_stopped" ] || break
+        _gf_now=$(date +%s)
+        if [ "$_gf_now" -ge "$_gf_probe_at" ]; then
             _gf_can_ssh || break
+            # A job is lost once no sshd has answered at its address for
+            # GPUFLEET_PEER_LOST_AFTER seconds (as long as a controller waits for a silent
+            # host): a blip, or a job still starting, is waited for.
             for _gf_i in $_gf_wanting; do
+                [ -z "$_gf_term" ] || break
                 case $_gf_lost in *" $_gf_i "*) continue ;; esac
                 _gf_ip=$(_gf_ip_of "$_gf_i") || continue
                 _gf_ssh_to "$_gf_ip" true &
                 if _gf_bounded_wait "$!"; then
-                    _gf_missed=$(printf '%s\n' "$_gf_missed" | sed "s/ $_gf_i //")
-                elif [ -s "$DSTACK_DIR/run/end.$_gf_i" ]; then
-                    :   # it told, then went
-                else
-                    case $_gf_missed in
-                        *" $_gf_i "*) _gf_lost="$_gf_lost $_gf_i " ;;
-                        *) _gf_missed="$_gf_missed $_gf_i " ;;
-                    esac
+                    _gf_missed=$(printf '%s\n' "$_gf_missed" | sed "s/ $_gf_i@[0-9]* //")
+                    continue
+                fi
+                [ -s "$DSTACK_DIR/run/end.$_gf_i" ] && continue   # it told, then went
+                _gf_since=$(printf '%s\n' "$_gf_missed" |
+                    sed -n "s/.* $_gf_i@\([0-9]*\) .*/\1/p")
+                if [ -z "$_gf_since" ]; then
+                    _gf_missed="$_gf_missed $_gf_i@$_gf_now "
+                elif [ $(( _gf_now - _gf_since )) -ge "${GPUFLEET_PEER_LOST_AFTER:-120}" ]; then
+                    _gf_lost="$_gf_lost $_gf_i "
                 fi
             done
             _gf_probe_at=$(( $(date +%s) + ${GPUFLEET_PEER_PROBE_EVERY:-15} ))
@@ -178,6 +205,10 @@ _gf_run_end() {
         fi
         sleep 1 < /dev/null > /dev/null 2>&1
     done
+    trap '' TERM INT
+    # Stopped by a user: so was every job (the stop goes to them all).
+    _gf_untold=unknown
+    _gf_stopped_by_user && _gf_untold=terminated_by_user
     {
         printf '%s\n' "$_gf_line"
         _gf_i=1
@@ -187,7 +218,8 @@ _gf_run_end() {
             else
                 case $_gf_lost in
                     *" $_gf_i "*) printf '%s - - lost\n' "$_gf_i" ;;
-                    *) printf '%s - - unknown\n' "$_gf_i" ;;
+                    *) [ "$_gf_untold" = unknown ] && printf '%s - - unknown\n' "$_gf_i" ||
+                        printf '%s - 1 %s\n' "$_gf_i" "$_gf_untold" ;;
                 esac
             fi
             _gf_i=$((_gf_i + 1))

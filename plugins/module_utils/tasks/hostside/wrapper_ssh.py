@@ -92,6 +92,10 @@ _gf_sshd_start() {
         printf 'StrictModes no\n'
         printf 'AuthorizedKeysFile %s .ssh/authorized_keys\n' "$DSTACK_DIR/ssh/authorized_keys"
         printf 'ClientAliveInterval 30\n'
+        # A multi-node run's jobs all tell job 0 how they ended in the same second: more
+        # logins at once than sshd's default lets wait (10).
+        printf 'MaxStartups %s:30:%s\n' $(( ${DSTACK_NODES_NUM:-1} + 10 )) \
+            $(( ${DSTACK_NODES_NUM:-1} * 2 + 100 ))
         printf 'PidFile %s\n' "$DSTACK_DIR/ssh/sshd.pid"
         printf 'Subsystem sftp %s\n' "$_gf_sftp"
         printf 'ForceCommand %s/ssh/session.sh\n' "$DSTACK_DIR"
