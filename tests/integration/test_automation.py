@@ -281,8 +281,8 @@ def test_the_hosts_post_a_runs_end_to_a_webhook_also_after_it_was_down(
         assert any(p["event"]["kind"] == "job.ended" and p["event"]["run"] == one
                    and p["event"]["exit_code"] == 0 for p in receiver.posts)
 
-        # Down for 20 s while a run of two nodes ends: job 1 fails, job 0 is stopped by it
-        # and, once job 1 told it how it ended, its host says the run's end; the hosts keep
+        # Down while a run of two nodes ends, and 20 s more: job 1 fails, job 0 is stopped by
+        # it and, once job 1 told it how it ended, its host says the run's end; the hosts keep
         # trying, then it arrives, once.
         receiver.down()
         capsys.readouterr()
@@ -290,7 +290,9 @@ def test_the_hosts_post_a_runs_end_to_a_webhook_also_after_it_was_down(
             world, two, "type: task\nname: %s\nnodes: 2\n%scommands:\n"
             "  - if [ $DSTACK_NODE_RANK = 1 ]; then sleep 8; exit 3; fi; sleep 120\n"
             % (two, CPU))]) == 0, capsys.readouterr()
-        time.sleep(20)
+        wait_for(capsys, "the run of two nodes ending", lambda found: found.get(two, {}).get(
+            "status") in ("done", "failed", "terminated"), seconds=120)
+        time.sleep(20)   # down for a tick at least once its jobs' ends are there to post
         receiver.up()
         deadline = time.time() + 120
         while not receiver.ended(two):

@@ -57,14 +57,14 @@ def closed_port():
 def docker(tmp_path, monkeypatch):
     """tests/unit/tasks/fakes.FakeDocker on PATH (``on()`` answers, ``calls()`` reads the log);
     the double is the fixture's value."""
-    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import nodeside
+    from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import engineside
     from tests.unit.tasks.fakes import FakeDocker
 
     fake = FakeDocker(tmp_path)
     for key, value in fake.env().items():
         monkeypatch.setenv(key, value)
-    # The fake is a CLI: the Engine API's socket (nodeside._engine) is not used.
-    monkeypatch.setattr(nodeside, "_ENGINE", {"socket": None})
+    # The fake is a CLI: the Engine API's socket (engineside._engine) is not used.
+    monkeypatch.setattr(engineside, "_ENGINE", {"socket": None})
     return fake
 
 

@@ -8,8 +8,8 @@ can still tell them apart; all of them derive from ``GpufleetError``, so a modul
 ``gpufleet`` command catches one class instead of a tuple of every package's errors. An error
 made from another keeps it as ``__cause__`` (``raise X(...) from exc``).
 
-Pure Python, no Ansible imports. tasks/hostside/nodeside.py and tasks/hostside/wrapper.py are the
-exception: they are sent to the hosts alone and keep their own small error classes.
+Pure Python, no Ansible imports. The files sent to the hosts alone (tasks/hostside/, whose error
+class is engineside's ``Failure``) and tasks/hostside/wrapper.py are the exception.
 """
 
 from __future__ import annotations

@@ -86,7 +86,8 @@ _HOST_SOURCE: dict = {}
 
 
 def host_source():
-    """What runs on a host for each request, from tasks.hostside: nodeside, then its parts
+    """What runs on a host for each request, from tasks.hostside: engineside (the Docker engine
+    and the helper's error), nodeside, then its parts
     volumeside (network volumes) and metricside (a run's metrics), then booking (claims and the
     queue), mirrorside (copies of another host's queue entries), replicaside (a service's
     replicas after their start), healthside (the GPU health probe), logside (the kept output), indexside (the run index), usageside (the usage
@@ -96,12 +97,13 @@ def host_source():
     certificates acmeside obtains), in one namespace. Their own sources are sent, so nothing is
     installed on the host and a new controller version never meets an old helper."""
     if "source" not in _HOST_SOURCE:
-        from .hostside import (acmeside, admitside, booking, eventside, healthside, indexside,
-                               logside, memberside, metricside, mirrorside, nodeside,
+        from .hostside import (acmeside, admitside, booking, engineside, eventside, healthside,
+                               indexside, logside, memberside, metricside, mirrorside, nodeside,
                                notifyside, proxyconf, proxyside, replicaside, runendside,
                                scheduleside, usageside, volumeside)
 
-        _HOST_SOURCE["source"] = b"\n".join((module_source(vars(nodeside)),
+        _HOST_SOURCE["source"] = b"\n".join((module_source(vars(engineside)),
+                                             module_source(vars(nodeside)),
                                              module_source(vars(volumeside)),
                                              module_source(vars(metricside)),
                                              module_source(vars(booking)),

@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[3]
 MODULE_UTILS = ROOT / "plugins" / "module_utils"
 PACKAGE = "ansible_collections.gpufleet.cluster.plugins.module_utils"
 # Sent to the hosts as standalone source: they keep their own small error classes.
-STANDALONE = ("tasks/hostside/nodeside.py", "tasks/hostside/wrapper.py", "backends/localpool.py")
+STANDALONE = ("tasks/hostside/engineside.py", "tasks/hostside/nodeside.py",
+              "tasks/hostside/wrapper.py", "backends/localpool.py")
 # Exception classes that are deliberately not user errors, with the reason.
 NOT_USER_ERRORS = {
     # The config model's parsers signal a bad field with it; Ctx.run turns each into a

@@ -2,7 +2,7 @@
 # Copyright: gpufleet contributors
 # GNU General Public License v3.0+ (see LICENSE or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The host helper's use of the Docker Engine API on its Unix socket
-(tasks.hostside.nodeside._engine).
+(tasks.hostside.engineside._engine).
 
 A small HTTP server on a Unix socket in a temporary folder stands for the engine: it answers
 the few requests the helper makes and records them. No ``docker`` command is on PATH unless a
@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
     booking,
+    engineside,
     nodeside,
 )
 
@@ -101,7 +102,7 @@ def _use_socket(monkeypatch, tmp_path, path):
     monkeypatch.setenv("DOCKER_HOST", "unix://" + path)
     monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "dockercfg"))
-    monkeypatch.setattr(nodeside, "_ENGINE", {})
+    monkeypatch.setattr(engineside, "_ENGINE", {})
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -204,7 +205,7 @@ def test_an_engine_that_refuses_the_api_version_leaves_it_to_the_cli(
     assert docker.calls() == [["ps", "-a", "-q", "--no-trunc", "--filter",
                                "label=gpufleet.run=train"]]
     # and not again in this request
-    assert nodeside._ENGINE["socket"] is None
+    assert engineside._ENGINE["socket"] is None
 
 
 @pytest.mark.parametrize("setting", ["tcp", "context", "config", "file", "missing"])
@@ -218,7 +219,7 @@ def test_the_socket_is_used_only_where_the_cli_would_reach_the_same_engine(
         config = tmp_path / "cfg"
         config.mkdir()
         monkeypatch.setenv("DOCKER_CONFIG", str(config))
-        assert nodeside._choose_socket() == str(sock)
+        assert engineside._choose_socket() == str(sock)
         if setting == "tcp":
             monkeypatch.setenv("DOCKER_HOST", "tcp://10.0.0.1:2375")
         elif setting == "context":
@@ -231,7 +232,7 @@ def test_the_socket_is_used_only_where_the_cli_would_reach_the_same_engine(
             monkeypatch.setenv("DOCKER_HOST", "unix://" + str(plain))
         else:
             monkeypatch.setenv("DOCKER_HOST", "unix://" + str(tmp_path / "none.sock"))
-        assert nodeside._choose_socket() is None
+        assert engineside._choose_socket() is None
     finally:
         server.server_close()
         if os.path.exists(str(sock)):
@@ -245,8 +246,8 @@ def test_without_docker_host_the_default_socket_is_the_one(monkeypatch, tmp_path
     sock = tmp_path / "default.sock"
     server = _Server(str(sock), _handler(Engine()))
     try:
-        monkeypatch.setattr(nodeside, "DOCKER_SOCKET", str(sock))
-        assert nodeside._choose_socket() == str(sock)
+        monkeypatch.setattr(engineside, "DOCKER_SOCKET", str(sock))
+        assert engineside._choose_socket() == str(sock)
     finally:
         server.server_close()
 
@@ -284,7 +285,7 @@ def test_a_chunked_answer_is_put_together(monkeypatch, tmp_path):
                               b"Transfer-Encoding: chunked\r\n\r\n" + chunked + b"0\r\n\r\n")
     _use_socket(monkeypatch, tmp_path, path)
 
-    assert nodeside._container_ids("gpufleet.run=a b") == ["abc", "d\u00e9f"]
+    assert engineside._container_ids("gpufleet.run=a b") == ["abc", "d\u00e9f"]
     request_line = asked[0].split(b"\r\n")[0].decode("ascii")
     method, url, version = request_line.split(" ")
     assert (method, version) == ("GET", "HTTP/1.0")
@@ -298,6 +299,6 @@ def test_a_broken_answer_leaves_the_rest_of_the_request_to_the_cli(monkeypatch, 
     _raw_engine(path, b"this is not HTTP\r\n\r\n")
     _use_socket(monkeypatch, tmp_path, path)
 
-    with pytest.raises(nodeside._EngineUnavailable):
-        nodeside._engine("GET", "/containers/json")
-    assert nodeside._ENGINE["socket"] is None   # the CLI from now on in this request
+    with pytest.raises(engineside._EngineUnavailable):
+        engineside._engine("GET", "/containers/json")
+    assert engineside._ENGINE["socket"] is None   # the CLI from now on in this request

@@ -21,6 +21,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.core import files
 from ansible_collections.gpufleet.cluster.plugins.module_utils.core.files import module_source
 from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside import (
     bootstrap as starter,
+    engineside,
     metricside,
     nodeside,
 )
@@ -120,7 +121,7 @@ def test_docker_missing_from_the_host(tmp_path, monkeypatch, run_root):
     empty = tmp_path / "empty"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-    monkeypatch.setattr(nodeside, "_ENGINE", {"socket": None})   # and no engine socket
+    monkeypatch.setattr(engineside, "_ENGINE", {"socket": None})   # and no engine socket
 
     with pytest.raises(nodeside.Failure, match="docker is not installed"):
         nodeside.op_status({})
@@ -590,15 +591,20 @@ def test_serve_answers_an_error_when_the_host_refuses_a_folder(absent, run_root,
     assert str(source) in answer["error"]
 
 
+def helper():
+    """The helper's first parts, as tasks.ssh.host_source joins them: engineside, nodeside."""
+    return module_source(vars(engineside)) + b"\n" + module_source(vars(nodeside))
+
+
 def bootstrap(request, env):
-    data = module_source(vars(nodeside)) + b"\n" + starter.SEPARATOR + b"\n" + request
+    data = helper() + b"\n" + starter.SEPARATOR + b"\n" + request
     return subprocess.run([sys.executable, "-c", starter.BOOTSTRAP], input=data,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                           timeout=60, check=False)
 
 
 def test_the_source_does_not_contain_the_separator_line():
-    assert (b"\n" + starter.SEPARATOR + b"\n") not in module_source(vars(nodeside))
+    assert (b"\n" + starter.SEPARATOR + b"\n") not in helper()
     assert starter.SEPARATOR.decode("ascii") in starter.BOOTSTRAP
 
 
@@ -696,9 +702,9 @@ def test_the_real_helper_answers_through_the_cache(docker, tmp_path):
     request = json.dumps({"op": "image_info", "payload": {"image": "alpine"}}).encode("utf-8")
     cache = tmp_path / "helper"
     env = dict(os.environ, **docker.env())
-    first = cached_call(cache, module_source(vars(nodeside)), request, env=env)
+    first = cached_call(cache, helper(), request, env=env)
     assert [p.name[:24] for p in cache.iterdir()] == ["0123456789abcdef01234567"]
-    assert cached_call(cache, module_source(vars(nodeside)), request, env=env) == first
+    assert cached_call(cache, helper(), request, env=env) == first
     assert first["present"] is True
 
 
@@ -729,6 +735,7 @@ def test_source_is_read_from_a_zip_as_in_a_modules_payload(tmp_path):
             zipped.writestr("/".join(parts[:depth]) + "/__init__.py", "")
         zipped.writestr(package + "/core/__init__.py", "")
         zipped.writestr(package + "/core/files.py", module_source(vars(files)))
+        zipped.writestr(package + "/tasks/hostside/engineside.py", module_source(vars(engineside)))
         zipped.writestr(package + "/tasks/hostside/nodeside.py", module_source(vars(nodeside)))
     proc = subprocess.run(
         [sys.executable, "-c",

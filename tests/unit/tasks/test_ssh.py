@@ -24,6 +24,7 @@ from ansible_collections.gpufleet.cluster.plugins.module_utils.tasks.hostside im
     admitside,
     booking,
     bootstrap,
+    engineside,
     eventside,
     healthside,
     indexside,
@@ -317,11 +318,12 @@ def test_call_sends_the_source_and_the_request_on_stdin():
     assert kwargs["timeout"] == 45
     assert kwargs["stdout"] == subprocess.PIPE and kwargs["stderr"] == subprocess.PIPE
     data = kwargs["input"]
-    # Split the way BOOTSTRAP splits it on the host: nodeside's source, then volumeside's,
+    # Split the way BOOTSTRAP splits it on the host: engineside's source, nodeside's, volumeside's,
     # metricside's, booking's, mirrorside's, replicaside's, healthside's, logside's, indexside's, usageside's, admitside's,
     # memberside's, runendside's, eventside's, notifyside's, scheduleside's, proxyconf's, acmeside's and proxyside's.
     source, sep, request = data.partition(b"\n" + bootstrap.SEPARATOR + b"\n")
-    assert sep and source == b"\n".join((module_source(vars(nodeside)),
+    assert sep and source == b"\n".join((module_source(vars(engineside)),
+                                         module_source(vars(nodeside)),
                                          module_source(vars(volumeside)),
                                          module_source(vars(metricside)),
                                          module_source(vars(booking)),
@@ -562,7 +564,7 @@ def test_the_source_and_its_digest_are_the_same_in_every_thread(monkeypatch):
         thread.start()
     for thread in threads:
         thread.join()
-    source = module_source(vars(nodeside))
+    source = module_source(vars(engineside))   # the first part
     assert len(seen) == 16
     for sent, digest in seen:
         assert sent.startswith(source) and len(sent) > len(source)

@@ -9,6 +9,7 @@ keeps running on the host besides the run's containers (the compiled source is k
 HELPER_CACHE). Standard library only, Python 3.6+; every answer is one JSON line. The parts
 sent with it (volumeside, metricside, booking and the files sent with booking) add their
 operations to OPS or booking's BOOK_OPS; proxyside (the in-fleet proxy) has its PROXY_OPS.
+The Docker engine (the CLI, its API) and ``Failure`` are engineside's, sent before this file.
 
 The run's state lives with the containers (labels: run, job, submission) and each job's state
 folder (``RUN_ROOT/<run>/<job>/state``): when its command began, why it stopped, its code.
@@ -23,6 +24,12 @@ import time
 
 # subprocess, shutil and base64 are imported where used: every request runs this module's top
 # level, and most need none of them (7 ms of a request's 40 on a host).
+
+try:  # imported as part of the collection (tests, the controller)
+    from .engineside import (Failure, _EngineUnavailable, _container_exists, _container_ids,
+                             _docker, _engine, _inspect_all, _remove_containers)
+except ImportError:  # on a host: engineside, sent before this file, runs in the same namespace
+    pass
 
 RUN_ROOT = "/var/lib/gpufleet/runs"
 RUN_LABEL = "gpufleet.run"
@@ -41,203 +48,6 @@ CONDITIONAL = {
                                        "memlock=-1:-1"]),
     "hugepages-1g": ("/dev/hugepages-1G", ["-v", "/dev/hugepages-1G:/dev/hugepages-1G"]),
 }
-
-
-class Failure(Exception):
-    pass
-
-
-def _docker(args, data=None, check=True):
-    import subprocess
-
-    try:
-        proc = subprocess.run(["docker"] + list(args), input=data, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, check=False)
-    except OSError as exc:
-        raise Failure("docker is not installed on this host (install Docker; see "
-                      "docs/preflight.md)") from exc
-    out = proc.stdout.decode("utf-8", "replace")
-    err = proc.stderr.decode("utf-8", "replace")
-    if check and proc.returncode != 0:
-        raise Failure("docker %s failed (exit %d): %s"
-                      % (args[0], proc.returncode, err.strip()[-1500:]))
-    return proc.returncode, out, err
-
-
-# The Docker Engine API on its Unix socket answers what the runner asks most often (which
-# containers, their state, an image's config; removals) in a millisecond or two, where each
-# ``docker`` command costs tens of milliseconds of CPU to start; with a status poll per host
-# every second and several requests per start, that is most of a host's share of a run's start.
-# ``docker run`` and the rest stay with the CLI. The API is used only where the CLI would reach
-# the same engine: DOCKER_HOST unset (or this socket) and no other Docker context.
-DOCKER_SOCKET = "/var/run/docker.sock"
-ENGINE_API = "/v1.24"   # the oldest version current engines still serve; enough here
-_ENGINE: dict = {}
-
-
-class _EngineUnavailable(Exception):
-    pass
-
-
-def _engine_socket():
-    if "socket" not in _ENGINE:
-        _ENGINE["socket"] = _choose_socket()
-    return _ENGINE["socket"]
-
-
-def _choose_socket():
-    host = os.environ.get("DOCKER_HOST") or ""
-    if host.startswith("unix://"):
-        path = host[len("unix://"):]
-    else:
-        path = None if host else DOCKER_SOCKET   # tcp:// or ssh://: the CLI's business
-    if not path or os.environ.get("DOCKER_CONTEXT"):
-        return None
-    config = os.path.join(os.environ.get("DOCKER_CONFIG") or os.path.expanduser("~/.docker"),
-                          "config.json")
-    try:
-        with open(config) as handle:
-            if (json.load(handle) or {}).get("currentContext") not in (None, "", "default"):
-                return None
-    except (IOError, OSError, ValueError, AttributeError):
-        pass
-    try:
-        if not stat.S_ISSOCK(os.stat(path).st_mode):
-            return None
-    except OSError:
-        return None
-    return path
-
-
-def _engine(method, path, query=None, ok=(200,)):
-    """``(status, JSON body)`` of an Engine API request; a status outside ``ok`` and 404 is a
-    Failure. _EngineUnavailable when the socket cannot be used (then the CLI is).
-
-    One HTTP/1.0 request per connection, read to its end: http.client would cost more to
-    import (its email and ssl modules) than the request takes."""
-    import socket
-
-    where = _engine_socket()
-    if not where:
-        raise _EngineUnavailable()
-    url = ENGINE_API + _quote(path, "/:@=") + (
-        "?" + "&".join("%s=%s" % (_quote(k), _quote(v)) for k, v in sorted(query.items()))
-        if query else "")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(120)
-        sock.connect(where)
-        sock.sendall(("%s %s HTTP/1.0\r\nHost: docker\r\n\r\n" % (method, url)).encode("ascii"))
-        parts = []
-        while True:
-            chunk = sock.recv(1 << 16)
-            if not chunk:
-                break
-            parts.append(chunk)
-        status, body = _http_response(b"".join(parts))
-    except (OSError, ValueError) as exc:
-        _ENGINE["socket"] = None   # the CLI from now on, in this request
-        raise _EngineUnavailable() from exc
-    finally:
-        sock.close()
-    try:
-        value = json.loads(body.decode("utf-8")) if body.strip() else None
-    except ValueError:
-        value = None
-    if status not in ok and status != 404:
-        if status in (400, 406) or (status >= 500 and "version" in str(value).lower()):
-            _ENGINE["socket"] = None   # an engine that does not speak this API version
-            raise _EngineUnavailable()
-        raise Failure("docker engine: %s %s answered %d: %s" % (
-            method, path, status, (value or {}).get("message") if isinstance(value, dict)
-            else body[:500]))
-    return status, value
-
-
-def _quote(text, safe=""):
-    """Percent-encoding of ``text`` (UTF-8) for a URL, ``safe`` characters kept."""
-    keep = set(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~"
-               + safe.encode("ascii"))
-    return "".join(chr(b) if b in keep else "%%%02X" % b for b in str(text).encode("utf-8"))
-
-
-def _http_response(data):
-    """``(status, body)`` of a whole HTTP/1.x response; ValueError when it is not one."""
-    head, sep, body = data.partition(b"\r\n\r\n")
-    lines = head.split(b"\r\n")
-    fields = lines[0].split(None, 2)
-    if not sep or len(fields) < 2 or not fields[0].startswith(b"HTTP/"):
-        raise ValueError("not an HTTP response")
-    status = int(fields[1])
-    headers = dict((k.strip().lower(), v.strip()) for k, _colon, v in
-                   (line.partition(b":") for line in lines[1:]))
-    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":
-        whole = []
-        while True:
-            size_line, _crlf, body = body.partition(b"\r\n")
-            size = int(size_line.split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                break
-            whole.append(body[:size])
-            body = body[size + 2:]
-        body = b"".join(whole)
-    elif b"content-length" in headers:
-        body = body[:int(headers[b"content-length"])]
-    return status, body
-
-
-def _inspect_all(ids):
-    """``docker inspect`` of containers (a list of their JSON), by the API or the CLI."""
-    try:
-        found = []
-        for cid in ids:
-            status, value = _engine("GET", "/containers/%s/json" % cid)
-            if status == 200 and isinstance(value, dict):
-                found.append(value)
-        return found
-    except _EngineUnavailable:
-        pass
-    rc, out, err = _docker(["inspect"] + list(ids), check=False)
-    if rc != 0 and not out.strip():
-        # Without the containers' states, a job folder would look like a removed job.
-        raise Failure("docker inspect failed (exit %d): %s" % (rc, err.strip()[-1500:]))
-    return json.loads(out or "[]") if out.strip() else []
-
-
-def _container_ids(label):
-    """The ids of every container (running or not) that has ``label`` (``key`` or
-    ``key=value``)."""
-    try:
-        _status, value = _engine("GET", "/containers/json", {
-            "all": "1", "filters": json.dumps({"label": [label]})})
-        return [item["Id"] for item in value or [] if item.get("Id")]
-    except _EngineUnavailable:
-        pass
-    _rc, out, _err = _docker(["ps", "-a", "-q", "--no-trunc", "--filter", "label=" + label])
-    return [line for line in out.split() if line]
-
-
-def _container_exists(name):
-    try:
-        return _engine("GET", "/containers/%s/json" % name)[0] == 200
-    except _EngineUnavailable:
-        pass
-    rc, _out, _err = _docker(["container", "inspect", "--format", "{{.Id}}", name], check=False)
-    return rc == 0
-
-
-def _remove_containers(names):
-    """``docker rm -f`` of each (one already gone is no error)."""
-    try:
-        for name in names:
-            try:
-                _engine("DELETE", "/containers/%s" % name, {"force": "1"}, ok=(200, 204))
-            except Failure:
-                pass   # as the CLI's, at best: status shows what stayed
-        return
-    except _EngineUnavailable:
-        pass
-    _docker(["rm", "-f"] + list(names), check=False)
 
 
 def job_dir(run, job_num):
