@@ -47,7 +47,7 @@ try:  # imported as part of the collection (tests, the controller)
     from .replicaside import op_respawn
     from .booking import BOOK_OPS, _Lock, _read_entry, _write_json
     from .memberside import _members_read
-    from .runendside import runend_job, runend_read, runend_verdict
+    from .runendside import runend_id, runend_job, runend_read, runend_verdict
     from .nodeside import (OPS, RUN_ROOT, _RUN_NAME, Failure, _json_file, _listdir,
                            _small_file, job_dir, op_status)
     from .usageside import usage_epoch
@@ -358,8 +358,7 @@ def _event_job(name, job, by_name, known):
             # The run's, not the job's: the id is the one the reader derives for the same end
             # (tasks.eventlog), so that the two are one event.
             del item["job"], item["job_name"]
-            item["id"] = "%s/%s/%s/run.status/%s" % (name, item["run_id"], submission,
-                                                     fields["status"])
+            item["id"] = runend_id(name, item["run_id"], submission, fields["status"])
         if kind in ("job.created", "job.ended"):
             item.update(_event_policy(labels))
         item.update(fields)

@@ -446,15 +446,14 @@ def op_stop(payload):
     timeout = int(payload.get("timeout", 10))
     for item in payload["jobs"]:
         folder = os.path.join(job_dir(item["run"], item["job_num"]), "state")
-        reason_file = os.path.join(folder, "reason")
-        if os.path.exists(os.path.join(folder, "exit_code")):
+        done = os.path.exists(os.path.join(folder, "exit_code"))
+        if done:
             ended.append(item["job_num"])
-            reason_file = os.path.join(folder, "run_stopped")
+        reason_file = os.path.join(folder, "run_stopped" if done else "reason")
         if os.path.isdir(folder) and not os.path.exists(reason_file):
             _write(reason_file, (payload["reason"] + "\n").encode("utf-8"), 0o644)
         names.append(item["container"])
-        wait = max(timeout, 10) if reason_file.endswith("run_stopped") else timeout
-        by_wait.setdefault(wait, []).append(item["container"])
+        by_wait.setdefault(max(timeout, 10) if done else timeout, []).append(item["container"])
     for wait, chosen in sorted(by_wait.items()):
         _docker(["stop", "-t", str(wait)] + chosen, check=False)
     return {"stopped": names, "ended": ended}

@@ -42,7 +42,7 @@ import time
 try:  # imported as part of the collection (tests, the controller)
     from .booking import BOOK_OPS, _Lock, _write_json
     from .eventside import event_end, event_sweep, event_tail
-    from .runendside import runend_verdict
+    from .runendside import runend_id, runend_verdict
     from .nodeside import Failure, op_status
 except ImportError:  # on a host: the files sent before this one run in the same namespace
     pass
@@ -246,9 +246,8 @@ def _notify_run_end(event):
     status, why = verdict[:2]
     made = dict((k, event.get(k)) for k in ("at", "run", "run_id", "fleet", "submission",
                                             "recorded"))
-    ident = "%s/%s/%s/run.status/%s" % (event.get("run"), event.get("run_id"),
-                                        event.get("submission"), status)
-    made.update(id=ident, kind="run.status", status=status, reason=why)
+    made.update(id=runend_id(event.get("run"), event.get("run_id"), event.get("submission"),
+                             status), kind="run.status", status=status, reason=why)
     return made
 
 

@@ -78,6 +78,12 @@ def runend_verdict(ends, stop_criteria=None):
     return None
 
 
+def runend_id(run, run_id, submission, status):
+    """The id of a run's end, the one the reader derives for it (tasks.eventlog), so that
+    what a host said and what the reader derives are one event."""
+    return "%s/%s/%s/run.status/%s" % (run, run_id, submission, status)
+
+
 _RUNEND_LINE = re.compile(r"([0-9]{1,6}) (-|[0-9]{1,3}) (-|[01]) (-|[a-z_]{1,64})\Z")
 
 
