@@ -7,6 +7,7 @@ temporary folder (GPUFLEET_DIR, DSTACK_DIR, GPUFLEET_ETC, HOME) and runs ``job.s
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 import shutil
@@ -602,6 +603,19 @@ def multinode_fakes(tmp_path):
     return fakes
 
 
+@contextlib.contextmanager
+def with_peers(job, shell, fakes, **environ):
+    """The job's wrapper started with multinode_fakes on its PATH (and ``environ``), killed if
+    still there when the block ends."""
+    proc = job.start(shell, path="%s:%s" % (fakes, shell[1]),
+                     extra=dict(environ, FAKE_LOG=str(fakes)))
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def ssh_calls(fakes, what="run/stop"):
     """The fake ssh's calls whose remote command holds ``what``."""
     log = fakes / "ssh.log"
@@ -690,15 +704,11 @@ def test_a_stop_request_from_another_node_stops_the_command(tmp_path, shell, ask
                                       "while :; do sleep 0.1; done"]}, nodes=2, rank=0)
     fakes = multinode_fakes(tmp_path)
     tell_job_0(job, "1 3 1 -")
-    proc = job.start(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
-    try:
+    with with_peers(job, shell, fakes) as proc:
         wait_for(job.workdir / "ready")
         (job.dstack / "run" / "stop").write_text(asked + "\n")
         began = time.time()
         _out, err = proc.communicate(timeout=15)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert time.time() - began < 3
     assert proc.returncode == 7, err
     assert job.read_state("reason") == recorded
@@ -716,8 +726,7 @@ def tell_job_0(job, *lines):
 def test_job_0_waits_for_every_jobs_word_then_writes_the_runs_end(tmp_path, shell):
     job = Job(tmp_path, {"commands": ["exit 0"]}, nodes=3, rank=0)
     fakes = multinode_fakes(tmp_path)
-    proc = job.start(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
-    try:
+    with with_peers(job, shell, fakes) as proc:
         wait_for(job.state / "exit_code")
         time.sleep(1.5)
         # Its command ended; it waits, its container still there, for jobs 1 and 2.
@@ -727,9 +736,6 @@ def test_job_0_waits_for_every_jobs_word_then_writes_the_runs_end(tmp_path, shel
         assert proc.poll() is None
         tell_job_0(job, "2 4 1 -")
         proc.communicate(timeout=15)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 0
     assert job.read_state("run_end").splitlines() == ["0 0 1 -", "1 0 1 -", "2 4 1 -"]
     assert not ssh_calls(fakes, "")   # every word came before a probe was due
@@ -759,9 +765,7 @@ def test_job_0_counts_a_job_gone_without_a_word_as_lost(tmp_path, shell):
 def test_job_0_keeps_waiting_for_a_job_that_still_answers(tmp_path, shell):
     job = Job(tmp_path, {"commands": ["exit 0"]}, nodes=2, rank=0)
     fakes = multinode_fakes(tmp_path)
-    proc = job.start(shell, path="%s:%s" % (fakes, shell[1]),
-                     extra={"FAKE_LOG": str(fakes), "GPUFLEET_PEER_PROBE_EVERY": "1"})
-    try:
+    with with_peers(job, shell, fakes, GPUFLEET_PEER_PROBE_EVERY="1") as proc:
         wait_for(job.state / "exit_code")
         deadline = time.time() + 15
         while len(ssh_calls(fakes, "true")) < 3:
@@ -769,9 +773,6 @@ def test_job_0_keeps_waiting_for_a_job_that_still_answers(tmp_path, shell):
             time.sleep(0.2)
         tell_job_0(job, "1 0 1 -")
         proc.communicate(timeout=15)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert job.read_state("run_end").splitlines() == ["0 0 1 -", "1 0 1 -"]
 
 
@@ -787,8 +788,7 @@ def test_a_stop_that_comes_while_job_0_waits_ends_the_wait(tmp_path, shell, said
     wrote the run's stop in run_stopped) ends it at once."""
     job = Job(tmp_path, {"commands": ["exit 0"]}, nodes=2, rank=0)
     fakes = multinode_fakes(tmp_path)
-    proc = job.start(shell, path="%s:%s" % (fakes, shell[1]), extra={"FAKE_LOG": str(fakes)})
-    try:
+    with with_peers(job, shell, fakes) as proc:
         wait_for(job.state / "exit_code")
         time.sleep(1)
         if said:
@@ -796,9 +796,6 @@ def test_a_stop_that_comes_while_job_0_waits_ends_the_wait(tmp_path, shell, said
         if term:
             proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 0
     assert job.read_state("run_end").splitlines() == ["0 0 1 -", untold]
 
@@ -810,10 +807,8 @@ def test_a_stop_ends_a_round_of_probes_under_way(tmp_path, shell):
     fakes = multinode_fakes(tmp_path)
     (fakes / "ssh").write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$FAKE_LOG/ssh.log"\n'
                                'exec sleep 300\n')
-    proc = job.start(shell, path="%s:%s" % (fakes, shell[1]),
-                     extra={"FAKE_LOG": str(fakes), "GPUFLEET_PEER_PROBE_EVERY": "1",
-                            "GPUFLEET_PEER_STOP_LIMIT": "4"})
-    try:
+    with with_peers(job, shell, fakes, GPUFLEET_PEER_PROBE_EVERY="1",
+                    GPUFLEET_PEER_STOP_LIMIT="4") as proc:
         deadline = time.time() + 15
         while not ssh_calls(fakes, "true"):
             assert time.time() < deadline and proc.poll() is None
@@ -821,9 +816,6 @@ def test_a_stop_ends_a_round_of_probes_under_way(tmp_path, shell):
         began = time.time()
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=15)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert time.time() - began < 6   # the probe under way ends, the next two never begin
     assert len(ssh_calls(fakes, "true")) == 1
     assert job.read_state("run_end").splitlines() == [
